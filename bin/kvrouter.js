@@ -1,0 +1,12 @@
+#!/usr/bin/env node
+// Thin launcher: the CLI is compiled from src/ to dist/ by `npm run build` (run by `npm ci`).
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const main = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+if (!existsSync(main)) {
+  process.stderr.write('kvrouter: dist/ is missing; run `npm run build` (npm ci does it for you)\n');
+  process.exit(1);
+}
+const { runCli } = await import(main);
+process.exitCode = await runCli(process.argv.slice(2));

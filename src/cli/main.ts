@@ -1,0 +1,38 @@
+// `kvrouter <subcommand>`: every subcommand lives in its own module, loaded on demand so
+// `kvrouter engine-sim` never pays for the router's imports and vice versa.
+export interface Subcommand {
+  summary: string;
+  load: () => Promise<{ run: (argv: string[]) => Promise<number> }>;
+}
+
+export const SUBCOMMANDS: Record<string, Subcommand> = {
+  serve: { summary: 'run the router (OpenAI API, KV-aware routing) from a YAML config', load: () => import('./serve.js') },
+  indexer: { summary: 'run the standalone KV indexer (Mooncake Conductor API)', load: () => import('./indexer.js') },
+  'engine-sim': { summary: 'run simulated inference engines (OpenAI API, paged KV cache, ZMQ KV events)', load: () => import('./engine-sim.js') },
+  bench: { summary: 'benchmarks: cluster, overhead, indexer, events, router', load: () => import('./bench.js') },
+};
+
+export function usage(): string {
+  const width = Math.max(...Object.keys(SUBCOMMANDS).map((k) => k.length));
+  const lines = Object.entries(SUBCOMMANDS).map(([k, v]) => `  ${k.padEnd(width)}  ${v.summary}`);
+  return `Usage: kvrouter <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun \`kvrouter <command> --help\` for a command's options.\n`;
+}
+
+export async function runCli(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  if (!cmd || cmd === '--help' || cmd === '-h' || cmd === 'help') {
+    process.stdout.write(usage());
+    return cmd ? 0 : 1;
+  }
+  if (cmd === '--version' || cmd === '-v') {
+    process.stdout.write('kvrouter 0.1.0\n');
+    return 0;
+  }
+  const sub = SUBCOMMANDS[cmd];
+  if (!sub) {
+    process.stderr.write(`kvrouter: unknown command '${cmd}'\n\n${usage()}`);
+    return 2;
+  }
+  const mod = await sub.load();
+  return mod.run(rest);
+}

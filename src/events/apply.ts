@@ -1,0 +1,144 @@
+// Applies normalized KV events to the indexer: stream ordering by event_id, canonical media,
+// the dual-key path (re-hash token_ids into router seq hashes, map engine hashes to them), and
+// orphan detection. Pure: no I/O, no timers.
+import { seqHashes } from '../hashing/index.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { canonicalMedium } from '../indexer/tiers.js';
+import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity } from './model.js';
+
+export interface ApplyOptions {
+  /** What to do with a stream when its event_id skips ahead: purge its blocks (default) or keep them. */
+  onGap?: 'purge' | 'keep';
+}
+
+export interface ApplyOutcome {
+  status: ApplyStatus;
+  /** Blocks added (stored) or removed (removed/cleared/purged). */
+  blocks: number;
+  reason?: string;
+}
+
+export function streamKey(s: StreamIdentity): string {
+  return [s.model_name, s.block_size, s.additional_salt ?? '', s.lora_name ?? '', s.tenant_id, s.backend_id, canonicalMedium(s.medium) ?? s.medium, s.dp_rank].join('\u0000');
+}
+
+export class EventApplier {
+  private readonly lastIds = new Map<string, bigint>();
+  readonly counts: Record<ApplyStatus, number> = { ok: 0, gap: 0, replayed: 0, orphan: 0, decode_error: 0, purged: 0, rejected: 0 };
+  private readonly onGap: 'purge' | 'keep';
+
+  constructor(
+    private readonly indexer: TieredIndexer,
+    opts: ApplyOptions = {},
+  ) {
+    this.onGap = opts.onGap ?? 'purge';
+  }
+
+  /** Apply one event. Never throws for bad content: it is counted and reported instead. */
+  apply(ev: KvEvent): ApplyOutcome {
+    const out = this.applyInner(ev);
+    this.counts[out.status]++;
+    return out;
+  }
+
+  /** Forget ordering state for streams of a backend (after a purge or unregister). */
+  resetStreams(backend: string, dpRank?: number): void {
+    for (const k of [...this.lastIds.keys()]) {
+      const parts = k.split('\u0000');
+      if (parts[5] === backend && (dpRank === undefined || parts[7] === String(dpRank))) this.lastIds.delete(k);
+    }
+  }
+
+  private applyInner(ev: KvEvent): ApplyOutcome {
+    const medium = canonicalMedium(ev.medium);
+    if (medium === null) return { status: 'rejected', blocks: 0, reason: `unknown medium ${ev.medium}` };
+    if (!Number.isInteger(ev.block_size) || ev.block_size <= 0) {
+      return { status: 'rejected', blocks: 0, reason: 'block_size must be a positive integer' };
+    }
+    const ns = this.indexer.namespace({
+      model: ev.model_name,
+      blockSize: ev.block_size,
+      loraName: ev.lora_name,
+      salt: ev.additional_salt,
+      tenant: ev.tenant_id,
+    });
+    const owner = this.indexer.ownerOf(ev.backend_id);
+    if (owner !== null) ns.instances.add(owner);
+    const holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
+
+    // Ordering: consecutive event_id per stream. Regression = publisher restart.
+    let status: ApplyStatus = 'ok';
+    let purged = 0;
+    if (ev.event_id !== null) {
+      const key = streamKey(ev);
+      const last = this.lastIds.get(key);
+      if (last !== undefined && ev.event_id !== last + 1n) {
+        if (ev.event_id <= last) {
+          purged = ns.index.clearHolder(holder);
+          status = 'purged';
+        } else {
+          status = 'gap';
+          if (this.onGap === 'purge') purged = ns.index.clearHolder(holder);
+        }
+      }
+      this.lastIds.set(key, ev.event_id);
+    }
+
+    switch (ev.event_type) {
+      case 'cleared': {
+        const n = ev.medium === null ? this.clearAllMedia(ns.index, ev.backend_id, ev.dp_rank) : ns.index.clearHolder(holder);
+        return { status, blocks: n + purged };
+      }
+      case 'removed': {
+        const n = ns.index.remove(holder, BigUint64Array.from(ev.seq_hashes));
+        return { status, blocks: n };
+      }
+      case 'stored':
+        return this.store(ev, ns.index, ns.space, holder, status);
+    }
+  }
+
+  private clearAllMedia(index: import('../indexer/block-index.js').BlockIndex, backend: string, dpRank: number): number {
+    let n = 0;
+    for (const h of index.holderIds()) {
+      const info = index.holderInfo(h);
+      if (!info.speculative && info.backend === backend && info.dpRank === dpRank) n += index.clearHolder(h);
+    }
+    return n;
+  }
+
+  private store(
+    ev: StoredEvent,
+    index: import('../indexer/block-index.js').BlockIndex,
+    space: import('../hashing/index.js').HashSpace,
+    holder: number,
+    status: ApplyStatus,
+  ): ApplyOutcome {
+    const n = ev.seq_hashes.length;
+    if (n === 0) return { status, blocks: 0 };
+    const published = BigUint64Array.from(ev.seq_hashes);
+    if (ev.token_ids === null) {
+      // Standard publisher: its hashes are router seq hashes already.
+      return { status, blocks: index.store(holder, published) };
+    }
+    const bs = ev.block_size;
+    if (ev.token_ids.length < n * bs) {
+      return { status: 'rejected', blocks: 0, reason: `token_ids holds ${ev.token_ids.length} tokens, ${n} blocks of ${bs} need ${n * bs}` };
+    }
+    let parent: bigint | null = null;
+    if (ev.parent_hash !== null) {
+      parent = index.resolve(holder, ev.parent_hash);
+      if (parent === null) return { status: 'orphan', blocks: 0, reason: 'parent block not found' };
+    } else if (ev.base_block_idx !== null && ev.base_block_idx > 0) {
+      return { status: 'orphan', blocks: 0, reason: 'no parent_hash for a block below the root' };
+    }
+    let router: BigUint64Array;
+    try {
+      const tokens = ev.token_ids.length === n * bs ? ev.token_ids : ev.token_ids.slice(0, n * bs);
+      router = seqHashes(tokens, bs, space, parent);
+    } catch (err) {
+      return { status: 'rejected', blocks: 0, reason: (err as Error).message };
+    }
+    return { status, blocks: index.store(holder, router, published) };
+  }
+}

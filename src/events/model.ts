@@ -1,0 +1,50 @@
+// The normalized KV event: every engine adapter (vLLM, SGLang, LMCache, Mooncake, JSON /events)
+// turns its wire format into these, and only these reach the indexer.
+// Field names follow the Mooncake Conductor "KV Events API" (RFC #1527).
+
+/** Identity of one ordered event stream (event_id is consecutive within it). */
+export interface StreamIdentity {
+  model_name: string;
+  block_size: number;
+  additional_salt: string | null;
+  lora_name: string | null;
+  tenant_id: string;
+  backend_id: string;
+  /** Raw medium name as the engine sent it (canonicalized by the applier); null = device. */
+  medium: string | null;
+  dp_rank: number;
+}
+
+interface EventBase extends StreamIdentity {
+  /** Monotonic per stream; null when the transport orders events itself (ZMQ seq covers a batch). */
+  event_id: bigint | null;
+  /** Unix ms, informational. */
+  timestamp: number | null;
+}
+
+export interface StoredEvent extends EventBase {
+  event_type: 'stored';
+  /** Hashes of consecutive blocks as the publisher computed them (router seq hashes or engine-native). */
+  seq_hashes: bigint[];
+  /** Zero-based depth of the first block, when known. */
+  base_block_idx: number | null;
+  /** Hash (same space as seq_hashes) of the block before the first one; null = root. */
+  parent_hash: bigint | null;
+  /** Tokens of all blocks; present when the publisher's hashes are not the router standard. */
+  token_ids: number[] | null;
+}
+
+export interface RemovedEvent extends EventBase {
+  event_type: 'removed';
+  seq_hashes: bigint[];
+  base_block_idx: number | null;
+}
+
+export interface ClearedEvent extends EventBase {
+  event_type: 'cleared';
+}
+
+export type KvEvent = StoredEvent | RemovedEvent | ClearedEvent;
+
+/** Outcome counters, labels of `kv_events_applied_total{status}`. */
+export type ApplyStatus = 'ok' | 'gap' | 'replayed' | 'orphan' | 'decode_error' | 'purged' | 'rejected';

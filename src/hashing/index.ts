@@ -1,0 +1,12 @@
+export { xxh3_64, U64_MASK } from './xxh3.js';
+export {
+  DEFAULT_HASH_SEED,
+  hashSpace,
+  localBlockHashes,
+  seqHashes,
+  chainHash,
+  chainLocals,
+  completeBlocks,
+  type HashSpace,
+  type HashSpaceOptions,
+} from './seq-hash.js';

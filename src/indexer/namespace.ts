@@ -1,0 +1,52 @@
+// A namespace is one hash space and one index: blocks from different models, block sizes, LoRA
+// adapters, salts or tenants can never match each other (tenant A never sees tenant B's blocks).
+import { DEFAULT_HASH_SEED, type HashSpace, hashSpace } from '../hashing/index.js';
+import { BlockIndex } from './block-index.js';
+
+export interface NamespaceId {
+  model: string;
+  blockSize: number;
+  loraName: string | null;
+  /** `additional_salt` on events and registrations, `cache_salt` on queries. */
+  salt: string | null;
+  tenant: string;
+}
+
+export const DEFAULT_TENANT = 'default';
+
+export function namespaceKey(id: NamespaceId): string {
+  return [id.model, id.blockSize, id.loraName ?? '', id.salt ?? '', id.tenant].join('\u0000');
+}
+
+export function normalizeNamespace(id: {
+  model: string;
+  blockSize: number;
+  loraName?: string | null;
+  salt?: string | null;
+  tenant?: string | null;
+}): NamespaceId {
+  return {
+    model: id.model,
+    blockSize: id.blockSize,
+    loraName: id.loraName ? id.loraName : null,
+    salt: id.salt ? id.salt : null,
+    tenant: id.tenant ? id.tenant : DEFAULT_TENANT,
+  };
+}
+
+export class Namespace {
+  readonly key: string;
+  readonly space: HashSpace;
+  readonly index: BlockIndex;
+  /** Instances known in this namespace (registered, or seen through events). */
+  readonly instances = new Set<string>();
+
+  constructor(
+    readonly id: NamespaceId,
+    seed: bigint = DEFAULT_HASH_SEED,
+  ) {
+    this.key = namespaceKey(id);
+    this.space = hashSpace({ seed, loraName: id.loraName, salt: id.salt });
+    this.index = new BlockIndex();
+  }
+}

@@ -1,0 +1,115 @@
+// The multi-namespace indexer: the one object the router, the HTTP API and the event applier share.
+import { seqHashes } from '../hashing/index.js';
+import type { OverlapResult } from './block-index.js';
+import { Namespace, type NamespaceId, namespaceKey, normalizeNamespace } from './namespace.js';
+
+export interface TieredIndexerOptions {
+  /** Hash seed S for namespaces whose model has no seed of its own (default 1337). */
+  defaultSeed?: bigint;
+  /** Per-model seeds (model pools may configure their own). */
+  modelSeeds?: ReadonlyMap<string, bigint>;
+}
+
+export class TieredIndexer {
+  private readonly spaces = new Map<string, Namespace>();
+  private readonly defaultSeed: bigint | undefined;
+  private readonly modelSeeds: ReadonlyMap<string, bigint>;
+  private readonly owners = new Map<string, string | null>();
+
+  constructor(opts: TieredIndexerOptions = {}) {
+    this.defaultSeed = opts.defaultSeed;
+    this.modelSeeds = opts.modelSeeds ?? new Map();
+  }
+
+  /** The namespace for an identity, created on first use. */
+  namespace(id: Parameters<typeof normalizeNamespace>[0]): Namespace {
+    const nid = normalizeNamespace(id);
+    const key = namespaceKey(nid);
+    let ns = this.spaces.get(key);
+    if (!ns) {
+      ns = new Namespace(nid, this.modelSeeds.get(nid.model) ?? this.defaultSeed);
+      for (const [backend, owner] of this.owners) ns.index.bindBackend(backend, owner);
+      this.spaces.set(key, ns);
+    }
+    return ns;
+  }
+
+  /**
+   * Declare which instance reads a backend's blocks (null: a shared pool every instance reads).
+   * Unbound backends belong to the instance with the same id.
+   */
+  bindBackend(backend: string, instance: string | null): void {
+    this.owners.set(backend, instance);
+    for (const ns of this.spaces.values()) ns.index.bindBackend(backend, instance);
+  }
+
+  /** The instance a backend's blocks belong to (null = shared pool). */
+  ownerOf(backend: string): string | null {
+    return this.owners.has(backend) ? this.owners.get(backend)! : backend;
+  }
+
+  /** Existing namespace or undefined (queries never create namespaces). */
+  find(id: Parameters<typeof normalizeNamespace>[0]): Namespace | undefined {
+    return this.spaces.get(namespaceKey(normalizeNamespace(id)));
+  }
+
+  namespaces(): Namespace[] {
+    return [...this.spaces.values()];
+  }
+
+  /** Overlap for a prompt's tokens (hashes them in the namespace's hash space). */
+  queryTokens(id: NamespaceId, tokens: ArrayLike<number>, now: number, instances?: ReadonlySet<string>): OverlapResult {
+    const ns = this.find(id);
+    const blocks = Math.floor(tokens.length / id.blockSize);
+    if (!ns) return { queriedBlocks: blocks, candidates: [], sharedBlocks: 0 };
+    return ns.index.query(seqHashes(tokens, id.blockSize, ns.space), now, instances);
+  }
+
+  /** Overlap for precomputed router seq hashes. */
+  queryHashes(id: NamespaceId, hashes: BigUint64Array, now: number, instances?: ReadonlySet<string>): OverlapResult {
+    const ns = this.find(id);
+    if (!ns) return { queriedBlocks: hashes.length, candidates: [], sharedBlocks: 0 };
+    return ns.index.query(hashes, now, instances);
+  }
+
+  /** Purge one backend (optionally one dp rank) from every namespace of a tenant, or all tenants. */
+  removeBackend(backend: string, opts: { dpRank?: number; tenant?: string } = {}): number {
+    let n = 0;
+    for (const ns of this.spaces.values()) {
+      if (opts.tenant !== undefined && ns.id.tenant !== opts.tenant) continue;
+      n += ns.index.removeBackend(backend, opts.dpRank);
+    }
+    return n;
+  }
+
+  /** Purge an instance (its backends and speculative entries) everywhere; forget it. */
+  removeInstance(instance: string, opts: { dpRank?: number; tenant?: string } = {}): number {
+    let n = 0;
+    for (const ns of this.spaces.values()) {
+      if (opts.tenant !== undefined && ns.id.tenant !== opts.tenant) continue;
+      n += ns.index.removeInstance(instance, opts.dpRank);
+      if (opts.dpRank === undefined) ns.instances.delete(instance);
+    }
+    return n;
+  }
+
+  /** Expire speculative entries everywhere. */
+  expire(now: number): number {
+    let n = 0;
+    for (const ns of this.spaces.values()) n += ns.index.expire(now);
+    return n;
+  }
+
+  stats(): { namespaces: number; blocks: number; records: number; bytes: number } {
+    let blocks = 0;
+    let records = 0;
+    let bytes = 0;
+    for (const ns of this.spaces.values()) {
+      const s = ns.index.stats();
+      blocks += s.blocks;
+      records += s.records;
+      bytes += s.bytes;
+    }
+    return { namespaces: this.spaces.size, blocks, records, bytes };
+  }
+}
