@@ -1,5 +1,27 @@
-// Placeholder until the subcommand lands.
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('kvrouter bench: not implemented yet\n');
-  return 1;
+// `kvrouter bench <name>`: each benchmark is a module under src/bench/ exporting run(argv).
+const BENCHES: Record<string, { summary: string; load: () => Promise<{ run: (argv: string[]) => Promise<number> }> }> = {
+  indexer: { summary: 'index throughput, query latency, hashing speed, memory per block', load: () => import('../bench/indexer.js') },
+  events: { summary: 'KV events decoded and applied through a real ZMQ socket', load: () => import('../bench/events.js') },
+  tokenizer: { summary: 'chat template + tokenization throughput and segment cache', load: () => import('../bench/tokenizer.js') },
+};
+
+function usage(): string {
+  const w = Math.max(...Object.keys(BENCHES).map((k) => k.length));
+  return `Usage: kvrouter bench <name> [options]\n\nBenchmarks:\n${Object.entries(BENCHES)
+    .map(([k, v]) => `  ${k.padEnd(w)}  ${v.summary}`)
+    .join('\n')}\n`;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h') {
+    process.stdout.write(usage());
+    return name ? 0 : 1;
+  }
+  const b = BENCHES[name];
+  if (!b) {
+    process.stderr.write(`kvrouter bench: unknown benchmark '${name}'\n\n${usage()}`);
+    return 2;
+  }
+  return (await b.load()).run(rest);
 }
