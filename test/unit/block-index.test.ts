@@ -1,0 +1,153 @@
+import { describe, expect, it } from 'vitest';
+import { BlockIndex } from '../../src/indexer/block-index.js';
+import { U64Map } from '../../src/indexer/u64-map.js';
+
+const H = (...xs: Array<number | bigint>) => BigUint64Array.from(xs.map((x) => BigInt(x)));
+const overlap = (idx: BlockIndex, q: BigUint64Array, now = 0) =>
+  Object.fromEntries(idx.query(q, now).candidates.map((c) => [`${c.instance}/${c.dpRank}`, [c.device, c.host, c.disk]]));
+
+describe('U64Map', () => {
+  it('stores, finds, overwrites and deletes with backward shift', () => {
+    const m = new U64Map(4);
+    const keys: Array<[number, number]> = [];
+    for (let i = 0; i < 5000; i++) keys.push([(i * 2654435761) >>> 0, i & 7]);
+    keys.forEach(([lo, hi], i) => m.set(lo, hi, i));
+    expect(m.size).toBe(5000);
+    keys.forEach(([lo, hi], i) => expect(m.get(lo, hi)).toBe(i));
+    for (let i = 0; i < 5000; i += 2) expect(m.delete(keys[i][0], keys[i][1])).toBe(i);
+    expect(m.size).toBe(2500);
+    keys.forEach(([lo, hi], i) => expect(m.get(lo, hi)).toBe(i % 2 ? i : -1));
+    m.set(keys[1][0], keys[1][1], 77);
+    expect(m.get(keys[1][0], keys[1][1])).toBe(77);
+    expect(m.delete(1, 1 << 30)).toBe(-1);
+  });
+});
+
+describe('BlockIndex tiers and ranks', () => {
+  it('reports cumulative device <= host <= disk prefixes per dp rank', () => {
+    const idx = new BlockIndex();
+    const q = H(1, 2, 3, 4, 5);
+    idx.store(idx.holder('w0', 0, 'GPU'), H(1, 2));
+    idx.store(idx.holder('w0', 0, 'CPU'), H(2, 3, 4));
+    idx.store(idx.holder('w0', 0, 'DISK'), H(5));
+    idx.store(idx.holder('w0', 1, 'GPU'), H(1));
+    expect(overlap(idx, q)).toEqual({ 'w0/0': [2, 4, 5], 'w0/1': [1, 1, 1] });
+  });
+
+  it('a hole ends every level; a block on a lower tier only still counts for that level', () => {
+    const idx = new BlockIndex();
+    idx.store(idx.holder('w', 0, 'GPU'), H(1, 3));
+    idx.store(idx.holder('w', 0, 'DISK'), H(2));
+    expect(overlap(idx, H(1, 2, 3))).toEqual({ 'w/0': [1, 1, 3] });
+    expect(overlap(idx, H(2, 3))).toEqual({ 'w/0': [0, 0, 2] });
+  });
+
+  it('a shared pool is reported separately and not credited to an instance', () => {
+    const idx = new BlockIndex();
+    idx.bindBackend('store', null);
+    idx.store(idx.holder('store', 0, 'CPU'), H(1, 2, 3));
+    idx.store(idx.holder('w', 0, 'GPU'), H(1));
+    const r = idx.query(H(1, 2, 3, 4), 0);
+    expect(r.sharedBlocks).toBe(3);
+    expect(r.candidates).toEqual([{ instance: 'w', dpRank: 0, device: 1, host: 1, disk: 1 }]);
+  });
+
+  it('backends bound to another instance credit that instance', () => {
+    const idx = new BlockIndex();
+    idx.store(idx.holder('daemon-1', 0, 'CPU'), H(1, 2));
+    idx.bindBackend('daemon-1', 'engine-a');
+    expect(overlap(idx, H(1, 2))).toEqual({ 'engine-a/0': [0, 2, 2] });
+  });
+
+  it('limits the query to a set of instances', () => {
+    const idx = new BlockIndex();
+    idx.store(idx.holder('a', 0, 'GPU'), H(1));
+    idx.store(idx.holder('b', 0, 'GPU'), H(1));
+    expect(idx.query(H(1), 0, new Set(['b'])).candidates.map((c) => c.instance)).toEqual(['b']);
+  });
+});
+
+describe('BlockIndex writes', () => {
+  it('removes, clears and frees entries', () => {
+    const idx = new BlockIndex();
+    const g = idx.holder('w', 0, 'GPU');
+    expect(idx.store(g, H(1, 2, 3))).toBe(3);
+    expect(idx.store(g, H(1, 2, 3))).toBe(0); // duplicate store
+    expect(idx.remove(g, H(2, 99))).toBe(1);
+    expect(overlap(idx, H(1, 2, 3))).toEqual({ 'w/0': [1, 1, 1] });
+    expect(idx.clearHolder(g)).toBe(2);
+    expect(idx.stats()).toMatchObject({ blocks: 0, records: 0 });
+  });
+
+  it('maps engine hashes to router hashes for removal and parent resolution (dual key)', () => {
+    const idx = new BlockIndex();
+    const g = idx.holder('w', 0, 'GPU');
+    const c = idx.holder('w', 0, 'CPU');
+    idx.store(g, H(101, 102), H(9001, 9002));
+    expect(idx.resolve(g, 9002n)).toBe(102n);
+    expect(idx.resolve(c, 9002n)).toBe(102n); // same backend and rank, other medium
+    expect(idx.resolve(idx.holder('other', 0, 'GPU'), 9002n)).toBeNull();
+    idx.store(c, H(102), H(9002)); // offload copy
+    expect(idx.remove(g, H(9002))).toBe(1); // GPU copy evicted, CPU copy stays
+    expect(idx.resolve(g, 9002n)).toBe(102n);
+    expect(overlap(idx, H(101, 102))).toEqual({ 'w/0': [1, 2, 2] });
+    expect(idx.remove(c, H(9002))).toBe(1);
+    expect(idx.resolve(g, 9002n)).toBeNull();
+  });
+
+  it('clearing one medium forgets engine hashes only that medium held', () => {
+    const idx = new BlockIndex();
+    const g = idx.holder('w', 0, 'GPU');
+    const c = idx.holder('w', 0, 'CPU');
+    idx.store(g, H(1, 2), H(11, 12));
+    idx.store(c, H(1), H(11));
+    idx.clearHolder(g);
+    expect(idx.resolve(c, 11n)).toBe(1n);
+    expect(idx.resolve(c, 12n)).toBeNull();
+  });
+
+  it('speculative entries count as device blocks until they expire, and confirmed stores replace them', () => {
+    const idx = new BlockIndex();
+    const s = idx.speculativeHolder('w', 0, 2000);
+    idx.store(s, H(1, 2, 3), null, 2000);
+    expect(overlap(idx, H(1, 2, 3), 1999)).toEqual({ 'w/0': [3, 3, 3] });
+    expect(overlap(idx, H(1, 2, 3), 2000)).toEqual({});
+    idx.store(idx.holder('w', 0, 'GPU'), H(1));
+    expect(idx.holderInfo(s).blocks).toBe(2);
+    expect(idx.expire(1500)).toBe(0);
+    expect(idx.expire(2000)).toBe(2);
+    expect(idx.stats()).toMatchObject({ blocks: 1, records: 1 });
+  });
+
+  it('refreshing a speculative entry extends it', () => {
+    const idx = new BlockIndex();
+    const s = idx.speculativeHolder('w', 0, 1000);
+    idx.store(s, H(1, 2), null, 1000);
+    idx.store(s, H(1), null, 5000);
+    expect(idx.expire(1000)).toBe(1);
+    expect(overlap(idx, H(1), 4000)).toEqual({ 'w/0': [1, 1, 1] });
+  });
+
+  it('removeInstance purges its backends and speculative entries; removeBackend one rank', () => {
+    const idx = new BlockIndex();
+    idx.store(idx.holder('a', 0, 'GPU'), H(1, 2));
+    idx.store(idx.holder('a', 1, 'GPU'), H(1));
+    idx.store(idx.speculativeHolder('a', 0, 10), H(5), null, 10);
+    idx.store(idx.holder('b', 0, 'GPU'), H(1));
+    expect(idx.removeBackend('a', 1)).toBe(1);
+    expect(overlap(idx, H(1, 2))).toEqual({ 'a/0': [2, 2, 2], 'b/0': [1, 1, 1] });
+    expect(idx.removeInstance('a')).toBe(3);
+    expect(overlap(idx, H(1, 2))).toEqual({ 'b/0': [1, 1, 1] });
+    // A purged holder is recreated cleanly on the next event.
+    idx.store(idx.holder('a', 0, 'GPU'), H(1));
+    expect(overlap(idx, H(1))).toEqual({ 'a/0': [1, 1, 1], 'b/0': [1, 1, 1] });
+  });
+
+  it('handles hashes above 2^63 exactly', () => {
+    const idx = new BlockIndex();
+    const big = (1n << 64n) - 5n;
+    idx.store(idx.holder('w', 0, 'GPU'), H(big, big - 1n));
+    expect(overlap(idx, H(big, big - 1n))).toEqual({ 'w/0': [2, 2, 2] });
+    expect(idx.holderBlocks(idx.holder('w', 0, 'GPU')).map((b) => b.hash)).toEqual([big, big - 1n]);
+  });
+});
