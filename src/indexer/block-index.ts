@@ -243,6 +243,11 @@ export class BlockIndex {
     };
   }
 
+  /** TTL class of a speculative holder (0 for event-confirmed holders). */
+  speculativeTtl(holder: number): number {
+    return this.holders[holder]?.ttlMs ?? 0;
+  }
+
   /** Live holder ids (those with at least one block). */
   holderIds(): number[] {
     const out: number[] = [];

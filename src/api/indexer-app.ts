@@ -1,0 +1,26 @@
+// The standalone indexer service (`kvrouter indexer`): Conductor API + /health + /metrics.
+import { Hono } from 'hono';
+import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
+import { registerIndexMetrics } from '../indexer/metrics.js';
+import { type IndexerApiDeps, INDEXER_ROUTES, installErrorHandling, json, mountIndexerRoutes } from './indexer-routes.js';
+
+export interface IndexerAppOptions extends IndexerApiDeps {
+  metrics?: PromRegistry;
+}
+
+export function createIndexerApp(opts: IndexerAppOptions): { app: Hono; metrics: PromRegistry } {
+  const app = new Hono();
+  const metrics = opts.metrics ?? new PromRegistry();
+  if (!opts.metrics) collectDefaultMetrics({ register: metrics });
+  const im = registerIndexMetrics(metrics, opts.indexer);
+  mountIndexerRoutes(app, { ...opts, onQuery: (route, r) => (im.observeQuery(route, r), opts.onQuery?.(route, r)) });
+  app.get('/health', (c) => {
+    const regs = opts.registry.all();
+    const byStatus: Record<string, number> = {};
+    for (const r of regs) byStatus[r.status] = (byStatus[r.status] ?? 0) + 1;
+    return json(c, { status: 'ok', registrations: regs.length, listeners: byStatus, index: opts.indexer.stats() });
+  });
+  app.get('/metrics', async (c) => c.body(await metrics.metrics(), 200, { 'content-type': metrics.contentType }));
+  installErrorHandling(app, [...INDEXER_ROUTES, ['GET', '/health'], ['GET', '/metrics']]);
+  return { app, metrics };
+}

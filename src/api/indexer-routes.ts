@@ -1,0 +1,274 @@
+// The Mooncake Conductor Indexer HTTP API (+ Dynamo aliases) over the built-in indexer:
+// /register, /unregister, /query, /query_by_hash, /events, /workers, /dump.
+// Mounted by `kvrouter indexer` (standalone) and by `kvrouter serve`.
+import type { Context, Hono } from 'hono';
+import { stringifyJson } from '../common/json.js';
+import type { EventApplier } from '../events/apply.js';
+import { PUBLISHER_TYPES, type PublisherType, type Registration, type Registry } from '../events/registry.js';
+import { parseStandardEvent } from '../events/standard.js';
+import { seqHashes } from '../hashing/index.js';
+import type { OverlapResult } from '../indexer/block-index.js';
+import type { Namespace } from '../indexer/namespace.js';
+import { dumpIndex } from '../indexer/snapshot.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { readJson } from './body.js';
+import { conductorHits, dynamoShape } from './conductor.js';
+import { ApiError, badField } from './errors.js';
+import { asObject, hashList, id, int, type JsonObject, pick, str, tokenIds } from './fields.js';
+
+/** What the API needs from the ZMQ side (ListenerPool implements it). */
+export interface ListenerControl {
+  add(reg: Registration): void;
+  remove(key: string): Promise<void>;
+}
+
+export interface IndexerLimits {
+  maxBodyBytes: number;
+  maxTokens: number;
+  maxHashes: number;
+  maxEventsPerRequest: number;
+}
+
+export const DEFAULT_INDEXER_LIMITS: IndexerLimits = {
+  maxBodyBytes: 8 * 1024 * 1024,
+  maxTokens: 1 << 20,
+  maxHashes: 1 << 16,
+  maxEventsPerRequest: 10_000,
+};
+
+export interface IndexerApiDeps {
+  indexer: TieredIndexer;
+  registry: Registry;
+  applier: EventApplier;
+  listeners?: ListenerControl;
+  limits?: Partial<IndexerLimits>;
+  now?: () => number;
+  /** Called after the index changed through the API (metrics, replication hooks). */
+  onQuery?: (route: 'query' | 'query_by_hash', result: OverlapResult) => void;
+}
+
+const ENDPOINT_RE = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
+
+export const INDEXER_ROUTES: ReadonlyArray<readonly [string, string]> = [
+  ['POST', '/register'],
+  ['POST', '/unregister'],
+  ['POST', '/query'],
+  ['POST', '/query_by_hash'],
+  ['POST', '/events'],
+  ['GET', '/workers'],
+  ['GET', '/dump'],
+];
+
+export function json(c: Context, body: unknown, status = 200): Response {
+  return c.body(stringifyJson(body), status as 200, { 'content-type': 'application/json' });
+}
+
+function publisherType(o: JsonObject): PublisherType {
+  const raw = str(o, 'type', { required: true })!;
+  const t = PUBLISHER_TYPES.find((p) => p.toLowerCase() === raw.toLowerCase());
+  if (!t) throw badField('type', `must be one of ${PUBLISHER_TYPES.join(', ')}`);
+  return t;
+}
+
+function endpoint(o: JsonObject, names: string[], required: boolean): string | null {
+  const v = str(o, names, { required });
+  if (v === undefined || v === '') {
+    if (required) throw badField(names[0], 'is required');
+    return null;
+  }
+  if (!ENDPOINT_RE.test(v)) throw badField(names[0], 'must be a ZMQ endpoint such as tcp://host:port');
+  return v;
+}
+
+/** LoRA identity: `lora_name`, or the deprecated `lora_id` (never both). */
+function loraOf(o: JsonObject): string | null {
+  const name = str(o, 'lora_name');
+  const lid = pick(o, 'lora_id');
+  if (name && lid) throw badField('lora_id', 'must not be given together with lora_name');
+  if (lid) {
+    const v = lid[1];
+    if (typeof v === 'number' && Number.isInteger(v)) return v === 0 ? null : String(v);
+    if (typeof v === 'string') return v || null;
+    throw badField('lora_id', 'must be an integer or string');
+  }
+  return name || null;
+}
+
+export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
+  const limits = { ...DEFAULT_INDEXER_LIMITS, ...deps.limits };
+  const now = deps.now ?? Date.now;
+  const { indexer, registry, applier } = deps;
+  const body = async (c: Context) => asObject(await readJson(c, limits.maxBodyBytes));
+
+  const purge = (reg: Registration): number => {
+    let n = indexer.removeBackend(reg.backendId, { dpRank: reg.dpRank, tenant: reg.tenant });
+    if (!reg.shared) {
+      n += indexer.removeInstance(reg.instanceId, { dpRank: reg.dpRank, tenant: reg.tenant });
+      if (registry.ranks(reg.tenant, reg.instanceId).length === 0) {
+        for (const ns of indexer.namespaces()) if (ns.id.tenant === reg.tenant) ns.instances.delete(reg.instanceId);
+      }
+    }
+    applier.resetStreams(reg.backendId, reg.dpRank);
+    return n;
+  };
+
+  app.post('/register', async (c) => {
+    const o = await body(c);
+    const type = publisherType(o);
+    const instanceId = id(o, 'instance_id', { required: true })!;
+    const spec = {
+      endpoint: endpoint(o, ['endpoint'], true)!,
+      replayEndpoint: endpoint(o, ['replay_endpoint'], false),
+      type,
+      model: str(o, ['modelname', 'model_name', 'model'], { required: true })!,
+      loraName: str(o, 'lora_name') || null,
+      tenant: str(o, 'tenant_id') || 'default',
+      instanceId,
+      blockSize: int(o, 'block_size', { required: true, min: 1, max: 1 << 20 })!,
+      dpRank: int(o, 'dp_rank', { min: 0, max: 65535, def: 0 })!,
+      additionalSalt: str(o, ['additionalsalt', 'additional_salt']) || null,
+      topic: str(o, 'topic') ?? '',
+      backendId: id(o, 'backend_id') ?? instanceId,
+      shared: type === 'Mooncake',
+    };
+    if (spec.model === '') throw badField('modelname', 'must not be empty');
+    const res = registry.register(spec, now());
+    if (res.kind === 'conflict') throw new ApiError(409, 'registration_conflict', res.reason);
+    if (res.kind === 'created') {
+      const reg = res.registration;
+      if (reg.shared) indexer.bindBackend(reg.backendId, null);
+      else if (reg.backendId !== reg.instanceId) indexer.bindBackend(reg.backendId, reg.instanceId);
+      if (!reg.shared) {
+        indexer
+          .namespace({ model: reg.model, blockSize: reg.blockSize, loraName: reg.loraName, salt: reg.additionalSalt, tenant: reg.tenant })
+          .instances.add(reg.instanceId);
+      }
+      deps.listeners?.add(reg);
+    }
+    return json(c, { status: 'registered successfully', instance_id: instanceId });
+  });
+
+  app.post('/unregister', async (c) => {
+    const o = await body(c);
+    const instanceId = id(o, 'instance_id', { required: true })!;
+    const tenant = str(o, 'tenant_id') || 'default';
+    const dpRank = int(o, 'dp_rank', { min: 0, max: 65535, def: 0 })!;
+    const reg = registry.unregister(instanceId, tenant, dpRank);
+    const key = `${instanceId}|${tenant}|${dpRank}`;
+    if (!reg) throw new ApiError(404, 'not_found', `service not found: ${key}`);
+    if (deps.listeners) await deps.listeners.remove(key);
+    purge(reg);
+    return json(c, { status: 'unregistered successfully', removed_instances: [key] });
+  });
+
+  const queryCommon = (o: JsonObject) => {
+    const model = str(o, ['model', 'model_name', 'modelname'], { required: true })!;
+    const blockSize = int(o, 'block_size', { required: true, min: 1, max: 1 << 20 })!;
+    const loraName = loraOf(o);
+    const tenant = str(o, 'tenant_id') || 'default';
+    const instance = id(o, 'instance_id') ?? null;
+    const salt = str(o, ['cache_salt', 'additional_salt', 'additionalsalt']) || null;
+    const nsId = { model, blockSize, loraName, salt, tenant };
+    return { nsId, instance, ns: indexer.find(nsId) };
+  };
+
+  const respond = (c: Context, tenant: string, model: string, ns: Namespace | undefined, instance: string | null, result: OverlapResult, blockSize: number) => {
+    const report = new Map<string, number[]>();
+    const add = (inst: string) => {
+      if (!report.has(inst)) report.set(inst, registry.ranks(tenant, inst));
+    };
+    if (instance !== null) add(instance);
+    else {
+      for (const inst of registry.instances(tenant, model)) add(inst);
+      if (ns) for (const inst of ns.instances) add(inst);
+      for (const cand of result.candidates) add(cand.instance);
+    }
+    const hasShared = ns ? ns.index.holderIds().some((h) => ns.index.holderInfo(h).instance === null) : false;
+    const hits = conductorHits(result, blockSize, report, hasShared);
+    if (c.req.query('format') === 'dynamo') return json(c, dynamoShape(hits));
+    return json(c, { [tenant]: hits });
+  };
+
+  app.post('/query', async (c) => {
+    const o = await body(c);
+    const { nsId, instance, ns } = queryCommon(o);
+    const tokens = tokenIds(o, 'token_ids', limits.maxTokens);
+    const limit = instance !== null ? new Set([instance]) : undefined;
+    const result: OverlapResult = ns
+      ? ns.index.query(seqHashes(tokens, nsId.blockSize, ns.space), now(), limit)
+      : { queriedBlocks: Math.floor(tokens.length / nsId.blockSize), candidates: [], sharedBlocks: 0 };
+    deps.onQuery?.('query', result);
+    return respond(c, nsId.tenant, nsId.model, ns, instance, result, nsId.blockSize);
+  });
+
+  app.post('/query_by_hash', async (c) => {
+    const o = await body(c);
+    const { nsId, instance, ns } = queryCommon(o);
+    const hashes = BigUint64Array.from(hashList(o, ['seq_hashes', 'block_hash'], limits.maxHashes));
+    const limit = instance !== null ? new Set([instance]) : undefined;
+    const result: OverlapResult = ns ? ns.index.query(hashes, now(), limit) : { queriedBlocks: hashes.length, candidates: [], sharedBlocks: 0 };
+    deps.onQuery?.('query_by_hash', result);
+    return respond(c, nsId.tenant, nsId.model, ns, instance, result, nsId.blockSize);
+  });
+
+  app.post('/events', async (c) => {
+    const raw = await readJson(c, limits.maxBodyBytes);
+    const list = Array.isArray(raw) ? raw : [raw];
+    if (list.length > limits.maxEventsPerRequest) {
+      throw new ApiError(413, 'too_many_events', `at most ${limits.maxEventsPerRequest} events per request`);
+    }
+    // Validate the whole batch before applying any of it: a bad request changes nothing.
+    const events = list.map((e, i) => {
+      const o = asObject(e, `event ${i}`);
+      const r = parseStandardEvent(o, {}, limits.maxTokens);
+      if (!r.ok) throw badField(Array.isArray(raw) ? `[${i}].${r.field}` : r.field, r.message);
+      return r.event;
+    });
+    const results = events.map((ev) => applier.apply(ev));
+    return json(c, { applied: results.filter((r) => r.status === 'ok' || r.status === 'gap' || r.status === 'purged').length, results });
+  });
+
+  app.get('/workers', (c) => {
+    const workers = registry.all().map((r) => ({
+      key: r.key,
+      instance_id: r.instanceId,
+      tenant_id: r.tenant,
+      dp_rank: r.dpRank,
+      type: r.type,
+      endpoint: r.endpoint,
+      replay_endpoint: r.replayEndpoint,
+      model_name: r.model,
+      lora_name: r.loraName,
+      block_size: r.blockSize,
+      additional_salt: r.additionalSalt,
+      backend_id: r.backendId,
+      shared: r.shared,
+      status: r.status,
+      last_error: r.lastError,
+      registered_at: r.registeredAt,
+    }));
+    return json(c, { workers, index: indexer.stats() });
+  });
+
+  app.get('/dump', (c) => json(c, dumpIndex(indexer, now())));
+}
+
+/** Uniform JSON 404/405/500 handling for a Hono app. */
+export function installErrorHandling(app: Hono, routes: ReadonlyArray<readonly [string, string]>): void {
+  const byPath = new Map<string, string[]>();
+  for (const [m, p] of routes) byPath.set(p, [...(byPath.get(p) ?? []), m]);
+  for (const [p, methods] of byPath) {
+    app.all(p, (c) => {
+      const allow = methods.includes('GET') ? [...methods, 'HEAD'] : methods;
+      return c.json({ error: { code: 'method_not_allowed', message: `${c.req.method} is not allowed on ${p}; use ${methods.join(' or ')}` } }, 405, {
+        Allow: allow.join(', '),
+      });
+    });
+  }
+  app.notFound((c) => c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404));
+  app.onError((err, c) => {
+    if (err instanceof ApiError) return c.json(err.body(), err.status);
+    process.stderr.write(`kvrouter: internal error on ${c.req.method} ${c.req.path}: ${(err as Error).stack ?? String(err)}\n`);
+    return c.json({ error: { code: 'internal_error', message: 'internal error' } }, 500);
+  });
+}

@@ -1,0 +1,129 @@
+// The standardized KV event (Mooncake Conductor "KV Events API", RFC #1527) from a plain object:
+// JSON bodies of POST /events and msgpack maps from Mooncake publishers share this reader.
+// Registration context fills what a publisher leaves out (Mooncake's store never stamps model,
+// block size, LoRA or dp rank).
+import { toU64 } from '../common/u64.js';
+import type { KvEvent } from './model.js';
+
+export interface EventDefaults {
+  model_name?: string;
+  block_size?: number;
+  additional_salt?: string | null;
+  lora_name?: string | null;
+  tenant_id?: string;
+  backend_id?: string;
+  medium?: string | null;
+  dp_rank?: number;
+}
+
+export type ParseResult = { ok: true; event: KvEvent } | { ok: false; field: string; message: string };
+
+const fail = (field: string, message: string): ParseResult => ({ ok: false, field, message });
+
+type Obj = Record<string, unknown>;
+
+function optStr(o: Obj, names: string[], def: string | null): string | null | Error {
+  for (const n of names) {
+    const v = o[n];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'string') return new Error(n);
+    return v;
+  }
+  return def;
+}
+
+function optInt(o: Obj, name: string, def: number | null, max: number): number | null | Error {
+  const v = o[name];
+  if (v === undefined || v === null) return def;
+  const n = typeof v === 'bigint' ? Number(v) : v;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > max) return new Error(name);
+  return n;
+}
+
+const MAX_BLOCKS_PER_EVENT = 1 << 20;
+
+/** Read one standardized event. `maxTokens` bounds token_ids. */
+export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxTokens = 1 << 22): ParseResult {
+  const type = optStr(o, ['event_type', 'type'], null);
+  if (type instanceof Error) return fail(type.message, 'must be a string');
+  const t = type?.toLowerCase();
+  const kind = t === 'stored' || t === 'blockstored' ? 'stored' : t === 'removed' || t === 'blockremoved' ? 'removed' : t === 'cleared' || t === 'allblockscleared' ? 'cleared' : null;
+  if (!kind) return fail('event_type', 'must be one of stored, removed, cleared');
+
+  const model = optStr(o, ['model_name', 'model', 'modelname'], defaults.model_name ?? null);
+  if (model instanceof Error) return fail(model.message, 'must be a string');
+  if (!model) return fail('model_name', 'is required');
+  const bs = optInt(o, 'block_size', defaults.block_size ?? null, 1 << 20);
+  if (bs instanceof Error) return fail('block_size', 'must be a positive integer');
+  if (!bs) return fail('block_size', 'is required and must be positive');
+  const salt = optStr(o, ['additional_salt', 'additionalsalt'], defaults.additional_salt ?? null);
+  if (salt instanceof Error) return fail(salt.message, 'must be a string or null');
+  const lora = optStr(o, ['lora_name'], defaults.lora_name ?? null);
+  if (lora instanceof Error) return fail('lora_name', 'must be a string or null');
+  const tenant = optStr(o, ['tenant_id'], defaults.tenant_id ?? 'default');
+  if (tenant instanceof Error) return fail('tenant_id', 'must be a string');
+  let backend: string | null | Error = optStr(o, ['backend_id'], defaults.backend_id ?? null);
+  if (backend instanceof Error) {
+    const v = o.backend_id;
+    backend = typeof v === 'number' && Number.isSafeInteger(v) ? String(v) : typeof v === 'bigint' ? v.toString() : backend;
+    if (backend instanceof Error) return fail('backend_id', 'must be a string');
+  }
+  if (!backend) return fail('backend_id', 'is required');
+  const medium = optStr(o, ['medium'], defaults.medium ?? null);
+  if (medium instanceof Error) return fail('medium', 'must be a string or null');
+  const dp = optInt(o, 'dp_rank', defaults.dp_rank ?? 0, 65535);
+  if (dp instanceof Error) return fail('dp_rank', 'must be an integer in [0, 65535]');
+  let eventId: bigint | null = null;
+  if (o.event_id !== undefined && o.event_id !== null) {
+    eventId = toU64(o.event_id);
+    if (eventId === null || (typeof o.event_id === 'number' && o.event_id < 0)) return fail('event_id', 'must be a u64');
+  }
+  const ts = o.timestamp;
+  const timestamp = typeof ts === 'number' && Number.isFinite(ts) ? ts : typeof ts === 'bigint' ? Number(ts) : null;
+
+  const base = {
+    event_id: eventId,
+    timestamp,
+    model_name: model,
+    block_size: bs,
+    additional_salt: salt || null,
+    lora_name: lora || null,
+    tenant_id: tenant || 'default',
+    backend_id: backend,
+    medium,
+    dp_rank: dp ?? 0,
+  };
+  if (kind === 'cleared') return { ok: true, event: { ...base, event_type: 'cleared' } };
+
+  const hashesRaw = o.seq_hashes ?? o.block_hashes;
+  const hashField = o.seq_hashes !== undefined ? 'seq_hashes' : 'block_hashes';
+  if (!Array.isArray(hashesRaw)) return fail('seq_hashes', 'is required and must be an array');
+  if (hashesRaw.length > MAX_BLOCKS_PER_EVENT) return fail(hashField, 'holds too many hashes');
+  const seq: bigint[] = [];
+  for (let i = 0; i < hashesRaw.length; i++) {
+    const h = toU64(hashesRaw[i]);
+    if (h === null) return fail(`${hashField}[${i}]`, 'must be a u64');
+    seq.push(h);
+  }
+  const base_block_idx = optInt(o, 'base_block_idx', null, 0x7fffffff);
+  if (base_block_idx instanceof Error) return fail('base_block_idx', 'must be a non-negative integer');
+  if (kind === 'removed') return { ok: true, event: { ...base, event_type: 'removed', seq_hashes: seq, base_block_idx } };
+
+  let parent: bigint | null = null;
+  if (o.parent_hash !== undefined && o.parent_hash !== null) {
+    parent = toU64(o.parent_hash);
+    if (parent === null) return fail('parent_hash', 'must be a u64 or null');
+  }
+  let tokens: number[] | null = null;
+  if (o.token_ids !== undefined && o.token_ids !== null) {
+    if (!Array.isArray(o.token_ids)) return fail('token_ids', 'must be an array of u32 or null');
+    if (o.token_ids.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
+    tokens = new Array<number>(o.token_ids.length);
+    for (let i = 0; i < o.token_ids.length; i++) {
+      const x = o.token_ids[i];
+      if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0xffffffff) return fail(`token_ids[${i}]`, 'must be a u32');
+      tokens[i] = x;
+    }
+  }
+  return { ok: true, event: { ...base, event_type: 'stored', seq_hashes: seq, base_block_idx, parent_hash: parent, token_ids: tokens } };
+}
