@@ -1,0 +1,129 @@
+// vLLM-family events (vLLM, SGLang, LMCache) -> normalized KvEvents: registration defaults, KV-cache
+// group filter, LoRA and salt resolution, extra_keys, block splitting, and removal fan-out.
+import type { KvEvent, StreamIdentity } from '../model.js';
+import type { DecodeContext } from './context.js';
+import type { Bad, EngineEvent, EngineStored, Skip } from './engine-event.js';
+import { expandRemoved, splitBlocks } from './rechunk.js';
+
+/** Batch-level facts every event of a batch shares. */
+export interface BatchInfo {
+  /** Batch rank, or the registration's when the batch has none. */
+  dpRank: number;
+  /** Batch timestamp in Unix ms, when known. */
+  tsMs: number | null;
+}
+
+export type Normalized = KvEvent[] | Skip | Bad;
+
+function identity(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: { blockSize: number; loraName: string | null; salt: string | null }): StreamIdentity {
+  return {
+    model_name: ctx.reg.model,
+    block_size: v.blockSize,
+    additional_salt: v.salt,
+    lora_name: v.loraName,
+    tenant_id: ctx.reg.tenant,
+    backend_id: ctx.reg.backendId,
+    medium,
+    dp_rank: b.dpRank,
+  };
+}
+
+/**
+ * How many leading blocks the router can re-hash from tokens alone. vLLM's extra_keys per block hold
+ * the LoRA name (fine: the namespace carries it), multimodal (identifier, offset) items, the
+ * cache_salt (block 0) and prompt-embeds digests; the router's hash cannot reproduce the last three,
+ * so blocks from the first such one on are not indexed (children then arrive as orphans).
+ */
+function plainPrefix(extra: readonly unknown[] | null, blocks: number, lora: string | null): number {
+  if (extra === null) return blocks;
+  for (let i = 0; i < blocks && i < extra.length; i++) {
+    const keys = extra[i];
+    if (keys === null || keys === undefined) continue;
+    if (!Array.isArray(keys)) return i;
+    for (const k of keys) {
+      if (typeof k === 'string' && k === lora) continue;
+      if (k !== null && typeof k === 'object' && !Array.isArray(k) && (k as { type?: unknown }).type === 'lora') continue;
+      return i;
+    }
+  }
+  return blocks;
+}
+
+function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
+  const reg = ctx.reg;
+  if (!ctx.state.groups.admitStored(b.dpRank, e.groupIdx, e.specKind)) {
+    return { skip: `KV cache group ${e.groupIdx ?? '-'} (${e.specKind ?? 'unknown kind'}) is not a full-attention group` };
+  }
+  let lora = e.loraName !== undefined ? e.loraName : reg.loraName || null;
+  if (lora === null && e.loraId !== null) {
+    // Deprecated lora_id without a name: only the registration can name the adapter.
+    if (!reg.loraName) return { skip: `lora_id ${e.loraId} without lora_name and no registered lora_name` };
+    lora = reg.loraName;
+  }
+  const salt = e.salt ? e.salt : reg.additionalSalt || null;
+
+  let hashes = e.hashes;
+  let tokens = e.tokens;
+  let blockSize = e.blockSize ?? reg.blockSize;
+  const plain = plainPrefix(e.extraKeys, hashes.length, lora);
+  if (plain === 0 && hashes.length > 0) return { skip: 'extra_keys (multimodal, cache_salt or prompt embeds) the router hash cannot reproduce' };
+  if (plain < hashes.length) {
+    hashes = hashes.slice(0, plain);
+    tokens = tokens.slice(0, plain * blockSize);
+  }
+
+  let ratio = 1;
+  if (blockSize !== reg.blockSize && blockSize > reg.blockSize && blockSize % reg.blockSize === 0 && tokens.length > 0) {
+    ratio = blockSize / reg.blockSize;
+    const split = splitBlocks(hashes, tokens, blockSize, reg.blockSize);
+    hashes = split.hashes;
+    tokens = split.tokens;
+    blockSize = reg.blockSize;
+  }
+  const v = { blockSize, loraName: lora, salt };
+  ctx.state.noteVariant({ ...v, ratio });
+  return [
+    {
+      ...identity(ctx, b, e.medium, v),
+      event_type: 'stored',
+      event_id: null,
+      timestamp: b.tsMs,
+      seq_hashes: hashes,
+      base_block_idx: e.parent === null ? 0 : null,
+      parent_hash: e.parent,
+      // Engine hashes are not router hashes: always hand the applier tokens (possibly empty, which it
+      // rejects) so it never mistakes engine hashes for router seq hashes.
+      token_ids: tokens,
+    },
+  ];
+}
+
+export function normalizeEngineEvent(e: EngineEvent, ctx: DecodeContext, b: BatchInfo): Normalized {
+  switch (e.kind) {
+    case 'stored':
+      return stored(e, ctx, b);
+    case 'removed': {
+      if (!ctx.state.groups.admitRemoved(b.dpRank, e.groupIdx)) return { skip: `KV cache group ${e.groupIdx} is not indexed` };
+      const out: KvEvent[] = [];
+      for (const v of ctx.state.spaceVariants()) {
+        out.push({
+          ...identity(ctx, b, e.medium, v),
+          event_type: 'removed',
+          event_id: null,
+          timestamp: b.tsMs,
+          seq_hashes: expandRemoved(e.hashes, v.ratio),
+          base_block_idx: null,
+        });
+      }
+      return out;
+    }
+    case 'cleared': {
+      // One event per known namespace; the listener also purges the backend across all of them.
+      const out: KvEvent[] = [];
+      for (const v of ctx.state.spaceVariants()) {
+        out.push({ ...identity(ctx, b, e.medium, v), event_type: 'cleared', event_id: null, timestamp: b.tsMs });
+      }
+      return out;
+    }
+  }
+}

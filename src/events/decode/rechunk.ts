@@ -1,0 +1,53 @@
+// Engine blocks larger than the registration's block size (LMCache chunks of 256 tokens, vLLM with
+// DCP/PCP where block_size is multiplied by the world size) would land in a namespace no query uses.
+// When the engine block size is a multiple k of the registered one, each engine block is split into k
+// router blocks. The engine hash names the chunk's last router block (so a child's parent_block_hash
+// resolves to the right depth); the others get derived ids mix(H, i), which a removal of H expands to.
+import { xxh3_64 } from '../../hashing/index.js';
+
+const MIX_SEED = 0x6b76_726f_7574_6572n; // "kvrouter"
+const scratch = new Uint8Array(12);
+const view = new DataView(scratch.buffer);
+
+/** Engine id of router block i (< k-1) inside the engine block H. */
+export function subBlockId(h: bigint, i: number): bigint {
+  view.setBigUint64(0, h, true);
+  view.setUint32(8, i, true);
+  return xxh3_64(scratch, MIX_SEED);
+}
+
+export interface Chunked {
+  hashes: bigint[];
+  tokens: number[];
+}
+
+/**
+ * Split `hashes.length` engine blocks of `engineSize` tokens into router blocks of `routerSize`.
+ * A short last engine block (LMCache's final partial chunk) keeps its complete router blocks.
+ */
+export function splitBlocks(hashes: readonly bigint[], tokens: readonly number[], engineSize: number, routerSize: number): Chunked {
+  const k = engineSize / routerSize;
+  const out: bigint[] = [];
+  let used = 0;
+  for (let c = 0; c < hashes.length; c++) {
+    const start = c * engineSize;
+    const len = Math.min(engineSize, tokens.length - start);
+    const m = len > 0 ? Math.floor(len / routerSize) : 0;
+    for (let i = 0; i < m - 1; i++) out.push(subBlockId(hashes[c], i));
+    if (m > 0) out.push(hashes[c]);
+    used += m * routerSize;
+    if (m < k) break; // a partial engine block can only be the last one
+  }
+  return { hashes: out, tokens: tokens.length === used ? (tokens as number[]) : tokens.slice(0, used) };
+}
+
+/** Engine ids a removal of engine blocks `hashes` must remove when blocks were split by `ratio`. */
+export function expandRemoved(hashes: readonly bigint[], ratio: number): bigint[] {
+  if (ratio <= 1) return hashes as bigint[];
+  const out: bigint[] = [];
+  for (const h of hashes) {
+    for (let i = 0; i < ratio - 1; i++) out.push(subBlockId(h, i));
+    out.push(h);
+  }
+  return out;
+}
