@@ -1,0 +1,30 @@
+// One KV block. Physical GPU blocks and host-tier copies share this record; a block is "cached"
+// once it is full and hashed (committed), and only cached blocks ever appear in KV events.
+
+export type Medium = 'GPU' | 'CPU';
+
+/** Content identity of a full block: what events and /debug/cache report. */
+export interface BlockContent {
+  /** Engine-native u64 id (see engine-hash.ts). */
+  readonly hash: bigint;
+  /** Full digest, the parent input of the next block's hash. */
+  readonly digest: Uint8Array;
+  /** Engine id of the previous block; null at depth 0. */
+  readonly parent: bigint | null;
+  /** Zero-based position in the sequence. */
+  readonly depth: number;
+  readonly tokens: Uint32Array;
+  /** Router-standard seq hash of the token prefix ending here (XXH3, --hash-seed). */
+  readonly routerHash: bigint;
+  readonly loraName: string | null;
+  readonly cacheSalt: string | null;
+  /** vLLM extra keys of this block (LoRA, salt on block 0), null when none. */
+  readonly extraKeys: string[] | null;
+}
+
+/** A physical GPU block. `content` is null while it fills (a partial or uncommitted block). */
+export interface GpuBlock {
+  content: BlockContent | null;
+  /** Requests holding it; 0 means free-but-cached (in the eviction LRU). */
+  refs: number;
+}

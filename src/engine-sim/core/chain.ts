@@ -1,0 +1,50 @@
+// Block contents of a sequence, computed on demand: engine hash chain + router-standard seq hash.
+import { chainHash, hashSpace, localBlockHashes, type HashSpace } from '../../hashing/index.js';
+import type { BlockContent } from './block.js';
+import type { EngineHasher } from './engine-hash.js';
+import type { SimRequest } from './request.js';
+
+export interface ChainContext {
+  hasher: EngineHasher;
+  blockSize: number;
+  /** Router hash seed (--hash-seed). */
+  routerSeed: bigint;
+}
+
+function routerSpace(ctx: ChainContext, req: SimRequest): HashSpace {
+  return hashSpace({ seed: ctx.routerSeed, loraName: req.loraName, salt: req.cacheSalt });
+}
+
+function extraKeys(req: SimRequest, depth: number): string[] | null {
+  const keys: string[] = [];
+  if (req.loraName) keys.push(req.loraName);
+  if (depth === 0 && req.cacheSalt) keys.push(req.cacheSalt);
+  return keys.length > 0 ? keys : null;
+}
+
+/** Extend `req.chain` to cover `nBlocks` full blocks (never beyond the tokens it has). */
+export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number): BlockContent[] {
+  const bs = ctx.blockSize;
+  const limit = Math.min(nBlocks, Math.floor(req.length / bs));
+  if (req.chain.length >= limit) return req.chain;
+  const space = routerSpace(ctx, req);
+  for (let i = req.chain.length; i < limit; i++) {
+    const prev = i > 0 ? req.chain[i - 1] : null;
+    const tokens = req.tokens.slice(i * bs, (i + 1) * bs);
+    const extra = extraKeys(req, i);
+    const digest = ctx.hasher.digest(prev ? prev.digest : null, tokens, extra);
+    const local = localBlockHashes(tokens, bs, space)[0];
+    req.chain.push({
+      hash: ctx.hasher.id(digest),
+      digest,
+      parent: prev ? prev.hash : null,
+      depth: i,
+      tokens,
+      routerHash: prev ? chainHash(prev.routerHash, local, space.chainSeed) : local,
+      loraName: req.loraName,
+      cacheSalt: req.cacheSalt,
+      extraKeys: extra,
+    });
+  }
+  return req.chain;
+}

@@ -1,0 +1,215 @@
+// The simulated engine of one DP rank: no sockets, no timers. An adapter calls `step(now)`
+// whenever the previous pass has ended; each pass returns its virtual duration, the tokens it
+// produced and the KV events it caused (published at pass start, as Dynamo's mocker does for vLLM).
+import type { BlockContent } from './block.js';
+import type { ChainContext } from './chain.js';
+import { extendChain } from './chain.js';
+import { CORE_DEFAULTS, validateCoreConfig, type CoreConfig } from './config.js';
+import { makeHasher } from './engine-hash.js';
+import { KvCache } from './kv-cache.js';
+import type { CoreKvEvent } from './kv-events.js';
+import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
+import { Rng } from './rng.js';
+import { Scheduler, type Admission } from './scheduler.js';
+import { passMs } from './timing.js';
+
+export interface TokenOutput {
+  requestId: string;
+  token: number;
+  /** 0 for the first generated token. */
+  index: number;
+  finishReason: FinishReason | null;
+  /** The stop token id when finishReason is 'stop'. */
+  stopReason: number | null;
+}
+
+export interface StepOutput {
+  startMs: number;
+  endMs: number;
+  tokens: TokenOutput[];
+  admitted: Admission[];
+  preempted: string[];
+  /** Requests that cannot fit this engine at all; the adapter fails them. */
+  rejected: string[];
+  events: CoreKvEvent[];
+  prefillTokens: number;
+  loadedTokens: number;
+  decodeRequests: number;
+}
+
+export interface CoreStats {
+  running: number;
+  waiting: number;
+  activeBlocks: number;
+  cachedGpuBlocks: number;
+  cachedCpuBlocks: number;
+  /** vLLM's kv_cache_usage_perc: blocks held by requests / total (0..1). */
+  kvUsage: number;
+  clockMs: number;
+}
+
+export interface CachedBlockView extends BlockContent {
+  refs: number;
+}
+
+export class EngineCore {
+  readonly cfg: CoreConfig;
+  private readonly cache: KvCache;
+  private readonly scheduler: Scheduler;
+  private readonly chainCtx: ChainContext;
+  private readonly byId = new Map<string, SimRequest>();
+  private clock = 0;
+  private arrivals = 0;
+
+  constructor(cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>) {
+    this.cfg = { ...CORE_DEFAULTS, ...cfg };
+    const errs = validateCoreConfig(this.cfg);
+    if (errs.length > 0) throw new RangeError(errs.join('; '));
+    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks);
+    this.chainCtx = {
+      hasher: makeHasher(this.cfg.hashFlavor, this.cfg.pythonHashSeed),
+      blockSize: this.cfg.blockSize,
+      routerSeed: this.cfg.routerHashSeed,
+    };
+    this.scheduler = new Scheduler(this.cfg, this.cache, this.chainCtx);
+  }
+
+  /** Largest prompt + max_tokens one request may ask for. */
+  get maxModelLen(): number {
+    return this.cfg.numGpuBlocks * this.cfg.blockSize;
+  }
+
+  add(spec: SimRequestSpec, nowMs: number): void {
+    if (this.byId.has(spec.id)) throw new Error(`duplicate request id ${spec.id}`);
+    if (spec.prompt.length === 0) throw new RangeError('empty prompt');
+    if (!(spec.maxTokens >= 1)) throw new RangeError('max_tokens must be >= 1');
+    const stream = spec.seed ?? this.arrivals;
+    this.arrivals++;
+    const req = new SimRequest(spec, nowMs, new Rng(this.cfg.seed ^ (spec.seed == null ? 0 : 0x5bd1e995), stream));
+    this.byId.set(req.id, req);
+    this.scheduler.add(req);
+  }
+
+  /** Drop a request (client gone); its blocks are freed, cached ones stay cached. */
+  abort(id: string): boolean {
+    const req = this.byId.get(id);
+    if (!req) return false;
+    this.byId.delete(id);
+    const removed = this.scheduler.remove(req);
+    req.state = 'finished';
+    return removed;
+  }
+
+  hasWork(): boolean {
+    return this.scheduler.running.length > 0 || this.scheduler.waiting.length > 0;
+  }
+
+  /** Run one pass starting at max(now, end of the previous pass). Null when idle. */
+  step(nowMs: number): StepOutput | null {
+    if (!this.hasWork()) return null;
+    const startMs = Math.max(nowMs, this.clock);
+    const plan = this.scheduler.schedule();
+    let prefillTokens = 0;
+    let decodeRequests = 0;
+    for (const w of plan.work) {
+      if (w.decode) decodeRequests++;
+      else prefillTokens += w.tokens;
+    }
+    const kvUsage = this.cache.activeBlocks / this.cfg.numGpuBlocks;
+    const duration = passMs(
+      { prefillTokens, loadedTokens: plan.loadedTokens, decodeRequests, kvUsage },
+      { speedup: this.cfg.speedup, decodeSpeedup: this.cfg.decodeSpeedup, cpuLoadFraction: this.cfg.cpuLoadFraction },
+    );
+    const endMs = startMs + duration;
+    this.clock = endMs;
+
+    const tokens: TokenOutput[] = [];
+    for (const w of plan.work) {
+      const req = w.req;
+      req.computed += w.tokens;
+      this.commitFull(req);
+      if (req.computed < req.length) continue;
+      tokens.push(this.sample(req, endMs));
+    }
+    for (const req of plan.rejected) {
+      this.byId.delete(req.id);
+      req.state = 'finished';
+    }
+    return {
+      startMs,
+      endMs,
+      tokens,
+      admitted: plan.admitted,
+      preempted: plan.preempted.map((r) => r.id),
+      rejected: plan.rejected.map((r) => r.id),
+      events: this.cache.drainEvents(),
+      prefillTokens,
+      loadedTokens: plan.loadedTokens,
+      decodeRequests,
+    };
+  }
+
+  /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
+  resetPrefixCache(): CoreKvEvent[] {
+    this.cache.reset();
+    for (const req of this.scheduler.running) req.committed = 0;
+    return this.cache.drainEvents();
+  }
+
+  /** Events caused outside `step` (none today besides reset); kept for adapters that poll. */
+  drainEvents(): CoreKvEvent[] {
+    return this.cache.drainEvents();
+  }
+
+  request(id: string): SimRequest | undefined {
+    return this.byId.get(id);
+  }
+
+  stats(): CoreStats {
+    return {
+      running: this.scheduler.running.length,
+      waiting: this.scheduler.waiting.length,
+      activeBlocks: this.cache.activeBlocks,
+      cachedGpuBlocks: this.cache.cachedBlocks,
+      cachedCpuBlocks: this.cache.host?.size ?? 0,
+      kvUsage: this.cache.activeBlocks / this.cfg.numGpuBlocks,
+      clockMs: this.clock,
+    };
+  }
+
+  /** The true cached blocks per tier. */
+  snapshot(): { gpu: CachedBlockView[]; cpu: BlockContent[] } {
+    const gpu: CachedBlockView[] = [];
+    for (const b of this.cache.gpuBlocks()) gpu.push({ ...(b.content as BlockContent), refs: b.refs });
+    return { gpu, cpu: this.cache.hostContents() };
+  }
+
+  private commitFull(req: SimRequest): void {
+    if (!this.cfg.enablePrefixCaching) return;
+    const full = Math.floor(req.computed / this.cfg.blockSize);
+    if (full <= req.committed) return;
+    const chain = extendChain(this.chainCtx, req, full);
+    for (let i = req.committed; i < full; i++) req.blocks[i] = this.cache.commit(req.blocks[i], chain[i]);
+    req.committed = full;
+  }
+
+  private sample(req: SimRequest, endMs: number): TokenOutput {
+    const vocab = this.cfg.outputVocab;
+    const token = vocab[req.rng.nextInt(vocab.length)];
+    req.append(token);
+    const index = req.outputLen - 1;
+    if (req.firstTokenMs === null) req.firstTokenMs = endMs;
+    let finishReason: FinishReason | null = null;
+    let stopReason: number | null = null;
+    if (req.stop.has(token) && req.outputLen >= req.minTokens) {
+      finishReason = 'stop';
+      stopReason = token;
+    } else if (req.outputLen >= req.maxTokens) finishReason = 'length';
+    if (finishReason) {
+      this.scheduler.remove(req);
+      this.byId.delete(req.id);
+      req.state = 'finished';
+    }
+    return { requestId: req.id, token, index, finishReason, stopReason };
+  }
+}

@@ -1,0 +1,173 @@
+// Paged GPU KV cache with prefix caching, plus the optional host tier.
+// Invariants:
+//   - `used` physical blocks = active (refs > 0, committed or partial) + free-but-cached (in `free`);
+//     capacity - used blocks are blank.
+//   - every committed GPU block is in `cached` under its engine hash, exactly once (no duplicates);
+//   - a cached block with refs 0 sits in `free`, ordered for eviction (head first);
+//   - every change of the cached set on either tier emits exactly one event, in order, and a block
+//     moving to the host tier is stored there before it is removed from GPU.
+import type { BlockContent, GpuBlock } from './block.js';
+import { HostTier } from './host-tier.js';
+import type { CoreKvEvent } from './kv-events.js';
+import { Lru } from './lru.js';
+
+export type PrefixHit = { tier: 'GPU'; block: GpuBlock } | { tier: 'CPU'; content: BlockContent };
+
+export class KvCache {
+  private readonly cached = new Map<bigint, GpuBlock>();
+  private readonly free = new Lru<GpuBlock, GpuBlock>();
+  private used = 0;
+  private events: CoreKvEvent[] = [];
+  readonly host: HostTier | null;
+
+  constructor(
+    readonly capacity: number,
+    hostCapacity: number,
+  ) {
+    this.host = hostCapacity > 0 ? new HostTier(hostCapacity) : null;
+  }
+
+  /** Blocks obtainable right now (blank + evictable). */
+  get available(): number {
+    return this.capacity - this.used + this.free.size;
+  }
+
+  /** Blocks held by requests (vLLM's KV usage numerator). */
+  get activeBlocks(): number {
+    return this.used - this.free.size;
+  }
+
+  get cachedBlocks(): number {
+    return this.cached.size;
+  }
+
+  /** Longest prefix of `hashes` present on GPU or host, at most `maxBlocks` long. */
+  lookup(hashes: readonly bigint[], maxBlocks: number): PrefixHit[] {
+    const hits: PrefixHit[] = [];
+    const n = Math.min(hashes.length, maxBlocks);
+    for (let i = 0; i < n; i++) {
+      const block = this.cached.get(hashes[i]);
+      if (block) {
+        hits.push({ tier: 'GPU', block });
+        continue;
+      }
+      const content = this.host?.get(hashes[i]);
+      if (!content) break;
+      hits.push({ tier: 'CPU', content });
+    }
+    return hits;
+  }
+
+  /** Take a reference on a cached block (a prefix hit). */
+  acquire(block: GpuBlock): void {
+    if (block.refs === 0) this.free.delete(block);
+    block.refs++;
+  }
+
+  /** A blank block with refs 1, evicting the LRU cached block if needed; null when full. */
+  allocate(): GpuBlock | null {
+    if (this.used < this.capacity) {
+      this.used++;
+      return { content: null, refs: 1 };
+    }
+    const victim = this.free.shift()?.[1];
+    if (!victim) return null;
+    this.evict(victim);
+    victim.refs = 1;
+    return victim;
+  }
+
+  /**
+   * Drop references. Callers pass a sequence's blocks in order; they are released tail-first so
+   * deeper blocks become older in the LRU and are evicted before the shared prefix.
+   */
+  release(blocks: readonly GpuBlock[]): void {
+    for (let i = blocks.length - 1; i >= 0; i--) {
+      const b = blocks[i];
+      if (--b.refs > 0) continue;
+      if (b.content) this.free.push(b, b);
+      else this.used--;
+    }
+  }
+
+  /**
+   * Make a filled block cached. Returns the block the sequence should hold: `block` itself, or an
+   * already-cached block with the same hash (the fresh copy is then freed, no event).
+   */
+  commit(block: GpuBlock, content: BlockContent): GpuBlock {
+    if (block.content) return block;
+    const existing = this.cached.get(content.hash);
+    if (existing && existing !== block) {
+      this.acquire(existing);
+      this.release([block]);
+      return existing;
+    }
+    block.content = content;
+    this.cached.set(content.hash, block);
+    this.emitStored('GPU', content);
+    return block;
+  }
+
+  /** Load a host-tier block back into a fresh GPU block (refs 1); null when GPU is full. */
+  loadFromHost(content: BlockContent): GpuBlock | null {
+    const block = this.allocate();
+    if (!block) return null;
+    this.host?.touch(content);
+    return this.commit(block, content);
+  }
+
+  /** Forget every cached block on both tiers; blocks in use stay allocated but anonymous. */
+  reset(): void {
+    for (const b of this.cached.values()) b.content = null;
+    this.used -= this.free.size;
+    this.free.clear();
+    this.cached.clear();
+    this.host?.clear();
+    this.events.push({ type: 'cleared' });
+  }
+
+  drainEvents(): CoreKvEvent[] {
+    const out = this.events;
+    this.events = [];
+    return out;
+  }
+
+  gpuContents(): BlockContent[] {
+    return [...this.cached.values()].map((b) => b.content as BlockContent);
+  }
+
+  gpuBlocks(): IterableIterator<GpuBlock> {
+    return this.cached.values();
+  }
+
+  hostContents(): BlockContent[] {
+    return this.host ? [...this.host.values()] : [];
+  }
+
+  private evict(victim: GpuBlock): void {
+    const content = victim.content as BlockContent;
+    this.cached.delete(content.hash);
+    victim.content = null;
+    if (this.host) {
+      if (this.host.has(content.hash)) this.host.touch(content);
+      else {
+        for (const gone of this.host.store(content)) this.events.push({ type: 'removed', medium: 'CPU', blocks: [gone] });
+        this.emitStored('CPU', content);
+      }
+    }
+    this.events.push({ type: 'removed', medium: 'GPU', blocks: [content] });
+  }
+
+  /** Append to the previous stored event when it continues the same chain on the same tier. */
+  private emitStored(medium: 'GPU' | 'CPU', content: BlockContent): void {
+    const last = this.events[this.events.length - 1];
+    if (last && last.type === 'stored' && last.medium === medium) {
+      const tail = last.blocks[last.blocks.length - 1];
+      if (content.parent === tail.hash && content.loraName === tail.loraName && content.cacheSalt === tail.cacheSalt) {
+        last.blocks.push(content);
+        return;
+      }
+    }
+    this.events.push({ type: 'stored', medium, blocks: [content] });
+  }
+}

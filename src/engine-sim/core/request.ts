@@ -1,0 +1,79 @@
+// One sequence inside the engine: its tokens (prompt + generated), KV progress and block table.
+import type { BlockContent, GpuBlock } from './block.js';
+import { Rng } from './rng.js';
+
+export interface SimRequestSpec {
+  id: string;
+  prompt: Uint32Array;
+  /** Exact number of tokens to generate unless a stop token ends it earlier. */
+  maxTokens: number;
+  /** Stop tokens are ignored until this many tokens were generated. */
+  minTokens?: number;
+  stopTokenIds?: readonly number[];
+  loraName?: string | null;
+  cacheSalt?: string | null;
+  /** Per-request sampling seed; default derives from the engine seed and arrival order. */
+  seed?: number | null;
+}
+
+export type FinishReason = 'length' | 'stop' | 'abort';
+
+export class SimRequest {
+  readonly id: string;
+  readonly promptLen: number;
+  readonly maxTokens: number;
+  readonly minTokens: number;
+  readonly stop: ReadonlySet<number>;
+  readonly loraName: string | null;
+  readonly cacheSalt: string | null;
+  readonly rng: Rng;
+  /** Prompt followed by generated tokens; `length` is the valid prefix. */
+  readonly tokens: Uint32Array;
+  length: number;
+  /** Tokens whose KV is computed (or reused). */
+  computed = 0;
+  readonly blocks: GpuBlock[] = [];
+  /** blocks[0..committed) are cached (hashed) blocks. */
+  committed = 0;
+  /** Content of full blocks, computed lazily (see chain.ts). */
+  readonly chain: BlockContent[] = [];
+  state: 'waiting' | 'running' | 'finished' = 'waiting';
+  arrivalMs: number;
+  firstTokenMs: number | null = null;
+  /** Prompt tokens reused from cache at first admission (GPU + host). */
+  cachedTokens: number | null = null;
+  preemptions = 0;
+
+  constructor(spec: SimRequestSpec, arrivalMs: number, rng: Rng) {
+    this.id = spec.id;
+    this.promptLen = spec.prompt.length;
+    this.maxTokens = spec.maxTokens;
+    this.minTokens = spec.minTokens ?? 0;
+    this.stop = new Set(spec.stopTokenIds ?? []);
+    this.loraName = spec.loraName || null;
+    this.cacheSalt = spec.cacheSalt || null;
+    this.tokens = new Uint32Array(spec.prompt.length + spec.maxTokens);
+    this.tokens.set(spec.prompt);
+    this.length = spec.prompt.length;
+    this.arrivalMs = arrivalMs;
+    this.rng = rng;
+  }
+
+  get outputLen(): number {
+    return this.length - this.promptLen;
+  }
+
+  /** Tokens still to compute before the next token can be sampled. */
+  get remaining(): number {
+    return this.length - this.computed;
+  }
+
+  /** True when only the last sampled token lacks KV: the next pass is a decode step. */
+  get decoding(): boolean {
+    return this.outputLen > 0 && this.remaining === 1;
+  }
+
+  append(token: number): void {
+    this.tokens[this.length++] = token;
+  }
+}

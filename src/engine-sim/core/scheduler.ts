@@ -1,0 +1,174 @@
+// vLLM v1-style scheduling pass: running requests first (decode or next prefill chunk), LIFO
+// preemption when blocks run out, then admission from the waiting queue with prefix reuse.
+// It only allocates and reuses blocks; computing tokens and committing blocks is engine-core's job.
+import { extendChain, type ChainContext } from './chain.js';
+import type { CoreConfig } from './config.js';
+import type { KvCache } from './kv-cache.js';
+import type { SimRequest } from './request.js';
+
+export interface ScheduledWork {
+  req: SimRequest;
+  /** Tokens computed for this request in the pass. */
+  tokens: number;
+  decode: boolean;
+}
+
+export interface Admission {
+  req: SimRequest;
+  /** Tokens looked up in the prefix cache (vLLM counts the whole sequence). */
+  queried: number;
+  gpuHitTokens: number;
+  hostHitTokens: number;
+  /** False when a preempted request is re-admitted. */
+  first: boolean;
+}
+
+export interface PassPlan {
+  work: ScheduledWork[];
+  admitted: Admission[];
+  preempted: SimRequest[];
+  /** Requests that can never fit (finished by the core with an error). */
+  rejected: SimRequest[];
+  loadedTokens: number;
+}
+
+export class Scheduler {
+  readonly waiting: SimRequest[] = [];
+  readonly running: SimRequest[] = [];
+
+  constructor(
+    private readonly cfg: CoreConfig,
+    private readonly cache: KvCache,
+    private readonly chainCtx: ChainContext,
+  ) {}
+
+  add(req: SimRequest): void {
+    req.state = 'waiting';
+    this.waiting.push(req);
+  }
+
+  /** Remove a request wherever it is and free its blocks. */
+  remove(req: SimRequest): boolean {
+    const list = req.state === 'running' ? this.running : this.waiting;
+    const i = list.indexOf(req);
+    if (i < 0) return false;
+    list.splice(i, 1);
+    this.freeBlocks(req);
+    return true;
+  }
+
+  schedule(): PassPlan {
+    const plan: PassPlan = { work: [], admitted: [], preempted: [], rejected: [], loadedTokens: 0 };
+    let budget = this.cfg.maxNumBatchedTokens;
+
+    for (let i = 0; i < this.running.length && budget > 0; ) {
+      const req = this.running[i];
+      const decode = req.decoding;
+      const n = Math.min(req.remaining, budget);
+      if (!this.cfg.enableChunkedPrefill && n < req.remaining) break;
+      let scheduled = true;
+      while (!this.grow(req, req.computed + n)) {
+        const victim = this.running.pop() as SimRequest;
+        this.preempt(victim);
+        plan.preempted.push(victim);
+        if (victim === req) {
+          scheduled = false;
+          break;
+        }
+      }
+      if (!scheduled) break;
+      plan.work.push({ req, tokens: n, decode });
+      budget -= n;
+      i++;
+    }
+
+    while (plan.preempted.length === 0 && budget > 0 && this.waiting.length > 0 && this.running.length < this.cfg.maxNumSeqs) {
+      const req = this.waiting[0];
+      const admission = this.admit(req, budget, plan);
+      if (!admission) {
+        if (this.running.length === 0 && plan.work.length === 0) {
+          // Nothing else holds blocks, so this request can never fit.
+          this.waiting.shift();
+          plan.rejected.push(req);
+          continue;
+        }
+        break;
+      }
+      this.waiting.shift();
+      req.state = 'running';
+      this.running.push(req);
+      plan.admitted.push(admission);
+      plan.work.push({ req, tokens: admission.tokens, decode: false });
+      budget -= admission.tokens;
+    }
+    return plan;
+  }
+
+  private admit(req: SimRequest, budget: number, plan: PassPlan): (Admission & { tokens: number }) | null {
+    const bs = this.cfg.blockSize;
+    // vLLM always recomputes at least the last token, so a full hit stops one block short.
+    const maxHit = this.cfg.enablePrefixCaching ? Math.floor((req.length - 1) / bs) : 0;
+    const chain = extendChain(this.chainCtx, req, maxHit);
+    const hits = this.cache.lookup(
+      chain.slice(0, maxHit).map((c) => c.hash),
+      maxHit,
+    );
+    const hitTokens = hits.length * bs;
+    const toCompute = req.length - hitTokens;
+    const n = Math.min(toCompute, budget);
+    if (!this.cfg.enableChunkedPrefill && n < toCompute) return null;
+    let evictableHits = 0;
+    let hostHits = 0;
+    for (const h of hits) {
+      if (h.tier === 'GPU') evictableHits += h.block.refs === 0 ? 1 : 0;
+      else hostHits++;
+    }
+    const newBlocks = Math.ceil((hitTokens + n) / bs) - hits.length;
+    if (this.cache.available - evictableHits < hostHits + newBlocks) return null;
+
+    for (const h of hits) if (h.tier === 'GPU') this.cache.acquire(h.block);
+    // Refresh host copies first so loading one block cannot push out the next.
+    for (const h of hits) if (h.tier === 'CPU') this.cache.host?.touch(h.content);
+    for (const h of hits) {
+      if (h.tier === 'GPU') req.blocks.push(h.block);
+      else req.blocks.push(this.cache.loadFromHost(h.content)!); // room was checked above
+    }
+    req.committed = hits.length;
+    req.computed = hitTokens;
+    this.grow(req, hitTokens + n);
+    plan.loadedTokens += hostHits * bs;
+    const first = req.cachedTokens === null;
+    if (first) req.cachedTokens = hitTokens;
+    return {
+      req,
+      tokens: n,
+      queried: req.length,
+      gpuHitTokens: (hits.length - hostHits) * bs,
+      hostHitTokens: hostHits * bs,
+      first,
+    };
+  }
+
+  /** Ensure the block table holds `tokens` tokens; all or nothing. */
+  private grow(req: SimRequest, tokens: number): boolean {
+    const need = Math.ceil(tokens / this.cfg.blockSize) - req.blocks.length;
+    if (need <= 0) return true;
+    if (this.cache.available < need) return false;
+    for (let k = 0; k < need; k++) req.blocks.push(this.cache.allocate()!); // room was checked above
+    return true;
+  }
+
+  private preempt(req: SimRequest): void {
+    this.freeBlocks(req);
+    req.state = 'waiting';
+    req.preemptions++;
+    this.waiting.unshift(req);
+  }
+
+  private freeBlocks(req: SimRequest): void {
+    this.cache.release(req.blocks);
+    req.blocks.length = 0;
+    req.committed = 0;
+    req.computed = 0;
+  }
+}
