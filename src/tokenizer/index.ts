@@ -1,0 +1,12 @@
+// Chat templates and tokenization exactly as the inference engine (vLLM) does them. See README.md.
+export type {
+  ChatContentPart,
+  ChatMessage,
+  ChatRequestLike,
+  LoadTokenizerOptions,
+  PromptTokenizer,
+  SegmentCacheStats,
+  TokenizerSource,
+} from './types.js';
+export { loadTokenizer } from './prompt-tokenizer.js';
+export { ChatTemplateError, type ChatTemplateErrorKind } from './errors.js';

@@ -1,0 +1,189 @@
+// The PromptTokenizer: render (chat-template.ts), cut at special tokens (segments.ts), look segments up
+// (segment-cache.ts), encode only the misses natively (native.ts), concatenate.
+import { ChatTemplateRenderer } from './chat-template.js';
+import { readTokenizerFiles, type TokenizerFiles } from './files.js';
+import { NativeTokenizer } from './native.js';
+import { SegmentCache, segmentKey } from './segment-cache.js';
+import { SegmentSplitter } from './segments.js';
+import type { ChatRequestLike, LoadTokenizerOptions, PromptTokenizer, SegmentCacheStats, TokenizerSource } from './types.js';
+
+const DEFAULT_CACHE_ENTRIES = 65_536;
+const DEFAULT_CACHE_BYTES = 64 * 2 ** 20;
+
+export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizerOptions = {}): Promise<PromptTokenizer> {
+  const files = readTokenizerFiles(source);
+  const native = NativeTokenizer.fromFile(files.tokenizerJsonPath);
+  const renderer = new ChatTemplateRenderer(files.chatTemplates, files.specialTokens);
+  const splitter = new SegmentSplitter(files.addedTokens);
+  const cache = new SegmentCache(opts.segmentCacheEntries ?? DEFAULT_CACHE_ENTRIES, opts.segmentCacheBytes ?? DEFAULT_CACHE_BYTES);
+  const affixes = await completionAffixes(native, files);
+  const segmentingExact = await probeSegmenting(native, splitter, files);
+  return new CachedPromptTokenizer(files.name, native, renderer, splitter, segmentingExact ? cache : null, affixes);
+}
+
+class CachedPromptTokenizer implements PromptTokenizer {
+  private readonly pending = new Map<bigint, Promise<Uint32Array>>();
+  private hits = 0;
+  private misses = 0;
+  private closed = false;
+
+  constructor(
+    readonly name: string,
+    private readonly native: NativeTokenizer,
+    private readonly renderer: ChatTemplateRenderer,
+    private readonly splitter: SegmentSplitter,
+    /** null when the load-time probe found segmenting unsafe for this tokenizer: encode whole texts. */
+    private readonly cache: SegmentCache | null,
+    private readonly affixes: { prefix: Uint32Array; suffix: Uint32Array },
+  ) {}
+
+  renderChat(req: ChatRequestLike): string {
+    return this.renderer.render(req);
+  }
+
+  encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
+    this.assertOpen();
+    // Render synchronously (it throws ChatTemplateError), then tokenize without special tokens added:
+    // the template already wrote them, as vLLM's chat path does.
+    return this.encodeSegmented(this.renderer.render(req));
+  }
+
+  async encodeText(text: string): Promise<Uint32Array> {
+    this.assertOpen();
+    const { prefix, suffix } = this.affixes;
+    const body = await this.encodeSegmented(text);
+    if (prefix.length === 0 && suffix.length === 0) return body;
+    return concat([prefix, body, suffix]);
+  }
+
+  decode(ids: ArrayLike<number>, opts?: { skipSpecialTokens?: boolean }): Promise<string> {
+    this.assertOpen();
+    return this.native.decode(ids, opts?.skipSpecialTokens ?? false);
+  }
+
+  stats(): SegmentCacheStats {
+    return { segmentCacheHits: this.hits, segmentCacheMisses: this.misses, segmentCacheEntries: this.cache?.size ?? 0 };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.cache?.clear();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error(`tokenizer ${this.name} is closed`);
+  }
+
+  private async encodeSegmented(text: string): Promise<Uint32Array> {
+    const cache = this.cache;
+    if (!cache || cache.maxEntries <= 0) return this.native.encode(text, false);
+    const segments = this.splitter.split(text);
+    const parts = new Array<Uint32Array>(segments.length);
+    const waits: Array<Promise<void>> = [];
+    // Misses are encoded once per distinct text, in one batch, and published in `pending` so a
+    // concurrent request needing the same segment waits for this encode instead of repeating it.
+    const missTexts: string[] = [];
+    const missKeys: bigint[] = [];
+    const missSlots = new Map<bigint, number[]>();
+    for (let i = 0; i < segments.length; i++) {
+      const key = segmentKey(segments[i]);
+      const ids = cache.get(key);
+      if (ids) {
+        parts[i] = ids;
+        this.hits++;
+        continue;
+      }
+      const slots = missSlots.get(key);
+      if (slots) {
+        slots.push(i);
+        this.hits++;
+        continue;
+      }
+      const inflight = this.pending.get(key);
+      if (inflight) {
+        this.hits++;
+        waits.push(inflight.then((v) => void (parts[i] = v)));
+        continue;
+      }
+      this.misses++;
+      missSlots.set(key, [i]);
+      missTexts.push(segments[i]);
+      missKeys.push(key);
+    }
+    if (missTexts.length) {
+      const batch = this.native.encodeBatch(missTexts, false);
+      missKeys.forEach((key, j) => {
+        const one = batch.then((all) => all[j]);
+        one.catch(() => undefined); // failures surface through `batch` below
+        this.pending.set(key, one);
+      });
+      try {
+        const encoded = await batch;
+        missKeys.forEach((key, j) => {
+          cache.set(key, encoded[j]);
+          for (const slot of missSlots.get(key) ?? []) parts[slot] = encoded[j];
+        });
+      } finally {
+        for (const key of missKeys) this.pending.delete(key);
+      }
+    }
+    if (waits.length) await Promise.all(waits);
+    return parts.length === 1 ? parts[0].slice() : concat(parts);
+  }
+}
+
+function concat(parts: Uint32Array[]): Uint32Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint32Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+/**
+ * What vLLM's completions path adds around a prompt (tokenizer(prompt, add_special_tokens=True)).
+ * Taken from the tokenizer.json post-processor when it adds tokens (TemplateProcessing and the like).
+ * Otherwise BOS, when the config says add_bos_token, or leaves it unsaid but the chat template itself
+ * starts prompts with bos_token: that is Meta's Llama 3 release, whose first tokenizer.json (the one
+ * @lenml ships) lacked the BOS post-processor that later revisions and vLLM's users get.
+ */
+async function completionAffixes(native: NativeTokenizer, files: TokenizerFiles): Promise<{ prefix: Uint32Array; suffix: Uint32Array }> {
+  const probe = 'kvrouter probe';
+  const plain = await native.encode(probe, false);
+  const full = await native.encode(probe, true);
+  let at = -1;
+  for (let i = 0; i + plain.length <= full.length && at < 0; i++) {
+    if (plain.every((v, j) => full[i + j] === v)) at = i;
+  }
+  if (at < 0) throw new Error(`${files.name}: cannot locate the text inside its post-processed encoding`);
+  const prefix = full.slice(0, at);
+  const suffix = full.slice(at + plain.length);
+  if (prefix.length || suffix.length) return { prefix, suffix };
+
+  const bos = typeof files.specialTokens.bos_token === 'string' ? files.specialTokens.bos_token : null;
+  const templateText = typeof files.chatTemplates === 'string' ? files.chatTemplates : Object.values(files.chatTemplates ?? {}).join('\n');
+  const addBos = files.addBosToken ?? (bos !== null && templateText.includes('bos_token'));
+  const bosId = bos !== null ? native.tokenToId(bos) : null;
+  return { prefix: addBos && bosId !== null ? Uint32Array.of(bosId) : new Uint32Array(0), suffix: new Uint32Array(0) };
+}
+
+/**
+ * Load-time check that segment-wise encoding equals whole-text encoding for this tokenizer, on text
+ * built to stress segment edges (spaces, newlines, digits and accents right after special tokens).
+ * The tests prove it over many chats for the shipped tokenizers; this guards any other tokenizer.json.
+ */
+async function probeSegmenting(native: NativeTokenizer, splitter: SegmentSplitter, files: TokenizerFiles): Promise<boolean> {
+  const specials = files.addedTokens.filter((t) => t.special).slice(0, 12).map((t) => t.content);
+  if (specials.length === 0) return true;
+  const bodies = [' leading space', '\n\nnewlines  \n', '123 456', 'ﬁ café é', '  ', 'x', '\t tab', '日本語 😀'];
+  let text = ' start';
+  specials.forEach((s, i) => (text += s + bodies[i % bodies.length] + s + s));
+  const whole = await native.encode(text, false);
+  const parts = await native.encodeBatch(splitter.split(text), false);
+  const joined = concat(parts);
+  return joined.length === whole.length && joined.every((v, i) => v === whole[i]);
+}
