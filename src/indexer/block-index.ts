@@ -2,19 +2,49 @@
 // cumulative per-(instance, dp rank) tier walk for queries. Pure data structure: no timers, no I/O;
 // callers pass `now` (ms) for speculative entries.
 //
-// Layout (typed arrays, grown by doubling, free lists for reuse):
-//   table:   u64 seq hash -> entry id                         (U64Map)
-//   entry:   head record, router hash lo/hi
-//   record:  one (entry, holder) pair: entry, holder, next-in-entry, prev/next-in-holder, expiry
-//   holder:  (backend, dp rank, medium, owner) with a doubly linked list of its records, so a
-//            `cleared` event or an unregister purges in O(records of that holder)
-//   group:   (backend, dp rank): the scope of engine-native hashes (dual key) -> entry id
-import { U64Map } from './u64-map.js';
+// Layout, chosen so a query touches about one cache line per block plus its records:
+//   table   U64Table rows [hashLo, hashHi, used, headRecord]: seq hash -> first record
+//   records Int32Array rows of 8: [hashLo, hashHi, holder, nextInEntry, prevInHolder, nextInHolder,
+//           engineLo, engineHi] + Float64Array expiry (speculative records only)
+//   holders (backend, dp rank, medium, owner) with a doubly linked list of their records, so a
+//           `cleared` event or an unregister purges in O(records of that holder)
+//   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> seq hash
+import { U64Table } from './u64-table.js';
 import { type Medium, TIER_BIT } from './tiers.js';
 
 const NONE = -1;
 const GPU = TIER_BIT.GPU;
 const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
+// record row fields
+const R = 8;
+const R_LO = 0;
+const R_HI = 1;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const R_PREV_H = 4;
+const R_NEXT_H = 5;
+const R_ENG_LO = 6;
+const R_ENG_HI = 7;
+// table row: [lo, hi, sig, head]. sig doubles as the U64Table `used` word: an odd XOR of the
+// entry's holder mixes, so two blocks with the same holder set (the long runs a shared prefix
+// makes) compare equal and the query skips their record scan.
+const T = 4;
+const T_SIG = 2;
+const T_HEAD = 3;
+
+/**
+ * Even 32-bit mix of a record's (holder, expiry): XOR-ing it keeps the signature odd, hence never
+ * 0 = empty. Expiry takes part so that speculative blocks with different expiries never compare equal.
+ */
+function recordMix(h: number, expiresAt: number): number {
+  let x = Math.imul(h + 1, 0x9e3779b1) ^ Math.imul((expiresAt >>> 0) ^ ((expiresAt / 4294967296) | 0), 0xc2b2ae35);
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  return (x << 1) | 0;
+}
+// engine map row: [engLo, engHi, used, seqLo, seqHi, pad]
+const EM = 6;
 
 export interface CandidateOverlap {
   instance: string;
@@ -61,11 +91,10 @@ export interface IndexStats {
 }
 
 interface Holder {
+  key: string;
   backend: string;
   dpRank: number;
   medium: Medium;
-  tierBit: number;
-  cand: number; // candidate id, NONE for the shared pool
   group: number;
   speculative: boolean;
   ttlMs: number;
@@ -80,13 +109,9 @@ interface Candidate {
   dpRank: number;
 }
 
-const hashView = (a: BigUint64Array): Uint32Array => new Uint32Array(a.buffer, a.byteOffset, a.length * 2);
+const hashView = (a: BigUint64Array): Int32Array => new Int32Array(a.buffer, a.byteOffset, a.length * 2);
 const splitScratch = new BigUint64Array(1);
-const splitView = new Uint32Array(splitScratch.buffer);
-function split(h: bigint): [number, number] {
-  splitScratch[0] = h;
-  return [splitView[0], splitView[1]];
-}
+const splitView = new Int32Array(splitScratch.buffer);
 function join(lo: number, hi: number): bigint {
   splitView[0] = lo;
   splitView[1] = hi;
@@ -94,27 +119,20 @@ function join(lo: number, hi: number): bigint {
 }
 
 export class BlockIndex {
-  private table: U64Map;
-  // entries
-  private entHead: Int32Array;
-  private entLo: Uint32Array;
-  private entHi: Uint32Array;
-  private entFree: number[] = [];
-  private entCount = 0; // high-water mark
-  // records
-  private recEntry: Int32Array;
-  private recHolder: Int32Array;
-  private recNextE: Int32Array;
-  private recPrevH: Int32Array;
-  private recNextH: Int32Array;
-  private recExpiry: Float64Array;
+  private table: U64Table;
+  private rec: Int32Array;
+  private recExp: Float64Array;
   private recFree = NONE;
-  private recCount = 0; // high-water mark
+  private recTop = 0;
   private liveRecords = 0;
-  // holders, groups, candidates
+  // holders: objects for metadata, typed arrays for the query loop
   private holders: Holder[] = [];
   private holderKeys = new Map<string, number>();
-  private groups: Array<{ key: string; engineMap: U64Map | null; alive: boolean }> = [];
+  private hCand = new Int32Array(16);
+  private hBit = new Int32Array(16);
+  private hSpec = new Uint8Array(16);
+  private hGroup = new Int32Array(16);
+  private groups: Array<{ engineMap: U64Table | null }> = [];
   private groupKeys = new Map<string, number>();
   private cands: Candidate[] = [];
   private candKeys = new Map<string, number>();
@@ -126,21 +144,14 @@ export class BlockIndex {
   private qDev = new Int32Array(64);
   private qHost = new Int32Array(64);
   private qDisk = new Int32Array(64);
-  private qAlive: number[] = [];
+  private qAlive = new Int32Array(64);
   private queryId = 0;
 
   constructor(initialBlocks = 1024) {
     const cap = Math.max(16, initialBlocks);
-    this.table = new U64Map(cap);
-    this.entHead = new Int32Array(cap).fill(NONE);
-    this.entLo = new Uint32Array(cap);
-    this.entHi = new Uint32Array(cap);
-    this.recEntry = new Int32Array(cap);
-    this.recHolder = new Int32Array(cap);
-    this.recNextE = new Int32Array(cap);
-    this.recPrevH = new Int32Array(cap);
-    this.recNextH = new Int32Array(cap);
-    this.recExpiry = new Float64Array(cap);
+    this.table = new U64Table(T, cap);
+    this.rec = new Int32Array(cap * R);
+    this.recExp = new Float64Array(cap);
   }
 
   // ---------------------------------------------------------------- holders and ownership
@@ -151,11 +162,9 @@ export class BlockIndex {
    */
   bindBackend(backend: string, instance: string | null): void {
     this.backendOwner.set(backend, instance);
-    for (const h of this.holders) {
-      if (h.alive && !h.speculative && h.backend === backend) {
-        h.cand = instance === null ? NONE : this.candidate(instance, h.dpRank);
-      }
-    }
+    this.holders.forEach((h, i) => {
+      if (h.alive && !h.speculative && h.backend === backend) this.hCand[i] = instance === null ? NONE : this.candidate(instance, h.dpRank);
+    });
   }
 
   /** Holder id for a backend's (dp rank, medium) stream, created on first use. */
@@ -165,15 +174,7 @@ export class BlockIndex {
     if (found !== undefined) return found;
     const owner = this.backendOwner.has(backend) ? this.backendOwner.get(backend)! : backend;
     const cand = owner === null ? NONE : this.candidate(owner, dpRank);
-    return this.addHolder(key, {
-      backend,
-      dpRank,
-      medium,
-      cand,
-      group: this.group(`${backend}\u0000${dpRank}`),
-      speculative: false,
-      ttlMs: 0,
-    });
+    return this.addHolder(key, backend, dpRank, medium, cand, this.group(`${backend}\u0000${dpRank}`), false, 0);
   }
 
   /** Holder for router-predicted blocks of an instance (device tier, expiring). One per TTL class. */
@@ -181,24 +182,25 @@ export class BlockIndex {
     const key = `s\u0000${instance}\u0000${dpRank}\u0000${ttlMs}`;
     const found = this.holderKeys.get(key);
     if (found !== undefined) return found;
-    return this.addHolder(key, {
-      backend: `speculative:${instance}`,
-      dpRank,
-      medium: 'GPU',
-      cand: this.candidate(instance, dpRank),
-      group: this.group(`s\u0000${instance}\u0000${dpRank}`),
-      speculative: true,
-      ttlMs,
-    });
+    const g = this.group(`s\u0000${instance}\u0000${dpRank}`);
+    return this.addHolder(key, `speculative:${instance}`, dpRank, 'GPU', this.candidate(instance, dpRank), g, true, ttlMs);
   }
 
-  private addHolder(
-    key: string,
-    h: Omit<Holder, 'head' | 'tail' | 'count' | 'alive' | 'tierBit'>,
-  ): number {
+  private addHolder(key: string, backend: string, dpRank: number, medium: Medium, cand: number, group: number, speculative: boolean, ttlMs: number): number {
     const id = this.holders.length;
-    this.holders.push({ ...h, tierBit: TIER_BIT[h.medium], head: NONE, tail: NONE, count: 0, alive: true });
+    this.holders.push({ key, backend, dpRank, medium, group, speculative, ttlMs, head: NONE, tail: NONE, count: 0, alive: true });
     this.holderKeys.set(key, id);
+    if (id >= this.hCand.length) {
+      const n = this.hCand.length * 2;
+      this.hCand = grow(this.hCand, n);
+      this.hBit = grow(this.hBit, n);
+      this.hSpec = grow(this.hSpec, n);
+      this.hGroup = grow(this.hGroup, n);
+    }
+    this.hCand[id] = cand;
+    this.hBit[id] = TIER_BIT[medium];
+    this.hSpec[id] = speculative ? 1 : 0;
+    this.hGroup[id] = group;
     return id;
   }
 
@@ -206,7 +208,7 @@ export class BlockIndex {
     const found = this.groupKeys.get(key);
     if (found !== undefined) return found;
     const id = this.groups.length;
-    this.groups.push({ key, engineMap: null, alive: true });
+    this.groups.push({ engineMap: null });
     this.groupKeys.set(key, id);
     return id;
   }
@@ -226,18 +228,19 @@ export class BlockIndex {
       this.qDev = grow(this.qDev, n);
       this.qHost = grow(this.qHost, n);
       this.qDisk = grow(this.qDisk, n);
+      this.qAlive = grow(this.qAlive, n);
     }
     return id;
   }
 
   holderInfo(holder: number): HolderInfo {
     const h = this.holders[holder];
-    const cand = h.cand === NONE ? null : this.cands[h.cand];
+    const c = this.hCand[holder];
     return {
       backend: h.backend,
       dpRank: h.dpRank,
       medium: h.medium,
-      instance: cand ? cand.instance : null,
+      instance: c === NONE ? null : this.cands[c].instance,
       speculative: h.speculative,
       blocks: h.count,
     };
@@ -267,28 +270,46 @@ export class BlockIndex {
   store(holder: number, seq: BigUint64Array, engine: BigUint64Array | null = null, expiresAt = 0): number {
     const h = this.holders[holder];
     if (!h || !h.alive) throw new RangeError(`unknown holder ${holder}`);
+    if (engine && engine.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
     const sv = hashView(seq);
-    const ev = engine ? hashView(engine) : null;
-    if (ev && engine!.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
+    const ev = engine ? hashView(engine) : sv;
+    const cand = this.hCand[holder];
+    const confirmed = !h.speculative && cand !== NONE;
     let added = 0;
     for (let i = 0; i < seq.length; i++) {
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
-      let e = this.table.get(lo, hi);
-      if (e === NONE) e = this.newEntry(lo, hi);
-      let rec = this.findRecord(e, holder);
-      if (rec === NONE) {
-        rec = this.newRecord(e, holder, expiresAt);
-        added++;
-      } else {
-        this.recExpiry[rec] = expiresAt;
-        if (h.speculative) this.moveToTail(h, rec); // keep expiry order within the holder
+      const elo = ev[2 * i];
+      const ehi = ev[2 * i + 1];
+      const slot = this.table.insert(lo, hi);
+      const tbl = this.table.data;
+      let r = NONE;
+      let specSeen = false;
+      if (this.table.created) tbl[slot * T + T_HEAD] = NONE;
+      else {
+        // One walk finds this holder's record and notices speculative records to replace.
+        const rec = this.rec;
+        for (let x = tbl[slot * T + T_HEAD]; x !== NONE; x = rec[x * R + R_NEXT_E]) {
+          const hx = rec[x * R + R_HOLDER];
+          if (hx === holder) r = x;
+          else if (this.hSpec[hx] === 1) specSeen = true;
+        }
       }
-      if (!h.speculative && h.cand !== NONE) this.dropSpeculative(e, h.cand);
-      if (ev && (ev[2 * i] !== lo || ev[2 * i + 1] !== hi)) {
+      if (r === NONE) {
+        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt);
+        added++;
+      } else if (this.recExp[r] !== expiresAt) {
+        tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
+        this.recExp[r] = expiresAt;
+        if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
+      }
+      if (confirmed && specSeen) this.dropSpeculative(slot, cand);
+      if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
-        if (!g.engineMap) g.engineMap = new U64Map(1024);
-        g.engineMap.set(ev[2 * i], ev[2 * i + 1], e);
+        if (!g.engineMap) g.engineMap = new U64Table(EM, 1024);
+        const s = g.engineMap.insert(elo, ehi);
+        g.engineMap.data[s * EM + 3] = lo;
+        g.engineMap.data[s * EM + 4] = hi;
       }
     }
     return added;
@@ -302,17 +323,21 @@ export class BlockIndex {
     const g = this.groups[h.group];
     let removed = 0;
     for (let i = 0; i < engine.length; i++) {
-      const lo = ev[2 * i];
-      const hi = ev[2 * i + 1];
-      let e = g.engineMap ? g.engineMap.get(lo, hi) : NONE;
-      if (e === NONE) e = this.table.get(lo, hi);
-      if (e === NONE) continue;
-      const rec = this.findRecord(e, holder);
-      if (rec === NONE) continue;
-      this.freeRecord(rec);
+      let lo = ev[2 * i];
+      let hi = ev[2 * i + 1];
+      if (g.engineMap) {
+        const s = g.engineMap.find(lo, hi);
+        if (s !== NONE) {
+          lo = g.engineMap.data[s * EM + 3];
+          hi = g.engineMap.data[s * EM + 4];
+        }
+      }
+      const slot = this.table.find(lo, hi);
+      if (slot === NONE) continue;
+      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      if (r === NONE) continue;
+      this.freeRecord(r);
       removed++;
-      // Forget the engine hash once no medium of this group holds the block any more.
-      if (g.engineMap && !this.groupHolds(e, h.group)) g.engineMap.delete(lo, hi);
     }
     return removed;
   }
@@ -321,13 +346,20 @@ export class BlockIndex {
   resolve(holder: number, engineHash: bigint): bigint | null {
     const h = this.holders[holder];
     if (!h) return null;
-    const [lo, hi] = split(engineHash);
+    splitScratch[0] = engineHash;
+    let lo = splitView[0];
+    let hi = splitView[1];
     const g = this.groups[h.group];
-    let e = g.engineMap ? g.engineMap.get(lo, hi) : NONE;
-    if (e !== NONE) return this.groupHolds(e, h.group) ? join(this.entLo[e], this.entHi[e]) : null;
-    e = this.table.get(lo, hi);
-    if (e !== NONE && this.groupHolds(e, h.group)) return engineHash;
-    return null;
+    if (g.engineMap) {
+      const s = g.engineMap.find(lo, hi);
+      if (s !== NONE) {
+        lo = g.engineMap.data[s * EM + 3];
+        hi = g.engineMap.data[s * EM + 4];
+      }
+    }
+    const slot = this.table.find(lo, hi);
+    if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], h.group)) return null;
+    return join(lo, hi);
   }
 
   /** Drop every block of one holder (a `cleared` event, a purge). */
@@ -339,37 +371,17 @@ export class BlockIndex {
       this.freeRecord(h.head);
       n++;
     }
-    this.sweepEngineMap(h.group);
     return n;
   }
 
-  /** Forget engine hashes whose block the group no longer holds on any medium. */
-  private sweepEngineMap(group: number): void {
-    const g = this.groups[group];
-    if (!g.engineMap) return;
-    if (!this.groupHasRecords(group)) {
-      g.engineMap = null;
-      return;
-    }
-    const stale: number[] = [];
-    g.engineMap.forEach((lo, hi, e) => {
-      if (!this.groupHolds(e, group)) stale.push(lo, hi);
-    });
-    for (let i = 0; i < stale.length; i += 2) g.engineMap.delete(stale[i], stale[i + 1]);
-  }
-
   /** Purge and forget every holder matching the predicate. */
-  private purgeHolders(pred: (h: Holder) => boolean): number {
+  private purgeHolders(pred: (h: Holder, id: number) => boolean): number {
     let n = 0;
     this.holders.forEach((h, i) => {
-      if (!h.alive || !pred(h)) return;
+      if (!h.alive || !pred(h, i)) return;
       n += this.clearHolder(i);
-    });
-    this.holders.forEach((h, i) => {
-      if (!h.alive || !pred(h)) return;
       h.alive = false;
-      for (const [k, v] of this.holderKeys) if (v === i) this.holderKeys.delete(k);
-      this.groups[h.group].engineMap = null;
+      this.holderKeys.delete(h.key);
     });
     return n;
   }
@@ -381,10 +393,11 @@ export class BlockIndex {
 
   /** Purge everything readable through an instance (its own backends and its speculative entries). */
   removeInstance(instance: string, dpRank?: number): number {
-    return this.purgeHolders((h) => {
-      if (h.cand === NONE) return false;
-      const c = this.cands[h.cand];
-      return c.instance === instance && (dpRank === undefined || c.dpRank === dpRank);
+    return this.purgeHolders((_h, i) => {
+      const c = this.hCand[i];
+      if (c === NONE) return false;
+      const cand = this.cands[c];
+      return cand.instance === instance && (dpRank === undefined || cand.dpRank === dpRank);
     });
   }
 
@@ -393,7 +406,7 @@ export class BlockIndex {
     let n = 0;
     for (const h of this.holders) {
       if (!h.alive || !h.speculative) continue;
-      while (h.head !== NONE && this.recExpiry[h.head] <= now) {
+      while (h.head !== NONE && this.recExp[h.head] <= now) {
         this.freeRecord(h.head);
         n++;
       }
@@ -412,69 +425,90 @@ export class BlockIndex {
     const sv = hashView(seq);
     const n = seq.length;
     const qid = ++this.queryId;
-    const { qStamp, qMaskDepth, qMask, qDev, qHost, qDisk, recNextE, recHolder, recExpiry, holders, cands } = this;
-    const alive = this.qAlive;
-    alive.length = 0;
+    const { qStamp, qMaskDepth, qMask, qDev, qHost, qDisk, qAlive, rec, recExp, hCand, hBit, hSpec, cands, table } = this;
+    const tbl = table.data;
+    // Levels still extending are marked EXT; a level's depth is fixed when it stops.
+    const EXT = -1;
+    let alive = 0;
     const touched: number[] = [];
     let shared = 0;
     let sharedAlive = true;
+    let sharedHere = false;
+    let prevSig = 0; // signatures are odd, so block 0 always gets a full scan
+    let done = 0; // blocks walked
     for (let i = 0; i < n; i++) {
-      const e = this.table.get(sv[2 * i], sv[2 * i + 1]);
-      if (e === NONE) break;
-      let sharedHere = false;
-      for (let r = this.entHead[e]; r !== NONE; r = recNextE[r]) {
-        const exp = recExpiry[r];
-        if (exp !== 0 && exp <= now) continue;
-        const h = holders[recHolder[r]];
-        const c = h.cand;
+      const slot = table.find(sv[2 * i], sv[2 * i + 1]);
+      if (slot === NONE) break;
+      const sig = tbl[slot * T + T_SIG];
+      // Same holder set as the block before: every live level extends, nothing to scan.
+      if (sig === prevSig) {
+        if (sharedAlive) shared = i + 1;
+        done = i + 1;
+        continue;
+      }
+      prevSig = sig;
+      sharedHere = false;
+      for (let r = tbl[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
+        const h = rec[r * R + R_HOLDER];
+        const c = hCand[h];
         if (c === NONE) {
           sharedHere = true;
           continue;
         }
-        if (i === 0) {
-          if (qStamp[c] !== qid) {
-            if (limitInstances && !limitInstances.has(cands[c].instance)) continue;
-            qStamp[c] = qid;
-            qDev[c] = 0;
-            qHost[c] = 0;
-            qDisk[c] = 0;
-            alive.push(c);
-            touched.push(c);
-          }
-        } else if (qStamp[c] !== qid || qDisk[c] !== i) continue; // never matched, or already dropped
-        if (qMaskDepth[c] !== i || qStamp[c] !== qid) {
+        if (hSpec[h] === 1 && recExp[r] <= now) continue;
+        if (qStamp[c] !== qid) {
+          if (i !== 0 || (limitInstances && !limitInstances.has(cands[c].instance))) continue;
+          qStamp[c] = qid;
+          qDev[c] = EXT;
+          qHost[c] = EXT;
+          qDisk[c] = EXT;
+          qMaskDepth[c] = -1;
+          qAlive[alive++] = c;
+          touched.push(c);
+        } else if (qDisk[c] !== EXT) continue; // dropped at an earlier depth
+        if (qMaskDepth[c] !== i) {
           qMaskDepth[c] = i;
-          qMask[c] = 0;
-        }
-        qMask[c] |= h.tierBit;
+          qMask[c] = hBit[h];
+        } else qMask[c] |= hBit[h];
       }
       if (sharedAlive && sharedHere) shared = i + 1;
       else sharedAlive = false;
-      // Advance or drop each live candidate.
-      for (let k = 0; k < alive.length; ) {
-        const c = alive[k];
+      // Stop the levels this block ends; drop candidates that do not hold it at all.
+      for (let k = 0; k < alive; ) {
+        const c = qAlive[k];
         if (qMaskDepth[c] !== i) {
-          alive[k] = alive[alive.length - 1];
-          alive.pop();
+          if (qDev[c] === EXT) qDev[c] = i;
+          if (qHost[c] === EXT) qHost[c] = i;
+          qDisk[c] = i;
+          qAlive[k] = qAlive[--alive];
           continue;
         }
         const m = qMask[c];
-        if (m & GPU && qDev[c] === i) qDev[c] = i + 1;
-        if (m & GPU_CPU && qHost[c] === i) qHost[c] = i + 1;
-        qDisk[c] = i + 1;
-        qMaskDepth[c] = -1;
+        if (!(m & GPU) && qDev[c] === EXT) qDev[c] = i;
+        if (!(m & GPU_CPU) && qHost[c] === EXT) qHost[c] = i;
         k++;
       }
-      if (alive.length === 0 && !sharedAlive) break;
+      done = i + 1;
+      if (alive === 0 && !sharedAlive) break;
     }
-    const candidates: CandidateOverlap[] = touched.map((c) => ({
-      instance: cands[c].instance,
-      dpRank: cands[c].dpRank,
-      device: qDev[c],
-      host: qHost[c],
-      disk: qDisk[c],
-    }));
-    return { queriedBlocks: n, candidates, sharedBlocks: shared };
+    for (let k = 0; k < alive; k++) {
+      const c = qAlive[k];
+      if (qDev[c] === EXT) qDev[c] = done;
+      if (qHost[c] === EXT) qHost[c] = done;
+      if (qDisk[c] === EXT) qDisk[c] = done;
+    }
+    return { queriedBlocks: n, candidates: this.collect(touched), sharedBlocks: shared };
+  }
+
+  // Kept out of query(): V8 deopts a hot loop whose exit path has no type feedback yet.
+  private collect(touched: number[]): CandidateOverlap[] {
+    const out: CandidateOverlap[] = [];
+    for (let k = 0; k < touched.length; k++) {
+      const c = touched[k];
+      const cand = this.cands[c];
+      out.push({ instance: cand.instance, dpRank: cand.dpRank, device: this.qDev[c], host: this.qHost[c], disk: this.qDisk[c] });
+    }
+    return out;
   }
 
   /** Blocks held by a holder, in insertion order (for /dump and peer recovery). */
@@ -482,18 +516,14 @@ export class BlockIndex {
     const h = this.holders[holder];
     const out: DumpedBlock[] = [];
     if (!h) return out;
-    const g = this.groups[h.group];
-    let reverse: Map<number, bigint> | null = null;
-    if (g.engineMap) {
-      reverse = new Map();
-      g.engineMap.forEach((lo, hi, e) => reverse!.set(e, join(lo, hi)));
-    }
-    for (let r = h.head; r !== NONE; r = this.recNextH[r]) {
-      const e = this.recEntry[r];
+    const rec = this.rec;
+    for (let r = h.head; r !== NONE; r = rec[r * R + R_NEXT_H]) {
+      const o = r * R;
+      const same = rec[o + R_ENG_LO] === rec[o + R_LO] && rec[o + R_ENG_HI] === rec[o + R_HI];
       out.push({
-        hash: join(this.entLo[e], this.entHi[e]),
-        engineHash: reverse?.get(e) ?? null,
-        expiresAt: this.recExpiry[r],
+        hash: join(rec[o + R_LO], rec[o + R_HI]),
+        engineHash: same ? null : join(rec[o + R_ENG_LO], rec[o + R_ENG_HI]),
+        expiresAt: this.recExp[r],
       });
     }
     return out;
@@ -501,13 +531,7 @@ export class BlockIndex {
 
   stats(): IndexStats {
     const bytes =
-      this.table.byteLength +
-      this.entHead.byteLength +
-      this.entLo.byteLength +
-      this.entHi.byteLength +
-      this.recEntry.byteLength * 5 +
-      this.recExpiry.byteLength +
-      this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
+      this.table.byteLength + this.rec.byteLength + this.recExp.byteLength + this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
     return {
       blocks: this.table.size,
       records: this.liveRecords,
@@ -518,73 +542,54 @@ export class BlockIndex {
 
   // ---------------------------------------------------------------- internals
 
-  private findRecord(e: number, holder: number): number {
-    for (let r = this.entHead[e]; r !== NONE; r = this.recNextE[r]) if (this.recHolder[r] === holder) return r;
+  private findRecord(head: number, holder: number): number {
+    const rec = this.rec;
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E]) if (rec[r * R + R_HOLDER] === holder) return r;
     return NONE;
   }
 
-  private groupHolds(e: number, group: number): boolean {
-    for (let r = this.entHead[e]; r !== NONE; r = this.recNextE[r]) {
-      if (this.holders[this.recHolder[r]].group === group) return true;
-    }
+  private groupHolds(head: number, group: number): boolean {
+    const rec = this.rec;
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E]) if (this.hGroup[rec[r * R + R_HOLDER]] === group) return true;
     return false;
   }
 
-  private groupHasRecords(group: number): boolean {
-    return this.holders.some((h) => h.alive && h.group === group && h.count > 0);
-  }
-
-  private dropSpeculative(e: number, cand: number): void {
-    for (let r = this.entHead[e]; r !== NONE; ) {
-      const next = this.recNextE[r];
-      const h = this.holders[this.recHolder[r]];
-      if (h.speculative && h.cand === cand) this.freeRecord(r);
+  private dropSpeculative(slot: number, cand: number): void {
+    const rec = this.rec;
+    for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; ) {
+      const next = rec[r * R + R_NEXT_E];
+      const h = rec[r * R + R_HOLDER];
+      if (this.hSpec[h] === 1 && this.hCand[h] === cand) this.freeRecord(r);
       r = next;
     }
   }
 
-  private newEntry(lo: number, hi: number): number {
-    let e = this.entFree.pop();
-    if (e === undefined) {
-      e = this.entCount++;
-      if (e >= this.entHead.length) {
-        const n = this.entHead.length * 2;
-        this.entHead = grow(this.entHead, n, NONE);
-        this.entLo = grow(this.entLo, n);
-        this.entHi = grow(this.entHi, n);
-      }
-    }
-    this.entHead[e] = NONE;
-    this.entLo[e] = lo;
-    this.entHi[e] = hi;
-    this.table.set(lo, hi, e);
-    return e;
-  }
-
-  private newRecord(e: number, holder: number, expiresAt: number): number {
+  private newRecord(slot: number, lo: number, hi: number, holder: number, elo: number, ehi: number, expiresAt: number): number {
     let r = this.recFree;
-    if (r !== NONE) this.recFree = this.recNextE[r];
+    if (r !== NONE) this.recFree = this.rec[r * R + R_NEXT_E];
     else {
-      r = this.recCount++;
-      if (r >= this.recEntry.length) {
-        const n = this.recEntry.length * 2;
-        this.recEntry = grow(this.recEntry, n);
-        this.recHolder = grow(this.recHolder, n);
-        this.recNextE = grow(this.recNextE, n);
-        this.recPrevH = grow(this.recPrevH, n);
-        this.recNextH = grow(this.recNextH, n);
-        this.recExpiry = grow(this.recExpiry, n);
+      r = this.recTop++;
+      if (r * R >= this.rec.length) {
+        this.rec = grow(this.rec, this.rec.length * 2);
+        this.recExp = grow(this.recExp, this.recExp.length * 2);
       }
     }
-    this.recEntry[r] = e;
-    this.recHolder[r] = holder;
-    this.recExpiry[r] = expiresAt;
-    this.recNextE[r] = this.entHead[e];
-    this.entHead[e] = r;
+    const rec = this.rec;
+    const o = r * R;
+    const tbl = this.table.data;
+    rec[o + R_LO] = lo;
+    rec[o + R_HI] = hi;
+    rec[o + R_HOLDER] = holder;
+    rec[o + R_NEXT_E] = tbl[slot * T + T_HEAD];
+    tbl[slot * T + T_HEAD] = r;
+    tbl[slot * T + T_SIG] ^= recordMix(holder, expiresAt);
+    this.recExp[r] = expiresAt;
+    rec[o + R_ENG_LO] = elo;
+    rec[o + R_ENG_HI] = ehi;
     const h = this.holders[holder];
-    this.recPrevH[r] = h.tail;
-    this.recNextH[r] = NONE;
-    if (h.tail !== NONE) this.recNextH[h.tail] = r;
+    rec[o + R_PREV_H] = h.tail;
+    rec[o + R_NEXT_H] = NONE;
+    if (h.tail !== NONE) rec[h.tail * R + R_NEXT_H] = r;
     else h.head = r;
     h.tail = r;
     h.count++;
@@ -593,49 +598,66 @@ export class BlockIndex {
   }
 
   private unlinkFromHolder(h: Holder, r: number): void {
-    const prev = this.recPrevH[r];
-    const next = this.recNextH[r];
-    if (prev !== NONE) this.recNextH[prev] = next;
+    const rec = this.rec;
+    const prev = rec[r * R + R_PREV_H];
+    const next = rec[r * R + R_NEXT_H];
+    if (prev !== NONE) rec[prev * R + R_NEXT_H] = next;
     else h.head = next;
-    if (next !== NONE) this.recPrevH[next] = prev;
+    if (next !== NONE) rec[next * R + R_PREV_H] = prev;
     else h.tail = prev;
   }
 
   private moveToTail(h: Holder, r: number): void {
     if (h.tail === r) return;
     this.unlinkFromHolder(h, r);
-    this.recPrevH[r] = h.tail;
-    this.recNextH[r] = NONE;
-    if (h.tail !== NONE) this.recNextH[h.tail] = r;
+    const rec = this.rec;
+    rec[r * R + R_PREV_H] = h.tail;
+    rec[r * R + R_NEXT_H] = NONE;
+    if (h.tail !== NONE) rec[h.tail * R + R_NEXT_H] = r;
     else h.head = r;
     h.tail = r;
   }
 
   private freeRecord(r: number): void {
-    const e = this.recEntry[r];
-    const h = this.holders[this.recHolder[r]];
+    const rec = this.rec;
+    const o = r * R;
+    const lo = rec[o + R_LO];
+    const hi = rec[o + R_HI];
+    const holder = rec[o + R_HOLDER];
+    const h = this.holders[holder];
+    const slot = this.table.find(lo, hi);
+    const tbl = this.table.data;
+    const headAt = slot * T + T_HEAD;
     // unlink from the entry's singly linked list
-    if (this.entHead[e] === r) this.entHead[e] = this.recNextE[r];
+    if (tbl[headAt] === r) tbl[headAt] = rec[o + R_NEXT_E];
     else {
-      let p = this.entHead[e];
-      while (this.recNextE[p] !== r) p = this.recNextE[p];
-      this.recNextE[p] = this.recNextE[r];
+      let p = tbl[headAt];
+      while (rec[p * R + R_NEXT_E] !== r) p = rec[p * R + R_NEXT_E];
+      rec[p * R + R_NEXT_E] = rec[o + R_NEXT_E];
     }
+    tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]);
     this.unlinkFromHolder(h, r);
     h.count--;
     this.liveRecords--;
-    this.recNextE[r] = this.recFree;
-    this.recFree = r;
-    if (this.entHead[e] === NONE) {
-      this.table.delete(this.entLo[e], this.entHi[e]);
-      this.entFree.push(e);
+    // Forget the engine hash once no medium of this group holds the block any more.
+    const elo = rec[o + R_ENG_LO];
+    const ehi = rec[o + R_ENG_HI];
+    const emptied = tbl[headAt] === NONE;
+    if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
+      const em = this.groups[h.group].engineMap;
+      if (em) {
+        const s = em.find(elo, ehi);
+        if (s !== NONE && em.data[s * EM + 3] === lo && em.data[s * EM + 4] === hi) em.removeSlot(s);
+      }
     }
+    rec[o + R_NEXT_E] = this.recFree;
+    this.recFree = r;
+    if (emptied) this.table.removeSlot(slot);
   }
 }
 
-function grow<T extends Int32Array | Uint32Array | Float64Array>(a: T, n: number, fill?: number): T {
+function grow<T extends Int32Array | Uint8Array | Float64Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
-  if (fill !== undefined) b.fill(fill, a.length);
   return b;
 }

@@ -1,25 +1,32 @@
 import { describe, expect, it } from 'vitest';
 import { BlockIndex } from '../../src/indexer/block-index.js';
-import { U64Map } from '../../src/indexer/u64-map.js';
+import { U64Table } from '../../src/indexer/u64-table.js';
 
 const H = (...xs: Array<number | bigint>) => BigUint64Array.from(xs.map((x) => BigInt(x)));
 const overlap = (idx: BlockIndex, q: BigUint64Array, now = 0) =>
   Object.fromEntries(idx.query(q, now).candidates.map((c) => [`${c.instance}/${c.dpRank}`, [c.device, c.host, c.disk]]));
 
-describe('U64Map', () => {
-  it('stores, finds, overwrites and deletes with backward shift', () => {
-    const m = new U64Map(4);
+describe('U64Table', () => {
+  it('inserts, finds, and deletes with backward shift across growth', () => {
+    const t = new U64Table(4, 4);
     const keys: Array<[number, number]> = [];
-    for (let i = 0; i < 5000; i++) keys.push([(i * 2654435761) >>> 0, i & 7]);
-    keys.forEach(([lo, hi], i) => m.set(lo, hi, i));
-    expect(m.size).toBe(5000);
-    keys.forEach(([lo, hi], i) => expect(m.get(lo, hi)).toBe(i));
-    for (let i = 0; i < 5000; i += 2) expect(m.delete(keys[i][0], keys[i][1])).toBe(i);
-    expect(m.size).toBe(2500);
-    keys.forEach(([lo, hi], i) => expect(m.get(lo, hi)).toBe(i % 2 ? i : -1));
-    m.set(keys[1][0], keys[1][1], 77);
-    expect(m.get(keys[1][0], keys[1][1])).toBe(77);
-    expect(m.delete(1, 1 << 30)).toBe(-1);
+    for (let i = 0; i < 5000; i++) keys.push([(i * 2654435761) | 0, i & 7]);
+    keys.forEach(([lo, hi], i) => {
+      const s = t.insert(lo, hi);
+      expect(t.created).toBe(true);
+      t.data[s * 4 + 3] = i;
+    });
+    expect(t.size).toBe(5000);
+    expect(t.insert(keys[9][0], keys[9][1]) >= 0 && t.created).toBe(false);
+    keys.forEach(([lo, hi], i) => expect(t.data[t.find(lo, hi) * 4 + 3]).toBe(i));
+    for (let i = 0; i < 5000; i += 2) t.removeSlot(t.find(keys[i][0], keys[i][1]));
+    expect(t.size).toBe(2500);
+    keys.forEach(([lo, hi], i) => {
+      const s = t.find(lo, hi);
+      if (i % 2) expect(t.data[s * 4 + 3]).toBe(i);
+      else expect(s).toBe(-1);
+    });
+    expect(t.find(1, 1 << 30)).toBe(-1);
   });
 });
 
@@ -126,6 +133,26 @@ describe('BlockIndex writes', () => {
     idx.store(s, H(1), null, 5000);
     expect(idx.expire(1000)).toBe(1);
     expect(overlap(idx, H(1), 4000)).toEqual({ 'w/0': [1, 1, 1] });
+  });
+
+  it('adjacent speculative blocks with different expiries are judged one by one', () => {
+    const idx = new BlockIndex();
+    const s = idx.speculativeHolder('w', 0, 1000);
+    idx.store(s, H(1, 2, 3), null, 1000);
+    idx.store(s, H(1), null, 3000); // re-routed with a shorter prompt: only block 1 refreshed
+    expect(overlap(idx, H(1, 2, 3), 2000)).toEqual({ 'w/0': [1, 1, 1] });
+    expect(overlap(idx, H(1, 2, 3), 500)).toEqual({ 'w/0': [3, 3, 3] });
+  });
+
+  it('long runs of blocks with the same holders still end exactly where a holder drops', () => {
+    const idx = new BlockIndex();
+    const run = Array.from({ length: 500 }, (_, i) => BigInt(i + 1));
+    idx.store(idx.holder('a', 0, 'GPU'), H(...run));
+    idx.store(idx.holder('b', 0, 'GPU'), H(...run.slice(0, 300)));
+    idx.store(idx.holder('b', 0, 'CPU'), H(...run.slice(0, 400)));
+    idx.remove(idx.holder('a', 0, 'GPU'), H(250n));
+    idx.store(idx.holder('a', 0, 'DISK'), H(250n));
+    expect(overlap(idx, H(...run))).toEqual({ 'a/0': [249, 249, 500], 'b/0': [300, 400, 400] });
   });
 
   it('removeInstance purges its backends and speculative entries; removeBackend one rank', () => {

@@ -1,0 +1,133 @@
+// Open-addressing hash table keyed by a u64 (lo/hi int32 halves), rows of `stride` int32 words
+// stored inline: [keyLo, keyHi, used, payload...]. One probe touches one cache line, which is what
+// makes the index fast (struct-of-arrays layouts cost a cache miss per field). Linear probing with
+// backward-shift deletion (no tombstones). Slot numbers change on insert (growth) and remove.
+export class U64Table {
+  data: Int32Array;
+  private mask: number;
+  private _size = 0;
+
+  constructor(
+    readonly stride: number,
+    initialCapacity = 1024,
+  ) {
+    if (stride < 3) throw new RangeError('stride must leave room for key and used flag');
+    let cap = 16;
+    while (cap < initialCapacity * 2) cap <<= 1;
+    this.data = new Int32Array(cap * stride);
+    this.mask = cap - 1;
+  }
+
+  get size(): number {
+    return this._size;
+  }
+
+  get byteLength(): number {
+    return this.data.byteLength;
+  }
+
+  get capacity(): number {
+    return this.mask + 1;
+  }
+
+  static home(lo: number, hi: number, mask: number): number {
+    let h = Math.imul(lo ^ Math.imul(hi, 0x9e3779b1), 0x85ebca6b);
+    h ^= h >>> 15;
+    return h & mask;
+  }
+
+  /** Slot of the key, or -1. */
+  find(lo: number, hi: number): number {
+    const d = this.data;
+    const st = this.stride;
+    const mask = this.mask;
+    lo |= 0;
+    hi |= 0;
+    let s = U64Table.home(lo, hi, mask);
+    for (;;) {
+      const o = s * st;
+      if (d[o + 2] === 0) return -1;
+      if (d[o] === lo && d[o + 1] === hi) return s;
+      s = (s + 1) & mask;
+    }
+  }
+
+  /** Slot of the key, inserting an empty row (payload zeroed) when absent. `created` tells which. */
+  insert(lo: number, hi: number): number {
+    if ((this._size + 1) * 2 > this.capacity) this.grow();
+    lo |= 0;
+    hi |= 0;
+    const d = this.data;
+    const st = this.stride;
+    let s = U64Table.home(lo, hi, this.mask);
+    for (;;) {
+      const o = s * st;
+      if (d[o + 2] === 0) {
+        d[o] = lo;
+        d[o + 1] = hi;
+        d[o + 2] = 1;
+        for (let k = 3; k < st; k++) d[o + k] = 0;
+        this._size++;
+        this.created = true;
+        return s;
+      }
+      if (d[o] === lo && d[o + 1] === hi) {
+        this.created = false;
+        return s;
+      }
+      s = (s + 1) & this.mask;
+    }
+  }
+
+  /** Whether the last insert() created the row. */
+  created = false;
+
+  /** Delete the row at a slot, shifting later members of its probe run back. */
+  removeSlot(slot: number): void {
+    const d = this.data;
+    const st = this.stride;
+    const mask = this.mask;
+    let hole = slot;
+    let j = slot;
+    for (;;) {
+      j = (j + 1) & mask;
+      const oj = j * st;
+      if (d[oj + 2] === 0) break;
+      const home = U64Table.home(d[oj], d[oj + 1], mask);
+      const inRange = hole <= j ? home > hole && home <= j : home > hole || home <= j;
+      if (inRange) continue;
+      d.copyWithin(hole * st, oj, oj + st);
+      hole = j;
+    }
+    d[hole * st + 2] = 0;
+    this._size--;
+  }
+
+  forEachSlot(fn: (slot: number) => void): void {
+    const d = this.data;
+    const st = this.stride;
+    for (let s = 0; s <= this.mask; s++) if (d[s * st + 2] !== 0) fn(s);
+  }
+
+  clear(): void {
+    this.data.fill(0);
+    this._size = 0;
+  }
+
+  private grow(): void {
+    const old = this.data;
+    const st = this.stride;
+    const oldCap = this.mask + 1;
+    const cap = oldCap * 2;
+    this.data = new Int32Array(cap * st);
+    this.mask = cap - 1;
+    const d = this.data;
+    for (let s = 0; s < oldCap; s++) {
+      const o = s * st;
+      if (old[o + 2] === 0) continue;
+      let t = U64Table.home(old[o], old[o + 1], this.mask);
+      while (d[t * st + 2] !== 0) t = (t + 1) & this.mask;
+      d.set(old.subarray(o, o + st), t * st);
+    }
+  }
+}
