@@ -71,7 +71,7 @@ function benchApply(totalBlocks: number): { coldFill: number; indexOnly: number;
     parent_hash: null,
     token_ids: null,
   }));
-  t = performance.now();
+  let t = performance.now();
   for (const e of evs) applier.apply(e);
   const applierStd = (evs.length * BATCH) / ((performance.now() - t) / 1000);
 
