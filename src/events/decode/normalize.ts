@@ -3,7 +3,7 @@
 import type { KvEvent, StreamIdentity } from '../model.js';
 import type { DecodeContext } from './context.js';
 import type { Bad, EngineEvent, EngineStored, Skip } from './engine-event.js';
-import { expandRemoved, splitBlocks } from './rechunk.js';
+import { expandRemoved, splitBlocks, splitRatio } from './rechunk.js';
 
 /** Batch-level facts every event of a batch shares. */
 export interface BatchInfo {
@@ -73,8 +73,10 @@ function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
   }
 
   let ratio = 1;
-  if (blockSize !== reg.blockSize && blockSize > reg.blockSize && blockSize % reg.blockSize === 0 && tokens.length > 0) {
-    ratio = blockSize / reg.blockSize;
+  // Split engine blocks larger than the registered size (see rechunk.ts). Smaller ones (SGLang with a
+  // page size below the registered block size) stay in their own block-size namespace.
+  if (blockSize > reg.blockSize && tokens.length > 0 && (blockSize % reg.blockSize === 0 || hashes.length === 1)) {
+    ratio = splitRatio(blockSize, reg.blockSize);
     const split = splitBlocks(hashes, tokens, blockSize, reg.blockSize);
     hashes = split.hashes;
     tokens = split.tokens;

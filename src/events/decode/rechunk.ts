@@ -21,22 +21,29 @@ export interface Chunked {
   tokens: number[];
 }
 
+/** Router blocks per engine block, rounded up: removals expand to this many ids. */
+export function splitRatio(engineSize: number, routerSize: number): number {
+  return Math.ceil(engineSize / routerSize);
+}
+
 /**
  * Split `hashes.length` engine blocks of `engineSize` tokens into router blocks of `routerSize`.
- * A short last engine block (LMCache's final partial chunk) keeps its complete router blocks.
+ * An engine block that does not end on a router block boundary (LMCache's final partial chunk, or
+ * a chunk size that is not a multiple) keeps its complete router blocks under derived ids only, so
+ * a child naming it as parent is reported as an orphan instead of being hashed at the wrong offset.
  */
 export function splitBlocks(hashes: readonly bigint[], tokens: readonly number[], engineSize: number, routerSize: number): Chunked {
-  const k = engineSize / routerSize;
   const out: bigint[] = [];
   let used = 0;
   for (let c = 0; c < hashes.length; c++) {
     const start = c * engineSize;
     const len = Math.min(engineSize, tokens.length - start);
     const m = len > 0 ? Math.floor(len / routerSize) : 0;
-    for (let i = 0; i < m - 1; i++) out.push(subBlockId(hashes[c], i));
-    if (m > 0) out.push(hashes[c]);
+    const aligned = len === m * routerSize;
+    for (let i = 0; i < (aligned ? m - 1 : m); i++) out.push(subBlockId(hashes[c], i));
+    if (aligned && m > 0) out.push(hashes[c]);
     used += m * routerSize;
-    if (m < k) break; // a partial engine block can only be the last one
+    if (!aligned || len < engineSize) break; // later engine blocks would start mid router block
   }
   return { hashes: out, tokens: tokens.length === used ? (tokens as number[]) : tokens.slice(0, used) };
 }
