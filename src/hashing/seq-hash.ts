@@ -3,7 +3,17 @@
 //   seq[0]   = local[0]
 //   seq[i]   = XXH3-64(le64(seq[i-1]) || le64(local[i]), chainSeed)
 // Only complete blocks are hashed. With no LoRA and no salt, localSeed == chainSeed == S.
+import { loadWasmXxh3 } from './wasm-xxh3.js';
 import { U64_MASK, xxh3_64 } from './xxh3.js';
+
+// The WASM build hashes a prompt in one call; without it (dist/ not built) we fall back to the
+// library per block, with identical results.
+const wasm = loadWasmXxh3();
+
+/** Which XXH3 implementation hashes prompts: 'wasm' (batch) or 'native' (@node-rs/xxhash per block). */
+export function hashingBackend(): 'wasm' | 'native' {
+  return wasm ? 'wasm' : 'native';
+}
 
 export const DEFAULT_HASH_SEED = 1337n;
 
@@ -67,6 +77,7 @@ export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number, s
   checkBlockSize(blockSize);
   const n = completeBlocks(tokens.length, blockSize);
   const u32 = asU32(tokens, n * blockSize);
+  if (wasm) return wasm.blocks(u32, blockSize, space.localSeed, null, null);
   const bytes = new Uint8Array(u32.buffer, u32.byteOffset, n * blockSize * 4);
   const out = new BigUint64Array(n);
   const stride = blockSize * 4;
@@ -94,6 +105,11 @@ export function seqHashes(
   space: HashSpace,
   parent: bigint | null = null,
 ): BigUint64Array {
+  if (wasm) {
+    checkBlockSize(blockSize);
+    const u32 = asU32(tokens, completeBlocks(tokens.length, blockSize) * blockSize);
+    return wasm.blocks(u32, blockSize, space.localSeed, space.chainSeed, parent);
+  }
   const locals = localBlockHashes(tokens, blockSize, space);
   return chainLocals(locals, space, parent);
 }

@@ -95,3 +95,44 @@ describe('LoRA and salt hash spaces (Dynamo derivation)', () => {
     expect(plain.localSeed).toBe(1337n);
   });
 });
+
+describe('WASM XXH3 agrees with @node-rs/xxhash', () => {
+  it('is the active backend (dist/ is built by the global setup)', async () => {
+    const { hashingBackend } = await import('../../src/hashing/index.js');
+    expect(hashingBackend()).toBe('wasm');
+  });
+
+  it('on every input length 0..1100 and several seeds', async () => {
+    const { loadWasmXxh3 } = await import('../../src/hashing/wasm-xxh3.js');
+    const wasm = loadWasmXxh3()!;
+    const bytes = new Uint8Array(1100);
+    let x = 12345;
+    for (let i = 0; i < bytes.length; i++) bytes[i] = (x = (Math.imul(x, 1103515245) + 12345) >>> 0) >>> 24;
+    for (const seed of [0n, 1337n, (1n << 64n) - 1n, (1n << 32n) + 1n, 0x9e3779b97f4a7c15n]) {
+      for (let len = 0; len <= 1100; len++) {
+        const input = bytes.subarray(0, len);
+        if (wasm.xxh3(input, seed) !== xxh3_64(input, seed)) throw new Error(`mismatch at len ${len} seed ${seed}`);
+      }
+    }
+  });
+
+  it('hashes whole prompts exactly like the per-block library path, for many block sizes', async () => {
+    const { loadWasmXxh3 } = await import('../../src/hashing/wasm-xxh3.js');
+    const wasm = loadWasmXxh3()!;
+    const tokens = Uint32Array.from({ length: 4100 }, (_, i) => (Math.imul(i + 1, 2654435761) >>> 0) % 152000);
+    const space = hashSpace({ loraName: 'a', salt: 'b' });
+    for (const bs of [1, 2, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 59, 60, 61, 64, 128, 256, 1024]) {
+      const locals: bigint[] = [];
+      const seq: bigint[] = [];
+      for (let b = 0; (b + 1) * bs <= tokens.length; b++) {
+        const blk = new Uint8Array(tokens.buffer, b * bs * 4, bs * 4);
+        const local = xxh3_64(blk, space.localSeed);
+        locals.push(local);
+        seq.push(b === 0 ? local : chainHash(seq[b - 1], local, space.chainSeed));
+      }
+      expect([...wasm.blocks(tokens, bs, space.localSeed, null, null)]).toEqual(locals);
+      expect([...wasm.blocks(tokens, bs, space.localSeed, space.chainSeed, null)]).toEqual(seq);
+      if (seq.length > 1) expect([...wasm.blocks(tokens.subarray(bs), bs, space.localSeed, space.chainSeed, seq[0])]).toEqual(seq.slice(1));
+    }
+  });
+});

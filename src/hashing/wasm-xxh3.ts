@@ -1,0 +1,69 @@
+// Loader for the WebAssembly XXH3 (src/hashing/wasm/xxh3.ts, built to dist/hashing/xxh3.wasm):
+// one call hashes a whole prompt, instead of two native calls per block.
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+// The few WebAssembly JS API types used here (Node's globals; not in @types/node's lib set).
+interface WasmMemory {
+  readonly buffer: ArrayBuffer;
+  grow(pages: number): number;
+}
+declare const WebAssembly: {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { exports: object };
+};
+
+interface Exports {
+  memory: WasmMemory;
+  BASE: { value: number };
+  xxh3(p: number, len: number, seed: bigint): bigint;
+  seqHashes(tokens: number, blocks: number, blockSize: number, localSeed: bigint, chainSeed: bigint, hasParent: number, parent: bigint, out: number): void;
+  localHashes(tokens: number, blocks: number, blockSize: number, localSeed: bigint, out: number): void;
+}
+
+export interface WasmXxh3 {
+  xxh3(bytes: Uint8Array, seed: bigint): bigint;
+  /** Seq hashes (or local hashes when `chainSeed` is null) of the complete blocks in `tokens`. */
+  blocks(tokens: Uint32Array, blockSize: number, localSeed: bigint, chainSeed: bigint | null, parent: bigint | null): BigUint64Array;
+}
+
+const CANDIDATES = ['./xxh3.wasm', '../../dist/hashing/xxh3.wasm'];
+
+function locate(): string | null {
+  for (const rel of CANDIDATES) {
+    const p = fileURLToPath(new URL(rel, import.meta.url));
+    if (existsSync(p)) return p;
+  }
+  return null;
+}
+
+export function loadWasmXxh3(): WasmXxh3 | null {
+  const path = locate();
+  if (!path) return null;
+  const instance = new WebAssembly.Instance(new WebAssembly.Module(readFileSync(path)), {});
+  const ex = instance.exports as unknown as Exports;
+  const base = Number(ex.BASE.value);
+  const ensure = (bytes: number) => {
+    const need = base + bytes;
+    const have = ex.memory.buffer.byteLength;
+    if (need > have) ex.memory.grow(Math.ceil((need - have) / 65536));
+  };
+  return {
+    xxh3(bytes, seed) {
+      ensure(bytes.length);
+      new Uint8Array(ex.memory.buffer, base, bytes.length).set(bytes);
+      return BigInt.asUintN(64, ex.xxh3(base, bytes.length, seed));
+    },
+    blocks(tokens, blockSize, localSeed, chainSeed, parent) {
+      const n = Math.floor(tokens.length / blockSize);
+      if (n === 0) return new BigUint64Array(0);
+      const inBytes = n * blockSize * 4;
+      const outAt = base + ((inBytes + 7) & ~7);
+      ensure(outAt - base + n * 8);
+      new Uint32Array(ex.memory.buffer, base, n * blockSize).set(tokens.subarray(0, n * blockSize));
+      if (chainSeed === null) ex.localHashes(base, n, blockSize, localSeed, outAt);
+      else ex.seqHashes(base, n, blockSize, localSeed, chainSeed, parent === null ? 0 : 1, parent ?? 0n, outAt);
+      return new BigUint64Array(ex.memory.buffer, outAt, n).slice();
+    },
+  };
+}
