@@ -21,6 +21,8 @@ export interface TokenOutput {
   finishReason: FinishReason | null;
   /** The stop token id when finishReason is 'stop'. */
   stopReason: number | null;
+  /** Prompt tokens reused from cache (GPU + host) when the request was first admitted. */
+  cachedTokens: number;
 }
 
 export interface StepOutput {
@@ -210,6 +212,6 @@ export class EngineCore {
       this.byId.delete(req.id);
       req.state = 'finished';
     }
-    return { requestId: req.id, token, index, finishReason, stopReason };
+    return { requestId: req.id, token, index, finishReason, stopReason, cachedTokens: req.cachedTokens ?? 0 };
   }
 }

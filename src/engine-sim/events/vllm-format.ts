@@ -1,0 +1,68 @@
+// vLLM KvCacheEvent encodings (see docs/engine-sim.md for byte-level shapes):
+//   map   (vLLM >= PR #42892, v0.26+): tagged maps, `None` defaults omitted, required fields kept;
+//   array (v0.2x before #42892):       tagged positional arrays with all 11 fields.
+// One BlockRemoved per evicted block, as vLLM's block pool emits them.
+import type { BlockContent } from '../core/block.js';
+import type { CoreKvEvent } from '../core/kv-events.js';
+import { concatTokens, type WireContext, type WireEncoder } from './wire.js';
+
+const KIND = 'full_attention';
+
+function loraId(ctx: WireContext, blocks: readonly BlockContent[]): number | null {
+  const name = blocks[0].loraName;
+  return name ? (ctx.loraIds.get(name) ?? null) : null;
+}
+
+function storedMap(ctx: WireContext, medium: string, blocks: BlockContent[]): Record<string, unknown> {
+  return {
+    type: 'BlockStored',
+    block_hashes: blocks.map((b) => b.hash),
+    parent_block_hash: blocks[0].parent,
+    token_ids: concatTokens(blocks),
+    block_size: ctx.blockSize,
+    lora_id: loraId(ctx, blocks),
+    medium,
+    lora_name: blocks[0].loraName,
+    extra_keys: blocks.map((b) => b.extraKeys),
+    group_idx: 0,
+    kv_cache_spec_kind: KIND,
+  };
+}
+
+function storedArray(ctx: WireContext, medium: string, blocks: BlockContent[]): unknown[] {
+  return [
+    'BlockStored',
+    blocks.map((b) => b.hash),
+    blocks[0].parent,
+    concatTokens(blocks),
+    ctx.blockSize,
+    loraId(ctx, blocks),
+    medium,
+    blocks[0].loraName,
+    blocks.map((b) => b.extraKeys),
+    0,
+    KIND,
+    null, // kv_cache_spec_sliding_window
+  ];
+}
+
+export function vllmEncoder(ctx: WireContext, layout: 'map' | 'array'): WireEncoder {
+  return {
+    format: layout,
+    render(events: readonly CoreKvEvent[]): unknown[] {
+      const out: unknown[] = [];
+      for (const ev of events) {
+        if (ev.type === 'cleared') out.push(layout === 'map' ? { type: 'AllBlocksCleared' } : ['AllBlocksCleared']);
+        else if (ev.type === 'stored') out.push(layout === 'map' ? storedMap(ctx, ev.medium, ev.blocks) : storedArray(ctx, ev.medium, ev.blocks));
+        else
+          for (const b of ev.blocks)
+            out.push(
+              layout === 'map'
+                ? { type: 'BlockRemoved', block_hashes: [b.hash], medium: ev.medium, group_idx: 0 }
+                : ['BlockRemoved', [b.hash], ev.medium, 0],
+            );
+      }
+      return out;
+    },
+  };
+}

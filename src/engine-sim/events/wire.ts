@@ -1,0 +1,50 @@
+// Wire-format seam: each --event-format renders the core's events as msgpack-ready values, and
+// every format shares vLLM's outer batch `[ts: float64, events, dp_rank]`.
+import { Encoder } from '@msgpack/msgpack';
+import type { CoreKvEvent } from '../core/kv-events.js';
+
+export type EventFormat = 'map' | 'array' | 'sglang' | 'mooncake';
+export const EVENT_FORMATS: readonly EventFormat[] = ['map', 'array', 'sglang', 'mooncake'];
+
+/** Publisher identity the wire needs beyond the events themselves. */
+export interface WireContext {
+  blockSize: number;
+  modelName: string;
+  dpRank: number;
+  /** LoRA adapter ids (vLLM's deprecated lora_id), by name. */
+  loraIds: ReadonlyMap<string, number>;
+  /** Mooncake envelope. */
+  tenantId: string;
+  backendId: string;
+}
+
+export interface WireEncoder {
+  readonly format: EventFormat;
+  /** Render one pass worth of events (order preserved); `nowMs` stamps Mooncake events. */
+  render(events: readonly CoreKvEvent[], nowMs: number): unknown[];
+}
+
+const encoder = new Encoder({ useBigInt64: true });
+
+/**
+ * msgpack of `[ts, events, dp_rank]`. `ts` is always written as float64 (0xcb) the way msgspec
+ * writes Python floats, even when the value happens to be integral.
+ */
+export function encodeBatch(tsSeconds: number, events: readonly unknown[], dpRank: number): Uint8Array {
+  const body = encoder.encode(events);
+  const rank = encoder.encode(dpRank);
+  const out = new Uint8Array(10 + body.length + rank.length);
+  out[0] = 0x93;
+  out[1] = 0xcb;
+  new DataView(out.buffer).setFloat64(2, tsSeconds, false);
+  out.set(body, 10);
+  out.set(rank, 10 + body.length);
+  return out;
+}
+
+/** Tokens of consecutive blocks, concatenated (token_ids on the wire). */
+export function concatTokens(blocks: readonly { tokens: Uint32Array }[]): number[] {
+  const out: number[] = [];
+  for (const b of blocks) for (const t of b.tokens) out.push(t);
+  return out;
+}

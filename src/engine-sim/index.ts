@@ -1,0 +1,11 @@
+// Public API of the simulated engine: embed engines (router `npm start`, tests, benchmarks) or
+// drive the pure core directly.
+export { startEngine, startEngines, type EngineHandle, type RankEndpoints } from './engine.js';
+export { resolveOptions, ENGINE_DEFAULTS, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+export { EVENT_FORMATS, type EventFormat } from './events/wire.js';
+export type { ReplayLayout } from './events/zmq-publisher.js';
+export { EngineCore, type StepOutput, type TokenOutput, type CoreStats } from './core/engine-core.js';
+export type { CoreConfig } from './core/config.js';
+export type { SimRequestSpec } from './core/request.js';
+export type { CoreKvEvent } from './core/kv-events.js';
+export { prefillMs, decodeMs } from './core/timing.js';

