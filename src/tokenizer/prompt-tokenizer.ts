@@ -41,10 +41,9 @@ class CachedPromptTokenizer implements PromptTokenizer {
     return this.renderer.render(req);
   }
 
-  encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
+  async encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
     this.assertOpen();
-    // Render synchronously (it throws ChatTemplateError), then tokenize without special tokens added:
-    // the template already wrote them, as vLLM's chat path does.
+    // Tokenized without special tokens added: the template already wrote them, as in vLLM's chat path.
     return this.encodeSegmented(this.renderer.render(req));
   }
 
@@ -56,7 +55,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
     return concat([prefix, body, suffix]);
   }
 
-  decode(ids: ArrayLike<number>, opts?: { skipSpecialTokens?: boolean }): Promise<string> {
+  async decode(ids: ArrayLike<number>, opts?: { skipSpecialTokens?: boolean }): Promise<string> {
     this.assertOpen();
     return this.native.decode(ids, opts?.skipSpecialTokens ?? false);
   }
