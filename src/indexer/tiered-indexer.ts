@@ -1,5 +1,5 @@
 // The multi-namespace indexer: the one object the router, the HTTP API and the event applier share.
-import { seqHashes } from '../hashing/index.js';
+import { type HashSpace, hashSpace, seqHashes } from '../hashing/index.js';
 import type { OverlapResult } from './block-index.js';
 import { Namespace, type NamespaceId, namespaceKey, normalizeNamespace } from './namespace.js';
 
@@ -46,6 +46,12 @@ export class TieredIndexer {
   /** The instance a backend's blocks belong to (null = shared pool). */
   ownerOf(backend: string): string | null {
     return this.owners.has(backend) ? this.owners.get(backend)! : backend;
+  }
+
+  /** The hash space a namespace uses (without creating the namespace). */
+  spaceFor(id: Parameters<typeof normalizeNamespace>[0]): HashSpace {
+    const nid = normalizeNamespace(id);
+    return this.find(nid)?.space ?? hashSpace({ seed: this.modelSeeds.get(nid.model) ?? this.defaultSeed, loraName: nid.loraName, salt: nid.salt });
   }
 
   /** Existing namespace or undefined (queries never create namespaces). */

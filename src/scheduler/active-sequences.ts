@@ -1,0 +1,153 @@
+// In-flight load per (instance, dp rank): prefill tokens not yet computed and KV blocks held by
+// running requests. A prompt block shared by several in-flight requests on the same worker counts
+// once (refcounted). Every booking is released exactly once: prefill at the first token, blocks at
+// completion, error or abort; a stale sweep frees bookings a caller never released.
+import { U64Table } from '../indexer/u64-table.js';
+
+const RC = 4; // table row: [lo, hi, used, refcount]
+
+export interface Load {
+  activePrefillTokens: number;
+  activeBlocks: number;
+  activeRequests: number;
+}
+
+export interface Booking {
+  readonly id: string;
+  readonly instance: string;
+  readonly dpRank: number;
+  readonly blocks: BigUint64Array;
+  readonly prefillTokens: number;
+  readonly createdAt: number;
+  prefillDone: boolean;
+}
+
+class WorkerLoad {
+  readonly blocks = new U64Table(RC, 256);
+  prefillTokens = 0;
+  requests = 0;
+
+  hold(blocks: BigUint64Array): void {
+    const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
+    for (let i = 0; i < blocks.length; i++) {
+      const s = this.blocks.insert(v[2 * i], v[2 * i + 1]);
+      this.blocks.data[s * RC + 3]++;
+    }
+  }
+
+  release(blocks: BigUint64Array): void {
+    const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
+    for (let i = 0; i < blocks.length; i++) {
+      const s = this.blocks.find(v[2 * i], v[2 * i + 1]);
+      if (s < 0) continue;
+      if (--this.blocks.data[s * RC + 3] <= 0) this.blocks.removeSlot(s);
+    }
+  }
+
+  /** Length of the request's block prefix already held by in-flight requests here. */
+  heldPrefix(blocks: BigUint64Array): number {
+    const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
+    let i = 0;
+    while (i < blocks.length && this.blocks.find(v[2 * i], v[2 * i + 1]) >= 0) i++;
+    return i;
+  }
+}
+
+const key = (instance: string, dpRank: number) => `${instance}\u0000${dpRank}`;
+
+export class ActiveSequences {
+  private readonly workers = new Map<string, WorkerLoad>();
+  private readonly bookings = new Map<string, Booking>();
+
+  private worker(instance: string, dpRank: number): WorkerLoad {
+    const k = key(instance, dpRank);
+    let w = this.workers.get(k);
+    if (!w) this.workers.set(k, (w = new WorkerLoad()));
+    return w;
+  }
+
+  load(instance: string, dpRank: number): Load {
+    const w = this.workers.get(key(instance, dpRank));
+    if (!w) return { activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 };
+    return { activePrefillTokens: w.prefillTokens, activeBlocks: w.blocks.size, activeRequests: w.requests };
+  }
+
+  /** Blocks of this request that would be new on the worker (not already held by in-flight requests). */
+  newBlocks(instance: string, dpRank: number, blocks: BigUint64Array): number {
+    const w = this.workers.get(key(instance, dpRank));
+    return w ? blocks.length - w.heldPrefix(blocks) : blocks.length;
+  }
+
+  /** Book a request. Throws if the id is already booked (ids must be unique per router). */
+  book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number): Booking {
+    if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
+    const w = this.worker(instance, dpRank);
+    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), createdAt: now, prefillDone: false };
+    w.hold(b.blocks);
+    w.prefillTokens += b.prefillTokens;
+    w.requests++;
+    this.bookings.set(id, b);
+    return b;
+  }
+
+  /** The first token arrived: the prompt is computed. Idempotent; false for unknown ids. */
+  prefillComplete(id: string): boolean {
+    const b = this.bookings.get(id);
+    if (!b) return false;
+    if (!b.prefillDone) {
+      b.prefillDone = true;
+      const w = this.worker(b.instance, b.dpRank);
+      w.prefillTokens -= b.prefillTokens;
+    }
+    return true;
+  }
+
+  /** Release everything the booking holds. Idempotent; false for unknown ids. */
+  free(id: string): boolean {
+    const b = this.bookings.get(id);
+    if (!b) return false;
+    this.bookings.delete(id);
+    const w = this.worker(b.instance, b.dpRank);
+    if (!b.prefillDone) w.prefillTokens -= b.prefillTokens;
+    w.release(b.blocks);
+    w.requests--;
+    if (w.requests === 0) this.workers.delete(key(b.instance, b.dpRank));
+    return true;
+  }
+
+  get(id: string): Booking | undefined {
+    return this.bookings.get(id);
+  }
+
+  /** Free bookings older than maxAgeMs; returns their ids. */
+  sweep(now: number, maxAgeMs: number): string[] {
+    const stale: string[] = [];
+    for (const b of this.bookings.values()) if (now - b.createdAt > maxAgeMs) stale.push(b.id);
+    for (const id of stale) this.free(id);
+    return stale;
+  }
+
+  /** Free every booking on an instance (removed from the pool). */
+  dropInstance(instance: string): number {
+    const ids = [...this.bookings.values()].filter((b) => b.instance === instance).map((b) => b.id);
+    for (const id of ids) this.free(id);
+    return ids.length;
+  }
+
+  get size(): number {
+    return this.bookings.size;
+  }
+
+  /** Totals across workers (for metrics and the zero-leak invariant). */
+  totals(): Load {
+    let activePrefillTokens = 0;
+    let activeBlocks = 0;
+    let activeRequests = 0;
+    for (const w of this.workers.values()) {
+      activePrefillTokens += w.prefillTokens;
+      activeBlocks += w.blocks.size;
+      activeRequests += w.requests;
+    }
+    return { activePrefillTokens, activeBlocks, activeRequests };
+  }
+}

@@ -1,0 +1,101 @@
+// The cost function, and nothing else (Dynamo-style):
+//   credited   = device + host_ext x cpu + disk_ext x disk + shared_ext x shared   (blocks)
+//   prefill    = (active_prefill_tokens + max(isl - credited x bs, 0)) / bs
+//   decode     = active_blocks + new_blocks                 (0 when active blocks are not tracked)
+//   cost       = overlap_weight x prefill + decode
+// Unlike Dynamo, a block reachable both from a lower own tier and from the shared pool is credited
+// once, at the better of the two weights (Dynamo adds both: a known double count).
+
+export interface MediumWeights {
+  /** Credit for a block found only on the instance's host tier (0..1). */
+  cpu: number;
+  /** Credit for a block found only on disk/external tiers (0..1). */
+  disk: number;
+  /** Credit for a block readable from a shared pool beyond the instance's own tiers (0..1). */
+  shared: number;
+}
+
+export interface CostWeights {
+  overlapWeight: number;
+  medium: MediumWeights;
+  /** Track decode blocks (false for prefill-only pools: cost is prefill only). */
+  trackActiveBlocks: boolean;
+}
+
+export interface CostInput {
+  /** Cumulative own-tier prefixes in blocks: device <= host <= disk. */
+  device: number;
+  host: number;
+  disk: number;
+  /** Shared pool's contiguous prefix in blocks. */
+  shared: number;
+  activePrefillTokens: number;
+  activeBlocks: number;
+  /** Request blocks not already held by in-flight requests on the worker. */
+  newBlocks: number;
+}
+
+export interface CostBreakdown {
+  creditedBlocks: number;
+  prefillBlocks: number;
+  decodeBlocks: number;
+  cost: number;
+}
+
+/** Blocks of [from, to) inside [0, shared) count at max(w, shared weight), the rest at w. */
+function range(from: number, to: number, w: number, shared: number, sharedW: number): number {
+  if (to <= from) return 0;
+  const inShared = Math.max(0, Math.min(to, shared) - from);
+  return inShared * Math.max(w, sharedW) + (to - from - inShared) * w;
+}
+
+export function creditedBlocks(c: Pick<CostInput, 'device' | 'host' | 'disk' | 'shared'>, m: MediumWeights): number {
+  const host = Math.max(c.host, c.device);
+  const disk = Math.max(c.disk, host);
+  return (
+    c.device +
+    range(c.device, host, m.cpu, c.shared, m.shared) +
+    range(host, disk, m.disk, c.shared, m.shared) +
+    Math.max(0, c.shared - disk) * m.shared
+  );
+}
+
+export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeights): CostBreakdown {
+  const credited = creditedBlocks(c, w.medium);
+  const prefillBlocks = (c.activePrefillTokens + Math.max(isl - credited * blockSize, 0)) / blockSize;
+  const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
+  return { creditedBlocks: credited, prefillBlocks, decodeBlocks, cost: w.overlapWeight * prefillBlocks + decodeBlocks };
+}
+
+/**
+ * Pick an index: temperature 0 = argmin with a uniform tie-break among equals; T > 0 = softmax over
+ * range-normalised costs, p_i ~ exp(-(c_i - min) / ((max - min) T)). `rand` returns [0, 1).
+ */
+export function pickByCost(costs: readonly number[], temperature: number, rand: () => number): number {
+  if (costs.length === 0) return -1;
+  let min = Infinity;
+  let max = -Infinity;
+  for (const c of costs) {
+    if (c < min) min = c;
+    if (c > max) max = c;
+  }
+  if (temperature <= 0 || max === min || !Number.isFinite(max - min)) {
+    let chosen = -1;
+    let ties = 0;
+    for (let i = 0; i < costs.length; i++) {
+      if (costs[i] !== min) continue;
+      ties++;
+      if (rand() * ties < 1) chosen = i; // reservoir sampling: uniform among ties
+    }
+    return chosen;
+  }
+  const range = max - min;
+  const weights = costs.map((c) => Math.exp(-(c - min) / (range * temperature)));
+  const total = weights.reduce((a, b) => a + b, 0);
+  let u = rand() * total;
+  for (let i = 0; i < weights.length; i++) {
+    u -= weights[i];
+    if (u < 0) return i;
+  }
+  return weights.length - 1;
+}

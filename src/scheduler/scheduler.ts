@@ -1,0 +1,150 @@
+// Selection and booking, shared by the proxy path and the decision API (one implementation).
+// Pure: the caller supplies candidates, `now` and randomness; no sockets, no timers.
+import { seqHashes } from '../hashing/index.js';
+import type { NamespaceId } from '../indexer/namespace.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
+import { type CostWeights, cost } from './cost.js';
+import { POLICY_IMPL, type PolicyName } from './policies.js';
+
+export interface Candidate {
+  instance: string;
+  dpRank: number;
+}
+
+export interface BusyThresholds {
+  /** A worker with more un-prefilled tokens in flight is busy. */
+  maxActivePrefillTokens: number;
+  /** A worker holding more KV blocks for in-flight requests is busy. */
+  maxActiveBlocks: number;
+}
+
+export interface RouteInput {
+  ns: NamespaceId;
+  candidates: readonly Candidate[];
+  /** Prompt tokens, or precomputed router seq hashes. */
+  tokens?: ArrayLike<number>;
+  seq?: BigUint64Array;
+  /** Prompt length in tokens (defaults to tokens.length or seq.length x block size). */
+  isl?: number;
+  policy: PolicyName;
+  weights: CostWeights;
+  temperature: number;
+  sessionKey?: string | null;
+  target?: string | null;
+  busy?: BusyThresholds | null;
+  /** Candidates to skip (instance ids), e.g. after a failed attempt. */
+  exclude?: ReadonlySet<string>;
+}
+
+export interface CandidateScore extends Candidate {
+  device: number;
+  host: number;
+  disk: number;
+  shared: number;
+  newBlocks: number;
+  creditedBlocks: number;
+  prefillBlocks: number;
+  decodeBlocks: number;
+  cost: number;
+  load: Load;
+  busy: boolean;
+}
+
+export type NoRouteReason = 'no_candidates' | 'all_busy' | 'unknown_target';
+
+export interface Decision {
+  chosen: CandidateScore | null;
+  reason: NoRouteReason | null;
+  policy: PolicyName;
+  candidates: CandidateScore[];
+  seq: BigUint64Array;
+  isl: number;
+  blockSize: number;
+}
+
+export interface BookOptions {
+  requestId: string;
+  now: number;
+  /** Speculative insert of the request's blocks on the chosen instance (ms; 0 = none). */
+  speculativeTtlMs: number;
+}
+
+export class Scheduler {
+  readonly active = new ActiveSequences();
+  private readonly turns = new Map<string, number>();
+
+  constructor(
+    private readonly indexer: TieredIndexer,
+    private readonly rand: () => number = Math.random,
+  ) {}
+
+  /** Every candidate's overlap per tier, load and cost for a prompt; changes nothing. */
+  score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
+    const bs = input.ns.blockSize;
+    const ns = this.indexer.find(input.ns);
+    const space = this.indexer.spaceFor(input.ns);
+    const seq = input.seq ?? seqHashes(input.tokens ?? [], bs, space);
+    const isl = input.isl ?? input.tokens?.length ?? seq.length * bs;
+    const overlap = ns ? ns.index.query(seq, now, new Set(input.candidates.map((c) => c.instance))) : null;
+    const byCand = new Map<string, { device: number; host: number; disk: number }>();
+    for (const o of overlap?.candidates ?? []) byCand.set(`${o.instance}\u0000${o.dpRank}`, o);
+    const shared = overlap?.sharedBlocks ?? 0;
+    const candidates = input.candidates.map((c) => {
+      const o = byCand.get(`${c.instance}\u0000${c.dpRank}`) ?? { device: 0, host: 0, disk: 0 };
+      const load = this.active.load(c.instance, c.dpRank);
+      const newBlocks = this.active.newBlocks(c.instance, c.dpRank, seq);
+      const b = cost({ ...o, shared, ...load, newBlocks }, isl, bs, input.weights);
+      const busy = input.busy ? load.activePrefillTokens > input.busy.maxActivePrefillTokens || load.activeBlocks > input.busy.maxActiveBlocks : false;
+      return { ...c, device: o.device, host: o.host, disk: o.disk, shared, newBlocks, ...b, load, busy };
+    });
+    return { candidates, seq, isl };
+  }
+
+  /** Choose a candidate (no booking). */
+  decide(input: RouteInput, now: number): Decision {
+    const { candidates, seq, isl } = this.score(input, now);
+    const base = { policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize };
+    const pool = input.exclude ? candidates.filter((c) => !input.exclude!.has(c.instance)) : candidates;
+    if (pool.length === 0) return { ...base, chosen: null, reason: 'no_candidates' };
+    // An explicit target bypasses busy gating (the operator asked for it).
+    const eligible = input.policy === 'direct' ? pool : pool.filter((c) => !c.busy);
+    if (eligible.length === 0) return { ...base, chosen: null, reason: 'all_busy' };
+    const poolKey = input.ns.model;
+    const idx = POLICY_IMPL[input.policy](eligible, {
+      temperature: input.temperature,
+      rand: this.rand,
+      nextTurn: () => {
+        const t = this.turns.get(poolKey) ?? 0;
+        this.turns.set(poolKey, t + 1);
+        return t;
+      },
+      sessionKey: input.sessionKey ?? null,
+      target: input.target ?? null,
+    });
+    if (idx < 0) return { ...base, chosen: null, reason: input.policy === 'direct' ? 'unknown_target' : 'no_candidates' };
+    return { ...base, chosen: eligible[idx], reason: null };
+  }
+
+  /** Book a decision: active load plus a speculative insert of its blocks. */
+  book(d: Decision, ns: NamespaceId, opts: BookOptions): Booking {
+    const c = d.chosen;
+    if (!c) throw new Error('cannot book a decision without a chosen candidate');
+    const prefill = Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
+    const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now);
+    if (opts.speculativeTtlMs > 0 && d.seq.length > 0) {
+      const space = this.indexer.namespace(ns);
+      const holder = space.index.speculativeHolder(c.instance, c.dpRank, opts.speculativeTtlMs);
+      space.index.store(holder, d.seq, null, opts.now + opts.speculativeTtlMs);
+    }
+    return booking;
+  }
+
+  prefillComplete(requestId: string): boolean {
+    return this.active.prefillComplete(requestId);
+  }
+
+  free(requestId: string): boolean {
+    return this.active.free(requestId);
+  }
+}

@@ -1,0 +1,169 @@
+import { describe, expect, it } from 'vitest';
+import { hashSpace, seqHashes } from '../../src/hashing/index.js';
+import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
+import { cost, type CostWeights, creditedBlocks, pickByCost } from '../../src/scheduler/cost.js';
+import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
+
+const W: CostWeights = { overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true };
+const zero = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, activeBlocks: 0, newBlocks: 0 };
+
+function seeded(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 4294967296;
+  };
+}
+
+describe('cost function', () => {
+  it("reproduces Dynamo's worked example (w = 1, block size 1)", () => {
+    // ISL 10: W1 cached 2 (prefill 8) decode 10; W2 cached 5, decode 5; W3 cached 8, decode 9.
+    const c = (cached: number, decode: number) => cost({ ...zero, device: cached, host: cached, disk: cached, activeBlocks: decode }, 10, 1, W).cost;
+    expect([c(2, 10), c(5, 5), c(8, 9)]).toEqual([18, 10, 11]);
+  });
+
+  it('credits the HiCache shared pool beyond the device prefix', () => {
+    // The seed's example: 4 blocks, shared pool holds 0-3, multiplier 0.5. Its table leaves the
+    // device credit out (W0 3.0, W1 2.0); with it, W0 = 4 - 2 - 0.5 x 2 = 1 and W1 = 4 - 0.5 x 4 = 2.
+    const m = { ...W, medium: { cpu: 0, disk: 0, shared: 0.5 } };
+    expect(cost({ ...zero, device: 2, host: 2, disk: 2, shared: 4 }, 4, 1, m).cost).toBe(1);
+    expect(cost({ ...zero, shared: 4 }, 4, 1, m).cost).toBe(2);
+  });
+
+  it('credits each block once at the best of tier and shared weights', () => {
+    const m = { cpu: 0.75, disk: 0.25, shared: 0.5 };
+    expect(creditedBlocks({ device: 2, host: 4, disk: 6, shared: 0 }, m)).toBe(2 + 2 * 0.75 + 2 * 0.25);
+    // Shared covers 0..5: host range at max(0.75, 0.5), disk range 4..5 at 0.5 and 5..6 at 0.25.
+    expect(creditedBlocks({ device: 2, host: 4, disk: 6, shared: 5 }, m)).toBe(2 + 1.5 + 0.5 + 0.25);
+    expect(creditedBlocks({ device: 0, host: 0, disk: 0, shared: 8 }, m)).toBe(4);
+  });
+
+  it('never credits more than the prompt and ignores decode when not tracked', () => {
+    const b = cost({ ...zero, device: 10, host: 10, disk: 10, activeBlocks: 7, newBlocks: 3 }, 64, 16, { ...W, trackActiveBlocks: false });
+    expect(b).toEqual({ creditedBlocks: 10, prefillBlocks: 0, decodeBlocks: 0, cost: 0 });
+  });
+});
+
+describe('pickByCost', () => {
+  it('temperature 0 picks the minimum, breaking ties uniformly', () => {
+    const rand = seeded(1);
+    const counts = [0, 0, 0, 0];
+    for (let i = 0; i < 4000; i++) counts[pickByCost([5, 3, 9, 3], 0, rand)]++;
+    expect(counts[0] + counts[2]).toBe(0);
+    expect(Math.abs(counts[1] - counts[3])).toBeLessThan(400);
+  });
+
+  it('temperature > 0 follows the range-normalised softmax', () => {
+    const rand = seeded(7);
+    const counts = [0, 0];
+    for (let i = 0; i < 20000; i++) counts[pickByCost([0, 10], 1, rand)]++;
+    // p(worst) = e^-1 / (1 + e^-1) = 0.2689
+    expect(counts[1] / 20000).toBeGreaterThan(0.25);
+    expect(counts[1] / 20000).toBeLessThan(0.29);
+    expect(pickByCost([], 0, rand)).toBe(-1);
+  });
+});
+
+describe('ActiveSequences', () => {
+  it('counts shared in-flight blocks once and returns to exactly zero', () => {
+    const a = new ActiveSequences();
+    const p1 = BigUint64Array.of(1n, 2n, 3n);
+    const p2 = BigUint64Array.of(1n, 2n, 4n, 5n);
+    a.book('r1', 'w', 0, p1, 48, 0);
+    a.book('r2', 'w', 0, p2, 30, 0);
+    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 78, activeBlocks: 5, activeRequests: 2 });
+    expect(a.newBlocks('w', 0, BigUint64Array.of(1n, 2n, 9n))).toBe(1);
+    expect(a.newBlocks('x', 0, p1)).toBe(3);
+    expect(a.prefillComplete('r1')).toBe(true);
+    expect(a.prefillComplete('r1')).toBe(true);
+    expect(a.load('w', 0).activePrefillTokens).toBe(30);
+    expect(a.free('r1')).toBe(true);
+    expect(a.free('r1')).toBe(false);
+    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 30, activeBlocks: 4, activeRequests: 1 });
+    expect(() => a.book('r2', 'w', 0, p1, 1, 0)).toThrow(/already exists/);
+    expect(a.sweep(1000, 500)).toEqual(['r2']);
+    expect(a.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    expect(a.size).toBe(0);
+  });
+});
+
+describe('Scheduler', () => {
+  const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+  const cands = [
+    { instance: 'a', dpRank: 0 },
+    { instance: 'b', dpRank: 0 },
+    { instance: 'c', dpRank: 0 },
+  ];
+  const tokens = Array.from({ length: 64 }, (_, i) => i + 1);
+  const input = (over: Partial<RouteInput> = {}): RouteInput => ({ ns, candidates: cands, tokens, policy: 'kv', weights: W, temperature: 0, ...over });
+
+  function withCache() {
+    const indexer = new TieredIndexer();
+    const seq = seqHashes(tokens, 4, hashSpace());
+    const idx = indexer.namespace(ns).index;
+    idx.store(idx.holder('b', 0, 'GPU'), seq.subarray(0, 8));
+    idx.store(idx.holder('c', 0, 'CPU'), seq.subarray(0, 16));
+    return indexer;
+  }
+
+  it('routes to the warm instance and explains every candidate', () => {
+    const s = new Scheduler(withCache(), seeded(3));
+    const d = s.decide(input(), 0);
+    // 16 blocks on CPU at 0.5 credit as much as 8 on GPU: b and c tie, a is cold.
+    expect(['b', 'c']).toContain(d.chosen?.instance);
+    expect(d.candidates.map((c) => [c.instance, c.device, c.host, c.disk, c.creditedBlocks, c.prefillBlocks, c.decodeBlocks, c.cost])).toEqual([
+      ['a', 0, 0, 0, 0, 16, 16, 32],
+      ['b', 8, 8, 8, 8, 8, 16, 24],
+      ['c', 0, 16, 16, 8, 8, 16, 24],
+    ]);
+    // Host credit 0.75 makes c strictly better; 0.25 makes b better.
+    expect(s.decide(input({ weights: { ...W, medium: { ...W.medium, cpu: 0.75 } } }), 0).chosen?.instance).toBe('c');
+    expect(s.decide(input({ weights: { ...W, medium: { ...W.medium, cpu: 0.25 } } }), 0).chosen?.instance).toBe('b');
+  });
+
+  it('booking raises load and adds a speculative insert that steers the next identical request', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(5));
+    const d1 = s.decide(input(), 0);
+    const first = d1.chosen!.instance;
+    s.book(d1, ns, { requestId: 'r1', now: 0, speculativeTtlMs: 2000 });
+    expect(s.active.load(first, 0)).toEqual({ activePrefillTokens: 64, activeBlocks: 16, activeRequests: 1 });
+    // While r1 prefills, its queued tokens offset the cache credit: a tie.
+    expect(new Set(s.decide(input(), 5).candidates.map((c) => c.cost))).toEqual(new Set([32]));
+    s.prefillComplete('r1');
+    const d2 = s.decide(input(), 10);
+    expect(d2.chosen!.instance).toBe(first);
+    expect(d2.chosen!.device).toBe(16);
+    s.free('r1');
+    // After the TTL the prediction is gone.
+    expect(s.decide(input(), 2001).candidates.every((c) => c.device === 0)).toBe(true);
+    expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+  });
+
+  it('reports all_busy, skips excluded candidates, and honours direct targets', () => {
+    const s = new Scheduler(withCache(), seeded(9));
+    const d = s.decide(input(), 0);
+    s.book(d, ns, { requestId: 'x', now: 0, speculativeTtlMs: 0 });
+    const busy = { maxActivePrefillTokens: 10, maxActiveBlocks: 1000 };
+    expect(s.decide(input({ busy }), 0).chosen?.instance).not.toBe(d.chosen!.instance);
+    s.book(s.decide(input({ busy, exclude: new Set([d.chosen!.instance]) }), 0), ns, { requestId: 'y', now: 0, speculativeTtlMs: 0 });
+    s.book(s.decide(input({ busy }), 0), ns, { requestId: 'z', now: 0, speculativeTtlMs: 0 });
+    expect(s.decide(input({ busy }), 0)).toMatchObject({ chosen: null, reason: 'all_busy' });
+    expect(s.decide(input({ policy: 'direct', target: 'a', busy }), 0).chosen?.instance).toBe('a');
+    expect(s.decide(input({ policy: 'direct', target: 'zz' }), 0)).toMatchObject({ chosen: null, reason: 'unknown_target' });
+    expect(s.decide(input({ exclude: new Set(['a', 'b', 'c']) }), 0).reason).toBe('no_candidates');
+  });
+
+  it('round-robin cycles, session sticks, least-loaded prefers idle workers', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(11));
+    const rr = Array.from({ length: 6 }, () => s.decide(input({ policy: 'round-robin' }), 0).chosen!.instance);
+    expect(rr).toEqual(['a', 'b', 'c', 'a', 'b', 'c']);
+    const sticky = new Set(Array.from({ length: 20 }, () => s.decide(input({ policy: 'session', sessionKey: 'user-42' }), 0).chosen!.instance));
+    expect(sticky.size).toBe(1);
+    const spread = new Set(Array.from({ length: 40 }, (_, i) => s.decide(input({ policy: 'session', sessionKey: `u${i}` }), 0).chosen!.instance));
+    expect(spread.size).toBe(3);
+    s.book(s.decide(input({ policy: 'direct', target: 'a' }), 0), ns, { requestId: 'q1', now: 0, speculativeTtlMs: 0 });
+    s.book(s.decide(input({ policy: 'direct', target: 'b' }), 0), ns, { requestId: 'q2', now: 0, speculativeTtlMs: 0 });
+    expect(s.decide(input({ policy: 'least-loaded' }), 0).chosen!.instance).toBe('c');
+  });
+});
