@@ -102,6 +102,23 @@ export class StreamIngest {
     if (!this.touched.has(key)) this.touched.set(key, { tenant, backend, dpRank });
   }
 
+  /**
+   * vLLM's AllBlocksCleared covers every namespace (LoRA, salt) of the engine, not only those the
+   * decoder fanned the event out to. Holders are emptied, not removed: engines clear often enough
+   * (RL weight updates) that re-creating holders each time would grow the index's holder tables.
+   */
+  private clearEverywhere(backend: string, dpRank: number, tenant: string): number {
+    let n = 0;
+    for (const ns of this.deps.indexer.namespaces()) {
+      if (ns.id.tenant !== tenant) continue;
+      for (const h of ns.index.holderIds()) {
+        const info = ns.index.holderInfo(h);
+        if (!info.speculative && info.backend === backend && info.dpRank === dpRank) n += ns.index.clearHolder(h);
+      }
+    }
+    return n;
+  }
+
   private applyEvent(ev: KvEvent, replayed: boolean): void {
     this.touch(ev.tenant_id, ev.backend_id, ev.dp_rank);
     let status: ApplyStatus;
@@ -111,11 +128,7 @@ export class StreamIngest {
       status = out.status;
       blocks = out.blocks;
       if (out.reason !== undefined && status !== 'ok') this.lastProblem = `${status}: ${out.reason}`;
-      if (ev.event_type === 'cleared' && ev.medium === null) {
-        // vLLM's AllBlocksCleared covers every namespace (LoRA, salt) of the engine, not only the
-        // ones this decoder fanned the event out to.
-        blocks += this.deps.indexer.removeBackend(ev.backend_id, { dpRank: ev.dp_rank, tenant: ev.tenant_id });
-      }
+      if (ev.event_type === 'cleared' && ev.medium === null) blocks += this.clearEverywhere(ev.backend_id, ev.dp_rank, ev.tenant_id);
     } catch (err) {
       // The applier is documented not to throw; keep the stream alive if it ever does.
       status = 'rejected';

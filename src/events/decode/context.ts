@@ -22,20 +22,28 @@ const MAX_VARIANTS = 256;
 export class DecodeState {
   readonly groups = new GroupFilter();
   private readonly variants = new Map<string, SpaceVariant>();
+  private readonly list: SpaceVariant[] = [];
 
   /**
    * Removals carry only engine hashes, not the LoRA/salt/block size their blocks were stored under,
    * so a removal is applied in every variant this stream has stored into (unknown hashes are no-ops).
    */
-  noteVariant(v: SpaceVariant): void {
-    const key = `${v.blockSize}\u0000${v.loraName ?? ''}\u0000${v.salt ?? ''}`;
+  noteVariant(blockSize: number, loraName: string | null, salt: string | null, ratio: number): void {
+    // Fast path: nearly every stream stores into its registration's namespace only.
+    const last = this.list[this.list.length - 1];
+    if (last && last.blockSize === blockSize && last.loraName === loraName && last.salt === salt && last.ratio >= ratio) return;
+    const key = `${blockSize}\u0000${loraName ?? ''}\u0000${salt ?? ''}`;
     const old = this.variants.get(key);
-    if (old) old.ratio = Math.max(old.ratio, v.ratio);
-    else if (this.variants.size < MAX_VARIANTS) this.variants.set(key, { ...v });
+    if (old) old.ratio = Math.max(old.ratio, ratio);
+    else if (this.variants.size < MAX_VARIANTS) {
+      const v = { blockSize, loraName, salt, ratio };
+      this.variants.set(key, v);
+      this.list.push(v);
+    }
   }
 
-  spaceVariants(): Iterable<SpaceVariant> {
-    return this.variants.values();
+  spaceVariants(): readonly SpaceVariant[] {
+    return this.list;
   }
 
   get variantCount(): number {
@@ -51,7 +59,7 @@ export interface DecodeContext {
 export function decodeContext(reg: RegistrationDefaults): DecodeContext {
   const state = new DecodeState();
   // The registration's own namespace always receives removals, even before any store was seen.
-  state.noteVariant({ blockSize: reg.blockSize, loraName: reg.loraName || null, salt: reg.additionalSalt || null, ratio: 1 });
+  state.noteVariant(reg.blockSize, reg.loraName || null, reg.additionalSalt || null, 1);
   return { reg, state };
 }
 

@@ -1,6 +1,6 @@
 // vLLM-family events (vLLM, SGLang, LMCache) -> normalized KvEvents: registration defaults, KV-cache
 // group filter, LoRA and salt resolution, extra_keys, block splitting, and removal fan-out.
-import type { KvEvent, StreamIdentity } from '../model.js';
+import type { ClearedEvent, KvEvent, RemovedEvent, StoredEvent } from '../model.js';
 import type { DecodeContext } from './context.js';
 import type { Bad, EngineEvent, EngineStored, Skip } from './engine-event.js';
 import { expandRemoved, splitBlocks, splitRatio } from './rechunk.js';
@@ -15,7 +15,15 @@ export interface BatchInfo {
 
 export type Normalized = KvEvent[] | Skip | Bad;
 
-function identity(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: { blockSize: number; loraName: string | null; salt: string | null }): StreamIdentity {
+interface Space {
+  blockSize: number;
+  loraName: string | null;
+  salt: string | null;
+}
+
+// Object literals with every field spelled out (not spreads): this is the per-event hot path and
+// V8 builds these an order of magnitude faster than `{ ...identity, ... }`.
+function storedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: bigint[], parent: bigint | null, tokens: number[]): StoredEvent {
   return {
     model_name: ctx.reg.model,
     block_size: v.blockSize,
@@ -25,6 +33,47 @@ function identity(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: { 
     backend_id: ctx.reg.backendId,
     medium,
     dp_rank: b.dpRank,
+    event_id: null,
+    timestamp: b.tsMs,
+    event_type: 'stored',
+    seq_hashes: hashes,
+    base_block_idx: parent === null ? 0 : null,
+    parent_hash: parent,
+    token_ids: tokens,
+  };
+}
+
+function removedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: bigint[]): RemovedEvent {
+  return {
+    model_name: ctx.reg.model,
+    block_size: v.blockSize,
+    additional_salt: v.salt,
+    lora_name: v.loraName,
+    tenant_id: ctx.reg.tenant,
+    backend_id: ctx.reg.backendId,
+    medium,
+    dp_rank: b.dpRank,
+    event_id: null,
+    timestamp: b.tsMs,
+    event_type: 'removed',
+    seq_hashes: hashes,
+    base_block_idx: null,
+  };
+}
+
+function clearedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space): ClearedEvent {
+  return {
+    model_name: ctx.reg.model,
+    block_size: v.blockSize,
+    additional_salt: v.salt,
+    lora_name: v.loraName,
+    tenant_id: ctx.reg.tenant,
+    backend_id: ctx.reg.backendId,
+    medium,
+    dp_rank: b.dpRank,
+    event_id: null,
+    timestamp: b.tsMs,
+    event_type: 'cleared',
   };
 }
 
@@ -82,22 +131,11 @@ function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
     tokens = split.tokens;
     blockSize = reg.blockSize;
   }
-  const v = { blockSize, loraName: lora, salt };
-  ctx.state.noteVariant({ ...v, ratio });
-  return [
-    {
-      ...identity(ctx, b, e.medium, v),
-      event_type: 'stored',
-      event_id: null,
-      timestamp: b.tsMs,
-      seq_hashes: hashes,
-      base_block_idx: e.parent === null ? 0 : null,
-      parent_hash: e.parent,
-      // Engine hashes are not router hashes: always hand the applier tokens (possibly empty, which it
-      // rejects) so it never mistakes engine hashes for router seq hashes.
-      token_ids: tokens,
-    },
-  ];
+  const v: Space = { blockSize, loraName: lora, salt };
+  ctx.state.noteVariant(blockSize, lora, salt, ratio);
+  // Engine hashes are not router hashes: the applier always gets tokens (possibly empty, which it
+  // rejects) so it never mistakes engine hashes for router seq hashes.
+  return [storedEvent(ctx, b, e.medium, v, hashes, e.parent, tokens)];
 }
 
 export function normalizeEngineEvent(e: EngineEvent, ctx: DecodeContext, b: BatchInfo): Normalized {
@@ -107,24 +145,13 @@ export function normalizeEngineEvent(e: EngineEvent, ctx: DecodeContext, b: Batc
     case 'removed': {
       if (!ctx.state.groups.admitRemoved(b.dpRank, e.groupIdx)) return { skip: `KV cache group ${e.groupIdx} is not indexed` };
       const out: KvEvent[] = [];
-      for (const v of ctx.state.spaceVariants()) {
-        out.push({
-          ...identity(ctx, b, e.medium, v),
-          event_type: 'removed',
-          event_id: null,
-          timestamp: b.tsMs,
-          seq_hashes: expandRemoved(e.hashes, v.ratio),
-          base_block_idx: null,
-        });
-      }
+      for (const v of ctx.state.spaceVariants()) out.push(removedEvent(ctx, b, e.medium, v, expandRemoved(e.hashes, v.ratio)));
       return out;
     }
     case 'cleared': {
       // One event per known namespace; the listener also purges the backend across all of them.
       const out: KvEvent[] = [];
-      for (const v of ctx.state.spaceVariants()) {
-        out.push({ ...identity(ctx, b, e.medium, v), event_type: 'cleared', event_id: null, timestamp: b.tsMs });
-      }
+      for (const v of ctx.state.spaceVariants()) out.push(clearedEvent(ctx, b, e.medium, v));
       return out;
     }
   }
