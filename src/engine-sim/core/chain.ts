@@ -28,12 +28,15 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
   const limit = Math.min(nBlocks, Math.floor(req.length / bs));
   if (req.chain.length >= limit) return req.chain;
   const space = routerSpace(ctx, req);
-  for (let i = req.chain.length; i < limit; i++) {
+  const start = req.chain.length;
+  // One call for the whole range: the router hash is cheapest per prompt, not per block.
+  const locals = localBlockHashes(req.tokens.subarray(start * bs, limit * bs), bs, space);
+  for (let i = start; i < limit; i++) {
     const prev = i > 0 ? req.chain[i - 1] : null;
     const tokens = req.tokens.slice(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
     const digest = ctx.hasher.digest(prev ? prev.digest : null, tokens, extra);
-    const local = localBlockHashes(tokens, bs, space)[0];
+    const local = locals[i - start];
     req.chain.push({
       hash: ctx.hasher.id(digest),
       digest,

@@ -20,46 +20,86 @@ export interface EngineHasher {
 }
 
 function readU64(bytes: Uint8Array, offset: number): bigint {
-  return new DataView(bytes.buffer, bytes.byteOffset + offset, 8).getBigUint64(0, false);
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).readBigUInt64BE(offset);
 }
 
-// --- minimal canonical CBOR for the shapes vLLM hashes ---------------------------------------
-function cborHead(major: number, n: number, out: number[]): void {
-  const m = major << 5;
-  if (n < 24) out.push(m | n);
-  else if (n < 0x100) out.push(m | 24, n);
-  else if (n < 0x10000) out.push(m | 25, n >>> 8, n & 0xff);
-  else out.push(m | 26, (n >>> 24) & 0xff, (n >>> 16) & 0xff, (n >>> 8) & 0xff, n & 0xff);
-}
+// --- minimal canonical CBOR for the shapes vLLM hashes, written into a reused scratch buffer ---
+class CborWriter {
+  buf = Buffer.allocUnsafe(4096);
+  pos = 0;
 
-function cborText(s: string, out: number[]): void {
-  const b = Buffer.from(s, 'utf8');
-  cborHead(3, b.length, out);
-  for (const x of b) out.push(x);
+  reserve(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.pos + n));
+    this.buf.copy(next, 0, 0, this.pos);
+    this.buf = next;
+  }
+
+  head(major: number, n: number): void {
+    this.reserve(5);
+    const m = major << 5;
+    const b = this.buf;
+    if (n < 24) b[this.pos++] = m | n;
+    else if (n < 0x100) {
+      b[this.pos++] = m | 24;
+      b[this.pos++] = n;
+    } else if (n < 0x10000) {
+      b[this.pos++] = m | 25;
+      b.writeUInt16BE(n, this.pos);
+      this.pos += 2;
+    } else {
+      b[this.pos++] = m | 26;
+      b.writeUInt32BE(n >>> 0, this.pos);
+      this.pos += 4;
+    }
+  }
+
+  bytes(data: Uint8Array): void {
+    this.reserve(data.length);
+    this.buf.set(data, this.pos);
+    this.pos += data.length;
+  }
+
+  text(s: string): void {
+    const b = Buffer.from(s, 'utf8');
+    this.head(3, b.length);
+    this.bytes(b);
+  }
+
+  byte(v: number): void {
+    this.reserve(1);
+    this.buf[this.pos++] = v;
+  }
+
+  view(): Uint8Array {
+    return this.buf.subarray(0, this.pos);
+  }
 }
 
 export function vllmNoneHash(pythonHashSeed: string): Uint8Array {
-  const out: number[] = [];
-  cborText(pythonHashSeed, out);
-  return createHash('sha256').update(Uint8Array.from(out)).digest();
+  const w = new CborWriter();
+  w.text(pythonHashSeed);
+  return createHash('sha256').update(w.view()).digest();
 }
 
 export function vllmHasher(pythonHashSeed = '0'): EngineHasher {
   const none = vllmNoneHash(pythonHashSeed);
+  const w = new CborWriter();
   return {
     flavor: 'vllm',
     digest(parent, tokens, extra) {
-      const out: number[] = [0x83];
-      cborHead(2, 32, out);
-      for (const x of parent ?? none) out.push(x);
-      cborHead(4, tokens.length, out);
-      for (const t of tokens) cborHead(0, t, out);
-      if (extra === null || extra.length === 0) out.push(0xf6);
+      w.pos = 0;
+      w.byte(0x83);
+      w.head(2, 32);
+      w.bytes(parent ?? none);
+      w.head(4, tokens.length);
+      for (let i = 0; i < tokens.length; i++) w.head(0, tokens[i]);
+      if (extra === null || extra.length === 0) w.byte(0xf6);
       else {
-        cborHead(4, extra.length, out);
-        for (const k of extra) cborText(k, out);
+        w.head(4, extra.length);
+        for (const k of extra) w.text(k);
       }
-      return createHash('sha256').update(Uint8Array.from(out)).digest();
+      return createHash('sha256').update(w.view()).digest();
     },
     id: (d) => readU64(d, d.length - 8),
   };
