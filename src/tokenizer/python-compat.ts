@@ -3,17 +3,31 @@
 import { Environment, Interpreter } from '@huggingface/jinja';
 
 /** Characters Python's str.strip() removes by default (str.isspace), which differ from String.prototype.trim. */
-const PY_WS = '\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
+const PY_WS = new Set(Array.from('\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000'));
 
-/** Python's str.strip/lstrip/rstrip(chars=None). Works on code points, as Python does. */
+/** Python's str.strip/lstrip/rstrip(chars=None), on code points as Python does. */
 export function pyStrip(s: string, chars: string | null = null, mode: 'both' | 'left' | 'right' = 'both'): string {
-  const set = new Set(Array.from(chars ?? PY_WS));
-  const cps = Array.from(s);
+  const set = chars === null ? PY_WS : new Set(Array.from(chars));
+  // Scan code points from each end without splitting the whole string (contents run to megabytes).
   let a = 0;
-  let b = cps.length;
-  if (mode !== 'right') while (a < b && set.has(cps[a])) a++;
-  if (mode !== 'left') while (b > a && set.has(cps[b - 1])) b--;
-  return a === 0 && b === cps.length ? s : cps.slice(a, b).join('');
+  let b = s.length;
+  if (mode !== 'right') {
+    while (a < b) {
+      const cp = s.codePointAt(a) as number;
+      const w = cp > 0xffff ? 2 : 1;
+      if (!set.has(s.slice(a, a + w))) break;
+      a += w;
+    }
+  }
+  if (mode !== 'left') {
+    while (b > a) {
+      const low = s.charCodeAt(b - 1);
+      const w = low >= 0xdc00 && low <= 0xdfff && b - 2 >= a && (s.charCodeAt(b - 2) & 0xfc00) === 0xd800 ? 2 : 1;
+      if (!set.has(s.slice(b - w, b))) break;
+      b -= w;
+    }
+  }
+  return a === 0 && b === s.length ? s : s.slice(a, b);
 }
 
 const MONTHS = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
