@@ -26,6 +26,8 @@ export interface ResponseMeta {
 }
 
 export function respond(res: ServerResponse, gen: Generation, params: SamplingParams, shape: ResponseShape, meta: ResponseMeta): void {
+  // The client may have left while the prompt was being tokenized: then queue nothing.
+  if (res.socket === null || res.socket.destroyed) return;
   let done = false;
   res.on('close', () => {
     // The client went away before the answer was complete: free the engine's blocks.
