@@ -1,5 +1,43 @@
-// Placeholder until the subcommand lands.
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('kvrouter serve: not implemented yet\n');
-  return 1;
+// `kvrouter serve`: the router (OpenAI API, KV-aware routing, indexer API) from a YAML config.
+import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
+import { startRouter } from '../router/app.js';
+import { type OptionTable, parseCommand } from './args.js';
+
+const OPTIONS: OptionTable = {
+  config: { type: 'string', short: 'c', arg: 'FILE', help: 'YAML configuration (default: $KVROUTER_CONFIG or router.example.yaml)' },
+  host: { type: 'string', arg: 'ADDR', help: 'override server.host' },
+  port: { type: 'string', short: 'p', arg: 'PORT', help: 'override server.port' },
+  policy: { type: 'string', arg: 'NAME', help: 'override routing.policy' },
+  set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)' },
+};
+
+const SUMMARY = 'KV-cache-aware OpenAI router. Environment overrides: KVROUTER_<KEY>__<SUBKEY>=value (e.g. KVROUTER_SERVER__PORT=9000).';
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('serve', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  const file = (v.config as string | undefined) ?? process.env.KVROUTER_CONFIG ?? 'router.example.yaml';
+  const set = [...((v.set as string[] | undefined) ?? [])];
+  if (typeof v.host === 'string') set.push(`server.host=${v.host}`);
+  if (typeof v.port === 'string') set.push(`server.port=${v.port}`);
+  if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
+  let cfg;
+  try {
+    cfg = loadConfigFile(file, { set, env: process.env });
+  } catch (err) {
+    if (err instanceof ConfigInvalidError) {
+      process.stderr.write(`kvrouter serve: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  const router = await startRouter(cfg);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
+  await router.close();
+  return 0;
 }

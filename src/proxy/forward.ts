@@ -1,0 +1,234 @@
+// The proxy path for one OpenAI request: decide -> book -> dispatch -> stream -> release.
+// The booking is released exactly once in a finally, whatever happens (completion, upstream error,
+// client disconnect). Failures before any byte reached the client are retried on the next-best
+// instance; after that the client gets a clean error instead.
+import { randomUUID } from 'node:crypto';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import type { NamespaceId } from '../indexer/namespace.js';
+import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
+import type { CapacityQueue } from './capacity.js';
+import type { InstanceHealth } from './health.js';
+import type { Upstream } from './upstreams.js';
+
+export interface InstanceRuntime {
+  readonly id: string;
+  readonly dpSize: number;
+  readonly upstream: Upstream;
+  readonly health: InstanceHealth;
+}
+
+export interface ForwardObserver {
+  /** Routing decided and booked (attempt counts from 0). */
+  routed?(d: Decision, attempt: number, routingMs: number): void;
+  /** First upstream byte. */
+  firstByte?(instance: string, ttftMs: number): void;
+  finished?(instance: string | null, status: number, outcome: 'ok' | 'upstream_error' | 'client_abort' | 'no_capacity' | 'failed', durationMs: number, policy: string): void;
+  retried?(instance: string, reason: string): void;
+  healthChanged?(instance: string, event: 'ejected' | 'readmitted'): void;
+}
+
+export interface ForwardOptions {
+  maxRetries: number;
+  queueTimeoutMs: number;
+  speculativeTtlMs: number;
+}
+
+export interface ForwardJob {
+  path: string;
+  body: Buffer;
+  stream: boolean;
+  requestId: string;
+  ns: NamespaceId;
+  route: Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
+  instances: readonly InstanceRuntime[];
+  receivedAt: number;
+}
+
+export interface ForwardDeps {
+  scheduler: Scheduler;
+  queue: CapacityQueue;
+  now: () => number;
+  observer?: ForwardObserver;
+}
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade']);
+
+function candidatesOf(instances: readonly InstanceRuntime[], now: number): Candidate[] {
+  const out: Candidate[] = [];
+  for (const i of instances) {
+    if (!i.health.available(now)) continue;
+    for (let r = 0; r < i.dpSize; r++) out.push({ instance: i.id, dpRank: r });
+  }
+  return out;
+}
+
+export function explanationHeaders(d: Decision, requestId: string, attempt: number): Record<string, string> {
+  const c = d.chosen!;
+  return {
+    'x-kvrouter-request-id': requestId,
+    'x-kvrouter-instance': c.instance,
+    'x-kvrouter-dp-rank': String(c.dpRank),
+    'x-kvrouter-policy': d.policy,
+    'x-kvrouter-overlap-tokens': String(Math.min(d.isl, c.disk * d.blockSize)),
+    'x-kvrouter-overlap': `gpu=${c.device * d.blockSize},cpu=${c.host * d.blockSize},disk=${c.disk * d.blockSize},shared=${c.shared * d.blockSize}`,
+    'x-kvrouter-cost': c.cost.toFixed(3),
+    'x-kvrouter-attempts': String(attempt + 1),
+  };
+}
+
+function openaiError(res: ServerResponse, status: number, message: string, type: string, extra: Record<string, string> = {}): void {
+  if (res.headersSent || res.destroyed) return;
+  const body = JSON.stringify({ error: { message, type, param: null, code: status } });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...extra });
+  res.end(body);
+}
+
+function waitDrain(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+export async function forward(res: ServerResponse, job: ForwardJob, opts: ForwardOptions, deps: ForwardDeps): Promise<void> {
+  const { scheduler, queue, now, observer } = deps;
+  const abort = new AbortController();
+  const onClose = () => {
+    if (!res.writableFinished) abort.abort();
+  };
+  res.on('close', onClose);
+  const tried = new Set<string>();
+  let attempt = 0;
+  let lastError = '';
+  const deadline = job.receivedAt + opts.queueTimeoutMs;
+  try {
+    for (;;) {
+      if (abort.signal.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+      const t0 = now();
+      const candidates = candidatesOf(job.instances, t0);
+      const d = scheduler.decide({ ...job.route, ns: job.ns, candidates, exclude: tried }, t0);
+      if (!d.chosen) {
+        if (d.reason === 'unknown_target') {
+          openaiError(res, 400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error');
+          return observer?.finished?.(null, 400, 'failed', now() - job.receivedAt, job.route.policy);
+        }
+        if (tried.size > 0 && candidates.every((c) => tried.has(c.instance))) {
+          openaiError(res, 502, `every attempt failed; last error: ${lastError}`, 'server_error');
+          return observer?.finished?.(null, 502, 'failed', now() - job.receivedAt, job.route.policy);
+        }
+        // All busy or all down: wait for capacity (bounded), then decide again.
+        const waited = await queue.wait(Math.min(deadline - now(), 1000), abort.signal);
+        if (abort.signal.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) {
+          const why = d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
+          openaiError(res, 503, `${why}; retry later`, 'server_error', { 'retry-after': '1' });
+          return observer?.finished?.(null, 503, 'no_capacity', now() - job.receivedAt, job.route.policy);
+        }
+        continue;
+      }
+      const inst = job.instances.find((i) => i.id === d.chosen!.instance)!;
+      const bookingId = randomUUID();
+      scheduler.book(d, job.ns, { requestId: bookingId, now: t0, speculativeTtlMs: opts.speculativeTtlMs });
+      observer?.routed?.(d, attempt, now() - job.receivedAt);
+      let outcome: 'retry' | 'done' = 'done';
+      try {
+        outcome = await dispatch(res, job, d, inst, attempt, opts, deps, abort, bookingId, (e) => (lastError = e));
+      } finally {
+        scheduler.free(bookingId);
+        queue.notify(1);
+      }
+      if (outcome === 'done') return;
+      tried.add(inst.id);
+      observer?.retried?.(inst.id, lastError);
+      attempt++;
+    }
+  } finally {
+    res.off('close', onClose);
+  }
+}
+
+async function dispatch(
+  res: ServerResponse,
+  job: ForwardJob,
+  d: Decision,
+  inst: InstanceRuntime,
+  attempt: number,
+  opts: ForwardOptions,
+  deps: ForwardDeps,
+  abort: AbortController,
+  bookingId: string,
+  setError: (e: string) => void,
+): Promise<'retry' | 'done'> {
+  const { scheduler, queue, now, observer } = deps;
+  const headers: IncomingHttpHeaders = { 'content-type': 'application/json', 'x-request-id': job.requestId };
+  if (inst.dpSize > 1) headers['x-data-parallel-rank'] = String(d.chosen!.dpRank);
+  const sentAt = now();
+  const canRetry = attempt < opts.maxRetries;
+  let up: Dispatcher.ResponseData;
+  try {
+    up = await inst.upstream.pool.request({ path: inst.upstream.basePath + job.path, method: 'POST', headers, body: job.body, signal: abort.signal });
+  } catch (err) {
+    if (abort.signal.aborted) {
+      observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+      return 'done';
+    }
+    const msg = `${inst.id}: ${(err as Error).message}`;
+    setError(msg);
+    if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
+    if (canRetry) return 'retry';
+    openaiError(res, 502, `upstream ${msg}`, 'server_error');
+    observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+    return 'done';
+  }
+  if (up.statusCode >= 500 && canRetry) {
+    const text = await up.body.text().catch(() => '');
+    const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
+    setError(msg);
+    if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
+    return 'retry';
+  }
+  if (up.statusCode < 500 && inst.health.success()) observer?.healthChanged?.(inst.id, 'readmitted');
+
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
+  Object.assign(out, explanationHeaders(d, job.requestId, attempt));
+  res.writeHead(up.statusCode, out);
+  let first = true;
+  try {
+    for await (const chunk of up.body) {
+      if (first) {
+        first = false;
+        scheduler.prefillComplete(bookingId);
+        queue.notify(1);
+        observer?.firstByte?.(inst.id, now() - sentAt);
+      }
+      if (!res.write(chunk)) await waitDrain(res);
+      if (res.destroyed) break;
+    }
+    if (abort.signal.aborted || res.destroyed) {
+      observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+      return 'done';
+    }
+    res.end();
+    observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
+  } catch (err) {
+    if (abort.signal.aborted || res.destroyed) {
+      observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+      return 'done';
+    }
+    // The engine failed after bytes reached the client: no retry; end with a clean error.
+    const msg = `${inst.id}: ${(err as Error).message}`;
+    if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
+    if (job.stream) {
+      res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
+    } else res.destroy(err as Error);
+    observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+  }
+  return 'done';
+}

@@ -1,0 +1,152 @@
+// POST /v1/chat/completions and /v1/completions on plain node:http (the hot path): read, parse,
+// tokenize exactly as the engine will, build the route and hand it to the proxy.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } from '../api/openai.js';
+import type { RouterConfig } from '../config/schema.js';
+import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
+import { forward } from '../proxy/forward.js';
+import { ChatTemplateError, type PromptTokenizer } from '../tokenizer/index.js';
+import type { ModelRuntime } from './models.js';
+import type { RouterMetrics } from './metrics.js';
+import { applyOverrides, type RequestRouting } from './overrides.js';
+
+export interface CompletionDeps extends ForwardDeps {
+  cfg: RouterConfig;
+  models: Map<string, ModelRuntime>;
+  metrics: RouterMetrics;
+}
+
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? NaN);
+    if (Number.isFinite(declared) && declared > limit) {
+      reject(new OpenAIError(413, `request body exceeds ${limit} bytes`, 'invalid_request_error', null, 'body_too_large'));
+      req.resume();
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        reject(new OpenAIError(413, `request body exceeds ${limit} bytes`, 'invalid_request_error', null, 'body_too_large'));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks, size)));
+    req.on('error', reject);
+    req.on('aborted', () => reject(new OpenAIError(499, 'client closed the request', 'client_error')));
+  });
+}
+
+export function sendOpenAIError(res: ServerResponse, err: OpenAIError): void {
+  if (res.headersSent || res.destroyed) return;
+  const body = JSON.stringify(err.body());
+  res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+/** Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without affinity). */
+export async function promptTokens(tok: PromptTokenizer, p: PromptSpec): Promise<Uint32Array | null> {
+  try {
+    if (p.kind === 'tokens') return p.tokens;
+    if (p.kind === 'text') return await tok.encodeText(p.text);
+    return await tok.encodeChat(p.chat);
+  } catch (err) {
+    if (err instanceof ChatTemplateError) {
+      if (err.kind === 'unsupported') return null;
+      throw new OpenAIError(400, err.message, 'invalid_request_error', 'messages');
+    }
+    throw err;
+  }
+}
+
+export function modelNotFound(model: string): OpenAIError {
+  return new OpenAIError(404, `The model \`${model}\` does not exist.`, 'invalid_request_error', 'model', 'model_not_found');
+}
+
+export interface PreparedRoute {
+  model: ModelRuntime;
+  tokens: Uint32Array | null;
+  routing: RequestRouting;
+  cacheSalt: string | null;
+  stream: boolean;
+  sessionKey: string | null;
+  body: Record<string, unknown>;
+}
+
+/** Everything the proxy path and /debug/route share: model, overrides and tokens. */
+export async function prepareRoute(kind: CompletionKind, raw: unknown, req: IncomingMessage, deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now'>): Promise<PreparedRoute> {
+  const parsed = parseCompletion(kind, raw);
+  const model = deps.models.get(parsed.model);
+  if (!model) throw modelNotFound(parsed.model);
+  const routing = applyOverrides(req.headers, model.routing, deps.cfg.routing.header_overrides);
+  const t0 = performance.now();
+  const tokens = await promptTokens(model.tokenizer, parsed.prompt);
+  deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
+  if (tokens && tokens.length > deps.cfg.server.max_prompt_tokens) {
+    throw new OpenAIError(400, `the prompt has ${tokens.length} tokens, the limit is ${deps.cfg.server.max_prompt_tokens}`, 'invalid_request_error', kind === 'chat' ? 'messages' : 'prompt');
+  }
+  const sh = req.headers[deps.cfg.routing.session_header.toLowerCase()];
+  const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
+  return { model, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+}
+
+export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJob, 'ns' | 'route'> {
+  const r = p.routing;
+  // Without tokens (content the router cannot tokenize) there is no affinity to score: spread load.
+  const policy = p.tokens === null && (r.policy === 'kv' || r.policy === 'approx') ? 'least-loaded' : r.policy;
+  return {
+    ns: { model: p.model.name, blockSize: p.model.cfg.block_size, loraName: null, salt: p.cacheSalt, tenant: 'default' },
+    route: {
+      tokens: p.tokens ?? new Uint32Array(0),
+      policy,
+      weights: { overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks },
+      temperature: r.temperature,
+      sessionKey: p.sessionKey,
+      target: r.target,
+      busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },
+    },
+  };
+}
+
+export async function handleCompletion(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps): Promise<void> {
+  const receivedAt = deps.now();
+  const rid = req.headers['x-request-id'];
+  const requestId = typeof rid === 'string' && /^[\w.:-]{1,128}$/.test(rid) ? rid : randomUUID();
+  let modelName = 'unknown';
+  try {
+    const bodyBuf = await readBody(req, deps.cfg.server.max_body_bytes);
+    let raw: unknown;
+    try {
+      raw = JSON.parse(bodyBuf.toString('utf8'));
+    } catch (err) {
+      throw new OpenAIError(400, `request body is not valid JSON: ${(err as Error).message}`, 'invalid_request_error', 'body');
+    }
+    const p = await prepareRoute(kind, raw, req, deps);
+    modelName = p.model.name;
+    // An alias is rewritten to the served name; otherwise the client's bytes go through untouched.
+    const body = p.body.model === p.model.name ? bodyBuf : Buffer.from(JSON.stringify({ ...p.body, model: p.model.name }));
+    const { ns, route } = routeFields(p, deps.cfg);
+    const job: ForwardJob = {
+      path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',
+      body,
+      stream: p.stream,
+      requestId,
+      ns,
+      route,
+      instances: p.model.instances,
+      receivedAt,
+    };
+    const ttl = route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+    await forward(res, job, { maxRetries: deps.cfg.proxy.max_retries, queueTimeoutMs: deps.cfg.routing.busy.queue_timeout_ms, speculativeTtlMs: ttl }, deps);
+  } catch (err) {
+    const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
+    if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter: ${(err as Error).stack ?? String(err)}\n`);
+    deps.metrics.rejected(modelName, e.status);
+    if (e.status !== 499) sendOpenAIError(res, e);
+  }
+}

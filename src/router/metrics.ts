@@ -1,0 +1,124 @@
+// Router metrics: a ForwardObserver plus gauges read at scrape time. Core code stays metrics-free.
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { ForwardObserver } from '../proxy/forward.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
+
+export interface RouterMetricsSources {
+  scheduler: Scheduler;
+  instances: () => Array<{ id: string; model: string; healthy: boolean; dpSize: number }>;
+  queueDepth: () => number;
+  tokenizerStats: () => { hits: number; misses: number };
+}
+
+export interface RouterMetrics extends ForwardObserver {
+  tokenized(model: string, seconds: number, tokens: number): void;
+  staleFreed(n: number): void;
+  rejected(model: string, status: number): void;
+}
+
+export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
+  const requests = new Counter({ name: 'kvrouter_requests_total', help: 'Proxied requests by model, policy, instance and status', labelNames: ['model', 'policy', 'instance', 'status'], registers: [reg] });
+  const overhead = new Histogram({
+    name: 'kvrouter_routing_seconds',
+    help: 'Time from request receipt to a booked routing decision (body read, tokenization, index walk, selection)',
+    labelNames: ['model'],
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    registers: [reg],
+  });
+  const tokenize = new Histogram({ name: 'kvrouter_tokenize_seconds', help: 'Chat template rendering and tokenization time', labelNames: ['model'], buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5], registers: [reg] });
+  const ttft = new Histogram({ name: 'kvrouter_upstream_ttft_seconds', help: 'Time from dispatch to the first upstream byte', labelNames: ['instance'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [reg] });
+  const duration = new Histogram({ name: 'kvrouter_request_duration_seconds', help: 'Whole request time through the router', labelNames: ['model', 'outcome'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300], registers: [reg] });
+  const overlap = new Histogram({ name: 'kvrouter_overlap_tokens', help: 'Cached prefix tokens on the chosen instance (any own tier)', labelNames: ['model'], buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
+  const promptTokens = new Histogram({ name: 'kvrouter_prompt_tokens', help: 'Prompt length in tokens', labelNames: ['model'], buckets: [16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
+  const retries = new Counter({ name: 'kvrouter_retries_total', help: 'Attempts retried on another instance, by the instance that failed', labelNames: ['instance'], registers: [reg] });
+  const health = new Counter({ name: 'kvrouter_instance_health_events_total', help: 'Ejections and readmissions', labelNames: ['instance', 'event'], registers: [reg] });
+  const stale = new Counter({ name: 'kvrouter_stale_bookings_freed_total', help: 'Bookings released by the stale sweep (a caller never freed them)', registers: [reg] });
+  const rejected = new Counter({ name: 'kvrouter_rejected_requests_total', help: 'Requests answered by the router itself with an error status', labelNames: ['model', 'status'], registers: [reg] });
+  new Gauge({
+    name: 'kvrouter_instance_healthy',
+    help: '1 when the instance receives traffic (healthy or on probation), 0 when ejected',
+    labelNames: ['instance', 'model'],
+    registers: [reg],
+    collect() {
+      this.reset();
+      for (const i of src.instances()) this.set({ instance: i.id, model: i.model }, i.healthy ? 1 : 0);
+    },
+  });
+  const perInstance = (name: string, help: string, pick: (l: ReturnType<Scheduler['active']['load']>) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['instance'],
+      registers: [reg],
+      collect() {
+        this.reset();
+        for (const i of src.instances()) {
+          let v = 0;
+          for (let r = 0; r < i.dpSize; r++) v += pick(src.scheduler.active.load(i.id, r));
+          this.set({ instance: i.id }, v);
+        }
+      },
+    });
+  perInstance('kvrouter_active_prefill_tokens', 'Booked prompt tokens not yet prefilled', (l) => l.activePrefillTokens);
+  perInstance('kvrouter_active_blocks', 'KV blocks held by in-flight requests (shared prefixes once)', (l) => l.activeBlocks);
+  perInstance('kvrouter_active_requests', 'In-flight requests', (l) => l.activeRequests);
+  new Gauge({
+    name: 'kvrouter_bookings',
+    help: 'Open bookings (returns to 0 when idle)',
+    registers: [reg],
+    collect() {
+      this.set(src.scheduler.active.size);
+    },
+  });
+  new Gauge({
+    name: 'kvrouter_queue_depth',
+    help: 'Requests waiting for a non-busy, healthy instance',
+    registers: [reg],
+    collect() {
+      this.set(src.queueDepth());
+    },
+  });
+  new Gauge({
+    name: 'kvrouter_tokenizer_segment_cache',
+    help: 'Tokenizer segment cache lookups by result (cumulative)',
+    labelNames: ['result'],
+    registers: [reg],
+    collect() {
+      const s = src.tokenizerStats();
+      this.set({ result: 'hit' }, s.hits);
+      this.set({ result: 'miss' }, s.misses);
+    },
+  });
+
+  return {
+    routed(d, _attempt, routingMs) {
+      const model = modelOf(d.chosen!.instance);
+      overhead.observe({ model }, routingMs / 1000);
+      overlap.observe({ model }, Math.min(d.isl, d.chosen!.disk * d.blockSize));
+      promptTokens.observe({ model }, d.isl);
+    },
+    firstByte(instance, ms) {
+      ttft.observe({ instance }, ms / 1000);
+    },
+    finished(instance, status, outcome, ms, policy) {
+      const model = instance ? modelOf(instance) : 'unknown';
+      requests.inc({ model, policy, instance: instance ?? 'none', status: String(status) });
+      duration.observe({ model, outcome }, ms / 1000);
+    },
+    retried(instance) {
+      retries.inc({ instance });
+    },
+    healthChanged(instance, event) {
+      health.inc({ instance, event });
+    },
+    tokenized(model, seconds) {
+      tokenize.observe({ model }, seconds);
+    },
+    staleFreed(n) {
+      stale.inc(n);
+    },
+    rejected(model, status) {
+      rejected.inc({ model, status: String(status) });
+    },
+  };
+}

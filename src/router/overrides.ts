@@ -1,0 +1,60 @@
+// Per-request routing overrides from x-kvrouter-* headers: bounded, validated, optional.
+import type { IncomingHttpHeaders } from 'node:http';
+import { OpenAIError } from '../api/openai.js';
+import type { RoutingConfig } from '../config/schema.js';
+import { isPolicy, type PolicyName } from '../scheduler/policies.js';
+
+export interface RequestRouting extends RoutingConfig {
+  /** Instance for the direct policy. */
+  target: string | null;
+}
+
+const header = (h: IncomingHttpHeaders, name: string): string | undefined => {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+};
+
+function bounded(h: IncomingHttpHeaders, name: string, min: number, max: number): number | undefined {
+  const raw = header(h, name);
+  if (raw === undefined) return undefined;
+  const n = Number(raw.trim());
+  if (raw.trim() === '' || !Number.isFinite(n) || n < min || n > max) {
+    throw new OpenAIError(400, `header ${name} must be a number in [${min}, ${max}], got "${raw}"`, 'invalid_request_error', name);
+  }
+  return n;
+}
+
+/** Apply the request's override headers to the model's routing (throws 400 on bad values). */
+export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allowed: boolean): RequestRouting {
+  const out: RequestRouting = { ...base, medium_weights: { ...base.medium_weights }, target: null };
+  const target = header(h, 'x-kvrouter-target');
+  const touched = ['x-kvrouter-overlap-weight', 'x-kvrouter-temperature', 'x-kvrouter-medium-weights', 'x-kvrouter-policy', 'x-kvrouter-target'].filter((n) => header(h, n) !== undefined);
+  if (touched.length === 0) return out;
+  if (!allowed) throw new OpenAIError(400, `routing override headers are disabled on this router (${touched.join(', ')})`, 'invalid_request_error', touched[0]);
+  const w = bounded(h, 'x-kvrouter-overlap-weight', 0, 100);
+  if (w !== undefined) out.overlap_weight = w;
+  const t = bounded(h, 'x-kvrouter-temperature', 0, 100);
+  if (t !== undefined) out.temperature = t;
+  const mw = header(h, 'x-kvrouter-medium-weights');
+  if (mw !== undefined) {
+    for (const part of mw.split(',').map((s) => s.trim()).filter(Boolean)) {
+      const m = /^(cpu|disk|shared)\s*=\s*([0-9.eE+-]+)$/.exec(part);
+      const v = m ? Number(m[2]) : NaN;
+      if (!m || !Number.isFinite(v) || v < 0 || v > 1) {
+        throw new OpenAIError(400, `header x-kvrouter-medium-weights: "${part}" is not cpu|disk|shared=<0..1> (e.g. "cpu=0.5,disk=0.1")`, 'invalid_request_error', 'x-kvrouter-medium-weights');
+      }
+      out.medium_weights[m[1] as 'cpu' | 'disk' | 'shared'] = v;
+    }
+  }
+  const p = header(h, 'x-kvrouter-policy');
+  if (p !== undefined) {
+    if (!isPolicy(p)) throw new OpenAIError(400, `header x-kvrouter-policy: unknown policy "${p}"`, 'invalid_request_error', 'x-kvrouter-policy');
+    out.policy = p as PolicyName;
+  }
+  if (target !== undefined) {
+    out.target = target;
+    if (p === undefined) out.policy = 'direct';
+  }
+  if (out.policy === 'direct' && !out.target) throw new OpenAIError(400, 'the direct policy needs an x-kvrouter-target header naming the instance', 'invalid_request_error', 'x-kvrouter-target');
+  return out;
+}
