@@ -378,6 +378,51 @@ describe('ZMQ listener: never stale', () => {
     expect(s.lastPurge).toBe('history_lost');
   });
 
+  it('a listener that subscribes mid-stream learns earlier blocks through a bootstrap replay', async () => {
+    const e = await engine({ replay: true, topic: 'kv' });
+    await e.publish([storedMap(1, A)]);
+    await e.publish([storedMap(2, B)]);
+    await e.publish([removedMap([eh(1, 1)])]);
+    const h = harness();
+    const reg = h.register({ endpoint: e.endpoint, replayEndpoint: e.replayEndpoint, topic: 'kv' });
+    await waitFor(() => h.device(B) === 2, 'bootstrapped');
+    expect(h.device(A)).toBe(1);
+    expect(e.replayRequests).toEqual([0]);
+    await sleep(150);
+    await e.publish([storedMap(3, D)]);
+    await waitFor(() => h.device(D) === 1, 'live after bootstrap');
+    expect(h.pool.stat(reg.key)!).toMatchObject({ gaps: 0, purges: 0, lastSeq: 3n });
+  });
+
+  it('gives up on a replay when too many live batches pile up behind it', async () => {
+    const e = await engine({ replay: true });
+    const h = harness({ bootstrapReplay: false, replayTimeoutMs: 5_000, maxHeld: 3 });
+    const reg = h.register({ endpoint: e.endpoint, replayEndpoint: e.replayEndpoint });
+    await subscribed(h, reg.key);
+    await e.publish([storedMap(1, A)]);
+    await waitFor(() => h.device(A) === 2, 'A');
+    e.mute = true;
+    await e.publish([storedMap(2, B)], { drop: true }); // 1
+    for (const t of [C, D, B, C]) await e.publish([storedMap(3, t.slice(0, 4))]); // 2..5 held, the 4th overflows
+    await waitFor(() => h.pool.stat(reg.key)!.replays.overflow === 1, 'overflow');
+    await waitFor(() => h.device(C) === 1, 'live resumes');
+    expect(h.device(A)).toBe(0);
+    expect(h.pool.stat(reg.key)!).toMatchObject({ lastPurge: 'held_overflow', replaying: false, lastSeq: 5n });
+  });
+
+  it('purges a silent stream when silencePurgeMs is set', async () => {
+    const e = await engine({ replay: false });
+    const h = harness({ silencePurgeMs: 300 });
+    const reg = h.register({ endpoint: e.endpoint });
+    await subscribed(h, reg.key);
+    await e.publish([storedMap(1, A)]);
+    await waitFor(() => h.device(A) === 2, 'A');
+    await waitFor(() => h.device(A) === 0, 'purged after silence');
+    expect(h.pool.stat(reg.key)!.lastPurge).toBe('silence');
+    await e.publish([storedMap(2, B)]);
+    await waitFor(() => h.device(B) === 2, 'new baseline after silence');
+  });
+
   it('purges on a sequence regression (engine restart) and on AllBlocksCleared', async () => {
     const e = await engine({ replay: false });
     const h = harness();
