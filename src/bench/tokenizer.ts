@@ -252,7 +252,7 @@ export async function run(argv: string[]): Promise<number> {
     loads[name] = performance.now() - t0;
     const whole = await loadTokenizer({ package: pkg }, { segmentCacheEntries: 0 });
     const { dir } = resolveTokenizerDir({ package: pkg });
-    const native = NativeTokenizer.fromFile(join(dir, 'tokenizer.json'));
+    const native = await NativeTokenizer.fromFile(join(dir, 'tokenizer.json'));
     const js = new JsTokenizer(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object);
     process.stderr.write(`${name}: cold throughput...\n`);
     cold.push(...(await benchCold(name, cached, whole, native, js, quick)));
@@ -260,8 +260,7 @@ export async function run(argv: string[]): Promise<number> {
     multi.push(await benchTurns(name, cached, whole, quick ? Math.min(turns, 16) : turns));
     process.stderr.write(`${name}: event-loop stalls...\n`);
     stalls.push(...(await benchStall(name, cached, whole, js)));
-    await cached.close();
-    await whole.close();
+    await Promise.all([cached.close(), whole.close(), native.close()]);
   }
 
   const tables: Table[] = [

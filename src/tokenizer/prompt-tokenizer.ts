@@ -12,13 +12,18 @@ const DEFAULT_CACHE_BYTES = 64 * 2 ** 20;
 
 export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizerOptions = {}): Promise<PromptTokenizer> {
   const files = readTokenizerFiles(source);
-  const native = NativeTokenizer.fromFile(files.tokenizerJsonPath);
   const renderer = new ChatTemplateRenderer(files.chatTemplates, files.specialTokens);
   const splitter = new SegmentSplitter(files.addedTokens);
   const cache = new SegmentCache(opts.segmentCacheEntries ?? DEFAULT_CACHE_ENTRIES, opts.segmentCacheBytes ?? DEFAULT_CACHE_BYTES);
-  const affixes = await completionAffixes(native, files);
-  const segmentingExact = await probeSegmenting(native, splitter, files);
-  return new CachedPromptTokenizer(files.name, native, renderer, splitter, segmentingExact ? cache : null, affixes);
+  const native = await NativeTokenizer.fromFile(files.tokenizerJsonPath);
+  try {
+    const affixes = await completionAffixes(native, files);
+    const segmentingExact = await probeSegmenting(native, splitter, files);
+    return new CachedPromptTokenizer(files.name, native, renderer, splitter, segmentingExact ? cache : null, affixes);
+  } catch (e) {
+    await native.close();
+    throw e;
+  }
 }
 
 class CachedPromptTokenizer implements PromptTokenizer {
@@ -26,6 +31,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
   private hits = 0;
   private misses = 0;
   private closed = false;
+  private lastTurn: Promise<void> = Promise.resolve();
 
   constructor(
     readonly name: string,
@@ -43,9 +49,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
 
   async encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
     this.assertOpen();
-    // Rendering is the one CPU-bound step left on this thread (~2 ms per 10k tokens): requests that
-    // arrive together render in separate turns of the event loop instead of back to back.
-    await new Promise<void>((resolve) => setImmediate(resolve));
+    await this.nextTurn();
     // Tokenized without special tokens added: the template already wrote them, as in vLLM's chat path.
     return this.encodeSegmented(this.renderer.render(req));
   }
@@ -68,8 +72,21 @@ class CachedPromptTokenizer implements PromptTokenizer {
   }
 
   async close(): Promise<void> {
+    if (this.closed) return;
     this.closed = true;
     this.cache?.clear();
+    await this.native.close();
+  }
+
+  /**
+   * Rendering is the one CPU-bound step left on this thread (~2-3 ms per 10k tokens). Requests that
+   * arrive together render one per turn of the event loop, not back to back in one long stall: each
+   * caller's turn is a setImmediate scheduled only after the previous caller's turn has come.
+   */
+  private nextTurn(): Promise<void> {
+    const turn = this.lastTurn.then(() => new Promise<void>((resolve) => setImmediate(resolve)));
+    this.lastTurn = turn;
+    return turn;
   }
 
   private assertOpen(): void {
@@ -169,7 +186,7 @@ async function completionAffixes(native: NativeTokenizer, files: TokenizerFiles)
   const bos = typeof files.specialTokens.bos_token === 'string' ? files.specialTokens.bos_token : null;
   const templateText = typeof files.chatTemplates === 'string' ? files.chatTemplates : Object.values(files.chatTemplates ?? {}).join('\n');
   const addBos = files.addBosToken ?? (bos !== null && templateText.includes('bos_token'));
-  const bosId = bos !== null ? native.tokenToId(bos) : null;
+  const bosId = files.addedTokens.find((t) => t.content === bos)?.id ?? null;
   return { prefix: addBos && bosId !== null ? Uint32Array.of(bosId) : new Uint32Array(0), suffix: new Uint32Array(0) };
 }
 

