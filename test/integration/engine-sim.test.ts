@@ -315,6 +315,27 @@ describe('HTTP contract', () => {
     expect(r.json.model).toBe('ada');
   });
 
+  it('a request seed makes output reproducible; stop_token_ids and stop strings end it early', async () => {
+    const body = { prompt: ids(12, 3), max_tokens: 6, seed: 42, return_token_ids: true };
+    const a = await post(`${h.url}/v1/completions`, body);
+    const b = await post(`${h.url}/v1/completions`, body);
+    const ca = (a.json.choices as { token_ids: number[]; text: string }[])[0];
+    expect((b.json.choices as { token_ids: number[] }[])[0].token_ids).toEqual(ca.token_ids);
+    const third = ca.token_ids[2];
+    const stopped = await post(`${h.url}/v1/completions`, { ...body, stop_token_ids: [third] });
+    const cs = (stopped.json.choices as Record<string, unknown>[])[0];
+    expect(cs).toMatchObject({ finish_reason: 'stop', stop_reason: third, token_ids: ca.token_ids.slice(0, 3) });
+    expect(stopped.json.usage).toMatchObject({ completion_tokens: 3 });
+    // The stop token's text is left out of the output.
+    const twoTokens = (await post(`${h.url}/v1/completions`, { ...body, max_tokens: 2 })).json.choices as { text: string }[];
+    expect(cs.text).toBe(twoTokens[0].text);
+    const word = ca.text.split(' ').filter(Boolean)[1];
+    const s = await stream(`${h.url}/v1/completions`, { ...body, stream: true, stop: [word] });
+    const text = s.chunks.map((c) => ((c.choices as { text: string }[])[0]?.text ?? '')).join('');
+    expect(text).toBe(ca.text.slice(0, ca.text.indexOf(word)));
+    expect((s.chunks.at(-1)!.choices as Record<string, unknown>[])[0]).toMatchObject({ finish_reason: 'stop', stop_reason: word });
+  });
+
   it('rejects bad input with 4xx JSON errors', async () => {
     const cases: [unknown, number, RegExp][] = [
       [{ prompt: ids(4, 1), max_tokens: 0 }, 400, /max_tokens/],
