@@ -158,15 +158,6 @@ export class EngineCore {
     return this.cache.drainEvents();
   }
 
-  /** Events caused outside `step` (none today besides reset); kept for adapters that poll. */
-  drainEvents(): CoreKvEvent[] {
-    return this.cache.drainEvents();
-  }
-
-  request(id: string): SimRequest | undefined {
-    return this.byId.get(id);
-  }
-
   stats(): CoreStats {
     return {
       running: this.scheduler.running.length,

@@ -7,7 +7,6 @@ const TYPES: Record<number, string> = {
   404: 'NotFoundError',
   405: 'MethodNotAllowed',
   413: 'RequestEntityTooLarge',
-  415: 'UnsupportedMediaType',
   500: 'InternalServerError',
   503: 'ServiceUnavailableError',
 };
