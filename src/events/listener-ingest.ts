@@ -43,6 +43,8 @@ export class StreamIngest {
   };
   /** Last non-ok detail (decode error, rejected or orphan event), for the registry's last_error. */
   lastProblem: string | null = null;
+  /** Bumped with every new problem, so a caller can tell whether a call added one. */
+  problems = 0;
   // (tenant, backend, dp rank) streams this listener wrote to: the batch rank and Mooncake envelopes
   // may differ from the registration, and a purge must reach all of them.
   private readonly touched = new Map<string, { tenant: string; backend: string; dpRank: number }>();
@@ -73,7 +75,7 @@ export class StreamIngest {
   decodeError(error: string, n = 1): void {
     this.counts.applied.decode_error += n;
     this.deps.metrics.applied('decode_error', n);
-    this.lastProblem = `decode_error: ${error}`;
+    this.problem(`decode_error: ${error}`);
   }
 
   /** Count a detected sequence gap. */
@@ -95,6 +97,11 @@ export class StreamIngest {
     this.counts.lastPurge = reason;
     this.deps.metrics.purged(reason, n);
     return n;
+  }
+
+  private problem(detail: string): void {
+    this.lastProblem = detail;
+    this.problems++;
   }
 
   private touch(tenant: string, backend: string, dpRank: number): void {
@@ -127,12 +134,12 @@ export class StreamIngest {
       const out = this.deps.applier.apply(ev);
       status = out.status;
       blocks = out.blocks;
-      if (out.reason !== undefined && status !== 'ok') this.lastProblem = `${status}: ${out.reason}`;
+      if (out.reason !== undefined && status !== 'ok') this.problem(`${status}: ${out.reason}`);
       if (ev.event_type === 'cleared' && ev.medium === null) blocks += this.clearEverywhere(ev.backend_id, ev.dp_rank, ev.tenant_id);
     } catch (err) {
       // The applier is documented not to throw; keep the stream alive if it ever does.
       status = 'rejected';
-      this.lastProblem = `rejected: ${(err as Error).message}`;
+      this.problem(`rejected: ${(err as Error).message}`);
     }
     if (status === 'ok' || status === 'gap') {
       if (ev.event_type === 'stored') this.counts.blocksStored += blocks;

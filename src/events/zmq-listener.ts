@@ -65,8 +65,9 @@ export interface ListenerStats extends IngestCounts {
   lastError: string | null;
   /** Live messages received. */
   messages: number;
-  /** Last applied publisher seq (null before the first or after a purge reset). */
-  lastSeq: bigint | null;
+  /** Last applied publisher seq (null before the first or after a purge reset). A number so stats
+   * serialize as plain JSON; seqs stay below 2^53 for centuries at any realistic batch rate. */
+  lastSeq: number | null;
   gaps: number;
   replays: Record<ReplayResult, number>;
   replaying: boolean;
@@ -179,7 +180,7 @@ export class ZmqListener {
       status: this.status,
       lastError: this.lastError,
       messages: this.messages,
-      lastSeq: this.next === null ? null : this.next - 1n,
+      lastSeq: this.next === null ? null : Number(this.next - 1n),
       gaps: this.gaps,
       replays: { ...this.replays },
       replaying: this.replaying,
@@ -322,13 +323,10 @@ export class ZmqListener {
   }
 
   private apply(payload: Uint8Array, replayed: boolean): void {
+    const before = this.ingest.problems;
     const r = this.ingest.applyPayload(payload, replayed);
-    if (!r.ok) {
-      this.noteProblem();
-      if (this.opts.onDecodeError === 'purge') this.purge('decode_error');
-    } else if (this.ingest.lastProblem !== null && this.ingest.lastProblem !== this.lastError) {
-      this.noteProblem();
-    }
+    if (this.ingest.problems !== before) this.noteProblem();
+    if (!r.ok && this.opts.onDecodeError === 'purge') this.purge('decode_error');
   }
 
   // ------------------------------------------------------------------ replay
