@@ -85,6 +85,8 @@ function openaiError(res: ServerResponse, status: number, message: string, type:
 }
 
 function waitDrain(res: ServerResponse): Promise<void> {
+  // 'close' may have fired already: never wait on a response that can no longer drain.
+  if (res.destroyed || res.writableEnded) return Promise.resolve();
   return new Promise((resolve) => {
     const done = () => {
       res.off('drain', done);
@@ -103,6 +105,8 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
     if (!res.writableFinished) abort.abort();
   };
   res.on('close', onClose);
+  // The client may have gone while the body was read or tokenized ('close' already fired).
+  if (res.destroyed || res.socket?.destroyed) abort.abort();
   const tried = new Set<string>();
   let attempt = 0;
   let lastError = '';
