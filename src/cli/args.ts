@@ -35,7 +35,9 @@ export function parseCommand(
   argv: string[],
 ): { values: ParsedOptions; positionals: string[] } | { code: number } {
   const spec: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }> = { help: { type: 'boolean', short: 'h' } };
-  for (const [k, o] of Object.entries(options)) spec[k] = { type: o.type, short: o.short, multiple: o.multiple };
+  for (const [k, o] of Object.entries(options)) {
+    spec[k] = { type: o.type, ...(o.short ? { short: o.short } : {}), ...(o.multiple ? { multiple: true } : {}) };
+  }
   let parsed;
   try {
     parsed = parseArgs({ args: argv, options: spec, allowPositionals: true, strict: true });
