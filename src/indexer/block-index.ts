@@ -128,6 +128,9 @@ export class BlockIndex {
   // holders: objects for metadata, typed arrays for the query loop
   private holders: Holder[] = [];
   private holderKeys = new Map<string, number>();
+  // Purged holder ids are reused, so a flapping publisher cannot grow the holder table.
+  private liveHolders = new Set<number>();
+  private freeHolderIds: number[] = [];
   private hCand = new Int32Array(16);
   private hBit = new Int32Array(16);
   private hSpec = new Uint8Array(16);
@@ -162,9 +165,10 @@ export class BlockIndex {
    */
   bindBackend(backend: string, instance: string | null): void {
     this.backendOwner.set(backend, instance);
-    this.holders.forEach((h, i) => {
-      if (h.alive && !h.speculative && h.backend === backend) this.hCand[i] = instance === null ? NONE : this.candidate(instance, h.dpRank);
-    });
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      if (!h.speculative && h.backend === backend) this.hCand[i] = instance === null ? NONE : this.candidate(instance, h.dpRank);
+    }
   }
 
   /** Holder id for a backend's (dp rank, medium) stream, created on first use. */
@@ -187,9 +191,11 @@ export class BlockIndex {
   }
 
   private addHolder(key: string, backend: string, dpRank: number, medium: Medium, cand: number, group: number, speculative: boolean, ttlMs: number): number {
-    const id = this.holders.length;
-    this.holders.push({ key, backend, dpRank, medium, group, speculative, ttlMs, head: NONE, tail: NONE, count: 0, alive: true });
+    const reused = this.freeHolderIds.pop();
+    const id = reused ?? this.holders.length;
+    this.holders[id] = { key, backend, dpRank, medium, group, speculative, ttlMs, head: NONE, tail: NONE, count: 0, alive: true };
     this.holderKeys.set(key, id);
+    this.liveHolders.add(id);
     if (id >= this.hCand.length) {
       const n = this.hCand.length * 2;
       this.hCand = grow(this.hCand, n);
@@ -254,9 +260,7 @@ export class BlockIndex {
   /** Live holder ids (those with at least one block). */
   holderIds(): number[] {
     const out: number[] = [];
-    this.holders.forEach((h, i) => {
-      if (h.alive && h.count > 0) out.push(i);
-    });
+    for (const i of this.liveHolders) if (this.holders[i].count > 0) out.push(i);
     return out;
   }
 
@@ -377,12 +381,15 @@ export class BlockIndex {
   /** Purge and forget every holder matching the predicate. */
   private purgeHolders(pred: (h: Holder, id: number) => boolean): number {
     let n = 0;
-    this.holders.forEach((h, i) => {
-      if (!h.alive || !pred(h, i)) return;
+    for (const i of [...this.liveHolders]) {
+      const h = this.holders[i];
+      if (!pred(h, i)) continue;
       n += this.clearHolder(i);
       h.alive = false;
       this.holderKeys.delete(h.key);
-    });
+      this.liveHolders.delete(i);
+      this.freeHolderIds.push(i);
+    }
     return n;
   }
 
@@ -404,8 +411,9 @@ export class BlockIndex {
   /** Remove speculative entries whose expiry is at or before `now`. */
   expire(now: number): number {
     let n = 0;
-    for (const h of this.holders) {
-      if (!h.alive || !h.speculative) continue;
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      if (!h.speculative) continue;
       while (h.head !== NONE && this.recExp[h.head] <= now) {
         this.freeRecord(h.head);
         n++;
@@ -535,7 +543,7 @@ export class BlockIndex {
     return {
       blocks: this.table.size,
       records: this.liveRecords,
-      holders: this.holders.filter((h) => h.alive && h.count > 0).length,
+      holders: this.holderIds().length,
       bytes,
     };
   }

@@ -23,6 +23,8 @@ const ALIASES: Record<string, Medium> = {
   NVME: 'DISK',
   CPU_TIER2: 'DISK',
   G3: 'DISK',
+  FS: 'DISK', // vLLM offloading to a file system
+  OBJ: 'EXTERNAL', // vLLM offloading to an object store
   EXTERNAL: 'EXTERNAL',
   STORAGE: 'EXTERNAL',
   SHARED: 'EXTERNAL',

@@ -223,14 +223,14 @@ describe('Mooncake standardized events', () => {
     token_ids: null,
   };
 
-  it('decodes a full envelope as is', () => {
+  it('decodes a full envelope as is, pinned to the registration tenant', () => {
     const b = one(ctx('Mooncake'), stored);
     const want: KvEvent = {
       model_name: 'llama',
       block_size: 64,
       additional_salt: null,
       lora_name: null,
-      tenant_id: 'default',
+      tenant_id: 't', // the registration's tenant: a publisher cannot write into another tenant
       backend_id: 'store-0',
       medium: 'cpu',
       dp_rank: 0,

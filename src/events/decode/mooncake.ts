@@ -34,6 +34,8 @@ export function decodeMooncakeEvent(raw: unknown, ctx: DecodeContext, b: BatchIn
   };
   const r = parseStandardEvent(raw, defaults);
   if (!r.ok) return { error: `${r.field} ${r.message}` };
+  // A publisher writes only into the tenant it was registered under (isolation).
+  r.event.tenant_id = reg.tenant;
   if (r.event.timestamp === null) r.event.timestamp = b.tsMs;
   return [r.event];
 }
