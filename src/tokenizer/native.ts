@@ -5,6 +5,7 @@
 // the tokenizer.json load (~0.5 s), and transfers each result as one Uint32Array buffer, so the event
 // loop only ever posts a string and receives a buffer.
 import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 
 /** The worker's code, CommonJS so it runs the same from src/ (vitest) and dist/. */
@@ -27,12 +28,27 @@ function pack(arrays) {
   arrays.forEach((a, i) => { ids.set(a, at); lens[i] = a.length; at += a.length; });
   return { ids, lens };
 }
+// At most workerData.threads native encodes at once (encodeBatch is avoided: its rayon pool takes every
+// core), so tokenizing never crowds the event loop's thread off the CPU.
+let active = 0;
+const waiting = [];
+async function slot(fn) {
+  if (active >= workerData.threads) await new Promise((r) => waiting.push(r));
+  active++;
+  try {
+    return await fn();
+  } finally {
+    active--;
+    const next = waiting.shift();
+    if (next) next();
+  }
+}
 parentPort.on('message', async (m) => {
   try {
     if (m.op === 'encode') {
       const opts = { addSpecialTokens: m.addSpecialTokens };
-      const encs = m.texts.length === 1 ? [await tok.encode(m.texts[0], null, opts)] : await tok.encodeBatch(m.texts, opts);
-      const { ids, lens } = pack(encs.map((e) => e.getIds()));
+      const arrays = await Promise.all(m.texts.map((t) => slot(() => tok.encode(t, null, opts)).then((e) => e.getIds())));
+      const { ids, lens } = pack(arrays);
       parentPort.postMessage({ id: m.id, ids, lens }, [ids.buffer, lens.buffer]);
     } else if (m.op === 'decode') {
       parentPort.postMessage({ id: m.id, text: await tok.decode(Array.from(m.ids), m.skipSpecialTokens) });
@@ -69,10 +85,13 @@ export class NativeTokenizer {
     worker.on('exit', (code) => this.fail(new Error(`tokenizer worker exited (${code})`)));
   }
 
-  /** Starts the worker and waits until it has parsed tokenizer.json. */
-  static async fromFile(path: string): Promise<NativeTokenizer> {
+  /**
+   * Starts the worker and waits until it has parsed tokenizer.json. `threads`: native encodes run at
+   * once (default: all cores but one, which is left to the event loop).
+   */
+  static async fromFile(path: string, threads = Math.max(1, availableParallelism() - 1)): Promise<NativeTokenizer> {
     const modulePath = createRequire(import.meta.url).resolve('tokenizers');
-    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { modulePath, file: path } });
+    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { modulePath, file: path, threads } });
     await new Promise<void>((resolve, reject) => {
       const onError = (e: Error) => reject(e);
       worker.once('error', onError);
@@ -91,7 +110,7 @@ export class NativeTokenizer {
     return (await this.encodeBatch([text], addSpecialTokens))[0];
   }
 
-  /** One round trip for many texts (the crate parallelises a batch itself). */
+  /** One round trip for many texts. */
   async encodeBatch(texts: string[], addSpecialTokens: boolean): Promise<Uint32Array[]> {
     if (texts.length === 0) return [];
     const r = await this.call({ op: 'encode', texts, addSpecialTokens });

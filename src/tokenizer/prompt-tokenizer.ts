@@ -15,7 +15,7 @@ export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizer
   const renderer = new ChatTemplateRenderer(files.chatTemplates, files.specialTokens);
   const splitter = new SegmentSplitter(files.addedTokens);
   const cache = new SegmentCache(opts.segmentCacheEntries ?? DEFAULT_CACHE_ENTRIES, opts.segmentCacheBytes ?? DEFAULT_CACHE_BYTES);
-  const native = await NativeTokenizer.fromFile(files.tokenizerJsonPath);
+  const native = await NativeTokenizer.fromFile(files.tokenizerJsonPath, opts.encodeThreads);
   try {
     const affixes = await completionAffixes(native, files);
     const segmentingExact = await probeSegmenting(native, splitter, files);

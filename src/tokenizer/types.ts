@@ -58,4 +58,6 @@ export interface LoadTokenizerOptions {
   segmentCacheEntries?: number;
   /** Segment cache capacity in bytes of token ids plus per-entry overhead (default 64 MiB). */
   segmentCacheBytes?: number;
+  /** Native encodes run at once, off the event loop (default: all cores but one). */
+  encodeThreads?: number;
 }
