@@ -18,6 +18,7 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import { handleCompletion, prepareRoute, routeFields, sendOpenAIError } from './completions.js';
 import { createRouterMetrics } from './metrics.js';
 import { buildModels, type ModelRuntime, uniqueModels } from './models.js';
+import { mountDecisionRoutes } from './decision-api.js';
 import { startProbes } from './probes.js';
 
 export interface RouterHandle {
@@ -182,6 +183,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     }));
     return c.json({ ready: ready(), shutting_down: shuttingDown, models: details, listeners: listeners.statusCounts() }, ready() ? 200 : 503);
   });
+  mountDecisionRoutes(app, { ...deps, indexer });
   app.get('/metrics', async (c) => c.body(await prom.metrics(), 200, { 'content-type': prom.contentType }));
   app.post('/debug/route', async (c) => {
     // Same preparation as the proxy path (model, overrides, tokens); scores every candidate, books nothing.
@@ -193,9 +195,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     }
     const kind = c.req.query('kind') === 'completion' || (raw !== null && typeof raw === 'object' && 'prompt' in raw) ? 'completion' : 'chat';
     try {
-      const incoming = c.env as { incoming?: IncomingMessage } | undefined;
-      const req = incoming?.incoming ?? ({ headers: Object.fromEntries(c.req.raw.headers) } as IncomingMessage);
-      const p = await prepareRoute(kind, raw, req, deps);
+      const p = await prepareRoute(kind, raw, Object.fromEntries(c.req.raw.headers), deps);
       const { ns, route } = routeFields(p, cfg);
       const candidates = p.model.instances.filter((i) => i.health.available(now())).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
       const d = scheduler.decide({ ...route, ns, candidates }, now());
@@ -224,7 +224,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       throw err;
     }
   });
-  installErrorHandling(app, [...INDEXER_ROUTES, ['GET', '/v1/models'], ['GET', '/health'], ['GET', '/live'], ['GET', '/ready'], ['GET', '/metrics'], ['POST', '/debug/route'], ['POST', '/v1/chat/completions'], ['POST', '/v1/completions']]);
+  installErrorHandling(app, [...INDEXER_ROUTES, ['GET', '/v1/models'], ['GET', '/health'], ['GET', '/live'], ['GET', '/ready'], ['GET', '/metrics'], ['POST', '/debug/route'], ['POST', '/v1/chat/completions'], ['POST', '/v1/completions'], ['POST', '/v1/route'], ['POST', '/v1/route/loads'], ['GET', '/v1/route/events'], ['POST', '/v1/route/:id/prefill_complete'], ['POST', '/v1/route/:id/free']]);
   const rest = honoListener(app);
 
   const inflight = new Set<ServerResponse>();
@@ -264,7 +264,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
         metrics.staleFreed(stale.length);
         queue.notify();
       }
-    }, 5000),
+    }, Math.min(5000, Math.max(250, cfg.routing.stale_booking_ms / 4))),
   ];
   for (const t of timers) t.unref();
   log(`kvrouter listening on ${server.url} (models: ${all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`);

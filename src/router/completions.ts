@@ -1,7 +1,7 @@
 // POST /v1/chat/completions and /v1/completions on plain node:http (the hot path): read, parse,
 // tokenize exactly as the engine will, build the route and hand it to the proxy.
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } from '../api/openai.js';
 import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
@@ -79,18 +79,18 @@ export interface PreparedRoute {
 }
 
 /** Everything the proxy path and /debug/route share: model, overrides and tokens. */
-export async function prepareRoute(kind: CompletionKind, raw: unknown, req: IncomingMessage, deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now'>): Promise<PreparedRoute> {
+export async function prepareRoute(kind: CompletionKind, raw: unknown, headers: IncomingHttpHeaders, deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now'>): Promise<PreparedRoute> {
   const parsed = parseCompletion(kind, raw);
   const model = deps.models.get(parsed.model);
   if (!model) throw modelNotFound(parsed.model);
-  const routing = applyOverrides(req.headers, model.routing, deps.cfg.routing.header_overrides);
+  const routing = applyOverrides(headers, model.routing, deps.cfg.routing.header_overrides);
   const t0 = performance.now();
   const tokens = await promptTokens(model.tokenizer, parsed.prompt);
   deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
   if (tokens && tokens.length > deps.cfg.server.max_prompt_tokens) {
     throw new OpenAIError(400, `the prompt has ${tokens.length} tokens, the limit is ${deps.cfg.server.max_prompt_tokens}`, 'invalid_request_error', kind === 'chat' ? 'messages' : 'prompt');
   }
-  const sh = req.headers[deps.cfg.routing.session_header.toLowerCase()];
+  const sh = headers[deps.cfg.routing.session_header.toLowerCase()];
   const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
   return { model, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
 }
@@ -126,7 +126,7 @@ export async function handleCompletion(kind: CompletionKind, req: IncomingMessag
     } catch (err) {
       throw new OpenAIError(400, `request body is not valid JSON: ${(err as Error).message}`, 'invalid_request_error', 'body');
     }
-    const p = await prepareRoute(kind, raw, req, deps);
+    const p = await prepareRoute(kind, raw, req.headers, deps);
     modelName = p.model.name;
     // An alias is rewritten to the served name; otherwise the client's bytes go through untouched.
     const body = p.body.model === p.model.name ? bodyBuf : Buffer.from(JSON.stringify({ ...p.body, model: p.model.name }));

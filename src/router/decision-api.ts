@@ -1,0 +1,166 @@
+// Routing decisions as a service (Dynamo KvPushRouter semantics over HTTP) for gateways that
+// forward requests themselves. Same selection and booking code as the proxy path:
+//   POST /v1/route                               decide (query only), or decide and book (request_id)
+//   POST /v1/route/{request_id}/prefill_complete first token seen
+//   POST /v1/route/{request_id}/free             request finished (idempotent)
+//   POST /v1/route/loads                         every candidate's potential loads and cost
+//   GET  /v1/route/events                        the index as a dump
+import type { Context, Hono } from 'hono';
+import { json } from '../api/indexer-routes.js';
+import { OpenAIError } from '../api/openai.js';
+import { dumpIndex } from '../indexer/snapshot.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { Decision } from '../scheduler/scheduler.js';
+import type { CompletionDeps } from './completions.js';
+import { prepareRoute, routeFields } from './completions.js';
+
+const ID_RE = /^[\w.:-]{1,128}$/;
+
+/** Remembers recently freed ids so repeated frees stay idempotent without growing forever. */
+class RecentIds {
+  private readonly set = new Set<string>();
+  constructor(private readonly max: number) {}
+  add(id: string): void {
+    this.set.add(id);
+    if (this.set.size > this.max) this.set.delete(this.set.values().next().value as string);
+  }
+  has(id: string): boolean {
+    return this.set.has(id);
+  }
+}
+
+type Body = Record<string, unknown>;
+
+/** router_config_override -> the same validated override path as x-kvrouter-* headers. */
+function overrideHeaders(o: unknown): Record<string, string> {
+  if (o === undefined || o === null) return {};
+  if (typeof o !== 'object' || Array.isArray(o)) throw new OpenAIError(400, '`router_config_override` must be an object', 'invalid_request_error', 'router_config_override');
+  const r = o as Body;
+  const h: Record<string, string> = {};
+  const num = (k: string) => {
+    const v = r[k];
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'number') throw new OpenAIError(400, `router_config_override.${k} must be a number`, 'invalid_request_error', `router_config_override.${k}`);
+    return String(v);
+  };
+  const w = num('overlap_score_weight');
+  if (w !== undefined) h['x-kvrouter-overlap-weight'] = w;
+  const t = num('router_temperature');
+  if (t !== undefined) h['x-kvrouter-temperature'] = t;
+  if (r.medium_weights !== undefined && r.medium_weights !== null) {
+    if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights)) throw new OpenAIError(400, 'router_config_override.medium_weights must be an object', 'invalid_request_error', 'router_config_override.medium_weights');
+    h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body).map(([k, v]) => `${k}=${String(v)}`).join(',');
+  }
+  if (typeof r.policy === 'string') h['x-kvrouter-policy'] = r.policy;
+  if (typeof r.target === 'string') h['x-kvrouter-target'] = r.target;
+  return h;
+}
+
+export interface DecisionApiDeps extends CompletionDeps {
+  indexer: TieredIndexer;
+}
+
+export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
+  const { scheduler, now, cfg } = deps;
+  const freed = new RecentIds(100_000);
+  const bookingKey = (id: string) => `route:${id}`;
+
+  const decide = async (c: Context): Promise<{ d: Decision; p: Awaited<ReturnType<typeof prepareRoute>>; body: Body; fields: ReturnType<typeof routeFields> }> => {
+    let body: Body;
+    try {
+      body = (await c.req.json()) as Body;
+    } catch {
+      throw new OpenAIError(400, 'request body is not valid JSON', 'invalid_request_error', 'body');
+    }
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new OpenAIError(400, 'request body must be a JSON object', 'invalid_request_error', 'body');
+    let kind: 'chat' | 'completion' = 'chat';
+    let raw: Body = body;
+    if (body.token_ids !== undefined) {
+      if (!Array.isArray(body.token_ids) || body.token_ids.length === 0) throw new OpenAIError(400, '`token_ids` must be a non-empty array of token ids', 'invalid_request_error', 'token_ids');
+      kind = 'completion';
+      raw = { model: body.model, prompt: body.token_ids };
+    } else if (body.prompt !== undefined) kind = 'completion';
+    const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
+    const p = await prepareRoute(kind, raw, headers, deps);
+    const fields = routeFields(p, cfg);
+    const t = now();
+    const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
+    return { d: scheduler.decide({ ...fields.route, ns: fields.ns, candidates }, t), p, body, fields };
+  };
+
+  const candidateView = (d: Decision, x: Decision['candidates'][number]) => ({
+    instance_id: x.instance,
+    dp_rank: x.dpRank,
+    overlap_tokens: { gpu: x.device * d.blockSize, cpu: x.host * d.blockSize, disk: x.disk * d.blockSize, shared: x.shared * d.blockSize },
+    potential_prefill_tokens: x.load.activePrefillTokens + Math.max(0, d.isl - x.creditedBlocks * d.blockSize),
+    potential_decode_blocks: x.load.activeBlocks + x.newBlocks,
+    cost: x.cost,
+    busy: x.busy,
+  });
+
+  const wrap = (fn: (c: Context) => Promise<Response>) => async (c: Context) => {
+    try {
+      return await fn(c);
+    } catch (err) {
+      if (err instanceof OpenAIError) return c.json(err.body(), err.status as 400);
+      throw err;
+    }
+  };
+
+  app.post(
+    '/v1/route/loads',
+    wrap(async (c) => {
+      const { d, p } = await decide(c);
+      return json(c, { model: p.model.name, prompt_tokens: d.isl, block_size: d.blockSize, policy: d.policy, loads: d.candidates.map((x) => candidateView(d, x)) });
+    }),
+  );
+
+  app.post(
+    '/v1/route',
+    wrap(async (c) => {
+      const { d, p, body, fields } = await decide(c);
+      const rid = body.request_id;
+      if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) {
+        throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
+      }
+      if (!d.chosen) {
+        const status = d.reason === 'unknown_target' ? 400 : 503;
+        return c.json(new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error').body(), status, status === 503 ? { 'retry-after': '1' } : {});
+      }
+      let booked = false;
+      if (typeof rid === 'string') {
+        if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
+        const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+        scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
+        booked = true;
+      }
+      const inst = p.model.instances.find((i) => i.id === d.chosen!.instance)!;
+      return json(c, {
+        ...candidateView(d, d.chosen),
+        url: inst.upstream.url,
+        model: p.model.name,
+        policy: d.policy,
+        prompt_tokens: d.isl,
+        request_id: typeof rid === 'string' ? rid : null,
+        booked,
+      });
+    }),
+  );
+
+  const lifecycle = (action: 'prefill_complete' | 'free') =>
+    wrap(async (c) => {
+      const id = c.req.param('id') ?? '';
+      const key = bookingKey(id);
+      const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
+      if (ok) {
+        if (action === 'free') freed.add(id);
+        deps.queue.notify(1);
+        return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });
+      }
+      if (freed.has(id)) return json(c, { request_id: id, status: 'already_freed' });
+      return c.json(new OpenAIError(404, `no booking for request_id ${id}`, 'invalid_request_error', 'request_id').body(), 404);
+    });
+  app.post('/v1/route/:id/prefill_complete', lifecycle('prefill_complete'));
+  app.post('/v1/route/:id/free', lifecycle('free'));
+  app.get('/v1/route/events', (c) => json(c, dumpIndex(deps.indexer, now())));
+}
