@@ -18,7 +18,10 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import { handleCompletion, prepareRoute, routeFields, sendOpenAIError } from './completions.js';
 import { createRouterMetrics } from './metrics.js';
 import { buildModels, type ModelRuntime, uniqueModels } from './models.js';
+import { mountDashboard } from '../dashboard/index.js';
+import { dashboardSource } from './dashboard-source.js';
 import { mountDecisionRoutes } from './decision-api.js';
+import { combineObservers, DecisionLog } from './decision-log.js';
 import { startProbes } from './probes.js';
 
 export interface RouterHandle {
@@ -148,7 +151,8 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     (i) => modelOfInstance.get(i) ?? 'unknown',
   );
   const im = registerIndexMetrics(prom, indexer);
-  const deps = { cfg, models, metrics, scheduler, queue, now, observer: metrics };
+  const decisions = new DecisionLog(500, (i) => modelOfInstance.get(i) ?? 'unknown', now);
+  const deps = { cfg, models, metrics, scheduler, queue, now, observer: combineObservers(metrics, decisions) };
 
   let shuttingDown = false;
   const ready = () =>
@@ -184,6 +188,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     return c.json({ ready: ready(), shutting_down: shuttingDown, models: details, listeners: listeners.statusCounts() }, ready() ? 200 : 503);
   });
   mountDecisionRoutes(app, { ...deps, indexer });
+  mountDashboard(app, dashboardSource({ models: all, indexer, scheduler, applier, listeners, log: decisions, queueDepth: () => queue.depth, now }));
   app.get('/metrics', async (c) => c.body(await prom.metrics(), 200, { 'content-type': prom.contentType }));
   app.post('/debug/route', async (c) => {
     // Same preparation as the proxy path (model, overrides, tokens); scores every candidate, books nothing.
@@ -259,7 +264,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const timers = [
     setInterval(() => indexer.expire(now()), 1000),
     setInterval(() => {
-      const stale = scheduler.active.sweep(now(), cfg.routing.stale_booking_ms);
+      const stale = scheduler.sweep(now(), cfg.routing.stale_booking_ms);
       if (stale.length) {
         metrics.staleFreed(stale.length);
         queue.notify();

@@ -119,10 +119,16 @@ export class ActiveSequences {
     return this.bookings.get(id);
   }
 
-  /** Free bookings older than maxAgeMs; returns their ids. */
-  sweep(now: number, maxAgeMs: number): string[] {
+  /** Ids of bookings older than maxAgeMs. */
+  staleIds(now: number, maxAgeMs: number): string[] {
     const stale: string[] = [];
     for (const b of this.bookings.values()) if (now - b.createdAt > maxAgeMs) stale.push(b.id);
+    return stale;
+  }
+
+  /** Free bookings older than maxAgeMs; returns their ids. */
+  sweep(now: number, maxAgeMs: number): string[] {
+    const stale = this.staleIds(now, maxAgeMs);
     for (const id of stale) this.free(id);
     return stale;
   }

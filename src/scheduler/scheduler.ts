@@ -70,9 +70,21 @@ export interface BookOptions {
   speculativeTtlMs: number;
 }
 
+/** Observers of booking changes (replica sync, decision logs). Called synchronously, after the change. */
+export interface SchedulerHooks {
+  booked?(b: Booking, ns: NamespaceId, speculativeTtlMs: number, now: number): void;
+  prefillCompleted?(id: string): void;
+  freed?(id: string): void;
+}
+
 export class Scheduler {
   readonly active = new ActiveSequences();
   private readonly turns = new Map<string, number>();
+  private readonly hooks: SchedulerHooks[] = [];
+
+  addHooks(h: SchedulerHooks): void {
+    this.hooks.push(h);
+  }
 
   constructor(
     private readonly indexer: TieredIndexer,
@@ -137,14 +149,28 @@ export class Scheduler {
       const holder = space.index.speculativeHolder(c.instance, c.dpRank, opts.speculativeTtlMs);
       space.index.store(holder, d.seq, null, opts.now + opts.speculativeTtlMs);
     }
+    for (const h of this.hooks) h.booked?.(booking, ns, opts.speculativeTtlMs, opts.now);
     return booking;
   }
 
   prefillComplete(requestId: string): boolean {
-    return this.active.prefillComplete(requestId);
+    const b = this.active.get(requestId);
+    const changed = b !== undefined && !b.prefillDone;
+    const ok = this.active.prefillComplete(requestId);
+    if (changed) for (const h of this.hooks) h.prefillCompleted?.(requestId);
+    return ok;
+  }
+
+  /** Free bookings nobody released within maxAgeMs (through free(), so hooks see them). */
+  sweep(now: number, maxAgeMs: number): string[] {
+    const stale = this.active.staleIds(now, maxAgeMs);
+    for (const id of stale) this.free(id);
+    return stale;
   }
 
   free(requestId: string): boolean {
-    return this.active.free(requestId);
+    const ok = this.active.free(requestId);
+    if (ok) for (const h of this.hooks) h.freed?.(requestId);
+    return ok;
   }
 }

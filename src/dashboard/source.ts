@@ -1,0 +1,58 @@
+// What the dashboard reads from a running router. The router builds one (src/router/dashboard-source.ts);
+// the dashboard only depends on this interface.
+
+export interface InstanceView {
+  id: string;
+  url: string;
+  model: string;
+  state: 'healthy' | 'ejected' | 'probation';
+  dp_size: number;
+  last_error: string | null;
+  load: { active_prefill_tokens: number; active_blocks: number; active_requests: number };
+  /** Blocks this instance holds in the index, by tier (speculative entries not included). */
+  cached_blocks: { GPU: number; CPU: number; DISK: number; EXTERNAL: number };
+}
+
+export interface DashboardSnapshot {
+  /** Unix ms. */
+  time: number;
+  models: Array<{ name: string; policy: string; block_size: number }>;
+  instances: InstanceView[];
+  /** Cumulative KV event outcomes (the page derives rates between snapshots). */
+  events: Record<string, number>;
+  listeners: Record<string, number>;
+  /** Cumulative prompt tokens routed and the cached (own-tier) tokens found for them. */
+  prefix: { prompt_tokens: number; overlap_tokens: number };
+  requests: { total: number; errors: number };
+  bookings: number;
+  queue_depth: number;
+  index: { namespaces: number; blocks: number; records: number; bytes: number };
+}
+
+export interface CandidateView {
+  instance: string;
+  dp_rank: number;
+  overlap: { gpu: number; cpu: number; disk: number; shared: number };
+  cost: number;
+  load: { active_prefill_tokens: number; active_blocks: number };
+  busy: boolean;
+}
+
+export interface DecisionRecord {
+  time: number;
+  model: string;
+  policy: string;
+  prompt_tokens: number;
+  chosen: string | null;
+  overlap_tokens: number;
+  attempt: number;
+  candidates: CandidateView[];
+}
+
+export interface DashboardSource {
+  snapshot(): DashboardSnapshot;
+  /** Most recent decisions, newest last. */
+  recentDecisions(limit: number): DecisionRecord[];
+  /** Subscribe to new decisions; returns the unsubscribe function. */
+  onDecision(listener: (d: DecisionRecord) => void): () => void;
+}

@@ -1,0 +1,75 @@
+// Builds the dashboard's view of a running router.
+import type { DashboardSnapshot, DashboardSource, InstanceView } from '../dashboard/source.js';
+import type { EventApplier } from '../events/apply.js';
+import type { ListenerPool } from '../events/listener-pool.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
+import type { DecisionLog } from './decision-log.js';
+import type { ModelRuntime } from './models.js';
+
+export interface DashboardDeps {
+  models: ModelRuntime[];
+  indexer: TieredIndexer;
+  scheduler: Scheduler;
+  applier: EventApplier;
+  listeners: ListenerPool;
+  log: DecisionLog;
+  queueDepth: () => number;
+  now: () => number;
+}
+
+export function dashboardSource(d: DashboardDeps): DashboardSource {
+  return {
+    snapshot(): DashboardSnapshot {
+      const now = d.now();
+      const cached = new Map<string, InstanceView['cached_blocks']>();
+      for (const ns of d.indexer.namespaces()) {
+        for (const h of ns.index.holderIds()) {
+          const info = ns.index.holderInfo(h);
+          if (info.speculative || info.instance === null) continue;
+          const c = cached.get(info.instance) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 };
+          c[info.medium] += info.blocks;
+          cached.set(info.instance, c);
+        }
+      }
+      const instances: InstanceView[] = d.models.flatMap((m) =>
+        m.instances.map((i) => {
+          const h = i.health.snapshot(now);
+          let p = 0;
+          let b = 0;
+          let r = 0;
+          for (let k = 0; k < i.dpSize; k++) {
+            const l = d.scheduler.active.load(i.id, k);
+            p += l.activePrefillTokens;
+            b += l.activeBlocks;
+            r += l.activeRequests;
+          }
+          return {
+            id: i.id,
+            url: i.upstream.url,
+            model: m.name,
+            state: h.state,
+            dp_size: i.dpSize,
+            last_error: h.last_error,
+            load: { active_prefill_tokens: p, active_blocks: b, active_requests: r },
+            cached_blocks: cached.get(i.id) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 },
+          };
+        }),
+      );
+      return {
+        time: now,
+        models: d.models.map((m) => ({ name: m.name, policy: m.routing.policy, block_size: m.cfg.block_size })),
+        instances,
+        events: { ...d.applier.counts },
+        listeners: d.listeners.statusCounts(),
+        prefix: { prompt_tokens: d.log.promptTokens, overlap_tokens: d.log.overlapTokens },
+        requests: { total: d.log.total, errors: d.log.errors },
+        bookings: d.scheduler.active.size,
+        queue_depth: d.queueDepth(),
+        index: d.indexer.stats(),
+      };
+    },
+    recentDecisions: (limit) => d.log.recent(limit),
+    onDecision: (l) => d.log.subscribe(l),
+  };
+}
