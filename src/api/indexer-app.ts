@@ -1,11 +1,15 @@
 // The standalone indexer service (`kvrouter indexer`): Conductor API + /health + /metrics.
 import { Hono } from 'hono';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
+import { Access } from '../auth/access.js';
+import { installAccess } from '../auth/http.js';
 import { registerIndexMetrics } from '../indexer/metrics.js';
 import { type IndexerApiDeps, INDEXER_ROUTES, installErrorHandling, json, mountIndexerRoutes } from './indexer-routes.js';
 
 export interface IndexerAppOptions extends IndexerApiDeps {
   metrics?: PromRegistry;
+  /** Admin token guarding /register, /unregister, /events, /dump, /workers (none: open). */
+  adminToken?: string;
 }
 
 export function createIndexerApp(opts: IndexerAppOptions): { app: Hono; metrics: PromRegistry } {
@@ -13,6 +17,7 @@ export function createIndexerApp(opts: IndexerAppOptions): { app: Hono; metrics:
   const metrics = opts.metrics ?? new PromRegistry();
   if (!opts.metrics) collectDefaultMetrics({ register: metrics });
   const im = registerIndexMetrics(metrics, opts.indexer);
+  installAccess(app, new Access({ admin_token: opts.adminToken, tenants: [] }), () => {});
   mountIndexerRoutes(app, { ...opts, onQuery: (route, r) => (im.observeQuery(route, r), opts.onQuery?.(route, r)) });
   app.get('/health', (c) => {
     const regs = opts.registry.all();

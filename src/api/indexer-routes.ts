@@ -43,6 +43,10 @@ export interface IndexerApiDeps {
   listeners?: ListenerControl;
   limits?: Partial<IndexerLimits>;
   now?: () => number;
+  /** Which ZMQ endpoints /register may point listeners at (default: any). */
+  allowEndpoint?: (endpoint: string) => boolean;
+  /** Most registrations /register may create (default: unlimited). */
+  maxRegistrations?: number;
   /** Called after the index changed through the API (metrics, replication hooks). */
   onQuery?: (route: 'query' | 'query_by_hash', result: OverlapResult) => void;
 }
@@ -132,6 +136,13 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
       shared: type === 'Mooncake',
     };
     if (spec.model === '') throw badField('modelname', 'must not be empty');
+    for (const [field, e] of [['endpoint', spec.endpoint], ['replay_endpoint', spec.replayEndpoint]] as const) {
+      if (e && deps.allowEndpoint && !deps.allowEndpoint(e)) throw new ApiError(403, 'endpoint_not_allowed', `${field} ${e} is not in the register allowlist`, field);
+    }
+    const existing = registry.get(`${spec.instanceId}|${spec.tenant}|${spec.dpRank}`);
+    if (!existing && deps.maxRegistrations !== undefined && registry.size >= deps.maxRegistrations) {
+      throw new ApiError(409, 'too_many_registrations', `the router already has ${registry.size} registrations (limit ${deps.maxRegistrations})`);
+    }
     const res = registry.register(spec, now());
     if (res.kind === 'conflict') throw new ApiError(409, 'registration_conflict', res.reason);
     if (res.kind === 'created') {

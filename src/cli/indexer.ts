@@ -2,6 +2,7 @@
 import { createIndexerApp } from '../api/indexer-app.js';
 import { honoListener, startHttpServer } from '../api/http-server.js';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
+import { endpointAllowed } from '../auth/allowlist.js';
 import { EventApplier } from '../events/apply.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
@@ -22,6 +23,7 @@ const OPTIONS: OptionTable = {
   type: { type: 'string', default: 'vLLM', arg: 'TYPE', help: 'publisher type for --workers (vLLM, SGLang, LMCache, Mooncake)' },
   tenant: { type: 'string', default: 'default', arg: 'ID', help: 'tenant for --workers' },
   'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed of the hashing standard' },
+  'register-allowlist': { type: 'string', default: '127.0.0.0/8,::1/128,localhost', arg: 'LIST', help: 'CIDRs or host patterns /register may point listeners at' },
   'max-body-bytes': { type: 'string', default: String(8 * 1024 * 1024), arg: 'N', help: 'largest request body accepted' },
 };
 
@@ -44,7 +46,19 @@ export async function run(argv: string[]): Promise<number> {
   const metrics = new PromRegistry();
   collectDefaultMetrics({ register: metrics });
   const listeners = new ListenerPool({ registry, indexer, applier, metrics });
-  const { app } = createIndexerApp({ indexer, registry, applier, listeners, metrics, limits: { maxBodyBytes: intOption(v, 'max-body-bytes') } });
+  const allow = String(v['register-allowlist']).split(',').map((x) => x.trim()).filter(Boolean);
+  const adminToken = process.env.KVROUTER_ADMIN_TOKEN || undefined;
+  const { app } = createIndexerApp({
+    indexer,
+    registry,
+    applier,
+    listeners,
+    metrics,
+    adminToken,
+    allowEndpoint: (e) => endpointAllowed(e, allow),
+    limits: { maxBodyBytes: intOption(v, 'max-body-bytes') },
+  });
+  if (!adminToken) process.stdout.write('kvrouter indexer: no KVROUTER_ADMIN_TOKEN set, /register and /events are open to anyone who can reach this port\n');
   if (typeof v.workers === 'string' && v.workers !== '') {
     try {
       const regs = registerWorkers(registry, indexer, parseWorkersFlag(v.workers), {

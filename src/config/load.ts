@@ -74,6 +74,12 @@ function crossCheck(cfg: RouterConfig, errors: ConfigError[]): void {
       errors.push({ path: `models[${i}].instances`, message: 'is empty and engine_sim.count is 0: nothing would serve this model' });
     }
   });
+  const tids = new Set<string>();
+  cfg.auth.tenants.forEach((t, i) => {
+    if (tids.has(t.id)) errors.push({ path: `auth.tenants[${i}].id`, message: `duplicate tenant id "${t.id}"` });
+    tids.add(t.id);
+  });
+  if (cfg.auth.admin_token !== undefined && cfg.auth.admin_token.length < 16) errors.push({ path: 'auth.admin_token', message: 'must be at least 16 characters' });
   if (cfg.health.ejection_max_ms < cfg.health.ejection_base_ms) errors.push({ path: 'health.ejection_max_ms', message: 'must be >= health.ejection_base_ms' });
 }
 
@@ -102,6 +108,13 @@ export function loadConfigText(text: string, source: string, opts: LoadOptions =
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ConfigInvalidError(source, [{ path: '(root)', message: 'must be a mapping' }]);
   for (const [p, v] of envOverrides(opts.env ?? {})) setPath(raw as Record<string, unknown>, p, v);
+  // The admin token is taken verbatim (never parsed as YAML) and preferably from the environment.
+  const adminToken = opts.env?.KVROUTER_ADMIN_TOKEN;
+  if (adminToken) {
+    const r = raw as Record<string, unknown>;
+    const auth = (r.auth && typeof r.auth === 'object' ? r.auth : (r.auth = {})) as Record<string, unknown>;
+    auth.admin_token = adminToken;
+  }
   for (const s of opts.set ?? []) {
     const eq = s.indexOf('=');
     if (eq <= 0) throw new ConfigInvalidError(source, [{ path: '(--set)', message: `expected key.path=value, got "${s}"` }]);

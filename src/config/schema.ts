@@ -29,7 +29,29 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
     port: int('Listen port (0 picks a free port).', { min: 0, max: 65535, default: 8080 }),
     max_body_bytes: int('Largest request body accepted (413 above).', { min: 1024, max: 1 << 30, default: 32 * 1024 * 1024 }),
     max_prompt_tokens: int('Largest prompt after tokenization (400 above).', { min: 1, max: 10_000_000, default: 1_000_000 }),
+    max_messages: int('Most chat messages in one request (400 above).', { min: 1, max: 10_000_000, default: 100_000 }),
     shutdown_grace_ms: int('On SIGTERM, how long in-flight streams may finish before they are cut.', { min: 0, max: 3_600_000, default: 30_000 }),
+  }),
+  auth: obj('Access control. Off (no admin token, no tenants) is allowed only on a loopback listen address unless allow_unauthenticated is set.', {
+    admin_token: str('Bearer token for admin routes (/register, /unregister, /events, /admin/*, /debug/*, /dump, /workers, the direct policy). Prefer the KVROUTER_ADMIN_TOKEN environment variable.', { optional: true }),
+    allow_unauthenticated: bool('Serve without any credentials on a non-loopback address (not recommended).', { default: false }),
+    tenants: arr(
+      'Tenants and their API keys (clients send `Authorization: Bearer <key>`).',
+      obj('A tenant.', {
+        id: str('Tenant id.', { pattern: /^[\w.-]{1,64}$/, patternDoc: '1-64 characters of [A-Za-z0-9_.-]' }),
+        api_keys_sha256: arr('SHA-256 hex digests of the tenant\'s API keys (`printf %s KEY | sha256sum`): plaintext keys are never stored.', str('A SHA-256 hex digest.', { pattern: /^[0-9a-fA-F]{64}$/, patternDoc: '64 hex digits' }), { minItems: 1 }),
+        allowed_models: arr('Model names (or aliases) the tenant may use; `*` and `?` wildcards.', str('A model pattern.'), { default: ['*'] }),
+        rate_limit: obj('Token-bucket request rate limit (429 with Retry-After above it).', {
+          requests_per_second: num('Sustained requests per second (0: unlimited).', { min: 0, default: 0 }),
+          burst: int('Bucket size.', { min: 0, default: 0 }),
+        }),
+        max_concurrency: int('Requests in flight at once (0: unlimited; 429 above it).', { min: 0, default: 0 }),
+        cache_salt: str('Injected as `cache_salt` into the tenant\'s requests that carry none, so engines never share KV blocks across tenants (and the index keeps a separate namespace).', { optional: true }),
+      }),
+      { default: [] },
+    ),
+    register_allowlist: arr('Hosts /register may point KV-event listeners at: CIDRs (127.0.0.0/8) or host patterns (*.svc.cluster.local).', str('A CIDR or host pattern.'), { default: ['127.0.0.0/8', '::1/128', 'localhost'] }),
+    max_listeners: int('Most KV-event listeners /register may create.', { min: 1, default: 4096 }),
   }),
   hashing: obj('Block hashing (must match the engines\' KV events or the standard they are re-hashed into).', {
     seed: int('XXH3-64 seed S of the hashing standard (Dynamo / RFC #1527 use 1337).', { min: 0, max: Number.MAX_SAFE_INTEGER, default: 1337 }),
@@ -135,8 +157,18 @@ export interface ModelConfig {
   instances: InstanceConfig[];
 }
 
+export interface TenantConfig {
+  id: string;
+  api_keys_sha256: string[];
+  allowed_models: string[];
+  rate_limit: { requests_per_second: number; burst: number };
+  max_concurrency: number;
+  cache_salt?: string;
+}
+
 export interface RouterConfig {
-  server: { host: string; port: number; max_body_bytes: number; max_prompt_tokens: number; shutdown_grace_ms: number };
+  server: { host: string; port: number; max_body_bytes: number; max_prompt_tokens: number; max_messages: number; shutdown_grace_ms: number };
+  auth: { admin_token?: string; allow_unauthenticated: boolean; tenants: TenantConfig[]; register_allowlist: string[]; max_listeners: number };
   hashing: { seed: number };
   routing: RoutingConfig & {
     header_overrides: boolean;

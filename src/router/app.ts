@@ -18,7 +18,10 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import { handleCompletion, prepareRoute, routeFields, sendOpenAIError } from './completions.js';
 import { createRouterMetrics } from './metrics.js';
 import { buildModels, type ModelRuntime, uniqueModels } from './models.js';
+import { Access } from '../auth/access.js';
+import { endpointAllowed, isLoopbackHost } from '../auth/allowlist.js';
 import { mountDashboard } from '../dashboard/index.js';
+import { denialBody, installAccess } from '../auth/http.js';
 import { dashboardSource } from './dashboard-source.js';
 import { mountDecisionRoutes } from './decision-api.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
@@ -86,6 +89,13 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const cfg = structuredClone(cfgIn);
   const log = opts.log ?? ((l: string) => process.stdout.write(`${l}\n`));
   const now = opts.now ?? Date.now;
+  const access = new Access({ admin_token: cfg.auth.admin_token, tenants: cfg.auth.tenants }, now);
+  if (!access.enabled) {
+    if (!isLoopbackHost(cfg.server.host) && !cfg.auth.allow_unauthenticated) {
+      throw new Error(`refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`);
+    }
+    log(`auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`);
+  }
   const engines = await startEmbeddedEngines(cfg, log);
 
   const modelSeeds = new Map(cfg.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const));
@@ -152,14 +162,22 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   );
   const im = registerIndexMetrics(prom, indexer);
   const decisions = new DecisionLog(500, (i) => modelOfInstance.get(i) ?? 'unknown', now);
-  const deps = { cfg, models, metrics, scheduler, queue, now, observer: combineObservers(metrics, decisions) };
+  const deps = { cfg, models, metrics, scheduler, queue, now, access, observer: combineObservers(metrics, decisions) };
 
   let shuttingDown = false;
   const ready = () =>
     !shuttingDown && all.every((m) => m.instances.filter((i) => i.health.available(now())).length >= Math.max(1, m.cfg.min_initial_instances));
 
   const app = new Hono();
-  mountIndexerRoutes(app, { indexer, registry, applier, listeners, now, onQuery: (route, r) => im.observeQuery(route, r), limits: { maxBodyBytes: cfg.server.max_body_bytes } });
+  installAccess(app, access, (cls, d) => metrics.rejected(cls, d.status));
+  mountIndexerRoutes(app, {
+    indexer,
+    registry,
+    applier,
+    listeners,
+    now,
+    allowEndpoint: (e) => endpointAllowed(e, cfg.auth.register_allowlist),
+    maxRegistrations: cfg.auth.max_listeners, onQuery: (route, r) => im.observeQuery(route, r), limits: { maxBodyBytes: cfg.server.max_body_bytes } });
   app.get('/v1/models', (c) =>
     c.json({
       object: 'list',
@@ -200,7 +218,8 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     }
     const kind = c.req.query('kind') === 'completion' || (raw !== null && typeof raw === 'object' && 'prompt' in raw) ? 'completion' : 'chat';
     try {
-      const p = await prepareRoute(kind, raw, Object.fromEntries(c.req.raw.headers), deps);
+      const headers = Object.fromEntries(c.req.raw.headers);
+      const p = await prepareRoute(kind, raw, headers, deps, access.identify(headers) ?? { kind: 'anonymous' });
       const { ns, route } = routeFields(p, cfg);
       const candidates = p.model.instances.filter((i) => i.health.available(now())).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
       const d = scheduler.decide({ ...route, ns, candidates }, now());
@@ -240,9 +259,19 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
         sendOpenAIError(res, new OpenAIError(503, 'the router is shutting down', 'server_error'));
         return;
       }
+      const principal = access.identify(req.headers);
+      if (principal === null) {
+        const d = { status: 401 as const, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+        metrics.rejected('unknown', 401);
+        const body = JSON.stringify(denialBody(path, d));
+        res.writeHead(401, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        res.end(body);
+        req.resume();
+        return;
+      }
       inflight.add(res);
       res.on('close', () => inflight.delete(res));
-      void handleCompletion(path === '/v1/chat/completions' ? 'chat' : 'completion', req, res, deps);
+      void handleCompletion(path === '/v1/chat/completions' ? 'chat' : 'completion', req, res, deps, principal);
       return;
     }
     rest(req, res);

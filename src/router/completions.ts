@@ -6,6 +6,7 @@ import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } fr
 import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
+import type { Access, Principal } from '../auth/access.js';
 import { ChatTemplateError, type PromptTokenizer } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { RouterMetrics } from './metrics.js';
@@ -15,6 +16,7 @@ export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
   models: Map<string, ModelRuntime>;
   metrics: RouterMetrics;
+  access: Access;
 }
 
 export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
@@ -79,11 +81,28 @@ export interface PreparedRoute {
 }
 
 /** Everything the proxy path and /debug/route share: model, overrides and tokens. */
-export async function prepareRoute(kind: CompletionKind, raw: unknown, headers: IncomingHttpHeaders, deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now'>): Promise<PreparedRoute> {
-  const parsed = parseCompletion(kind, raw);
+export async function prepareRoute(
+  kind: CompletionKind,
+  raw: unknown,
+  headers: IncomingHttpHeaders,
+  deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now' | 'access'>,
+  principal: Principal,
+): Promise<PreparedRoute> {
+  const parsed = parseCompletion(kind, raw, deps.cfg.server.max_messages);
   const model = deps.models.get(parsed.model);
-  if (!model) throw modelNotFound(parsed.model);
+  if (!model || !deps.access.modelAllowed(principal, parsed.model)) {
+    if (model) throw new OpenAIError(403, `this API key may not use the model \`${parsed.model}\``, 'invalid_request_error', 'model', 'model_not_allowed');
+    throw modelNotFound(parsed.model);
+  }
   const routing = applyOverrides(headers, model.routing, deps.cfg.routing.header_overrides);
+  if (routing.policy === 'direct' && principal.kind === 'tenant') {
+    throw new OpenAIError(403, 'the direct policy (x-kvrouter-target) needs the admin token', 'invalid_request_error', 'x-kvrouter-target', 'forbidden');
+  }
+  // A tenant with a cache salt never shares KV blocks with other tenants (engine and index).
+  if (principal.kind === 'tenant' && principal.tenant.cache_salt && !parsed.cacheSalt) {
+    parsed.cacheSalt = principal.tenant.cache_salt;
+    parsed.body = { ...parsed.body, cache_salt: principal.tenant.cache_salt }; // a copy: the raw body stays as sent
+  }
   const t0 = performance.now();
   const tokens = await promptTokens(model.tokenizer, parsed.prompt);
   deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
@@ -113,8 +132,25 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJo
   };
 }
 
-export async function handleCompletion(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps): Promise<void> {
+export async function handleCompletion(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps, principal: Principal): Promise<void> {
   const receivedAt = deps.now();
+  const admitted = deps.access.admit(principal);
+  if ('status' in admitted) {
+    deps.metrics.rejected('unknown', admitted.status);
+    const body = JSON.stringify(new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code).body());
+    res.writeHead(admitted.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...(admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {}) });
+    res.end(body);
+    req.resume();
+    return;
+  }
+  try {
+    await handleAdmitted(kind, req, res, deps, principal, receivedAt);
+  } finally {
+    admitted.release();
+  }
+}
+
+async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps, principal: Principal, receivedAt: number): Promise<void> {
   const rid = req.headers['x-request-id'];
   const requestId = typeof rid === 'string' && /^[\w.:-]{1,128}$/.test(rid) ? rid : randomUUID();
   let modelName = 'unknown';
@@ -126,10 +162,11 @@ export async function handleCompletion(kind: CompletionKind, req: IncomingMessag
     } catch (err) {
       throw new OpenAIError(400, `request body is not valid JSON: ${(err as Error).message}`, 'invalid_request_error', 'body');
     }
-    const p = await prepareRoute(kind, raw, req.headers, deps);
+    const p = await prepareRoute(kind, raw, req.headers, deps, principal);
     modelName = p.model.name;
-    // An alias is rewritten to the served name; otherwise the client's bytes go through untouched.
-    const body = p.body.model === p.model.name ? bodyBuf : Buffer.from(JSON.stringify({ ...p.body, model: p.model.name }));
+    // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through untouched.
+    const untouched = p.body === raw && p.body.model === p.model.name;
+    const body = untouched ? bodyBuf : Buffer.from(JSON.stringify({ ...p.body, model: p.model.name }));
     const { ns, route } = routeFields(p, deps.cfg);
     const job: ForwardJob = {
       path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',

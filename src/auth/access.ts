@@ -1,0 +1,123 @@
+// Who is calling: the admin (constant-time token check), a tenant (API key looked up by its
+// SHA-256; plaintext keys are never stored or logged), or anonymous when auth is off.
+// Tenants get allowed models (wildcards), a token-bucket rate limit and a concurrency cap.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import { TokenBucket } from './rate-limit.js';
+
+export interface TenantSpec {
+  id: string;
+  api_keys_sha256: string[];
+  allowed_models: string[];
+  rate_limit: { requests_per_second: number; burst: number };
+  max_concurrency: number;
+  cache_salt?: string;
+}
+
+export interface AccessSpec {
+  admin_token?: string;
+  tenants: TenantSpec[];
+}
+
+export type Principal = { kind: 'admin' } | { kind: 'anonymous' } | { kind: 'tenant'; tenant: TenantSpec };
+
+export type Denial = { status: 401 | 403 | 429; code: string; message: string; retryAfterSec?: number };
+
+export const sha256Hex = (s: string): string => createHash('sha256').update(s).digest('hex');
+
+function globToRegExp(glob: string): RegExp {
+  return new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+}
+
+export class Access {
+  private readonly byKey = new Map<string, TenantSpec>();
+  private readonly buckets = new Map<string, TokenBucket>();
+  private readonly inflight = new Map<string, number>();
+  private readonly models = new Map<string, RegExp[]>();
+  private readonly adminDigest: Buffer | null;
+
+  constructor(
+    readonly spec: AccessSpec,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.adminDigest = spec.admin_token ? createHash('sha256').update(spec.admin_token).digest() : null;
+    for (const t of spec.tenants) {
+      for (const k of t.api_keys_sha256) this.byKey.set(k.toLowerCase(), t);
+      this.models.set(t.id, t.allowed_models.map(globToRegExp));
+      if (t.rate_limit.requests_per_second > 0) this.buckets.set(t.id, new TokenBucket(t.rate_limit.requests_per_second, Math.max(1, t.rate_limit.burst), now()));
+    }
+  }
+
+  /** Auth is on when there is an admin token or at least one tenant. */
+  get enabled(): boolean {
+    return this.adminDigest !== null || this.spec.tenants.length > 0;
+  }
+
+  private bearer(h: IncomingHttpHeaders): string | null {
+    const a = h.authorization;
+    if (typeof a === 'string' && /^Bearer\s+/i.test(a)) return a.replace(/^Bearer\s+/i, '').trim();
+    const k = h['x-api-key'];
+    return typeof k === 'string' ? k.trim() : null;
+  }
+
+  private isAdminToken(token: string): boolean {
+    if (!this.adminDigest) return false;
+    const d = createHash('sha256').update(token).digest();
+    return timingSafeEqual(d, this.adminDigest); // equal-length digests: constant time
+  }
+
+  /** Identify the caller; null when credentials are missing or wrong (while auth is on). */
+  identify(h: IncomingHttpHeaders): Principal | null {
+    if (!this.enabled) return { kind: 'anonymous' };
+    const token = this.bearer(h);
+    if (!token) return null;
+    if (this.isAdminToken(token)) return { kind: 'admin' };
+    const t = this.byKey.get(sha256Hex(token));
+    return t ? { kind: 'tenant', tenant: t } : null;
+  }
+
+  /** Admin-only routes: open only when auth is off entirely. */
+  requireAdmin(h: IncomingHttpHeaders): Denial | null {
+    const p = this.identify(h);
+    if (p === null) return { status: 401, code: 'invalid_api_key', message: 'missing or invalid credentials' };
+    if (p.kind === 'tenant') return { status: 403, code: 'forbidden', message: 'this route needs the admin token' };
+    return null;
+  }
+
+  modelAllowed(p: Principal, model: string): boolean {
+    if (p.kind !== 'tenant') return true;
+    return (this.models.get(p.tenant.id) ?? []).some((r) => r.test(model));
+  }
+
+  /**
+   * Admit a tenant request (rate limit, then concurrency). On success returns a release function
+   * to call exactly once when the request ends.
+   */
+  admit(p: Principal): { release: () => void } | Denial {
+    if (p.kind !== 'tenant') return { release: () => {} };
+    const t = p.tenant;
+    const bucket = this.buckets.get(t.id);
+    if (bucket) {
+      const wait = bucket.take(this.now());
+      if (wait > 0) return { status: 429, code: 'rate_limit_exceeded', message: `tenant ${t.id} is over its rate limit`, retryAfterSec: Math.ceil(wait / 1000) };
+    }
+    if (t.max_concurrency > 0) {
+      const n = this.inflight.get(t.id) ?? 0;
+      if (n >= t.max_concurrency) return { status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 };
+      this.inflight.set(t.id, n + 1);
+      let released = false;
+      return {
+        release: () => {
+          if (released) return;
+          released = true;
+          this.inflight.set(t.id, (this.inflight.get(t.id) ?? 1) - 1);
+        },
+      };
+    }
+    return { release: () => {} };
+  }
+
+  inFlight(tenant: string): number {
+    return this.inflight.get(tenant) ?? 0;
+  }
+}

@@ -1,0 +1,38 @@
+// Route classes for access control: admin routes need the admin token, API routes any valid key,
+// operational routes (/health, /live, /ready, /metrics, /dashboard) are open. Off entirely when
+// auth is not configured (loopback demo).
+import type { Hono } from 'hono';
+import type { Access, Denial } from './access.js';
+
+const ADMIN = [/^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/, /^\/debug\//, /^\/admin\//, /^\/v1\/route\/events$/];
+const API = [/^\/v1\//, /^\/query(_by_hash)?$/];
+
+export type RouteClass = 'admin' | 'api' | 'open';
+
+export function routeClass(path: string): RouteClass {
+  if (ADMIN.some((r) => r.test(path))) return 'admin';
+  if (API.some((r) => r.test(path))) return 'api';
+  return 'open';
+}
+
+export function denialBody(path: string, d: Denial): unknown {
+  // OpenAI clients parse OpenAI's error shape on /v1 routes.
+  if (path.startsWith('/v1/')) return { error: { message: d.message, type: d.status === 429 ? 'rate_limit_error' : 'invalid_request_error', param: null, code: d.code } };
+  return { error: { code: d.code, message: d.message } };
+}
+
+export function installAccess(app: Hono, access: Access, onDenied: (cls: RouteClass, d: Denial) => void): void {
+  if (!access.enabled) return;
+  app.use('*', async (c, next) => {
+    const path = c.req.path;
+    const cls = routeClass(path);
+    if (cls === 'open') return next();
+    const headers = Object.fromEntries(c.req.raw.headers);
+    let denial: Denial | null = null;
+    if (cls === 'admin') denial = access.requireAdmin(headers);
+    else if (access.identify(headers) === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+    if (!denial) return next();
+    onDenied(cls, denial);
+    return c.json(denialBody(path, denial) as object, denial.status);
+  });
+}
