@@ -1,0 +1,140 @@
+// Fans the router's state out to dashboard streams: one snapshot per tick (computed once, shared by
+// every client) and each routing decision as it happens. Everything is bounded: clients, decisions
+// per client per second, and bytes a slow client may lag behind (then decisions are dropped and
+// counted; far behind, it is disconnected). The timer and the decision subscription exist only
+// while a client is connected.
+import type { DashboardSource, DecisionRecord } from './source.js';
+import { sseComment, sseFrame } from './sse.js';
+
+export interface HubOptions {
+  /** Snapshot period (ms). */
+  intervalMs: number;
+  /** Concurrent streams; further ones are refused. */
+  maxClients: number;
+  /** Decisions sent to one client per second at most (bursts up to this many). */
+  maxDecisionsPerSecond: number;
+  /** Bytes a client may have queued before its decisions are dropped; 4x this disconnects it. */
+  maxBufferedBytes: number;
+  /** Decisions replayed to a client when it connects. */
+  backfill: number;
+}
+
+export const DEFAULT_HUB_OPTIONS: HubOptions = { intervalMs: 1000, maxClients: 32, maxDecisionsPerSecond: 50, maxBufferedBytes: 1 << 20, backfill: 25 };
+
+interface Client {
+  controller: ReadableStreamDefaultController<Uint8Array>;
+  budget: number;
+  refilledAt: number;
+  dropped: number;
+}
+
+const encoder = new TextEncoder();
+
+export class DashboardHub {
+  private readonly clients = new Set<Client>();
+  private timer: NodeJS.Timeout | null = null;
+  private unsubscribe: (() => void) | null = null;
+
+  constructor(
+    private readonly source: DashboardSource,
+    private readonly opts: HubOptions = DEFAULT_HUB_OPTIONS,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Connected streams. */
+  get size(): number {
+    return this.clients.size;
+  }
+
+  /** A new SSE body for one client, or null when `maxClients` are connected. */
+  open(signal?: AbortSignal): ReadableStream<Uint8Array> | null {
+    if (this.clients.size >= this.opts.maxClients || signal?.aborted) return null;
+    let client: Client | undefined;
+    const onAbort = () => client && this.drop(client, true);
+    return new ReadableStream<Uint8Array>(
+      {
+        start: (controller) => {
+          client = { controller, budget: this.opts.maxDecisionsPerSecond, refilledAt: this.now(), dropped: 0 };
+          this.clients.add(client);
+          signal?.addEventListener('abort', onAbort, { once: true });
+          controller.enqueue(sseComment('kvrouter dashboard stream'));
+          controller.enqueue(this.snapshotFrame(JSON.stringify(this.source.snapshot()), 0));
+          controller.enqueue(sseFrame('decisions', this.source.recentDecisions(this.opts.backfill)));
+          this.ensureRunning();
+        },
+        cancel: () => {
+          signal?.removeEventListener('abort', onAbort);
+          if (client) this.drop(client, false);
+        },
+      },
+      new ByteLengthQueuingStrategy({ highWaterMark: this.opts.maxBufferedBytes }),
+    );
+  }
+
+  /** End every stream and stop the timer. */
+  close(): void {
+    for (const c of [...this.clients]) this.drop(c, true);
+  }
+
+  private ensureRunning(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => this.tick(), this.opts.intervalMs);
+    this.timer.unref();
+    this.unsubscribe = this.source.onDecision((d) => this.decision(d));
+  }
+
+  private drop(c: Client, closeStream: boolean): void {
+    if (!this.clients.delete(c)) return;
+    if (closeStream) {
+      try {
+        c.controller.close();
+      } catch {
+        // already closed or errored by the consumer
+      }
+    }
+    if (this.clients.size === 0) {
+      if (this.timer) clearInterval(this.timer);
+      this.timer = null;
+      this.unsubscribe?.();
+      this.unsubscribe = null;
+    }
+  }
+
+  private snapshotFrame(snapshotJson: string, dropped: number): Uint8Array {
+    return encoder.encode(`event: snapshot\ndata: {"dropped_decisions":${dropped},"snapshot":${snapshotJson}}\n\n`);
+  }
+
+  private tick(): void {
+    let json: string;
+    try {
+      json = JSON.stringify(this.source.snapshot());
+    } catch (err) {
+      json = JSON.stringify({ error: (err as Error).message });
+    }
+    for (const c of [...this.clients]) {
+      if ((c.controller.desiredSize ?? 0) < -3 * this.opts.maxBufferedBytes) {
+        this.drop(c, true); // far behind: a stuck or very slow reader
+        continue;
+      }
+      c.controller.enqueue(this.snapshotFrame(json, c.dropped));
+      c.dropped = 0;
+    }
+  }
+
+  private decision(d: DecisionRecord): void {
+    if (this.clients.size === 0) return;
+    const frame = sseFrame('decision', d);
+    const t = this.now();
+    for (const c of this.clients) {
+      const rate = this.opts.maxDecisionsPerSecond;
+      c.budget = Math.min(rate, c.budget + ((t - c.refilledAt) / 1000) * rate);
+      c.refilledAt = t;
+      if (c.budget < 1 || (c.controller.desiredSize ?? 0) <= 0) {
+        c.dropped++;
+        continue;
+      }
+      c.budget -= 1;
+      c.controller.enqueue(frame);
+    }
+  }
+}
