@@ -45,8 +45,8 @@ export interface IndexerApiDeps {
   now?: () => number;
   /** Which ZMQ endpoints /register may point listeners at (default: any). */
   allowEndpoint?: (endpoint: string) => boolean;
-  /** Most registrations /register may create (default: unlimited). */
-  maxRegistrations?: number;
+  /** Most registrations /register may create (default: unlimited); read per request. */
+  maxRegistrations?: () => number;
   /** Called after the index changed through the API (metrics, replication hooks). */
   onQuery?: (route: 'query' | 'query_by_hash', result: OverlapResult) => void;
 }
@@ -140,8 +140,9 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
       if (e && deps.allowEndpoint && !deps.allowEndpoint(e)) throw new ApiError(403, 'endpoint_not_allowed', `${field} ${e} is not in the register allowlist`, field);
     }
     const existing = registry.get(`${spec.instanceId}|${spec.tenant}|${spec.dpRank}`);
-    if (!existing && deps.maxRegistrations !== undefined && registry.size >= deps.maxRegistrations) {
-      throw new ApiError(409, 'too_many_registrations', `the router already has ${registry.size} registrations (limit ${deps.maxRegistrations})`);
+    const cap = deps.maxRegistrations?.();
+    if (!existing && cap !== undefined && registry.size >= cap) {
+      throw new ApiError(409, 'too_many_registrations', `the router already has ${registry.size} registrations (limit ${cap})`);
     }
     const res = registry.register(spec, now());
     if (res.kind === 'conflict') throw new ApiError(409, 'registration_conflict', res.reason);

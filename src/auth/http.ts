@@ -21,9 +21,11 @@ export function denialBody(path: string, d: Denial): unknown {
   return { error: { code: d.code, message: d.message } };
 }
 
-export function installAccess(app: Hono, access: Access, onDenied: (cls: RouteClass, d: Denial) => void): void {
-  if (!access.enabled) return;
+/** `access` is read per request, so a reloaded configuration applies at once. */
+export function installAccess(app: Hono, getAccess: Access | (() => Access), onDenied: (cls: RouteClass, d: Denial) => void): void {
   app.use('*', async (c, next) => {
+    const access = typeof getAccess === 'function' ? getAccess() : getAccess;
+    if (!access.enabled) return next();
     const path = c.req.path;
     const cls = routeClass(path);
     if (cls === 'open') return next();

@@ -1,4 +1,5 @@
 // `kvrouter serve`: the router (OpenAI API, KV-aware routing, indexer API) from a YAML config.
+import { watch } from 'node:fs';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { startRouter } from '../router/app.js';
 import { type OptionTable, parseCommand } from './args.js';
@@ -8,6 +9,7 @@ const OPTIONS: OptionTable = {
   host: { type: 'string', arg: 'ADDR', help: 'override server.host' },
   port: { type: 'string', short: 'p', arg: 'PORT', help: 'override server.port' },
   policy: { type: 'string', arg: 'NAME', help: 'override routing.policy' },
+  'no-watch': { type: 'boolean', help: 'do not reload when the config file changes (SIGHUP and POST /admin/reload still do)' },
   set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)' },
 };
 
@@ -23,8 +25,9 @@ export async function run(argv: string[]): Promise<number> {
   if (typeof v.port === 'string') set.push(`server.port=${v.port}`);
   if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
   let cfg;
+  const loadOptions = { set, env: process.env };
   try {
-    cfg = loadConfigFile(file, { set, env: process.env });
+    cfg = loadConfigFile(file, loadOptions);
   } catch (err) {
     if (err instanceof ConfigInvalidError) {
       process.stderr.write(`kvrouter serve: ${err.message}\n`);
@@ -32,11 +35,25 @@ export async function run(argv: string[]): Promise<number> {
     }
     throw err;
   }
-  const router = await startRouter(cfg);
+  const router = await startRouter(cfg, { configFile: file, loadOptions });
+  // Hot reload: SIGHUP, a change to the file (debounced: editors write in several steps).
+  const onHup = () => void router.reload();
+  process.on('SIGHUP', onHup);
+  let debounce: NodeJS.Timeout | null = null;
+  const watcher =
+    v['no-watch'] === true
+      ? null
+      : watch(file, () => {
+          if (debounce) clearTimeout(debounce);
+          debounce = setTimeout(() => void router.reload(), 300);
+        });
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
+  process.off('SIGHUP', onHup);
+  watcher?.close();
+  if (debounce) clearTimeout(debounce);
   process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
   await router.close();
   return 0;

@@ -3,7 +3,11 @@
 export class CapacityQueue {
   private readonly waiters: Array<() => void> = [];
 
-  constructor(private readonly maxSize: number) {}
+  constructor(private maxSize: number) {}
+
+  setMaxSize(n: number): void {
+    this.maxSize = n;
+  }
 
   get depth(): number {
     return this.waiters.length;

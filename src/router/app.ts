@@ -1,31 +1,45 @@
 // Composition root of `kvrouter serve`: config -> indexer, KV-event listeners, scheduler, upstream
-// pools, tokenizers, HTTP front end (and simulated engines when configured).
+// pools, tokenizers, HTTP front end (and simulated engines when configured). The parts a new config
+// may change live (models, instances, routing, auth, limits) sit in one mutable `deps` object that
+// request handlers read per request; `reload` swaps them without touching in-flight requests.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Hono } from 'hono';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { honoListener, type RunningServer, startHttpServer } from '../api/http-server.js';
 import { INDEXER_ROUTES, installErrorHandling, json, mountIndexerRoutes } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
+import { Access } from '../auth/access.js';
+import { endpointAllowed, isLoopbackHost } from '../auth/allowlist.js';
+import { denialBody, installAccess } from '../auth/http.js';
+import { ConfigInvalidError, loadConfigFile, type LoadOptions } from '../config/load.js';
 import type { RouterConfig } from '../config/schema.js';
+import { mountDashboard } from '../dashboard/index.js';
 import { type EngineHandle, startEngines } from '../engine-sim/index.js';
 import { EventApplier } from '../events/apply.js';
 import { ListenerPool } from '../events/listener-pool.js';
-import { Registry, type PublisherType } from '../events/registry.js';
+import { type PublisherType, Registry } from '../events/registry.js';
 import { registerIndexMetrics } from '../indexer/metrics.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { CapacityQueue } from '../proxy/capacity.js';
 import { Scheduler } from '../scheduler/scheduler.js';
-import { handleCompletion, prepareRoute, routeFields, sendOpenAIError } from './completions.js';
-import { createRouterMetrics } from './metrics.js';
-import { buildModels, type ModelRuntime, uniqueModels } from './models.js';
-import { Access } from '../auth/access.js';
-import { endpointAllowed, isLoopbackHost } from '../auth/allowlist.js';
-import { mountDashboard } from '../dashboard/index.js';
-import { denialBody, installAccess } from '../auth/http.js';
+import { type CompletionDeps, handleCompletion, sendOpenAIError } from './completions.js';
 import { dashboardSource } from './dashboard-source.js';
+import { mountDebugRoute } from './debug-route.js';
 import { mountDecisionRoutes } from './decision-api.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
+import { createRouterMetrics } from './metrics.js';
+import { type ModelRuntime, reconcileModels } from './models.js';
 import { startProbes } from './probes.js';
+import { reconcileRegistrations } from './registrations.js';
+
+export interface ReloadResult {
+  ok: boolean;
+  /** What changed (instances added/removed, settings). */
+  changes: string[];
+  /** Keys that changed in the file but only take effect after a restart. */
+  restartRequired: string[];
+  errors: Array<{ path: string; message: string }>;
+}
 
 export interface RouterHandle {
   readonly url: string;
@@ -37,6 +51,8 @@ export interface RouterHandle {
   readonly registry: Registry;
   readonly listeners: ListenerPool;
   readonly models: ReadonlyMap<string, ModelRuntime>;
+  /** Apply a new configuration (or re-read the config file) without dropping in-flight requests. */
+  reload(next?: RouterConfig): Promise<ReloadResult>;
   /** Stop accepting, let in-flight requests finish (up to the grace period), close everything. */
   close(): Promise<void>;
 }
@@ -44,6 +60,9 @@ export interface RouterHandle {
 export interface StartOptions {
   log?: (line: string) => void;
   now?: () => number;
+  /** The file the config came from, and how it was loaded: enables reload() without arguments. */
+  configFile?: string;
+  loadOptions?: LoadOptions;
 }
 
 const ENGINE_TYPES: Record<RouterConfig['engine_sim']['event_format'], PublisherType> = { map: 'vLLM', array: 'vLLM', sglang: 'SGLang', mooncake: 'Mooncake' };
@@ -68,78 +87,70 @@ async function startEmbeddedEngines(cfg: RouterConfig, log: (l: string) => void)
     hashSeed: BigInt(m.hash_seed ?? cfg.hashing.seed),
   });
   for (const e of engines) log(`engine-sim ${e.id} ${e.url} zmq ${e.zmqEndpoint} replay ${e.replayEndpoint}`);
-  // Models without instances are served by the simulated engines.
+  return engines;
+}
+
+/** Models without instances are served by the simulated engines. */
+function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineHandle[]): void {
+  if (engines.length === 0) return;
   for (const model of cfg.models) {
     if (model.instances.length > 0) continue;
     model.instances = engines.map((e) => ({
       id: e.id,
       url: e.url,
       dp_size: e.ranks.length,
-      ...(e.zmqEndpoint ? { kv_events: { endpoint: e.zmqEndpoint, ...(e.replayEndpoint ? { replay_endpoint: e.replayEndpoint } : {}), type: ENGINE_TYPES[es.event_format], topic: '' } } : {}),
+      ...(e.zmqEndpoint ? { kv_events: { endpoint: e.zmqEndpoint, ...(e.replayEndpoint ? { replay_endpoint: e.replayEndpoint } : {}), type: ENGINE_TYPES[cfg.engine_sim.event_format], topic: '' } } : {}),
     }));
   }
-  return engines;
 }
 
-function bumpPort(endpoint: string, by: number): string {
-  return by === 0 ? endpoint : endpoint.replace(/:(\d+)$/, (_m, p: string) => `:${Number(p) + by}`);
+function checkAuth(cfg: RouterConfig, access: Access): void {
+  if (!access.enabled && !isLoopbackHost(cfg.server.host) && !cfg.auth.allow_unauthenticated) {
+    throw new Error(`refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`);
+  }
 }
+
+const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
+  ['server.host', (c) => c.server.host],
+  ['server.port', (c) => c.server.port],
+  ['engine_sim', (c) => JSON.stringify(c.engine_sim)],
+  ['hashing.seed', (c) => c.hashing.seed],
+];
 
 export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}): Promise<RouterHandle> {
-  const cfg = structuredClone(cfgIn);
+  const cfg0 = structuredClone(cfgIn);
   const log = opts.log ?? ((l: string) => process.stdout.write(`${l}\n`));
   const now = opts.now ?? Date.now;
-  const access = new Access({ admin_token: cfg.auth.admin_token, tenants: cfg.auth.tenants }, now);
-  if (!access.enabled) {
-    if (!isLoopbackHost(cfg.server.host) && !cfg.auth.allow_unauthenticated) {
-      throw new Error(`refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`);
-    }
-    log(`auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`);
-  }
-  const engines = await startEmbeddedEngines(cfg, log);
+  const access0 = new Access({ admin_token: cfg0.auth.admin_token, tenants: cfg0.auth.tenants }, now);
+  checkAuth(cfg0, access0);
+  if (!access0.enabled) log(`auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg0.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`);
+  const engines = await startEmbeddedEngines(cfg0, log);
+  fillEngineInstances(cfg0, engines);
 
-  const modelSeeds = new Map(cfg.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const));
-  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg.hashing.seed), modelSeeds });
+  const modelSeeds = new Map(cfg0.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const));
+  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds });
   const registry = new Registry();
   const applier = new EventApplier(indexer);
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
   const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, now });
   const scheduler = new Scheduler(indexer);
-  const queue = new CapacityQueue(cfg.routing.busy.queue_size);
-  const models = await buildModels(cfg);
-  const all = uniqueModels(models);
+  const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
+  const modelSet = await reconcileModels(cfg0, null);
+  const ownedRegs = new Set<string>();
+  await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
+  let all: ModelRuntime[] = modelSet.all;
   const modelOfInstance = new Map<string, string>();
-  for (const m of all) for (const i of m.instances) modelOfInstance.set(i.id, m.name);
-
-  // KV events: one registration (and ZMQ listener) per instance and dp rank.
-  for (const m of all) {
-    for (const inst of m.cfg.instances) {
-      indexer.namespace({ model: m.name, blockSize: m.cfg.block_size }).instances.add(inst.id);
-      if (!inst.kv_events) continue;
-      for (let r = 0; r < inst.dp_size; r++) {
-        const res = registry.register(
-          {
-            endpoint: bumpPort(inst.kv_events.endpoint, r),
-            replayEndpoint: inst.kv_events.replay_endpoint ? bumpPort(inst.kv_events.replay_endpoint, r) : null,
-            type: inst.kv_events.type,
-            model: m.name,
-            loraName: null,
-            tenant: 'default',
-            instanceId: inst.id,
-            blockSize: m.cfg.block_size,
-            dpRank: r,
-            additionalSalt: null,
-            topic: inst.kv_events.topic,
-            backendId: inst.id,
-            shared: false,
-          },
-          now(),
-        );
-        listeners.add(res.registration);
+  const indexInstances = () => {
+    modelOfInstance.clear();
+    for (const m of all) {
+      for (const i of m.instances) {
+        modelOfInstance.set(i.id, m.name);
+        indexer.namespace({ model: m.name, blockSize: m.cfg.block_size }).instances.add(i.id);
       }
     }
-  }
+  };
+  indexInstances();
 
   const metrics = createRouterMetrics(
     prom,
@@ -162,26 +173,39 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   );
   const im = registerIndexMetrics(prom, indexer);
   const decisions = new DecisionLog(500, (i) => modelOfInstance.get(i) ?? 'unknown', now);
-  const deps = { cfg, models, metrics, scheduler, queue, now, access, observer: combineObservers(metrics, decisions) };
+  // Request handlers read these fields per request; reload() replaces them.
+  const deps: CompletionDeps & { indexer: TieredIndexer } = {
+    cfg: cfg0,
+    models: modelSet.byName,
+    metrics,
+    scheduler,
+    queue,
+    now,
+    access: access0,
+    indexer,
+    observer: combineObservers(metrics, decisions),
+  };
 
   let shuttingDown = false;
-  const ready = () =>
-    !shuttingDown && all.every((m) => m.instances.filter((i) => i.health.available(now())).length >= Math.max(1, m.cfg.min_initial_instances));
+  const ready = () => !shuttingDown && all.every((m) => m.instances.filter((i) => i.health.available(now())).length >= Math.max(1, m.cfg.min_initial_instances));
 
   const app = new Hono();
-  installAccess(app, access, (cls, d) => metrics.rejected(cls, d.status));
+  installAccess(app, () => deps.access, (cls, d) => metrics.rejected(cls, d.status));
   mountIndexerRoutes(app, {
     indexer,
     registry,
     applier,
     listeners,
     now,
-    allowEndpoint: (e) => endpointAllowed(e, cfg.auth.register_allowlist),
-    maxRegistrations: cfg.auth.max_listeners, onQuery: (route, r) => im.observeQuery(route, r), limits: { maxBodyBytes: cfg.server.max_body_bytes } });
+    allowEndpoint: (e) => endpointAllowed(e, deps.cfg.auth.register_allowlist),
+    maxRegistrations: () => deps.cfg.auth.max_listeners,
+    onQuery: (route, r) => im.observeQuery(route, r),
+    limits: { maxBodyBytes: cfg0.server.max_body_bytes },
+  });
   app.get('/v1/models', (c) =>
     c.json({
       object: 'list',
-      data: [...models.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: models.get(id)!.name })),
+      data: [...deps.models.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name })),
     }),
   );
   app.get('/health', (c) =>
@@ -205,50 +229,31 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     }));
     return c.json({ ready: ready(), shutting_down: shuttingDown, models: details, listeners: listeners.statusCounts() }, ready() ? 200 : 503);
   });
-  mountDecisionRoutes(app, { ...deps, indexer });
-  mountDashboard(app, dashboardSource({ models: all, indexer, scheduler, applier, listeners, log: decisions, queueDepth: () => queue.depth, now }));
+  mountDecisionRoutes(app, deps);
+  mountDashboard(app, dashboardSource({ models: () => all, indexer, scheduler, applier, listeners, log: decisions, queueDepth: () => queue.depth, now }));
+  mountDebugRoute(app, deps);
   app.get('/metrics', async (c) => c.body(await prom.metrics(), 200, { 'content-type': prom.contentType }));
-  app.post('/debug/route', async (c) => {
-    // Same preparation as the proxy path (model, overrides, tokens); scores every candidate, books nothing.
-    let raw: unknown;
-    try {
-      raw = await c.req.json();
-    } catch {
-      return c.json(new OpenAIError(400, 'request body is not valid JSON').body(), 400);
-    }
-    const kind = c.req.query('kind') === 'completion' || (raw !== null && typeof raw === 'object' && 'prompt' in raw) ? 'completion' : 'chat';
-    try {
-      const headers = Object.fromEntries(c.req.raw.headers);
-      const p = await prepareRoute(kind, raw, headers, deps, access.identify(headers) ?? { kind: 'anonymous' });
-      const { ns, route } = routeFields(p, cfg);
-      const candidates = p.model.instances.filter((i) => i.health.available(now())).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
-      const d = scheduler.decide({ ...route, ns, candidates }, now());
-      return json(c, {
-        model: p.model.name,
-        policy: d.policy,
-        prompt_tokens: d.isl,
-        block_size: d.blockSize,
-        chosen: d.chosen ? { instance: d.chosen.instance, dp_rank: d.chosen.dpRank } : null,
-        reason: d.reason,
-        candidates: d.candidates.map((x) => ({
-          instance: x.instance,
-          dp_rank: x.dpRank,
-          overlap_tokens: { gpu: x.device * d.blockSize, cpu: x.host * d.blockSize, disk: x.disk * d.blockSize, shared: x.shared * d.blockSize },
-          credited_blocks: x.creditedBlocks,
-          prefill_blocks: x.prefillBlocks,
-          decode_blocks: x.decodeBlocks,
-          new_blocks: x.newBlocks,
-          cost: x.cost,
-          load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
-          busy: x.busy,
-        })),
-      });
-    } catch (err) {
-      if (err instanceof OpenAIError) return c.json(err.body(), err.status as 400);
-      throw err;
-    }
+  app.post('/admin/reload', async (c) => {
+    const r = await handle.reload();
+    return json(c, { status: r.ok ? 'reloaded' : 'rejected', changes: r.changes, restart_required: r.restartRequired, errors: r.errors }, r.ok ? 200 : 400);
   });
-  installErrorHandling(app, [...INDEXER_ROUTES, ['GET', '/v1/models'], ['GET', '/health'], ['GET', '/live'], ['GET', '/ready'], ['GET', '/metrics'], ['POST', '/debug/route'], ['POST', '/v1/chat/completions'], ['POST', '/v1/completions'], ['POST', '/v1/route'], ['POST', '/v1/route/loads'], ['GET', '/v1/route/events'], ['POST', '/v1/route/:id/prefill_complete'], ['POST', '/v1/route/:id/free']]);
+  installErrorHandling(app, [
+    ...INDEXER_ROUTES,
+    ['GET', '/v1/models'],
+    ['GET', '/health'],
+    ['GET', '/live'],
+    ['GET', '/ready'],
+    ['GET', '/metrics'],
+    ['POST', '/debug/route'],
+    ['POST', '/admin/reload'],
+    ['POST', '/v1/chat/completions'],
+    ['POST', '/v1/completions'],
+    ['POST', '/v1/route'],
+    ['POST', '/v1/route/loads'],
+    ['GET', '/v1/route/events'],
+    ['POST', '/v1/route/:id/prefill_complete'],
+    ['POST', '/v1/route/:id/free'],
+  ]);
   const rest = honoListener(app);
 
   const inflight = new Set<ServerResponse>();
@@ -257,9 +262,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     if (req.method === 'POST' && (path === '/v1/chat/completions' || path === '/v1/completions')) {
       if (shuttingDown) {
         sendOpenAIError(res, new OpenAIError(503, 'the router is shutting down', 'server_error'));
+        req.resume();
         return;
       }
-      const principal = access.identify(req.headers);
+      const principal = deps.access.identify(req.headers);
       if (principal === null) {
         const d = { status: 401 as const, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
         metrics.rejected('unknown', 401);
@@ -279,46 +285,114 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
 
   let server: RunningServer;
   try {
-    server = await startHttpServer(handler, { host: cfg.server.host, port: cfg.server.port });
+    server = await startHttpServer(handler, { host: cfg0.server.host, port: cfg0.server.port });
   } catch (err) {
     await listeners.close();
     await Promise.all(engines.map((e) => e.close()));
     throw err;
   }
 
-  const probes = startProbes(all, cfg.health, now, (id, ev) => {
+  const probes = startProbes(() => all, () => deps.cfg.health, now, (id, ev) => {
     metrics.healthChanged?.(id, ev);
     if (ev === 'readmitted') queue.notify();
   });
   const timers = [
     setInterval(() => indexer.expire(now()), 1000),
     setInterval(() => {
-      const stale = scheduler.sweep(now(), cfg.routing.stale_booking_ms);
+      const stale = scheduler.sweep(now(), deps.cfg.routing.stale_booking_ms);
       if (stale.length) {
         metrics.staleFreed(stale.length);
         queue.notify();
       }
-    }, Math.min(5000, Math.max(250, cfg.routing.stale_booking_ms / 4))),
+    }, Math.min(5000, Math.max(250, cfg0.routing.stale_booking_ms / 4))),
   ];
   for (const t of timers) t.unref();
   log(`kvrouter listening on ${server.url} (models: ${all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`);
 
+  let reloading: Promise<unknown> = Promise.resolve();
+  const applyConfig = async (next: RouterConfig): Promise<ReloadResult> => {
+    const cur = deps.cfg;
+    fillEngineInstances(next, engines);
+    const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
+    // Restart-only keys keep their running values.
+    next.server = { ...next.server, host: cur.server.host, port: cur.server.port };
+    next.engine_sim = cur.engine_sim;
+    next.hashing = cur.hashing;
+    const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now);
+    try {
+      checkAuth(next, access);
+    } catch (err) {
+      return { ok: false, changes: [], restartRequired, errors: [{ path: 'auth', message: (err as Error).message }] };
+    }
+    const r = await reconcileModels(next, { byName: deps.models, all });
+    const regs = await reconcileRegistrations(next, ownedRegs, registry, listeners, now());
+    const changes: string[] = [];
+    for (const spec of regs.removed) {
+      indexer.removeBackend(spec.backendId, { dpRank: spec.dpRank, tenant: spec.tenant });
+      applier.resetStreams(spec.backendId, spec.dpRank);
+    }
+    // Swap: new requests see the new config from here on; in-flight ones keep what they hold.
+    all = r.all;
+    deps.cfg = next;
+    deps.models = r.byName;
+    deps.access = access;
+    queue.setMaxSize(next.routing.busy.queue_size);
+    for (const i of r.removedInstances) {
+      indexer.removeInstance(i.id);
+      const freed = scheduler.active.dropInstance(i.id);
+      changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
+      void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
+    }
+    for (const i of r.addedInstances) changes.push(`added instance ${i.id}`);
+    for (const k of regs.added) changes.push(`listening to KV events of ${k}`);
+    indexInstances();
+    for (const t of r.unusedTokenizers) void t.close();
+    if (JSON.stringify(cur.routing) !== JSON.stringify(next.routing) || JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))) changes.push('routing settings');
+    if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
+    queue.notify();
+    return { ok: true, changes, restartRequired, errors: [] };
+  };
+
   let closing: Promise<void> | null = null;
-  return {
+  const handle: RouterHandle = {
     url: server.url,
     port: server.port,
-    config: cfg,
+    get config() {
+      return deps.cfg;
+    },
     engines,
     indexer,
     scheduler,
     registry,
     listeners,
-    models,
+    get models() {
+      return deps.models;
+    },
+    reload(next) {
+      const run = async (): Promise<ReloadResult> => {
+        let cfg = next ? structuredClone(next) : undefined;
+        if (!cfg) {
+          if (!opts.configFile) return { ok: false, changes: [], restartRequired: [], errors: [{ path: '(file)', message: 'the router was not started from a file' }] };
+          try {
+            cfg = loadConfigFile(opts.configFile, opts.loadOptions);
+          } catch (err) {
+            if (err instanceof ConfigInvalidError) return { ok: false, changes: [], restartRequired: [], errors: err.errors };
+            throw err;
+          }
+        }
+        const res = await applyConfig(cfg);
+        log(res.ok ? `config reloaded: ${res.changes.join('; ') || 'no changes'}${res.restartRequired.length ? ` (needs a restart: ${res.restartRequired.join(', ')})` : ''}` : `config reload rejected, keeping the running config: ${res.errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`);
+        return res;
+      };
+      const p = reloading.then(run, run);
+      reloading = p.catch(() => undefined);
+      return p;
+    },
     close() {
       closing ??= (async () => {
         shuttingDown = true;
         server.server.close();
-        const deadline = Date.now() + cfg.server.shutdown_grace_ms;
+        const deadline = Date.now() + deps.cfg.server.shutdown_grace_ms;
         while (inflight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
         for (const res of inflight) res.destroy();
         server.server.closeAllConnections();
@@ -333,4 +407,5 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       return closing;
     },
   };
+  return handle;
 }

@@ -8,7 +8,7 @@ import type { DecisionLog } from './decision-log.js';
 import type { ModelRuntime } from './models.js';
 
 export interface DashboardDeps {
-  models: ModelRuntime[];
+  models: () => ModelRuntime[];
   indexer: TieredIndexer;
   scheduler: Scheduler;
   applier: EventApplier;
@@ -32,7 +32,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
           cached.set(info.instance, c);
         }
       }
-      const instances: InstanceView[] = d.models.flatMap((m) =>
+      const instances: InstanceView[] = d.models().flatMap((m) =>
         m.instances.map((i) => {
           const h = i.health.snapshot(now);
           let p = 0;
@@ -58,7 +58,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
       );
       return {
         time: now,
-        models: d.models.map((m) => ({ name: m.name, policy: m.routing.policy, block_size: m.cfg.block_size })),
+        models: d.models().map((m) => ({ name: m.name, policy: m.routing.policy, block_size: m.cfg.block_size })),
         instances,
         events: { ...d.applier.counts },
         listeners: d.listeners.statusCounts(),

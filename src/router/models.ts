@@ -1,5 +1,8 @@
 // Runtime view of the configured models: tokenizer, routing defaults and instance pools.
-import type { ModelConfig, RouterConfig, RoutingConfig } from '../config/schema.js';
+// `reconcileModels` builds it from a config, reusing what an earlier config already built
+// (instances keep their health and pools, tokenizers are not reloaded) so a hot reload only
+// touches what changed.
+import type { InstanceConfig, ModelConfig, RouterConfig, RoutingConfig } from '../config/schema.js';
 import { effectiveRouting } from '../config/load.js';
 import { InstanceHealth } from '../proxy/health.js';
 import type { InstanceRuntime } from '../proxy/forward.js';
@@ -14,31 +17,67 @@ export interface ModelRuntime {
   readonly instances: InstanceRuntime[];
 }
 
-export async function buildModels(cfg: RouterConfig): Promise<Map<string, ModelRuntime>> {
-  const byName = new Map<string, ModelRuntime>();
-  const tokenizers = new Map<string, Promise<PromptTokenizer>>();
-  for (const m of cfg.models) {
-    const key = m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`;
-    if (!tokenizers.has(key)) tokenizers.set(key, loadTokenizer(m.tokenizer));
-    const tokenizer = await tokenizers.get(key)!;
-    const instances: InstanceRuntime[] = m.instances.map((i) => ({
-      id: i.id,
-      dpSize: i.dp_size,
-      upstream: createUpstream(i.id, i.url, {
-        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-        headersTimeoutMs: cfg.proxy.headers_timeout_ms,
-        bodyTimeoutMs: cfg.proxy.body_timeout_ms,
-        connections: cfg.proxy.connections,
-      }),
-      health: new InstanceHealth({ failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms }),
-    }));
-    const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances };
-    for (const n of [m.name, ...m.aliases]) byName.set(n, rt);
-  }
-  return byName;
+export interface ModelSet {
+  /** By model name and alias. */
+  byName: Map<string, ModelRuntime>;
+  all: ModelRuntime[];
 }
 
-/** Distinct model runtimes (the map holds one entry per name and alias). */
-export function uniqueModels(models: Map<string, ModelRuntime>): ModelRuntime[] {
-  return [...new Set(models.values())];
+export interface Reconciled extends ModelSet {
+  addedInstances: InstanceRuntime[];
+  removedInstances: InstanceRuntime[];
+  unusedTokenizers: PromptTokenizer[];
+}
+
+const tokenizerKey = (m: ModelConfig) => (m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`);
+const sameInstance = (rt: InstanceRuntime & { url?: string }, c: InstanceConfig) => rt.upstream.url === c.url && rt.dpSize === c.dp_size;
+
+export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | null): Promise<Reconciled> {
+  const oldTok = new Map<string, PromptTokenizer>();
+  const oldInst = new Map<string, InstanceRuntime>();
+  for (const m of previous?.all ?? []) {
+    oldTok.set(tokenizerKey(m.cfg), m.tokenizer);
+    for (const i of m.instances) oldInst.set(i.id, i);
+  }
+  const tokenizers = new Map<string, Promise<PromptTokenizer>>();
+  const byName = new Map<string, ModelRuntime>();
+  const all: ModelRuntime[] = [];
+  const kept = new Set<InstanceRuntime>();
+  const added: InstanceRuntime[] = [];
+  for (const m of cfg.models) {
+    const key = tokenizerKey(m);
+    if (!tokenizers.has(key)) tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
+    const tokenizer = await tokenizers.get(key)!;
+    const instances = m.instances.map((c) => {
+      const old = oldInst.get(c.id);
+      if (old && sameInstance(old, c)) {
+        kept.add(old);
+        return old;
+      }
+      const rt: InstanceRuntime = {
+        id: c.id,
+        dpSize: c.dp_size,
+        upstream: createUpstream(c.id, c.url, {
+          connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+          headersTimeoutMs: cfg.proxy.headers_timeout_ms,
+          bodyTimeoutMs: cfg.proxy.body_timeout_ms,
+          connections: cfg.proxy.connections,
+        }),
+        health: new InstanceHealth({ failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms }),
+      };
+      added.push(rt);
+      return rt;
+    });
+    const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances };
+    all.push(rt);
+    for (const n of [m.name, ...m.aliases]) byName.set(n, rt);
+  }
+  const usedTok = new Set(all.map((m) => m.tokenizer));
+  return {
+    byName,
+    all,
+    addedInstances: added,
+    removedInstances: [...oldInst.values()].filter((i) => !kept.has(i)),
+    unusedTokenizers: [...new Set(oldTok.values())].filter((t) => !usedTok.has(t)),
+  };
 }

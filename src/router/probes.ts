@@ -3,19 +3,21 @@ import type { RouterConfig } from '../config/schema.js';
 import type { ModelRuntime } from './models.js';
 
 export function startProbes(
-  models: ModelRuntime[],
-  cfg: RouterConfig['health'],
+  models: () => ModelRuntime[],
+  health: () => RouterConfig['health'],
   now: () => number,
   onChange: (instance: string, event: 'ejected' | 'readmitted') => void,
 ): { stop(): void } {
-  if (cfg.probe_interval_ms === 0) return { stop() {} };
+  const cfg0 = health();
+  if (cfg0.probe_interval_ms === 0) return { stop() {} };
   let running = false;
   const probeAll = async () => {
     if (running) return;
     running = true;
+    const cfg = health();
     try {
       await Promise.all(
-        models.flatMap((m) =>
+        models().flatMap((m) =>
           m.instances.map(async (i) => {
             try {
               const r = await i.upstream.pool.request({ path: i.upstream.basePath + cfg.probe_path, method: 'GET', headersTimeout: cfg.probe_timeout_ms, bodyTimeout: cfg.probe_timeout_ms, signal: AbortSignal.timeout(cfg.probe_timeout_ms) });
@@ -33,7 +35,7 @@ export function startProbes(
       running = false;
     }
   };
-  const timer = setInterval(() => void probeAll(), cfg.probe_interval_ms);
+  const timer = setInterval(() => void probeAll(), cfg0.probe_interval_ms);
   timer.unref();
   return { stop: () => clearInterval(timer) };
 }

