@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ConfigInvalidError, effectiveRouting, loadConfigFile, loadConfigText } from '../../src/config/load.js';
 import { keyPaths } from '../../src/config/schema-dsl.js';
@@ -56,6 +56,13 @@ describe('configuration', () => {
   it('merges per-model routing overrides over the defaults', () => {
     const cfg = loadConfigText(`${MIN}    routing: { policy: session, medium_weights: { cpu: 0.1 } }`, 't');
     expect(effectiveRouting(cfg, cfg.models[0])).toMatchObject({ policy: 'session', overlap_weight: 1, medium_weights: { cpu: 0.1, disk: 0.25, shared: 0.5 } });
+  });
+
+  it('every example in config/ validates', () => {
+    const dir = new URL('../../config/', import.meta.url);
+    const files = readdirSync(dir).filter((f) => f.endsWith('.yaml'));
+    expect(files.length).toBeGreaterThanOrEqual(4);
+    for (const f of files) expect(() => loadConfigFile(new URL(f, dir).pathname), f).not.toThrow();
   });
 
   it('the reference in docs/configuration.md covers every key of the schema', () => {

