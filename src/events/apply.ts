@@ -1,7 +1,9 @@
 // Applies normalized KV events to the indexer: stream ordering by event_id, canonical media,
 // the dual-key path (re-hash token_ids into router seq hashes, map engine hashes to them), and
 // orphan detection. Pure: no I/O, no timers.
-import { seqHashes } from '../hashing/index.js';
+import { type HashSpace, seqHashes } from '../hashing/index.js';
+import type { BlockIndex } from '../indexer/block-index.js';
+import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { canonicalMedium } from '../indexer/tiers.js';
 import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity } from './model.js';
@@ -98,7 +100,7 @@ export class EventApplier {
     }
   }
 
-  private clearAllMedia(index: import('../indexer/block-index.js').BlockIndex, backend: string, dpRank: number): number {
+  private clearAllMedia(index: BlockIndex, backend: string, dpRank: number): number {
     let n = 0;
     for (const h of index.holderIds()) {
       const info = index.holderInfo(h);
@@ -107,13 +109,18 @@ export class EventApplier {
     return n;
   }
 
-  private store(
-    ev: StoredEvent,
-    index: import('../indexer/block-index.js').BlockIndex,
-    space: import('../hashing/index.js').HashSpace,
-    holder: number,
-    status: ApplyStatus,
-  ): ApplyOutcome {
+  private parentElsewhere(ev: StoredEvent): { index: BlockIndex; space: HashSpace; id: NamespaceId; parent: bigint } | null {
+    for (const ns of this.indexer.namespaces()) {
+      const id = ns.id;
+      if (id.model !== ev.model_name || id.blockSize !== ev.block_size || id.tenant !== ev.tenant_id || id.loraName !== (ev.lora_name || null)) continue;
+      if (id.salt === (ev.additional_salt || null)) continue;
+      const parent = ns.index.resolveBackend(ev.backend_id, ev.dp_rank, ev.parent_hash!);
+      if (parent !== null) return { index: ns.index, space: ns.space, id, parent };
+    }
+    return null;
+  }
+
+  private store(ev: StoredEvent, index: BlockIndex, space: HashSpace, holder: number, status: ApplyStatus, knownParent: bigint | null = null): ApplyOutcome {
     const n = ev.seq_hashes.length;
     if (n === 0) return { status, blocks: 0 };
     const published = BigUint64Array.from(ev.seq_hashes);
@@ -125,10 +132,16 @@ export class EventApplier {
     if (ev.token_ids.length < n * bs) {
       return { status: 'rejected', blocks: 0, reason: `token_ids holds ${ev.token_ids.length} tokens, ${n} blocks of ${bs} need ${n * bs}` };
     }
-    let parent: bigint | null = null;
-    if (ev.parent_hash !== null) {
+    let parent: bigint | null = knownParent;
+    if (ev.parent_hash !== null && parent === null) {
       parent = index.resolve(holder, ev.parent_hash);
-      if (parent === null) return { status: 'orphan', blocks: 0, reason: 'parent block not found' };
+      if (parent === null) {
+        // The chain may have started in another namespace of this backend: vLLM names a request's
+        // cache_salt on block 0 only, so later blocks follow their parent into its namespace.
+        const moved = this.parentElsewhere(ev);
+        if (moved) return this.store({ ...ev, additional_salt: moved.id.salt, parent_hash: ev.parent_hash }, moved.index, moved.space, moved.index.holder(ev.backend_id, ev.dp_rank, canonicalMedium(ev.medium)!), status, moved.parent);
+        return { status: 'orphan', blocks: 0, reason: 'parent block not found' };
+      }
     } else if (ev.base_block_idx !== null && ev.base_block_idx > 0) {
       return { status: 'orphan', blocks: 0, reason: 'no parent_hash for a block below the root' };
     }

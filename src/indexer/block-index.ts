@@ -349,11 +349,20 @@ export class BlockIndex {
   /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
   resolve(holder: number, engineHash: bigint): bigint | null {
     const h = this.holders[holder];
-    if (!h) return null;
+    return h ? this.resolveInGroup(h.group, engineHash) : null;
+  }
+
+  /** Like resolve(), by backend and dp rank; never creates anything. */
+  resolveBackend(backend: string, dpRank: number, engineHash: bigint): bigint | null {
+    const g = this.groupKeys.get(`${backend}\u0000${dpRank}`);
+    return g === undefined ? null : this.resolveInGroup(g, engineHash);
+  }
+
+  private resolveInGroup(group: number, engineHash: bigint): bigint | null {
     splitScratch[0] = engineHash;
     let lo = splitView[0];
     let hi = splitView[1];
-    const g = this.groups[h.group];
+    const g = this.groups[group];
     if (g.engineMap) {
       const s = g.engineMap.find(lo, hi);
       if (s !== NONE) {
@@ -362,7 +371,7 @@ export class BlockIndex {
       }
     }
     const slot = this.table.find(lo, hi);
-    if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], h.group)) return null;
+    if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], group)) return null;
     return join(lo, hi);
   }
 

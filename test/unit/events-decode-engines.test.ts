@@ -85,9 +85,13 @@ describe('vLLM map form', () => {
   it('indexes blocks up to the first one whose extra_keys the router cannot hash', () => {
     const mm = one(ctx(), { ...base, extra_keys: [null, [['img-hash', -3]]] });
     expect(st(mm)).toMatchObject({ seq_hashes: [H1], token_ids: T16 });
+    // A lone string on block 0 is vLLM's cache_salt: indexed in the salted namespace.
     const salted = one(ctx(), { ...base, extra_keys: [['tenant-a'], null] });
-    expect(salted.events).toHaveLength(0);
-    expect(salted.skipped).toBe(1);
+    expect(salted.events).toHaveLength(1);
+    expect(st(salted)).toMatchObject({ additional_salt: 'tenant-a', token_ids: base.token_ids });
+    // Keys that are not a lone salt (an image on blocks 0 and 1) stop indexing at block 0.
+    const mm0 = one(ctx(), { ...base, extra_keys: [['img-a'], ['img-a']] });
+    expect(mm0.skipped).toBe(1);
   });
 
   it('indexes full-attention groups only, learning group kinds from BlockStored', () => {

@@ -98,6 +98,27 @@ function plainPrefix(extra: readonly unknown[] | null, blocks: number, lora: str
   return blocks;
 }
 
+/**
+ * vLLM puts a request's cache_salt into block 0's extra_keys (and only there). A single string on
+ * block 0 that is not the LoRA name, with no keys on block 1, is that salt: the block is indexed in
+ * the salted namespace (later blocks follow their parent there, see EventApplier).
+ */
+function saltFromExtraKeys(extra: readonly unknown[] | null, lora: string | null, firstDepth: number | null): string | null {
+  if (extra === null || extra.length === 0 || firstDepth !== 0) return null;
+  const k0 = extra[0];
+  if (!Array.isArray(k0)) return null;
+  const strings = k0.filter((k) => typeof k === 'string' && k !== lora);
+  if (strings.length !== 1 || k0.some((k) => typeof k !== 'string')) return null;
+  const k1 = extra[1];
+  if (k1 !== undefined && k1 !== null && (!Array.isArray(k1) || k1.some((k) => k !== lora))) return null;
+  return strings[0] as string;
+}
+
+function withoutSalt(extra: readonly unknown[] | null, salt: string | null): readonly unknown[] | null {
+  if (extra === null || salt === null) return extra;
+  return [(extra[0] as unknown[]).filter((k) => k !== salt), ...extra.slice(1)];
+}
+
 function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
   const reg = ctx.reg;
   if (!ctx.state.groups.admitStored(b.dpRank, e.groupIdx, e.specKind)) {
@@ -109,12 +130,13 @@ function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
     if (!reg.loraName) return { skip: `lora_id ${e.loraId} without lora_name and no registered lora_name` };
     lora = reg.loraName;
   }
-  const salt = e.salt ? e.salt : reg.additionalSalt || null;
+  const extraSalt = e.salt ? null : saltFromExtraKeys(e.extraKeys, lora, e.parent === null ? 0 : null);
+  const salt = e.salt ? e.salt : extraSalt ?? (reg.additionalSalt || null);
 
   let hashes = e.hashes;
   let tokens = e.tokens;
   let blockSize = e.blockSize ?? reg.blockSize;
-  const plain = plainPrefix(e.extraKeys, hashes.length, lora);
+  const plain = plainPrefix(withoutSalt(e.extraKeys, extraSalt), hashes.length, lora);
   if (plain === 0 && hashes.length > 0) return { skip: 'extra_keys (multimodal, cache_salt or prompt embeds) the router hash cannot reproduce' };
   if (plain < hashes.length) {
     hashes = hashes.slice(0, plain);
