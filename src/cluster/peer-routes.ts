@@ -1,0 +1,43 @@
+// POST /register_peer, POST /deregister_peer, GET /peers (Dynamo standalone indexer peer API).
+import type { Context, Hono } from 'hono';
+import { readJson } from '../api/body.js';
+import { badField } from '../api/errors.js';
+import { asObject, str } from '../api/fields.js';
+import type { PeerList } from './peers.js';
+
+export const PEER_ROUTES: ReadonlyArray<readonly [string, string]> = [
+  ['POST', '/register_peer'],
+  ['POST', '/deregister_peer'],
+  ['GET', '/peers'],
+];
+
+export interface PeerRouteDeps {
+  peers: PeerList;
+  maxBodyBytes?: number;
+}
+
+export function mountPeerRoutes(app: Hono, deps: PeerRouteDeps): void {
+  const max = deps.maxBodyBytes ?? 64 * 1024;
+  const url = async (c: Context): Promise<string> => str(asObject(await readJson(c, max)), 'url', { required: true })!;
+  app.post('/register_peer', async (c) => {
+    const raw = await url(c);
+    let added: boolean;
+    try {
+      added = deps.peers.add(raw);
+    } catch (err) {
+      throw badField('url', (err as Error).message);
+    }
+    return c.json({ status: added ? 'registered' : 'already_registered', peers: deps.peers.list() });
+  });
+  app.post('/deregister_peer', async (c) => {
+    const raw = await url(c);
+    let removed: boolean;
+    try {
+      removed = deps.peers.remove(raw);
+    } catch (err) {
+      throw badField('url', (err as Error).message);
+    }
+    return c.json({ status: removed ? 'deregistered' : 'not_registered', peers: deps.peers.list() });
+  });
+  app.get('/peers', (c) => c.json(deps.peers.list()));
+}

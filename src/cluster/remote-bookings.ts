@@ -1,0 +1,155 @@
+// Other replicas' bookings, applied to this router's ActiveSequences so its load view counts them.
+// Pure: messages and `now` come from the adapter (replica-sync.ts); no sockets, no timers.
+//
+// Invariants
+// - A remote booking never outlives what we know of its sender: a gap in the sender's sequence,
+//   a new incarnation (restart) or heartbeat silence frees every booking we hold for it. Lost
+//   messages can therefore under-count load for a while, never leak it.
+// - Remote ids (`peer/<router>/<incarnation>/<id>`) cannot collide with local ones: local request
+//   ids never contain '/'.
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { ActiveSequences } from '../scheduler/active-sequences.js';
+import type { SyncMessage } from './sync-wire.js';
+
+export interface RemoteTarget {
+  active: ActiveSequences;
+  indexer: TieredIndexer;
+}
+
+export type PeerReset = 'gap' | 'restarted' | 'expired';
+
+export interface HandleResult {
+  outcome: 'applied' | 'own' | 'stale' | 'conflict';
+  /** Load went down (prefill completed, freed, or a reset freed bookings): wake queued requests. */
+  released: boolean;
+  reset: PeerReset | null;
+  /** Bookings freed by the reset. */
+  freed: number;
+}
+
+export interface PeerView {
+  router: string;
+  incarnation: string;
+  url: string | null;
+  lastSeq: number;
+  lastSeenAt: number;
+  /** Bookings of this peer we hold now. */
+  bookings: number;
+  /** What the peer's last heartbeat said it holds (its own, local bookings). */
+  reportedBookings: number | null;
+}
+
+interface PeerState extends Omit<PeerView, 'bookings'> {
+  ids: Set<string>;
+}
+
+export const REMOTE_PREFIX = 'peer/';
+export const remoteId = (router: string, incarnation: string, id: string): string => `${REMOTE_PREFIX}${router}/${incarnation}/${id}`;
+export const isRemoteId = (id: string): boolean => id.startsWith(REMOTE_PREFIX);
+
+export class RemoteBookings {
+  private readonly peers = new Map<string, PeerState>();
+
+  constructor(
+    private readonly target: RemoteTarget,
+    private readonly self: { router: string; incarnation: string },
+  ) {}
+
+  handle(m: SyncMessage, now: number): HandleResult {
+    if (m.router === this.self.router) {
+      // Another process with our router id is a misconfiguration: never apply its bookings as ours.
+      return { outcome: m.incarnation === this.self.incarnation ? 'own' : 'conflict', released: false, reset: null, freed: 0 };
+    }
+    let p = this.peers.get(m.router);
+    let reset: PeerReset | null = null;
+    let freed = 0;
+    if (p && p.incarnation !== m.incarnation) {
+      freed = this.drop(p);
+      reset = 'restarted';
+      p = undefined;
+    }
+    if (!p) {
+      p = { router: m.router, incarnation: m.incarnation, url: null, lastSeq: m.seq - 1, lastSeenAt: now, reportedBookings: null, ids: new Set() };
+      this.peers.set(m.router, p);
+    }
+    if (m.seq <= p.lastSeq) return { outcome: 'stale', released: false, reset, freed };
+    if (m.seq > p.lastSeq + 1) {
+      freed += this.drop(p);
+      reset = 'gap';
+    }
+    p.lastSeq = m.seq;
+    p.lastSeenAt = now;
+    const released = this.apply(p, m, now) || freed > 0;
+    return { outcome: 'applied', released, reset, freed };
+  }
+
+  /** Forget peers silent for longer than timeoutMs, freeing their bookings. */
+  expire(now: number, timeoutMs: number): Array<{ router: string; freed: number }> {
+    const out: Array<{ router: string; freed: number }> = [];
+    for (const p of [...this.peers.values()]) {
+      if (now - p.lastSeenAt <= timeoutMs) continue;
+      out.push({ router: p.router, freed: this.drop(p) });
+      this.peers.delete(p.router);
+    }
+    return out;
+  }
+
+  /** Free every remote booking (closing, or sync disabled). */
+  clear(): number {
+    let n = 0;
+    for (const p of this.peers.values()) n += this.drop(p);
+    this.peers.clear();
+    return n;
+  }
+
+  list(): PeerView[] {
+    return [...this.peers.values()].map(({ ids, ...v }) => ({ ...v, bookings: ids.size }));
+  }
+
+  get size(): number {
+    let n = 0;
+    for (const p of this.peers.values()) n += p.ids.size;
+    return n;
+  }
+
+  private apply(p: PeerState, m: SyncMessage, now: number): boolean {
+    const { active, indexer } = this.target;
+    switch (m.kind) {
+      case 'add': {
+        const id = remoteId(p.router, p.incarnation, m.id);
+        if (active.get(id)) return false;
+        active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now);
+        p.ids.add(id);
+        if (m.speculativeTtlMs > 0 && m.blocks.length > 0) {
+          // Same speculative insert as Scheduler.book: the prompt's blocks are about to be cached there.
+          const space = indexer.namespace(m.ns);
+          const holder = space.index.speculativeHolder(m.instance, m.dpRank, m.speculativeTtlMs);
+          space.index.store(holder, m.blocks, null, now + m.speculativeTtlMs);
+        }
+        return false;
+      }
+      case 'prefill': {
+        const b = active.get(remoteId(p.router, p.incarnation, m.id));
+        if (!b || b.prefillDone) return false;
+        active.prefillComplete(b.id);
+        return true;
+      }
+      case 'free': {
+        const id = remoteId(p.router, p.incarnation, m.id);
+        p.ids.delete(id);
+        return active.free(id);
+      }
+      case 'heartbeat':
+        p.url = m.url;
+        p.reportedBookings = m.bookings;
+        return false;
+    }
+  }
+
+  private drop(p: PeerState): number {
+    let n = 0;
+    for (const id of p.ids) if (this.target.active.free(id)) n++;
+    p.ids.clear();
+    return n;
+  }
+}

@@ -1,0 +1,150 @@
+// Replica sync adapter: publishes this router's booking changes on NATS core and applies the other
+// replicas' through RemoteBookings. Heartbeats carry liveness (and the sender's URL); a peer silent
+// for peerTimeoutMs has its bookings freed. Routing never waits on NATS: hooks publish or drop.
+import { randomBytes } from 'node:crypto';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
+import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
+import type { LinkStatus, NatsLink } from './nats-link.js';
+import { isRemoteId, type PeerView, RemoteBookings } from './remote-bookings.js';
+import { decodeSync, encodeSync, type SyncBody } from './sync-wire.js';
+
+export interface ReplicaSyncDeps {
+  scheduler: Scheduler;
+  indexer: TieredIndexer;
+  now?: () => number;
+  /** Remote load went down (prefill done, freed, peer reset): re-check the capacity queue. */
+  onReleased?: () => void;
+  metrics?: ClusterMetrics;
+  log?: (line: string) => void;
+}
+
+export interface ReplicaSyncOptions {
+  /** Unique per replica (misconfigured duplicates are ignored and counted as `conflict`). */
+  routerId: string;
+  /** NATS subject every replica of the deployment publishes to and subscribes on. */
+  subject: string;
+  heartbeatMs: number;
+  /** A peer silent this long is gone: its bookings are freed. */
+  peerTimeoutMs: number;
+  /** This router's HTTP base URL, advertised in heartbeats (null: not advertised). */
+  advertiseUrl: string | null;
+}
+
+export interface ReplicaSyncStatus {
+  router_id: string;
+  incarnation: string;
+  nats: LinkStatus;
+  peers: PeerView[];
+  remote_bookings: number;
+  published: number;
+  received: number;
+  dropped: number;
+}
+
+export class ReplicaSync {
+  readonly incarnation = randomBytes(4).toString('hex');
+  private readonly remote: RemoteBookings;
+  private readonly now: () => number;
+  private readonly metrics: ClusterMetrics;
+  private readonly timer: NodeJS.Timeout;
+  private seq = 0;
+  private closed = false;
+  private published = 0;
+  private received = 0;
+  private dropped = 0;
+
+  constructor(
+    private readonly link: NatsLink,
+    private readonly deps: ReplicaSyncDeps,
+    private readonly opts: ReplicaSyncOptions,
+  ) {
+    this.now = deps.now ?? Date.now;
+    this.metrics = deps.metrics ?? NOOP_CLUSTER_METRICS;
+    this.remote = new RemoteBookings({ active: deps.scheduler.active, indexer: deps.indexer }, { router: opts.routerId, incarnation: this.incarnation });
+    deps.scheduler.addHooks({
+      // Remote bookings never go through the Scheduler, but the stale sweep may free them: skip those.
+      booked: (b, ns, ttl) => {
+        if (!isRemoteId(b.id)) this.send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl });
+      },
+      prefillCompleted: (id) => {
+        if (!isRemoteId(id)) this.send({ kind: 'prefill', id });
+      },
+      freed: (id) => {
+        if (!isRemoteId(id)) this.send({ kind: 'free', id });
+      },
+    });
+    link.subscribe(opts.subject, (data) => this.onMessage(data));
+    this.metrics.watch({ connected: { sync: () => link.connected }, peers: () => this.remote.list().length, remoteBookings: () => this.remote.size });
+    this.timer = setInterval(() => this.tick(), opts.heartbeatMs);
+    this.timer.unref();
+  }
+
+  status(): ReplicaSyncStatus {
+    return {
+      router_id: this.opts.routerId,
+      incarnation: this.incarnation,
+      nats: this.link.status(),
+      peers: this.remote.list(),
+      remote_bookings: this.remote.size,
+      published: this.published,
+      received: this.received,
+      dropped: this.dropped,
+    };
+  }
+
+  /** Stop publishing and free every remote booking (the link is closed by its owner). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.timer);
+    if (this.remote.clear() > 0) this.deps.onReleased?.();
+  }
+
+  private send(body: SyncBody): void {
+    if (this.closed) return;
+    // Every message takes a sequence number, sent or not: receivers see the hole and reset us.
+    const msg = { router: this.opts.routerId, incarnation: this.incarnation, seq: ++this.seq, ...body };
+    if (this.link.publish(this.opts.subject, encodeSync(msg))) {
+      this.published++;
+      this.metrics.published(body.kind);
+    } else {
+      this.dropped++;
+      this.metrics.dropped('disconnected');
+    }
+  }
+
+  private onMessage(data: Uint8Array): void {
+    if (this.closed) return;
+    let msg;
+    try {
+      msg = decodeSync(data);
+    } catch (err) {
+      this.dropped++;
+      this.metrics.dropped('decode_error');
+      this.deps.log?.(`cluster: undecodable sync message: ${(err as Error).message}`);
+      return;
+    }
+    const r = this.remote.handle(msg, this.now());
+    if (r.reset) this.metrics.peerReset(r.reset, r.freed);
+    if (r.outcome === 'applied') {
+      this.received++;
+      this.metrics.received(msg.kind);
+    } else if (r.outcome !== 'own') {
+      this.dropped++;
+      this.metrics.dropped(r.outcome);
+      if (r.outcome === 'conflict') this.deps.log?.(`cluster: another replica uses router id ${msg.router}; its bookings are ignored`);
+    }
+    if (r.released) this.deps.onReleased?.();
+  }
+
+  private tick(): void {
+    this.send({ kind: 'heartbeat', url: this.opts.advertiseUrl, bookings: this.deps.scheduler.active.size - this.remote.size });
+    const gone = this.remote.expire(this.now(), this.opts.peerTimeoutMs);
+    for (const g of gone) {
+      this.metrics.peerReset('expired', g.freed);
+      this.deps.log?.(`cluster: replica ${g.router} silent for ${this.opts.peerTimeoutMs} ms, freed ${g.freed} of its bookings`);
+    }
+    if (gone.some((g) => g.freed > 0)) this.deps.onReleased?.();
+  }
+}

@@ -1,0 +1,92 @@
+// Replica-sync messages (NATS core, one subject, JSON). Every message names its sender (router id
+// + incarnation, new at each process start) and a per-incarnation sequence number, so a receiver
+// ignores its own messages, tells a restart from a reorder, and detects lost messages as gaps.
+import type { NamespaceId } from '../indexer/namespace.js';
+import { asObj, int, nsFromWire, nsToWire, optStr, packU64, str, unpackU64, wireNs } from './codec.js';
+
+export interface Sender {
+  router: string;
+  incarnation: string;
+  /** 1, 2, 3... per incarnation; every published message (heartbeats too) takes the next one. */
+  seq: number;
+}
+
+export type SyncBody =
+  | {
+      /** Dynamo AddRequest. */
+      kind: 'add';
+      id: string;
+      instance: string;
+      dpRank: number;
+      ns: NamespaceId;
+      blocks: BigUint64Array;
+      prefillTokens: number;
+      /** The sender's speculative insert of the blocks (0 = none), repeated by receivers. */
+      speculativeTtlMs: number;
+    }
+  | { kind: 'prefill'; id: string }
+  | { kind: 'free'; id: string }
+  | {
+      kind: 'heartbeat';
+      /** The sender's HTTP base URL, when it advertises one (peer discovery). */
+      url: string | null;
+      bookings: number;
+    };
+
+export type SyncMessage = Sender & SyncBody;
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+export function encodeSync(m: SyncMessage): Uint8Array {
+  const head = { v: 1, router: m.router, inc: m.incarnation, seq: m.seq };
+  switch (m.kind) {
+    case 'add':
+      return enc.encode(
+        JSON.stringify({
+          ...head,
+          t: 'add',
+          id: m.id,
+          instance: m.instance,
+          dp_rank: m.dpRank,
+          ns: nsToWire(m.ns),
+          blocks: packU64(m.blocks),
+          prefill_tokens: m.prefillTokens,
+          speculative_ttl_ms: m.speculativeTtlMs,
+        }),
+      );
+    case 'prefill':
+    case 'free':
+      return enc.encode(JSON.stringify({ ...head, t: m.kind, id: m.id }));
+    case 'heartbeat':
+      return enc.encode(JSON.stringify({ ...head, t: 'hb', url: m.url, bookings: m.bookings }));
+  }
+}
+
+/** Decode one message; throws on anything malformed (the caller counts it as dropped). */
+export function decodeSync(data: Uint8Array): SyncMessage {
+  const o = asObj(JSON.parse(dec.decode(data)), 'message');
+  if (o.v !== 1) throw new Error(`unsupported sync message version ${String(o.v)}`);
+  const head: Sender = { router: str(o, 'router'), incarnation: str(o, 'inc'), seq: int(o, 'seq', 1) };
+  switch (o.t) {
+    case 'add':
+      return {
+        ...head,
+        kind: 'add',
+        id: str(o, 'id'),
+        instance: str(o, 'instance'),
+        dpRank: int(o, 'dp_rank'),
+        ns: nsFromWire(wireNs(o.ns)),
+        blocks: unpackU64(str(o, 'blocks')),
+        prefillTokens: int(o, 'prefill_tokens'),
+        speculativeTtlMs: int(o, 'speculative_ttl_ms'),
+      };
+    case 'prefill':
+    case 'free':
+      return { ...head, kind: o.t, id: str(o, 'id') };
+    case 'hb':
+      return { ...head, kind: 'heartbeat', url: optStr(o, 'url'), bookings: int(o, 'bookings') };
+    default:
+      throw new Error(`unknown sync message type ${String(o.t)}`);
+  }
+}
