@@ -2,10 +2,10 @@
 // restart half-way; reports memory over time, bookings at the end (must be exactly 0), listener
 // states and errors by status. Engines run as child processes so one can be killed for real.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { intOption, numberOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { freePort } from '../common/net.js';
 import { loadConfigText } from '../config/load.js';
 import { startRouter } from '../router/app.js';
 import { percentile, type Table, writeReport } from './report.js';
@@ -21,16 +21,6 @@ const OPTIONS: OptionTable = {
 
 const CLI = fileURLToPath(new URL('../../bin/kvrouter.js', import.meta.url));
 const MODEL = 'Qwen/Qwen3-0.6B';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
 
 interface Engine {
   proc: ChildProcess;

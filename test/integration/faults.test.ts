@@ -1,9 +1,9 @@
 // Fault tests with real processes: after ZMQ drops (with and without replay), an engine restart
 // (sequence regression), AllBlocksCleared and a router restart, the router's index equals the
 // engine's own truth (/debug/cache) or, where information was lost, never holds a stale block.
-import { createServer } from 'node:net';
 import { request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/common/net.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
@@ -13,16 +13,6 @@ const cleanup: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanup.reverse()) await c().catch(() => undefined);
 });
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
 
 type Tiers = { GPU: string[]; CPU: string[] };
 
