@@ -57,9 +57,9 @@ export class DashboardHub {
           client = { controller, budget: this.opts.maxDecisionsPerSecond, refilledAt: this.now(), dropped: 0 };
           this.clients.add(client);
           signal?.addEventListener('abort', onAbort, { once: true });
-          controller.enqueue(sseComment('kvrouter dashboard stream'));
-          controller.enqueue(this.snapshotFrame(JSON.stringify(this.source.snapshot()), 0));
-          controller.enqueue(sseFrame('decisions', this.source.recentDecisions(this.opts.backfill)));
+          this.send(client, sseComment('kvrouter dashboard stream'));
+          this.send(client, this.snapshotFrame(this.snapshotJson(), 0));
+          this.send(client, sseFrame('decisions', this.source.recentDecisions(this.opts.backfill)));
           this.ensureRunning();
         },
         cancel: () => {
@@ -104,19 +104,32 @@ export class DashboardHub {
     return encoder.encode(`event: snapshot\ndata: {"dropped_decisions":${dropped},"snapshot":${snapshotJson}}\n\n`);
   }
 
-  private tick(): void {
-    let json: string;
+  /** The snapshot as JSON; a failing source becomes an error object, never an exception here. */
+  private snapshotJson(): string {
     try {
-      json = JSON.stringify(this.source.snapshot());
+      return JSON.stringify(this.source.snapshot());
     } catch (err) {
-      json = JSON.stringify({ error: (err as Error).message });
+      return JSON.stringify({ error: (err as Error).message });
     }
+  }
+
+  /** Enqueue, dropping the client if its stream can no longer take data (never throws into a timer). */
+  private send(c: Client, frame: Uint8Array): void {
+    try {
+      c.controller.enqueue(frame);
+    } catch {
+      this.drop(c, false);
+    }
+  }
+
+  private tick(): void {
+    const json = this.snapshotJson();
     for (const c of [...this.clients]) {
       if ((c.controller.desiredSize ?? 0) < -3 * this.opts.maxBufferedBytes) {
         this.drop(c, true); // far behind: a stuck or very slow reader
         continue;
       }
-      c.controller.enqueue(this.snapshotFrame(json, c.dropped));
+      this.send(c, this.snapshotFrame(json, c.dropped));
       c.dropped = 0;
     }
   }
@@ -125,7 +138,7 @@ export class DashboardHub {
     if (this.clients.size === 0) return;
     const frame = sseFrame('decision', d);
     const t = this.now();
-    for (const c of this.clients) {
+    for (const c of [...this.clients]) {
       const rate = this.opts.maxDecisionsPerSecond;
       c.budget = Math.min(rate, c.budget + ((t - c.refilledAt) / 1000) * rate);
       c.refilledAt = t;
@@ -134,7 +147,7 @@ export class DashboardHub {
         continue;
       }
       c.budget -= 1;
-      c.controller.enqueue(frame);
+      this.send(c, frame);
     }
   }
 }
