@@ -45,6 +45,7 @@ td.candidates { white-space:normal; min-width:320px; }
 .chip .hit { color:var(--gpu); margin-left:4px; }
 #decisions tbody tr { cursor:pointer; } #decisions tbody tr:hover { background:#f8fafc; } #decisions tbody tr.selected { background:#eff6ff; }
 svg.spark { width:100%; height:70px; display:block; margin-top:8px; }
+#hit-spark { height:150px; }
 svg.spark polyline { fill:none; stroke-width:2; vector-effect:non-scaling-stroke; }
 svg.spark line { stroke:var(--line); stroke-width:1; vector-effect:non-scaling-stroke; }
 .legend { font-size:12px; color:var(--muted); } .legend span { margin-right:12px; }
