@@ -1,0 +1,134 @@
+// `kvrouter relay`: subscribe to the engines' KV events once and publish the normalized index
+// changes to a JetStream stream that every router replica consumes (cluster.events.source =
+// jetstream), with periodic index snapshots in the JetStream object store.
+import { randomBytes } from 'node:crypto';
+import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
+import { createIndexerApp } from '../api/indexer-app.js';
+import { honoListener, type RunningServer, startHttpServer } from '../api/http-server.js';
+import { json } from '../api/indexer-routes.js';
+import { EventRelay } from '../cluster/event-relay.js';
+import { DEFAULT_STREAM_MAX_AGE_MS } from '../cluster/jetstream.js';
+import { createClusterMetrics } from '../cluster/metrics.js';
+import { NatsLink } from '../cluster/nats-link.js';
+import { CLUSTER_DEFAULTS } from '../cluster/options.js';
+import { modelSeeds, registrationsFromConfig } from '../cluster/registrations.js';
+import { TapApplier, TapIndexer } from '../cluster/relay-taps.js';
+import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
+import { ListenerPool } from '../events/listener-pool.js';
+import { Registry, type RegistrationSpec } from '../events/registry.js';
+import { intOption, type OptionTable, type ParsedOptions, parseCommand } from './args.js';
+import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
+
+const D = CLUSTER_DEFAULTS;
+const OPTIONS: OptionTable = {
+  nats: { type: 'string', arg: 'URL', help: 'NATS server(s), nats://host:port[,...] (default: $KVROUTER_NATS_URL)' },
+  config: { type: 'string', short: 'c', arg: 'FILE', help: 'router YAML: subscribe to every instance\'s kv_events, with its hash seeds' },
+  workers: { type: 'string', arg: 'LIST', help: 'publishers as in `kvrouter indexer`: "id[:dp]=tcp://host:port[|replay-endpoint],..."' },
+  model: { type: 'string', default: 'default', arg: 'NAME', help: 'model name for --workers' },
+  'block-size': { type: 'string', default: '16', arg: 'N', help: 'block size for --workers' },
+  type: { type: 'string', default: 'vLLM', arg: 'TYPE', help: 'publisher type for --workers' },
+  tenant: { type: 'string', default: 'default', arg: 'ID', help: 'tenant for --workers' },
+  'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed (without --config)' },
+  'subject-prefix': { type: 'string', default: D.nats.subjectPrefix, arg: 'P', help: 'publish on <P>.events (cluster.nats.subject_prefix of the routers)' },
+  stream: { type: 'string', default: D.events.stream, arg: 'NAME', help: 'JetStream stream (cluster.events.stream)' },
+  bucket: { type: 'string', default: D.events.bucket, arg: 'NAME', help: 'object store bucket for snapshots (cluster.events.bucket)' },
+  'snapshot-every': { type: 'string', default: '10000', arg: 'N', help: 'snapshot the index every N relayed operations' },
+  'snapshot-interval-ms': { type: 'string', default: '30000', arg: 'MS', help: '...or this often when anything changed' },
+  'max-age-ms': { type: 'string', default: String(DEFAULT_STREAM_MAX_AGE_MS), arg: 'MS', help: 'stream retention (keep well above the snapshot interval)' },
+  'reset-state': { type: 'boolean', help: 'purge the stream and delete the snapshot before starting (routers reload from empty)' },
+  'relay-id': { type: 'string', arg: 'ID', help: 'relay name in messages and logs (default: random)' },
+  host: { type: 'string', default: '127.0.0.1', arg: 'ADDR', help: 'HTTP listen address (indexer API over the relay\'s index, /relay status)' },
+  port: { type: 'string', default: '8092', arg: 'PORT', help: 'HTTP port ("none": no HTTP)' },
+};
+
+const SUMMARY = 'KV-event fan-in: one set of ZMQ subscriptions, normalized index changes to JetStream for every router replica.';
+
+interface Sources {
+  specs: RegistrationSpec[];
+  seed: bigint;
+  seeds: Map<string, bigint>;
+  workers: string | null;
+}
+
+function sources(v: ParsedOptions): Sources {
+  if (typeof v.config === 'string') {
+    const cfg = loadConfigFile(v.config, { env: process.env });
+    return { specs: registrationsFromConfig(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers: typeof v.workers === 'string' ? v.workers : null };
+  }
+  return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers: typeof v.workers === 'string' ? v.workers : null };
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('relay', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  const url = (v.nats as string | undefined) ?? process.env.KVROUTER_NATS_URL;
+  const fail = (msg: string) => (process.stderr.write(`kvrouter relay: ${msg}\n`), 2);
+  if (!url) return fail('--nats (or $KVROUTER_NATS_URL) is required');
+  let src: Sources;
+  let opts;
+  try {
+    src = sources(v);
+    if (src.specs.length === 0 && !src.workers) return fail('nothing to relay: give --config (instances with kv_events) or --workers');
+    opts = {
+      relayId: typeof v['relay-id'] === 'string' ? v['relay-id'] : `relay-${randomBytes(3).toString('hex')}`,
+      subject: `${String(v['subject-prefix'])}.events`,
+      stream: String(v.stream),
+      bucket: String(v.bucket),
+      snapshotEvery: intOption(v, 'snapshot-every'),
+      snapshotIntervalMs: intOption(v, 'snapshot-interval-ms'),
+      streamMaxAgeMs: intOption(v, 'max-age-ms'),
+      resetState: v['reset-state'] === true,
+      publishTimeoutMs: 5000,
+      maxBatchBytes: 256 * 1024,
+    };
+  } catch (err) {
+    return fail(err instanceof ConfigInvalidError ? err.message : (err as Error).message);
+  }
+  const log = (l: string) => process.stdout.write(`${l}\n`);
+  const prom = new PromRegistry();
+  collectDefaultMetrics({ register: prom });
+  const metrics = createClusterMetrics(prom);
+  const indexer = new TapIndexer({ defaultSeed: src.seed, modelSeeds: src.seeds });
+  const link = new NatsLink({ url, name: `kvrouter ${opts.relayId}`, log });
+  metrics.watch({ connected: { events: () => link.connected } });
+  log(`kvrouter relay ${opts.relayId}: waiting for NATS at ${url}`);
+  const relay = await EventRelay.start(link, indexer, opts, { metrics, log });
+  const registry = new Registry();
+  const applier = new TapApplier(indexer, relay);
+  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom });
+  try {
+    for (const spec of src.specs) {
+      const r = registry.register(spec, Date.now());
+      if (r.kind === 'conflict') throw new Error(r.reason);
+      indexer.namespace({ model: spec.model, blockSize: spec.blockSize, tenant: spec.tenant }).instances.add(spec.instanceId);
+      listeners.add(r.registration);
+    }
+    if (src.workers) {
+      const ctx = { model: String(v.model), blockSize: intOption(v, 'block-size'), type: String(v.type), tenant: String(v.tenant) };
+      for (const r of registerWorkers(registry, indexer, parseWorkersFlag(src.workers), ctx)) listeners.add(r);
+    }
+  } catch (err) {
+    await Promise.all([listeners.close(), relay.close()]);
+    await link.close();
+    return fail((err as Error).message);
+  }
+  let server: RunningServer | null = null;
+  if (v.port !== 'none') {
+    const { app } = createIndexerApp({ indexer, registry, applier, listeners, metrics: prom });
+    app.get('/relay', (c) => json(c, relay.status()));
+    server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port') });
+  }
+  log(`kvrouter relay ${opts.relayId} publishing to ${opts.stream} (${opts.subject}), ${registry.size} publishers${server ? `, http ${server.url}` : ''}`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  // Detach the relay first: the listeners' closing purges must not reach the routers, which keep
+  // their last index until a relay starts again (its start epoch replaces it).
+  await server?.close();
+  await relay.close();
+  await listeners.close();
+  await link.close();
+  return 0;
+}
