@@ -1,0 +1,108 @@
+// The socket-free cores of src/cluster: wire codecs (u64 exact), remote booking bookkeeping, and
+// relayed ops rebuilding exactly the index their source built.
+import { describe, expect, it } from 'vitest';
+import { decodeBatch, encodeBatch, encodeOp, type RelayedOp } from '../../src/cluster/event-wire.js';
+import { RemoteBookings, isRemoteId } from '../../src/cluster/remote-bookings.js';
+import { RelayedIndex } from '../../src/cluster/relayed-index.js';
+import { decodeRelaySnapshot, encodeRelaySnapshot } from '../../src/cluster/relay-snapshot.js';
+import { TapApplier, TapIndexer } from '../../src/cluster/relay-taps.js';
+import { decodeSync, encodeSync, type SyncMessage } from '../../src/cluster/sync-wire.js';
+import type { KvEvent } from '../../src/events/model.js';
+import { dumpIndex } from '../../src/indexer/snapshot.js';
+import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
+
+const BIG = (1n << 64n) - 3n;
+const NS = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+
+describe('sync wire', () => {
+  it('round-trips every message with u64 hashes intact', () => {
+    const msgs: SyncMessage[] = [
+      { router: 'a', incarnation: 'i1', seq: 1, kind: 'add', id: 'r1', instance: 'e0', dpRank: 2, ns: NS, blocks: BigUint64Array.of(1n, BIG, 1n << 53n), prefillTokens: 12, speculativeTtlMs: 2000 },
+      { router: 'a', incarnation: 'i1', seq: 2, kind: 'prefill', id: 'r1' },
+      { router: 'a', incarnation: 'i1', seq: 3, kind: 'free', id: 'r1' },
+      { router: 'a', incarnation: 'i1', seq: 4, kind: 'heartbeat', url: 'http://x:1', bookings: 3 },
+    ];
+    for (const m of msgs) expect(decodeSync(encodeSync(m))).toEqual(m);
+    expect(() => decodeSync(new TextEncoder().encode('{"v":2}'))).toThrow(/version/);
+  });
+});
+
+describe('RemoteBookings', () => {
+  const setup = () => {
+    const active = new ActiveSequences();
+    const indexer = new TieredIndexer();
+    return { active, indexer, rb: new RemoteBookings({ active, indexer }, { router: 'me', incarnation: 'x' }) };
+  };
+  const add = (router: string, inc: string, seq: number, id: string, ttl = 0): SyncMessage => ({ router, incarnation: inc, seq, kind: 'add', id, instance: 'e0', dpRank: 0, ns: NS, blocks: BigUint64Array.of(7n, 8n), prefillTokens: 8, speculativeTtlMs: ttl });
+
+  it('applies adds (with the speculative insert), prefill and free; ignores its own', () => {
+    const { active, indexer, rb } = setup();
+    expect(rb.handle(add('me', 'x', 1, 'own'), 0).outcome).toBe('own');
+    expect(rb.handle(add('me', 'other', 1, 'dup-id'), 0).outcome).toBe('conflict');
+    expect(rb.handle(add('p', 'i', 1, 'r1', 1000), 0).outcome).toBe('applied');
+    expect(active.load('e0', 0)).toEqual({ activePrefillTokens: 8, activeBlocks: 2, activeRequests: 1 });
+    expect(indexer.queryHashes(NS, BigUint64Array.of(7n, 8n), 10).candidates[0]).toMatchObject({ instance: 'e0', device: 2 });
+    expect(rb.handle({ router: 'p', incarnation: 'i', seq: 2, kind: 'prefill', id: 'r1' }, 0).released).toBe(true);
+    expect(active.load('e0', 0).activePrefillTokens).toBe(0);
+    expect(rb.handle({ router: 'p', incarnation: 'i', seq: 3, kind: 'free', id: 'r1' }, 0).released).toBe(true);
+    expect(active.size).toBe(0);
+    expect(rb.handle(add('p', 'i', 3, 'late'), 0).outcome).toBe('stale');
+  });
+
+  it('frees a peer on a sequence gap, a restart, and silence', () => {
+    const { active, rb } = setup();
+    rb.handle(add('p', 'i', 1, 'a'), 0);
+    rb.handle(add('p', 'i', 2, 'b'), 0);
+    const gap = rb.handle(add('p', 'i', 5, 'c'), 0);
+    expect(gap).toMatchObject({ reset: 'gap', freed: 2 });
+    expect(active.size).toBe(1);
+    const restart = rb.handle(add('p', 'j', 1, 'd'), 0);
+    expect(restart).toMatchObject({ reset: 'restarted', freed: 1 });
+    expect(active.get('peer/p/j/d')).toBeDefined();
+    expect(isRemoteId('peer/p/j/d')).toBe(true);
+    expect(rb.expire(1000, 5000)).toEqual([]);
+    expect(rb.expire(6001, 5000)).toEqual([{ router: 'p', freed: 1 }]);
+    expect(active.size).toBe(0);
+    expect(rb.list()).toEqual([]);
+  });
+});
+
+describe('relayed ops', () => {
+  const events: KvEvent[] = [
+    { event_type: 'stored', model_name: 'm', block_size: 4, additional_salt: null, lora_name: null, tenant_id: 'default', backend_id: 'e0', medium: null, dp_rank: 0, event_id: 1n, timestamp: 1, seq_hashes: [11n, BIG], base_block_idx: 0, parent_hash: null, token_ids: null },
+    { event_type: 'stored', model_name: 'm', block_size: 4, additional_salt: null, lora_name: null, tenant_id: 'default', backend_id: 'e1', medium: 'CPU', dp_rank: 1, event_id: null, timestamp: null, seq_hashes: [21n, 22n], base_block_idx: null, parent_hash: null, token_ids: [1, 2, 3, 4, 5, 6, 7, 8] },
+    { event_type: 'stored', model_name: 'm', block_size: 4, additional_salt: null, lora_name: null, tenant_id: 'default', backend_id: 'e1', medium: 'CPU', dp_rank: 1, event_id: null, timestamp: null, seq_hashes: [23n], base_block_idx: 2, parent_hash: 22n, token_ids: [9, 10, 11, 12] },
+    { event_type: 'removed', model_name: 'm', block_size: 4, additional_salt: null, lora_name: null, tenant_id: 'default', backend_id: 'e0', medium: null, dp_rank: 0, event_id: 2n, timestamp: 2, seq_hashes: [BIG], base_block_idx: null },
+  ];
+
+  it('round-trip through the wire and rebuild the source index exactly', () => {
+    const recorded: RelayedOp[] = [];
+    const source = new TapIndexer();
+    source.sink = { record: (op) => recorded.push(op) };
+    const applier = new TapApplier(source, source.sink);
+    source.bindBackend('pool', null);
+    for (const ev of events) applier.apply(ev);
+    source.removeBackend('e9');
+    const wire = decodeBatch(encodeBatch('r', recorded.map(encodeOp)));
+    expect(wire.ops).toEqual(recorded);
+
+    const target = new TieredIndexer();
+    const relayed = new RelayedIndex(target);
+    for (const op of wire.ops) relayed.apply(op);
+    expect(dumpIndex(target, 0)).toEqual(dumpIndex(source, 0));
+    expect(relayed.counts).toMatchObject({ events: 4, binds: 1, purges: 1 });
+
+    // A snapshot restores the same index; an epoch clears event-confirmed blocks only.
+    const snap = decodeRelaySnapshot(encodeRelaySnapshot({ version: 1, relay: 'r', stream_seq: 9, created_at: 0, bindings: [...source.bindings], index: dumpIndex(source, 0) }));
+    const other = new TieredIndexer();
+    const spec = other.namespace(NS);
+    spec.index.store(spec.index.speculativeHolder('e0', 0, 1000), BigUint64Array.of(99n), null, 10_000);
+    const r2 = new RelayedIndex(other);
+    r2.restore(snap, 0);
+    expect(dumpIndex(other, 0).namespaces[0].holders.filter((h) => h.speculative_ttl_ms === undefined)).toEqual(dumpIndex(source, 0).namespaces[0].holders);
+    r2.apply({ op: 'epoch', reason: 'start' });
+    expect(other.queryHashes(NS, BigUint64Array.of(11n), 0).candidates).toEqual([]);
+    expect(other.queryHashes(NS, BigUint64Array.of(99n), 0).candidates[0]?.instance).toBe('e0');
+  });
+});
