@@ -3,6 +3,7 @@ const BENCHES: Record<string, { summary: string; load: () => Promise<{ run: (arg
   indexer: { summary: 'index throughput, query latency, hashing speed, memory per block', load: () => import('../bench/indexer.js') },
   events: { summary: 'KV events decoded and applied through a real ZMQ socket', load: () => import('../bench/events.js') },
   tokenizer: { summary: 'chat template + tokenization throughput and segment cache', load: () => import('../bench/tokenizer.js') },
+  cluster: { summary: 'routing policies on a replayed workload: TTFT, throughput, hit rate vs oracle, imbalance', load: () => import('../bench/cluster.js') },
   soak: { summary: 'sustained load with cancellations and an engine restart (memory, leaks, stuck listeners)', load: () => import('../bench/soak.js') },
 };
 

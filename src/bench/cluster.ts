@@ -1,0 +1,162 @@
+// `kvrouter bench cluster`: every routing policy on identical, seeded input against a fleet of
+// simulated engines (fresh engines and router per policy), with TTFT, throughput, hit rate against
+// the oracle, load imbalance and router CPU; Markdown, JSON and SVG charts under bench/results/.
+import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../cli/args.js';
+import { DEFAULT_POLICIES, variant, VARIANTS } from './cluster/policies.js';
+import { CHARTS, METHOD_NOTES, resultTables, writeCharts } from './cluster/render.js';
+import { runPolicy } from './cluster/run-policy.js';
+import { sizeFleet } from './cluster/sizing.js';
+import type { PolicyResult } from './cluster/summary.js';
+import { Progress } from './progress.js';
+import { machine, type Table, writeReport } from './report.js';
+import { oracle } from './workloads/oracle.js';
+import { buildWorkload, DEFAULT_TRACE, WORKLOADS, type WorkloadName } from './workloads/select.js';
+
+const KNOBS = ['groups', 'prompts-per-group', 'system-len', 'question-len', 'output-len', 'rate', 'users', 'turns', 'context-len', 'reply-len', 'think-ms'];
+
+const OPTIONS: OptionTable = {
+  workload: { type: 'string', arg: 'NAME', help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)` },
+  trace: { type: 'string', arg: 'FILE', help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)` },
+  engines: { type: 'string', default: '4', arg: 'N', help: 'simulated engines' },
+  policies: { type: 'string', arg: 'A,B', help: `policies to compare, in order (default ${DEFAULT_POLICIES.join(',')}; also: ${VARIANTS.map((v) => v.name).filter((n) => !DEFAULT_POLICIES.includes(n)).join(',')})` },
+  requests: { type: 'string', arg: 'N', help: 'cap on requests (default: mooncake 1000, quick 120; synthetic: all)' },
+  sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
+  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival times by X (default 3; quick: arrivals squeezed into 6 s)' },
+  speedup: { type: 'string', arg: 'X', help: 'engine speedup: divide simulated compute time by X (default 1; quick 4)' },
+  'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and router' },
+  'cache-ratio': { type: 'string', default: '0.2', arg: 'X', help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)' },
+  'cpu-ratio': { type: 'string', default: '2', arg: 'X', help: 'host-tier blocks per GPU block (0 = no host tier)' },
+  'max-model-len': { type: 'string', default: '32768', arg: 'N', help: 'longest prompt + output; longer trace requests are skipped' },
+  'max-output-tokens': { type: 'string', arg: 'N', help: 'cap on output tokens (default: the workload\'s; quick mooncake 32)' },
+  seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
+  'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'abort requests still running this long after the last open-loop arrival' },
+  ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: `${k.includes('len') ? 'tokens/words' : 'value'} for shared-prefix / multi-turn (see docs/benchmarks.md)` }])),
+  out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/cluster-<time>)' },
+  json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
+  quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes' },
+};
+
+const SUMMARY = 'Routing policies on a replayed workload against simulated engines (see docs/benchmarks.md).';
+const MODEL = 'Qwen/Qwen3-0.6B';
+const QUICK_ARRIVALS_MS = 6000;
+
+function opt(v: ParsedOptions, name: string, fallback: number, int = false): number {
+  if (v[name] === undefined) return fallback;
+  return int ? intOption(v, name) : numberOption(v, name);
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('bench cluster', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  const quick = v.quick === true;
+  const trace = typeof v.trace === 'string' ? v.trace : null;
+  const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
+  if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
+  if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
+  const policies = (typeof v.policies === 'string' ? v.policies.split(',').map((s) => s.trim()).filter(Boolean) : DEFAULT_POLICIES).map(variant);
+  const engines = intOption(v, 'engines');
+  const blockSize = intOption(v, 'block-size');
+  const seed = intOption(v, 'seed');
+  const speedup = opt(v, 'speedup', quick ? 4 : 1);
+  const cacheRatio = numberOption(v, 'cache-ratio');
+  const cpuRatio = numberOption(v, 'cpu-ratio');
+  const maxOut = v['max-output-tokens'] !== undefined ? intOption(v, 'max-output-tokens') : quick && wname === 'mooncake' ? 32 : null;
+  const knobs: Record<string, number | undefined> = {};
+  for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
+
+  const t0 = Date.now();
+  const workload = await buildWorkload({
+    workload: wname,
+    trace,
+    requests: v.requests !== undefined ? intOption(v, 'requests') : null,
+    seed,
+    quick,
+    maxModelLen: intOption(v, 'max-model-len'),
+    maxOutputTokens: maxOut,
+    sample: v.sample !== undefined ? numberOption(v, 'sample') : null,
+    knobs,
+  });
+  const span = Math.max(...workload.requests.map((r) => r.atMs));
+  const rateScale = opt(v, 'rate-scale', quick ? Math.max(1, span / QUICK_ARRIVALS_MS) : 3);
+  try {
+    process.stderr.write(`workload: ${workload.description}\n`);
+    const orc = await oracle(workload, blockSize);
+    const size = sizeFleet(orc, engines, blockSize, cacheRatio, cpuRatio);
+    process.stderr.write(
+      `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${blockSize}; ` +
+        `engines: ${engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks (working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache)\n`,
+    );
+    const fleet = {
+      count: engines,
+      blockSize,
+      numGpuBlocks: size.numGpuBlocks,
+      numCpuBlocks: size.numCpuBlocks,
+      maxModelLen: size.maxModelLen,
+      speedup,
+      seed,
+      tokenizer: workload.engineTokenizer,
+      model: MODEL,
+    };
+    const scheduleS = span / rateScale / 1000;
+    const followUps = workload.requests.filter((r) => r.after).length;
+    const drainTimeoutMs = intOption(v, 'drain-timeout') * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, workload.requests.length - followUps) : 0);
+    const progress = new Progress(workload.requests.length * policies.length, '');
+    const results: PolicyResult[] = [];
+    const perRequest: string[] = [];
+    for (const p of policies) {
+      progress.setLabel(p.name);
+      progress.log(`policy ${p.name}: starting engines and router (arrivals over ${scheduleS.toFixed(0)} s)`);
+      const { result: r, samples } = await runPolicy(p, { fleet, workload, rateScale, drainTimeoutMs, onDone: () => progress.tick() });
+      results.push(r);
+      for (const s of samples) perRequest.push(JSON.stringify({ policy: p.name, ...s }));
+      progress.log(
+        `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.engines).toFixed(1)}% ` +
+          `(oracle ${(100 * orc.hitRate).toFixed(1)}%), ${r.requests.ok}/${r.requests.sent} ok${r.requests.errors ? `, errors: ${r.requests.firstErrors.join('; ')}` : ''}`,
+      );
+    }
+    progress.finish();
+
+    const setup: Table = {
+      title: 'Setup',
+      columns: ['item', 'value'],
+      rows: [
+        ['workload', workload.description],
+        ['requests', workload.requests.length],
+        ['oracle hit rate (infinite cache)', `${(100 * orc.hitRate).toFixed(1)}%`],
+        ['working set', `${orc.distinctBlocks} blocks x ${blockSize} tokens = ${((orc.distinctBlocks * blockSize) / 1e6).toFixed(2)} M tokens`],
+        ['engines', `${engines} simulated (one process), ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host-tier blocks each, speedup ${speedup}, max_model_len ${size.maxModelLen}`],
+        ['cache sizing', `working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${size.clusterRatio.toFixed(2)}x working set`],
+        ['arrivals', `open loop, timestamps / ${+rateScale.toFixed(2)} (${scheduleS.toFixed(0)} s of arrivals)${followUps ? `, ${followUps} follow-up turns closed-loop per session` : ''}`],
+        ['machine', JSON.stringify(machine())],
+        ['run time', `${((Date.now() - t0) / 1000).toFixed(0)} s`],
+      ],
+    };
+    const data = {
+      bench: 'cluster',
+      args: argv,
+      workload: { name: workload.name, description: workload.description, requests: workload.requests.length },
+      oracle: orc,
+      sizing: size,
+      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL },
+      policies: results.map((r) => r.policy),
+      results,
+    };
+    const dir = writeReport('cluster', data, [setup, ...resultTables(results, orc)], typeof v.out === 'string' ? v.out : undefined);
+    writeCharts(dir, results, orc, workload.name);
+    writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
+    appendFileSync(
+      join(dir, 'cluster.md'),
+      ['', '## Charts', '', `![TTFT CDF](${CHARTS.cdf})`, '', `![hit rate](${CHARTS.hits})`, '', `![per-engine load](${CHARTS.load})`, '', '## How measured', '', ...METHOD_NOTES, ''].join('\n'),
+    );
+    if (typeof v.json === 'string') {
+      mkdirSync(dirname(v.json), { recursive: true });
+      writeFileSync(v.json, JSON.stringify({ machine: machine(), date: new Date().toISOString(), ...data }, null, 2));
+    }
+    return results.every((r) => r.requests.ok > 0) ? 0 : 1;
+  } finally {
+    await workload.close();
+  }
+}

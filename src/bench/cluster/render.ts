@@ -1,0 +1,107 @@
+// The cluster report: tables (Markdown via report.ts), SVG charts, and the notes that say how each
+// figure was measured.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Table } from '../report.js';
+import { barChart, lineChart } from '../svg.js';
+import type { OracleStats } from '../workloads/oracle.js';
+import type { PolicyResult } from './summary.js';
+
+const ms = (v: number) => (Number.isFinite(v) ? Math.round(v) : NaN);
+const pct = (v: number) => +(100 * v).toFixed(1);
+
+export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
+  const main: Table = {
+    title: 'Per policy',
+    columns: ['policy', 'ok/sent', 'TTFT p50 ms', 'p90', 'p99', 'E2E p50 ms', 'p99', 'req/s', 'out tok/s', 'hit % (GPU+host)', 'GPU %', 'host %', 'oracle %', 'busy CoV', 'req CoV', 'router CPU s', 'µs/req', 'preempt'],
+    rows: results.map((r) => [
+      r.policy,
+      `${r.requests.ok}/${r.requests.sent}`,
+      ms(r.ttftMs.p50), ms(r.ttftMs.p90), ms(r.ttftMs.p99),
+      ms(r.e2eMs.p50), ms(r.e2eMs.p99),
+      +r.throughput.requestsPerS.toFixed(2), Math.round(r.throughput.outputTokensPerS),
+      pct(r.hitRate.engines), pct(r.hitRate.gpu), pct(r.hitRate.host), pct(o.hitRate),
+      +r.imbalance.busyCov.toFixed(3), +r.imbalance.requestCov.toFixed(3),
+      r.cpu.router === null ? 'n/a' : +r.cpu.router.toFixed(2),
+      r.cpu.routerUsPerRequest === null ? 'n/a' : Math.round(r.cpu.routerUsPerRequest),
+      r.preemptions,
+    ]),
+  };
+  const tables = [main];
+  const base = results.find((r) => r.policy === 'round-robin') ?? results.find((r) => r.policy === 'random');
+  if (base) {
+    const x = (a: number, b: number) => (b > 0 && Number.isFinite(a) ? `${(a / b).toFixed(2)}x` : 'n/a');
+    tables.push({
+      title: `Relative to ${base.policy} (TTFT: ${base.policy} / policy, so > 1 is faster)`,
+      columns: ['policy', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'E2E p50', 'out tok/s', 'hit rate'],
+      rows: results.map((r) => [
+        r.policy,
+        x(base.ttftMs.p50, r.ttftMs.p50), x(base.ttftMs.p90, r.ttftMs.p90), x(base.ttftMs.p99, r.ttftMs.p99),
+        x(base.e2eMs.p50, r.e2eMs.p50), x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS), x(r.hitRate.engines, base.hitRate.engines),
+      ]),
+    });
+  }
+  const ids = results[0]?.engines.map((e) => e.id) ?? [];
+  tables.push({
+    title: 'Per engine: requests / busy seconds / prefilled k-tokens',
+    columns: ['policy', ...ids],
+    rows: results.map((r) => [r.policy, ...r.engines.map((e) => `${e.requests} / ${e.busyS.toFixed(1)} / ${(e.prefilledTokens / 1000).toFixed(0)}`)]),
+  });
+  tables.push({
+    title: 'CPU seconds during the replay (2 cores shared by all three processes)',
+    columns: ['policy', 'router', 'router % of a core', 'engines process', 'load generator'],
+    rows: results.map((r) => [
+      r.policy,
+      r.cpu.router === null ? 'n/a' : +r.cpu.router.toFixed(2),
+      r.cpu.routerPctOfCore === null ? 'n/a' : +r.cpu.routerPctOfCore.toFixed(1),
+      r.cpu.engines === null ? 'n/a' : +r.cpu.engines.toFixed(2),
+      +r.cpu.client.toFixed(2),
+    ]),
+  });
+  return tables;
+}
+
+export const CHARTS = { cdf: 'ttft-cdf.svg', hits: 'hit-rate.svg', load: 'engine-load.svg' } as const;
+
+export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats, title: string): void {
+  const cdf = lineChart({
+    title: `TTFT CDF per policy — ${title}`,
+    xLabel: 'time to first token (ms, log scale)',
+    yLabel: 'fraction of requests',
+    xLog: true,
+    yMax: 1,
+    series: results.map((r) => ({ name: r.policy, points: r.ttftCdf.map((v, i) => [v, i / (r.ttftCdf.length - 1)] as const) })),
+  });
+  writeFileSync(join(dir, CHARTS.cdf), cdf);
+  const hits = barChart({
+    title: `Prefix-cache hit rate (engines' metrics) — ${title}`,
+    yLabel: 'hit rate (% of prompt tokens)',
+    categories: results.map((r) => r.policy),
+    series: [
+      { name: 'GPU', values: results.map((r) => 100 * r.hitRate.gpu) },
+      { name: 'host tier', values: results.map((r) => 100 * r.hitRate.host) },
+    ],
+    stacked: true,
+    refs: [{ value: 100 * o.hitRate, label: 'oracle' }],
+    yMax: Math.max(100 * o.hitRate * 1.15, 5),
+  });
+  writeFileSync(join(dir, CHARTS.hits), hits);
+  const ids = results[0]?.engines.map((e) => e.id) ?? [];
+  const load = barChart({
+    title: `Requests per engine — ${title}`,
+    yLabel: 'requests',
+    categories: results.map((r) => r.policy),
+    series: ids.map((id, i) => ({ name: id, values: results.map((r) => r.engines[i]?.requests ?? NaN) })),
+  });
+  writeFileSync(join(dir, CHARTS.load), load);
+}
+
+export const METHOD_NOTES = [
+  '- TTFT: client-measured on streaming responses, from the request send to the first SSE event carrying generated text; E2E to the end of the stream.',
+  '- Throughput: successful requests and output tokens (usage.completion_tokens) over the wall time from the first send to the last completion.',
+  '- Hit rate: (vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total) / vllm:prefix_cache_queries_total summed over the engines (tokens). Re-admissions after preemption query again, so with preemptions it can exceed what first admissions saw (see usage-based rate in the JSON).',
+  '- Oracle: the workload\'s infinite-cache hit rate at the engines\' block size (every prompt hits the longest block prefix of any earlier prompt; the last token is always recomputed).',
+  '- Load imbalance: coefficient of variation (stdev / mean) across engines of the busy time (wall time with at least one of the engine\'s requests in flight, client-observed) and of request counts.',
+  '- Router CPU: user + system CPU of the router process (a child process; all its threads, incl. the tokenizer worker and libzmq) from /proc/<pid>/stat over the replay; µs/req divides by requests sent.',
+  '- Each policy runs on a fresh engine process and a fresh router process (cold caches), replaying identical, seeded requests open-loop by timestamp.',
+];

