@@ -4,7 +4,7 @@
 import type { Hono } from 'hono';
 import type { Access, Denial } from './access.js';
 
-const ADMIN = [/^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/, /^\/debug\//, /^\/admin\//, /^\/v1\/route\/events$/];
+const ADMIN = [/^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/, /^\/debug\//, /^\/admin\//, /^\/v1\/route\/events$/, /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/, /^\/dashboard(\/|$)/];
 const API = [/^\/v1\//, /^\/query(_by_hash)?$/];
 
 export type RouteClass = 'admin' | 'api' | 'open';
@@ -30,6 +30,9 @@ export function installAccess(app: Hono, getAccess: Access | (() => Access), onD
     const cls = routeClass(path);
     if (cls === 'open') return next();
     const headers = Object.fromEntries(c.req.raw.headers);
+    // The dashboard is opened in a browser (EventSource cannot send headers): ?token= stands in.
+    const token = path.startsWith('/dashboard') ? c.req.query('token') : undefined;
+    if (token && !headers.authorization) headers.authorization = `Bearer ${token}`;
     let denial: Denial | null = null;
     if (cls === 'admin') denial = access.requireAdmin(headers);
     else if (access.identify(headers) === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };

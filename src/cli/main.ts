@@ -9,6 +9,7 @@ export const SUBCOMMANDS: Record<string, Subcommand> = {
   serve: { summary: 'run the router (OpenAI API, KV-aware routing) from a YAML config', load: () => import('./serve.js') },
   indexer: { summary: 'run the standalone KV indexer (Mooncake Conductor API)', load: () => import('./indexer.js') },
   'engine-sim': { summary: 'run simulated inference engines (OpenAI API, paged KV cache, ZMQ KV events)', load: () => import('./engine-sim.js') },
+  query: { summary: 'ask a running indexer which instances cache a prompt (per tier and DP rank)', load: () => import('./query.js') },
   'check-config': { summary: 'validate a router YAML configuration', load: () => import('./check-config.js') },
   'config-reference': { summary: 'print the configuration reference (every YAML key)', load: () => import('./config-reference.js') },
   bench: { summary: 'benchmarks: cluster, overhead, indexer, events, router', load: () => import('./bench.js') },

@@ -1,5 +1,7 @@
 // `kvrouter serve`: the router (OpenAI API, KV-aware routing, indexer API) from a YAML config.
-import { watch } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readFileSync, unwatchFile, watch, watchFile } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { startRouter } from '../router/app.js';
 import { type OptionTable, parseCommand } from './args.js';
@@ -35,24 +37,44 @@ export async function run(argv: string[]): Promise<number> {
     }
     throw err;
   }
+  const digest = () => {
+    try {
+      return createHash('sha256').update(readFileSync(file)).digest('hex');
+    } catch {
+      return null;
+    }
+  };
+  // Taken before starting, so a change made while the router starts is not missed.
+  let lastDigest = digest();
   const router = await startRouter(cfg, { configFile: file, loadOptions });
-  // Hot reload: SIGHUP, a change to the file (debounced: editors write in several steps).
+  // Hot reload: SIGHUP, or a change to the file. The directory is watched (editors and Kubernetes
+  // ConfigMaps replace the file rather than write it in place) and the file is also polled, since
+  // watch events are not delivered on every filesystem; a reload runs only when the content changed.
   const onHup = () => void router.reload();
   process.on('SIGHUP', onHup);
   let debounce: NodeJS.Timeout | null = null;
-  const watcher =
-    v['no-watch'] === true
-      ? null
-      : watch(file, () => {
-          if (debounce) clearTimeout(debounce);
-          debounce = setTimeout(() => void router.reload(), 300);
-        });
+  const changed = () => {
+    if (debounce) clearTimeout(debounce);
+    debounce = setTimeout(() => {
+      const d = digest();
+      if (d === null || d === lastDigest) return;
+      lastDigest = d;
+      void router.reload();
+    }, 300);
+  };
+  const watchOn = v['no-watch'] !== true;
+  const watcher = watchOn ? watch(dirname(file), (_ev, name) => (name === null || name === basename(file) || name === '..data' ? changed() : undefined)) : null;
+  if (watchOn) {
+    watchFile(file, { interval: 1000 }, changed);
+    changed(); // a change made while the router was starting, before the watchers existed
+  }
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
   process.off('SIGHUP', onHup);
   watcher?.close();
+  if (watchOn) unwatchFile(file);
   if (debounce) clearTimeout(debounce);
   process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
   await router.close();

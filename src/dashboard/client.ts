@@ -236,14 +236,14 @@ export const CLIENT_SCRIPT = String.raw`
 
   var es = null, pollTimer = null;
   function poll() {
-    fetch(base + '/snapshot').then(function (r) { return r.json(); }).then(function (body) {
+    fetch(base + '/snapshot' + location.search).then(function (r) { return r.json(); }).then(function (body) {
       onSnapshot({ snapshot: body.snapshot, dropped_decisions: 0 });
       setDecisions(body.decisions);
     }).catch(function () { setConn('offline'); });
   }
   function connect() {
     if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
-    es = new EventSource(base + '/stream');
+    es = new EventSource(base + '/stream' + location.search); // carries ?token= when auth is on
     es.onopen = function () { setConn('live'); };
     es.onerror = function () {
       if (es.readyState !== 2) { setConn('reconnecting'); return; }

@@ -144,7 +144,8 @@ export class ZmqListener {
       sub.events.on('connect', () => this.onConnect());
       sub.events.on('disconnect', () => this.onDisconnect());
       sub.events.on('connect:retry', () => {
-        if (this.status === 'pending') this.lastError = 'waiting for the publisher (connect retry)';
+        // Shown in /workers: a publisher that never answers is otherwise indistinguishable from a quiet one.
+        if (this.status === 'pending' && this.lastError === null) this.setStatus('pending', `cannot connect to ${this.reg.endpoint} yet (retrying)`);
       });
       sub.subscribe(this.reg.topic);
       sub.connect(this.reg.endpoint);

@@ -22,7 +22,7 @@ export interface ForwardObserver {
   /** Routing decided and booked (attempt counts from 0). */
   routed?(d: Decision, attempt: number, routingMs: number): void;
   /** First upstream byte. */
-  firstByte?(instance: string, ttftMs: number): void;
+  firstByte?(instance: string, ttftMs: number, stream: boolean): void;
   finished?(instance: string | null, status: number, outcome: 'ok' | 'upstream_error' | 'client_abort' | 'no_capacity' | 'failed', durationMs: number, policy: string): void;
   retried?(instance: string, reason: string): void;
   healthChanged?(instance: string, event: 'ejected' | 'readmitted'): void;
@@ -70,7 +70,7 @@ export function explanationHeaders(d: Decision, requestId: string, attempt: numb
     'x-kvrouter-instance': c.instance,
     'x-kvrouter-dp-rank': String(c.dpRank),
     'x-kvrouter-policy': d.policy,
-    'x-kvrouter-overlap-tokens': String(Math.min(d.isl, c.disk * d.blockSize)),
+    'x-kvrouter-overlap-tokens': String(Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize)),
     'x-kvrouter-overlap': `gpu=${c.device * d.blockSize},cpu=${c.host * d.blockSize},disk=${c.disk * d.blockSize},shared=${c.shared * d.blockSize}`,
     'x-kvrouter-cost': c.cost.toFixed(3),
     'x-kvrouter-attempts': String(attempt + 1),
@@ -210,7 +210,7 @@ async function dispatch(
         first = false;
         scheduler.prefillComplete(bookingId);
         queue.notify(1);
-        observer?.firstByte?.(inst.id, now() - sentAt);
+        observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
       }
       if (!res.write(chunk)) await waitDrain(res);
       if (res.destroyed) break;

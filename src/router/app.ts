@@ -190,7 +190,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const ready = () => !shuttingDown && all.every((m) => m.instances.filter((i) => i.health.available(now())).length >= Math.max(1, m.cfg.min_initial_instances));
 
   const app = new Hono();
-  installAccess(app, () => deps.access, (cls, d) => metrics.rejected(cls, d.status));
+  installAccess(app, () => deps.access, (cls, d) => metrics.denied(cls, d.status));
   mountIndexerRoutes(app, {
     indexer,
     registry,
@@ -213,7 +213,16 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       status: 'ok',
       models: all.map((m) => ({
         name: m.name,
-        instances: m.instances.map((i) => ({ id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load: scheduler.active.load(i.id, 0) })),
+        instances: m.instances.map((i) => {
+          const load = { active_prefill_tokens: 0, active_blocks: 0, active_requests: 0 };
+          for (let r = 0; r < i.dpSize; r++) {
+            const l = scheduler.active.load(i.id, r);
+            load.active_prefill_tokens += l.activePrefillTokens;
+            load.active_blocks += l.activeBlocks;
+            load.active_requests += l.activeRequests;
+          }
+          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load };
+        }),
       })),
       bookings: scheduler.active.size,
       index: indexer.stats(),
@@ -253,6 +262,9 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     ['GET', '/v1/route/events'],
     ['POST', '/v1/route/:id/prefill_complete'],
     ['POST', '/v1/route/:id/free'],
+    ['GET', '/dashboard'],
+    ['GET', '/dashboard/stream'],
+    ['GET', '/dashboard/snapshot'],
   ]);
   const rest = honoListener(app);
 
@@ -268,7 +280,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       const principal = deps.access.identify(req.headers);
       if (principal === null) {
         const d = { status: 401 as const, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
-        metrics.rejected('unknown', 401);
+        metrics.denied('api', 401);
         const body = JSON.stringify(denialBody(path, d));
         res.writeHead(401, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
         res.end(body);

@@ -136,7 +136,7 @@ export async function handleCompletion(kind: CompletionKind, req: IncomingMessag
   const receivedAt = deps.now();
   const admitted = deps.access.admit(principal);
   if ('status' in admitted) {
-    deps.metrics.rejected('unknown', admitted.status);
+    deps.metrics.denied('api', admitted.status);
     const body = JSON.stringify(new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code).body());
     res.writeHead(admitted.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...(admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {}) });
     res.end(body);

@@ -128,6 +128,10 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
         return c.json(new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error').body(), status, status === 503 ? { 'retry-after': '1' } : {});
       }
       let booked = false;
+      if (typeof rid === 'string' && deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant') {
+        // Booking holds load on an instance until freed: that is the gateway's job (admin token).
+        throw new OpenAIError(403, 'booking with request_id needs the admin token; tenants may only query', 'invalid_request_error', 'request_id', 'forbidden');
+      }
       if (typeof rid === 'string') {
         if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
         const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;

@@ -18,7 +18,7 @@ export class DecisionLog implements ForwardObserver {
 
   routed: NonNullable<ForwardObserver['routed']> = (d, attempt) => {
     const c = d.chosen!;
-    const overlap = Math.min(d.isl, c.disk * d.blockSize);
+    const overlap = Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize);
     if (attempt === 0) {
       this.promptTokens += d.isl;
       this.overlapTokens += overlap;

@@ -14,6 +14,7 @@ export interface RouterMetrics extends ForwardObserver {
   tokenized(model: string, seconds: number, tokens: number): void;
   staleFreed(n: number): void;
   rejected(model: string, status: number): void;
+  denied(routeClass: string, status: number): void;
 }
 
 export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
@@ -34,6 +35,7 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   const health = new Counter({ name: 'kvrouter_instance_health_events_total', help: 'Ejections and readmissions', labelNames: ['instance', 'event'], registers: [reg] });
   const stale = new Counter({ name: 'kvrouter_stale_bookings_freed_total', help: 'Bookings released by the stale sweep (a caller never freed them)', registers: [reg] });
   const rejected = new Counter({ name: 'kvrouter_rejected_requests_total', help: 'Requests answered by the router itself with an error status', labelNames: ['model', 'status'], registers: [reg] });
+  const denied = new Counter({ name: 'kvrouter_auth_denied_total', help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)', labelNames: ['route_class', 'status'], registers: [reg] });
   new Gauge({
     name: 'kvrouter_instance_healthy',
     help: '1 when the instance receives traffic (healthy or on probation), 0 when ejected',
@@ -78,27 +80,29 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
       this.set(src.queueDepth());
     },
   });
-  new Gauge({
-    name: 'kvrouter_tokenizer_segment_cache',
-    help: 'Tokenizer segment cache lookups by result (cumulative)',
+  new Counter({
+    name: 'kvrouter_tokenizer_segment_cache_lookups_total',
+    help: 'Tokenizer segment cache lookups by result',
     labelNames: ['result'],
     registers: [reg],
     collect() {
       const s = src.tokenizerStats();
-      this.set({ result: 'hit' }, s.hits);
-      this.set({ result: 'miss' }, s.misses);
+      this.reset();
+      this.inc({ result: 'hit' }, s.hits);
+      this.inc({ result: 'miss' }, s.misses);
     },
   });
 
   return {
-    routed(d, _attempt, routingMs) {
+    routed(d, attempt, routingMs) {
+      if (attempt > 0) return; // a retry is the same request: count it once
       const model = modelOf(d.chosen!.instance);
       overhead.observe({ model }, routingMs / 1000);
-      overlap.observe({ model }, Math.min(d.isl, d.chosen!.disk * d.blockSize));
+      overlap.observe({ model }, Math.min(d.isl, Math.max(d.chosen!.disk, d.chosen!.shared) * d.blockSize));
       promptTokens.observe({ model }, d.isl);
     },
-    firstByte(instance, ms) {
-      ttft.observe({ instance }, ms / 1000);
+    firstByte(instance, ms, stream) {
+      if (stream) ttft.observe({ instance }, ms / 1000); // non-streaming bodies arrive at the end
     },
     finished(instance, status, outcome, ms, policy) {
       const model = instance ? modelOf(instance) : 'unknown';
@@ -119,6 +123,9 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
     },
     rejected(model, status) {
       rejected.inc({ model, status: String(status) });
+    },
+    denied(routeClass, status) {
+      denied.inc({ route_class: routeClass, status: String(status) });
     },
   };
 }

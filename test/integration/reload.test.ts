@@ -96,7 +96,9 @@ describe('the serve process', () => {
     const url = /listening on (http:\/\/\S+)/.exec(p.lines.find((l) => l.includes('listening on'))!)![1];
     try {
       writeFileSync(file, yaml([0, 1], 'random'));
-      await waitFor('file watch reload', async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random', 10_000, 200);
+      await waitFor('file watch reload', async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random', 10_000, 200).catch((err) => {
+        throw new Error(`${(err as Error).message}\nserve output:\n${p.lines.join('\n')}`);
+      });
       writeFileSync(join(dir, 'unused'), '');
       // SIGHUP re-reads the file even when the watcher missed nothing.
       writeFileSync(file, yaml([0, 1], 'least-loaded'));
