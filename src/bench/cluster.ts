@@ -2,6 +2,7 @@
 // simulated engines (fresh engines and router per policy), with TTFT, throughput, hit rate against
 // the oracle, load imbalance and router CPU; Markdown, JSON and SVG charts under bench/results/.
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../cli/args.js';
 import { DEFAULT_POLICIES, variant, VARIANTS } from './cluster/policies.js';
@@ -68,6 +69,7 @@ export async function run(argv: string[]): Promise<number> {
   for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
 
   const t0 = Date.now();
+  const load0 = loadavg();
   const workload = await buildWorkload({
     workload: wname,
     trace,
@@ -131,6 +133,7 @@ export async function run(argv: string[]): Promise<number> {
         ['cache sizing', `working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${size.clusterRatio.toFixed(2)}x working set`],
         ['arrivals', `open loop, timestamps / ${+rateScale.toFixed(2)} (${scheduleS.toFixed(0)} s of arrivals)${followUps ? `, ${followUps} follow-up turns closed-loop per session` : ''}`],
         ['machine', JSON.stringify(machine())],
+        ['load average (1, 5, 15 min) before / after', `${load0.map((x) => x.toFixed(1)).join(' ')} / ${loadavg().map((x) => x.toFixed(1)).join(' ')} (2 cores shared with other work)`],
         ['run time', `${((Date.now() - t0) / 1000).toFixed(0)} s`],
       ],
     };

@@ -4,6 +4,8 @@ const BENCHES: Record<string, { summary: string; load: () => Promise<{ run: (arg
   events: { summary: 'KV events decoded and applied through a real ZMQ socket', load: () => import('../bench/events.js') },
   tokenizer: { summary: 'chat template + tokenization throughput and segment cache', load: () => import('../bench/tokenizer.js') },
   cluster: { summary: 'routing policies on a replayed workload: TTFT, throughput, hit rate vs oracle, imbalance', load: () => import('../bench/cluster.js') },
+  overhead: { summary: 'added latency and max RPS of kvrouter against nginx and direct (stub upstreams)', load: () => import('../bench/overhead.js') },
+  router: { summary: 'added latency and max RPS of kvrouter against direct requests', load: () => import('../bench/router.js') },
   soak: { summary: 'sustained load with cancellations and an engine restart (memory, leaks, stuck listeners)', load: () => import('../bench/soak.js') },
 };
 

@@ -1,0 +1,103 @@
+// The two measurements of the proxy targets, interleaved so that a noisy neighbour on the shared
+// cores hits every target alike: latency one request at a time (in rounds), and the highest
+// sustained request rate of a closed loop at doubling concurrency (a target drops out once its
+// throughput has stopped growing for two steps).
+import { type Dist, dist } from '../stats.js';
+import type { LoadGenerator, LoadSpec } from './loadgen.js';
+
+export interface Target {
+  name: string;
+  description: string;
+  spec: LoadSpec;
+  /** CPU seconds so far of the process(es) doing the proxying (the upstreams, for direct). */
+  cpu: () => number | null;
+}
+
+export interface Step {
+  concurrency: number;
+  rps: number;
+  latencyMs: Dist;
+  errors: number;
+  /** CPU of the proxy (the upstreams, for direct) per completed request, µs. */
+  proxyCpuUsPerReq: number | null;
+  /** The load generator's CPU, in cores, during the step. */
+  loadgenCores: number;
+}
+
+export interface TargetResult {
+  name: string;
+  description: string;
+  latencyMs: Dist;
+  steps: Step[];
+  maxRps: number;
+  maxRpsConcurrency: number;
+  errors: number;
+  firstError: string | null;
+}
+
+export interface MeasureOptions {
+  latencyRequests: number;
+  latencyRounds: number;
+  warmupRequests: number;
+  stepMs: number;
+  stepWarmupMs: number;
+  maxConcurrency: number;
+}
+
+export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void): Promise<TargetResult[]> {
+  const lat = new Map<string, number[]>(targets.map((t) => [t.name, []]));
+  const res = new Map<string, TargetResult>(
+    targets.map((t) => [t.name, { name: t.name, description: t.description, latencyMs: dist([]), steps: [], maxRps: 0, maxRpsConcurrency: 1, errors: 0, firstError: null }]),
+  );
+  const note = (t: Target, errors: number, first: string | null) => {
+    const r = res.get(t.name)!;
+    r.errors += errors;
+    r.firstError ??= first;
+  };
+  for (const t of targets) await lg.run({ type: 'latency', spec: t.spec, requests: 0, warmup: o.warmupRequests });
+  const per = Math.ceil(o.latencyRequests / o.latencyRounds);
+  for (let round = 0; round < o.latencyRounds; round++) {
+    for (const t of targets) {
+      const r = await lg.run({ type: 'latency', spec: t.spec, requests: per, warmup: 0 });
+      lat.get(t.name)!.push(...r.latencies);
+      note(t, r.errors, r.firstError);
+    }
+  }
+  for (const t of targets) {
+    res.get(t.name)!.latencyMs = dist(lat.get(t.name)!);
+    log(`${t.name}: latency p50 ${res.get(t.name)!.latencyMs.p50.toFixed(3)} ms, p99 ${res.get(t.name)!.latencyMs.p99.toFixed(3)} ms`);
+  }
+
+  const flat = new Map<string, number>(targets.map((t) => [t.name, 0]));
+  for (let c = 1; c <= o.maxConcurrency; c *= 2) {
+    const active = targets.filter((t) => flat.get(t.name)! < 2);
+    if (active.length === 0) break;
+    for (const t of active) {
+      const c0 = t.cpu();
+      const r = await lg.run({ type: 'closed', spec: t.spec, concurrency: c, warmupMs: o.stepWarmupMs, durationMs: o.stepMs });
+      const c1 = t.cpu();
+      const rps = r.completed / r.seconds;
+      // The CPU window also spans the step's warm-up and tail: scale it to the measured part.
+      const covered = (o.stepWarmupMs + o.stepMs) / o.stepMs;
+      const d = dist(r.latencies);
+      const out = res.get(t.name)!;
+      out.steps.push({
+        concurrency: c,
+        rps,
+        latencyMs: d,
+        errors: r.errors,
+        proxyCpuUsPerReq: c0 === null || c1 === null || r.completed === 0 ? null : ((c1 - c0) * 1e6) / (r.completed * covered),
+        loadgenCores: r.cpuSeconds / r.seconds,
+      });
+      note(t, r.errors, r.firstError);
+      log(`${t.name}: concurrency ${c}: ${rps.toFixed(0)} req/s, p50 ${d.p50.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`);
+      if (rps > out.maxRps * 1.03) flat.set(t.name, 0);
+      else flat.set(t.name, flat.get(t.name)! + 1);
+      if (rps > out.maxRps) {
+        out.maxRps = rps;
+        out.maxRpsConcurrency = c;
+      }
+    }
+  }
+  return targets.map((t) => res.get(t.name)!);
+}

