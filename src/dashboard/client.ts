@@ -175,7 +175,10 @@ export const CLIENT_SCRIPT = String.raw`
   }
   function chosenCandidate(d) {
     var best = null;
-    d.candidates.forEach(function (c) { if (c.instance === d.chosen && (!best || c.cost < best.cost)) best = c; });
+    d.candidates.forEach(function (c) {
+      if (c.instance !== d.chosen) return;
+      if (d.chosen_dp_rank !== undefined && d.chosen_dp_rank !== null ? c.dp_rank === d.chosen_dp_rank : (!best || c.cost < best.cost)) best = c;
+    });
     return best;
   }
   function cached(c) { return Math.max(c.overlap.disk, c.overlap.shared); }
@@ -220,7 +223,9 @@ export const CLIENT_SCRIPT = String.raw`
       tr.appendChild(td(num(c.overlap.gpu), 'num')); tr.appendChild(td(num(c.overlap.cpu), 'num'));
       tr.appendChild(td(num(c.overlap.disk), 'num')); tr.appendChild(td(num(c.overlap.shared), 'num'));
       tr.appendChild(td(num(c.load.active_prefill_tokens), 'num')); tr.appendChild(td(num(c.load.active_blocks), 'num'));
-      tr.appendChild(td(c.cost.toFixed(3), 'num cost')); tr.appendChild(td(c.busy ? 'busy' : ''));
+      var cost = td(c.cost.toFixed(3), 'num cost');
+      if (c.prefill_blocks !== undefined) cost.title = 'prefill ' + c.prefill_blocks.toFixed(2) + ' blocks (credited ' + c.credited_blocks.toFixed(2) + ') + decode ' + c.decode_blocks + ' blocks';
+      tr.appendChild(cost); tr.appendChild(td(c.busy ? 'busy' : ''));
       return tr;
     });
     replaceRows(tbody, rows, 'no candidates', 10);

@@ -11,6 +11,8 @@ export interface InstanceView {
   load: { active_prefill_tokens: number; active_blocks: number; active_requests: number };
   /** Blocks this instance holds in the index, by tier (speculative entries not included). */
   cached_blocks: { GPU: number; CPU: number; DISK: number; EXTERNAL: number };
+  /** Its KV-event listeners (one per dp rank), or empty when it publishes no events. */
+  listeners: Array<{ dp_rank: number; status: string; last_error: string | null; last_message_at: number | null; gaps: number; purges: number }>;
 }
 
 export interface DashboardSnapshot {
@@ -18,7 +20,7 @@ export interface DashboardSnapshot {
   time: number;
   models: Array<{ name: string; policy: string; block_size: number }>;
   instances: InstanceView[];
-  /** Cumulative KV event outcomes (the page derives rates between snapshots). */
+  /** Cumulative KV event outcomes over all ZMQ listeners, as kv_events_applied_total (the page derives rates). */
   events: Record<string, number>;
   listeners: Record<string, number>;
   /** Cumulative prompt tokens routed and the cached (own-tier) tokens found for them. */
@@ -33,6 +35,10 @@ export interface CandidateView {
   instance: string;
   dp_rank: number;
   overlap: { gpu: number; cpu: number; disk: number; shared: number };
+  /** The cost's parts: credited cached blocks, prefill blocks, decode blocks. */
+  credited_blocks: number;
+  prefill_blocks: number;
+  decode_blocks: number;
   cost: number;
   load: { active_prefill_tokens: number; active_blocks: number };
   busy: boolean;
@@ -44,6 +50,7 @@ export interface DecisionRecord {
   policy: string;
   prompt_tokens: number;
   chosen: string | null;
+  chosen_dp_rank: number | null;
   overlap_tokens: number;
   attempt: number;
   candidates: CandidateView[];

@@ -239,7 +239,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     return c.json({ ready: ready(), shutting_down: shuttingDown, models: details, listeners: listeners.statusCounts() }, ready() ? 200 : 503);
   });
   mountDecisionRoutes(app, deps);
-  mountDashboard(app, dashboardSource({ models: () => all, indexer, scheduler, applier, listeners, log: decisions, queueDepth: () => queue.depth, now }));
+  mountDashboard(app, dashboardSource({ models: () => all, indexer, scheduler, listeners, registry, log: decisions, queueDepth: () => queue.depth, now }));
   mountDebugRoute(app, deps);
   app.get('/metrics', async (c) => c.body(await prom.metrics(), 200, { 'content-type': prom.contentType }));
   app.post('/admin/reload', async (c) => {

@@ -1,7 +1,7 @@
 // Builds the dashboard's view of a running router.
 import type { DashboardSnapshot, DashboardSource, InstanceView } from '../dashboard/source.js';
-import type { EventApplier } from '../events/apply.js';
 import type { ListenerPool } from '../events/listener-pool.js';
+import type { Registry } from '../events/registry.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import type { DecisionLog } from './decision-log.js';
@@ -11,8 +11,8 @@ export interface DashboardDeps {
   models: () => ModelRuntime[];
   indexer: TieredIndexer;
   scheduler: Scheduler;
-  applier: EventApplier;
   listeners: ListenerPool;
+  registry: Registry;
   log: DecisionLog;
   queueDepth: () => number;
   now: () => number;
@@ -31,6 +31,16 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
           c[info.medium] += info.blocks;
           cached.set(info.instance, c);
         }
+      }
+      const byInstance = new Map<string, InstanceView['listeners']>();
+      const events: Record<string, number> = {};
+      for (const st of d.listeners.stats()) {
+        for (const [k, n] of Object.entries(st.applied)) events[k] = (events[k] ?? 0) + n;
+        const reg = d.registry.get(st.key);
+        if (!reg) continue;
+        const list = byInstance.get(reg.instanceId) ?? [];
+        list.push({ dp_rank: reg.dpRank, status: st.status, last_error: st.lastError, last_message_at: st.lastMessageAt, gaps: st.gaps, purges: st.purges });
+        byInstance.set(reg.instanceId, list);
       }
       const instances: InstanceView[] = d.models().flatMap((m) =>
         m.instances.map((i) => {
@@ -53,6 +63,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
             last_error: h.last_error,
             load: { active_prefill_tokens: p, active_blocks: b, active_requests: r },
             cached_blocks: cached.get(i.id) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 },
+            listeners: (byInstance.get(i.id) ?? []).sort((a, b) => a.dp_rank - b.dp_rank),
           };
         }),
       );
@@ -60,7 +71,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
         time: now,
         models: d.models().map((m) => ({ name: m.name, policy: m.routing.policy, block_size: m.cfg.block_size })),
         instances,
-        events: { ...d.applier.counts },
+        events,
         listeners: d.listeners.statusCounts(),
         prefix: { prompt_tokens: d.log.promptTokens, overlap_tokens: d.log.overlapTokens },
         requests: { total: d.log.total, errors: d.log.errors },
