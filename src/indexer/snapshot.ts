@@ -1,6 +1,7 @@
 // Dump and restore of the whole index (GET /dump, peer recovery, JetStream snapshots).
 // Hashes stay bigint; serialize with stringifyJson so they are exact integers on the wire.
-import type { Medium } from './tiers.js';
+import { toU64 } from '../common/u64.js';
+import { canonicalMedium, type Medium } from './tiers.js';
 import type { TieredIndexer } from './tiered-indexer.js';
 
 export interface SnapshotHolder {
@@ -70,26 +71,38 @@ export function dumpIndex(indexer: TieredIndexer, now: number): IndexSnapshot {
   return { version: 1, created_at: now, namespaces };
 }
 
-/** Apply a snapshot on top of the current index (stores are idempotent). Returns blocks added. */
+/** A hash from a parsed dump: JSON gives small values as numbers and large ones as bigint. */
+function hash(v: unknown): bigint {
+  const h = toU64(v);
+  if (h === null) throw new Error(`snapshot holds an invalid u64 hash: ${String(v)}`);
+  return h;
+}
+
+/**
+ * Apply a snapshot on top of the current index (stores are idempotent). Returns blocks added.
+ * Accepts a snapshot parsed from JSON (hashes as numbers, bigints or decimal strings).
+ */
 export function restoreIndex(indexer: TieredIndexer, snap: IndexSnapshot, now: number): number {
   let added = 0;
   for (const s of snap.namespaces) {
     const ns = indexer.namespace({ model: s.model, blockSize: s.block_size, loraName: s.lora_name, salt: s.salt, tenant: s.tenant_id });
     for (const i of s.instances) ns.instances.add(i);
     for (const h of s.holders) {
+      const medium = canonicalMedium(h.medium);
+      if (medium === null) throw new Error(`snapshot holds an unknown medium: ${String(h.medium)}`);
       if (h.speculative_ttl_ms !== undefined) {
         if (h.instance_id === null) continue;
         const holder = ns.index.speculativeHolder(h.instance_id, h.dp_rank, h.speculative_ttl_ms);
-        h.seq_hashes.forEach((hash, i) => {
+        h.seq_hashes.forEach((v, i) => {
           const exp = h.expires_at?.[i] ?? 0;
-          if (exp > now) added += ns.index.store(holder, BigUint64Array.of(hash), null, exp);
+          if (exp > now) added += ns.index.store(holder, BigUint64Array.of(hash(v)), null, exp);
         });
         continue;
       }
       if (indexer.ownerOf(h.backend_id) !== h.instance_id) indexer.bindBackend(h.backend_id, h.instance_id);
-      const holder = ns.index.holder(h.backend_id, h.dp_rank, h.medium);
-      const seq = BigUint64Array.from(h.seq_hashes);
-      const eng = h.engine_hashes ? BigUint64Array.from(h.engine_hashes.map((e, i) => e ?? h.seq_hashes[i])) : null;
+      const holder = ns.index.holder(h.backend_id, h.dp_rank, medium);
+      const seq = BigUint64Array.from(h.seq_hashes, hash);
+      const eng = h.engine_hashes ? BigUint64Array.from(h.engine_hashes, (e, i) => hash(e ?? h.seq_hashes[i])) : null;
       added += ns.index.store(holder, seq, eng);
     }
   }
