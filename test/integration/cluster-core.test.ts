@@ -106,3 +106,19 @@ describe('relayed ops', () => {
     expect(other.queryHashes(NS, BigUint64Array.of(99n), 0).candidates[0]?.instance).toBe('e0');
   });
 });
+
+describe('cluster config section', () => {
+  it('fills defaults that match the module defaults, and rejects bad values', async () => {
+    const { validate } = await import('../../src/config/schema-dsl.js');
+    const { CLUSTER_SCHEMA, clusterEnabled, clusterOptionsFromConfig } = await import('../../src/cluster/config.js');
+    const { clusterOptions } = await import('../../src/cluster/options.js');
+    const errors: Array<{ path: string; message: string }> = [];
+    const c = validate(CLUSTER_SCHEMA, {}, 'cluster', errors) as Parameters<typeof clusterOptionsFromConfig>[0];
+    expect(errors).toEqual([]);
+    expect(clusterEnabled(c)).toBe(false);
+    expect(clusterOptions(clusterOptionsFromConfig(c))).toEqual(clusterOptions());
+    const bad = validate(CLUSTER_SCHEMA, { nats: { url: 'http://x' }, peers: ['ftp://y'], events: { source: 'kafka' } }, 'cluster', errors);
+    expect(bad).toBeDefined();
+    expect(errors.map((e) => e.path).sort()).toEqual(['cluster.events.source', 'cluster.nats.url', 'cluster.peers[0]']);
+  });
+});
