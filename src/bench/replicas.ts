@@ -16,7 +16,6 @@ import { Registry } from '../events/registry.js';
 import { type RouterHandle, startRouter } from '../router/app.js';
 import type { Sample } from './cluster/client.js';
 import { replay } from './cluster/replay.js';
-import { sizeFleet } from './cluster/sizing.js';
 import { scrapeEngine } from './procs/engine-metrics.js';
 import { type Fleet, startFleet } from './procs/engines.js';
 import { routerYaml } from './procs/router.js';
@@ -47,19 +46,18 @@ const OPTIONS: OptionTable = {
   replicas: { type: 'string', default: '3', arg: 'N', help: 'router replicas of the many-replica variants' },
   engines: { type: 'string', default: '4', arg: 'N', help: 'simulated engines' },
   variants: { type: 'string', arg: 'A,B', help: `variants to run (default all: ${VARIANTS.map((v) => v.name).join(',')})` },
-  groups: { type: 'string', default: '32', arg: 'N', help: 'shared-prefix groups' },
-  'prompts-per-group': { type: 'string', default: '12', arg: 'N', help: 'questions per group' },
+  groups: { type: 'string', default: '64', arg: 'N', help: 'shared-prefix groups' },
+  'prompts-per-group': { type: 'string', default: '8', arg: 'N', help: 'questions per group' },
   'system-len': { type: 'string', default: '2048', arg: 'N', help: 'shared system prompt tokens' },
   'question-len': { type: 'string', default: '128', arg: 'N', help: 'question tokens' },
-  'output-len': { type: 'string', default: '64', arg: 'N', help: 'output tokens' },
-  rate: { type: 'string', default: '24', arg: 'R', help: 'Poisson arrivals per second (before --rate-scale)' },
+  'output-len': { type: 'string', default: '256', arg: 'N', help: 'output tokens' },
+  rate: { type: 'string', default: '20', arg: 'R', help: 'Poisson arrivals per second (before --rate-scale)' },
   'rate-scale': { type: 'string', default: '1', arg: 'X', help: 'divide arrival times by X' },
-  speedup: { type: 'string', default: '4', arg: 'X', help: 'engine speedup' },
+  speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size' },
-  'cache-ratio': { type: 'string', default: '0.6', arg: 'X', help: 'cluster GPU KV cache / working set (sized as bench cluster does)' },
-  'gpu-blocks': { type: 'string', arg: 'N', help: 'GPU blocks per engine (overrides --cache-ratio sizing: smaller caches put affinity under pressure)' },
+  'gpu-blocks': { type: 'string', default: '700', arg: 'N', help: 'GPU blocks per engine (default: the cluster cache a little under the working set)' },
   seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
-  quick: { type: 'boolean', help: 'small run (about a minute)' },
+  quick: { type: 'boolean', help: 'small run: 24 groups x 6, 128 output tokens, 300 GPU blocks (about 2 minutes)' },
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/replicas-<time>)' },
 };
 
@@ -209,22 +207,19 @@ export async function run(argv: string[]): Promise<number> {
   const engines = intOption(v, 'engines');
   const seed = intOption(v, 'seed');
   const wo = {
-    groups: quick ? 12 : intOption(v, 'groups'),
-    promptsPerGroup: quick ? 8 : intOption(v, 'prompts-per-group'),
+    groups: quick ? 24 : intOption(v, 'groups'),
+    promptsPerGroup: quick ? 6 : intOption(v, 'prompts-per-group'),
     systemLen: intOption(v, 'system-len'),
     questionLen: intOption(v, 'question-len'),
-    outputLen: intOption(v, 'output-len'),
+    outputLen: quick ? 128 : intOption(v, 'output-len'),
     rate: numberOption(v, 'rate'),
     seed,
   };
   const workload = sharedPrefixWorkload(wo);
   const groupOf = (i: number) => workload.requests[i].sessionKey ?? String(i);
   const orc = await oracle(workload, blockSize);
-  const size = sizeFleet(orc, engines, blockSize, numberOption(v, 'cache-ratio'), 0);
-  if (v['gpu-blocks'] !== undefined) {
-    size.numGpuBlocks = intOption(v, 'gpu-blocks');
-    size.clusterRatio = (size.numGpuBlocks * engines) / Math.max(1, orc.distinctBlocks);
-  }
+  const gpuBlocks = quick ? 300 : intOption(v, 'gpu-blocks');
+  const size = { numGpuBlocks: gpuBlocks, clusterRatio: (gpuBlocks * engines) / Math.max(1, orc.distinctBlocks), maxModelLen: Math.ceil(orc.maxSequence / blockSize) * blockSize };
   const fleet = { count: engines, blockSize, numGpuBlocks: size.numGpuBlocks, numCpuBlocks: 0, maxModelLen: size.maxModelLen, speedup: numberOption(v, 'speedup'), seed, tokenizer: workload.engineTokenizer, model: MODEL };
   const ctx: Ctx = { workload, groupOf, replicas: intOption(v, 'replicas'), fleet, blockSize, rateScale: numberOption(v, 'rate-scale') };
   process.stderr.write(`workload: ${workload.description}; oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%; engines ${engines} x ${size.numGpuBlocks} blocks of ${blockSize}\n`);

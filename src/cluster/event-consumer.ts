@@ -56,6 +56,7 @@ export class EventConsumer {
   private readonly now: () => number;
   private readonly metrics: ClusterMetrics;
   private readonly name: string;
+  private readonly log: (l: string) => void;
   private state: ConsumerState = 'connecting';
   private lastSeq = 0;
   /** Load the snapshot before consuming (first start, or our position is gone). */
@@ -84,8 +85,6 @@ export class EventConsumer {
     this.metrics.watch({ connected: { events: () => link.connected } });
     this.loop = this.run();
   }
-
-  private readonly log: (l: string) => void;
 
   status(): EventConsumerStatus {
     return { state: this.state, nats: this.link.status(), stream: this.opts.stream, consumer: this.name, last_seq: this.lastSeq, applied: { ...this.relayed.counts }, ...this.st };
@@ -139,9 +138,14 @@ export class EventConsumer {
       }
       this.needFull = false;
       info = await jsm.streams.info(this.opts.stream);
-      if (this.lastSeq + 1 < info.state.first_seq && info.state.last_seq >= info.state.first_seq && this.lastSeq > 0) {
+      const f = info.state.first_seq;
+      if (this.lastSeq + 1 < f && info.state.messages > 0) {
+        // Neither the snapshot nor the stream holds these any more (retention): accept the hole
+        // rather than reload forever; the relay's next epoch or resync makes the index whole again.
         this.st.gaps++;
-        this.st.last_error = `snapshot at ${this.lastSeq} is older than the stream's first message ${info.state.first_seq}`;
+        this.st.last_error = `stream messages ${this.lastSeq + 1}..${f - 1} are gone and not in the snapshot`;
+        this.log(`cluster: ${this.st.last_error}`);
+        this.lastSeq = f - 1;
       }
     }
     await this.recreate(jsm);
