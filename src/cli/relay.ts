@@ -10,6 +10,7 @@ import { EventRelay } from '../cluster/event-relay.js';
 import { DEFAULT_STREAM_MAX_AGE_MS } from '../cluster/jetstream.js';
 import { createClusterMetrics } from '../cluster/metrics.js';
 import { NatsLink } from '../cluster/nats-link.js';
+import type { ClusterConfig } from '../cluster/config.js';
 import { CLUSTER_DEFAULTS } from '../cluster/options.js';
 import { modelSeeds, registrationsFromConfig } from '../cluster/registrations.js';
 import { TapApplier, TapIndexer } from '../cluster/relay-taps.js';
@@ -21,7 +22,7 @@ import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
 
 const D = CLUSTER_DEFAULTS;
 const OPTIONS: OptionTable = {
-  nats: { type: 'string', arg: 'URL', help: 'NATS server(s), nats://host:port[,...] (default: $KVROUTER_NATS_URL)' },
+  nats: { type: 'string', arg: 'URL', help: 'NATS server(s), nats://host:port[,...] (default: cluster.nats.url of --config, or $KVROUTER_NATS_URL)' },
   config: { type: 'string', short: 'c', arg: 'FILE', help: 'router YAML: subscribe to every instance\'s kv_events, with its hash seeds' },
   workers: { type: 'string', arg: 'LIST', help: 'publishers as in `kvrouter indexer`: "id[:dp]=tcp://host:port[|replay-endpoint],..."' },
   model: { type: 'string', default: 'default', arg: 'NAME', help: 'model name for --workers' },
@@ -29,9 +30,9 @@ const OPTIONS: OptionTable = {
   type: { type: 'string', default: 'vLLM', arg: 'TYPE', help: 'publisher type for --workers' },
   tenant: { type: 'string', default: 'default', arg: 'ID', help: 'tenant for --workers' },
   'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed (without --config)' },
-  'subject-prefix': { type: 'string', default: D.nats.subjectPrefix, arg: 'P', help: 'publish on <P>.events (cluster.nats.subject_prefix of the routers)' },
-  stream: { type: 'string', default: D.events.stream, arg: 'NAME', help: 'JetStream stream (cluster.events.stream)' },
-  bucket: { type: 'string', default: D.events.bucket, arg: 'NAME', help: 'object store bucket for snapshots (cluster.events.bucket)' },
+  'subject-prefix': { type: 'string', arg: 'P', help: `publish on <P>.events (default: cluster.nats.subject_prefix of --config, else ${D.nats.subjectPrefix})` },
+  stream: { type: 'string', arg: 'NAME', help: `JetStream stream (default: cluster.events.stream of --config, else ${D.events.stream})` },
+  bucket: { type: 'string', arg: 'NAME', help: `object store bucket for snapshots (default: cluster.events.bucket of --config, else ${D.events.bucket})` },
   'snapshot-every': { type: 'string', default: '10000', arg: 'N', help: 'snapshot the index every N relayed operations' },
   'snapshot-interval-ms': { type: 'string', default: '30000', arg: 'MS', help: '...or this often when anything changed' },
   'max-age-ms': { type: 'string', default: String(DEFAULT_STREAM_MAX_AGE_MS), arg: 'MS', help: 'stream retention (keep well above the snapshot interval)' },
@@ -48,33 +49,40 @@ interface Sources {
   seed: bigint;
   seeds: Map<string, bigint>;
   workers: string | null;
+  /** The config's `cluster:` section, once the router schema has one. */
+  cluster: Partial<ClusterConfig> | null;
 }
 
 function sources(v: ParsedOptions): Sources {
+  const workers = typeof v.workers === 'string' ? v.workers : null;
   if (typeof v.config === 'string') {
     const cfg = loadConfigFile(v.config, { env: process.env });
-    return { specs: registrationsFromConfig(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers: typeof v.workers === 'string' ? v.workers : null };
+    const cluster = (cfg as { cluster?: Partial<ClusterConfig> }).cluster ?? null;
+    return { specs: registrationsFromConfig(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers, cluster };
   }
-  return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers: typeof v.workers === 'string' ? v.workers : null };
+  return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers, cluster: null };
 }
+
+const pick = (flag: string | boolean | string[] | undefined, fromConfig: string | undefined, fallback: string): string => (typeof flag === 'string' ? flag : fromConfig ?? fallback);
 
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('relay', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
-  const url = (v.nats as string | undefined) ?? process.env.KVROUTER_NATS_URL;
   const fail = (msg: string) => (process.stderr.write(`kvrouter relay: ${msg}\n`), 2);
-  if (!url) return fail('--nats (or $KVROUTER_NATS_URL) is required');
   let src: Sources;
   let opts;
+  let url: string | undefined;
   try {
     src = sources(v);
+    url = (v.nats as string | undefined) ?? src.cluster?.nats?.url ?? process.env.KVROUTER_NATS_URL;
+    if (!url) return fail('--nats (or cluster.nats.url in --config, or $KVROUTER_NATS_URL) is required');
     if (src.specs.length === 0 && !src.workers) return fail('nothing to relay: give --config (instances with kv_events) or --workers');
     opts = {
       relayId: typeof v['relay-id'] === 'string' ? v['relay-id'] : `relay-${randomBytes(3).toString('hex')}`,
-      subject: `${String(v['subject-prefix'])}.events`,
-      stream: String(v.stream),
-      bucket: String(v.bucket),
+      subject: `${pick(v['subject-prefix'], src.cluster?.nats?.subject_prefix, D.nats.subjectPrefix)}.events`,
+      stream: pick(v.stream, src.cluster?.events?.stream, D.events.stream),
+      bucket: pick(v.bucket, src.cluster?.events?.bucket, D.events.bucket),
       snapshotEvery: intOption(v, 'snapshot-every'),
       snapshotIntervalMs: intOption(v, 'snapshot-interval-ms'),
       streamMaxAgeMs: intOption(v, 'max-age-ms'),
