@@ -56,5 +56,6 @@ export function clusterOptionsFromConfig(c: ClusterConfig): ClusterOptionsInput 
   };
 }
 
-/** True when the section asks for anything (startRouter can skip attachCluster otherwise). */
-export const clusterEnabled = (c: ClusterConfig): boolean => c.nats.url !== undefined || c.peers.length > 0;
+/** True when the section asks for anything (startRouter can skip attachCluster otherwise; with
+ * events.source jetstream but no nats.url, attachCluster throws a clear error). */
+export const clusterEnabled = (c: ClusterConfig): boolean => c.nats.url !== undefined || c.peers.length > 0 || c.events.source === 'jetstream';
