@@ -122,3 +122,25 @@ describe('cluster config section', () => {
     expect(errors.map((e) => e.path).sort()).toEqual(['cluster.events.source', 'cluster.nats.url', 'cluster.peers[0]']);
   });
 });
+
+describe('attachCluster without a reachable NATS', () => {
+  it('is ready at once, books locally, reports the connection problem, and closes promptly', async () => {
+    const { attachCluster } = await import('../../src/cluster/attach.js');
+    const { Scheduler } = await import('../../src/scheduler/scheduler.js');
+    const indexer = new TieredIndexer();
+    const scheduler = new Scheduler(indexer);
+    const c = attachCluster({ scheduler, indexer, url: 'http://127.0.0.1:1' }, { routerId: 'lonely', nats: { url: 'nats://127.0.0.1:9', reconnectWaitMs: 50 } });
+    await c.ready;
+    const d = scheduler.decide({ ns: NS, candidates: [{ instance: 'e0', dpRank: 0 }], seq: BigUint64Array.of(1n, 2n), policy: 'kv', weights: { overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true }, temperature: 0 }, 0);
+    scheduler.book(d, NS, { requestId: 'r', now: 0, speculativeTtlMs: 0 });
+    expect(scheduler.free('r')).toBe(true);
+    await new Promise((r) => setTimeout(r, 200));
+    const st = c.status().sync!;
+    expect(st.nats.connected).toBe(false);
+    expect(st.nats.lastError).toMatch(/connect nats:\/\/127\.0\.0\.1:9/);
+    expect(st.dropped).toBe(2);
+    const t0 = Date.now();
+    await c.close();
+    expect(Date.now() - t0).toBeLessThan(2000);
+  });
+});
