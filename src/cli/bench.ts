@@ -6,6 +6,7 @@ const BENCHES: Record<string, { summary: string; load: () => Promise<{ run: (arg
   cluster: { summary: 'routing policies on a replayed workload: TTFT, throughput, hit rate vs oracle, imbalance', load: () => import('../bench/cluster.js') },
   overhead: { summary: 'added latency and max RPS of kvrouter against nginx and direct (stub upstreams)', load: () => import('../bench/overhead.js') },
   router: { summary: 'added latency and max RPS of kvrouter against direct requests', load: () => import('../bench/router.js') },
+  replicas: { summary: 'decision quality of 1 router vs 3 replicas with and without sync (hit rate, TTFT, imbalance)', load: () => import('../bench/replicas.js') },
   soak: { summary: 'sustained load with cancellations and an engine restart (memory, leaks, stuck listeners)', load: () => import('../bench/soak.js') },
 };
 

@@ -11,6 +11,9 @@ const OPTIONS: OptionTable = {
   host: { type: 'string', arg: 'ADDR', help: 'override server.host' },
   port: { type: 'string', short: 'p', arg: 'PORT', help: 'override server.port' },
   policy: { type: 'string', arg: 'NAME', help: 'override routing.policy' },
+  nats: { type: 'string', arg: 'URL', help: 'override cluster.nats.url (replica sync)' },
+  'router-id': { type: 'string', arg: 'ID', help: 'override cluster.router_id' },
+  peers: { type: 'string', arg: 'URL,URL', help: 'override cluster.peers (index recovery at start)' },
   'no-watch': { type: 'boolean', help: 'do not reload when the config file changes (SIGHUP and POST /admin/reload still do)' },
   set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)' },
 };
@@ -26,6 +29,9 @@ export async function run(argv: string[]): Promise<number> {
   if (typeof v.host === 'string') set.push(`server.host=${v.host}`);
   if (typeof v.port === 'string') set.push(`server.port=${v.port}`);
   if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
+  if (typeof v.nats === 'string') set.push(`cluster.nats.url=${v.nats}`);
+  if (typeof v['router-id'] === 'string') set.push(`cluster.router_id=${v['router-id']}`);
+  if (typeof v.peers === 'string') v.peers.split(',').filter(Boolean).forEach((p, i) => set.push(`cluster.peers.${i}=${p}`));
   let cfg;
   const loadOptions = { set, env: process.env };
   try {

@@ -9,6 +9,11 @@ import { honoListener, type RunningServer, startHttpServer } from '../api/http-s
 import { INDEXER_ROUTES, installErrorHandling, json, mountIndexerRoutes } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
 import { Access } from '../auth/access.js';
+import { attachCluster, type ClusterHandle } from '../cluster/attach.js';
+import { clusterEnabled, clusterOptionsFromConfig } from '../cluster/config.js';
+import { mountPeerRoutes, PEER_ROUTES } from '../cluster/peer-routes.js';
+import { modelSeeds } from '../cluster/registrations.js';
+import { PeerList } from '../cluster/peers.js';
 import { endpointAllowed, isLoopbackHost } from '../auth/allowlist.js';
 import { denialBody, installAccess } from '../auth/http.js';
 import { ConfigInvalidError, loadConfigFile, type LoadOptions } from '../config/load.js';
@@ -51,6 +56,8 @@ export interface RouterHandle {
   readonly registry: Registry;
   readonly listeners: ListenerPool;
   readonly models: ReadonlyMap<string, ModelRuntime>;
+  /** Replica sync, peer recovery and relayed events (null when `cluster:` asks for none). */
+  readonly cluster: ClusterHandle | null;
   /** Apply a new configuration (or re-read the config file) without dropping in-flight requests. */
   reload(next?: RouterConfig): Promise<ReloadResult>;
   /** Stop accepting, let in-flight requests finish (up to the grace period), close everything. */
@@ -115,6 +122,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
   ['server.port', (c) => c.server.port],
   ['engine_sim', (c) => JSON.stringify(c.engine_sim)],
   ['hashing.seed', (c) => c.hashing.seed],
+  ['cluster', (c) => JSON.stringify(c.cluster)],
 ];
 
 export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}): Promise<RouterHandle> {
@@ -127,8 +135,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const engines = await startEmbeddedEngines(cfg0, log);
   fillEngineInstances(cfg0, engines);
 
-  const modelSeeds = new Map(cfg0.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const));
-  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds });
+  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds: modelSeeds(cfg0) });
   const registry = new Registry();
   const applier = new EventApplier(indexer);
   const prom = new PromRegistry();
@@ -138,7 +145,11 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
   const modelSet = await reconcileModels(cfg0, null);
   const ownedRegs = new Set<string>();
-  await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
+  // In relay mode the index arrives through JetStream: this replica opens no ZMQ socket.
+  const relayed = cfg0.cluster.events.source === 'jetstream';
+  if (!relayed) await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
+  const peers = new PeerList(cfg0.cluster.peers);
+  let cluster: ClusterHandle | null = null;
   let all: ModelRuntime[] = modelSet.all;
   const modelOfInstance = new Map<string, string>();
   const indexInstances = () => {
@@ -187,7 +198,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   };
 
   let shuttingDown = false;
-  const ready = () => !shuttingDown && all.every((m) => m.instances.filter((i) => i.health.available(now())).length >= Math.max(1, m.cfg.min_initial_instances));
+  const ready = () =>
+    !shuttingDown &&
+    (cluster?.isReady() ?? true) &&
+    all.every((m) => m.instances.filter((i) => i.health.available(now())).length >= Math.max(1, m.cfg.min_initial_instances));
 
   const app = new Hono();
   installAccess(app, () => deps.access, (cls, d) => metrics.denied(cls, d.status));
@@ -236,9 +250,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       healthy_instances: m.instances.filter((i) => i.health.available(now())).length,
       min_initial_instances: m.cfg.min_initial_instances,
     }));
-    return c.json({ ready: ready(), shutting_down: shuttingDown, models: details, listeners: listeners.statusCounts() }, ready() ? 200 : 503);
+    return c.json({ ready: ready(), shutting_down: shuttingDown, models: details, listeners: listeners.statusCounts(), cluster: cluster?.status() ?? null }, ready() ? 200 : 503);
   });
   mountDecisionRoutes(app, deps);
+  mountPeerRoutes(app, { peers });
   mountDashboard(app, dashboardSource({ models: () => all, indexer, scheduler, listeners, registry, log: decisions, queueDepth: () => queue.depth, now }));
   mountDebugRoute(app, deps);
   app.get('/metrics', async (c) => c.body(await prom.metrics(), 200, { 'content-type': prom.contentType }));
@@ -248,6 +263,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   });
   installErrorHandling(app, [
     ...INDEXER_ROUTES,
+    ...PEER_ROUTES,
     ['GET', '/v1/models'],
     ['GET', '/health'],
     ['GET', '/live'],
@@ -304,6 +320,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     throw err;
   }
 
+  cluster = clusterEnabled(cfg0.cluster)
+    ? attachCluster({ scheduler, indexer, url: server.url, peers, metrics: prom, now, onReleased: () => queue.notify(), log }, clusterOptionsFromConfig(cfg0.cluster))
+    : null;
+
   const probes = startProbes(() => all, () => deps.cfg.health, now, (id, ev) => {
     metrics.healthChanged?.(id, ev);
     if (ev === 'readmitted') queue.notify();
@@ -336,8 +356,9 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     } catch (err) {
       return { ok: false, changes: [], restartRequired, errors: [{ path: 'auth', message: (err as Error).message }] };
     }
+    next.cluster = cur.cluster;
     const r = await reconcileModels(next, { byName: deps.models, all });
-    const regs = await reconcileRegistrations(next, ownedRegs, registry, listeners, now());
+    const regs = relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, ownedRegs, registry, listeners, now());
     const changes: string[] = [];
     for (const spec of regs.removed) {
       indexer.removeBackend(spec.backendId, { dpRank: spec.dpRank, tenant: spec.tenant });
@@ -380,6 +401,9 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     get models() {
       return deps.models;
     },
+    get cluster() {
+      return cluster;
+    },
     reload(next) {
       const run = async (): Promise<ReloadResult> => {
         let cfg = next ? structuredClone(next) : undefined;
@@ -409,6 +433,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
         for (const res of inflight) res.destroy();
         server.server.closeAllConnections();
         probes.stop();
+        await cluster?.close();
         for (const t of timers) clearInterval(t);
         queue.notify();
         await listeners.close();

@@ -97,7 +97,7 @@ describe('relayed ops', () => {
     const snap = decodeRelaySnapshot(encodeRelaySnapshot({ version: 1, relay: 'r', stream_seq: 9, created_at: 0, bindings: [...source.bindings], index: dumpIndex(source, 0) }));
     const other = new TieredIndexer();
     const spec = other.namespace(NS);
-    spec.index.store(spec.index.speculativeHolder('e0', 0, 1000), BigUint64Array.of(99n), null, 10_000);
+    spec.index.store(spec.index.speculativeHolder('e0', 0, 1000), BigUint64Array.of(99n), null, 30_000);
     const r2 = new RelayedIndex(other);
     r2.restore(snap, 0);
     expect(dumpIndex(other, 0).namespaces[0].holders.filter((h) => h.speculative_ttl_ms === undefined)).toEqual(dumpIndex(source, 0).namespaces[0].holders);

@@ -41,7 +41,7 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
 async function router(): Promise<RouterHandle> {
   const r = await startRouter(loadConfigText(yaml(), 'test'), { log: () => {} });
   routers.push(r);
-  await waitFor('listeners active', () => r.registry.all().every((x) => x.status === 'active'), 10_000);
+  await waitFor('listeners active', () => r.registry.all().every((x) => x.status === 'active'), 30_000);
   return r;
 }
 
@@ -62,7 +62,7 @@ beforeAll(async () => {
       expect(r.status, r.text).toBe(200);
     }
   }
-  await waitFor('A indexed every prompt', async () => (await Promise.all(prompts.map((p) => query(a.url, p)))).every((t) => /"gpu":[1-9]/.test(t) || /"longest_matched":[1-9]/.test(t)), 10_000);
+  await waitFor('A indexed every prompt', async () => (await Promise.all(prompts.map((p) => query(a.url, p)))).every((t) => /"gpu":[1-9]/.test(t) || /"longest_matched":[1-9]/.test(t)), 30_000);
 }, 60_000);
 
 afterAll(async () => {

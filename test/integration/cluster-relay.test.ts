@@ -158,7 +158,7 @@ describe('relay', () => {
   });
 
   it('a router restarted mid-way resumes from snapshot + stream tail, not from the start', async () => {
-    await waitFor('a snapshot after the first traffic', async () => ((await relayStatus()).last_snapshot?.stream_seq ?? 0) > 2, 10_000);
+    await waitFor('a snapshot after the first traffic', async () => ((await relayStatus()).last_snapshot?.stream_seq ?? 0) > 2, 30_000);
     await stopNode('B');
     await traffic('A', 9, 'while-b-was-down');
     const before = await relayStatus();

@@ -56,7 +56,7 @@ beforeAll(async () => {
   nats = await startLocalNats();
   engines = await Promise.all([0, 1].map(() => startEngineProc(['--speedup', '50'])));
   await Promise.all([0, 1, 2].map((i) => replica(i)));
-  await waitFor('replicas connected and heard from each other', () => connected() && meshed(), 10_000);
+  await waitFor('replicas connected and heard from each other', () => connected() && meshed(), 30_000);
 }, 60_000);
 
 afterAll(async () => {
@@ -72,7 +72,7 @@ describe('replica sync', () => {
     expect(r.status).toBe(200);
     const local = load(0, 'e0');
     expect(local).toEqual({ activePrefillTokens: 640, activeBlocks: 40, activeRequests: 1 });
-    await waitFor('B and C see the booking', () => load(1, 'e0').activeRequests === 1 && load(2, 'e0').activeRequests === 1, 5000);
+    await waitFor('B and C see the booking', () => load(1, 'e0').activeRequests === 1 && load(2, 'e0').activeRequests === 1, 20_000);
     expect(load(1, 'e0')).toEqual(local);
     // The speculative insert travels too: B finds the prompt's blocks on e0 before any KV event.
     const overlap = routers[1].indexer.queryTokens({ model: MODEL, blockSize: 16, loraName: null, salt: null, tenant: 'default' }, prompt('a'), Date.now());
@@ -83,10 +83,10 @@ describe('replica sync', () => {
     expect(d.body.instance_id).toBe('e1');
 
     await call(routers[0].url, '/v1/route/sync-1/prefill_complete');
-    await waitFor('prefill completed remotely', () => load(1, 'e0').activePrefillTokens === 0 && load(2, 'e0').activePrefillTokens === 0, 5000);
+    await waitFor('prefill completed remotely', () => load(1, 'e0').activePrefillTokens === 0 && load(2, 'e0').activePrefillTokens === 0, 20_000);
     expect(load(1, 'e0').activeBlocks).toBe(40);
     await call(routers[0].url, '/v1/route/sync-1/free');
-    await waitFor('freed everywhere', () => routers.every((x) => x.scheduler.active.size === 0), 5000);
+    await waitFor('freed everywhere', () => routers.every((x) => x.scheduler.active.size === 0), 20_000);
     for (let i = 0; i < 3; i++) expect(routers[i].scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
   });
 
@@ -99,7 +99,7 @@ describe('replica sync', () => {
       if (routers[2].scheduler.active.size > 0) seen[2] = true;
     }
     expect(seen).toEqual({ 0: true, 2: true });
-    await waitFor('freed everywhere', () => routers.every((x) => x.scheduler.active.size === 0), 5000);
+    await waitFor('freed everywhere', () => routers.every((x) => x.scheduler.active.size === 0), 20_000);
     const m = await proms[1].getSingleMetricAsString('kvrouter_cluster_messages_published_total');
     expect(m).toMatch(/kind="add"\} [1-9]/);
     expect(m).toMatch(/kind="free"\} [1-9]/);
@@ -117,7 +117,7 @@ describe('replica sync', () => {
 
   it('frees the bookings of a replica that goes silent', async () => {
     await call(routers[2].url, '/v1/route', { model: MODEL, token_ids: prompt('silent'), request_id: 'silent-1', router_config_override: { policy: 'direct', target: 'e1' } });
-    await waitFor('A sees C booking', () => load(0, 'e1').activeRequests === 1, 5000);
+    await waitFor('A sees C booking', () => load(0, 'e1').activeRequests === 1, 20_000);
     // C disappears without freeing (crash): its NATS link closes, heartbeats stop.
     await clusters[2].close();
     await waitFor('A frees C bookings after the peer timeout', () => load(0, 'e1').activeRequests === 0 && load(1, 'e1').activeRequests === 0, 6000);
