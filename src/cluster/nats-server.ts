@@ -2,9 +2,9 @@
 // when the binary is missing: `apt-get install nats-server` (Debian) provides it.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../common/net.js';
 
 export interface LocalNats {
   url: string;
@@ -28,16 +28,6 @@ export function natsServerBinary(): string {
   return bin;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => (a && typeof a === 'object' ? resolve(a.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 function launch(bin: string, port: number, storeDir: string | null): Promise<ChildProcess> {
   const args = ['-a', '127.0.0.1', '-p', String(port), ...(storeDir ? ['-js', '-sd', storeDir] : [])];
