@@ -1,5 +1,6 @@
 // `kvrouter bench indexer`: applied block-events/s, query latency by prompt length, block size and
 // fleet size over a 1M-block index, hashing tokens/s, and bytes per indexed (block, holder).
+import { mulberry32 } from '../common/prng.js';
 import { EventApplier } from '../events/apply.js';
 import type { StoredEvent } from '../events/model.js';
 import { hashSpace, seqHashes } from '../hashing/index.js';
@@ -15,15 +16,7 @@ const OPTIONS: OptionTable = {
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/indexer-<time>)' },
 };
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), s | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 function randomHashes(n: number, r: () => number): BigUint64Array {
   const a = new BigUint64Array(n);

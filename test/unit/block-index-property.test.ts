@@ -3,17 +3,9 @@
 import { describe, expect, it } from 'vitest';
 import { BlockIndex } from '../../src/indexer/block-index.js';
 import type { Medium } from '../../src/indexer/tiers.js';
+import { mulberry32 } from '../../src/common/prng.js';
 
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const prng = mulberry32;
 
 const MEDIA: Medium[] = ['GPU', 'CPU', 'DISK'];
 const BACKENDS = ['a', 'b', 'c', 'pool'];

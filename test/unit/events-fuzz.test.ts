@@ -11,21 +11,12 @@ import { NOOP_METRICS } from '../../src/events/metrics.js';
 import { type PublisherType, type Registration, PUBLISHER_TYPES } from '../../src/events/registry.js';
 import { parseLiveFrames } from '../../src/events/decode/frames.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { mulberry32 } from '../../src/common/prng.js';
 
 const ITERATIONS = 100_000;
 const BS = 16;
 const NS = { model: 'm', blockSize: BS, loraName: null, salt: null, tenant: 'default' };
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function reg(type: PublisherType, backendId: string): Registration {
   return { endpoint: 'tcp://127.0.0.1:1', replayEndpoint: null, type, model: 'm', loraName: null, tenant: 'default', instanceId: backendId, blockSize: BS, dpRank: 0, additionalSalt: null, topic: '', backendId, shared: false, key: `${backendId}|default|0`, status: 'active', lastError: null, registeredAt: 0 };

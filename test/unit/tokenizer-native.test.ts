@@ -6,18 +6,9 @@ import { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveTokenizerDir } from '../../src/tokenizer/files.js';
 import { NativeTokenizer } from '../../src/tokenizer/native.js';
+import { mulberry32 } from '../../src/common/prng.js';
 
-/** Deterministic PRNG (mulberry32) so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 const POOLS = [
   'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ',

@@ -9,17 +9,9 @@ import type { AddedTokenSpec } from '../../src/tokenizer/files.js';
 import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../../src/tokenizer/index.js';
 import { SegmentCache, segmentKey } from '../../src/tokenizer/segment-cache.js';
 import { SegmentSplitter } from '../../src/tokenizer/segments.js';
+import { mulberry32 } from '../../src/common/prng.js';
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 // Fragments chosen for segment edges: leading/trailing whitespace and newlines (what follows a special
 // token), digits, accents that NFC composes, special-token text inside content.

@@ -1,4 +1,5 @@
 // Seeded generators shared by the workloads: the same key always gives the same tokens or words.
+import { mulberry32 } from '../../common/prng.js';
 
 /** 32-bit integer mix (murmur3 finalizer over a running combination): a stable key for (a, b, ...). */
 export function mix(...parts: number[]): number {
@@ -11,17 +12,8 @@ export function mix(...parts: number[]): number {
   return h >>> 0;
 }
 
-/** mulberry32: tiny, fast, good enough for synthetic tokens and arrivals. Returns [0, 1). */
-export function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32 (src/common/prng.ts). */
+export const rng = mulberry32;
 
 // Ordinary ids of a 150k-entry vocabulary, far from the special tokens at either end.
 const TOKEN_LO = 1000;
