@@ -106,7 +106,7 @@ describe('peer recovery', () => {
     installErrorHandling(app, PEER_ROUTES);
     const call = async (method: string, path: string, body?: unknown) => {
       const r = await app.request(path, { method, headers: { 'content-type': 'application/json' }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
-      return { status: r.status, body: await r.json() };
+      return { status: r.status, body: (await r.json()) as { status?: string } & Record<string, unknown> };
     };
     expect(await call('GET', '/peers')).toEqual({ status: 200, body: ['http://a:8090'] });
     expect((await call('POST', '/register_peer', { url: 'http://b:8091' })).body.status).toBe('registered');

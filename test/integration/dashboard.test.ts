@@ -155,7 +155,7 @@ describe('dashboard stream bounds', () => {
       return () => decisionListeners.delete(l);
     },
   };
-  const decision = (i: number): DecisionRecord => ({ time: i, model: 'm', policy: 'kv', prompt_tokens: 32, chosen: 'a', overlap_tokens: 0, attempt: 0, candidates: [] });
+  const decision = (i: number): DecisionRecord => ({ time: i, model: 'm', policy: 'kv', prompt_tokens: 32, chosen: 'a', chosen_dp_rank: 0, overlap_tokens: 0, attempt: 0, candidates: [] });
   let server: RunningServer;
   let hub: DashboardHub;
 

@@ -154,7 +154,7 @@ describe('eviction and tiers', () => {
     drain(e);
     e.add(spec('b', tokens(28, 1000), 1), 1e6);
     const evicting = events(drain(e, 1e6));
-    const order = evicting.filter((x) => x.type !== 'cleared').map((x) => `${x.type}:${x.medium}:${x.type === 'cleared' ? '' : x.blocks.map((b) => b.hash).join(',')}`);
+    const order = evicting.filter((x) => x.type !== 'cleared').map((x) => `${x.type}:${x.medium}:${x.blocks.map((b) => b.hash).join(',')}`);
     for (const x of evicting) {
       if (x.type !== 'removed' || x.medium !== 'GPU') continue;
       const h = x.blocks[0].hash;
