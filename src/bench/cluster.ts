@@ -1,21 +1,35 @@
 // `kvrouter bench cluster`: every routing policy on identical, seeded input against a fleet of
 // simulated engines (fresh engines and router per policy), with TTFT, throughput, hit rate against
 // the oracle, load imbalance and router CPU; Markdown, JSON and SVG charts under bench/results/.
-import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../cli/args.js';
 import { DEFAULT_POLICIES, variant, VARIANTS } from './cluster/policies.js';
-import { CHARTS, METHOD_NOTES, resultTables, writeCharts } from './cluster/render.js';
+import { type ClusterReport, writeClusterReport } from './cluster/render.js';
 import { runPolicy } from './cluster/run-policy.js';
 import { sizeFleet } from './cluster/sizing.js';
 import type { PolicyResult } from './cluster/summary.js';
 import { Progress } from './progress.js';
-import { machine, type Table, writeReport } from './report.js';
+import { machine } from './report.js';
 import { oracle } from './workloads/oracle.js';
 import { buildWorkload, DEFAULT_TRACE, WORKLOADS, type WorkloadName } from './workloads/select.js';
 
-const KNOBS = ['groups', 'prompts-per-group', 'system-len', 'question-len', 'output-len', 'rate', 'users', 'turns', 'context-len', 'reply-len', 'think-ms'];
+// Knobs of the synthetic workloads (defaults: full / --quick).
+const KNOB_HELP: Record<string, string> = {
+  groups: 'shared-prefix: groups, one system prompt each (48 / 12)',
+  'prompts-per-group': 'shared-prefix: questions per group (16 / 8)',
+  'system-len': 'shared-prefix: system prompt tokens (6000 / 3000); multi-turn: system prompt words (1000 / 500)',
+  'question-len': 'shared-prefix: question tokens (600 / 300); multi-turn: words per question (100 / 60)',
+  'output-len': 'shared-prefix: output tokens (128 / 32)',
+  rate: 'shared-prefix: requests/s (8); multi-turn: new sessions/s (1 / 2), before --rate-scale',
+  users: 'multi-turn: sessions (64 / 16)',
+  turns: 'multi-turn: turns per session (6 / 4)',
+  'context-len': 'multi-turn: words of per-user context in the first message (2000 / 1000)',
+  'reply-len': 'multi-turn: assistant reply words = max_tokens (150 / 40)',
+  'think-ms': 'multi-turn: pause between a reply and the next turn, ms (2000 / 1000)',
+};
+const KNOBS = Object.keys(KNOB_HELP);
 
 const OPTIONS: OptionTable = {
   workload: { type: 'string', arg: 'NAME', help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)` },
@@ -24,7 +38,7 @@ const OPTIONS: OptionTable = {
   policies: { type: 'string', arg: 'A,B', help: `policies to compare, in order (default ${DEFAULT_POLICIES.join(',')}; also: ${VARIANTS.map((v) => v.name).filter((n) => !DEFAULT_POLICIES.includes(n)).join(',')})` },
   requests: { type: 'string', arg: 'N', help: 'cap on requests (default: mooncake 1000, quick 120; synthetic: all)' },
   sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
-  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival times by X (default 3; quick: arrivals squeezed into 6 s)' },
+  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival times by X (default: mooncake 3, synthetic 1; quick: arrivals squeezed into 6 s)' },
   speedup: { type: 'string', arg: 'X', help: 'engine speedup: divide simulated compute time by X (default 1; quick 4)' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and router' },
   'cache-ratio': { type: 'string', default: '0.2', arg: 'X', help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)' },
@@ -33,8 +47,9 @@ const OPTIONS: OptionTable = {
   'max-output-tokens': { type: 'string', arg: 'N', help: 'cap on output tokens (default: the workload\'s; quick mooncake 32)' },
   seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
   'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'abort requests still running this long after the last open-loop arrival' },
-  ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: `${k.includes('len') ? 'tokens/words' : 'value'} for shared-prefix / multi-turn (see docs/benchmarks.md)` }])),
+  ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: KNOB_HELP[k] }])),
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/cluster-<time>)' },
+  render: { type: 'string', arg: 'FILE', help: 'only re-render the tables and charts of an earlier JSON report (to --out)' },
   json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
   quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes' },
 };
@@ -52,6 +67,10 @@ export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('bench cluster', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
+  if (typeof v.render === 'string') {
+    writeClusterReport(JSON.parse(readFileSync(v.render, 'utf8')) as ClusterReport, typeof v.out === 'string' ? v.out : undefined);
+    return 0;
+  }
   const quick = v.quick === true;
   const trace = typeof v.trace === 'string' ? v.trace : null;
   const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
@@ -82,7 +101,7 @@ export async function run(argv: string[]): Promise<number> {
     knobs,
   });
   const span = Math.max(...workload.requests.map((r) => r.atMs));
-  const rateScale = opt(v, 'rate-scale', quick ? Math.max(1, span / QUICK_ARRIVALS_MS) : 3);
+  const rateScale = opt(v, 'rate-scale', quick ? Math.max(1, span / QUICK_ARRIVALS_MS) : wname === 'mooncake' ? 3 : 1);
   try {
     process.stderr.write(`workload: ${workload.description}\n`);
     const orc = await oracle(workload, blockSize);
@@ -121,42 +140,26 @@ export async function run(argv: string[]): Promise<number> {
     }
     progress.finish();
 
-    const setup: Table = {
-      title: 'Setup',
-      columns: ['item', 'value'],
-      rows: [
-        ['workload', workload.description],
-        ['requests', workload.requests.length],
-        ['oracle hit rate (infinite cache)', `${(100 * orc.hitRate).toFixed(1)}%`],
-        ['working set', `${orc.distinctBlocks} blocks x ${blockSize} tokens = ${((orc.distinctBlocks * blockSize) / 1e6).toFixed(2)} M tokens`],
-        ['engines', `${engines} simulated (one process), ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host-tier blocks each, speedup ${speedup}, max_model_len ${size.maxModelLen}`],
-        ['cache sizing', `working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${size.clusterRatio.toFixed(2)}x working set`],
-        ['arrivals', `open loop, timestamps / ${+rateScale.toFixed(2)} (${scheduleS.toFixed(0)} s of arrivals)${followUps ? `, ${followUps} follow-up turns closed-loop per session` : ''}`],
-        ['machine', JSON.stringify(machine())],
-        ['load average (1, 5, 15 min) before / after', `${load0.map((x) => x.toFixed(1)).join(' ')} / ${loadavg().map((x) => x.toFixed(1)).join(' ')} (2 cores shared with other work)`],
-        ['run time', `${((Date.now() - t0) / 1000).toFixed(0)} s`],
-      ],
-    };
-    const data = {
+    const data: ClusterReport = {
       bench: 'cluster',
       args: argv,
+      machine: machine(),
+      date: new Date().toISOString(),
       workload: { name: workload.name, description: workload.description, requests: workload.requests.length },
       oracle: orc,
       sizing: size,
       config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL },
+      arrivals: { scheduleS, followUps },
+      loadAverage: { before: load0, after: loadavg() },
+      runSeconds: (Date.now() - t0) / 1000,
       policies: results.map((r) => r.policy),
       results,
     };
-    const dir = writeReport('cluster', data, [setup, ...resultTables(results, orc)], typeof v.out === 'string' ? v.out : undefined);
-    writeCharts(dir, results, orc, workload.name);
+    const dir = writeClusterReport(data, typeof v.out === 'string' ? v.out : undefined);
     writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
-    appendFileSync(
-      join(dir, 'cluster.md'),
-      ['', '## Charts', '', `![TTFT CDF](${CHARTS.cdf})`, '', `![hit rate](${CHARTS.hits})`, '', `![per-engine load](${CHARTS.load})`, '', '## How measured', '', ...METHOD_NOTES, ''].join('\n'),
-    );
     if (typeof v.json === 'string') {
       mkdirSync(dirname(v.json), { recursive: true });
-      writeFileSync(v.json, JSON.stringify({ machine: machine(), date: new Date().toISOString(), ...data }, null, 2));
+      writeFileSync(v.json, JSON.stringify(data, null, 2));
     }
     return results.every((r) => r.requests.ok > 0) ? 0 : 1;
   } finally {

@@ -113,11 +113,13 @@ export function barChart(o: {
   categories: string[];
   series: Array<{ name: string; values: number[] }>;
   stacked?: boolean;
+  /** One value per category drawn as a diamond over its bars. */
+  markers?: number[];
   refs?: Array<{ value: number; label: string }>;
   yMax?: number;
 }): string {
   const totals = o.categories.map((_, ci) => o.series.reduce((a, s) => a + (Number.isFinite(s.values[ci]) ? s.values[ci] : 0), 0));
-  const all = [...(o.stacked ? totals : o.series.flatMap((s) => s.values)), ...(o.refs ?? []).map((r) => r.value)].filter(Number.isFinite);
+  const all = [...(o.stacked ? totals : o.series.flatMap((s) => s.values)), ...(o.markers ?? []), ...(o.refs ?? []).map((r) => r.value)].filter(Number.isFinite);
   const y1 = o.yMax ?? (Math.max(0, ...all) * 1.1 || 1);
   const sy = (y: number) => M.top + PH - (Math.min(y, y1) / y1) * PH;
   const gw = PW / Math.max(1, o.categories.length);
@@ -140,6 +142,12 @@ export function barChart(o: {
       base = top;
     });
     if (o.stacked) body.push(text(gx + bw / 2, sy(totals[ci]) - 4, num(totals[ci]), 'text-anchor="middle" font-size="11"'));
+    const m = o.markers?.[ci];
+    if (m !== undefined && Number.isFinite(m)) {
+      const cx = M.left + ci * gw + gw / 2;
+      const cy = sy(m);
+      body.push(`<path d="M${(cx - 6).toFixed(1)},${cy.toFixed(1)} L${cx.toFixed(1)},${(cy - 6).toFixed(1)} L${(cx + 6).toFixed(1)},${cy.toFixed(1)} L${cx.toFixed(1)},${(cy + 6).toFixed(1)} Z" fill="#000"><title>${esc(`${c}: ${num(m)}`)}</title></path>`);
+    }
     body.push(text(M.left + ci * gw + gw / 2, M.top + PH + 16, c, 'text-anchor="middle"'));
   });
   for (const r of o.refs ?? []) {

@@ -1,11 +1,62 @@
 // The cluster report: tables (Markdown via report.ts), SVG charts, and the notes that say how each
 // figure was measured.
-import { writeFileSync } from 'node:fs';
+import { appendFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Table } from '../report.js';
+import { type Table, writeReport } from '../report.js';
 import { barChart, lineChart } from '../svg.js';
 import type { OracleStats } from '../workloads/oracle.js';
+import type { Sizing } from './sizing.js';
 import type { PolicyResult } from './summary.js';
+
+/** Everything a cluster run records (the JSON report); the Markdown and charts derive from it. */
+export interface ClusterReport {
+  bench: 'cluster';
+  args: string[];
+  machine: Record<string, string | number>;
+  date: string;
+  workload: { name: string; description: string; requests: number };
+  oracle: OracleStats;
+  sizing: Sizing;
+  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string };
+  arrivals: { scheduleS: number; followUps: number };
+  loadAverage: { before: number[]; after: number[] };
+  runSeconds: number;
+  policies: string[];
+  results: PolicyResult[];
+}
+
+export function setupTable(d: ClusterReport): Table {
+  const c = d.config;
+  const z = d.sizing;
+  const la = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(' ');
+  return {
+    title: 'Setup',
+    columns: ['item', 'value'],
+    rows: [
+      ['workload', d.workload.description],
+      ['requests', d.workload.requests],
+      ['oracle hit rate (infinite cache)', `${(100 * d.oracle.hitRate).toFixed(1)}%`],
+      ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens = ${((d.oracle.distinctBlocks * c.blockSize) / 1e6).toFixed(2)} M tokens`],
+      ['engines', `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, speedup ${c.speedup}, max_model_len ${z.maxModelLen}`],
+      ['cache sizing', `working set = ${z.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${z.clusterRatio.toFixed(2)}x working set`],
+      ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(0)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
+      ['machine', JSON.stringify(d.machine)],
+      ['load average (1, 5, 15 min) before / after', `${la(d.loadAverage.before)} / ${la(d.loadAverage.after)} (2 cores shared with other work)`],
+      ['run time', `${d.runSeconds.toFixed(0)} s`],
+    ],
+  };
+}
+
+/** Markdown + JSON (report.ts) and the SVG charts; returns the directory. */
+export function writeClusterReport(d: ClusterReport, outDir?: string): string {
+  const dir = writeReport('cluster', d, [setupTable(d), ...resultTables(d.results, d.oracle)], outDir);
+  writeCharts(dir, d.results, d.oracle, d.workload.name);
+  appendFileSync(
+    join(dir, 'cluster.md'),
+    ['', '## Charts', '', `![TTFT CDF](${CHARTS.cdf})`, '', `![hit rate](${CHARTS.hits})`, '', `![per-engine load](${CHARTS.load})`, '', '## How measured', '', ...METHOD_NOTES, ''].join('\n'),
+  );
+  return dir;
+}
 
 const ms = (v: number) => (Number.isFinite(v) ? Math.round(v) : NaN);
 const pct = (v: number) => +(100 * v).toFixed(1);
@@ -13,18 +64,17 @@ const pct = (v: number) => +(100 * v).toFixed(1);
 export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
   const main: Table = {
     title: 'Per policy',
-    columns: ['policy', 'ok/sent', 'TTFT p50 ms', 'p90', 'p99', 'E2E p50 ms', 'p99', 'req/s', 'out tok/s', 'hit % (GPU+host)', 'GPU %', 'host %', 'oracle %', 'busy CoV', 'req CoV', 'router CPU s', 'µs/req', 'preempt'],
+    columns: ['policy', 'ok/sent', 'TTFT p50 ms', 'p90', 'p99', 'E2E p50 ms', 'p99', 'req/s', 'out tok/s', 'hit % (first admission)', 'oracle %', 'engine hit % (GPU+host)', 'of which host', 'preempt', 'busy CoV', 'req CoV', 'router CPU s', 'µs/req'],
     rows: results.map((r) => [
       r.policy,
       `${r.requests.ok}/${r.requests.sent}`,
       ms(r.ttftMs.p50), ms(r.ttftMs.p90), ms(r.ttftMs.p99),
       ms(r.e2eMs.p50), ms(r.e2eMs.p99),
       +r.throughput.requestsPerS.toFixed(2), Math.round(r.throughput.outputTokensPerS),
-      pct(r.hitRate.engines), pct(r.hitRate.gpu), pct(r.hitRate.host), pct(o.hitRate),
+      pct(r.hitRate.usage), pct(o.hitRate), pct(r.hitRate.engines), pct(r.hitRate.host), r.preemptions,
       +r.imbalance.busyCov.toFixed(3), +r.imbalance.requestCov.toFixed(3),
       r.cpu.router === null ? 'n/a' : +r.cpu.router.toFixed(2),
       r.cpu.routerUsPerRequest === null ? 'n/a' : Math.round(r.cpu.routerUsPerRequest),
-      r.preemptions,
     ]),
   };
   const tables = [main];
@@ -33,11 +83,11 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
     const x = (a: number, b: number) => (b > 0 && Number.isFinite(a) ? `${(a / b).toFixed(2)}x` : 'n/a');
     tables.push({
       title: `Relative to ${base.policy} (TTFT: ${base.policy} / policy, so > 1 is faster)`,
-      columns: ['policy', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'E2E p50', 'out tok/s', 'hit rate'],
+      columns: ['policy', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'E2E p50', 'out tok/s', 'hit rate (first admission)'],
       rows: results.map((r) => [
         r.policy,
         x(base.ttftMs.p50, r.ttftMs.p50), x(base.ttftMs.p90, r.ttftMs.p90), x(base.ttftMs.p99, r.ttftMs.p99),
-        x(base.e2eMs.p50, r.e2eMs.p50), x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS), x(r.hitRate.engines, base.hitRate.engines),
+        x(base.e2eMs.p50, r.e2eMs.p50), x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS), x(r.hitRate.usage, base.hitRate.usage),
       ]),
     });
   }
@@ -74,16 +124,18 @@ export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats
   });
   writeFileSync(join(dir, CHARTS.cdf), cdf);
   const hits = barChart({
-    title: `Prefix-cache hit rate (engines' metrics) — ${title}`,
+    title: `Prefix-cache hit rate — ${title}`,
     yLabel: 'hit rate (% of prompt tokens)',
+    xLabel: "bars: engines' metrics (GPU + host tier); ◆: first admissions (usage.cached_tokens)",
     categories: results.map((r) => r.policy),
     series: [
       { name: 'GPU', values: results.map((r) => 100 * r.hitRate.gpu) },
       { name: 'host tier', values: results.map((r) => 100 * r.hitRate.host) },
     ],
     stacked: true,
+    markers: results.map((r) => 100 * r.hitRate.usage),
     refs: [{ value: 100 * o.hitRate, label: 'oracle' }],
-    yMax: Math.max(100 * o.hitRate * 1.15, 5),
+    yMax: Math.max(100 * o.hitRate * 1.15, ...results.map((r) => 110 * r.hitRate.engines), 5),
   });
   writeFileSync(join(dir, CHARTS.hits), hits);
   const ids = results[0]?.engines.map((e) => e.id) ?? [];
@@ -99,7 +151,8 @@ export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats
 export const METHOD_NOTES = [
   '- TTFT: client-measured on streaming responses, from the request send to the first SSE event carrying generated text; E2E to the end of the stream.',
   '- Throughput: successful requests and output tokens (usage.completion_tokens) over the wall time from the first send to the last completion.',
-  '- Hit rate: (vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total) / vllm:prefix_cache_queries_total summed over the engines (tokens). Re-admissions after preemption query again, so with preemptions it can exceed what first admissions saw (see usage-based rate in the JSON).',
+  '- Hit rate (first admission): sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens over the responses: what each request found cached when first admitted; this is what the oracle bounds.',
+  '- Engine hit rate: (vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total) / vllm:prefix_cache_queries_total summed over the engines (tokens), as an operator would read it. A preempted request is admitted again and queries again, mostly hitting its own blocks, so with preemptions this rate exceeds the first-admission rate (and can exceed the oracle).',
   '- Oracle: the workload\'s infinite-cache hit rate at the engines\' block size (every prompt hits the longest block prefix of any earlier prompt; the last token is always recomputed).',
   '- Load imbalance: coefficient of variation (stdev / mean) across engines of the busy time (wall time with at least one of the engine\'s requests in flight, client-observed) and of request counts.',
   '- Router CPU: user + system CPU of the router process (a child process; all its threads, incl. the tokenizer worker and libzmq) from /proc/<pid>/stat over the replay; µs/req divides by requests sent.',
