@@ -28,10 +28,17 @@ export function natsServerBinary(): string {
   return bin;
 }
 
+// A server started here never outlives this process, even when its owner forgets to stop it.
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+});
 
 function launch(bin: string, port: number, storeDir: string | null): Promise<ChildProcess> {
   const args = ['-a', '127.0.0.1', '-p', String(port), ...(storeDir ? ['-js', '-sd', storeDir] : [])];
   const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  live.add(proc);
+  proc.once('exit', () => live.delete(proc));
   let log = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

@@ -5,6 +5,12 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const CLI = `${ROOT}bin/kvrouter.js`;
 
+// Safety net: whatever a failing test leaves behind dies with the test process.
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+});
+
 export interface Proc {
   proc: ChildProcess;
   lines: string[];
@@ -14,6 +20,8 @@ export interface Proc {
 /** Spawn `kvrouter <args>` and resolve once `ready` matches `count` stdout lines. */
 export async function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
   const proc = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
+  live.add(proc);
+  proc.once('exit', () => live.delete(proc));
   const lines: string[] = [];
   let err = '';
   proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
