@@ -60,6 +60,7 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
   routing: obj('Routing defaults for every model (each model may override them).', {
     ...routingFields(true),
     header_overrides: bool('Allow per-request x-kvrouter-* headers to change policy, weights and temperature (bounded and validated).', { default: true }),
+    seed: int('Seed of the random choices (tie-breaks, temperature sampling, random and power-of-two): runs become repeatable. Unset: a fresh seed per process.', { min: 0, max: 4294967295, optional: true }),
     session_header: str('Header carrying a session id for the session policy (the body\'s `user` field is used otherwise).', { default: 'x-session-id' }),
     stale_booking_ms: int('A booking older than this is released by the sweep (protects against leaked load).', { min: 1000, max: 86_400_000, default: 600_000 }),
     busy: obj('When every candidate is over these thresholds the request waits in a queue, then gets 503 with Retry-After.', {
@@ -174,6 +175,7 @@ export interface RouterConfig {
   hashing: { seed: number };
   routing: RoutingConfig & {
     header_overrides: boolean;
+    seed?: number;
     session_header: string;
     stale_booking_ms: number;
     busy: { max_active_prefill_tokens: number; max_active_blocks: number; queue_size: number; queue_timeout_ms: number };

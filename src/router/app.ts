@@ -9,6 +9,7 @@ import { honoListener, type RunningServer, startHttpServer } from '../api/http-s
 import { INDEXER_ROUTES, installErrorHandling, json, mountIndexerRoutes } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
 import { Access } from '../auth/access.js';
+import { mulberry32 } from '../common/prng.js';
 import { attachCluster, type ClusterHandle } from '../cluster/attach.js';
 import { clusterEnabled, clusterOptionsFromConfig } from '../cluster/config.js';
 import { mountPeerRoutes, PEER_ROUTES } from '../cluster/peer-routes.js';
@@ -141,7 +142,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
   const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, now });
-  const scheduler = new Scheduler(indexer);
+  const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
   const modelSet = await reconcileModels(cfg0, null);
   const ownedRegs = new Set<string>();

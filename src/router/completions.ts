@@ -87,6 +87,8 @@ export async function prepareRoute(
   headers: IncomingHttpHeaders,
   deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now' | 'access'>,
   principal: Principal,
+  /** Tokenize even when the policy does not need tokens (/debug/route, /v1/route). */
+  alwaysTokenize = false,
 ): Promise<PreparedRoute> {
   const parsed = parseCompletion(kind, raw, deps.cfg.server.max_messages);
   const model = deps.models.get(parsed.model);
@@ -104,8 +106,11 @@ export async function prepareRoute(
     parsed.body = { ...parsed.body, cache_salt: principal.tenant.cache_salt }; // a copy: the raw body stays as sent
   }
   const t0 = performance.now();
-  const tokens = await promptTokens(model.tokenizer, parsed.prompt);
-  deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
+  // Only cache-aware policies read the tokens; the others route without paying for tokenization
+  // (token-id prompts are free either way).
+  const needTokens = alwaysTokenize || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
+  const tokens = needTokens ? await promptTokens(model.tokenizer, parsed.prompt) : null;
+  if (needTokens) deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
   if (tokens && tokens.length > deps.cfg.server.max_prompt_tokens) {
     throw new OpenAIError(400, `the prompt has ${tokens.length} tokens, the limit is ${deps.cfg.server.max_prompt_tokens}`, 'invalid_request_error', kind === 'chat' ? 'messages' : 'prompt');
   }

@@ -16,7 +16,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
     const kind = c.req.query('kind') === 'completion' || (raw !== null && typeof raw === 'object' && 'prompt' in raw) ? 'completion' : 'chat';
     try {
       const headers = Object.fromEntries(c.req.raw.headers);
-      const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' });
+      const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
       const { ns, route } = routeFields(p, deps.cfg);
       const t = deps.now();
       const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));

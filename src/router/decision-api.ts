@@ -81,7 +81,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       raw = { model: body.model, prompt: body.token_ids };
     } else if (body.prompt !== undefined) kind = 'completion';
     const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
-    const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' });
+    const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
     const fields = routeFields(p, cfg);
     const t = now();
     const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));

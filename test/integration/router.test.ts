@@ -125,7 +125,14 @@ describe('routing', () => {
     for (const r of rr) expect(r.headers['x-kvrouter-policy']).toBe('round-robin');
     const direct = await post('/v1/chat/completions', chat('direct'), { 'x-kvrouter-target': 'e2' });
     expect(direct.headers).toMatchObject({ 'x-kvrouter-instance': 'e2', 'x-kvrouter-policy': 'direct', 'x-kvrouter-attempts': '1' });
-    expect(Number(direct.headers['x-kvrouter-cost'])).toBeGreaterThan(0);
+    expect(direct.headers['x-kvrouter-cost']).toMatch(/^\d+\.\d{3}$/);
+    // Policies that ignore the cache do not pay for tokenization.
+    const tokenized = async () => Number(/kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(await request(`${router.url}/metrics`).then((r) => r.body.text()))![1]);
+    const before = await tokenized();
+    await post('/v1/chat/completions', chat('rr again'), { 'x-kvrouter-policy': 'round-robin' });
+    expect(await tokenized()).toBe(before);
+    await post('/v1/chat/completions', chat('kv again'));
+    expect(await tokenized()).toBe(before + 1);
     const alias = await post('/v1/chat/completions', { ...chat('alias'), model: 'qwen' });
     expect(alias.status).toBe(200);
     expect(alias.body.model).toBe(MODEL);
