@@ -98,18 +98,42 @@ export class Scheduler {
     const space = this.indexer.spaceFor(input.ns);
     const seq = input.seq ?? seqHashes(input.tokens ?? [], bs, space);
     const isl = input.isl ?? input.tokens?.length ?? seq.length * bs;
-    const overlap = ns ? ns.index.query(seq, now, new Set(input.candidates.map((c) => c.instance))) : null;
+    const overlap = ns && seq.length > 0 ? ns.index.query(seq, now, new Set(input.candidates.map((c) => c.instance))) : null;
     const byCand = new Map<string, { device: number; host: number; disk: number }>();
     for (const o of overlap?.candidates ?? []) byCand.set(`${o.instance}\u0000${o.dpRank}`, o);
     const shared = overlap?.sharedBlocks ?? 0;
-    const candidates = input.candidates.map((c) => {
-      const o = byCand.get(`${c.instance}\u0000${c.dpRank}`) ?? { device: 0, host: 0, disk: 0 };
+    const busy = input.busy;
+    // Plain object literals, no spreads: this runs for every candidate of every request.
+    const candidates: CandidateScore[] = [];
+    for (const c of input.candidates) {
+      const o = byCand.size > 0 ? byCand.get(`${c.instance}\u0000${c.dpRank}`) : undefined;
+      const device = o?.device ?? 0;
+      const host = o?.host ?? 0;
+      const disk = o?.disk ?? 0;
       const load = this.active.load(c.instance, c.dpRank);
-      const newBlocks = this.active.newBlocks(c.instance, c.dpRank, seq);
-      const b = cost({ ...o, shared, ...load, newBlocks }, isl, bs, input.weights);
-      const busy = input.busy ? load.activePrefillTokens > input.busy.maxActivePrefillTokens || load.activeBlocks > input.busy.maxActiveBlocks : false;
-      return { ...c, device: o.device, host: o.host, disk: o.disk, shared, newBlocks, ...b, load, busy };
-    });
+      const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
+      const b = cost(
+        { device, host, disk, shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, newBlocks },
+        isl,
+        bs,
+        input.weights,
+      );
+      candidates.push({
+        instance: c.instance,
+        dpRank: c.dpRank,
+        device,
+        host,
+        disk,
+        shared,
+        newBlocks,
+        creditedBlocks: b.creditedBlocks,
+        prefillBlocks: b.prefillBlocks,
+        decodeBlocks: b.decodeBlocks,
+        cost: b.cost,
+        load,
+        busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
+      });
+    }
     return { candidates, seq, isl };
   }
 
