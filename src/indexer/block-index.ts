@@ -111,6 +111,7 @@ interface Candidate {
 
 const hashView = (a: BigUint64Array): Int32Array => new Int32Array(a.buffer, a.byteOffset, a.length * 2);
 const splitScratch = new BigUint64Array(1);
+const keyOut = new Int32Array(2);
 const splitView = new Int32Array(splitScratch.buffer);
 function join(lo: number, hi: number): bigint {
   splitView[0] = lo;
@@ -327,16 +328,8 @@ export class BlockIndex {
     const g = this.groups[h.group];
     let removed = 0;
     for (let i = 0; i < engine.length; i++) {
-      let lo = ev[2 * i];
-      let hi = ev[2 * i + 1];
-      if (g.engineMap) {
-        const s = g.engineMap.find(lo, hi);
-        if (s !== NONE) {
-          lo = g.engineMap.data[s * EM + 3];
-          hi = g.engineMap.data[s * EM + 4];
-        }
-      }
-      const slot = this.table.find(lo, hi);
+      this.routerKey(g, ev[2 * i], ev[2 * i + 1]);
+      const slot = this.table.find(keyOut[0], keyOut[1]);
       if (slot === NONE) continue;
       const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
       if (r === NONE) continue;
@@ -358,21 +351,26 @@ export class BlockIndex {
     return g === undefined ? null : this.resolveInGroup(g, engineHash);
   }
 
-  private resolveInGroup(group: number, engineHash: bigint): bigint | null {
-    splitScratch[0] = engineHash;
-    let lo = splitView[0];
-    let hi = splitView[1];
-    const g = this.groups[group];
+  /** The router hash (into keyOut) for an engine hash of a group: mapped, or the hash itself. */
+  private routerKey(g: { engineMap: U64Table | null }, lo: number, hi: number): void {
     if (g.engineMap) {
       const s = g.engineMap.find(lo, hi);
       if (s !== NONE) {
-        lo = g.engineMap.data[s * EM + 3];
-        hi = g.engineMap.data[s * EM + 4];
+        keyOut[0] = g.engineMap.data[s * EM + 3];
+        keyOut[1] = g.engineMap.data[s * EM + 4];
+        return;
       }
     }
-    const slot = this.table.find(lo, hi);
+    keyOut[0] = lo;
+    keyOut[1] = hi;
+  }
+
+  private resolveInGroup(group: number, engineHash: bigint): bigint | null {
+    splitScratch[0] = engineHash;
+    this.routerKey(this.groups[group], splitView[0], splitView[1]);
+    const slot = this.table.find(keyOut[0], keyOut[1]);
     if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], group)) return null;
-    return join(lo, hi);
+    return join(keyOut[0], keyOut[1]);
   }
 
   /** Drop every block of one holder (a `cleared` event, a purge). */
