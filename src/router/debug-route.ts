@@ -4,6 +4,7 @@ import type { Hono } from 'hono';
 import { json } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
 import { type CompletionDeps, prepareRoute, routeFields } from './completions.js';
+import { overlapTokens } from '../scheduler/scheduler.js';
 
 export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
   app.post('/debug/route', async (c) => {
@@ -31,7 +32,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
         candidates: d.candidates.map((x) => ({
           instance: x.instance,
           dp_rank: x.dpRank,
-          overlap_tokens: { gpu: x.device * d.blockSize, cpu: x.host * d.blockSize, disk: x.disk * d.blockSize, shared: x.shared * d.blockSize },
+          overlap_tokens: overlapTokens(x, d.blockSize),
           credited_blocks: x.creditedBlocks,
           prefill_blocks: x.prefillBlocks,
           decode_blocks: x.decodeBlocks,

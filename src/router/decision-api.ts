@@ -10,7 +10,7 @@ import { json } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
 import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
-import type { Decision } from '../scheduler/scheduler.js';
+import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
 import { prepareRoute, routeFields } from './completions.js';
 
@@ -91,7 +91,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
   const candidateView = (d: Decision, x: Decision['candidates'][number]) => ({
     instance_id: x.instance,
     dp_rank: x.dpRank,
-    overlap_tokens: { gpu: x.device * d.blockSize, cpu: x.host * d.blockSize, disk: x.disk * d.blockSize, shared: x.shared * d.blockSize },
+    overlap_tokens: overlapTokens(x, d.blockSize),
     potential_prefill_tokens: x.load.activePrefillTokens + Math.max(0, d.isl - x.creditedBlocks * d.blockSize),
     potential_decode_blocks: x.load.activeBlocks + x.newBlocks,
     cost: x.cost,

@@ -1,6 +1,7 @@
 // A bounded log of recent routing decisions (for the dashboard), fed as a forward observer.
 import type { DecisionRecord } from '../dashboard/source.js';
 import type { ForwardObserver } from '../proxy/forward.js';
+import { overlapTokens } from '../scheduler/scheduler.js';
 
 export class DecisionLog implements ForwardObserver {
   private readonly ring: DecisionRecord[] = [];
@@ -35,7 +36,7 @@ export class DecisionLog implements ForwardObserver {
       candidates: d.candidates.map((x) => ({
         instance: x.instance,
         dp_rank: x.dpRank,
-        overlap: { gpu: x.device * d.blockSize, cpu: x.host * d.blockSize, disk: x.disk * d.blockSize, shared: x.shared * d.blockSize },
+        overlap: overlapTokens(x, d.blockSize),
         credited_blocks: x.creditedBlocks,
         prefill_blocks: x.prefillBlocks,
         decode_blocks: x.decodeBlocks,

@@ -51,6 +51,11 @@ export interface CandidateScore extends Candidate {
   busy: boolean;
 }
 
+/** A candidate's cached prefix per tier, in tokens (what explanation headers and APIs report). */
+export function overlapTokens(c: Pick<CandidateScore, 'device' | 'host' | 'disk' | 'shared'>, blockSize: number): { gpu: number; cpu: number; disk: number; shared: number } {
+  return { gpu: c.device * blockSize, cpu: c.host * blockSize, disk: c.disk * blockSize, shared: c.shared * blockSize };
+}
+
 export type NoRouteReason = 'no_candidates' | 'all_busy' | 'unknown_target';
 
 export interface Decision {
