@@ -3,9 +3,9 @@
 // orphan detection. Pure: no I/O, no timers.
 import { type HashSpace, seqHashes } from '../hashing/index.js';
 import type { BlockIndex } from '../indexer/block-index.js';
-import type { NamespaceId } from '../indexer/namespace.js';
+import type { Namespace, NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
-import { canonicalMedium } from '../indexer/tiers.js';
+import { canonicalMedium, type Medium } from '../indexer/tiers.js';
 import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity } from './model.js';
 
 export interface ApplyOptions {
@@ -51,22 +51,51 @@ export class EventApplier {
     }
   }
 
+  // The stream of the previous event: consecutive events of one publisher share it, and resolving
+  // namespace and holder (string keys, map lookups) is most of the per-event cost.
+  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number } | null = null;
+
+  private sameStream(a: KvEvent, b: KvEvent): boolean {
+    return (
+      a.backend_id === b.backend_id &&
+      a.dp_rank === b.dp_rank &&
+      a.medium === b.medium &&
+      a.model_name === b.model_name &&
+      a.block_size === b.block_size &&
+      a.tenant_id === b.tenant_id &&
+      a.lora_name === b.lora_name &&
+      a.additional_salt === b.additional_salt
+    );
+  }
+
   private applyInner(ev: KvEvent): ApplyOutcome {
-    const medium = canonicalMedium(ev.medium);
-    if (medium === null) return { status: 'rejected', blocks: 0, reason: `unknown medium ${ev.medium}` };
-    if (!Number.isInteger(ev.block_size) || ev.block_size <= 0) {
-      return { status: 'rejected', blocks: 0, reason: 'block_size must be a positive integer' };
+    let medium: Medium;
+    let ns: Namespace;
+    let holder: number;
+    const m = this.memo;
+    if (m !== null && m.gen === this.indexer.generation && this.sameStream(m.ev, ev)) {
+      medium = m.medium;
+      ns = m.ns;
+      holder = m.holder;
+    } else {
+      const canon = canonicalMedium(ev.medium);
+      if (canon === null) return { status: 'rejected', blocks: 0, reason: `unknown medium ${ev.medium}` };
+      if (!Number.isInteger(ev.block_size) || ev.block_size <= 0) {
+        return { status: 'rejected', blocks: 0, reason: 'block_size must be a positive integer' };
+      }
+      medium = canon;
+      ns = this.indexer.namespace({
+        model: ev.model_name,
+        blockSize: ev.block_size,
+        loraName: ev.lora_name,
+        salt: ev.additional_salt,
+        tenant: ev.tenant_id,
+      });
+      const owner = this.indexer.ownerOf(ev.backend_id);
+      if (owner !== null) ns.instances.add(owner);
+      holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
+      this.memo = { ev, medium, ns, holder, gen: this.indexer.generation };
     }
-    const ns = this.indexer.namespace({
-      model: ev.model_name,
-      blockSize: ev.block_size,
-      loraName: ev.lora_name,
-      salt: ev.additional_salt,
-      tenant: ev.tenant_id,
-    });
-    const owner = this.indexer.ownerOf(ev.backend_id);
-    if (owner !== null) ns.instances.add(owner);
-    const holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
 
     // Ordering: consecutive event_id per stream. Regression = publisher restart.
     let status: ApplyStatus = 'ok';

@@ -151,7 +151,10 @@ export class BlockIndex {
   private qAlive = new Int32Array(64);
   private queryId = 0;
 
-  constructor(initialBlocks = 1024) {
+  constructor(
+    initialBlocks = 1024,
+    private readonly onHoldersPurged?: () => void,
+  ) {
     const cap = Math.max(16, initialBlocks);
     this.table = new U64Table(T, cap);
     this.rec = new Int32Array(cap * R);
@@ -396,6 +399,7 @@ export class BlockIndex {
       this.holderKeys.delete(h.key);
       this.liveHolders.delete(i);
       this.freeHolderIds.push(i);
+      this.onHoldersPurged?.();
     }
     return n;
   }

@@ -44,9 +44,11 @@ export class Namespace {
   constructor(
     readonly id: NamespaceId,
     seed: bigint = DEFAULT_HASH_SEED,
+    /** Called when holders are purged (their ids may be reused). */
+    onHoldersPurged?: () => void,
   ) {
     this.key = namespaceKey(id);
     this.space = hashSpace({ seed, loraName: id.loraName, salt: id.salt });
-    this.index = new BlockIndex();
+    this.index = new BlockIndex(1024, onHoldersPurged);
   }
 }

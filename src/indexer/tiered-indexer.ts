@@ -15,6 +15,12 @@ export class TieredIndexer {
   private readonly defaultSeed: bigint | undefined;
   private readonly modelSeeds: ReadonlyMap<string, bigint>;
   private readonly owners = new Map<string, string | null>();
+  private gen = 0;
+
+  /** Changes whenever holders may have been purged or backends rebound (caches of holder ids check it). */
+  get generation(): number {
+    return this.gen;
+  }
 
   constructor(opts: TieredIndexerOptions = {}) {
     this.defaultSeed = opts.defaultSeed;
@@ -27,7 +33,7 @@ export class TieredIndexer {
     const key = namespaceKey(nid);
     let ns = this.spaces.get(key);
     if (!ns) {
-      ns = new Namespace(nid, this.modelSeeds.get(nid.model) ?? this.defaultSeed);
+      ns = new Namespace(nid, this.modelSeeds.get(nid.model) ?? this.defaultSeed, () => this.gen++);
       for (const [backend, owner] of this.owners) ns.index.bindBackend(backend, owner);
       this.spaces.set(key, ns);
     }
@@ -39,6 +45,7 @@ export class TieredIndexer {
    * Unbound backends belong to the instance with the same id.
    */
   bindBackend(backend: string, instance: string | null): void {
+    this.gen++;
     this.owners.set(backend, instance);
     for (const ns of this.spaces.values()) ns.index.bindBackend(backend, instance);
   }

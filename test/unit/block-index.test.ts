@@ -178,3 +178,41 @@ describe('BlockIndex writes', () => {
     expect(idx.holderBlocks(idx.holder('w', 0, 'GPU')).map((b) => b.hash)).toEqual([big, big - 1n]);
   });
 });
+
+describe('EventApplier stream cache', () => {
+  it('never writes into a purged holder whose id was reused by another stream', async () => {
+    const { TieredIndexer } = await import('../../src/indexer/tiered-indexer.js');
+    const { EventApplier } = await import('../../src/events/apply.js');
+    const indexer = new TieredIndexer();
+    const ap = new EventApplier(indexer);
+    const ev = (backend: string, hashes: bigint[]) => ({
+      event_type: 'stored' as const,
+      event_id: null,
+      timestamp: null,
+      model_name: 'm',
+      block_size: 4,
+      additional_salt: null,
+      lora_name: null,
+      tenant_id: 'default',
+      backend_id: backend,
+      medium: 'GPU',
+      dp_rank: 0,
+      seq_hashes: hashes,
+      base_block_idx: 0,
+      parent_hash: null,
+      token_ids: null,
+    });
+    const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+    const who = (h: bigint) => indexer.queryHashes(ns, BigUint64Array.of(h), 0).candidates.map((c) => c.instance);
+    ap.apply(ev('x', [1n]));
+    indexer.removeBackend('x'); // frees x's holder id while the applier still remembers it
+    expect(ap.apply(ev('x', [4n]))).toEqual({ status: 'ok', blocks: 1 });
+    expect(who(4n)).toEqual(['x']);
+    indexer.removeBackend('x');
+    ap.apply(ev('y', [2n])); // y reuses the freed id
+    ap.apply(ev('x', [3n])); // must not land in y's holder
+    expect(who(2n)).toEqual(['y']);
+    expect(who(3n)).toEqual(['x']);
+    expect(who(1n)).toEqual([]);
+  });
+});
