@@ -20,13 +20,17 @@ export function pick(o: JsonObject, ...names: string[]): [string, JsonValue] | u
   return undefined;
 }
 
-export function str(o: JsonObject, names: string | string[], opts: { required?: boolean; max?: number } = {}): string | undefined {
+/** The first present alias, or undefined; a 400 naming the first alias when required and absent. */
+function lookup(o: JsonObject, names: string | string[], required?: boolean): [string, JsonValue] | undefined {
   const list = Array.isArray(names) ? names : [names];
   const found = pick(o, ...list);
-  if (!found) {
-    if (opts.required) throw badField(list[0], 'is required');
-    return undefined;
-  }
+  if (!found && required) throw badField(list[0], 'is required');
+  return found;
+}
+
+export function str(o: JsonObject, names: string | string[], opts: { required?: boolean; max?: number } = {}): string | undefined {
+  const found = lookup(o, names, opts.required);
+  if (!found) return undefined;
   const [name, v] = found;
   if (typeof v !== 'string') throw badField(name, 'must be a string');
   if (v.length > (opts.max ?? 1024)) throw badField(name, `is longer than ${opts.max ?? 1024} characters`);
@@ -35,12 +39,8 @@ export function str(o: JsonObject, names: string | string[], opts: { required?: 
 
 /** A string id that some clients send as a number (Dynamo's numeric instance ids). */
 export function id(o: JsonObject, names: string | string[], opts: { required?: boolean } = {}): string | undefined {
-  const list = Array.isArray(names) ? names : [names];
-  const found = pick(o, ...list);
-  if (!found) {
-    if (opts.required) throw badField(list[0], 'is required');
-    return undefined;
-  }
+  const found = lookup(o, names, opts.required);
+  if (!found) return undefined;
   const [name, v] = found;
   if (typeof v === 'number' && Number.isSafeInteger(v)) return String(v);
   if (typeof v === 'bigint') return v.toString();
@@ -53,12 +53,8 @@ export function int(
   names: string | string[],
   opts: { required?: boolean; min?: number; max?: number; def?: number } = {},
 ): number | undefined {
-  const list = Array.isArray(names) ? names : [names];
-  const found = pick(o, ...list);
-  if (!found) {
-    if (opts.required) throw badField(list[0], 'is required');
-    return opts.def;
-  }
+  const found = lookup(o, names, opts.required);
+  if (!found) return opts.def;
   const [name, v] = found;
   if (typeof v !== 'number' || !Number.isInteger(v)) throw badField(name, 'must be an integer');
   if (opts.min !== undefined && v < opts.min) throw badField(name, `must be >= ${opts.min}`);
