@@ -194,6 +194,37 @@ export class EventConsumer {
         }
       }
     })().catch(() => undefined);
+    // Watchdog: after a NATS restart under load the pull can stall with messages pending (seen in
+    // tests on a loaded 2-core machine). Two checks in a row with pending messages and no progress
+    // end this subscription; run() then recreates the durable from the last applied sequence.
+    let seen = this.lastSeq;
+    let stalls = 0;
+    const watchdog = setInterval(() => {
+      if (this.closed) return;
+      c.info()
+        .then((info) => {
+          if (info.num_pending > 0 && this.lastSeq === seen) {
+            if (++stalls >= 2) {
+              this.st.last_error = `consumer ${this.name} stalled with ${info.num_pending} pending; re-subscribing`;
+              this.log(`cluster: ${this.st.last_error}`);
+              msgs.stop();
+            }
+          } else stalls = 0;
+          seen = this.lastSeq;
+        })
+        .catch(() => undefined);
+    }, 2000);
+    watchdog.unref();
+    try {
+      await this.drain(msgs, os);
+    } finally {
+      clearInterval(watchdog);
+    }
+    msgs.stop();
+    this.msgs = null;
+  }
+
+  private async drain(msgs: ConsumerMessages, os: ObjectStore): Promise<void> {
     for await (const m of msgs) {
       if (this.closed) break;
       if (m.seq <= this.lastSeq) {
@@ -217,8 +248,6 @@ export class EventConsumer {
         this.readyResolve();
       }
     }
-    msgs.stop();
-    this.msgs = null;
   }
 
   private async applyMessage(data: Uint8Array, seq: number, os: ObjectStore): Promise<void> {

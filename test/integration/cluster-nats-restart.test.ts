@@ -130,7 +130,12 @@ describe('NATS killed and restarted', () => {
     // Events produced while NATS was down (the completions above) never reached the stream; the
     // relay noticed the failed publishes and, once reconnected, published a resync epoch.
     for (let t = 7; t < 10; t++) expect((await completion(0, t)).status).toBe(200);
-    await waitFor('routers converge on the relay index', () => canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 30_000);
+    await waitFor('routers converge on the relay index', () => canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 30_000).catch((err) => {
+      const lines = (i: number) => canon(routers[i].indexer).split('\n').length;
+      throw new Error(
+        `${(err as Error).message}: relay ${canon(relay.indexer).split('\n').length} holders, routers ${lines(0)} / ${lines(1)}; relay ${JSON.stringify(relay.relay.status())}; consumers ${JSON.stringify(clusters.map((c) => c.status().events))}`,
+      );
+    });
     expect(relay.relay.status().failed_batches).toBeGreaterThan(0);
     expect(relay.relay.status().resyncs).toBeGreaterThan(0);
     for (const c of clusters) expect(c.status().events!.resyncs).toBeGreaterThan(0);
