@@ -33,6 +33,11 @@ export interface ListenerOptions {
   disconnectPurgeMs: number;
   /** Purge a connected stream silent this long (ms; 0 = never: idle engines send nothing). */
   silencePurgeMs: number;
+  /**
+   * With a replay endpoint, this long after the last live batch re-read from it once: a dropped
+   * batch at the end of a burst has no later seq to reveal its gap (ms; 0 = off).
+   */
+  tailCheckMs: number;
   /** With a replay endpoint, replay the publisher's buffer from seq 0 on first connect. */
   bootstrapReplay: boolean;
   /** SUB receive high-water mark (messages queued in ZMQ before it drops). */
@@ -51,6 +56,7 @@ export const DEFAULT_LISTENER_OPTIONS: Readonly<ListenerOptions> = {
   maxReplayRounds: 3,
   disconnectPurgeMs: 60_000,
   silencePurgeMs: 0,
+  tailCheckMs: 1_000,
   bootstrapReplay: true,
   receiveHwm: 100_000,
   onDecodeError: 'skip',
@@ -109,6 +115,7 @@ export class ZmqListener {
 
   private disconnectTimer: NodeJS.Timeout | null = null;
   private silenceTimer: NodeJS.Timeout | null = null;
+  private tailTimer: NodeJS.Timeout | null = null;
   private loopDone: Promise<void> = Promise.resolve();
   private replayDone: Promise<void> = Promise.resolve();
 
@@ -261,11 +268,27 @@ export class ZmqListener {
     }
   }
 
+  private armTailCheck(): void {
+    if (this.opts.tailCheckMs <= 0 || !this.reg.replayEndpoint) return;
+    if (this.tailTimer) this.tailTimer.refresh();
+    else {
+      this.tailTimer = setTimeout(() => {
+        this.tailTimer = null;
+        // Same check as after a reconnect: the last applied batch must still be there, and
+        // anything after it is applied (a restarted publisher is purged).
+        if (this.closed || this.replaying || this.status !== 'active' || this.next === null || this.lastPayload === null) return;
+        this.startReplay(this.next - 1n, 'reconnect');
+      }, this.opts.tailCheckMs);
+      this.tailTimer.unref();
+    }
+  }
+
   private onFrames(frames: Buffer[]): void {
     this.messages++;
     this.lastMessageAt = this.deps.now();
     if (this.status !== 'active') this.setStatus('active', this.status === 'paused' ? null : this.lastError);
     this.armSilence();
+    this.armTailCheck();
     const f = parseLiveFrames(frames);
     if (!f.ok) {
       // The seq is unknown: the next good batch shows the gap and replay recovers the batch.
@@ -461,7 +484,9 @@ export class ZmqListener {
   private clearTimers(): void {
     if (this.disconnectTimer) clearTimeout(this.disconnectTimer);
     if (this.silenceTimer) clearTimeout(this.silenceTimer);
+    if (this.tailTimer) clearTimeout(this.tailTimer);
     this.disconnectTimer = null;
     this.silenceTimer = null;
+    this.tailTimer = null;
   }
 }

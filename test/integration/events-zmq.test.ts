@@ -173,7 +173,7 @@ function harness(options: Partial<ListenerOptions> = {}): Harness {
   const applier = new EventApplier(indexer);
   const registry = new Registry();
   const prom = new PromRegistry();
-  const pool = new ListenerPool({ registry, indexer, applier, metrics: prom, options: { replayTimeoutMs: 1_000, heartbeatMs: 0, ...options } });
+  const pool = new ListenerPool({ registry, indexer, applier, metrics: prom, options: { replayTimeoutMs: 1_000, heartbeatMs: 0, tailCheckMs: 0, ...options } });
   cleanups.push(() => pool.close());
   return {
     indexer,
@@ -332,6 +332,18 @@ describe('ZMQ listener: never stale', () => {
       expect(await h.prom.metrics()).toMatch(/kv_events_replays_total\{result="ok"\} 2/);
     });
   }
+
+  it('recovers a batch dropped at the end of a burst (no later seq reveals it) with a tail check', async () => {
+    const e = await engine({ replay: true });
+    const h = harness({ bootstrapReplay: false, tailCheckMs: 200 });
+    const reg = h.register({ endpoint: e.endpoint, replayEndpoint: e.replayEndpoint });
+    await subscribed(h, reg.key);
+    await e.publish([storedMap(1, A)]); // 0
+    await e.publish([storedMap(2, B)], { drop: true }); // 1: lost, and nothing follows it
+    await waitFor(() => h.device(B) === 2, 'the tail batch through replay');
+    expect(e.replayRequests[0]).toBe(0); // re-read from the last applied batch
+    expect(h.pool.stat(reg.key)!.purges).toBe(0);
+  });
 
   it('purges on a gap when there is no replay endpoint', async () => {
     const e = await engine({ replay: false });
