@@ -35,7 +35,8 @@ export interface ListenerOptions {
   silencePurgeMs: number;
   /**
    * With a replay endpoint, this long after the last live batch re-read from it once: a dropped
-   * batch at the end of a burst has no later seq to reveal its gap (ms; 0 = off).
+   * batch at the end of a burst has no later seq to reveal its gap (ms; 0 = off, the default until
+   * it is proven against real engines: against engine-sim it purged streams it should not).
    */
   tailCheckMs: number;
   /** With a replay endpoint, replay the publisher's buffer from seq 0 on first connect. */
@@ -56,7 +57,7 @@ export const DEFAULT_LISTENER_OPTIONS: Readonly<ListenerOptions> = {
   maxReplayRounds: 3,
   disconnectPurgeMs: 60_000,
   silencePurgeMs: 0,
-  tailCheckMs: 1_000,
+  tailCheckMs: 0,
   bootstrapReplay: true,
   receiveHwm: 100_000,
   onDecodeError: 'skip',

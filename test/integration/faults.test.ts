@@ -51,7 +51,7 @@ async function traffic(e: EngineProc, n: number, tag: string): Promise<void> {
   }
 }
 
-async function converged(router: RouterHandle, e: EngineProc, id: string): Promise<Tiers> {
+async function converged(router: RouterHandle, e: EngineProc, id: string, timeoutMs = 15_000): Promise<Tiers> {
   let last: { want: Tiers; got: Tiers } | null = null;
   try {
     return await waitFor(
@@ -62,7 +62,7 @@ async function converged(router: RouterHandle, e: EngineProc, id: string): Promi
         last = { want, got };
         return JSON.stringify(want) === JSON.stringify(got) ? want : undefined;
       },
-      15_000,
+      timeoutMs,
       100,
     );
   } catch (err) {
@@ -94,10 +94,21 @@ describe('the index follows the engine through faults', () => {
     cleanup.push(() => router.close());
     await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
     await Promise.all([traffic(clean, 40, 'alpha'), traffic(lossy, 40, 'beta')]);
+
     const t = await converged(router, clean, 'clean');
     expect(t.GPU.length).toBeGreaterThan(10);
     expect(t.CPU.length).toBeGreaterThan(10); // the host tier really was used
-    await converged(router, lossy, 'lossy');
+    // A batch dropped at the very end has no later seq to reveal its gap until the engine publishes
+    // again: a little more traffic per round, until the last batch of a round got through (bounded).
+    for (let round = 0; ; round++) {
+      try {
+        await converged(router, lossy, 'lossy', 3_000);
+        break;
+      } catch (err) {
+        if (round >= 9) throw err;
+        await traffic(lossy, 5, `beta-tail-${round}`);
+      }
+    }
     const lossyStat = router.listeners.stats().find((s) => s.key === 'lossy|default|0')!;
     expect(JSON.stringify(lossyStat)).toMatch(/replay/i);
     // AllBlocksCleared
