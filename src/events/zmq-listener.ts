@@ -7,12 +7,12 @@
 //   disconnect > T     purge (disconnectPurgeMs); on reconnect with replay, the last applied batch is
 //                      re-read and compared byte for byte to tell a blip from a restart
 // Decoding and applying live in listener-ingest.ts; this file owns sockets, timers and ordering.
-import { Subscriber } from 'zeromq';
 import type { Dealer } from 'zeromq';
 import { parseLiveFrames } from './decode/frames.js';
 import { type IngestCounts, type IngestDeps, StreamIngest } from './listener-ingest.js';
 import type { EventMetrics, PurgeReason, ReplayResult } from './metrics.js';
 import type { ListenerStatus, PublisherType, Registration, Registry } from './registry.js';
+import { openSubscriber, type SubTransport, type ZmqClient } from './sub-transport.js';
 import { type ReplayBatch, type ReplayOutcome, requestReplay } from './zmq-replay.js';
 
 export interface ListenerOptions {
@@ -41,8 +41,12 @@ export interface ListenerOptions {
   tailCheckMs: number;
   /** With a replay endpoint, replay the publisher's buffer from seq 0 on first connect. */
   bootstrapReplay: boolean;
-  /** SUB receive high-water mark (messages queued in ZMQ before it drops). */
+  /** SUB receive high-water mark (libzmq client: messages queued before it drops). */
   receiveHwm: number;
+  /** Largest accepted message; a larger one drops the connection (it reconnects). */
+  maxMessageBytes: number;
+  /** SUB implementation: built-in ZMTP (tcp/ipc, fastest), the libzmq binding, or auto. */
+  zmqClient: ZmqClient;
   /** On an undecodable batch: skip it (counted) or also purge the stream. */
   onDecodeError: 'skip' | 'purge';
 }
@@ -60,6 +64,8 @@ export const DEFAULT_LISTENER_OPTIONS: Readonly<ListenerOptions> = {
   tailCheckMs: 0,
   bootstrapReplay: true,
   receiveHwm: 100_000,
+  maxMessageBytes: 256 << 20,
+  zmqClient: 'auto',
   onDecodeError: 'skip',
 };
 
@@ -70,6 +76,8 @@ export interface ListenerStats extends IngestCounts {
   replayEndpoint: string | null;
   status: ListenerStatus;
   lastError: string | null;
+  /** SUB implementation in use (null when the listener could not start). */
+  client: 'builtin' | 'libzmq' | null;
   /** Live messages received. */
   messages: number;
   /** Last applied publisher seq (null before the first or after a purge reset). A number so stats
@@ -99,7 +107,7 @@ type ReplayWhy = 'gap' | 'bootstrap' | 'reconnect';
 
 export class ZmqListener {
   readonly ingest: StreamIngest;
-  private sub: Subscriber | null = null;
+  private sub: SubTransport | null = null;
   private dealer: Dealer | null = null;
   private closed = false;
   private status: ListenerStatus = 'pending';
@@ -117,7 +125,6 @@ export class ZmqListener {
   private disconnectTimer: NodeJS.Timeout | null = null;
   private silenceTimer: NodeJS.Timeout | null = null;
   private tailTimer: NodeJS.Timeout | null = null;
-  private loopDone: Promise<void> = Promise.resolve();
   private replayDone: Promise<void> = Promise.resolve();
 
   private messages = 0;
@@ -138,32 +145,42 @@ export class ZmqListener {
   /** Connect and start receiving. Never blocks and never throws: failures become status `failed`. */
   start(): void {
     this.setStatus('pending', null);
-    let sub: Subscriber;
     try {
-      sub = new Subscriber({
-        linger: 0,
-        receiveHighWaterMark: this.opts.receiveHwm,
-        reconnectInterval: this.opts.reconnectMs,
-        reconnectMaxInterval: this.opts.reconnectMaxMs,
-        heartbeatInterval: this.opts.heartbeatMs,
-        heartbeatTimeout: this.opts.heartbeatMs * 3,
-      });
-      this.sub = sub;
-      sub.events.on('connect', () => this.onConnect());
-      sub.events.on('disconnect', () => this.onDisconnect());
-      sub.events.on('connect:retry', () => {
-        // Shown in /workers: a publisher that never answers is otherwise indistinguishable from a quiet one.
-        if (this.status === 'pending' && this.lastError === null) this.setStatus('pending', `cannot connect to ${this.reg.endpoint} yet (retrying)`);
-      });
-      sub.subscribe(this.reg.topic);
-      sub.connect(this.reg.endpoint);
+      this.sub = openSubscriber(
+        this.opts.zmqClient,
+        this.reg.endpoint,
+        this.reg.topic,
+        {
+          reconnectMs: this.opts.reconnectMs,
+          reconnectMaxMs: this.opts.reconnectMaxMs,
+          heartbeatMs: this.opts.heartbeatMs,
+          receiveHwm: this.opts.receiveHwm,
+          maxMessageBytes: this.opts.maxMessageBytes,
+        },
+        {
+          connected: () => this.onConnect(),
+          disconnected: (reason) => this.onDisconnect(reason),
+          retrying: (reason) => {
+            // Shown in /workers: a publisher that never answers is otherwise indistinguishable from a quiet one.
+            if (!this.closed && this.status === 'pending') this.setStatus('pending', `${reason} (retrying)`);
+          },
+          message: (frames) => {
+            if (!this.closed) this.onFrames(frames);
+          },
+          failed: (reason) => {
+            if (!this.closed) this.setStatus('failed', reason);
+          },
+        },
+      );
     } catch (err) {
       this.setStatus('failed', `connect ${this.reg.endpoint}: ${(err as Error).message}`);
-      this.sub?.close();
       this.sub = null;
-      return;
     }
-    this.loopDone = this.receiveLoop(sub);
+  }
+
+  /** Which SUB implementation this listener uses (null before start or after a failed start). */
+  get client(): 'builtin' | 'libzmq' | null {
+    return this.sub?.client ?? null;
   }
 
   /** Stop, optionally purge what this stream published, and close every socket. */
@@ -172,9 +189,8 @@ export class ZmqListener {
     this.closed = true;
     this.clearTimers();
     if (purge) this.ingest.purge('unregistered');
-    this.sub?.close();
     this.dealer?.close();
-    await Promise.allSettled([this.loopDone, this.replayDone]);
+    await Promise.allSettled([this.sub?.close(), this.replayDone]);
     this.sub = null;
   }
 
@@ -188,6 +204,7 @@ export class ZmqListener {
       replayEndpoint: this.reg.replayEndpoint,
       status: this.status,
       lastError: this.lastError,
+      client: this.client,
       messages: this.messages,
       lastSeq: this.next === null ? null : Number(this.next - 1n),
       gaps: this.gaps,
@@ -204,20 +221,6 @@ export class ZmqListener {
   }
 
   // ------------------------------------------------------------------ socket events
-
-  private async receiveLoop(sub: Subscriber): Promise<void> {
-    while (!this.closed) {
-      let frames: Buffer[];
-      try {
-        frames = await sub.receive();
-      } catch (err) {
-        if (this.closed) return;
-        this.setStatus('failed', `receive: ${(err as Error).message}`);
-        return;
-      }
-      this.onFrames(frames);
-    }
-  }
 
   private onConnect(): void {
     if (this.closed) return;
@@ -238,10 +241,10 @@ export class ZmqListener {
     }
   }
 
-  private onDisconnect(): void {
+  private onDisconnect(reason: string): void {
     if (this.closed) return;
     this.disconnects++;
-    this.setStatus('paused', `disconnected from ${this.reg.endpoint}`);
+    this.setStatus('paused', `disconnected from ${this.reg.endpoint}: ${reason}`);
     if (this.silenceTimer) clearTimeout(this.silenceTimer);
     this.silenceTimer = null;
     if (this.opts.disconnectPurgeMs > 0 && !this.disconnectTimer) {
@@ -284,7 +287,7 @@ export class ZmqListener {
     }
   }
 
-  private onFrames(frames: Buffer[]): void {
+  private onFrames(frames: readonly Uint8Array[]): void {
     this.messages++;
     this.lastMessageAt = this.deps.now();
     if (this.status !== 'active') this.setStatus('active', this.status === 'paused' ? null : this.lastError);
