@@ -8,6 +8,7 @@ import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { intOption, type OptionTable, parseCommand } from './args.js';
+import { LISTENER_FLAGS, listenerOptionsFromFlags } from './listener-flags.js';
 import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
 
 const OPTIONS: OptionTable = {
@@ -25,6 +26,7 @@ const OPTIONS: OptionTable = {
   'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed of the hashing standard' },
   'register-allowlist': { type: 'string', default: '127.0.0.0/8,::1/128,localhost', arg: 'LIST', help: 'CIDRs or host patterns /register may point listeners at' },
   'max-body-bytes': { type: 'string', default: String(8 * 1024 * 1024), arg: 'N', help: 'largest request body accepted' },
+  ...LISTENER_FLAGS,
 };
 
 const SUMMARY = 'Standalone KV indexer: POST /register /unregister /query /query_by_hash /events, GET /workers /dump /health /metrics.';
@@ -40,12 +42,19 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write('kvrouter indexer: --hash-seed must be an integer\n');
     return 2;
   }
+  let listenerOptions;
+  try {
+    listenerOptions = listenerOptionsFromFlags(v);
+  } catch (err) {
+    process.stderr.write(`kvrouter indexer: ${(err as Error).message}\n`);
+    return 2;
+  }
   const indexer = new TieredIndexer({ defaultSeed: seed });
   const registry = new Registry();
   const applier = new EventApplier(indexer);
   const metrics = new PromRegistry();
   collectDefaultMetrics({ register: metrics });
-  const listeners = new ListenerPool({ registry, indexer, applier, metrics });
+  const listeners = new ListenerPool({ registry, indexer, applier, metrics, options: listenerOptions });
   const allow = String(v['register-allowlist']).split(',').map((x) => x.trim()).filter(Boolean);
   const adminToken = process.env.KVROUTER_ADMIN_TOKEN || undefined;
   const { app } = createIndexerApp({

@@ -15,6 +15,9 @@ import { CLUSTER_DEFAULTS } from '../cluster/options.js';
 import { modelSeeds, registrationsFromConfig } from '../cluster/registrations.js';
 import { TapApplier, TapIndexer } from '../cluster/relay-taps.js';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
+import { listenerOptionsFromConfig } from '../events/config.js';
+import type { ListenerOptions } from '../events/zmq-listener.js';
+import { LISTENER_FLAGS, listenerOptionsFromFlags } from './listener-flags.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry, type RegistrationSpec } from '../events/registry.js';
 import { intOption, type OptionTable, type ParsedOptions, parseCommand } from './args.js';
@@ -40,6 +43,7 @@ const OPTIONS: OptionTable = {
   'relay-id': { type: 'string', arg: 'ID', help: 'relay name in messages and logs (default: random)' },
   host: { type: 'string', default: '127.0.0.1', arg: 'ADDR', help: 'HTTP listen address (indexer API over the relay\'s index, /relay status)' },
   port: { type: 'string', default: '8092', arg: 'PORT', help: 'HTTP port ("none": no HTTP)' },
+  ...LISTENER_FLAGS,
 };
 
 const SUMMARY = 'KV-event fan-in: one set of ZMQ subscriptions, normalized index changes to JetStream for every router replica.';
@@ -51,6 +55,8 @@ interface Sources {
   workers: string | null;
   /** The config's `cluster:` section, once the router schema has one. */
   cluster: Partial<ClusterConfig> | null;
+  /** Listener options: the config's kv_events under the command-line flags. */
+  listener: ListenerOptions;
 }
 
 function sources(v: ParsedOptions): Sources {
@@ -58,9 +64,10 @@ function sources(v: ParsedOptions): Sources {
   if (typeof v.config === 'string') {
     const cfg = loadConfigFile(v.config, { env: process.env });
     const cluster = (cfg as { cluster?: Partial<ClusterConfig> }).cluster ?? null;
-    return { specs: registrationsFromConfig(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers, cluster };
+    const listener = listenerOptionsFromFlags(v, listenerOptionsFromConfig(cfg.kv_events));
+    return { specs: registrationsFromConfig(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers, cluster, listener };
   }
-  return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers, cluster: null };
+  return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers, cluster: null, listener: listenerOptionsFromFlags(v) };
 }
 
 const pick = (flag: string | boolean | string[] | undefined, fromConfig: string | undefined, fallback: string): string => (typeof flag === 'string' ? flag : fromConfig ?? fallback);
@@ -104,7 +111,7 @@ export async function run(argv: string[]): Promise<number> {
   const relay = await EventRelay.start(link, indexer, opts, { metrics, log });
   const registry = new Registry();
   const applier = new TapApplier(indexer, relay);
-  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom });
+  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, options: src.listener });
   try {
     for (const spec of src.specs) {
       const r = registry.register(spec, Date.now());

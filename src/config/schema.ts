@@ -1,5 +1,6 @@
 // The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
 import { CLUSTER_SCHEMA, type ClusterConfig } from '../cluster/config.js';
+import { KV_EVENTS_SCHEMA, type KvEventsConfig } from '../events/config.js';
 import { arr, bool, int, num, obj, str, type ObjectSpec } from './schema-dsl.js';
 
 const POLICY_NAMES = ['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct'] as const;
@@ -85,6 +86,7 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
     ejection_base_ms: int('First ejection time; doubles on every further ejection up to ejection_max_ms.', { min: 1, default: 1000 }),
     ejection_max_ms: int('Longest ejection.', { min: 1, default: 30_000 }),
   }),
+  kv_events: KV_EVENTS_SCHEMA,
   cluster: CLUSTER_SCHEMA,
   engine_sim: obj('Simulated engines started inside the router process (laptop demo, `npm start`). Models without instances get these engines.', {
     count: int('Number of simulated engines (0: none).', { min: 0, max: 64, default: 0 }),
@@ -182,6 +184,7 @@ export interface RouterConfig {
   };
   proxy: { connect_timeout_ms: number; headers_timeout_ms: number; body_timeout_ms: number; max_retries: number; connections: number };
   health: { probe_interval_ms: number; probe_timeout_ms: number; probe_path: string; failure_threshold: number; ejection_base_ms: number; ejection_max_ms: number };
+  kv_events: KvEventsConfig;
   cluster: ClusterConfig;
   engine_sim: { count: number; port: number; zmq_port: number; replay_port: number; num_gpu_blocks: number; num_cpu_blocks: number; speedup: number; seed: number; event_format: 'map' | 'array' | 'sglang' | 'mooncake' };
   models: ModelConfig[];

@@ -23,6 +23,7 @@ import { mountDashboard } from '../dashboard/index.js';
 import { type EngineHandle, startEngines } from '../engine-sim/index.js';
 import { EventApplier } from '../events/apply.js';
 import { ListenerPool } from '../events/listener-pool.js';
+import { listenerOptionsFromConfig } from '../events/config.js';
 import { type PublisherType, Registry } from '../events/registry.js';
 import { registerIndexMetrics } from '../indexer/metrics.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
@@ -124,6 +125,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
   ['engine_sim', (c) => JSON.stringify(c.engine_sim)],
   ['hashing.seed', (c) => c.hashing.seed],
   ['cluster', (c) => JSON.stringify(c.cluster)],
+  ['kv_events', (c) => JSON.stringify(c.kv_events)],
 ];
 
 export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}): Promise<RouterHandle> {
@@ -141,7 +143,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const applier = new EventApplier(indexer);
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
-  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, now });
+  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events) });
   const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
   const modelSet = await reconcileModels(cfg0, null);

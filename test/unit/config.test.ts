@@ -4,6 +4,8 @@ import { ConfigInvalidError, effectiveRouting, loadConfigFile, loadConfigText } 
 import { keyPaths } from '../../src/config/schema-dsl.js';
 import { ROUTER_SCHEMA } from '../../src/config/schema.js';
 import { configReference } from '../../src/cli/config-reference.js';
+import { listenerOptionsFromConfig } from '../../src/events/config.js';
+import { DEFAULT_LISTENER_OPTIONS } from '../../src/events/zmq-listener.js';
 
 const MIN = `
 models:
@@ -56,6 +58,17 @@ describe('configuration', () => {
   it('merges per-model routing overrides over the defaults', () => {
     const cfg = loadConfigText(`${MIN}    routing: { policy: session, medium_weights: { cpu: 0.1 } }`, 't');
     expect(effectiveRouting(cfg, cfg.models[0])).toMatchObject({ policy: 'session', overlap_weight: 1, medium_weights: { cpu: 0.1, disk: 0.25, shared: 0.5 } });
+  });
+
+  it('maps kv_events to listener options, defaults included', () => {
+    const def = listenerOptionsFromConfig(loadConfigText(MIN, 't').kv_events);
+    expect(def).toEqual(DEFAULT_LISTENER_OPTIONS);
+    const cfg = loadConfigText(`${MIN}kv_events: { zmq_client: libzmq, disconnect_purge_ms: 0, tail_check_ms: 2000, on_decode_error: purge }`, 't');
+    expect(listenerOptionsFromConfig(cfg.kv_events)).toEqual({ ...DEFAULT_LISTENER_OPTIONS, zmqClient: 'libzmq', disconnectPurgeMs: 0, tailCheckMs: 2000, onDecodeError: 'purge' });
+    expect(errorsOf(`${MIN}kv_events: { zmq_client: pyzmq, heartbeat_ms: -1 }`)).toEqual([
+      'kv_events.zmq_client: must be one of auto, builtin, libzmq, got "pyzmq"',
+      'kv_events.heartbeat_ms: must be >= 0, got -1',
+    ]);
   });
 
   it('every example in config/ validates', () => {
