@@ -35,8 +35,7 @@ export interface ListenerOptions {
   silencePurgeMs: number;
   /**
    * With a replay endpoint, this long after the last live batch re-read from it once: a dropped
-   * batch at the end of a burst has no later seq to reveal its gap (ms; 0 = off, the default until
-   * it is proven against real engines: against engine-sim it purged streams it should not).
+   * batch at the end of a burst has no later seq to reveal its gap (ms; 0 = off).
    */
   tailCheckMs: number;
   /** With a replay endpoint, replay the publisher's buffer from seq 0 on first connect. */
@@ -61,7 +60,7 @@ export const DEFAULT_LISTENER_OPTIONS: Readonly<ListenerOptions> = {
   maxReplayRounds: 3,
   disconnectPurgeMs: 60_000,
   silencePurgeMs: 0,
-  tailCheckMs: 0,
+  tailCheckMs: 1_000,
   bootstrapReplay: true,
   receiveHwm: 100_000,
   maxMessageBytes: 256 << 20,
@@ -411,7 +410,10 @@ export class ZmqListener {
       }
     }
     const first = batches[0]?.seq;
-    if (why !== 'bootstrap' && (first === undefined || first > from)) {
+    // A gap replay must return `from` itself. After a verified re-read (reconnect, tail check) an
+    // empty rest means nothing was missed; only a hole after the verified batch is lost history.
+    const lost = why === 'gap' ? first === undefined || first > from : why === 'reconnect' && first !== undefined && first > from;
+    if (lost) {
       // The publisher no longer holds `from` (window exceeded) or never sent it: history is lost.
       this.countReplay('history_lost');
       this.purge('history_lost');

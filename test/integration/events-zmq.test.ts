@@ -355,6 +355,20 @@ for (const client of ['builtin', 'libzmq'] as const) {
       expect(h.pool.stat(reg.key)!.purges).toBe(0);
     });
 
+    it('keeps the stream when a tail check finds nothing new (regression: it purged as history_lost)', async () => {
+      const e = await engine({ replay: true });
+      const h = harness({ bootstrapReplay: false, tailCheckMs: 100 });
+      const reg = h.register({ endpoint: e.endpoint, replayEndpoint: e.replayEndpoint });
+      await subscribed(h, reg.key);
+      await e.publish([storedMap(1, A)]);
+      await waitFor(() => h.device(A) === 2, 'A');
+      await waitFor(() => h.pool.stat(reg.key)!.replays.ok === 1 && !h.pool.stat(reg.key)!.replaying, 'the tail check');
+      expect(e.replayRequests).toEqual([0]);
+      expect(h.device(A)).toBe(2);
+      const s = h.pool.stat(reg.key)!;
+      expect([s.purges, s.replays.history_lost, s.lastSeq]).toEqual([0, 0, 0]);
+    });
+
     it('purges on a gap when there is no replay endpoint', async () => {
       const e = await engine({ replay: false });
       const h = harness();
