@@ -1,9 +1,9 @@
 // `kvrouter bench events`: KV block-events decoded and applied end to end through a real ZMQ socket.
 // A forked publisher process (so it does not share the measured thread) sends pre-encoded 16-block
-// batches to a ListenerPool; we report
+// batches to a ListenerPool; we report, for the built-in ZMTP client and the libzmq binding,
 //   - max block-events/s for vLLM events (engine hashes + token_ids: the router re-hashes every block)
 //     and standardized events (router seq hashes, nothing to re-hash);
-//   - the CPU share of ingestion at a steady 100k block-events/s (process CPU incl. libzmq threads,
+//   - the CPU share of ingestion at a steady 100k block-events/s (built-in client) (process CPU incl. libzmq threads,
 //     and main-thread event-loop utilization);
 //   - in-process decode-only and decode+apply costs per batch, which show where the time goes.
 import { type ChildProcess, fork } from 'node:child_process';
@@ -18,6 +18,7 @@ import { decodeContext, decodePayload } from '../events/decode/index.js';
 import { StreamIngest } from '../events/listener-ingest.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { NOOP_METRICS } from '../events/metrics.js';
+import type { ZmqClient } from '../events/sub-transport.js';
 import { type PublisherType, type Registration, Registry } from '../events/registry.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { type Table, writeReport } from './report.js';
@@ -158,7 +159,7 @@ interface Session {
   close(): Promise<void>;
 }
 
-async function session(kind: Kind, preEncode = 0): Promise<Session> {
+async function session(kind: Kind, preEncode = 0, zmqClient: ZmqClient = 'builtin'): Promise<Session> {
   const child = fork(fileURLToPath(import.meta.url), [PUBLISHER_FLAG, kind, String(preEncode)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const [ready] = (await once(child, 'message')) as [PubMessage];
   if (ready.type !== 'ready') throw new Error('publisher did not start');
@@ -169,7 +170,7 @@ async function session(kind: Kind, preEncode = 0): Promise<Session> {
     registry,
     indexer,
     applier,
-    options: { receiveHwm: 0, bootstrapReplay: false, heartbeatMs: 0, disconnectPurgeMs: 0 },
+    options: { receiveHwm: 0, bootstrapReplay: false, heartbeatMs: 0, disconnectPurgeMs: 0, tailCheckMs: 0, zmqClient },
   });
   const reg = registration(kind === 'vllm' ? 'vLLM' : 'Mooncake', ready.endpoint, `bench-${kind}`);
   pool.add(reg);
@@ -196,6 +197,7 @@ async function session(kind: Kind, preEncode = 0): Promise<Session> {
 
 interface Throughput {
   kind: Kind;
+  client: ZmqClient;
   batches: number;
   blockEvents: number;
   seconds: number;
@@ -208,8 +210,8 @@ interface Throughput {
   indexedBlocks: number;
 }
 
-async function throughput(kind: Kind, batches: number): Promise<Throughput> {
-  const s = await session(kind, batches);
+async function throughput(kind: Kind, batches: number, client: ZmqClient): Promise<Throughput> {
+  const s = await session(kind, batches, client);
   try {
     const elu0 = performance.eventLoopUtilization();
     const cpu0 = process.cpuUsage();
@@ -224,6 +226,7 @@ async function throughput(kind: Kind, batches: number): Promise<Throughput> {
     const seconds = (t1 - t0) / 1000;
     return {
       kind,
+      client,
       batches,
       blockEvents: batches * BLOCKS,
       seconds,
@@ -314,14 +317,17 @@ export async function run(argv: string[]): Promise<number> {
 
   const stageRows = [stages('vllm', 20_000), stages('standard', 20_000)];
   const tp: Throughput[] = [];
-  for (const kind of ['vllm', 'standard'] as const) tp.push(await throughput(kind, batches));
+  for (const client of ['builtin', 'libzmq'] as const) {
+    for (const kind of ['vllm', 'standard'] as const) tp.push(await throughput(kind, batches, client));
+  }
   const st = await steady(rate, seconds);
 
   const tables: Table[] = [
     {
       title: `End to end through ZMQ (${BLOCKS}-block batches, publisher in another process)`,
-      columns: ['events', 'block-events', 'seconds', 'block-events/s', 'CPU us/block', 'main thread busy', 'gaps', 'purges', 'decode errors'],
+      columns: ['SUB client', 'events', 'block-events', 'seconds', 'block-events/s', 'CPU us/block', 'main thread busy', 'gaps', 'purges', 'decode errors'],
       rows: tp.map((r) => [
+        r.client,
         r.kind === 'vllm' ? 'vLLM (re-hash tokens)' : 'standardized (router hashes)',
         r.blockEvents,
         r.seconds,

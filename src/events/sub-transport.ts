@@ -71,7 +71,12 @@ function openLibzmq(endpoint: string, topic: string, opts: SubTransportOptions, 
         if (!closed) h.failed(`receive: ${(err as Error).message}`);
         return;
       }
-      h.message(frames);
+      try {
+        h.message(frames);
+      } catch (err) {
+        h.failed(`message handler: ${(err as Error).message}`);
+        return;
+      }
     }
   })();
   return {

@@ -114,7 +114,12 @@ export class ZmtpSubscriber {
       {
         message: (frames) => {
           if (!handshaken) return drop('message before READY');
-          this.handlers.message(frames);
+          try {
+            this.handlers.message(frames);
+          } catch (err) {
+            // A consumer bug must not escape a socket callback (it would take the process down).
+            drop(`message handler: ${(err as Error).message}`);
+          }
         },
         command: (body) => {
           const c = parseCommand(body);
