@@ -54,7 +54,7 @@ function openLibzmq(endpoint: string, topic: string, opts: SubTransportOptions, 
   try {
     sub.events.on('connect', () => h.connected());
     sub.events.on('disconnect', () => h.disconnected(`disconnected from ${endpoint}`));
-    sub.events.on('connect:retry', () => h.retrying(`cannot connect to ${endpoint} yet`));
+    sub.events.on('connect:retry', () => h.retrying('not reachable yet'));
     sub.subscribe(topic);
     sub.connect(endpoint);
   } catch (err) {

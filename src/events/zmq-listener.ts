@@ -161,7 +161,7 @@ export class ZmqListener {
           disconnected: (reason) => this.onDisconnect(reason),
           retrying: (reason) => {
             // Shown in /workers: a publisher that never answers is otherwise indistinguishable from a quiet one.
-            if (!this.closed && this.status === 'pending') this.setStatus('pending', `${reason} (retrying)`);
+            if (!this.closed && this.status === 'pending') this.setStatus('pending', `cannot connect to ${this.reg.endpoint}: ${reason} (retrying)`);
           },
           message: (frames) => {
             if (!this.closed) this.onFrames(frames);

@@ -283,6 +283,7 @@ for (const client of ['builtin', 'libzmq'] as const) {
       await sleep(300);
       expect(h.pool.stat(reg.key)!.status).toBe('pending');
       expect(h.registry.get(reg.key)!.status).toBe('pending');
+      expect(h.registry.get(reg.key)!.lastError).toBe(`cannot connect to tcp://127.0.0.1:${port}: ${client === 'builtin' ? 'ECONNREFUSED' : 'not reachable yet'} (retrying)`);
       const e = await engine({ replay: false, pubPort: port });
       await subscribed(h, reg.key);
       await e.publish([storedMap(4, D)]);
