@@ -6,7 +6,7 @@ import type { BlockIndex } from '../indexer/block-index.js';
 import type { Namespace, NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { canonicalMedium, type Medium } from '../indexer/tiers.js';
-import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity } from './model.js';
+import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity, U64List } from './model.js';
 
 export interface ApplyOptions {
   /** What to do with a stream when its event_id skips ahead: purge its blocks (default) or keep them. */
@@ -22,6 +22,11 @@ export interface ApplyOutcome {
 
 export function streamKey(s: StreamIdentity): string {
   return [s.model_name, s.block_size, s.additional_salt ?? '', s.lora_name ?? '', s.tenant_id, s.backend_id, canonicalMedium(s.medium) ?? s.medium, s.dp_rank].join('\u0000');
+}
+
+/** The index takes packed hashes; the fast decoder already delivers them so (no copy). */
+function u64Array(h: U64List): BigUint64Array {
+  return h instanceof BigUint64Array ? h : BigUint64Array.from(h);
 }
 
 export class EventApplier {
@@ -121,7 +126,7 @@ export class EventApplier {
         return { status, blocks: n + purged };
       }
       case 'removed': {
-        const n = ns.index.remove(holder, BigUint64Array.from(ev.seq_hashes));
+        const n = ns.index.remove(holder, u64Array(ev.seq_hashes));
         return { status, blocks: n };
       }
       case 'stored':
@@ -152,7 +157,7 @@ export class EventApplier {
   private store(ev: StoredEvent, index: BlockIndex, space: HashSpace, holder: number, status: ApplyStatus, knownParent: bigint | null = null): ApplyOutcome {
     const n = ev.seq_hashes.length;
     if (n === 0) return { status, blocks: 0 };
-    const published = BigUint64Array.from(ev.seq_hashes);
+    const published = u64Array(ev.seq_hashes);
     if (ev.token_ids === null) {
       // Standard publisher: its hashes are router seq hashes already.
       return { status, blocks: index.store(holder, published) };
@@ -176,7 +181,8 @@ export class EventApplier {
     }
     let router: BigUint64Array;
     try {
-      const tokens = ev.token_ids.length === n * bs ? ev.token_ids : ev.token_ids.slice(0, n * bs);
+      const t = ev.token_ids;
+      const tokens = t.length === n * bs ? t : t instanceof Uint32Array ? t.subarray(0, n * bs) : t.slice(0, n * bs);
       router = seqHashes(tokens, bs, space, parent);
     } catch (err) {
       return { status: 'rejected', blocks: 0, reason: (err as Error).message };
