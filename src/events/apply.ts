@@ -1,7 +1,7 @@
 // Applies normalized KV events to the indexer: stream ordering by event_id, canonical media,
 // the dual-key path (re-hash token_ids into router seq hashes, map engine hashes to them), and
 // orphan detection. Pure: no I/O, no timers.
-import { type HashSpace, seqHashes } from '../hashing/index.js';
+import { type HashSpace, seqHashesTransient } from '../hashing/index.js';
 import type { BlockIndex } from '../indexer/block-index.js';
 import type { Namespace, NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
@@ -183,7 +183,8 @@ export class EventApplier {
     try {
       const t = ev.token_ids;
       const tokens = t.length === n * bs ? t : t instanceof Uint32Array ? t.subarray(0, n * bs) : t.slice(0, n * bs);
-      router = seqHashes(tokens, bs, space, parent);
+      // Consumed by index.store below before any other hashing call.
+      router = seqHashesTransient(tokens, bs, space, parent);
     } catch (err) {
       return { status: 'rejected', blocks: 0, reason: (err as Error).message };
     }

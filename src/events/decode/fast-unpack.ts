@@ -80,27 +80,30 @@ function str(len: number): string {
   need(len);
   const start = pos;
   pos += len;
-  if (len <= CACHE_MAX_LEN) {
-    let h = len;
-    if (len > 0) h = Math.imul(h ^ buf[start], 31) ^ buf[start + len - 1] ^ (buf[start + (len >> 1)] << 7);
-    h &= CACHE_SIZE - 1;
-    const c = cacheBytes[h];
-    if (c !== null && c.length === len) {
-      let same = true;
-      for (let i = 0; i < len; i++) {
-        if (c[i] !== buf[start + i]) {
-          same = false;
-          break;
-        }
-      }
-      if (same) return cacheStrs[h];
-    }
-    const s = ascii(start, len);
-    cacheBytes[h] = buf.slice(start, start + len);
-    cacheStrs[h] = s;
-    return s;
+  if (len > CACHE_MAX_LEN) return ascii(start, len);
+  const b = buf;
+  let h = len;
+  if (len > 0) h = Math.imul(h ^ b[start], 31) ^ b[start + len - 1] ^ (b[start + (len >> 1)] << 7);
+  h &= CACHE_SIZE - 1;
+  const c = cacheBytes[h];
+  if (c !== null && c.length === len) {
+    let i = 0;
+    while (i < len && c[i] === b[start + i]) i++;
+    if (i === len) return cacheStrs[h];
   }
-  return ascii(start, len);
+  // Internalized (a property key's form): a map key that is not costs a string-table lookup on
+  // every keyed store and compares by content instead of by pointer.
+  const s = internalize(ascii(start, len));
+  cacheBytes[h] = b.slice(start, start + len);
+  cacheStrs[h] = s;
+  return s;
+}
+
+function internalize(s: string): string {
+  const o: Record<string, number> = {};
+  o[s] = 0;
+  for (const k in o) return k;
+  return s;
 }
 
 function ascii(start: number, len: number): string {
@@ -338,21 +341,21 @@ function tokens(depth: number): unknown {
   return new Uint32Array(slab, at * 4, n);
 }
 
-const HASH_KEYS = new Set(['block_hashes', 'seq_hashes']);
+function eventMap(m: number, depth: number): Record<string, unknown> {
+  if (m > MAX_MAP || 2 * m > end - pos || depth >= MAX_DEPTH) throw BAIL;
+  const out: Record<string, unknown> = {};
+  for (let i = 0; i < m; i++) {
+    const k = key(); // internalized: the comparisons below are pointer compares
+    out[k] = k === 'token_ids' ? tokens(depth + 1) : k === 'block_hashes' || k === 'seq_hashes' ? hashes(depth + 1) : value(depth + 1);
+  }
+  return out;
+}
 
 function event(depth: number): unknown {
   const start = pos;
   const head = u8();
   const m = mapLen(head);
-  if (m >= 0) {
-    if (m > MAX_MAP || 2 * m > end - pos || depth >= MAX_DEPTH) throw BAIL;
-    const out: Record<string, unknown> = {};
-    for (let i = 0; i < m; i++) {
-      const k = key();
-      out[k] = k === 'token_ids' ? tokens(depth + 1) : HASH_KEYS.has(k) ? hashes(depth + 1) : value(depth + 1);
-    }
-    return out;
-  }
+  if (m >= 0) return eventMap(m, depth);
   const n = arrayLen(head);
   if (n > 0) {
     if (n > MAX_ARRAY || n > end - pos || depth >= MAX_DEPTH) throw BAIL;
