@@ -58,7 +58,7 @@ export class EventApplier {
 
   // The stream of the previous event: consecutive events of one publisher share it, and resolving
   // namespace and holder (string keys, map lookups) is most of the per-event cost.
-  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number } | null = null;
+  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number; key: string | null } | null = null;
 
   private sameStream(a: KvEvent, b: KvEvent): boolean {
     return (
@@ -77,7 +77,7 @@ export class EventApplier {
     let medium: Medium;
     let ns: Namespace;
     let holder: number;
-    const m = this.memo;
+    let m = this.memo;
     if (m !== null && m.gen === this.indexer.generation && this.sameStream(m.ev, ev)) {
       medium = m.medium;
       ns = m.ns;
@@ -99,14 +99,16 @@ export class EventApplier {
       const owner = this.indexer.ownerOf(ev.backend_id);
       if (owner !== null) ns.instances.add(owner);
       holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
-      this.memo = { ev, medium, ns, holder, gen: this.indexer.generation };
+      m = { ev, medium, ns, holder, gen: this.indexer.generation, key: null };
+      this.memo = m;
     }
 
     // Ordering: consecutive event_id per stream. Regression = publisher restart.
     let status: ApplyStatus = 'ok';
     let purged = 0;
     if (ev.event_id !== null) {
-      const key = streamKey(ev);
+      // The memo's stream is this event's: its key (a joined string) is built once per stream run.
+      const key = (m.key ??= streamKey(ev));
       const last = this.lastIds.get(key);
       if (last !== undefined && ev.event_id !== last + 1n) {
         if (ev.event_id <= last) {
