@@ -9,7 +9,7 @@
 // judge it as before. The readers accept both forms (values.ts, standard.ts), so every event
 // semantic stays in one place.
 // Anything this reader does not reproduce with certainty (extension types, bin, non-ASCII strings,
-// non-string map keys, __proto__, limits, truncation, trailing bytes, deep nesting) returns null and
+// non-string map keys, __proto__, limits, truncation, trailing bytes, deep nesting) returns undefined and
 // the caller decodes with the library, which reports errors exactly as before.
 import { REMOVED_TAGS, STORED_TAGS } from './engine-event.js';
 
