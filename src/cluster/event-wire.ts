@@ -48,7 +48,8 @@ function eventToWire(e: KvEvent): Obj {
         seq_hashes: packU64(e.seq_hashes),
         base_block_idx: e.base_block_idx,
         parent_hash: e.parent_hash === null ? null : e.parent_hash.toString(),
-        token_ids: e.token_ids,
+        // Plain array: JSON would render a Uint32Array as an object.
+        token_ids: e.token_ids === null || Array.isArray(e.token_ids) ? e.token_ids : Array.from(e.token_ids),
       };
     case 'removed':
       return { ...base, seq_hashes: packU64(e.seq_hashes), base_block_idx: e.base_block_idx };

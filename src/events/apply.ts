@@ -1,12 +1,12 @@
 // Applies normalized KV events to the indexer: stream ordering by event_id, canonical media,
 // the dual-key path (re-hash token_ids into router seq hashes, map engine hashes to them), and
 // orphan detection. Pure: no I/O, no timers.
-import { type HashSpace, seqHashes } from '../hashing/index.js';
+import { type HashSpace, seqHashesTransient } from '../hashing/index.js';
 import type { BlockIndex } from '../indexer/block-index.js';
 import type { Namespace, NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { canonicalMedium, type Medium } from '../indexer/tiers.js';
-import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity } from './model.js';
+import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity, U64List } from './model.js';
 
 export interface ApplyOptions {
   /** What to do with a stream when its event_id skips ahead: purge its blocks (default) or keep them. */
@@ -22,6 +22,11 @@ export interface ApplyOutcome {
 
 export function streamKey(s: StreamIdentity): string {
   return [s.model_name, s.block_size, s.additional_salt ?? '', s.lora_name ?? '', s.tenant_id, s.backend_id, canonicalMedium(s.medium) ?? s.medium, s.dp_rank].join('\u0000');
+}
+
+/** The index takes packed hashes; the fast decoder already delivers them so (no copy). */
+function u64Array(h: U64List): BigUint64Array {
+  return h instanceof BigUint64Array ? h : BigUint64Array.from(h);
 }
 
 export class EventApplier {
@@ -53,7 +58,7 @@ export class EventApplier {
 
   // The stream of the previous event: consecutive events of one publisher share it, and resolving
   // namespace and holder (string keys, map lookups) is most of the per-event cost.
-  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number } | null = null;
+  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number; key: string | null } | null = null;
 
   private sameStream(a: KvEvent, b: KvEvent): boolean {
     return (
@@ -72,7 +77,7 @@ export class EventApplier {
     let medium: Medium;
     let ns: Namespace;
     let holder: number;
-    const m = this.memo;
+    let m = this.memo;
     if (m !== null && m.gen === this.indexer.generation && this.sameStream(m.ev, ev)) {
       medium = m.medium;
       ns = m.ns;
@@ -94,14 +99,16 @@ export class EventApplier {
       const owner = this.indexer.ownerOf(ev.backend_id);
       if (owner !== null) ns.instances.add(owner);
       holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
-      this.memo = { ev, medium, ns, holder, gen: this.indexer.generation };
+      m = { ev, medium, ns, holder, gen: this.indexer.generation, key: null };
+      this.memo = m;
     }
 
     // Ordering: consecutive event_id per stream. Regression = publisher restart.
     let status: ApplyStatus = 'ok';
     let purged = 0;
     if (ev.event_id !== null) {
-      const key = streamKey(ev);
+      // The memo's stream is this event's: its key (a joined string) is built once per stream run.
+      const key = (m.key ??= streamKey(ev));
       const last = this.lastIds.get(key);
       if (last !== undefined && ev.event_id !== last + 1n) {
         if (ev.event_id <= last) {
@@ -121,7 +128,7 @@ export class EventApplier {
         return { status, blocks: n + purged };
       }
       case 'removed': {
-        const n = ns.index.remove(holder, BigUint64Array.from(ev.seq_hashes));
+        const n = ns.index.remove(holder, u64Array(ev.seq_hashes));
         return { status, blocks: n };
       }
       case 'stored':
@@ -152,7 +159,7 @@ export class EventApplier {
   private store(ev: StoredEvent, index: BlockIndex, space: HashSpace, holder: number, status: ApplyStatus, knownParent: bigint | null = null): ApplyOutcome {
     const n = ev.seq_hashes.length;
     if (n === 0) return { status, blocks: 0 };
-    const published = BigUint64Array.from(ev.seq_hashes);
+    const published = u64Array(ev.seq_hashes);
     if (ev.token_ids === null) {
       // Standard publisher: its hashes are router seq hashes already.
       return { status, blocks: index.store(holder, published) };
@@ -176,8 +183,10 @@ export class EventApplier {
     }
     let router: BigUint64Array;
     try {
-      const tokens = ev.token_ids.length === n * bs ? ev.token_ids : ev.token_ids.slice(0, n * bs);
-      router = seqHashes(tokens, bs, space, parent);
+      const t = ev.token_ids;
+      const tokens = t.length === n * bs ? t : t instanceof Uint32Array ? t.subarray(0, n * bs) : t.slice(0, n * bs);
+      // Consumed by index.store below before any other hashing call.
+      router = seqHashesTransient(tokens, bs, space, parent);
     } catch (err) {
       return { status: 'rejected', blocks: 0, reason: (err as Error).message };
     }

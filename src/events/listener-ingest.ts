@@ -48,6 +48,7 @@ export class StreamIngest {
   // (tenant, backend, dp rank) streams this listener wrote to: the batch rank and Mooncake envelopes
   // may differ from the registration, and a purge must reach all of them.
   private readonly touched = new Map<string, { tenant: string; backend: string; dpRank: number }>();
+  private lastTouched: { tenant: string; backend: string; dpRank: number } | null = null;
 
   constructor(
     readonly reg: Registration,
@@ -105,8 +106,16 @@ export class StreamIngest {
   }
 
   private touch(tenant: string, backend: string, dpRank: number): void {
+    // Consecutive events share their stream: skip building the key (a string per event).
+    const last = this.lastTouched;
+    if (last !== null && last.tenant === tenant && last.backend === backend && last.dpRank === dpRank) return;
     const key = `${tenant}\u0000${backend}\u0000${dpRank}`;
-    if (!this.touched.has(key)) this.touched.set(key, { tenant, backend, dpRank });
+    let t = this.touched.get(key);
+    if (t === undefined) {
+      t = { tenant, backend, dpRank };
+      this.touched.set(key, t);
+    }
+    this.lastTouched = t;
   }
 
   /**

@@ -2,6 +2,13 @@
 // turns its wire format into these, and only these reach the indexer.
 // Field names follow the Mooncake Conductor "KV Events API" (RFC #1527).
 
+/**
+ * u64 hashes and u32 tokens: plain arrays, or typed arrays straight from the wire decoder (which
+ * spares a bigint per hash and a copy per list). Consumers read them by index and length only.
+ */
+export type U64List = readonly bigint[] | BigUint64Array;
+export type U32List = readonly number[] | Uint32Array;
+
 /** Identity of one ordered event stream (event_id is consecutive within it). */
 export interface StreamIdentity {
   model_name: string;
@@ -25,18 +32,18 @@ interface EventBase extends StreamIdentity {
 export interface StoredEvent extends EventBase {
   event_type: 'stored';
   /** Hashes of consecutive blocks as the publisher computed them (router seq hashes or engine-native). */
-  seq_hashes: bigint[];
+  seq_hashes: U64List;
   /** Zero-based depth of the first block, when known. */
   base_block_idx: number | null;
   /** Hash (same space as seq_hashes) of the block before the first one; null = root. */
   parent_hash: bigint | null;
   /** Tokens of all blocks; present when the publisher's hashes are not the router standard. */
-  token_ids: number[] | null;
+  token_ids: U32List | null;
 }
 
 export interface RemovedEvent extends EventBase {
   event_type: 'removed';
-  seq_hashes: bigint[];
+  seq_hashes: U64List;
   base_block_idx: number | null;
 }
 

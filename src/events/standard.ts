@@ -3,7 +3,7 @@
 // Registration context fills what a publisher leaves out (Mooncake's store never stamps model,
 // block size, LoRA or dp rank).
 import { toU64 } from '../common/u64.js';
-import type { KvEvent } from './model.js';
+import type { KvEvent, U32List, U64List } from './model.js';
 
 export interface EventDefaults {
   model_name?: string;
@@ -92,13 +92,19 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
 
   const hashesRaw = o.seq_hashes ?? o.block_hashes;
   const hashField = o.seq_hashes !== undefined ? 'seq_hashes' : 'block_hashes';
-  if (!Array.isArray(hashesRaw)) return fail('seq_hashes', 'is required and must be an array');
+  const packed = hashesRaw instanceof BigUint64Array; // from the fast msgpack decoder: valid u64s
+  if (!packed && !Array.isArray(hashesRaw)) return fail('seq_hashes', 'is required and must be an array');
   if (hashesRaw.length > MAX_BLOCKS_PER_EVENT) return fail(hashField, 'holds too many hashes');
-  const seq: bigint[] = [];
-  for (let i = 0; i < hashesRaw.length; i++) {
-    const h = toU64(hashesRaw[i]);
-    if (h === null) return fail(`${hashField}[${i}]`, 'must be a u64');
-    seq.push(h);
+  let seq: U64List;
+  if (packed) seq = hashesRaw;
+  else {
+    const list: bigint[] = [];
+    for (let i = 0; i < hashesRaw.length; i++) {
+      const h = toU64(hashesRaw[i]);
+      if (h === null) return fail(`${hashField}[${i}]`, 'must be a u64');
+      list.push(h);
+    }
+    seq = list;
   }
   const base_block_idx = optInt(o, 'base_block_idx', null, 0x7fffffff);
   if (base_block_idx instanceof Error) return fail('base_block_idx', 'must be a non-negative integer');
@@ -114,16 +120,21 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
     parent = toU64(o.parent_hash);
     if (parent === null) return fail('parent_hash', 'must be a u64 or null');
   }
-  let tokens: number[] | null = null;
-  if (o.token_ids !== undefined && o.token_ids !== null) {
-    if (!Array.isArray(o.token_ids)) return fail('token_ids', 'must be an array of u32 or null');
-    if (o.token_ids.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
-    tokens = new Array<number>(o.token_ids.length);
-    for (let i = 0; i < o.token_ids.length; i++) {
-      const x = o.token_ids[i];
+  let tokens: U32List | null = null;
+  const rawTokens = o.token_ids;
+  if (rawTokens instanceof Uint32Array) {
+    if (rawTokens.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
+    tokens = rawTokens;
+  } else if (rawTokens !== undefined && rawTokens !== null) {
+    if (!Array.isArray(rawTokens)) return fail('token_ids', 'must be an array of u32 or null');
+    if (rawTokens.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
+    const list = new Array<number>(rawTokens.length);
+    for (let i = 0; i < rawTokens.length; i++) {
+      const x: unknown = rawTokens[i];
       if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0xffffffff) return fail(`token_ids[${i}]`, 'must be a u32');
-      tokens[i] = x;
+      list[i] = x;
     }
+    tokens = list;
   }
   return {
     ok: true,

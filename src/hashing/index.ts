@@ -5,6 +5,7 @@ export {
   hashSpace,
   localBlockHashes,
   seqHashes,
+  seqHashesTransient,
   chainHash,
   chainLocals,
   completeBlocks,

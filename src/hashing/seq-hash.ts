@@ -107,11 +107,20 @@ export function seqHashes(
 ): BigUint64Array {
   if (wasm) {
     checkBlockSize(blockSize);
-    const u32 = asU32(tokens, completeBlocks(tokens.length, blockSize) * blockSize);
-    return wasm.blocks(u32, blockSize, space.localSeed, space.chainSeed, parent);
+    return wasm.blocks(tokens, blockSize, space.localSeed, space.chainSeed, parent);
   }
   const locals = localBlockHashes(tokens, blockSize, space);
   return chainLocals(locals, space, parent);
+}
+
+/**
+ * seqHashes() whose result may be a view into hashing scratch memory, valid only until the next
+ * hashing call: for callers that consume it at once (the event applier stores it into the index).
+ */
+export function seqHashesTransient(tokens: ArrayLike<number>, blockSize: number, space: HashSpace, parent: bigint | null = null): BigUint64Array {
+  if (!wasm) return seqHashes(tokens, blockSize, space, parent);
+  checkBlockSize(blockSize);
+  return wasm.blocks(tokens, blockSize, space.localSeed, space.chainSeed, parent, true);
 }
 
 /** Turn local block hashes into sequence hashes (in place of a copy). */

@@ -23,8 +23,12 @@ interface Exports {
 
 export interface WasmXxh3 {
   xxh3(bytes: Uint8Array, seed: bigint): bigint;
-  /** Seq hashes (or local hashes when `chainSeed` is null) of the complete blocks in `tokens`. */
-  blocks(tokens: Uint32Array, blockSize: number, localSeed: bigint, chainSeed: bigint | null, parent: bigint | null): BigUint64Array;
+  /**
+   * Seq hashes (or local hashes when `chainSeed` is null) of the complete blocks in `tokens`
+   * (u32 each: anything else throws a RangeError). `transient`: the result is a view into WASM
+   * memory, valid only until the next call (spares an allocation on the event path).
+   */
+  blocks(tokens: ArrayLike<number>, blockSize: number, localSeed: bigint, chainSeed: bigint | null, parent: bigint | null, transient?: boolean): BigUint64Array;
 }
 
 const CANDIDATES = ['./xxh3.wasm', '../../dist/hashing/xxh3.wasm'];
@@ -43,10 +47,20 @@ export function loadWasmXxh3(): WasmXxh3 | null {
   const instance = new WebAssembly.Instance(new WebAssembly.Module(readFileSync(path)), {});
   const ex = instance.exports as unknown as Exports;
   const base = Number(ex.BASE.value);
+  if (base % 8 !== 0) return null; // the views below need an aligned base
+  // Whole-memory views, re-made only when the memory grows: a typed-array view costs ~0.2 us.
+  let memBuf: ArrayBuffer | null = null;
+  let mem32 = new Uint32Array(0);
+  let mem64 = new BigUint64Array(0);
   const ensure = (bytes: number) => {
     const need = base + bytes;
     const have = ex.memory.buffer.byteLength;
     if (need > have) ex.memory.grow(Math.ceil((need - have) / 65536));
+    if (ex.memory.buffer !== memBuf) {
+      memBuf = ex.memory.buffer;
+      mem32 = new Uint32Array(memBuf);
+      mem64 = new BigUint64Array(memBuf);
+    }
   };
   return {
     xxh3(bytes, seed) {
@@ -54,16 +68,28 @@ export function loadWasmXxh3(): WasmXxh3 | null {
       new Uint8Array(ex.memory.buffer, base, bytes.length).set(bytes);
       return BigInt.asUintN(64, ex.xxh3(base, bytes.length, seed));
     },
-    blocks(tokens, blockSize, localSeed, chainSeed, parent) {
+    blocks(tokens, blockSize, localSeed, chainSeed, parent, transient = false) {
       const n = Math.floor(tokens.length / blockSize);
       if (n === 0) return new BigUint64Array(0);
-      const inBytes = n * blockSize * 4;
+      const count = n * blockSize;
+      const inBytes = count * 4;
       const outAt = base + ((inBytes + 7) & ~7);
       ensure(outAt - base + n * 8);
-      new Uint32Array(ex.memory.buffer, base, n * blockSize).set(tokens.subarray(0, n * blockSize));
+      const at = base >> 2;
+      if (tokens instanceof Uint32Array) mem32.set(count === tokens.length ? tokens : tokens.subarray(0, count), at);
+      else {
+        // Validated while copying (no intermediate Uint32Array).
+        const m = mem32;
+        for (let i = 0; i < count; i++) {
+          const t = tokens[i];
+          if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) throw new RangeError(`token id at ${i} is not a u32: ${String(t)}`);
+          m[at + i] = t;
+        }
+      }
       if (chainSeed === null) ex.localHashes(base, n, blockSize, localSeed, outAt);
       else ex.seqHashes(base, n, blockSize, localSeed, chainSeed, parent === null ? 0 : 1, parent ?? 0n, outAt);
-      return new BigUint64Array(ex.memory.buffer, outAt, n).slice();
+      const o = outAt >> 3;
+      return transient ? mem64.subarray(o, o + n) : mem64.slice(o, o + n);
     },
   };
 }

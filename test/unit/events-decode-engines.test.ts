@@ -6,6 +6,7 @@ import { type DecodedBatch, decodeContext, decodePayload, type DecodeContext } f
 import { subBlockId } from '../../src/events/decode/rechunk.js';
 import type { PublisherType } from '../../src/events/registry.js';
 import type { KvEvent, RemovedEvent, StoredEvent } from '../../src/events/model.js';
+import { plainBatch, plainResult } from '../helpers/plain-events.js';
 
 const H1 = 3236607068019569386n;
 const H2 = 2758186210834249151n;
@@ -20,7 +21,7 @@ function run(c: DecodeContext, events: unknown[], rank: number | null = 0, ts: u
   const body = rank === null ? [ts, events] : [ts, events, rank];
   const r = decodePayload(encode(body, { useBigInt64: true }), c);
   if (!r.ok) throw new Error(r.error);
-  return r.batch;
+  return plainBatch(r.batch);
 }
 
 const one = (c: DecodeContext, ev: unknown, rank: number | null = 0) => run(c, [ev], rank);
@@ -150,7 +151,7 @@ describe('vLLM map form', () => {
   it('takes the batch rank over the registration, and tolerates a map-shaped batch', () => {
     expect(one(ctx('vLLM', { dpRank: 2 }), base, 5).events[0].dp_rank).toBe(5);
     expect(one(ctx('vLLM', { dpRank: 2 }), base, null).events[0].dp_rank).toBe(2);
-    const r = decodePayload(encode({ ts: 1757500000.25, events: [base], data_parallel_rank: 4 }, { useBigInt64: true }), ctx());
+    const r = plainResult(decodePayload(encode({ ts: 1757500000.25, events: [base], data_parallel_rank: 4 }, { useBigInt64: true }), ctx()));
     expect(r.ok && r.batch.events[0]).toMatchObject({ dp_rank: 4, timestamp: 1757500000250 });
   });
 
@@ -180,13 +181,13 @@ describe('SGLang', () => {
   });
 
   it('decodes map events with cache_salt and an attn_dp_rank map batch, and EAGLE bigrams', () => {
-    const r = decodePayload(
+    const r = plainResult(decodePayload(
       encode(
         { ts: 1.5, attn_dp_rank: 1, events: [{ type: 'BlockStored', block_hashes: [h], parent_block_hash: null, token_ids: T16.map((t) => [t, t + 1]), block_size: 16, lora_id: null, medium: 'GPU', cache_salt: 's' }] },
         { useBigInt64: true },
       ),
       ctx('SGLang'),
-    );
+    ));
     expect(r.ok && r.batch.events[0]).toMatchObject({ dp_rank: 1, additional_salt: 's', token_ids: T16, timestamp: 1500 });
   });
 });
@@ -251,11 +252,11 @@ describe('Mooncake standardized events', () => {
 
   it('fills omitted fields from the registration and accepts the legacy aliases', () => {
     const c = ctx('Mooncake', { backendId: 'mc', additionalSalt: 'w8a8' });
-    const r = decodePayload(encode({ type: 'removed', block_hashes: [7], event_id: 3 }), c);
+    const r = plainResult(decodePayload(encode({ type: 'removed', block_hashes: [7], event_id: 3 }), c));
     expect(r.ok && r.batch.events).toEqual([
       { model_name: 'm', block_size: 16, additional_salt: 'w8a8', lora_name: null, tenant_id: 't', backend_id: 'mc', medium: null, dp_rank: 0, event_id: 3n, timestamp: null, event_type: 'removed', seq_hashes: [7n], base_block_idx: null },
     ]);
-    const list = decodePayload(encode([{ event_type: 'cleared', medium: 'gpu' }, { event_type: 'stored', seq_hashes: [1], token_ids: T16 }]), c);
+    const list = plainResult(decodePayload(encode([{ event_type: 'cleared', medium: 'gpu' }, { event_type: 'stored', seq_hashes: [1], token_ids: T16 }]), c));
     expect(list.ok && list.batch.events.map((e) => e.event_type)).toEqual(['cleared', 'stored']);
     expect(list.ok && (list.batch.events[1] as StoredEvent).token_ids).toEqual(T16);
   });

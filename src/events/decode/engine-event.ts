@@ -2,13 +2,14 @@
 // before registration defaults, group filtering and namespace resolution (normalize.ts).
 // Map-form events are read by key; positional (array_like) events are first mapped onto the same
 // keys by a per-engine schema, so every field-history variant goes through one reader.
+import type { U32List, U64List } from '../model.js';
 import { hashList, isRecord, optBlockSize, optHash, optString, optUint, tokenList } from './values.js';
 
 export interface EngineStored {
   kind: 'stored';
-  hashes: bigint[];
+  hashes: U64List;
   parent: bigint | null;
-  tokens: number[];
+  tokens: U32List;
   eagle: boolean;
   blockSize: number | null;
   /** Raw medium name; null = device. */
@@ -26,7 +27,7 @@ export interface EngineStored {
 
 export interface EngineRemoved {
   kind: 'removed';
-  hashes: bigint[];
+  hashes: U64List;
   medium: string | null;
   groupIdx: number | null;
 }

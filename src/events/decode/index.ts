@@ -6,6 +6,7 @@ import { readBatch } from './batch.js';
 import type { DecodeContext } from './context.js';
 import { type LiveFrame, parseLiveFrames } from './frames.js';
 import { decodeLmcacheEvent } from './lmcache.js';
+import { fastUnpack } from './fast-unpack.js';
 import { decodeMooncakeEvent } from './mooncake.js';
 import { unpack } from './msgpack.js';
 import type { BatchInfo, Normalized } from './normalize.js';
@@ -44,12 +45,24 @@ function describe(err: unknown): string {
 
 /** Decode one msgpack payload (a batch) with the registration's adapter. */
 export function decodePayload(payload: Uint8Array, ctx: DecodeContext): PayloadResult {
+  // The fast decoder covers well-formed batches; anything else is decoded (and its errors reported)
+  // by the library.
+  const value = fastUnpack(payload);
+  return value === undefined ? decodePayloadGeneric(payload, ctx) : decodeValue(value, ctx);
+}
+
+/** decodePayload through the msgpack library only (the reference the fast path is tested against). */
+export function decodePayloadGeneric(payload: Uint8Array, ctx: DecodeContext): PayloadResult {
   let value: unknown;
   try {
     value = unpack(payload);
   } catch (err) {
     return { ok: false, error: `msgpack: ${describe(err)}` };
   }
+  return decodeValue(value, ctx);
+}
+
+function decodeValue(value: unknown, ctx: DecodeContext): PayloadResult {
   const raw = readBatch(value);
   if ('error' in raw) return { ok: false, error: raw.error };
   const info: BatchInfo = { dpRank: raw.dpRank ?? ctx.reg.dpRank, tsMs: raw.tsMs };

@@ -1,6 +1,6 @@
 // vLLM-family events (vLLM, SGLang, LMCache) -> normalized KvEvents: registration defaults, KV-cache
 // group filter, LoRA and salt resolution, extra_keys, block splitting, and removal fan-out.
-import type { ClearedEvent, KvEvent, RemovedEvent, StoredEvent } from '../model.js';
+import type { ClearedEvent, KvEvent, RemovedEvent, StoredEvent, U32List, U64List } from '../model.js';
 import type { DecodeContext } from './context.js';
 import type { Bad, EngineEvent, EngineStored, Skip } from './engine-event.js';
 import { expandRemoved, splitBlocks, splitRatio } from './rechunk.js';
@@ -23,7 +23,7 @@ interface Space {
 
 // Object literals with every field spelled out (not spreads): this is the per-event hot path and
 // V8 builds these an order of magnitude faster than `{ ...identity, ... }`.
-function storedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: bigint[], parent: bigint | null, tokens: number[]): StoredEvent {
+function storedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: U64List, parent: bigint | null, tokens: U32List): StoredEvent {
   return {
     model_name: ctx.reg.model,
     block_size: v.blockSize,
@@ -43,7 +43,7 @@ function storedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v:
   };
 }
 
-function removedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: bigint[]): RemovedEvent {
+function removedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: U64List): RemovedEvent {
   return {
     model_name: ctx.reg.model,
     block_size: v.blockSize,

@@ -4,6 +4,7 @@
 // router blocks. The engine hash names the chunk's last router block (so a child's parent_block_hash
 // resolves to the right depth); the others get derived ids mix(H, i), which a removal of H expands to.
 import { xxh3_64 } from '../../hashing/index.js';
+import type { U32List, U64List } from '../model.js';
 
 const MIX_SEED = 0x6b76_726f_7574_6572n; // "kvrouter"
 const scratch = new Uint8Array(12);
@@ -17,8 +18,8 @@ export function subBlockId(h: bigint, i: number): bigint {
 }
 
 export interface Chunked {
-  hashes: bigint[];
-  tokens: number[];
+  hashes: U64List;
+  tokens: U32List;
 }
 
 /** Router blocks per engine block, rounded up: removals expand to this many ids. */
@@ -32,7 +33,7 @@ export function splitRatio(engineSize: number, routerSize: number): number {
  * a chunk size that is not a multiple) keeps its complete router blocks under derived ids only, so
  * a child naming it as parent is reported as an orphan instead of being hashed at the wrong offset.
  */
-export function splitBlocks(hashes: readonly bigint[], tokens: readonly number[], engineSize: number, routerSize: number): Chunked {
+export function splitBlocks(hashes: U64List, tokens: U32List, engineSize: number, routerSize: number): Chunked {
   const out: bigint[] = [];
   let used = 0;
   for (let c = 0; c < hashes.length; c++) {
@@ -45,12 +46,12 @@ export function splitBlocks(hashes: readonly bigint[], tokens: readonly number[]
     used += m * routerSize;
     if (!aligned || len < engineSize) break; // later engine blocks would start mid router block
   }
-  return { hashes: out, tokens: tokens.length === used ? (tokens as number[]) : tokens.slice(0, used) };
+  return { hashes: out, tokens: tokens.length === used ? tokens : tokens.slice(0, used) };
 }
 
 /** Engine ids a removal of engine blocks `hashes` must remove when blocks were split by `ratio`. */
-export function expandRemoved(hashes: readonly bigint[], ratio: number): bigint[] {
-  if (ratio <= 1) return hashes as bigint[];
+export function expandRemoved(hashes: U64List, ratio: number): U64List {
+  if (ratio <= 1) return hashes;
   const out: bigint[] = [];
   for (const h of hashes) {
     for (let i = 0; i < ratio - 1; i++) out.push(subBlockId(h, i));

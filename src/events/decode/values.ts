@@ -1,6 +1,7 @@
 // Field coercers shared by the engine adapters. Each returns `undefined` when the value is not of
 // the expected shape, so a caller can tell "absent/null" from "malformed".
 import { U64_MAX } from '../../common/u64.js';
+import type { U32List, U64List } from '../model.js';
 
 const I64_MIN = -(1n << 63n);
 const MAX_BLOCK_SIZE = 1 << 20;
@@ -27,7 +28,9 @@ export function hashValue(v: unknown): bigint | undefined {
   return undefined;
 }
 
-export function hashList(v: unknown): bigint[] | undefined {
+export function hashList(v: unknown): U64List | undefined {
+  // The fast decoder (fast-unpack.ts) hands over int lists already as u64.
+  if (v instanceof BigUint64Array) return v;
   if (!Array.isArray(v)) return undefined;
   const out = new Array<bigint>(v.length);
   for (let i = 0; i < v.length; i++) {
@@ -48,7 +51,7 @@ function isU32(t: unknown): t is number {
 }
 
 export interface Tokens {
-  tokens: number[];
+  tokens: U32List;
   /** EAGLE bigram mode: the wire carried [t, t_next] pairs; `tokens` holds the first of each. */
   eagle: boolean;
 }
@@ -56,6 +59,7 @@ export interface Tokens {
 /** Token ids as u32 ints, or EAGLE [t, t_next] pairs reduced to t (the block's own token). */
 export function tokenList(v: unknown): Tokens | undefined {
   if (v === null || v === undefined) return { tokens: [], eagle: false };
+  if (v instanceof Uint32Array) return { tokens: v, eagle: false };
   if (!Array.isArray(v)) return undefined;
   if (v.length > 0 && Array.isArray(v[0])) {
     const out = new Array<number>(v.length);
