@@ -25,5 +25,6 @@ export function listenerOptionsFromFlags(v: ParsedOptions, base: ListenerOptions
   };
   out.disconnectPurgeMs = ms('disconnect-purge-ms') ?? out.disconnectPurgeMs;
   out.heartbeatMs = ms('heartbeat-ms') ?? out.heartbeatMs;
+  if (out.heartbeatMs > 20_000) throw new Error(`--heartbeat-ms must be <= 20000 (libzmq's PING TTL limit), got ${out.heartbeatMs}`);
   return out;
 }

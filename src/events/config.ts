@@ -8,7 +8,7 @@ export const KV_EVENTS_SCHEMA: ObjectSpec = obj('How KV-event listeners subscrib
   zmq_client: str('SUB implementation: builtin (ZMTP in Node, tcp:// and ipc://, several times cheaper per message), libzmq (the zeromq binding: any transport or security mechanism), auto (builtin where it can).', { enum: ZMQ_CLIENTS, default: D.zmqClient }),
   reconnect_ms: int('First reconnect delay after a failed connection attempt (doubles up to reconnect_max_ms).', { min: 1, max: 600_000, default: D.reconnectMs }),
   reconnect_max_ms: int('Longest reconnect delay.', { min: 1, max: 3_600_000, default: D.reconnectMaxMs }),
-  heartbeat_ms: int('ZMTP heartbeat: PING a silent publisher after this long and drop the connection after 3x without data (0: off).', { min: 0, max: 3_600_000, default: D.heartbeatMs }),
+  heartbeat_ms: int('ZMTP heartbeat: PING the publisher this often and drop the connection after 3x without data (0: off). At most 20 s: libzmq cannot hold a longer PING TTL (3x). Publishers on libzmq < 4.2 do not answer PINGs: set 0 for them.', { min: 0, max: 20_000, default: D.heartbeatMs }),
   disconnect_purge_ms: int('Purge a stream disconnected this long: its blocks can no longer be trusted (0: never).', { min: 0, max: 86_400_000, default: D.disconnectPurgeMs }),
   silence_purge_ms: int('Purge a connected stream silent this long (0: never; idle engines publish nothing).', { min: 0, max: 86_400_000, default: D.silencePurgeMs }),
   replay_timeout_ms: int('Longest silence between replay replies before the replay counts as failed (the stream is purged).', { min: 10, max: 600_000, default: D.replayTimeoutMs }),

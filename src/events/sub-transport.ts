@@ -74,6 +74,8 @@ function openLibzmq(endpoint: string, topic: string, opts: SubTransportOptions, 
       try {
         h.message(frames);
       } catch (err) {
+        closed = true;
+        sub.close(); // or libzmq would keep queueing for a socket nobody reads
         h.failed(`message handler: ${(err as Error).message}`);
         return;
       }
@@ -83,7 +85,7 @@ function openLibzmq(endpoint: string, topic: string, opts: SubTransportOptions, 
     client: 'libzmq',
     async close() {
       closed = true;
-      sub.close();
+      if (!sub.closed) sub.close();
       await loop;
     },
   };

@@ -102,7 +102,12 @@ interface Live {
   payload: Uint8Array;
 }
 
-type ReplayWhy = 'gap' | 'bootstrap' | 'reconnect';
+// tail: the reconnect check run after a quiet period (nothing is known to be lost when it fails).
+type ReplayWhy = 'gap' | 'bootstrap' | 'reconnect' | 'tail';
+
+/** After a failed tail check, no other one for this long: a dead or absent replay endpoint would
+ * otherwise stall every burst's first batches for a replay timeout. */
+const TAIL_BACKOFF_MS = 60_000;
 
 export class ZmqListener {
   readonly ingest: StreamIngest;
@@ -120,6 +125,7 @@ export class ZmqListener {
   /** Bumped by every replay start and abandon, so a stale replay result is ignored. */
   private replayGen = 0;
   private everConnected = false;
+  private tailPausedUntil = 0;
 
   private disconnectTimer: NodeJS.Timeout | null = null;
   private silenceTimer: NodeJS.Timeout | null = null;
@@ -280,7 +286,8 @@ export class ZmqListener {
         // Same check as after a reconnect: the last applied batch must still be there, and
         // anything after it is applied (a restarted publisher is purged).
         if (this.closed || this.replaying || this.status !== 'active' || this.next === null || this.lastPayload === null) return;
-        this.startReplay(this.next - 1n, 'reconnect');
+        if (this.deps.now() < this.tailPausedUntil) return;
+        this.startReplay(this.next - 1n, 'tail');
       }, this.opts.tailCheckMs);
       this.tailTimer.unref();
     }
@@ -384,6 +391,14 @@ export class ZmqListener {
   }
 
   private finishReplay(from: bigint, why: ReplayWhy, res: ReplayOutcome): void {
+    if (!res.ok && why === 'tail') {
+      // Only a precaution failed: keep the stream and its position, say so, and pause the checks.
+      this.countReplay(res.kind);
+      this.tailPausedUntil = this.deps.now() + TAIL_BACKOFF_MS;
+      this.noteProblem(`tail check: ${res.error}`);
+      this.endReplay();
+      return;
+    }
     if (!res.ok) {
       this.countReplay(res.kind);
       this.lastError = res.error;
@@ -395,7 +410,7 @@ export class ZmqListener {
       return;
     }
     let batches: ReplayBatch[] = res.batches;
-    if (why === 'reconnect') {
+    if (why === 'reconnect' || why === 'tail') {
       const first = batches[0];
       if (first && first.seq === from && this.lastPayload !== null && Buffer.compare(first.payload, this.lastPayload) === 0) {
         batches = batches.slice(1);
@@ -412,7 +427,7 @@ export class ZmqListener {
     const first = batches[0]?.seq;
     // A gap replay must return `from` itself. After a verified re-read (reconnect, tail check) an
     // empty rest means nothing was missed; only a hole after the verified batch is lost history.
-    const lost = why === 'gap' ? first === undefined || first > from : why === 'reconnect' && first !== undefined && first > from;
+    const lost = why === 'gap' ? first === undefined || first > from : why !== 'bootstrap' && first !== undefined && first > from;
     if (lost) {
       // The publisher no longer holds `from` (window exceeded) or never sent it: history is lost.
       this.countReplay('history_lost');

@@ -370,6 +370,23 @@ for (const client of ['builtin', 'libzmq'] as const) {
       expect([s.purges, s.replays.history_lost, s.lastSeq]).toEqual([0, 0, 0]);
     });
 
+    it('a tail check whose replay endpoint does not answer keeps the stream and pauses the checks', async () => {
+      const e = await engine({ replay: true });
+      const h = harness({ bootstrapReplay: false, tailCheckMs: 100, replayTimeoutMs: 300 });
+      const reg = h.register({ endpoint: e.endpoint, replayEndpoint: e.replayEndpoint });
+      await subscribed(h, reg.key);
+      e.mute = true;
+      await e.publish([storedMap(1, A)]);
+      await waitFor(() => h.pool.stat(reg.key)!.replays.timeout === 1 && !h.pool.stat(reg.key)!.replaying, 'the tail check to time out');
+      expect(h.device(A)).toBe(2);
+      expect(h.registry.get(reg.key)!.lastError).toMatch(/^tail check: replay from 0 timed out/);
+      await e.publish([storedMap(2, B)]); // in order: applied, no gap, no purge
+      await waitFor(() => h.device(B) === 2, 'B');
+      await sleep(400); // a second tail check would be due by now, but checks are paused
+      const s = h.pool.stat(reg.key)!;
+      expect([s.purges, s.gaps, s.lastSeq, e.replayRequests.length]).toEqual([0, 0, 1, 1]);
+    });
+
     it('purges on a gap when there is no replay endpoint', async () => {
       const e = await engine({ replay: false });
       const h = harness();

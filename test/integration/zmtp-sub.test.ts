@@ -136,6 +136,21 @@ describe('ZMTP subscriber against libzmq', () => {
     expect(log.events).toEqual(['connected']);
   });
 
+  it('keeps pinging while data flows, so a publisher that got a PING while idle does not drop it', async () => {
+    // libzmq arms a TTL timer on each PING and only a later frame from the SUB cancels it.
+    const endpoint = `tcp://127.0.0.1:${await freePort()}`;
+    const pub = await publisher(endpoint);
+    const { log } = subscriber(endpoint, '', { heartbeatMs: 100 }); // PING TTL 300 ms
+    await joined(pub, log);
+    await sleep(350); // idle: PINGs go out
+    for (let i = 0; i < 60; i++) {
+      await pub.send(['t', String(i)]);
+      await sleep(20); // 1.2 s of steady traffic, four TTLs
+    }
+    await waitFor(() => log.messages.length === 60, '60 messages');
+    expect(log.events).toEqual(['connected']);
+  });
+
   it('connects over ipc://', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvr-zmtp-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -159,6 +174,17 @@ describe('ZMTP subscriber against scripted peers', () => {
     const { log } = subscriber(endpoint, '', { heartbeatMs: 40 });
     await waitFor(() => log.events.some((e) => e.startsWith('disconnected: no data or heartbeat')), 'heartbeat timeout');
     expect(log.events[0]).toBe('connected');
+  });
+
+  it('delivers nothing after a protocol fault, not even the rest of the chunk', async () => {
+    const msg = (body: string) => Buffer.concat([Buffer.from([0, body.length]), Buffer.from(body)]);
+    const { endpoint } = await fakePeer((s) => {
+      s.write(greeting());
+      s.write(Buffer.concat([ready({ 'Socket-Type': 'PUB' }), msg('m1'), ready({ 'Socket-Type': 'PUB' }), msg('m2')]));
+    });
+    const { log } = subscriber(endpoint, '');
+    await waitFor(() => log.events.some((e) => e === 'disconnected: second READY'), 'the fault');
+    expect(log.messages.map((m) => m[0].toString())).toEqual(['m1']);
   });
 
   it('reports why a handshake fails and keeps retrying', async () => {
@@ -194,5 +220,7 @@ describe('ZMTP subscriber against scripted peers', () => {
     expect(parseEndpoint('tcp://*:5557')).toEqual({ error: "tcp://*:5557 is a bind address; connect to the publisher's host" });
     expect('error' in parseEndpoint('inproc://x')).toBe(true);
     expect('error' in parseEndpoint('tcp://h:0')).toBe(true);
+    expect(parseEndpoint('ipc://@kv-events')).toEqual({ path: '\0kv-events' }); // Linux abstract socket
+    expect('error' in parseEndpoint('tcp://10.0.0.1;10.0.0.2:5557')).toBe(true); // libzmq source;dest form
   });
 });

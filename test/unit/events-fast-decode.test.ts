@@ -210,6 +210,15 @@ describe('fast msgpack path', () => {
     expect(fast).toBeGreaterThan(1500); // the valid ones (bar bytes hashes and the like) take the fast path
   });
 
+  it('declines a token or hash list longer than the library accepts (4M elements)', () => {
+    const n = (1 << 22) + 1;
+    for (const key of ['token_ids', 'block_hashes']) {
+      const p = Buffer.from(encode([1.5, [{ type: 'BlockStored', [key]: new Array(n).fill(1) }], 0]));
+      expect(() => unpack(p)).toThrow();
+      expect(fastUnpack(p)).toBeUndefined();
+    }
+  });
+
   it('the reference frames decode identically through both paths, for every publisher type', () => {
     for (const type of PUBLISHER_TYPES) {
       const [a, b] = contexts(type, mulberry32(1));

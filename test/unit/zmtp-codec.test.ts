@@ -123,5 +123,8 @@ describe('ZMTP codec', () => {
     expect(subscription('kv').toString('hex')).toBe('0003016b76');
     expect(subscription('kv', false).toString('hex')).toBe('0003006b76');
     expect(messageFrame(Buffer.alloc(300)).subarray(0, 9).toString('hex')).toBe('02000000000000012c');
+    // PING TTL in deciseconds, clamped where libzmq's uint16 ms would wrap.
+    expect(ping(15_000).toString('hex')).toBe('04070450494e470096');
+    expect(ping(3_600_000).subarray(7, 9).readUInt16BE(0)).toBe(655);
   });
 });

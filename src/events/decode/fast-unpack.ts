@@ -236,9 +236,9 @@ function map(n: number, depth: number): Record<string, unknown> {
 function hashes(depth: number): unknown {
   const start = pos;
   const n = arrayLen(u8());
-  if (n < 0 || n > end - pos) {
+  if (n < 0 || n > end - pos || n > MAX_ARRAY) {
     pos = start;
-    return value(depth);
+    return value(depth); // which applies the library's limits (and bails where it would throw)
   }
   const at = reserve(2 * n);
   const w = slab32;
@@ -301,9 +301,9 @@ function hashes(depth: number): unknown {
 function tokens(depth: number): unknown {
   const start = pos;
   const n = arrayLen(u8());
-  if (n < 0 || n > end - pos) {
+  if (n < 0 || n > end - pos || n > MAX_ARRAY) {
     pos = start;
-    return value(depth);
+    return value(depth); // which applies the library's limits (and bails where it would throw)
   }
   const at = reserve(n);
   const w = slab32;

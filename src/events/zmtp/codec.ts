@@ -67,10 +67,13 @@ export function ready(props: Readonly<Record<string, string>>): Buffer {
   return command('READY', Buffer.concat(parts));
 }
 
+/** libzmq multiplies the TTL by 100 in a uint16 (ms): above 655 deciseconds it wraps. */
+export const MAX_PING_TTL_DS = 655;
+
 /** PING with a TTL in tenths of a second (how long the peer may wait before giving up on us). */
 export function ping(ttlMs: number, context: Uint8Array = new Uint8Array(0)): Buffer {
   const ttl = Buffer.alloc(2);
-  ttl.writeUInt16BE(Math.min(0xffff, Math.round(ttlMs / 100)));
+  ttl.writeUInt16BE(Math.min(MAX_PING_TTL_DS, Math.round(ttlMs / 100)));
   return command('PING', Buffer.concat([ttl, context.subarray(0, 16)]));
 }
 
@@ -118,7 +121,8 @@ export function parseProperties(data: Uint8Array): Map<string, string> | { error
 }
 
 export interface FrameSink {
-  /** A complete multipart message; frames are views into received chunks (copy to keep long). */
+  /** A complete multipart message; frames are views into the received chunks (each read is its
+   * own allocation, never reused, so keeping a view is safe; it pins that chunk). */
   message(frames: Buffer[]): void;
   command(body: Buffer): void;
   /** Protocol violation: the connection must be dropped. */

@@ -44,8 +44,10 @@ export type ConnectTarget = { host: string; port: number } | { path: string };
 /** tcp://host:port, tcp://[v6]:port or ipc://path -> connect target; an error string otherwise. */
 export function parseEndpoint(endpoint: string): ConnectTarget | { error: string } {
   const ipc = /^ipc:\/\/(.+)$/.exec(endpoint);
-  if (ipc) return { path: ipc[1] };
-  const tcp = /^tcp:\/\/(?:\[([0-9a-fA-F:.]+)\]|([^:/\[\]]+)):(\d{1,5})$/.exec(endpoint);
+  // libzmq's ipc://@name is a Linux abstract socket, which Node spells with a leading NUL.
+  if (ipc) return { path: ipc[1].startsWith('@') ? `\0${ipc[1].slice(1)}` : ipc[1] };
+  // Hosts exclude ';' (libzmq's tcp://source;dest:port form is left to libzmq).
+  const tcp = /^tcp:\/\/(?:\[([0-9a-fA-F:.]+)\]|([^:/\[\];]+)):(\d{1,5})$/.exec(endpoint);
   if (!tcp) return { error: `unsupported endpoint ${endpoint} (tcp://host:port or ipc://path)` };
   const host = tcp[1] ?? tcp[2];
   const port = Number(tcp[3]);
@@ -108,6 +110,7 @@ export class ZmtpSubscriber {
     const drop = (reason: string) => {
       if (ended !== null) return;
       ended = reason;
+      reader.stop(); // nothing after the fault is delivered, not even the rest of this chunk
       sock.destroy();
     };
     const reader = new FrameReader(
@@ -158,10 +161,11 @@ export class ZmtpSubscriber {
       this.opts.maxMessageBytes,
     );
 
+    // Covers the TCP connect too: a host that drops SYNs would otherwise hang an attempt for minutes.
+    this.handshakeTimer = setTimeout(() => drop(greeted ? 'handshake timed out' : 'connect timed out'), this.opts.handshakeTimeoutMs);
+    this.handshakeTimer.unref();
     sock.on('connect', () => {
       sock.write(greeting());
-      this.handshakeTimer = setTimeout(() => drop('handshake timed out'), this.opts.handshakeTimeoutMs);
-      this.handshakeTimer.unref();
     });
     sock.on('data', (chunk: Buffer) => {
       this.lastRx = Date.now();
@@ -209,12 +213,19 @@ export class ZmtpSubscriber {
     const ivl = this.opts.heartbeatMs;
     if (ivl <= 0) return;
     this.beatTimer = setInterval(() => {
-      const silent = Date.now() - this.lastRx;
-      if (silent >= ivl * 3) {
-        sock.destroy(new Error(`no data or heartbeat for ${silent} ms`));
+      if (Date.now() - this.lastRx >= ivl * 3) {
+        // Timers run before pending socket reads after an event-loop stall: look again once the
+        // poll phase has delivered whatever arrived meanwhile.
+        setImmediate(() => {
+          const silent = Date.now() - this.lastRx;
+          if (silent >= ivl * 3 && this.sock === sock) sock.destroy(new Error(`no data or heartbeat for ${silent} ms`));
+        });
         return;
       }
-      if (silent >= ivl) sock.write(ping(ivl * 3));
+      // Every interval, busy or not: libzmq arms a TTL timer on each PING and only a later frame
+      // from us cancels it, and a SUB sends nothing else. Pinging only when idle got us dropped
+      // one TTL after an idle engine became busy.
+      sock.write(ping(ivl * 3));
     }, ivl);
     this.beatTimer.unref();
   }
