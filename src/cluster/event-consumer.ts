@@ -130,7 +130,7 @@ export class EventConsumer {
     }
     if (this.needFull) {
       this.state = 'restoring';
-      const snap = await loadSnapshot(os);
+      const snap = await withTimeout(loadSnapshot(os), this.opts.resyncWaitMs);
       if (snap && snap.stream_seq <= last) this.restore(snap);
       else {
         this.relayed.clear();
@@ -195,24 +195,33 @@ export class EventConsumer {
       }
     })().catch(() => undefined);
     // Watchdog: after a NATS restart under load the pull can stall with messages pending (seen in
-    // tests on a loaded 2-core machine). Two checks in a row with pending messages and no progress
-    // end this subscription; run() then recreates the durable from the last applied sequence.
+    // tests on a loaded 2-core machine), either undelivered or delivered-but-never-surfaced (ack
+    // pending), or the consumer's info stops answering. Two checks in a row like that with no
+    // progress end this subscription; run() then recreates the durable from the last applied seq.
     let seen = this.lastSeq;
     let stalls = 0;
+    const stalled = (why: string) => {
+      if (this.lastSeq !== seen) {
+        stalls = 0;
+      } else if (++stalls >= 2) {
+        this.st.last_error = `consumer ${this.name} stalled (${why}); re-subscribing`;
+        this.log(`cluster: ${this.st.last_error}`);
+        msgs.stop();
+      }
+      seen = this.lastSeq;
+    };
     const watchdog = setInterval(() => {
       if (this.closed) return;
       c.info()
         .then((info) => {
-          if (info.num_pending > 0 && this.lastSeq === seen) {
-            if (++stalls >= 2) {
-              this.st.last_error = `consumer ${this.name} stalled with ${info.num_pending} pending; re-subscribing`;
-              this.log(`cluster: ${this.st.last_error}`);
-              msgs.stop();
-            }
-          } else stalls = 0;
-          seen = this.lastSeq;
+          const waiting = info.num_pending + info.num_ack_pending;
+          if (waiting > 0) stalled(`${info.num_pending} pending, ${info.num_ack_pending} unacknowledged`);
+          else {
+            stalls = 0;
+            seen = this.lastSeq;
+          }
         })
-        .catch(() => undefined);
+        .catch((err: unknown) => stalled(`consumer info: ${(err as Error).message}`));
     }, 2000);
     watchdog.unref();
     try {
@@ -271,7 +280,9 @@ export class EventConsumer {
     this.st.resyncs++;
     const deadline = Date.now() + this.opts.resyncWaitMs;
     while (!this.closed && Date.now() < deadline) {
-      const snap = await loadSnapshot(os).catch(() => null);
+      // Bounded per attempt: right after a NATS restart an object-store read can hang for good,
+      // and this runs inside the message loop (seen: a router stuck here, its consumer idle).
+      const snap = await withTimeout(loadSnapshot(os), Math.max(100, Math.min(2_000, deadline - Date.now()))).catch(() => null);
       if (snap && snap.stream_seq >= seq) {
         this.restore(snap);
         return;
@@ -281,4 +292,13 @@ export class EventConsumer {
     this.st.last_error = `no snapshot for the resync epoch at ${seq} within ${this.opts.resyncWaitMs} ms; continuing from the events`;
     this.log(`cluster: ${this.st.last_error}`);
   }
+}
+
+/** `p`, or a rejection after `ms` (the underlying operation is abandoned, not cancelled). */
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
