@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
 import { greeting, ready } from '../../src/events/zmtp/codec.js';
+import { openSubscriber } from '../../src/events/sub-transport.js';
 import { parseEndpoint, type SubHandlers, ZmtpSubscriber } from '../../src/events/zmtp/subscriber.js';
 import { freePort } from '../../src/common/net.js';
 
@@ -164,6 +165,24 @@ describe('ZMTP subscriber against libzmq', () => {
   });
 });
 
+describe('SUB client choice', () => {
+  it('auto takes the built-in client for tcp:// and libzmq for an abstract ipc://@ socket, and both receive', async () => {
+    for (const [endpoint, expected] of [
+      [`tcp://127.0.0.1:${await freePort()}`, 'builtin'],
+      [`ipc://@kvr-test-${process.pid}-${Date.now()}`, 'libzmq'],
+    ] as const) {
+      const pub = await publisher(endpoint);
+      const { h, log } = recorder();
+      const sub = openSubscriber('auto', endpoint, '', { reconnectMs: 20, reconnectMaxMs: 200, heartbeatMs: 0, receiveHwm: 1000, maxMessageBytes: 1 << 20 }, h);
+      cleanups.push(() => sub.close());
+      expect(sub.client).toBe(expected);
+      await joined(pub, log);
+      await pub.send(['t', 'hello']);
+      await waitFor(() => log.messages.some((m) => m[1]?.toString() === 'hello'), `a message over ${endpoint}`);
+    }
+  });
+});
+
 describe('ZMTP subscriber against scripted peers', () => {
   it('drops a peer that completes the handshake and then goes silent (own heartbeat)', async () => {
     const { endpoint } = await fakePeer((s) => {
@@ -220,7 +239,7 @@ describe('ZMTP subscriber against scripted peers', () => {
     expect(parseEndpoint('tcp://*:5557')).toEqual({ error: "tcp://*:5557 is a bind address; connect to the publisher's host" });
     expect('error' in parseEndpoint('inproc://x')).toBe(true);
     expect('error' in parseEndpoint('tcp://h:0')).toBe(true);
-    expect(parseEndpoint('ipc://@kv-events')).toEqual({ path: '\0kv-events' }); // Linux abstract socket
+    expect(parseEndpoint('ipc://@kv-events')).toEqual({ error: 'ipc://@kv-events is an abstract socket (use zmq_client: libzmq)' });
     expect('error' in parseEndpoint('tcp://10.0.0.1;10.0.0.2:5557')).toBe(true); // libzmq source;dest form
   });
 });

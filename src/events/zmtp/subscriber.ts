@@ -44,8 +44,9 @@ export type ConnectTarget = { host: string; port: number } | { path: string };
 /** tcp://host:port, tcp://[v6]:port or ipc://path -> connect target; an error string otherwise. */
 export function parseEndpoint(endpoint: string): ConnectTarget | { error: string } {
   const ipc = /^ipc:\/\/(.+)$/.exec(endpoint);
-  // libzmq's ipc://@name is a Linux abstract socket, which Node spells with a leading NUL.
-  if (ipc) return { path: ipc[1].startsWith('@') ? `\0${ipc[1].slice(1)}` : ipc[1] };
+  // libzmq's ipc://@name is a Linux abstract socket; Node 20's net cannot connect to one (tried:
+  // a leading NUL gives ECONNREFUSED), so it is left to libzmq.
+  if (ipc) return ipc[1].startsWith('@') ? { error: `${endpoint} is an abstract socket (use zmq_client: libzmq)` } : { path: ipc[1] };
   // Hosts exclude ';' (libzmq's tcp://source;dest:port form is left to libzmq).
   const tcp = /^tcp:\/\/(?:\[([0-9a-fA-F:.]+)\]|([^:/\[\];]+)):(\d{1,5})$/.exec(endpoint);
   if (!tcp) return { error: `unsupported endpoint ${endpoint} (tcp://host:port or ipc://path)` };
