@@ -29,6 +29,7 @@ const R_ENG_HI = 7;
 // entry's holder mixes, so two blocks with the same holder set (the long runs a shared prefix
 // makes) compare equal and the query skips their record scan.
 const T = 4;
+const TOUCH_WINDOW = 64;
 const T_SIG = 2;
 const T_HEAD = 3;
 
@@ -150,6 +151,8 @@ export class BlockIndex {
   private qDisk = new Int32Array(64);
   private qAlive = new Int32Array(64);
   private queryId = 0;
+  /** Where prefetch loads go (see U64Table.touch). */
+  private sink = 0;
 
   constructor(
     initialBlocks = 1024,
@@ -456,6 +459,9 @@ export class BlockIndex {
     let prevSig = 0; // signatures are odd, so block 0 always gets a full scan
     let done = 0; // blocks walked
     for (let i = 0; i < n; i++) {
+      // Window by window, pull the next blocks' rows into cache ahead of the walk (one cache miss
+      // per block otherwise bounds a long query); a walk that stops early wastes at most a window.
+      if ((i & (TOUCH_WINDOW - 1)) === 0) this.sink ^= table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
       const slot = table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) break;
       const sig = tbl[slot * T + T_SIG];
