@@ -4,7 +4,8 @@
 // Invariants
 // - A remote booking never outlives what we know of its sender: a gap in the sender's sequence,
 //   a new incarnation (restart) or heartbeat silence frees every booking we hold for it. Lost
-//   messages can therefore under-count load for a while, never leak it.
+//   messages can therefore under-count load for a while, never leak it; `missed` tells the adapter
+//   to ask the sender to re-announce what it holds, which ends the under-count.
 // - Remote ids (`peer/<router>/<incarnation>/<id>`) cannot collide with local ones: local request
 //   ids never contain '/'.
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
@@ -25,6 +26,9 @@ export interface HandleResult {
   reset: PeerReset | null;
   /** Bookings freed by the reset. */
   freed: number;
+  /** We have not seen all of this sender's messages (first heard mid-stream, or a gap): its
+   * earlier bookings are unknown here until it re-announces them. */
+  missed: boolean;
 }
 
 export interface PeerView {
@@ -58,7 +62,7 @@ export class RemoteBookings {
   handle(m: SyncMessage, now: number): HandleResult {
     if (m.router === this.self.router) {
       // Another process with our router id is a misconfiguration: never apply its bookings as ours.
-      return { outcome: m.incarnation === this.self.incarnation ? 'own' : 'conflict', released: false, reset: null, freed: 0 };
+      return { outcome: m.incarnation === this.self.incarnation ? 'own' : 'conflict', released: false, reset: null, freed: 0, missed: false };
     }
     let p = this.peers.get(m.router);
     let reset: PeerReset | null = null;
@@ -68,19 +72,22 @@ export class RemoteBookings {
       reset = 'restarted';
       p = undefined;
     }
+    let missed = false;
     if (!p) {
       p = { router: m.router, incarnation: m.incarnation, url: null, lastSeq: m.seq - 1, lastSeenAt: now, reportedBookings: null, ids: new Set() };
       this.peers.set(m.router, p);
+      missed = m.seq > 1; // an incarnation's first message has seq 1
     }
-    if (m.seq <= p.lastSeq) return { outcome: 'stale', released: false, reset, freed };
+    if (m.seq <= p.lastSeq) return { outcome: 'stale', released: false, reset, freed, missed };
     if (m.seq > p.lastSeq + 1) {
       freed += this.drop(p);
       reset = 'gap';
+      missed = true;
     }
     p.lastSeq = m.seq;
     p.lastSeenAt = now;
     const released = this.apply(p, m, now) || freed > 0;
-    return { outcome: 'applied', released, reset, freed };
+    return { outcome: 'applied', released, reset, freed, missed };
   }
 
   /** Forget peers silent for longer than timeoutMs, freeing their bookings. */
@@ -143,6 +150,8 @@ export class RemoteBookings {
         p.url = m.url;
         p.reportedBookings = m.bookings;
         return false;
+      case 'resend':
+        return false; // addressed to the adapter of its target
     }
   }
 

@@ -1,7 +1,10 @@
 // Replica sync adapter: publishes this router's booking changes on NATS core and applies the other
 // replicas' through RemoteBookings. Heartbeats carry liveness (and the sender's URL); a peer silent
-// for peerTimeoutMs has its bookings freed. Routing never waits on NATS: hooks publish or drop.
+// for peerTimeoutMs has its bookings freed. A replica that joins late or sees a gap asks the sender
+// to re-announce its in-flight bookings (`resend`), so its load view converges instead of waiting
+// for those requests to finish. Routing never waits on NATS: hooks publish or drop.
 import { randomBytes } from 'node:crypto';
+import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
@@ -50,6 +53,11 @@ export class ReplicaSync {
   private readonly timer: NodeJS.Timeout;
   private seq = 0;
   private closed = false;
+  /** This router's own in-flight bookings and their namespaces (for re-announcing them). */
+  private readonly local = new Map<string, NamespaceId>();
+  /** When we last asked each peer to re-announce (at most once per heartbeat interval). */
+  private readonly asked = new Map<string, number>();
+  private announceTimer: NodeJS.Timeout | null = null;
   private published = 0;
   private received = 0;
   private dropped = 0;
@@ -65,13 +73,17 @@ export class ReplicaSync {
     deps.scheduler.addHooks({
       // Remote bookings never go through the Scheduler, but the stale sweep may free them: skip those.
       booked: (b, ns, ttl) => {
-        if (!isRemoteId(b.id)) this.send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl });
+        if (isRemoteId(b.id)) return;
+        this.local.set(b.id, ns);
+        this.send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl });
       },
       prefillCompleted: (id) => {
         if (!isRemoteId(id)) this.send({ kind: 'prefill', id });
       },
       freed: (id) => {
-        if (!isRemoteId(id)) this.send({ kind: 'free', id });
+        if (isRemoteId(id)) return;
+        this.local.delete(id);
+        this.send({ kind: 'free', id });
       },
     });
     link.subscribe(opts.subject, (data) => this.onMessage(data));
@@ -98,6 +110,7 @@ export class ReplicaSync {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.timer);
+    if (this.announceTimer) clearTimeout(this.announceTimer);
     if (this.remote.clear() > 0) this.deps.onReleased?.();
   }
 
@@ -130,12 +143,41 @@ export class ReplicaSync {
     if (r.outcome === 'applied') {
       this.received++;
       this.metrics.received(msg.kind);
+      if (r.missed) this.askResend(msg.router);
+      if (msg.kind === 'resend' && msg.target === this.opts.routerId) this.scheduleAnnounce();
     } else if (r.outcome !== 'own') {
       this.dropped++;
       this.metrics.dropped(r.outcome);
       if (r.outcome === 'conflict') this.deps.log?.(`cluster: another replica uses router id ${msg.router}; its bookings are ignored`);
     }
     if (r.released) this.deps.onReleased?.();
+  }
+
+  private askResend(router: string): void {
+    const now = this.now();
+    const last = this.asked.get(router);
+    if (last !== undefined && now - last < this.opts.heartbeatMs) return;
+    this.asked.set(router, now);
+    this.send({ kind: 'resend', target: router });
+  }
+
+  /** Re-announce every in-flight booking once, shortly (requests from several joiners coalesce). */
+  private scheduleAnnounce(): void {
+    if (this.announceTimer || this.closed) return;
+    this.announceTimer = setTimeout(() => {
+      this.announceTimer = null;
+      for (const [id, ns] of this.local) {
+        const b = this.deps.scheduler.active.get(id);
+        if (!b) {
+          this.local.delete(id);
+          continue;
+        }
+        // No speculative insert this time: the blocks are either cached by now or not coming.
+        this.send({ kind: 'add', id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: 0 });
+        if (b.prefillDone) this.send({ kind: 'prefill', id });
+      }
+    }, 20);
+    this.announceTimer.unref();
   }
 
   private tick(): void {

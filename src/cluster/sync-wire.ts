@@ -27,6 +27,11 @@ export type SyncBody =
   | { kind: 'prefill'; id: string }
   | { kind: 'free'; id: string }
   | {
+      /** Ask `target` to re-announce its in-flight bookings (we joined late or lost messages). */
+      kind: 'resend';
+      target: string;
+    }
+  | {
       kind: 'heartbeat';
       /** The sender's HTTP base URL, when it advertises one (peer discovery). */
       url: string | null;
@@ -58,6 +63,8 @@ export function encodeSync(m: SyncMessage): Uint8Array {
     case 'prefill':
     case 'free':
       return enc.encode(JSON.stringify({ ...head, t: m.kind, id: m.id }));
+    case 'resend':
+      return enc.encode(JSON.stringify({ ...head, t: 'resend', target: m.target }));
     case 'heartbeat':
       return enc.encode(JSON.stringify({ ...head, t: 'hb', url: m.url, bookings: m.bookings }));
   }
@@ -84,6 +91,8 @@ export function decodeSync(data: Uint8Array): SyncMessage {
     case 'prefill':
     case 'free':
       return { ...head, kind: o.t, id: str(o, 'id') };
+    case 'resend':
+      return { ...head, kind: 'resend', target: str(o, 'target') };
     case 'hb':
       return { ...head, kind: 'heartbeat', url: optStr(o, 'url'), bookings: int(o, 'bookings') };
     default:

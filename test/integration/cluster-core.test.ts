@@ -22,6 +22,7 @@ describe('sync wire', () => {
       { router: 'a', incarnation: 'i1', seq: 2, kind: 'prefill', id: 'r1' },
       { router: 'a', incarnation: 'i1', seq: 3, kind: 'free', id: 'r1' },
       { router: 'a', incarnation: 'i1', seq: 4, kind: 'heartbeat', url: 'http://x:1', bookings: 3 },
+      { router: 'a', incarnation: 'i1', seq: 5, kind: 'resend', target: 'b' },
     ];
     for (const m of msgs) expect(decodeSync(encodeSync(m))).toEqual(m);
     expect(() => decodeSync(new TextEncoder().encode('{"v":2}'))).toThrow(/version/);
@@ -48,6 +49,17 @@ describe('RemoteBookings', () => {
     expect(rb.handle({ router: 'p', incarnation: 'i', seq: 3, kind: 'free', id: 'r1' }, 0).released).toBe(true);
     expect(active.size).toBe(0);
     expect(rb.handle(add('p', 'i', 3, 'late'), 0).outcome).toBe('stale');
+  });
+
+  it('says when it may have missed a peer\'s bookings: first heard mid-stream, or after a gap', () => {
+    const { rb } = setup();
+    expect(rb.handle(add('p', 'i', 1, 'a'), 0).missed).toBe(false); // from the start
+    expect(rb.handle(add('p', 'i', 2, 'b'), 0).missed).toBe(false);
+    expect(rb.handle(add('p', 'i', 4, 'c'), 0)).toMatchObject({ reset: 'gap', missed: true });
+    expect(rb.handle(add('q', 'k', 7, 'd'), 0)).toMatchObject({ reset: null, missed: true }); // joined late
+    expect(rb.handle(add('q', 'k', 8, 'e'), 0).missed).toBe(false);
+    expect(rb.handle(add('p', 'j', 1, 'f'), 0)).toMatchObject({ reset: 'restarted', missed: false }); // new incarnation from seq 1
+    expect(rb.handle({ router: 'q', incarnation: 'k', seq: 9, kind: 'resend', target: 'me' }, 0)).toMatchObject({ outcome: 'applied', released: false, missed: false });
   });
 
   it('frees a peer on a sequence gap, a restart, and silence', () => {

@@ -116,4 +116,18 @@ describe('replica sync', () => {
     expect(await proms[0].getSingleMetricAsString('kvrouter_cluster_peer_resets_total')).toMatch(/reason="expired"\} 1/);
     routers[2].scheduler.free('route:silent-1');
   });
+
+  it('a replica that joins late learns the in-flight bookings of the others (they re-announce them)', async () => {
+    const r = await call(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt('before join'), request_id: 'early-1', router_config_override: { policy: 'direct', target: 'e0' } });
+    expect(r.status).toBe(200);
+    await call(routers[0].url, '/v1/route/early-1/prefill_complete');
+    await waitFor('B sees it', () => load(1, 'e0').activeRequests === 1 && load(1, 'e0').activePrefillTokens === 0, 20_000);
+    await replica(3); // joins now: it never saw the add
+    await waitFor('the late replica sees the earlier booking, prefill done', () => load(3, 'e0').activeRequests === 1 && load(3, 'e0').activePrefillTokens === 0, 20_000);
+    expect(load(3, 'e0')).toEqual(load(0, 'e0'));
+    expect(await proms[3].getSingleMetricAsString('kvrouter_cluster_messages_published_total')).toMatch(/kind="resend"\} [1-9]/);
+    expect(load(1, 'e0').activeRequests).toBe(1); // B got the re-announce too and did not count it twice
+    await call(routers[0].url, '/v1/route/early-1/free');
+    await waitFor('freed everywhere', () => [0, 1, 3].every((i) => routers[i].scheduler.active.size === 0), 20_000);
+  });
 });
