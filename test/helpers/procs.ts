@@ -1,15 +1,9 @@
-// Real processes for integration tests: spawn the compiled CLI, wait for its ready line, kill it.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+// Real processes for integration tests: the benchmarks' child-process helper (spawn the compiled
+// CLI, wait for its ready line, kill it; none outlives the test process) under the tests' names.
+import type { ChildProcess } from 'node:child_process';
+import { REPO_ROOT, spawnCli as spawnChildCli } from '../../src/bench/procs/children.js';
 
-export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const CLI = `${ROOT}bin/kvrouter.js`;
-
-// Safety net: whatever a failing test leaves behind dies with the test process.
-const live = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
-});
+export const ROOT = REPO_ROOT;
 
 export interface Proc {
   proc: ChildProcess;
@@ -19,50 +13,8 @@ export interface Proc {
 
 /** Spawn `kvrouter <args>` and resolve once `ready` matches `count` stdout lines. */
 export async function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
-  const proc = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
-  live.add(proc);
-  proc.once('exit', () => live.delete(proc));
-  const lines: string[] = [];
-  let err = '';
-  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const want = opts.count ?? 1;
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`timeout waiting for ${ready} from kvrouter ${args.join(' ')}\nstdout:${lines.join('\n')}\nstderr:${err}`)), opts.timeoutMs ?? 30_000);
-    let buf = '';
-    let seen = 0;
-    proc.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        lines.push(line);
-        if (ready.test(line) && ++seen >= want) {
-          clearTimeout(timer);
-          resolve();
-        }
-      }
-    });
-    proc.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`kvrouter ${args.join(' ')} exited with ${code}\n${err}`));
-    });
-  });
-  proc.removeAllListeners('exit');
-  return {
-    proc,
-    lines,
-    kill: (signal = 'SIGTERM') =>
-      new Promise<void>((resolve) => {
-        if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
-        const t = setTimeout(() => proc.kill('SIGKILL'), 10_000);
-        proc.once('exit', () => {
-          clearTimeout(t);
-          resolve();
-        });
-        proc.kill(signal);
-      }),
-  };
+  const c = await spawnChildCli(args, ready, { timeoutMs: 30_000, ...opts });
+  return { proc: c.proc, lines: c.lines, kill: (signal = 'SIGTERM') => c.stop(10_000, signal) };
 }
 
 export interface EngineProc extends Proc {

@@ -15,8 +15,8 @@ export interface Child {
   readonly lines: string[];
   /** stderr so far (last 64 KiB). */
   stderr(): string;
-  /** SIGTERM, then SIGKILL after `graceMs`; resolves when it has exited. */
-  stop(graceMs?: number): Promise<void>;
+  /** `signal` (SIGTERM), then SIGKILL after `graceMs`; resolves when it has exited. */
+  stop(graceMs?: number, signal?: NodeJS.Signals): Promise<void>;
 }
 
 const live = new Set<ChildProcess>();
@@ -37,9 +37,9 @@ function hookExit(): void {
 }
 
 /** Spawn `cmd args` and resolve once a stdout line matches `ready` `count` times. */
-export function spawnChild(cmd: string, args: string[], ready: RegExp | null, opts: { count?: number; timeoutMs?: number; cwd?: string } = {}): Promise<Child> {
+export function spawnChild(cmd: string, args: string[], ready: RegExp | null, opts: { count?: number; timeoutMs?: number; cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Child> {
   hookExit();
-  const proc = spawn(cmd, args, { cwd: opts.cwd ?? REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(cmd, args, { cwd: opts.cwd ?? REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
   live.add(proc);
   const lines: string[] = [];
   let err = '';
@@ -54,10 +54,10 @@ export function spawnChild(cmd: string, args: string[], ready: RegExp | null, op
     pid: proc.pid ?? -1,
     lines,
     stderr: () => err,
-    async stop(graceMs = 10_000) {
+    async stop(graceMs = 10_000, signal: NodeJS.Signals = 'SIGTERM') {
       if (proc.exitCode !== null || proc.signalCode !== null) return;
       const t = setTimeout(() => proc.kill('SIGKILL'), graceMs);
-      proc.kill('SIGTERM');
+      proc.kill(signal);
       await exited;
       clearTimeout(t);
     },
@@ -98,7 +98,7 @@ export function spawnChild(cmd: string, args: string[], ready: RegExp | null, op
 }
 
 /** `kvrouter <args>` as a child (same node binary). */
-export function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number } = {}): Promise<Child> {
+export function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Child> {
   return spawnChild(process.execPath, [CLI, ...args], ready, opts);
 }
 
