@@ -420,7 +420,9 @@ export class ZmqListener {
         this.countReplay('history_lost');
         this.purge('publisher_changed');
         this.forgetPosition();
-        this.startReplay(0n, 'bootstrap');
+        // Learn the new incarnation from its buffer, as on a first connect (if that is wanted).
+        if (this.opts.bootstrapReplay) this.startReplay(0n, 'bootstrap');
+        else this.endReplay();
         return;
       }
     }

@@ -522,6 +522,30 @@ for (const client of ['builtin', 'libzmq'] as const) {
       expect(s.status).toBe('active');
     });
 
+    it('with bootstrap_replay off, a restarted publisher is purged and followed from live batches only', async () => {
+      const pubPort = await freePort();
+      const replayPort = await freePort();
+      const e1 = new FakeEngine();
+      await e1.start({ replay: true, pubPort, replayPort });
+      const h = harness({ reconnectMs: 50, reconnectMaxMs: 100, bootstrapReplay: false });
+      const reg = h.register({ endpoint: `tcp://127.0.0.1:${pubPort}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}` });
+      await subscribed(h, reg.key);
+      await e1.publish([storedMap(1, A)]);
+      await waitFor(() => h.device(A) === 2, 'A');
+      await e1.close();
+      await waitFor(() => h.pool.stat(reg.key)!.status === 'paused', 'paused');
+      const e2 = new FakeEngine();
+      await e2.start({ replay: true, pubPort, replayPort });
+      cleanups.push(() => e2.close());
+      await e2.publish([storedMap(3, C)], { drop: true });
+      await waitFor(() => h.pool.stat(reg.key)!.lastPurge === 'publisher_changed' && !h.pool.stat(reg.key)!.replaying, 'the restart noticed');
+      expect(e2.replayRequests).toEqual([0]); // the re-read of our last batch (seq 0), no bootstrap after it
+      expect([h.device(A), h.device(C)]).toEqual([0, 0]);
+      await subscribed(h, reg.key);
+      await e2.publish([storedMap(4, D)]);
+      await waitFor(() => h.device(D) === 1, 'a live batch is the new baseline');
+    });
+
     it('a reconnect to the same publisher catches up through replay without purging', async () => {
       const e = await engine({ replay: true });
       const h = harness({ reconnectMs: 50, reconnectMaxMs: 100 });
