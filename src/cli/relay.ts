@@ -41,6 +41,9 @@ const OPTIONS: OptionTable = {
   'max-age-ms': { type: 'string', default: String(DEFAULT_STREAM_MAX_AGE_MS), arg: 'MS', help: 'stream retention (keep well above the snapshot interval)' },
   'reset-state': { type: 'boolean', help: 'purge the stream and delete the snapshot before starting (routers reload from empty)' },
   'relay-id': { type: 'string', arg: 'ID', help: 'relay name in messages and logs (default: random)' },
+  ha: { type: 'boolean', help: 'high availability: run several relays of one stream; the lease holder publishes, the others stand by with a full index and take over' },
+  'lease-ms': { type: 'string', default: '3000', arg: 'MS', help: 'with --ha: lease lifetime (a dead leader is replaced within about this long)' },
+  'lease-bucket': { type: 'string', default: 'kvrouter-relay-lease', arg: 'NAME', help: 'with --ha: NATS KV bucket of the lease (one key per stream)' },
   host: { type: 'string', default: '127.0.0.1', arg: 'ADDR', help: 'HTTP listen address (indexer API over the relay\'s index, /relay status)' },
   port: { type: 'string', default: '8092', arg: 'PORT', help: 'HTTP port ("none": no HTTP)' },
   ...LISTENER_FLAGS,
@@ -96,7 +99,11 @@ export async function run(argv: string[]): Promise<number> {
       resetState: v['reset-state'] === true,
       publishTimeoutMs: 5000,
       maxBatchBytes: 256 * 1024,
+      ha: v.ha === true ? { bucket: String(v['lease-bucket']), leaseMs: intOption(v, 'lease-ms') } : null,
     };
+    if (opts.ha && opts.resetState) return fail('--reset-state cannot be combined with --ha (a restarting standby would wipe the leader\'s stream)');
+    if (opts.ha && (opts.ha.leaseMs < 300 || opts.ha.leaseMs > 600_000)) return fail('--lease-ms must be between 300 and 600000');
+    if (opts.ha && !/^[\w-]+$/.test(opts.ha.bucket)) return fail('--lease-bucket takes letters, digits, _ and -');
   } catch (err) {
     return fail(err instanceof ConfigInvalidError ? err.message : (err as Error).message);
   }
@@ -134,7 +141,8 @@ export async function run(argv: string[]): Promise<number> {
     app.get('/relay', (c) => json(c, relay.status()));
     server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port') });
   }
-  log(`kvrouter relay ${opts.relayId} publishing to ${opts.stream} (${opts.subject}), ${registry.size} publishers${server ? `, http ${server.url}` : ''}`);
+  const role = opts.ha ? ` (ha: ${relay.status().role}, lease ${opts.ha.bucket}/${opts.stream})` : '';
+  log(`kvrouter relay ${opts.relayId} publishing to ${opts.stream} (${opts.subject})${role}, ${registry.size} publishers${server ? `, http ${server.url}` : ''}`);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);

@@ -9,6 +9,7 @@ import { encodeBatch, encodeOp, type RelayedOp } from './event-wire.js';
 import { deleteSnapshot, ensureStream, snapshotBucket, storeSnapshot } from './jetstream.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
 import type { LinkStatus, NatsLink } from './nats-link.js';
+import { RelayLease } from './relay-lease.js';
 import type { OpSink, TapIndexer } from './relay-taps.js';
 
 export interface RelayOptions {
@@ -26,10 +27,20 @@ export interface RelayOptions {
   publishTimeoutMs: number;
   /** A batch is published once its ops reach this size (else at the end of the event-loop turn). */
   maxBatchBytes: number;
+  /**
+   * High availability: several relays of one stream compete for a lease in this KV bucket and only
+   * the holder publishes; standbys keep their own index from the same engines, and a new leader
+   * publishes a resync epoch with its snapshot, which every consumer loads. null: always publish.
+   */
+  ha?: { bucket: string; leaseMs: number } | null;
 }
 
 export interface RelayStatus {
   relay_id: string;
+  /** `leader` publishes; a `standby` (HA mode) only keeps its index. */
+  role: 'leader' | 'standby';
+  /** Times this relay became leader (HA mode). */
+  leaderships: number;
   nats: LinkStatus;
   stream: string;
   last_seq: number;
@@ -57,7 +68,9 @@ export class EventRelay implements OpSink {
   private closed = false;
   private readonly inflight = new Set<Promise<unknown>>();
   private readonly timer: NodeJS.Timeout;
-  private readonly st = { last_seq: 0, published_batches: 0, published_ops: 0, failed_batches: 0, resyncs: 0, snapshots: 0, last_snapshot: null as RelayStatus['last_snapshot'], last_error: null as string | null };
+  private role: 'leader' | 'standby' = 'leader';
+  private lease: RelayLease | null = null;
+  private readonly st = { leaderships: 0, last_seq: 0, published_batches: 0, published_ops: 0, failed_batches: 0, resyncs: 0, snapshots: 0, last_snapshot: null as RelayStatus['last_snapshot'], last_error: null as string | null };
 
   private constructor(
     private readonly link: NatsLink,
@@ -89,13 +102,21 @@ export class EventRelay implements OpSink {
     }
     const relay = new EventRelay(link, nc.jetstream(), jsm, os, indexer, opts, deps.metrics ?? NOOP_CLUSTER_METRICS, deps.log ?? (() => {}));
     indexer.sink = relay;
+    if (opts.ha) {
+      relay.role = 'standby';
+      const kv = await nc.jetstream().views.kv(opts.ha.bucket, { ttl: opts.ha.leaseMs, history: 1 });
+      relay.lease = new RelayLease(kv, opts.stream, opts.relayId, opts.ha.leaseMs, { changed: (leader) => relay.leadership(leader) });
+      await relay.lease.tick();
+      relay.lease.start();
+      return relay;
+    }
     const seq = await relay.epoch(opts.resetState ? 'reset' : 'start');
     if (seq === null) throw new Error(`could not publish the start epoch to ${opts.stream}: ${relay.st.last_error}`);
     return relay;
   }
 
   record(op: RelayedOp): void {
-    if (this.closed) return;
+    if (this.closed || this.role !== 'leader') return;
     const text = encodeOp(op);
     this.pending.push(text);
     this.pendingBytes += text.length + 1;
@@ -114,16 +135,35 @@ export class EventRelay implements OpSink {
   }
 
   status(): RelayStatus {
-    return { relay_id: this.opts.relayId, nats: this.link.status(), stream: this.opts.stream, ...this.st };
+    return { relay_id: this.opts.relayId, role: this.role, nats: this.link.status(), stream: this.opts.stream, ...this.st };
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
-    this.flush();
+    if (this.role === 'leader') this.flush();
     this.closed = true;
     clearInterval(this.timer);
     this.indexer.sink = null;
     await Promise.race([Promise.allSettled([...this.inflight, this.storing]), new Promise((r) => setTimeout(r, this.opts.publishTimeoutMs))]);
+    // After the last publish: the standby that takes over next publishes after ours.
+    await this.lease?.release();
+  }
+
+  /** HA: the lease was won or lost. A new leader's consumers reload from its snapshot. */
+  private leadership(leader: boolean): void {
+    if (this.closed) return;
+    this.pending = [];
+    this.pendingBytes = 0;
+    if (leader) {
+      this.role = 'leader';
+      this.st.leaderships++;
+      this.log(`relay ${this.opts.relayId}: took the lease, now leader of ${this.opts.stream}`);
+      this.dirty = true; // publish a resync epoch with our snapshot at once
+      this.tick();
+    } else {
+      this.role = 'standby';
+      this.log(`relay ${this.opts.relayId}: lost the lease, standby for ${this.opts.stream}`);
+    }
   }
 
   private publish(ops: string[]): Promise<PubAck> | null {
@@ -215,14 +255,14 @@ export class EventRelay implements OpSink {
   }
 
   private tick(): void {
-    if (this.closed) return;
+    if (this.closed || this.role !== 'leader') return;
     if (this.dirty && this.link.connected && !this.resyncing) {
       this.resyncing = true;
       this.dirty = false;
       this.st.resyncs++;
       void this.epoch('resync')
         .then((seq) => {
-          if (seq !== null) this.log(`relay: resync epoch at stream seq ${seq}`);
+          if (seq !== null) this.log(`relay ${this.opts.relayId}: resync epoch at stream seq ${seq}`);
           else this.dirty = true;
         })
         .finally(() => (this.resyncing = false));

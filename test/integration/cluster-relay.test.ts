@@ -20,14 +20,19 @@ const MODEL = 'Qwen/Qwen3-0.6B';
 const dir = mkdtempSync(join(tmpdir(), 'kvrouter-relay-'));
 let nats: LocalNats;
 let engines: EngineProc[] = [];
-let relay: { proc: ChildProcess; url: string; lines: string[] } | null = null;
+type RelayProc = { proc: ChildProcess; url: string; lines: string[] };
+let relay: RelayProc | null = null;
 const nodes: Record<string, { router: RouterHandle; cluster: ClusterHandle }> = {};
 
 const yaml = (withEvents: boolean) => routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0' });
 
 async function startRelay(extra: string[] = []): Promise<void> {
+  relay = await spawnRelay(extra, 'relay-test');
+}
+
+async function spawnRelay(extra: string[], id: string): Promise<RelayProc> {
   const script = `import(${JSON.stringify(`${ROOT}dist/cli/relay.js`)}).then((m) => m.run(process.argv.slice(1))).then((c) => process.exit(c))`;
-  const args = ['--config', join(dir, 'relay.yaml'), '--nats', nats.url, '--port', '0', '--snapshot-every', '20', '--snapshot-interval-ms', '300', '--relay-id', 'relay-test', ...extra];
+  const args = ['--config', join(dir, 'relay.yaml'), '--nats', nats.url, '--port', '0', '--snapshot-every', '20', '--snapshot-interval-ms', '300', '--relay-id', id, ...extra];
   const proc = spawn(process.execPath, ['--input-type=module', '-e', script, '--', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
   let err = '';
@@ -47,16 +52,21 @@ async function startRelay(extra: string[] = []): Promise<void> {
     proc.once('exit', (code) => reject(new Error(`relay exited with ${code}\n${err}`)));
   });
   proc.removeAllListeners('exit');
-  relay = { proc, url, lines };
+  return { proc, url, lines };
 }
 
 async function stopRelay(): Promise<void> {
-  const p = relay?.proc;
+  const r = relay;
   relay = null;
-  if (!p || p.exitCode !== null) return;
+  if (r) await killRelay(r, 'SIGTERM');
+}
+
+async function killRelay(r: RelayProc, signal: NodeJS.Signals): Promise<void> {
+  const p = r.proc;
+  if (p.exitCode !== null || p.signalCode !== null) return;
   await new Promise<void>((resolve) => {
     p.once('exit', () => resolve());
-    p.kill('SIGTERM');
+    p.kill(signal);
   });
 }
 
@@ -91,9 +101,16 @@ async function relayIndex(): Promise<string[]> {
   const r = await request(`${relay!.url}/dump`);
   return canon(parseJson(await r.body.text()) as unknown as IndexSnapshot);
 }
-async function relayStatus(): Promise<{ last_seq: number; last_snapshot: { stream_seq: number } | null; resyncs: number }> {
-  const r = await request(`${relay!.url}/relay`);
-  return (await r.body.json()) as never;
+interface RelayStatusBody {
+  role: 'leader' | 'standby';
+  leaderships: number;
+  last_seq: number;
+  last_snapshot: { stream_seq: number } | null;
+  resyncs: number;
+}
+async function relayStatus(r: RelayProc = relay!): Promise<RelayStatusBody> {
+  const res = await request(`${r.url}/relay`);
+  return (await res.body.json()) as RelayStatusBody;
 }
 
 async function traffic(via: string, n: number, tag: string): Promise<void> {
@@ -130,9 +147,12 @@ beforeAll(async () => {
   await Promise.all(['A', 'B'].map(startNode));
 }, 60_000);
 
+const extraRelays: RelayProc[] = [];
+
 afterAll(async () => {
   await Promise.all(Object.keys(nodes).map(stopNode));
   await stopRelay();
+  await Promise.all(extraRelays.map((r) => killRelay(r, 'SIGKILL')));
   await Promise.all(engines.map((e) => e.kill()));
   await nats?.stop();
 });
@@ -173,6 +193,39 @@ describe('relay', () => {
     for (const id of ['A', 'B']) expect(nodes[id].cluster.status().events!.applied.epochs).toBeGreaterThanOrEqual(1);
     expect((await relayStatus()).last_seq).toBeGreaterThan(old);
     await traffic('B', 3, 'after-reset');
+    await converged(['A', 'B']);
+  });
+
+  it('--ha: one relay leads, a standby takes over when it dies or stops', async () => {
+    await stopRelay();
+    const ha = async (id: string) => {
+      const r = await spawnRelay(['--ha', '--lease-ms', '600'], id);
+      extraRelays.push(r);
+      return r;
+    };
+    const a = await ha('ha-a');
+    await waitFor('ha-a leads', async () => (await relayStatus(a)).role === 'leader', 10_000);
+    const b = await ha('ha-b');
+    relay = a;
+    await traffic('A', 4, 'ha-first');
+    await converged(['A', 'B']);
+    expect(await relayStatus(b)).toMatchObject({ role: 'standby', leaderships: 0, last_seq: 0 });
+    const resyncs = nodes.A.cluster.status().events!.resyncs;
+
+    await killRelay(a, 'SIGKILL'); // no goodbye: the lease expires
+    await waitFor('ha-b takes over', async () => (await relayStatus(b)).role === 'leader', 10_000);
+    relay = b;
+    await converged(['A', 'B']); // the routers loaded ha-b's snapshot
+    expect(nodes.A.cluster.status().events!.resyncs).toBeGreaterThan(resyncs);
+    await traffic('B', 4, 'ha-after-failover');
+    await converged(['A', 'B']);
+
+    const c = await ha('ha-c');
+    expect((await relayStatus(c)).role).toBe('standby');
+    await killRelay(b, 'SIGTERM'); // a clean stop deletes the lease
+    await waitFor('ha-c takes over', async () => (await relayStatus(c)).role === 'leader', 10_000);
+    relay = c;
+    await traffic('A', 2, 'ha-after-handover');
     await converged(['A', 'B']);
   });
 });
