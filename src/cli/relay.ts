@@ -116,6 +116,7 @@ export async function run(argv: string[]): Promise<number> {
   metrics.watch({ connected: { events: () => link.connected } });
   log(`kvrouter relay ${opts.relayId}: waiting for NATS at ${url}`);
   const relay = await EventRelay.start(link, indexer, opts, { metrics, log });
+  metrics.watch({ relayLeader: () => relay.status().role === 'leader' });
   const registry = new Registry();
   const applier = new TapApplier(indexer, relay);
   const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, options: src.listener });

@@ -12,7 +12,7 @@ export interface ClusterMetrics {
   peerReset(reason: string, freed: number): void;
   restored(source: 'peer' | 'jetstream', blocks: number): void;
   /** Gauges read at scrape time. */
-  watch(sources: { connected?: Partial<Record<Link, () => boolean>>; peers?: () => number; remoteBookings?: () => number }): void;
+  watch(sources: { connected?: Partial<Record<Link, () => boolean>>; peers?: () => number; remoteBookings?: () => number; relayLeader?: () => boolean }): void;
 }
 
 export const NOOP_CLUSTER_METRICS: ClusterMetrics = {
@@ -66,6 +66,13 @@ export function createClusterMetrics(reg: PromRegistry | undefined): ClusterMetr
       Object.assign(connected, s.connected ?? {});
       peers = s.peers ?? peers;
       remote = s.remoteBookings ?? remote;
+      const leader = s.relayLeader;
+      // Only relays have it: registered on demand, so a router's /metrics does not show a 0.
+      if (leader) {
+        getOrCreate(reg, 'kvrouter_relay_leader', () =>
+          new Gauge({ name: 'kvrouter_relay_leader', help: '1 while this relay publishes (holds the --ha lease, or runs without --ha)', registers, collect() { this.set(leader() ? 1 : 0); } }),
+        );
+      }
     },
   };
 }

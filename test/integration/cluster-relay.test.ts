@@ -210,6 +210,8 @@ describe('relay', () => {
     await traffic('A', 4, 'ha-first');
     await converged(['A', 'B']);
     expect(await relayStatus(b)).toMatchObject({ role: 'standby', leaderships: 0, last_seq: 0 });
+    const leaderGauge = async (r: RelayProc) => /^kvrouter_relay_leader (\d)$/m.exec(await (await request(`${r.url}/metrics`)).body.text())?.[1];
+    expect([await leaderGauge(a), await leaderGauge(b)]).toEqual(['1', '0']);
     const resyncs = nodes.A.cluster.status().events!.resyncs;
 
     await killRelay(a, 'SIGKILL'); // no goodbye: the lease expires
