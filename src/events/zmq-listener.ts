@@ -63,7 +63,7 @@ export const DEFAULT_LISTENER_OPTIONS: Readonly<ListenerOptions> = {
   tailCheckMs: 1_000,
   bootstrapReplay: true,
   receiveHwm: 100_000,
-  maxMessageBytes: 256 << 20,
+  maxMessageBytes: 64 << 20, // a 1M-token prefill batch is ~3 MB of msgpack
   zmqClient: 'auto',
   onDecodeError: 'skip',
 };

@@ -22,7 +22,7 @@ export const DEFAULT_ZMTP_SUB_OPTIONS: Readonly<ZmtpSubOptions> = {
   reconnectMs: 100,
   reconnectMaxMs: 5_000,
   heartbeatMs: 5_000,
-  maxMessageBytes: 256 << 20,
+  maxMessageBytes: 64 << 20, // a 1M-token prefill batch is ~3 MB of msgpack
   handshakeTimeoutMs: 10_000,
 };
 
