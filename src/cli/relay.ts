@@ -116,7 +116,7 @@ export async function run(argv: string[]): Promise<number> {
   metrics.watch({ connected: { events: () => link.connected } });
   log(`kvrouter relay ${opts.relayId}: waiting for NATS at ${url}`);
   const relay = await EventRelay.start(link, indexer, opts, { metrics, log });
-  metrics.watch({ relayLeader: () => relay.status().role === 'leader' });
+  metrics.watch({ relayLeader: () => relay.publishing });
   const registry = new Registry();
   const applier = new TapApplier(indexer, relay);
   const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, options: src.listener });
@@ -136,6 +136,7 @@ export async function run(argv: string[]): Promise<number> {
     await link.close();
     return fail((err as Error).message);
   }
+  relay.startLease(); // HA: compete only now that the listeners run
   let server: RunningServer | null = null;
   if (v.port !== 'none') {
     const { app } = createIndexerApp({ indexer, registry, applier, listeners, metrics: prom });

@@ -104,19 +104,39 @@ export class EventRelay implements OpSink {
     indexer.sink = relay;
     if (opts.ha) {
       relay.role = 'standby';
-      const kv = await nc.jetstream().views.kv(opts.ha.bucket, { ttl: opts.ha.leaseMs, history: 1 });
-      relay.lease = new RelayLease(kv, opts.stream, opts.relayId, opts.ha.leaseMs, { changed: (leader) => relay.leadership(leader) });
-      await relay.lease.tick();
-      relay.lease.start();
-      return relay;
+      // KV requests time out well inside the lease: a renewal stuck for the default 5 s would
+      // keep a stale leader believing it leads.
+      const js = nc.jetstream({ timeout: Math.max(200, Math.floor(opts.ha.leaseMs / 3)) });
+      const kv = await js.views.kv(opts.ha.bucket, { ttl: opts.ha.leaseMs, history: 1 });
+      // The bucket keeps the TTL of whoever created it: that is the lease the server enforces.
+      const ttl = (await kv.status()).ttl || opts.ha.leaseMs;
+      if (ttl !== opts.ha.leaseMs) relay.log(`relay ${opts.relayId}: lease bucket ${opts.ha.bucket} has a TTL of ${ttl} ms (set when it was created), not --lease-ms ${opts.ha.leaseMs}: using ${ttl}`);
+      relay.lease = new RelayLease(kv, opts.stream, opts.relayId, ttl, { changed: (leader) => relay.leadership(leader) });
+      return relay; // competes once startLease() is called (after its listeners are up)
     }
     const seq = await relay.epoch(opts.resetState ? 'reset' : 'start');
     if (seq === null) throw new Error(`could not publish the start epoch to ${opts.stream}: ${relay.st.last_error}`);
     return relay;
   }
 
+  /** HA: start competing for the lease. Call once the listeners run, so a new leader's index is whole. */
+  startLease(): void {
+    this.lease?.start();
+  }
+
+  /** Leader with a lease inside its validity (or no HA): publishing and snapshot writes are safe. */
+  get publishing(): boolean {
+    return !this.closed && this.role === 'leader' && (this.lease === null || this.lease.valid);
+  }
+
   record(op: RelayedOp): void {
     if (this.closed || this.role !== 'leader') return;
+    if (!this.publishing) {
+      // A late renewal: drop rather than risk publishing next to a new leader; if we keep the
+      // lease, the resync epoch brings the consumers back to our index.
+      this.dirty = true;
+      return;
+    }
     const text = encodeOp(op);
     this.pending.push(text);
     this.pendingBytes += text.length + 1;
@@ -147,6 +167,7 @@ export class EventRelay implements OpSink {
     await Promise.race([Promise.allSettled([...this.inflight, this.storing]), new Promise((r) => setTimeout(r, this.opts.publishTimeoutMs))]);
     // After the last publish: the standby that takes over next publishes after ours.
     await this.lease?.release();
+    this.role = 'standby';
   }
 
   /** HA: the lease was won or lost. A new leader's consumers reload from its snapshot. */
@@ -157,6 +178,8 @@ export class EventRelay implements OpSink {
     if (leader) {
       this.role = 'leader';
       this.st.leaderships++;
+      this.opsSinceSnapshot = 0;
+      this.lastAck = null;
       this.log(`relay ${this.opts.relayId}: took the lease, now leader of ${this.opts.stream}`);
       this.dirty = true; // publish a resync epoch with our snapshot at once
       this.tick();
@@ -167,6 +190,10 @@ export class EventRelay implements OpSink {
   }
 
   private publish(ops: string[]): Promise<PubAck> | null {
+    if (!this.publishing) {
+      this.dirty = true;
+      return null;
+    }
     if (!this.link.connected) {
       this.failed('NATS disconnected');
       return null;
@@ -225,6 +252,8 @@ export class EventRelay implements OpSink {
       try {
         seq = (await ack).seq;
         if (seq <= this.prevSnapshotSeq) return;
+        // Snapshot and purge are shared with the other relays: only a valid leader writes them.
+        if (!this.publishing) return;
         const bytes = await storeSnapshot(this.os, { version: 1, relay: this.opts.relayId, stream_seq: seq, created_at: snap.at, bindings: snap.bindings, index: snap.index });
         this.st.snapshots++;
         this.st.last_snapshot = { stream_seq: seq, bytes, at: snap.at };
@@ -232,7 +261,7 @@ export class EventRelay implements OpSink {
         // Keep everything after the previous snapshot: a replica that just loaded it still finds its tail.
         const keepFrom = purgeAll ? seq : this.prevSnapshotSeq + 1;
         this.prevSnapshotSeq = seq;
-        if (keepFrom > 1) await this.jsm.streams.purge(this.opts.stream, { seq: keepFrom });
+        if (keepFrom > 1 && this.publishing) await this.jsm.streams.purge(this.opts.stream, { seq: keepFrom });
       } catch (err) {
         // A failed publish is handled by the resync; a failed store leaves the previous snapshot.
         if (seq > 0) {
@@ -246,7 +275,7 @@ export class EventRelay implements OpSink {
   }
 
   private maybeSnapshot(): void {
-    if (this.snapshotting || this.dirty || this.closed || this.opsSinceSnapshot === 0 || !this.lastAck) return;
+    if (this.snapshotting || this.dirty || !this.publishing || this.opsSinceSnapshot === 0 || !this.lastAck) return;
     if (this.opsSinceSnapshot < this.opts.snapshotEvery && Date.now() - this.lastSnapshotAt < this.opts.snapshotIntervalMs) return;
     const snap = this.capture();
     this.opsSinceSnapshot = 0;
@@ -255,7 +284,7 @@ export class EventRelay implements OpSink {
   }
 
   private tick(): void {
-    if (this.closed || this.role !== 'leader') return;
+    if (!this.publishing) return;
     if (this.dirty && this.link.connected && !this.resyncing) {
       this.resyncing = true;
       this.dirty = false;

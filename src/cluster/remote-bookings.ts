@@ -113,6 +113,11 @@ export class RemoteBookings {
     return [...this.peers.values()].map(({ ids, ...v }) => ({ ...v, bookings: ids.size }));
   }
 
+  /** Bookings we hold for this peer (0 for an unknown one). */
+  heldFor(router: string): number {
+    return this.peers.get(router)?.ids.size ?? 0;
+  }
+
   get size(): number {
     let n = 0;
     for (const p of this.peers.values()) n += p.ids.size;

@@ -58,6 +58,7 @@ export class ReplicaSync {
   /** When we last asked each peer to re-announce (at most once per heartbeat interval). */
   private readonly asked = new Map<string, number>();
   private announceTimer: NodeJS.Timeout | null = null;
+  private lastAnnounceAt = -Infinity;
   private published = 0;
   private received = 0;
   private dropped = 0;
@@ -143,7 +144,10 @@ export class ReplicaSync {
     if (r.outcome === 'applied') {
       this.received++;
       this.metrics.received(msg.kind);
-      if (r.missed) this.askResend(msg.router);
+      if (r.missed) this.askResend(msg.router, this.opts.heartbeatMs);
+      // A heartbeat says how many bookings the peer holds, after everything it sent before: a
+      // different count here means something was lost (a resend request or its answer included).
+      else if (msg.kind === 'heartbeat' && msg.bookings !== this.remote.heldFor(msg.router)) this.askResend(msg.router, 5 * this.opts.heartbeatMs);
       if (msg.kind === 'resend' && msg.target === this.opts.routerId) this.scheduleAnnounce();
     } else if (r.outcome !== 'own') {
       this.dropped++;
@@ -153,19 +157,30 @@ export class ReplicaSync {
     if (r.released) this.deps.onReleased?.();
   }
 
-  private askResend(router: string): void {
+  /** Our own in-flight bookings (pruning ids freed without the hook, e.g. by an instance removal). */
+  private localBookings(): number {
+    for (const id of this.local.keys()) if (!this.deps.scheduler.active.get(id)) this.local.delete(id);
+    return this.local.size;
+  }
+
+  private askResend(router: string, minGapMs: number): void {
     const now = this.now();
     const last = this.asked.get(router);
-    if (last !== undefined && now - last < this.opts.heartbeatMs) return;
+    if (last !== undefined && now - last < minGapMs) return;
     this.asked.set(router, now);
     this.send({ kind: 'resend', target: router });
   }
 
-  /** Re-announce every in-flight booking once, shortly (requests from several joiners coalesce). */
+  /**
+   * Re-announce every in-flight booking once, shortly, and at most once per heartbeat interval:
+   * requests from several joiners (or from every peer after a NATS restart) share one announce.
+   */
   private scheduleAnnounce(): void {
     if (this.announceTimer || this.closed) return;
+    const delay = Math.max(20, this.lastAnnounceAt + this.opts.heartbeatMs - this.now());
     this.announceTimer = setTimeout(() => {
       this.announceTimer = null;
+      this.lastAnnounceAt = this.now();
       for (const [id, ns] of this.local) {
         const b = this.deps.scheduler.active.get(id);
         if (!b) {
@@ -176,12 +191,12 @@ export class ReplicaSync {
         this.send({ kind: 'add', id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: 0 });
         if (b.prefillDone) this.send({ kind: 'prefill', id });
       }
-    }, 20);
+    }, delay);
     this.announceTimer.unref();
   }
 
   private tick(): void {
-    this.send({ kind: 'heartbeat', url: this.opts.advertiseUrl, bookings: this.deps.scheduler.active.size - this.remote.size });
+    this.send({ kind: 'heartbeat', url: this.opts.advertiseUrl, bookings: this.localBookings() });
     const gone = this.remote.expire(this.now(), this.opts.peerTimeoutMs);
     for (const g of gone) {
       this.metrics.peerReset('expired', g.freed);

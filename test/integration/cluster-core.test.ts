@@ -60,6 +60,8 @@ describe('RemoteBookings', () => {
     expect(rb.handle(add('q', 'k', 8, 'e'), 0).missed).toBe(false);
     expect(rb.handle(add('p', 'j', 1, 'f'), 0)).toMatchObject({ reset: 'restarted', missed: false }); // new incarnation from seq 1
     expect(rb.handle({ router: 'q', incarnation: 'k', seq: 9, kind: 'resend', target: 'me' }, 0)).toMatchObject({ outcome: 'applied', released: false, missed: false });
+    // What a heartbeat's count is compared with: the bookings held for that peer.
+    expect([rb.heldFor('q'), rb.heldFor('p'), rb.heldFor('nobody')]).toEqual([2, 1, 0]);
   });
 
   it('frees a peer on a sequence gap, a restart, and silence', () => {
