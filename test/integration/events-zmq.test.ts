@@ -224,6 +224,28 @@ async function subscribed(h: Harness, key: string): Promise<void> {
   await sleep(150);
 }
 
+/**
+ * A publisher with a replay endpoint applies `batches` (until `applied`), goes away, and a new
+ * incarnation binds the same ports before the listener reconnects.
+ */
+async function restartedPublisher(options: Partial<ListenerOptions>, batches: unknown[], applied: (h: Harness) => boolean): Promise<{ h: Harness; reg: Registration; e2: FakeEngine }> {
+  const pubPort = await freePort();
+  const replayPort = await freePort();
+  const e1 = new FakeEngine();
+  await e1.start({ replay: true, pubPort, replayPort });
+  const h = harness({ reconnectMs: 50, reconnectMaxMs: 100, ...options });
+  const reg = h.register({ endpoint: `tcp://127.0.0.1:${pubPort}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}` });
+  await subscribed(h, reg.key);
+  for (const b of batches) await e1.publish([b]);
+  await waitFor(() => applied(h), 'first incarnation applied');
+  await e1.close();
+  await waitFor(() => h.pool.stat(reg.key)!.status === 'paused', 'paused');
+  const e2 = new FakeEngine();
+  await e2.start({ replay: true, pubPort, replayPort });
+  cleanups.push(() => e2.close());
+  return { h, reg, e2 };
+}
+
 const A = range(1, 8); // 2 blocks
 const B = range(101, 8);
 const C = range(201, 12); // 3 blocks
@@ -496,23 +518,9 @@ for (const client of ['builtin', 'libzmq'] as const) {
     });
 
     it('detects a fast engine restart across a reconnect by re-reading the last batch, then bootstraps', async () => {
-      const pubPort = await freePort();
-      const replayPort = await freePort();
-      const e1 = new FakeEngine();
-      await e1.start({ replay: true, pubPort, replayPort });
-      const h = harness({ reconnectMs: 50, reconnectMaxMs: 100 });
-      const reg = h.register({ endpoint: `tcp://127.0.0.1:${pubPort}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}` });
-      await subscribed(h, reg.key);
-      await e1.publish([storedMap(1, A)]);
-      await e1.publish([storedMap(2, B)]);
-      await waitFor(() => h.device(B) === 2, 'B');
-      await e1.close();
-      await waitFor(() => h.pool.stat(reg.key)!.status === 'paused', 'paused');
+      const { h, reg, e2 } = await restartedPublisher({}, [storedMap(1, A), storedMap(2, B)], (x) => x.device(B) === 2);
 
       // The new incarnation published its first batches before the listener reconnected.
-      const e2 = new FakeEngine();
-      await e2.start({ replay: true, pubPort, replayPort });
-      cleanups.push(() => e2.close());
       await e2.publish([storedMap(3, C)], { drop: true });
       await e2.publish([storedMap(4, D)], { drop: true });
       await waitFor(() => h.device(C) === 3 && h.device(D) === 1, 'new incarnation bootstrapped');
@@ -523,20 +531,7 @@ for (const client of ['builtin', 'libzmq'] as const) {
     });
 
     it('with bootstrap_replay off, a restarted publisher is purged and followed from live batches only', async () => {
-      const pubPort = await freePort();
-      const replayPort = await freePort();
-      const e1 = new FakeEngine();
-      await e1.start({ replay: true, pubPort, replayPort });
-      const h = harness({ reconnectMs: 50, reconnectMaxMs: 100, bootstrapReplay: false });
-      const reg = h.register({ endpoint: `tcp://127.0.0.1:${pubPort}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}` });
-      await subscribed(h, reg.key);
-      await e1.publish([storedMap(1, A)]);
-      await waitFor(() => h.device(A) === 2, 'A');
-      await e1.close();
-      await waitFor(() => h.pool.stat(reg.key)!.status === 'paused', 'paused');
-      const e2 = new FakeEngine();
-      await e2.start({ replay: true, pubPort, replayPort });
-      cleanups.push(() => e2.close());
+      const { h, reg, e2 } = await restartedPublisher({ bootstrapReplay: false }, [storedMap(1, A)], (x) => x.device(A) === 2);
       await e2.publish([storedMap(3, C)], { drop: true });
       await waitFor(() => h.pool.stat(reg.key)!.lastPurge === 'publisher_changed' && !h.pool.stat(reg.key)!.replaying, 'the restart noticed');
       expect(e2.replayRequests).toEqual([0]); // the re-read of our last batch (seq 0), no bootstrap after it
