@@ -11,15 +11,9 @@ import { greeting, ready } from '../../src/events/zmtp/codec.js';
 import { openSubscriber } from '../../src/events/sub-transport.js';
 import { parseEndpoint, type SubHandlers, ZmtpSubscriber } from '../../src/events/zmtp/subscriber.js';
 import { freePort } from '../../src/common/net.js';
+import { waitFor } from '../helpers/procs.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-async function waitFor(cond: () => boolean, what: string, ms = 5_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
 
 interface Log {
   events: string[];
@@ -62,7 +56,7 @@ async function publisher(endpoint: string, opts: ConstructorParameters<typeof Pu
 
 /** Publish until the subscription has reached the PUB (slow joiner), then clear the log. */
 async function joined(pub: Publisher, log: Log, topic = ''): Promise<void> {
-  await waitFor(() => log.events.includes('connected'), 'connected');
+  await waitFor('connected', () => log.events.includes('connected'));
   for (let i = 0; i < 200 && log.messages.length === 0; i++) {
     await pub.send([topic, 'probe']);
     await sleep(10);
@@ -101,7 +95,7 @@ describe('ZMTP subscriber against libzmq', () => {
     await pub.send(['other', 'x']); // filtered by the PUB
     for (let i = 0; i < 500; i++) await pub.send(['kv@a', Buffer.from([i >> 8, i & 255]), Buffer.alloc(i)]);
     await pub.send(['kv', big]);
-    await waitFor(() => log.messages.length === 501, '501 messages');
+    await waitFor('501 messages', () => log.messages.length === 501);
     for (let i = 0; i < 500; i++) {
       const m = log.messages[i];
       expect(m.map((f) => f.length)).toEqual([4, 2, i]);
@@ -114,16 +108,16 @@ describe('ZMTP subscriber against libzmq', () => {
   it('retries until a late publisher binds, and resubscribes after the publisher restarts', async () => {
     const endpoint = `tcp://127.0.0.1:${await freePort()}`;
     const { log } = subscriber(endpoint, '');
-    await waitFor(() => log.events.some((e) => e.startsWith('retrying: ECONNREFUSED')), 'a refused attempt');
+    await waitFor('a refused attempt', () => log.events.some((e) => e.startsWith('retrying: ECONNREFUSED')));
     const pub = await publisher(endpoint);
     await joined(pub, log);
     pub.close();
-    await waitFor(() => log.events.some((e) => e.startsWith('disconnected')), 'disconnect');
+    await waitFor('disconnect', () => log.events.some((e) => e.startsWith('disconnected')));
     const pub2 = await publisher(endpoint);
-    await waitFor(() => log.events.filter((e) => e === 'connected').length === 2, 'reconnected');
+    await waitFor('reconnected', () => log.events.filter((e) => e === 'connected').length === 2);
     await joined(pub2, log);
     await pub2.send(['t', 'after restart']);
-    await waitFor(() => log.messages.some((m) => m[1]?.toString() === 'after restart'), 'message after restart');
+    await waitFor('message after restart', () => log.messages.some((m) => m[1]?.toString() === 'after restart'));
   });
 
   it('answers libzmq heartbeats, so a publisher with a heartbeat timeout keeps it connected', async () => {
@@ -133,7 +127,7 @@ describe('ZMTP subscriber against libzmq', () => {
     await joined(pub, log);
     await sleep(800); // > 5 heartbeat timeouts with nothing but PINGs on the wire
     await pub.send(['t', 'still here']);
-    await waitFor(() => log.messages.length === 1, 'message after the quiet period');
+    await waitFor('message after the quiet period', () => log.messages.length === 1);
     expect(log.events).toEqual(['connected']);
   });
 
@@ -148,7 +142,7 @@ describe('ZMTP subscriber against libzmq', () => {
       await pub.send(['t', String(i)]);
       await sleep(20); // 1.2 s of steady traffic, four TTLs
     }
-    await waitFor(() => log.messages.length === 60, '60 messages');
+    await waitFor('60 messages', () => log.messages.length === 60);
     expect(log.events).toEqual(['connected']);
   });
 
@@ -160,7 +154,7 @@ describe('ZMTP subscriber against libzmq', () => {
     const { log } = subscriber(endpoint, '');
     await joined(pub, log);
     await pub.send(['t', 'over ipc']);
-    await waitFor(() => log.messages.length === 1, 'ipc message');
+    await waitFor('ipc message', () => log.messages.length === 1);
     expect(log.messages[0][1].toString()).toBe('over ipc');
   });
 });
@@ -178,7 +172,7 @@ describe('SUB client choice', () => {
       expect(sub.client).toBe(expected);
       await joined(pub, log);
       await pub.send(['t', 'hello']);
-      await waitFor(() => log.messages.some((m) => m[1]?.toString() === 'hello'), `a message over ${endpoint}`);
+      await waitFor(`a message over ${endpoint}`, () => log.messages.some((m) => m[1]?.toString() === 'hello'));
     }
   });
 });
@@ -191,32 +185,34 @@ describe('ZMTP subscriber against scripted peers', () => {
       s.on('data', () => {}); // swallows PINGs, never answers
     });
     const { log } = subscriber(endpoint, '', { heartbeatMs: 40 });
-    await waitFor(() => log.events.some((e) => e.startsWith('disconnected: no data or heartbeat')), 'heartbeat timeout');
+    await waitFor('heartbeat timeout', () => log.events.some((e) => e.startsWith('disconnected: no data or heartbeat')));
     expect(log.events[0]).toBe('connected');
   });
 
   it('delivers nothing after a protocol fault, not even the rest of the chunk', async () => {
     const msg = (body: string) => Buffer.concat([Buffer.from([0, body.length]), Buffer.from(body)]);
+    let conns = 0;
     const { endpoint } = await fakePeer((s) => {
+      if (conns++ > 0) return void s.destroy(); // only the first connection gets the faulty stream
       s.write(greeting());
       s.write(Buffer.concat([ready({ 'Socket-Type': 'PUB' }), msg('m1'), ready({ 'Socket-Type': 'PUB' }), msg('m2')]));
     });
     const { log } = subscriber(endpoint, '');
-    await waitFor(() => log.events.some((e) => e === 'disconnected: second READY'), 'the fault');
+    await waitFor('the fault', () => log.events.some((e) => e === 'disconnected: second READY'));
     expect(log.messages.map((m) => m[0].toString())).toEqual(['m1']);
   });
 
   it('reports why a handshake fails and keeps retrying', async () => {
     const http = await fakePeer((s) => s.end('HTTP/1.1 400 Bad Request\r\n\r\n'.padEnd(80, ' ')));
     const a = subscriber(http.endpoint, '');
-    await waitFor(() => a.log.events.filter((e) => e === 'retrying: peer is not a ZMTP endpoint (bad signature)').length >= 2, 'two refused handshakes');
+    await waitFor('two refused handshakes', () => a.log.events.filter((e) => e === 'retrying: peer is not a ZMTP endpoint (bad signature)').length >= 2);
 
     const rep = await fakePeer((s) => {
       s.write(greeting());
       s.write(ready({ 'Socket-Type': 'REP' }));
     });
     const b = subscriber(rep.endpoint, '');
-    await waitFor(() => b.log.events.includes('retrying: peer socket type REP cannot feed a SUB'), 'socket type refused');
+    await waitFor('socket type refused', () => b.log.events.includes('retrying: peer socket type REP cannot feed a SUB'));
 
     const huge = await fakePeer((s) => {
       s.write(greeting());
@@ -227,7 +223,7 @@ describe('ZMTP subscriber against scripted peers', () => {
       s.write(h);
     });
     const c = subscriber(huge.endpoint, '', { maxMessageBytes: 1 << 20 });
-    await waitFor(() => c.log.events.includes(`disconnected: protocol: message larger than ${1 << 20} bytes`), 'oversize refused');
+    await waitFor('oversize refused', () => c.log.events.includes(`disconnected: protocol: message larger than ${1 << 20} bytes`));
     expect(c.log.messages).toEqual([]);
   });
 
