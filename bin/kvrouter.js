@@ -9,4 +9,6 @@ if (!existsSync(main)) {
   process.exit(1);
 }
 const { runCli } = await import(main);
-process.exitCode = await runCli(process.argv.slice(2));
+const code = await runCli(process.argv.slice(2));
+// A failed start may leave sockets open (listeners, NATS) that would keep the process alive.
+if (code !== 0) process.exit(code);

@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { getRequestListener } from '@hono/node-server';
 import type { Hono } from 'hono';
+import { listenOn } from '../common/listen.js';
 
 export type NodeHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -18,15 +19,13 @@ export function honoListener(app: Hono): NodeHandler {
   return getRequestListener(app.fetch, { overrideGlobalObjects: false });
 }
 
-export async function startHttpServer(handler: NodeHandler, opts: { host: string; port: number }): Promise<RunningServer> {
+/**
+ * `role` names the server in a ListenError ("router HTTP server") when its port cannot be had, and
+ * `hint` says how to move it ("--port").
+ */
+export async function startHttpServer(handler: NodeHandler, opts: { host: string; port: number; role: string; hint?: string }): Promise<RunningServer> {
   const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, handler);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listenOn(server, opts.port, opts.host, opts.role, opts.hint);
   const port = (server.address() as AddressInfo).port;
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
   return {

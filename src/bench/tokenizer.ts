@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
+import type { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
 import { intOption, type OptionTable, parseCommand } from '../cli/args.js';
 import { resolveTokenizerDir } from '../tokenizer/files.js';
 import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../tokenizer/index.js';
@@ -283,11 +283,15 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`${name}: event-loop stalls...\n`);
     stalls.push(...(await benchStall(name, cached, whole)));
   }
+  // The pure-JS port is a dev dependency (only this comparison uses it): present in a clone after `npm ci`.
+  const { Tokenizer: JsTokenizerClass } = await import('@huggingface/tokenizers').catch(() => {
+    throw new Error('bench tokenizer compares against @huggingface/tokenizers, a dev dependency: run it from a clone after `npm ci`');
+  });
   for (const name of names) {
     const { cached, whole } = loaded.get(name) as { cached: PromptTokenizer; whole: PromptTokenizer };
     const { dir } = resolveTokenizerDir({ package: MODELS[name] });
     const native = await NativeTokenizer.fromFile(join(dir, 'tokenizer.json'));
-    const js = new JsTokenizer(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object);
+    const js = new JsTokenizerClass(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object);
     process.stderr.write(`${name}: cold throughput, native vs JS...\n`);
     cold.push(...(await benchCold(name, cached, whole, native, js, quick)));
     stalls.push(...(await benchStall(name, cached, whole, js)));

@@ -1,6 +1,7 @@
 // `kvrouter engine-sim`: start one or more simulated engines (see docs/engine-sim.md).
 import { intOption, numberOption, parseCommand, type OptionTable, type ParsedOptions } from './args.js';
-import { startEngines, EVENT_FORMATS, type EngineHandle, type EngineOptions, type EventFormat, type ReplayLayout } from '../engine-sim/index.js';
+import { ListenError } from '../common/listen.js';
+import { ENGINE_ROLES, startEngines, EVENT_FORMATS, type EngineHandle, type EngineOptions, type EventFormat, type ReplayLayout } from '../engine-sim/index.js';
 
 const SUMMARY = `Simulated inference engines: OpenAI API, paged KV cache with prefix caching (and an optional
 host tier), vLLM-style scheduling with mocker timing, real ZMQ KV events. --count N starts N engines:
@@ -101,6 +102,13 @@ export function describeEngine(i: number, h: EngineHandle): string {
   return `engine-sim ${i} ${h.url} zmq ${h.zmqEndpoint ?? 'none'} replay ${h.replayEndpoint ?? 'none'}${h.ranks.length > 1 ? ` dp ${h.ranks.length}` : ''}`;
 }
 
+// Engine i listens on --port + i and publishes on --zmq-port / --replay-port + 2i (x dp size).
+const CLI_ENGINE_HINTS: Record<string, string> = {
+  [ENGINE_ROLES.http]: '--port (engine i takes port + i)',
+  [ENGINE_ROLES.pub]: '--zmq-port (engine i takes zmq-port + 2i)',
+  [ENGINE_ROLES.replay]: '--replay-port (engine i takes replay-port + 2i)',
+};
+
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('engine-sim', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
@@ -113,7 +121,8 @@ export async function run(argv: string[]): Promise<number> {
     const { count, options } = toEngineOptions(parsed.values);
     engines = await startEngines(count, options);
   } catch (err) {
-    process.stderr.write(`kvrouter engine-sim: ${(err as Error).message}\n`);
+    const e = err instanceof ListenError ? err.withHint(CLI_ENGINE_HINTS[err.role] ?? '--port / --zmq-port / --replay-port') : (err as Error);
+    process.stderr.write(`kvrouter engine-sim: ${e.message}\n`);
     return 1;
   }
   engines.forEach((h, i) => process.stdout.write(`${describeEngine(i, h)}\n`));

@@ -82,7 +82,7 @@ export async function run(argv: string[]): Promise<number> {
       return 2;
     }
   }
-  const server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port') });
+  const server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port'), role: 'indexer HTTP server', hint: '--port' });
   const expirer = setInterval(() => indexer.expire(Date.now()), 1000);
   expirer.unref();
   process.stdout.write(`kvrouter indexer listening on ${server.url}\n`);

@@ -38,5 +38,12 @@ export async function runCli(argv: string[]): Promise<number> {
     return 2;
   }
   const mod = await sub.load();
-  return mod.run(rest);
+  try {
+    return await mod.run(rest);
+  } catch (err) {
+    // A start-up failure (a port taken, a file missing) is one line; KVROUTER_DEBUG=1 shows the stack.
+    const e = err instanceof Error ? err : new Error(String(err));
+    process.stderr.write(`kvrouter ${cmd}: ${process.env.KVROUTER_DEBUG ? (e.stack ?? e.message) : e.message}\n`);
+    return 1;
+  }
 }

@@ -141,7 +141,7 @@ export async function run(argv: string[]): Promise<number> {
   if (v.port !== 'none') {
     const { app } = createIndexerApp({ indexer, registry, applier, listeners, metrics: prom });
     app.get('/relay', (c) => json(c, relay.status()));
-    server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port') });
+    server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port'), role: 'relay HTTP server', hint: '--port' });
   }
   const role = opts.ha ? ` (ha: ${relay.status().role}, lease ${opts.ha.bucket}/${opts.stream})` : '';
   log(`kvrouter relay ${opts.relayId} publishing to ${opts.stream} (${opts.subject})${role}, ${registry.size} publishers${server ? `, http ${server.url}` : ''}`);

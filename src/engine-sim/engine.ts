@@ -2,6 +2,7 @@
 // by a RankRunner and publishing on its own ZMQ PUB (+ replay) ports, like a vLLM DP deployment.
 import type { AddressInfo } from 'node:net';
 import { createServer, type RequestListener, type Server } from 'node:http';
+import { listenOn } from '../common/listen.js';
 import { EngineCore, type CoreStats } from './core/engine-core.js';
 import { Rng } from './core/rng.js';
 import type { SimRequestSpec } from './core/request.js';
@@ -9,7 +10,7 @@ import { mooncakeEncoder } from './events/mooncake-format.js';
 import { sglangEncoder } from './events/sglang-format.js';
 import { vllmEncoder } from './events/vllm-format.js';
 import type { WireContext, WireEncoder } from './events/wire.js';
-import { ZmqEventPublisher } from './events/zmq-publisher.js';
+import { ENGINE_ROLES, ZmqEventPublisher } from './events/zmq-publisher.js';
 import type { EngineBackend } from './http/backend.js';
 import { debugCacheView } from './http/debug-cache.js';
 import { HttpError, sendError } from './http/errors.js';
@@ -253,16 +254,11 @@ export async function startEngine(options: EngineOptions = {}): Promise<EngineHa
   }
 }
 
-function listen(o: ResolvedEngineOptions, onRequest: RequestListener): Promise<Server> {
+async function listen(o: ResolvedEngineOptions, onRequest: RequestListener): Promise<Server> {
   const server = createServer(onRequest);
   server.keepAliveTimeout = 65_000;
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(o.port, o.host, () => {
-      server.off('error', reject);
-      resolve(server);
-    });
-  });
+  await listenOn(server, o.port, o.host, ENGINE_ROLES.http);
+  return server;
 }
 
 /**

@@ -9,3 +9,4 @@ export type { CoreConfig } from './core/config.js';
 export type { SimRequestSpec } from './core/request.js';
 export type { CoreKvEvent } from './core/kv-events.js';
 export { prefillMs, decodeMs } from './core/timing.js';
+export { ENGINE_ROLES } from './events/zmq-publisher.js';

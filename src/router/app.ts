@@ -20,7 +20,8 @@ import { denialBody, installAccess } from '../auth/http.js';
 import { ConfigInvalidError, loadConfigFile, type LoadOptions } from '../config/load.js';
 import type { RouterConfig } from '../config/schema.js';
 import { mountDashboard } from '../dashboard/index.js';
-import { type EngineHandle, startEngines } from '../engine-sim/index.js';
+import { ENGINE_ROLES, type EngineHandle, startEngines } from '../engine-sim/index.js';
+import { ListenError } from '../common/listen.js';
 import { EventApplier } from '../events/apply.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { listenerOptionsFromConfig } from '../events/config.js';
@@ -76,6 +77,13 @@ export interface StartOptions {
 
 const ENGINE_TYPES: Record<RouterConfig['engine_sim']['event_format'], PublisherType> = { map: 'vLLM', array: 'vLLM', sglang: 'SGLang', mooncake: 'Mooncake' };
 
+// Engine i of `engine_sim` listens on port + i and publishes on zmq_port / replay_port + 2i.
+const EMBEDDED_ENGINE_HINTS: Record<string, string> = {
+  [ENGINE_ROLES.http]: 'engine_sim.port (engine i takes port + i)',
+  [ENGINE_ROLES.pub]: 'engine_sim.zmq_port (engine i takes zmq_port + 2i)',
+  [ENGINE_ROLES.replay]: 'engine_sim.replay_port (engine i takes replay_port + 2i)',
+};
+
 async function startEmbeddedEngines(cfg: RouterConfig, log: (l: string) => void): Promise<EngineHandle[]> {
   const es = cfg.engine_sim;
   if (es.count === 0) return [];
@@ -94,6 +102,8 @@ async function startEmbeddedEngines(cfg: RouterConfig, log: (l: string) => void)
     seed: es.seed,
     eventFormat: es.event_format,
     hashSeed: BigInt(m.hash_seed ?? cfg.hashing.seed),
+  }).catch((err: unknown) => {
+    throw err instanceof ListenError ? err.withHint(EMBEDDED_ENGINE_HINTS[err.role] ?? 'the engine_sim ports') : err;
   });
   for (const e of engines) log(`engine-sim ${e.id} ${e.url} zmq ${e.zmqEndpoint} replay ${e.replayEndpoint}`);
   return engines;
@@ -316,11 +326,11 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
 
   let server: RunningServer;
   try {
-    server = await startHttpServer(handler, { host: cfg0.server.host, port: cfg0.server.port });
+    server = await startHttpServer(handler, { host: cfg0.server.host, port: cfg0.server.port, role: 'router HTTP server' });
   } catch (err) {
     await listeners.close();
     await Promise.all(engines.map((e) => e.close()));
-    throw err;
+    throw err instanceof ListenError ? err.withHint('server.port (kvrouter serve --port)') : err;
   }
 
   cluster = clusterEnabled(cfg0.cluster)

@@ -1,6 +1,6 @@
 // The dashboard in a real browser (Debian's chromium driven by playwright-core, nothing downloaded)
 // against a real router with two simulated engines; then the stream's bounds and cleanup.
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { Hono } from 'hono';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { request } from 'undici';
@@ -11,8 +11,8 @@ import { type DashboardHub, mountDashboard } from '../../src/dashboard/index.js'
 import type { DashboardSnapshot, DashboardSource, DecisionRecord } from '../../src/dashboard/source.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { ROOT, waitFor } from '../helpers/procs.js';
+import { chromiumBinary } from '../helpers/tools.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 const OUT = `${ROOT}test/output`;
 const MODEL = 'Qwen/Qwen3-0.6B';
 const SYSTEM = 'You are the concierge of a mountain hotel; answer guests briefly and kindly. '.repeat(30);
@@ -47,11 +47,10 @@ describe('dashboard in a browser', () => {
   let page: Page;
 
   beforeAll(async () => {
-    if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get update -qq && apt-get install -y chromium`);
     router = await startRouter(loadConfigText(YAML, 'test'), { log: () => {} });
     await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
     browser = await chromium.launch({
-      executablePath: CHROMIUM,
+      executablePath: chromiumBinary(),
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
     page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
@@ -162,7 +161,7 @@ describe('dashboard stream bounds', () => {
   beforeAll(async () => {
     const app = new Hono();
     hub = mountDashboard(app, source, { intervalMs: 100, maxClients: 2, maxDecisionsPerSecond: 5 });
-    server = await startHttpServer(honoListener(app), { host: '127.0.0.1', port: 0 });
+    server = await startHttpServer(honoListener(app), { host: '127.0.0.1', port: 0, role: 'dashboard test server' });
   });
   afterAll(async () => {
     server.server.closeAllConnections();

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { decode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
@@ -9,9 +8,10 @@ import { ReplayBuffer } from '../../src/engine-sim/events/replay-buffer.js';
 import { sglangEncoder } from '../../src/engine-sim/events/sglang-format.js';
 import { vllmEncoder } from '../../src/engine-sim/events/vllm-format.js';
 import { encodeBatch, type WireContext } from '../../src/engine-sim/events/wire.js';
+import { fixture } from '../helpers/fixtures.js';
 
 // The worked example of the wire-format reference: tokens 1..32, block size 16, sha256_cbor, PYTHONHASHSEED=0.
-const FRAMES = readFileSync(new URL('../../../shared/reference/vllm-event-frames.txt', import.meta.url), 'utf8').split('\n');
+const FRAMES = fixture('vllm-event-frames.txt').split('\n');
 const hexAfter = (title: string): string => FRAMES[FRAMES.findIndex((l) => l.startsWith(`== ${title}`)) + 2];
 const TS = 1757500000.25;
 

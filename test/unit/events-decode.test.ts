@@ -1,14 +1,13 @@
 // Every captured frame in the wire-format reference decodes byte-exact to the expected normalized
 // events; the ZMQ framing and replay layouts parse as documented.
-import { readFileSync } from 'node:fs';
 import { decode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { parseJson } from '../../src/common/json.js';
 import { decodeContext, decodeMessage, decodePayload, parseLiveFrames, parseReplayFrames } from '../../src/events/decode/index.js';
 import type { KvEvent } from '../../src/events/model.js';
 import { plainBatch } from '../helpers/plain-events.js';
+import { fixture } from '../helpers/fixtures.js';
 
-const framesPath = new URL('../../../shared/reference/vllm-event-frames.txt', import.meta.url);
 
 interface Example {
   title: string;
@@ -18,7 +17,7 @@ interface Example {
 }
 
 function examples(): Example[] {
-  const lines = readFileSync(framesPath, 'utf8').split('\n').filter((l) => l.trim() !== '');
+  const lines = fixture('vllm-event-frames.txt').split('\n').filter((l) => l.trim() !== '');
   const out: Example[] = [];
   for (let i = 0; i < lines.length; i += 3) {
     const m = /^== (.*) \((\d+) bytes\)$/.exec(lines[i]);

@@ -2,7 +2,6 @@
 // give exactly what the library-only path gives (typed arrays compared as plain arrays) and leave the
 // same DecodeState, for the reference frames, for thousands of random vLLM-family and standardized
 // events covering the field-history variants, and for mutated payloads.
-import { readFileSync } from 'node:fs';
 import { encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
@@ -11,8 +10,9 @@ import { type DecodeContext, decodeContext, decodePayload, decodePayloadGeneric,
 import { unpack } from '../../src/events/decode/msgpack.js';
 import { PUBLISHER_TYPES } from '../../src/events/registry.js';
 import { plainResult } from '../helpers/plain-events.js';
+import { fixture } from '../helpers/fixtures.js';
 
-const referencePayloads = readFileSync(new URL('../../../shared/reference/vllm-event-frames.txt', import.meta.url), 'utf8')
+const referencePayloads = fixture('vllm-event-frames.txt')
   .split('\n')
   .filter((l) => /^[0-9a-f]+$/.test(l.trim()))
   .map((l) => Buffer.from(l.trim(), 'hex'));

@@ -1,7 +1,6 @@
 // Bounded fuzz: >= 100k random and mutated ZMQ messages through the decoders and the ingest path
 // (decode + apply into a live index). Nothing may throw, every bad frame is counted, and the index
 // keeps answering correct queries for a control backend and for a clean stream applied afterwards.
-import { readFileSync } from 'node:fs';
 import { encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { EventApplier } from '../../src/events/apply.js';
@@ -12,6 +11,7 @@ import { type PublisherType, type Registration, PUBLISHER_TYPES } from '../../sr
 import { parseLiveFrames } from '../../src/events/decode/frames.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
 import { mulberry32 } from '../../src/common/prng.js';
+import { fixture } from '../helpers/fixtures.js';
 
 const ITERATIONS = 100_000;
 const BS = 16;
@@ -22,7 +22,7 @@ function reg(type: PublisherType, backendId: string): Registration {
   return { endpoint: 'tcp://127.0.0.1:1', replayEndpoint: null, type, model: 'm', loraName: null, tenant: 'default', instanceId: backendId, blockSize: BS, dpRank: 0, additionalSalt: null, topic: '', backendId, shared: false, key: `${backendId}|default|0`, status: 'active', lastError: null, registeredAt: 0 };
 }
 
-const referencePayloads = readFileSync(new URL('../../../shared/reference/vllm-event-frames.txt', import.meta.url), 'utf8')
+const referencePayloads = fixture('vllm-event-frames.txt')
   .split('\n')
   .filter((l) => /^[0-9a-f]+$/.test(l.trim()))
   .map((l) => Buffer.from(l.trim(), 'hex'));

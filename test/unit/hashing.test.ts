@@ -1,8 +1,7 @@
-import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { chainHash, hashSpace, localBlockHashes, seqHashes, xxh3_64 } from '../../src/hashing/index.js';
+import { fixture } from '../helpers/fixtures.js';
 
-const vectorsPath = new URL('../../../shared/reference/xxh3_vectors.json', import.meta.url);
 type Hex = { dec: string; hex: string };
 interface Case {
   name: string;
@@ -13,7 +12,7 @@ interface Case {
   seq_hashes: { dec: string[] };
   second_seq_input_bytes_hex?: string;
 }
-const vectors = JSON.parse(readFileSync(vectorsPath, 'utf8')) as {
+const vectors = JSON.parse(fixture('xxh3_vectors.json')) as {
   sanity: Record<string, Hex>;
   cases: Case[];
   dynamo_compat_informational: Record<string, unknown> & {

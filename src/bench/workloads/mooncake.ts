@@ -3,6 +3,7 @@
 // (seed, k), the last block cut to the input length, so equal ids give equal tokens and the engines
 // and the router see exactly the reuse the trace records. Prompts go out as token ids.
 import { readFileSync } from 'node:fs';
+import { gunzipSync } from 'node:zlib';
 import { mix, tokenBlock } from './tokens.js';
 import type { BenchRequest, Workload } from './types.js';
 
@@ -62,8 +63,14 @@ export function traceTokens(r: TraceRecord, seed: number): Uint32Array {
   return out;
 }
 
+/** A trace file's text; `.gz` files (as committed under bench/traces/) are decompressed. */
+export function readTraceText(file: string): string {
+  const raw = readFileSync(file);
+  return (file.endsWith('.gz') ? gunzipSync(raw) : raw).toString('utf8');
+}
+
 export function mooncakeWorkload(o: MooncakeOptions): Workload & { skipped: number } {
-  const all = parseTrace(readFileSync(o.file, 'utf8'), o.file);
+  const all = parseTrace(readTraceText(o.file), o.file);
   const kept: TraceRecord[] = [];
   let skipped = 0;
   for (const r of all) {

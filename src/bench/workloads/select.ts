@@ -10,8 +10,8 @@ import type { Workload } from './types.js';
 export const WORKLOADS = ['mooncake', 'shared-prefix', 'multi-turn'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
-/** The trace is read from ../shared at run time, never copied into the repository. */
-export const DEFAULT_TRACE = '../shared/data/mooncake/conversation_trace.jsonl';
+/** The Mooncake conversation trace committed under bench/traces/ (source and license in its README). */
+export const DEFAULT_TRACE = 'bench/traces/conversation_trace.jsonl.gz';
 
 export interface WorkloadFlags {
   workload: WorkloadName;

@@ -2,7 +2,11 @@
 // replay socket serving the ring buffer. --drop-rate skips the PUB send of a batch (its seq is
 // still consumed and it stays replayable) so subscribers see a gap they can repair.
 import { Publisher, Router } from 'zeromq';
+import { asListenError, ListenError } from '../../common/listen.js';
 import { ReplayBuffer } from './replay-buffer.js';
+
+/** What each socket of a simulated engine is, as named in a ListenError (hints are added by callers). */
+export const ENGINE_ROLES = { http: "simulated engine's HTTP server", pub: "simulated engine's KV-event PUB socket", replay: "simulated engine's KV-event replay socket" } as const;
 
 export type ReplayLayout = 'topic' | 'no-topic';
 
@@ -64,16 +68,19 @@ export class ZmqEventPublisher {
   static async open(opts: PublisherOptions): Promise<ZmqEventPublisher> {
     const pub = new Publisher({ linger: 0, sendHighWaterMark: 100_000 });
     let router: Router | null = null;
+    let opening: { endpoint: string; role: string } = { endpoint: opts.endpoint, role: ENGINE_ROLES.pub };
     try {
       await pub.bind(bindAddress(opts.endpoint));
       if (opts.replayEndpoint) {
+        opening = { endpoint: opts.replayEndpoint, role: ENGINE_ROLES.replay };
         router = new Router({ linger: 0 });
         await router.bind(bindAddress(opts.replayEndpoint));
       }
     } catch (err) {
       pub.close();
       router?.close();
-      throw new Error(`cannot bind ${opts.endpoint}${opts.replayEndpoint ? ` / ${opts.replayEndpoint}` : ''}: ${(err as Error).message}`);
+      const e = asListenError(err, opening.endpoint, opening.role);
+      throw e instanceof ListenError ? e : new Error(`cannot bind ${opening.endpoint}: ${(err as Error).message}`);
     }
     return new ZmqEventPublisher(opts, pub, router, pub.lastEndpoint ?? opts.endpoint, router?.lastEndpoint ?? null);
   }
