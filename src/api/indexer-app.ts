@@ -16,14 +16,14 @@ export function createIndexerApp(opts: IndexerAppOptions): { app: Hono; metrics:
   const app = new Hono();
   const metrics = opts.metrics ?? new PromRegistry();
   if (!opts.metrics) collectDefaultMetrics({ register: metrics });
-  const im = registerIndexMetrics(metrics, opts.indexer);
+  const im = registerIndexMetrics(metrics, opts.writer.indexer);
   installAccess(app, new Access({ admin_token: opts.adminToken, tenants: [] }), () => {});
   mountIndexerRoutes(app, { ...opts, onQuery: (route, r) => (im.observeQuery(route, r), opts.onQuery?.(route, r)) });
   app.get('/health', (c) => {
     const regs = opts.registry.all();
     const byStatus: Record<string, number> = {};
     for (const r of regs) byStatus[r.status] = (byStatus[r.status] ?? 0) + 1;
-    return json(c, { status: 'ok', registrations: regs.length, listeners: byStatus, index: opts.indexer.stats() });
+    return json(c, { status: 'ok', registrations: regs.length, listeners: byStatus, index: opts.writer.indexer.stats() });
   });
   app.get('/metrics', async (c) => c.body(await metrics.metrics(), 200, { 'content-type': metrics.contentType }));
   installErrorHandling(app, [...INDEXER_ROUTES, ['GET', '/health'], ['GET', '/metrics']]);

@@ -3,14 +3,13 @@
 // Mounted by `kvrouter indexer` (standalone) and by `kvrouter serve`.
 import type { Context, Hono } from 'hono';
 import { stringifyJson } from '../common/json.js';
-import type { EventApplier } from '../events/apply.js';
 import { PUBLISHER_TYPES, type PublisherType, type Registration, type Registry } from '../events/registry.js';
 import { parseStandardEvent } from '../events/standard.js';
 import { seqHashes } from '../hashing/index.js';
 import type { OverlapResult } from '../indexer/block-index.js';
 import type { Namespace } from '../indexer/namespace.js';
 import { dumpIndex } from '../indexer/snapshot.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { type IndexWriter, registerInIndex, unregisterFromIndex } from '../indexer/writer.js';
 import { readJson } from './body.js';
 import { conductorHits, dynamoShape } from './conductor.js';
 import { ApiError, badField } from './errors.js';
@@ -37,9 +36,9 @@ export const DEFAULT_INDEXER_LIMITS: IndexerLimits = {
 };
 
 export interface IndexerApiDeps {
-  indexer: TieredIndexer;
+  /** The index is written only through it (reads go to writer.indexer). */
+  writer: IndexWriter;
   registry: Registry;
-  applier: EventApplier;
   listeners?: ListenerControl;
   limits?: Partial<IndexerLimits>;
   now?: () => number;
@@ -101,20 +100,9 @@ function loraOf(o: JsonObject): string | null {
 export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
   const limits = { ...DEFAULT_INDEXER_LIMITS, ...deps.limits };
   const now = deps.now ?? Date.now;
-  const { indexer, registry, applier } = deps;
+  const { writer, registry } = deps;
+  const indexer = writer.indexer;
   const body = async (c: Context) => asObject(await readJson(c, limits.maxBodyBytes));
-
-  const purge = (reg: Registration): number => {
-    let n = indexer.removeBackend(reg.backendId, { dpRank: reg.dpRank, tenant: reg.tenant });
-    if (!reg.shared) {
-      n += indexer.removeInstance(reg.instanceId, { dpRank: reg.dpRank, tenant: reg.tenant });
-      if (registry.ranks(reg.tenant, reg.instanceId).length === 0) {
-        for (const ns of indexer.namespaces()) if (ns.id.tenant === reg.tenant) ns.instances.delete(reg.instanceId);
-      }
-    }
-    applier.resetStreams(reg.backendId, reg.dpRank);
-    return n;
-  };
 
   app.post('/register', async (c) => {
     const o = await body(c);
@@ -147,15 +135,9 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
     const res = registry.register(spec, now());
     if (res.kind === 'conflict') throw new ApiError(409, 'registration_conflict', res.reason);
     if (res.kind === 'created') {
-      const reg = res.registration;
-      if (reg.shared) indexer.bindBackend(reg.backendId, null);
-      else if (reg.backendId !== reg.instanceId) indexer.bindBackend(reg.backendId, reg.instanceId);
-      if (!reg.shared) {
-        indexer
-          .namespace({ model: reg.model, blockSize: reg.blockSize, loraName: reg.loraName, salt: reg.additionalSalt, tenant: reg.tenant })
-          .instances.add(reg.instanceId);
-      }
-      deps.listeners?.add(reg);
+      // The listener pool indexes what it listens to; without one (HTTP /events only) we do.
+      if (deps.listeners) deps.listeners.add(res.registration);
+      else registerInIndex(writer, res.registration);
     }
     return json(c, { status: 'registered successfully', instance_id: instanceId });
   });
@@ -169,7 +151,7 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
     const key = `${instanceId}|${tenant}|${dpRank}`;
     if (!reg) throw new ApiError(404, 'not_found', `service not found: ${key}`);
     if (deps.listeners) await deps.listeners.remove(key);
-    purge(reg);
+    unregisterFromIndex(writer, reg, registry.ranks(reg.tenant, reg.instanceId).length === 0);
     return json(c, { status: 'unregistered successfully', removed_instances: [key] });
   });
 
@@ -195,7 +177,7 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
       if (ns) for (const inst of ns.instances) add(inst);
       for (const cand of result.candidates) add(cand.instance);
     }
-    const hasShared = ns ? ns.index.holderIds().some((h) => ns.index.holderInfo(h).instance === null) : false;
+    const hasShared = ns ? ns.index.holderInfos().some((h) => h.instance === null) : false;
     const hits = conductorHits(result, blockSize, report, hasShared);
     if (c.req.query('format') === 'dynamo') return json(c, dynamoShape(hits));
     return json(c, { [tenant]: hits });
@@ -236,7 +218,7 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
       if (!r.ok) throw badField(Array.isArray(raw) ? `[${i}].${r.field}` : r.field, r.message);
       return r.event;
     });
-    const results = events.map((ev) => applier.apply(ev));
+    const results = events.map((ev) => writer.apply(ev));
     return json(c, { applied: results.filter((r) => r.status === 'ok' || r.status === 'gap' || r.status === 'purged').length, results });
   });
 

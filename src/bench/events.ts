@@ -16,7 +16,7 @@ import { performance } from 'node:perf_hooks';
 import { encode } from '@msgpack/msgpack';
 import { Publisher } from 'zeromq';
 import { intOption, type OptionTable, parseCommand } from '../cli/args.js';
-import { EventApplier } from '../events/apply.js';
+import { KvIndexWriter } from '../indexer/writer.js';
 import { decodeContext, decodePayload } from '../events/decode/index.js';
 import { StreamIngest } from '../events/listener-ingest.js';
 import { ListenerPool } from '../events/listener-pool.js';
@@ -168,12 +168,10 @@ async function session(kind: Kind, preEncode = 0, zmqClient: ZmqClient = 'builti
   const [ready] = (await once(child, 'message')) as [PubMessage];
   if (ready.type !== 'ready') throw new Error('publisher did not start');
   const indexer = new TieredIndexer();
-  const applier = new EventApplier(indexer);
   const registry = new Registry();
   const pool = new ListenerPool({
     registry,
-    indexer,
-    applier,
+    writer: new KvIndexWriter(indexer),
     options: { receiveHwm: 0, bootstrapReplay: false, heartbeatMs: 0, disconnectPurgeMs: 0, tailCheckMs: 0, zmqClient },
   });
   const reg = registration(kind === 'vllm' ? 'vLLM' : 'Mooncake', ready.endpoint, `bench-${kind}`);
@@ -343,8 +341,7 @@ function stages(kind: Kind, batches: number): Stage {
     return best;
   };
   const decodeUs = time((i) => decodePayload(payloads[i % payloads.length], ctx));
-  const indexer = new TieredIndexer();
-  const ingest = new StreamIngest(registration(type, 'tcp://x:1', 'stage'), { indexer, applier: new EventApplier(indexer), metrics: NOOP_METRICS, now: Date.now });
+  const ingest = new StreamIngest(registration(type, 'tcp://x:1', 'stage'), { writer: new KvIndexWriter(new TieredIndexer()), metrics: NOOP_METRICS, now: Date.now });
   const applyUs = time((i) => ingest.applyPayload(payloads[kind === 'vllm' ? i % RING : i], false));
   return { kind, decodeUsPerBatch: decodeUs, decodeApplyUsPerBatch: applyUs, decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs };
 }

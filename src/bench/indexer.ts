@@ -1,8 +1,8 @@
 // `kvrouter bench indexer`: applied block-events/s, query latency by prompt length, block size and
 // fleet size over a 1M-block index, hashing tokens/s, and bytes per indexed (block, holder).
 import { mulberry32 } from '../common/prng.js';
-import { EventApplier } from '../events/apply.js';
-import type { StoredEvent } from '../events/model.js';
+import { EventApplier } from '../indexer/apply.js';
+import type { StoredEvent } from '../indexer/kv-event.js';
 import { hashSpace, seqHashes } from '../hashing/index.js';
 import { BlockIndex } from '../indexer/block-index.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';

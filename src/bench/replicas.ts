@@ -9,7 +9,9 @@ import { DEFAULT_STREAM_MAX_AGE_MS } from '../cluster/jetstream.js';
 import { type LocalNats, startLocalNats } from '../cluster/nats-server.js';
 import { NatsLink } from '../cluster/nats-link.js';
 import { registrationsFromConfig } from '../cluster/registrations.js';
-import { TapApplier, TapIndexer } from '../cluster/relay-taps.js';
+import { RelayTap } from '../cluster/relay-taps.js';
+import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { KvIndexWriter } from '../indexer/writer.js';
 import { loadConfigText } from '../config/load.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
@@ -88,14 +90,14 @@ interface Ctx {
 }
 
 async function startRelay(nats: LocalNats, yaml: string): Promise<() => Promise<void>> {
-  const indexer = new TapIndexer({ defaultSeed: 1337n });
+  const tap = new RelayTap(new KvIndexWriter(new TieredIndexer({ defaultSeed: 1337n })));
   const link = new NatsLink({ url: nats.url, name: 'bench relay' });
-  const relay = await EventRelay.start(link, indexer, {
+  const relay = await EventRelay.start(link, tap, {
     relayId: 'bench-relay', subject: 'kvrouter.events', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots',
     snapshotEvery: 10_000, snapshotIntervalMs: 30_000, streamMaxAgeMs: DEFAULT_STREAM_MAX_AGE_MS, resetState: true, publishTimeoutMs: 5000, maxBatchBytes: 256 * 1024,
   });
   const registry = new Registry();
-  const listeners = new ListenerPool({ registry, indexer, applier: new TapApplier(indexer, relay) });
+  const listeners = new ListenerPool({ registry, writer: tap });
   for (const spec of registrationsFromConfig(loadConfigText(yaml, 'relay'))) listeners.add(registry.register(spec, Date.now()).registration);
   return async () => {
     await relay.close();
@@ -134,7 +136,7 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
       const prom = new PromRegistry();
       proms.push(prom);
       if (nats) {
-        const c = attachCluster({ scheduler: r.scheduler, indexer: r.indexer, url: r.url, metrics: prom }, { routerId: `bench-${i}`, nats: { url: nats.url }, sync: { enabled: v.sync }, events: { source: v.relay ? 'jetstream' : 'zmq' } });
+        const c = attachCluster({ scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom }, { routerId: `bench-${i}`, nats: { url: nats.url }, sync: { enabled: v.sync }, events: { source: v.relay ? 'jetstream' : 'zmq' } });
         clusters.push(c);
         await c.ready;
       }

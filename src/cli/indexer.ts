@@ -3,7 +3,7 @@ import { createIndexerApp } from '../api/indexer-app.js';
 import { honoListener, startHttpServer } from '../api/http-server.js';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { endpointAllowed } from '../auth/allowlist.js';
-import { EventApplier } from '../events/apply.js';
+import { KvIndexWriter } from '../indexer/writer.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
@@ -51,16 +51,15 @@ export async function run(argv: string[]): Promise<number> {
   }
   const indexer = new TieredIndexer({ defaultSeed: seed });
   const registry = new Registry();
-  const applier = new EventApplier(indexer);
+  const writer = new KvIndexWriter(indexer);
   const metrics = new PromRegistry();
   collectDefaultMetrics({ register: metrics });
-  const listeners = new ListenerPool({ registry, indexer, applier, metrics, options: listenerOptions });
+  const listeners = new ListenerPool({ registry, writer, metrics, options: listenerOptions });
   const allow = String(v['register-allowlist']).split(',').map((x) => x.trim()).filter(Boolean);
   const adminToken = process.env.KVROUTER_ADMIN_TOKEN || undefined;
   const { app } = createIndexerApp({
-    indexer,
+    writer,
     registry,
-    applier,
     listeners,
     metrics,
     adminToken,
@@ -70,7 +69,7 @@ export async function run(argv: string[]): Promise<number> {
   if (!adminToken) process.stdout.write('kvrouter indexer: no KVROUTER_ADMIN_TOKEN set, /register and /events are open to anyone who can reach this port\n');
   if (typeof v.workers === 'string' && v.workers !== '') {
     try {
-      const regs = registerWorkers(registry, indexer, parseWorkersFlag(v.workers), {
+      const regs = registerWorkers(registry, parseWorkersFlag(v.workers), {
         model: String(v.model),
         blockSize: intOption(v, 'block-size'),
         type: String(v.type),

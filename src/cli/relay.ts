@@ -13,7 +13,9 @@ import { NatsLink } from '../cluster/nats-link.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { CLUSTER_DEFAULTS } from '../cluster/options.js';
 import { modelSeeds, registrationsFromConfig } from '../cluster/registrations.js';
-import { TapApplier, TapIndexer } from '../cluster/relay-taps.js';
+import { RelayTap } from '../cluster/relay-taps.js';
+import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { KvIndexWriter } from '../indexer/writer.js';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { listenerOptionsFromConfig } from '../events/config.js';
 import type { ListenerOptions } from '../events/zmq-listener.js';
@@ -111,25 +113,24 @@ export async function run(argv: string[]): Promise<number> {
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
   const metrics = createClusterMetrics(prom);
-  const indexer = new TapIndexer({ defaultSeed: src.seed, modelSeeds: src.seeds });
+  const indexer = new TieredIndexer({ defaultSeed: src.seed, modelSeeds: src.seeds });
+  const tap = new RelayTap(new KvIndexWriter(indexer));
   const link = new NatsLink({ url, name: `kvrouter ${opts.relayId}`, log });
   metrics.watch({ connected: { events: () => link.connected } });
   log(`kvrouter relay ${opts.relayId}: waiting for NATS at ${url}`);
-  const relay = await EventRelay.start(link, indexer, opts, { metrics, log });
+  const relay = await EventRelay.start(link, tap, opts, { metrics, log });
   metrics.watch({ relayLeader: () => relay.publishing });
   const registry = new Registry();
-  const applier = new TapApplier(indexer, relay);
-  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, options: src.listener });
+  const listeners = new ListenerPool({ registry, writer: tap, metrics: prom, options: src.listener });
   try {
     for (const spec of src.specs) {
       const r = registry.register(spec, Date.now());
       if (r.kind === 'conflict') throw new Error(r.reason);
-      indexer.namespace({ model: spec.model, blockSize: spec.blockSize, tenant: spec.tenant }).instances.add(spec.instanceId);
       listeners.add(r.registration);
     }
     if (src.workers) {
       const ctx = { model: String(v.model), blockSize: intOption(v, 'block-size'), type: String(v.type), tenant: String(v.tenant) };
-      for (const r of registerWorkers(registry, indexer, parseWorkersFlag(src.workers), ctx)) listeners.add(r);
+      for (const r of registerWorkers(registry, parseWorkersFlag(src.workers), ctx)) listeners.add(r);
     }
   } catch (err) {
     await Promise.all([listeners.close(), relay.close()]);
@@ -139,7 +140,7 @@ export async function run(argv: string[]): Promise<number> {
   relay.startLease(); // HA: compete only now that the listeners run
   let server: RunningServer | null = null;
   if (v.port !== 'none') {
-    const { app } = createIndexerApp({ indexer, registry, applier, listeners, metrics: prom });
+    const { app } = createIndexerApp({ writer: tap, registry, listeners, metrics: prom });
     app.get('/relay', (c) => json(c, relay.status()));
     server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port'), role: 'relay HTTP server', hint: '--port' });
   }

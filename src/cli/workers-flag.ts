@@ -1,6 +1,5 @@
 // Dynamo-style `--workers "1=tcp://h:5557,2:1=tcp://h:5558|tcp://h:5559"`: id[:dp]=endpoint[|replay].
 import { PUBLISHER_TYPES, type Registration, type Registry } from '../events/registry.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 
 export interface WorkerFlag {
   instanceId: string;
@@ -21,9 +20,9 @@ export function parseWorkersFlag(flag: string): WorkerFlag[] {
     });
 }
 
+/** Register each worker; the caller adds the registrations to its ListenerPool (which indexes them). */
 export function registerWorkers(
   registry: Registry,
-  indexer: TieredIndexer,
   workers: WorkerFlag[],
   ctx: { model: string; blockSize: number; type: string; tenant: string },
 ): Registration[] {
@@ -50,8 +49,6 @@ export function registerWorkers(
       Date.now(),
     );
     if (res.kind === 'conflict') throw new Error(res.reason);
-    if (res.registration.shared) indexer.bindBackend(w.instanceId, null);
-    else indexer.namespace({ model: ctx.model, blockSize: ctx.blockSize, tenant: ctx.tenant }).instances.add(w.instanceId);
     out.push(res.registration);
   }
   return out;

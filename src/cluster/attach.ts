@@ -3,7 +3,7 @@
 // Nothing here blocks routing: NATS may be down at start and come back later.
 import { randomBytes } from 'node:crypto';
 import type { Registry as PromRegistry } from 'prom-client';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { IndexWriter } from '../indexer/writer.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { DEFAULT_STREAM_MAX_AGE_MS } from './jetstream.js';
 import { EventConsumer, type EventConsumerStatus } from './event-consumer.js';
@@ -15,7 +15,8 @@ import { ReplicaSync, type ReplicaSyncStatus } from './replica-sync.js';
 
 export interface ClusterDeps {
   scheduler: Scheduler;
-  indexer: TieredIndexer;
+  /** The router's index writer (relayed events and peer recovery write through it). */
+  writer: IndexWriter;
   /** This router's listen URL: skipped in the peer list, advertised unless advertiseUrl is set. */
   url: string;
   /** The list mountPeerRoutes serves (created from options.peers when absent). */
@@ -61,7 +62,7 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
   const link = o.nats.url ? new NatsLink({ url: o.nats.url, name: `kvrouter ${routerId}`, reconnectWaitMs: o.nats.reconnectWaitMs, log }) : null;
   const sync =
     link && o.sync.enabled
-      ? new ReplicaSync(link, { scheduler: deps.scheduler, indexer: deps.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}) }, {
+      ? new ReplicaSync(link, { scheduler: deps.scheduler, indexer: deps.writer.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}) }, {
           routerId,
           subject: syncSubject(o),
           heartbeatMs: o.sync.heartbeatMs,
@@ -72,7 +73,7 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
   if (o.events.source === 'jetstream' && !link) throw new Error('cluster.events.source=jetstream needs cluster.nats.url');
   const events =
     link && o.events.source === 'jetstream'
-      ? new EventConsumer(link, { indexer: deps.indexer, now, metrics, log }, {
+      ? new EventConsumer(link, { writer: deps.writer, now, metrics, log }, {
           routerId,
           subject: eventsSubject(o),
           stream: o.events.stream,
@@ -92,7 +93,7 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
     recovery.state = 'pending';
     recovered = (async () => {
       if (o.recovery.delayMs > 0) await sleep(o.recovery.delayMs);
-      recovery.result = await recoverFromPeers(peers.list(), deps.indexer, now, { timeoutMs: o.recovery.timeoutMs, token: o.recovery.token ?? null, self: deps.url, log });
+      recovery.result = await recoverFromPeers(peers.list(), deps.writer, now, { timeoutMs: o.recovery.timeoutMs, token: o.recovery.token ?? null, self: deps.url, log });
       if (recovery.result.peer) metrics.restored('peer', recovery.result.blocks);
     })();
   } else recovered = Promise.resolve();

@@ -3,7 +3,7 @@
 // applies every batch through RelayedIndex. The durable keeps this router's position across NATS
 // outages; after a restart the router starts again from snapshot + tail, never from the start.
 import { AckPolicy, ConsumerEvents, type ConsumerMessages, DeliverPolicy, type JetStreamManager, type NatsConnection, nanos, type ObjectStore } from 'nats';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { IndexWriter } from '../indexer/writer.js';
 import { decodeBatch } from './event-wire.js';
 import { consumerName, ensureStream, isNotFound, loadSnapshot, snapshotBucket } from './jetstream.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
@@ -23,7 +23,7 @@ export interface EventConsumerOptions {
 }
 
 export interface EventConsumerDeps {
-  indexer: TieredIndexer;
+  writer: IndexWriter;
   now?: () => number;
   metrics?: ClusterMetrics;
   log?: (line: string) => void;
@@ -76,7 +76,7 @@ export class EventConsumer {
     deps: EventConsumerDeps,
     private readonly opts: EventConsumerOptions,
   ) {
-    this.relayed = new RelayedIndex(deps.indexer);
+    this.relayed = new RelayedIndex(deps.writer);
     this.now = deps.now ?? Date.now;
     this.metrics = deps.metrics ?? NOOP_CLUSTER_METRICS;
     this.log = deps.log ?? (() => {});

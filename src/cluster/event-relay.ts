@@ -10,7 +10,7 @@ import { deleteSnapshot, ensureStream, snapshotBucket, storeSnapshot } from './j
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
 import type { LinkStatus, NatsLink } from './nats-link.js';
 import { RelayLease } from './relay-lease.js';
-import type { OpSink, TapIndexer } from './relay-taps.js';
+import type { OpSink, RelayTap } from './relay-taps.js';
 
 export interface RelayOptions {
   relayId: string;
@@ -77,7 +77,7 @@ export class EventRelay implements OpSink {
     private readonly js: JetStreamClient,
     private readonly jsm: JetStreamManager,
     private readonly os: ObjectStore,
-    private readonly indexer: TapIndexer,
+    private readonly tap: RelayTap,
     private readonly opts: RelayOptions,
     private readonly metrics: ClusterMetrics,
     private readonly log: (l: string) => void,
@@ -88,10 +88,10 @@ export class EventRelay implements OpSink {
 
   /**
    * Wait for NATS, set up the stream and bucket (purged with resetState), and open a new epoch:
-   * consumers drop what earlier relay runs published. Attach the returned sink to the indexer
-   * before any listener starts.
+   * consumers drop what earlier relay runs published. The relay attaches itself to the tap, which
+   * every listener must write through.
    */
-  static async start(link: NatsLink, indexer: TapIndexer, opts: RelayOptions, deps: { metrics?: ClusterMetrics; log?: (l: string) => void } = {}): Promise<EventRelay> {
+  static async start(link: NatsLink, tap: RelayTap, opts: RelayOptions, deps: { metrics?: ClusterMetrics; log?: (l: string) => void } = {}): Promise<EventRelay> {
     const nc = await link.firstConnect;
     const jsm = await nc.jetstreamManager();
     await ensureStream(jsm, { stream: opts.stream, subject: opts.subject, maxAgeMs: opts.streamMaxAgeMs });
@@ -100,8 +100,8 @@ export class EventRelay implements OpSink {
       await jsm.streams.purge(opts.stream);
       await deleteSnapshot(os);
     }
-    const relay = new EventRelay(link, nc.jetstream(), jsm, os, indexer, opts, deps.metrics ?? NOOP_CLUSTER_METRICS, deps.log ?? (() => {}));
-    indexer.sink = relay;
+    const relay = new EventRelay(link, nc.jetstream(), jsm, os, tap, opts, deps.metrics ?? NOOP_CLUSTER_METRICS, deps.log ?? (() => {}));
+    tap.sink = relay;
     if (opts.ha) {
       relay.role = 'standby';
       // KV requests time out well inside the lease: a renewal stuck for the default 5 s would
@@ -163,7 +163,7 @@ export class EventRelay implements OpSink {
     if (this.role === 'leader') this.flush();
     this.closed = true;
     clearInterval(this.timer);
-    this.indexer.sink = null;
+    this.tap.sink = null;
     await Promise.race([Promise.allSettled([...this.inflight, this.storing]), new Promise((r) => setTimeout(r, this.opts.publishTimeoutMs))]);
     // After the last publish: the standby that takes over next publishes after ours.
     await this.lease?.release();
@@ -242,7 +242,7 @@ export class EventRelay implements OpSink {
   }
 
   private capture() {
-    return { index: dumpIndex(this.indexer, Date.now()), bindings: [...this.indexer.bindings.entries()], at: Date.now() };
+    return { index: dumpIndex(this.tap.indexer, Date.now()), bindings: [...this.tap.indexer.bindings().entries()], at: Date.now() };
   }
 
   /** Stores run one at a time and never replace a snapshot with an older one. */

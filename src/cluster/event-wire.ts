@@ -1,15 +1,15 @@
 // Relayed KV-event messages (`kvrouter relay` -> JetStream -> routers). One JetStream message holds
 // an ordered batch of operations; the relay's index is exactly what applying them in stream order
 // builds. Hashes travel as packed u64 (seq_hashes) or decimal strings (parent_hash, event_id).
-import type { KvEvent, StreamIdentity } from '../events/model.js';
+import type { KvEvent, StreamIdentity } from '../indexer/kv-event.js';
 import { asObj, int, type Obj, optStr, packU64, str, unpackU64 } from './codec.js';
 
 export type RelayedOp =
   | { op: 'event'; event: KvEvent }
-  /** A listener purge (gap, restart, disconnect) or an unregister: TieredIndexer.removeBackend. */
+  /** A listener purge (gap, restart, disconnect) or an unregister: IndexWriter.purge. */
   | { op: 'remove_backend'; backend: string; dpRank: number | null; tenant: string | null }
   | { op: 'remove_instance'; instance: string; dpRank: number | null; tenant: string | null }
-  /** TieredIndexer.bindBackend (shared pools, backends owned by another instance id). */
+  /** IndexWriter.bind (shared pools, backends owned by another instance id). */
   | { op: 'bind'; backend: string; instance: string | null }
   /**
    * Everything before this point is void: consumers clear the relayed index. `start`/`reset`: the

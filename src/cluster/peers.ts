@@ -3,8 +3,7 @@
 // for recovery only; live state comes from KV events (and replica sync) afterwards.
 import { request } from 'undici';
 import { parseJson } from '../common/json.js';
-import { restoreIndex } from '../indexer/snapshot.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { IndexWriter } from '../indexer/writer.js';
 import { indexSnapshotFromJson } from './snapshot-json.js';
 
 /** A peer base URL: http(s)://host[:port][/prefix], no trailing slash. Throws on anything else. */
@@ -72,7 +71,7 @@ async function fetchDump(peer: string, opts: RecoveryOptions): Promise<string> {
 }
 
 /** Restore the index from the first peer that serves a valid dump (peers tried in order). */
-export async function recoverFromPeers(peers: readonly string[], indexer: TieredIndexer, now: () => number, opts: RecoveryOptions): Promise<RecoveryResult> {
+export async function recoverFromPeers(peers: readonly string[], writer: IndexWriter, now: () => number, opts: RecoveryOptions): Promise<RecoveryResult> {
   const t0 = Date.now();
   const errors: RecoveryResult['errors'] = [];
   const self = opts.self ? normalizePeerUrl(opts.self) : null;
@@ -80,7 +79,7 @@ export async function recoverFromPeers(peers: readonly string[], indexer: Tiered
     if (peer === self) continue;
     try {
       const snap = indexSnapshotFromJson(parseJson(await fetchDump(peer, opts)));
-      const blocks = restoreIndex(indexer, snap, now());
+      const blocks = writer.restore(snap, now());
       opts.log?.(`cluster: recovered ${blocks} blocks in ${snap.namespaces.length} namespaces from ${peer}`);
       return { peer, blocks, namespaces: snap.namespaces.length, errors, ms: Date.now() - t0 };
     } catch (err) {

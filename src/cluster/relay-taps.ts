@@ -1,55 +1,65 @@
-// Decorators that let `kvrouter relay` observe every change the listener path makes to its index,
-// as RelayedOps, without touching the events code: the applier's events, and the indexer's
-// purges and backend bindings. Recorded after the change, so the relay's index always equals
-// what the recorded ops build.
-import { EventApplier, type ApplyOutcome } from '../events/apply.js';
-import type { KvEvent } from '../events/model.js';
-import { TieredIndexer, type TieredIndexerOptions } from '../indexer/tiered-indexer.js';
+// The relay's view of every change the listener path makes to its index: a wrapper around the
+// IndexWriter that records each write as a RelayedOp after it is made, so the relay's index always
+// equals what the recorded ops build. Everything that writes the relay's index goes through it.
+import type { ApplyOutcome } from '../indexer/apply.js';
+import type { KvEvent } from '../indexer/kv-event.js';
+import type { IndexSnapshot } from '../indexer/snapshot.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { IndexWriter, InstanceScope, NamespaceRef, PurgeScope } from '../indexer/writer.js';
 import type { RelayedOp } from './event-wire.js';
 
 export interface OpSink {
   record(op: RelayedOp): void;
 }
 
-export class TapIndexer extends TieredIndexer {
-  /** Backend owners declared so far (snapshots carry them: consumers need them before events). */
-  readonly bindings = new Map<string, string | null>();
+export class RelayTap implements IndexWriter {
+  /** Where ops go; null while no relay is attached (writes still reach the index). */
   sink: OpSink | null = null;
 
-  constructor(opts: TieredIndexerOptions = {}) {
-    super(opts);
+  constructor(private readonly inner: IndexWriter) {}
+
+  get indexer(): TieredIndexer {
+    return this.inner.indexer;
   }
 
-  override bindBackend(backend: string, instance: string | null): void {
-    super.bindBackend(backend, instance);
-    this.bindings.set(backend, instance);
+  apply(ev: KvEvent): ApplyOutcome {
+    const out = this.inner.apply(ev);
+    this.sink?.record({ op: 'event', event: ev });
+    return out;
+  }
+
+  purge(scope: PurgeScope): number {
+    const n = this.inner.purge(scope);
+    this.sink?.record({ op: 'remove_backend', backend: scope.backend, dpRank: scope.dpRank ?? null, tenant: scope.tenant ?? null });
+    return n;
+  }
+
+  purgeInstance(scope: InstanceScope): number {
+    const n = this.inner.purgeInstance(scope);
+    this.sink?.record({ op: 'remove_instance', instance: scope.instance, dpRank: scope.dpRank ?? null, tenant: scope.tenant ?? null });
+    return n;
+  }
+
+  bind(backend: string, instance: string | null): void {
+    this.inner.bind(backend, instance);
     this.sink?.record({ op: 'bind', backend, instance });
   }
 
-  override removeBackend(backend: string, opts: { dpRank?: number; tenant?: string } = {}): number {
-    const n = super.removeBackend(backend, opts);
-    this.sink?.record({ op: 'remove_backend', backend, dpRank: opts.dpRank ?? null, tenant: opts.tenant ?? null });
-    return n;
+  // Consumers start every epoch from a clear of their own; enrolments follow from the events.
+  clearConfirmed(): number {
+    return this.inner.clearConfirmed();
   }
 
-  override removeInstance(instance: string, opts: { dpRank?: number; tenant?: string } = {}): number {
-    const n = super.removeInstance(instance, opts);
-    this.sink?.record({ op: 'remove_instance', instance, dpRank: opts.dpRank ?? null, tenant: opts.tenant ?? null });
-    return n;
-  }
-}
-
-export class TapApplier extends EventApplier {
-  constructor(
-    indexer: TieredIndexer,
-    private readonly sink: OpSink,
-  ) {
-    super(indexer);
+  enroll(ns: NamespaceRef, instance: string): void {
+    this.inner.enroll(ns, instance);
   }
 
-  override apply(ev: KvEvent): ApplyOutcome {
-    const out = super.apply(ev);
-    this.sink.record({ op: 'event', event: ev });
-    return out;
+  forget(instance: string, tenant: string): void {
+    this.inner.forget(instance, tenant);
+  }
+
+  // A relay never restores: its index is built from its own listeners.
+  restore(snap: IndexSnapshot, now: number): number {
+    return this.inner.restore(snap, now);
   }
 }

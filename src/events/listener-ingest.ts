@@ -1,10 +1,9 @@
 // One listener's path from a payload to the index: decode with the registration's adapter, apply
 // every event, count outcomes, and purge everything the stream ever wrote. Synchronous and
 // socket-free (the ZMQ listener drives it); never throws.
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
-import type { EventApplier } from './apply.js';
+import type { IndexWriter, PurgeScope } from '../indexer/writer.js';
 import { type DecodeContext, decodeContext, decodePayload } from './decode/index.js';
-import type { ApplyStatus, KvEvent } from './model.js';
+import type { ApplyStatus, KvEvent } from '../indexer/kv-event.js';
 import type { EventMetrics, PurgeReason } from './metrics.js';
 import type { Registration } from './registry.js';
 
@@ -21,8 +20,7 @@ export interface IngestCounts {
 }
 
 export interface IngestDeps {
-  indexer: TieredIndexer;
-  applier: EventApplier;
+  writer: IndexWriter;
   metrics: EventMetrics;
   /** Wall clock (ms) for event lag. */
   now: () => number;
@@ -47,8 +45,8 @@ export class StreamIngest {
   problems = 0;
   // (tenant, backend, dp rank) streams this listener wrote to: the batch rank and Mooncake envelopes
   // may differ from the registration, and a purge must reach all of them.
-  private readonly touched = new Map<string, { tenant: string; backend: string; dpRank: number }>();
-  private lastTouched: { tenant: string; backend: string; dpRank: number } | null = null;
+  private readonly touched = new Map<string, Required<PurgeScope>>();
+  private lastTouched: Required<PurgeScope> | null = null;
 
   constructor(
     readonly reg: Registration,
@@ -88,10 +86,7 @@ export class StreamIngest {
   /** Drop every block this stream published, everywhere, and forget its ordering state. */
   purge(reason: PurgeReason): number {
     let n = 0;
-    for (const s of this.touched.values()) {
-      n += this.deps.indexer.removeBackend(s.backend, { dpRank: s.dpRank, tenant: s.tenant });
-      this.deps.applier.resetStreams(s.backend, s.dpRank);
-    }
+    for (const s of this.touched.values()) n += this.deps.writer.purge(s);
     this.counts.applied.purged++;
     this.counts.purges++;
     this.counts.purgedBlocks += n;
@@ -118,33 +113,15 @@ export class StreamIngest {
     this.lastTouched = t;
   }
 
-  /**
-   * vLLM's AllBlocksCleared covers every namespace (LoRA, salt) of the engine, not only those the
-   * decoder fanned the event out to. Holders are emptied, not removed: engines clear often enough
-   * (RL weight updates) that re-creating holders each time would grow the index's holder tables.
-   */
-  private clearEverywhere(backend: string, dpRank: number, tenant: string): number {
-    let n = 0;
-    for (const ns of this.deps.indexer.namespaces()) {
-      if (ns.id.tenant !== tenant) continue;
-      for (const h of ns.index.holderIds()) {
-        const info = ns.index.holderInfo(h);
-        if (!info.speculative && info.backend === backend && info.dpRank === dpRank) n += ns.index.clearHolder(h);
-      }
-    }
-    return n;
-  }
-
   private applyEvent(ev: KvEvent, replayed: boolean): void {
     this.touch(ev.tenant_id, ev.backend_id, ev.dp_rank);
     let status: ApplyStatus;
     let blocks = 0;
     try {
-      const out = this.deps.applier.apply(ev);
+      const out = this.deps.writer.apply(ev);
       status = out.status;
       blocks = out.blocks;
       if (out.reason !== undefined && status !== 'ok') this.problem(`${status}: ${out.reason}`);
-      if (ev.event_type === 'cleared' && ev.medium === null) blocks += this.clearEverywhere(ev.backend_id, ev.dp_rank, ev.tenant_id);
     } catch (err) {
       // The applier is documented not to throw; keep the stream alive if it ever does.
       status = 'rejected';

@@ -1,16 +1,15 @@
 // The set of ZMQ listeners, one per registration key. The HTTP API (/register, /unregister), YAML
 // pools and the --workers flag drive it; /workers and /metrics read it.
 import type { Registry as PromRegistry } from 'prom-client';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
-import type { EventApplier } from './apply.js';
+import { type IndexWriter, registerInIndex } from '../indexer/writer.js';
 import { type EventMetrics, type StatusCounts, createEventMetrics } from './metrics.js';
 import type { Registration, Registry } from './registry.js';
 import { DEFAULT_LISTENER_OPTIONS, type ListenerOptions, type ListenerStats, ZmqListener } from './zmq-listener.js';
 
 export interface ListenerPoolDeps {
   registry: Registry;
-  indexer: TieredIndexer;
-  applier: EventApplier;
+  /** Every listener writes the index through it (the relay passes its tap). */
+  writer: IndexWriter;
   /** prom-client registry to register kv_events_* metrics in (default: no metrics). */
   metrics?: PromRegistry;
   options?: Partial<ListenerOptions>;
@@ -44,9 +43,8 @@ export class ListenerPool {
       if (SAME_PUBLISHER.every((f) => old.reg[f] === reg[f])) return;
       this.track(this.stopListener(reg.key, old));
     }
-    if (reg.shared) this.deps.indexer.bindBackend(reg.backendId, null);
-    else if (reg.backendId !== reg.instanceId) this.deps.indexer.bindBackend(reg.backendId, reg.instanceId);
-    const l = new ZmqListener(reg, { ...this.deps, metrics: this.metrics, now: this.now }, this.opts);
+    registerInIndex(this.deps.writer, reg);
+    const l = new ZmqListener(reg, { registry: this.deps.registry, writer: this.deps.writer, metrics: this.metrics, now: this.now }, this.opts);
     this.listeners.set(reg.key, l);
     l.start();
   }

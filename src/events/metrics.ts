@@ -1,7 +1,7 @@
 // Prometheus metrics of KV-event ingestion, created against a prom-client Registry the caller owns.
 // Listeners call the small EventMetrics interface; without a registry it is a no-op.
 import { Counter, Gauge, Histogram, type Registry as PromRegistry } from 'prom-client';
-import type { ApplyStatus } from './model.js';
+import type { ApplyStatus } from '../indexer/kv-event.js';
 import type { ListenerStatus } from './registry.js';
 
 export type ReplayResult = 'ok' | 'history_lost' | 'failed' | 'timeout' | 'overflow';

@@ -3,7 +3,7 @@
 // Registration context fills what a publisher leaves out (Mooncake's store never stamps model,
 // block size, LoRA or dp rank).
 import { toU64 } from '../common/u64.js';
-import type { KvEvent, U32List, U64List } from './model.js';
+import type { KvEvent, U32List, U64List } from '../indexer/kv-event.js';
 
 export interface EventDefaults {
   model_name?: string;

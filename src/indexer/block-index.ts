@@ -264,11 +264,16 @@ export class BlockIndex {
     return this.holders[holder]?.ttlMs ?? 0;
   }
 
-  /** Live holder ids (those with at least one block). */
+  /** Live holder ids (those with at least one block). Holder ids never leave src/indexer. */
   holderIds(): number[] {
     const out: number[] = [];
     for (const i of this.liveHolders) if (this.holders[i].count > 0) out.push(i);
     return out;
+  }
+
+  /** Every holder with at least one block, described (for views and checks outside the index). */
+  holderInfos(): HolderInfo[] {
+    return this.holderIds().map((h) => this.holderInfo(h));
   }
 
   // ---------------------------------------------------------------- writes
@@ -388,6 +393,27 @@ export class BlockIndex {
       this.freeRecord(h.head);
       n++;
     }
+    return n;
+  }
+
+  /**
+   * Empty the event-confirmed holders of one backend's dp rank on every medium (a device-wide
+   * AllBlocksCleared). Holders are emptied, not removed: engines clear often enough (RL weight
+   * updates) that re-creating holders each time would grow the holder tables.
+   */
+  clearBackend(backend: string, dpRank: number): number {
+    let n = 0;
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      if (!h.speculative && h.backend === backend && h.dpRank === dpRank) n += this.clearHolder(i);
+    }
+    return n;
+  }
+
+  /** Empty every event-confirmed holder; speculative entries (bookings) stay. */
+  clearConfirmed(): number {
+    let n = 0;
+    for (const i of this.liveHolders) if (!this.holders[i].speculative) n += this.clearHolder(i);
     return n;
   }
 

@@ -95,6 +95,25 @@ export class TieredIndexer {
     return n;
   }
 
+  /** Empty one backend's dp rank on every medium in every namespace of a tenant (AllBlocksCleared). */
+  clearBackend(backend: string, dpRank: number, tenant: string): number {
+    let n = 0;
+    for (const ns of this.spaces.values()) if (ns.id.tenant === tenant) n += ns.index.clearBackend(backend, dpRank);
+    return n;
+  }
+
+  /** Empty every event-confirmed holder everywhere (a relay epoch); bookings stay. */
+  clearConfirmed(): number {
+    let n = 0;
+    for (const ns of this.spaces.values()) n += ns.index.clearConfirmed();
+    return n;
+  }
+
+  /** Declared backend owners (snapshots carry them: consumers need them before events). */
+  bindings(): ReadonlyMap<string, string | null> {
+    return this.owners;
+  }
+
   /** Purge an instance (its backends and speculative entries) everywhere; forget it. */
   removeInstance(instance: string, opts: { dpRank?: number; tenant?: string } = {}): number {
     let n = 0;

@@ -22,7 +22,7 @@ import type { RouterConfig } from '../config/schema.js';
 import { mountDashboard } from '../dashboard/index.js';
 import { ENGINE_ROLES, type EngineHandle, startEngines } from '../engine-sim/index.js';
 import { ListenError } from '../common/listen.js';
-import { EventApplier } from '../events/apply.js';
+import { type IndexWriter, KvIndexWriter } from '../indexer/writer.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { listenerOptionsFromConfig } from '../events/config.js';
 import { type PublisherType, Registry } from '../events/registry.js';
@@ -55,6 +55,8 @@ export interface RouterHandle {
   readonly config: RouterConfig;
   readonly engines: readonly EngineHandle[];
   readonly indexer: TieredIndexer;
+  /** The one write path into `indexer`. */
+  readonly writer: IndexWriter;
   readonly scheduler: Scheduler;
   readonly registry: Registry;
   readonly listeners: ListenerPool;
@@ -150,10 +152,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
 
   const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds: modelSeeds(cfg0) });
   const registry = new Registry();
-  const applier = new EventApplier(indexer);
+  const writer = new KvIndexWriter(indexer);
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
-  const listeners = new ListenerPool({ registry, indexer, applier, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events) });
+  const listeners = new ListenerPool({ registry, writer, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events) });
   const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
   const modelSet = await reconcileModels(cfg0, null);
@@ -170,7 +172,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     for (const m of all) {
       for (const i of m.instances) {
         modelOfInstance.set(i.id, m.name);
-        indexer.namespace({ model: m.name, blockSize: m.cfg.block_size }).instances.add(i.id);
+        writer.enroll({ model: m.name, blockSize: m.cfg.block_size }, i.id);
       }
     }
   };
@@ -219,9 +221,8 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const app = new Hono();
   installAccess(app, () => deps.access, (cls, d) => metrics.denied(cls, d.status));
   mountIndexerRoutes(app, {
-    indexer,
+    writer,
     registry,
-    applier,
     listeners,
     now,
     allowEndpoint: (e) => endpointAllowed(e, deps.cfg.auth.register_allowlist),
@@ -334,7 +335,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   }
 
   cluster = clusterEnabled(cfg0.cluster)
-    ? attachCluster({ scheduler, indexer, url: server.url, peers, metrics: prom, now, onReleased: () => queue.notify(), log }, clusterOptionsFromConfig(cfg0.cluster))
+    ? attachCluster({ scheduler, writer, url: server.url, peers, metrics: prom, now, onReleased: () => queue.notify(), log }, clusterOptionsFromConfig(cfg0.cluster))
     : null;
 
   const probes = startProbes(() => all, () => deps.cfg.health, now, (id, ev) => {
@@ -373,10 +374,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     const r = await reconcileModels(next, { byName: deps.models, all });
     const regs = relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, ownedRegs, registry, listeners, now());
     const changes: string[] = [];
-    for (const spec of regs.removed) {
-      indexer.removeBackend(spec.backendId, { dpRank: spec.dpRank, tenant: spec.tenant });
-      applier.resetStreams(spec.backendId, spec.dpRank);
-    }
+    for (const spec of regs.removed) writer.purge({ backend: spec.backendId, dpRank: spec.dpRank, tenant: spec.tenant });
     // Swap: new requests see the new config from here on; in-flight ones keep what they hold.
     all = r.all;
     deps.cfg = next;
@@ -384,7 +382,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     deps.access = access;
     queue.setMaxSize(next.routing.busy.queue_size);
     for (const i of r.removedInstances) {
-      indexer.removeInstance(i.id);
+      writer.purgeInstance({ instance: i.id });
       const freed = scheduler.active.dropInstance(i.id);
       changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
       void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
@@ -408,6 +406,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     },
     engines,
     indexer,
+    writer,
     scheduler,
     registry,
     listeners,

@@ -24,8 +24,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
       const now = d.now();
       const cached = new Map<string, InstanceView['cached_blocks']>();
       for (const ns of d.indexer.namespaces()) {
-        for (const h of ns.index.holderIds()) {
-          const info = ns.index.holderInfo(h);
+        for (const info of ns.index.holderInfos()) {
           if (info.speculative || info.instance === null) continue;
           const c = cached.get(info.instance) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 };
           c[info.medium] += info.blocks;

@@ -1,7 +1,7 @@
 // Decoders may hand out hashes and tokens as typed arrays (see src/events/decode/fast-unpack.ts);
 // tests compare events in their plain-array form.
 import type { DecodedBatch, PayloadResult } from '../../src/events/decode/index.js';
-import type { KvEvent } from '../../src/events/model.js';
+import type { KvEvent } from '../../src/indexer/kv-event.js';
 
 export function plainEvent(e: KvEvent): KvEvent {
   if (e.event_type === 'cleared') return e;

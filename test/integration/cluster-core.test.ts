@@ -5,9 +5,10 @@ import { decodeBatch, encodeBatch, encodeOp, type RelayedOp } from '../../src/cl
 import { RemoteBookings, isRemoteId } from '../../src/cluster/remote-bookings.js';
 import { RelayedIndex } from '../../src/cluster/relayed-index.js';
 import { decodeRelaySnapshot, encodeRelaySnapshot } from '../../src/cluster/relay-snapshot.js';
-import { TapApplier, TapIndexer } from '../../src/cluster/relay-taps.js';
+import { RelayTap } from '../../src/cluster/relay-taps.js';
+import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { decodeSync, encodeSync, type SyncMessage } from '../../src/cluster/sync-wire.js';
-import type { KvEvent } from '../../src/events/model.js';
+import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { dumpIndex } from '../../src/indexer/snapshot.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
 import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
@@ -92,27 +93,27 @@ describe('relayed ops', () => {
 
   it('round-trip through the wire and rebuild the source index exactly', () => {
     const recorded: RelayedOp[] = [];
-    const source = new TapIndexer();
-    source.sink = { record: (op) => recorded.push(op) };
-    const applier = new TapApplier(source, source.sink);
-    source.bindBackend('pool', null);
-    for (const ev of events) applier.apply(ev);
-    source.removeBackend('e9');
+    const tap = new RelayTap(new KvIndexWriter(new TieredIndexer()));
+    const source = tap.indexer;
+    tap.sink = { record: (op) => recorded.push(op) };
+    tap.bind('pool', null);
+    for (const ev of events) tap.apply(ev);
+    tap.purge({ backend: 'e9' });
     const wire = decodeBatch(encodeBatch('r', recorded.map(encodeOp)));
     expect(wire.ops).toEqual(recorded);
 
     const target = new TieredIndexer();
-    const relayed = new RelayedIndex(target);
+    const relayed = new RelayedIndex(new KvIndexWriter(target));
     for (const op of wire.ops) relayed.apply(op);
     expect(dumpIndex(target, 0)).toEqual(dumpIndex(source, 0));
     expect(relayed.counts).toMatchObject({ events: 4, binds: 1, purges: 1 });
 
     // A snapshot restores the same index; an epoch clears event-confirmed blocks only.
-    const snap = decodeRelaySnapshot(encodeRelaySnapshot({ version: 1, relay: 'r', stream_seq: 9, created_at: 0, bindings: [...source.bindings], index: dumpIndex(source, 0) }));
+    const snap = decodeRelaySnapshot(encodeRelaySnapshot({ version: 1, relay: 'r', stream_seq: 9, created_at: 0, bindings: [...source.bindings()], index: dumpIndex(source, 0) }));
     const other = new TieredIndexer();
     const spec = other.namespace(NS);
     spec.index.store(spec.index.speculativeHolder('e0', 0, 1000), BigUint64Array.of(99n), null, 30_000);
-    const r2 = new RelayedIndex(other);
+    const r2 = new RelayedIndex(new KvIndexWriter(other));
     r2.restore(snap, 0);
     expect(dumpIndex(other, 0).namespaces[0].holders.filter((h) => h.speculative_ttl_ms === undefined)).toEqual(dumpIndex(source, 0).namespaces[0].holders);
     r2.apply({ op: 'epoch', reason: 'start' });
@@ -143,7 +144,7 @@ describe('attachCluster without a reachable NATS', () => {
     const { Scheduler } = await import('../../src/scheduler/scheduler.js');
     const indexer = new TieredIndexer();
     const scheduler = new Scheduler(indexer);
-    const c = attachCluster({ scheduler, indexer, url: 'http://127.0.0.1:1' }, { routerId: 'lonely', nats: { url: 'nats://127.0.0.1:9', reconnectWaitMs: 50 } });
+    const c = attachCluster({ scheduler, writer: new KvIndexWriter(indexer), url: 'http://127.0.0.1:1' }, { routerId: 'lonely', nats: { url: 'nats://127.0.0.1:9', reconnectWaitMs: 50 } });
     await c.ready;
     const d = scheduler.decide({ ns: NS, candidates: [{ instance: 'e0', dpRank: 0 }], seq: BigUint64Array.of(1n, 2n), policy: 'kv', weights: { overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true }, temperature: 0 }, 0);
     scheduler.book(d, NS, { requestId: 'r', now: 0, speculativeTtlMs: 0 });

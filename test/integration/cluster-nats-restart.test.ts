@@ -8,12 +8,13 @@ import { EventRelay } from '../../src/cluster/event-relay.js';
 import { type LocalNats, startLocalNats } from '../../src/cluster/nats-server.js';
 import { NatsLink } from '../../src/cluster/nats-link.js';
 import { registrationsFromConfig } from '../../src/cluster/registrations.js';
-import { TapApplier, TapIndexer } from '../../src/cluster/relay-taps.js';
+import { RelayTap } from '../../src/cluster/relay-taps.js';
+import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { ListenerPool } from '../../src/events/listener-pool.js';
 import { Registry } from '../../src/events/registry.js';
 import { dumpIndex, type IndexSnapshot } from '../../src/indexer/snapshot.js';
-import type { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
 import { routerYaml } from '../helpers/config.js';
@@ -24,7 +25,7 @@ let engines: EngineProc[] = [];
 const routers: RouterHandle[] = [];
 const clusters: ClusterHandle[] = [];
 const proms: PromRegistry[] = [];
-let relay: { relay: EventRelay; link: NatsLink; listeners: ListenerPool; indexer: TapIndexer };
+let relay: { relay: EventRelay; link: NatsLink; listeners: ListenerPool; indexer: TieredIndexer };
 
 const yaml = (withEvents: boolean) => routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0, stale_booking_ms: 60000' });
 
@@ -37,11 +38,12 @@ async function post(base: string, path: string, body?: unknown) {
 /** The relay as `kvrouter relay` composes it, in process. */
 async function startRelay(): Promise<void> {
   const cfg = loadConfigText(yaml(true), 'relay');
-  const indexer = new TapIndexer({ defaultSeed: 1337n });
+  const indexer = new TieredIndexer({ defaultSeed: 1337n });
+  const tap = new RelayTap(new KvIndexWriter(indexer));
   const link = new NatsLink({ url: nats.url, name: 'relay', reconnectWaitMs: 100 });
-  const r = await EventRelay.start(link, indexer, { relayId: 'relay-t', subject: 'kvrouter.events', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots', snapshotEvery: 50, snapshotIntervalMs: 300, streamMaxAgeMs: 3_600_000, resetState: true, publishTimeoutMs: 1000, maxBatchBytes: 256 * 1024 });
+  const r = await EventRelay.start(link, tap, { relayId: 'relay-t', subject: 'kvrouter.events', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots', snapshotEvery: 50, snapshotIntervalMs: 300, streamMaxAgeMs: 3_600_000, resetState: true, publishTimeoutMs: 1000, maxBatchBytes: 256 * 1024 });
   const registry = new Registry();
-  const listeners = new ListenerPool({ registry, indexer, applier: new TapApplier(indexer, r) });
+  const listeners = new ListenerPool({ registry, writer: tap });
   for (const spec of registrationsFromConfig(cfg)) listeners.add(registry.register(spec, Date.now()).registration);
   relay = { relay: r, link, listeners, indexer };
 }
@@ -66,7 +68,7 @@ beforeAll(async () => {
     const r = await startRouter(loadConfigText(yaml(false), 'test'), { log: () => {} });
     const prom = new PromRegistry();
     const c = attachCluster(
-      { scheduler: r.scheduler, indexer: r.indexer, url: r.url, metrics: prom },
+      { scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom },
       { routerId: `n${i}`, nats: { url: nats.url, reconnectWaitMs: 100 }, sync: { heartbeatMs: 200, peerTimeoutMs: 20_000 }, events: { source: 'jetstream' }, recovery: { timeoutMs: 10_000 } },
     );
     routers.push(r);

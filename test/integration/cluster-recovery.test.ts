@@ -9,6 +9,7 @@ import { PEER_ROUTES, mountPeerRoutes } from '../../src/cluster/peer-routes.js';
 import { PeerList, recoverFromPeers } from '../../src/cluster/peers.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type Proc, spawnCli, waitFor } from '../helpers/procs.js';
 import { routerYaml } from '../helpers/config.js';
@@ -66,7 +67,7 @@ describe('peer recovery', () => {
   it('a replica started late recovers the index from a peer and answers /query identically', async () => {
     const a = routers[0];
     const b = await router();
-    const c = attachCluster({ scheduler: b.scheduler, indexer: b.indexer, url: b.url }, { peers: ['http://127.0.0.1:9', a.url], recovery: { delayMs: 100, timeoutMs: 5000 } });
+    const c = attachCluster({ scheduler: b.scheduler, writer: b.writer, url: b.url }, { peers: ['http://127.0.0.1:9', a.url], recovery: { delayMs: 100, timeoutMs: 5000 } });
     clusters.push(c);
     expect(c.isReady()).toBe(false);
     await c.ready;
@@ -84,7 +85,7 @@ describe('peer recovery', () => {
 
   it('starts empty and ready when no peer answers', async () => {
     const idx = new TieredIndexer();
-    const r = await recoverFromPeers(['http://127.0.0.1:9'], idx, Date.now, { timeoutMs: 1000 });
+    const r = await recoverFromPeers(['http://127.0.0.1:9'], new KvIndexWriter(idx), Date.now, { timeoutMs: 1000 });
     expect(r.peer).toBeNull();
     expect(r.errors).toHaveLength(1);
     expect(idx.stats().blocks).toBe(0);

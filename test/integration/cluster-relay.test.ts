@@ -72,7 +72,7 @@ async function killRelay(r: RelayProc, signal: NodeJS.Signals): Promise<void> {
 
 async function startNode(id: string): Promise<void> {
   const router = await startRouter(loadConfigText(yaml(false), 'test'), { log: () => {} });
-  const cluster = attachCluster({ scheduler: router.scheduler, indexer: router.indexer, url: router.url }, { routerId: id, nats: { url: nats.url, reconnectWaitMs: 100 }, events: { source: 'jetstream' }, recovery: { timeoutMs: 15_000 } });
+  const cluster = attachCluster({ scheduler: router.scheduler, writer: router.writer, url: router.url }, { routerId: id, nats: { url: nats.url, reconnectWaitMs: 100 }, events: { source: 'jetstream' }, recovery: { timeoutMs: 15_000 } });
   nodes[id] = { router, cluster };
   await cluster.ready;
 }

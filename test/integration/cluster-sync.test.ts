@@ -29,7 +29,7 @@ async function replica(i: number, opts: { peerTimeoutMs?: number } = {}): Promis
   const r = await startRouter(loadConfigText(yaml(engines), 'test'), { log: () => {} });
   const prom = new PromRegistry();
   const c = attachCluster(
-    { scheduler: r.scheduler, indexer: r.indexer, url: r.url, metrics: prom },
+    { scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom },
     { routerId: `replica-${i}`, nats: { url: nats.url, reconnectWaitMs: 100 }, sync: { heartbeatMs: 200, peerTimeoutMs: opts.peerTimeoutMs ?? 1500 } },
   );
   routers[i] = r;

@@ -5,7 +5,7 @@ import { encode } from '@msgpack/msgpack';
 import { Registry as PromRegistry } from 'prom-client';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Publisher, Router } from 'zeromq';
-import { EventApplier } from '../../src/events/apply.js';
+import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { ListenerPool } from '../../src/events/listener-pool.js';
 import { type Registration, Registry, type RegistrationSpec } from '../../src/events/registry.js';
 import type { ZmqClient } from '../../src/events/sub-transport.js';
@@ -156,7 +156,7 @@ class FakeEngine {
 
 interface Harness {
   indexer: TieredIndexer;
-  applier: EventApplier;
+  writer: KvIndexWriter;
   registry: Registry;
   pool: ListenerPool;
   prom: PromRegistry;
@@ -172,14 +172,14 @@ afterEach(async () => {
 
 function harness(options: Partial<ListenerOptions> = {}): Harness {
   const indexer = new TieredIndexer();
-  const applier = new EventApplier(indexer);
+  const writer = new KvIndexWriter(indexer);
   const registry = new Registry();
   const prom = new PromRegistry();
-  const pool = new ListenerPool({ registry, indexer, applier, metrics: prom, options: { replayTimeoutMs: 1_000, heartbeatMs: 0, tailCheckMs: 0, zmqClient, ...options } });
+  const pool = new ListenerPool({ registry, writer, metrics: prom, options: { replayTimeoutMs: 1_000, heartbeatMs: 0, tailCheckMs: 0, zmqClient, ...options } });
   cleanups.push(() => pool.close());
   return {
     indexer,
-    applier,
+    writer,
     registry,
     pool,
     prom,

@@ -182,7 +182,7 @@ describe('BlockIndex writes', () => {
 describe('EventApplier stream cache', () => {
   it('never writes into a purged holder whose id was reused by another stream', async () => {
     const { TieredIndexer } = await import('../../src/indexer/tiered-indexer.js');
-    const { EventApplier } = await import('../../src/events/apply.js');
+    const { EventApplier } = await import('../../src/indexer/apply.js');
     const indexer = new TieredIndexer();
     const ap = new EventApplier(indexer);
     const ev = (backend: string, hashes: bigint[]) => ({

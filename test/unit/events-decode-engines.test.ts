@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { type DecodedBatch, decodeContext, decodePayload, type DecodeContext } from '../../src/events/decode/index.js';
 import { subBlockId } from '../../src/events/decode/rechunk.js';
 import type { PublisherType } from '../../src/events/registry.js';
-import type { KvEvent, RemovedEvent, StoredEvent } from '../../src/events/model.js';
+import type { KvEvent, RemovedEvent, StoredEvent } from '../../src/indexer/kv-event.js';
 import { plainBatch, plainResult } from '../helpers/plain-events.js';
 
 const H1 = 3236607068019569386n;

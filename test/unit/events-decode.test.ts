@@ -4,7 +4,7 @@ import { decode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { parseJson } from '../../src/common/json.js';
 import { decodeContext, decodeMessage, decodePayload, parseLiveFrames, parseReplayFrames } from '../../src/events/decode/index.js';
-import type { KvEvent } from '../../src/events/model.js';
+import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { plainBatch } from '../helpers/plain-events.js';
 import { fixture } from '../helpers/fixtures.js';
 

@@ -3,7 +3,7 @@
 // keeps answering correct queries for a control backend and for a clean stream applied afterwards.
 import { encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
-import { EventApplier } from '../../src/events/apply.js';
+import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { decodeContext, decodeMessage } from '../../src/events/decode/index.js';
 import { StreamIngest } from '../../src/events/listener-ingest.js';
 import { NOOP_METRICS } from '../../src/events/metrics.js';
@@ -88,10 +88,10 @@ describe('decoder fuzz', () => {
   it(`survives ${ITERATIONS.toLocaleString('en-US')} random and mutated frames and the index stays correct`, () => {
     const rand = mulberry32(0xc0ffee);
     const indexer = new TieredIndexer();
-    const applier = new EventApplier(indexer);
+    const writer = new KvIndexWriter(indexer);
 
     // Control: a backend with known blocks the fuzzed streams must never disturb.
-    const control = new StreamIngest(reg('vLLM', 'control-backend'), { indexer, applier, metrics: NOOP_METRICS, now: Date.now });
+    const control = new StreamIngest(reg('vLLM', 'control-backend'), { writer, metrics: NOOP_METRICS, now: Date.now });
     const ctrlTokens = tokens(5000, 4 * BS);
     const ctrlPayload = Buffer.from(
       encode([1.0, [{ type: 'BlockStored', block_hashes: [11n, 12n, 13n, 14n], parent_block_hash: null, token_ids: ctrlTokens, block_size: BS, lora_id: null, medium: 'GPU', lora_name: null }], 0], { useBigInt64: true }),
@@ -100,7 +100,7 @@ describe('decoder fuzz', () => {
     const controlDevice = () => indexer.queryTokens(NS, ctrlTokens, Date.now()).candidates.find((c) => c.instance === 'control-backend')?.device;
     expect(controlDevice()).toBe(4);
 
-    const ingests = PUBLISHER_TYPES.map((t) => new StreamIngest(reg(t, `fuzz-${t}`), { indexer, applier, metrics: NOOP_METRICS, now: Date.now }));
+    const ingests = PUBLISHER_TYPES.map((t) => new StreamIngest(reg(t, `fuzz-${t}`), { writer, metrics: NOOP_METRICS, now: Date.now }));
     const contexts = PUBLISHER_TYPES.map((t) => decodeContext(reg(t, `pure-${t}`)));
     const valid = validPayloads(rand);
     const seq = Buffer.alloc(8);
@@ -144,7 +144,7 @@ describe('decoder fuzz', () => {
     for (const t of PUBLISHER_TYPES) expect(indexer.removeBackend(`fuzz-${t}`)).toBe(0);
 
     // A clean stream applied after the storm is indexed exactly.
-    const fresh = new StreamIngest(reg('vLLM', 'fresh'), { indexer, applier, metrics: NOOP_METRICS, now: Date.now });
+    const fresh = new StreamIngest(reg('vLLM', 'fresh'), { writer, metrics: NOOP_METRICS, now: Date.now });
     const t2 = tokens(9000, 3 * BS);
     fresh.applyPayload(Buffer.from(encode([1.0, [['BlockStored', [21n, 22n, 23n], null, t2, BS, null, 'GPU']], 0], { useBigInt64: true })), false);
     fresh.applyPayload(Buffer.from(encode([1.0, [['BlockRemoved', [23n], 'GPU']], 0], { useBigInt64: true })), false);

@@ -2,7 +2,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { createIndexerApp } from '../../src/api/indexer-app.js';
 import { parseJson, stringifyJson } from '../../src/common/json.js';
-import { EventApplier } from '../../src/events/apply.js';
+import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { Registry } from '../../src/events/registry.js';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
@@ -13,7 +13,7 @@ let now = 1_000_000;
 
 beforeEach(() => {
   const indexer = new TieredIndexer();
-  app = createIndexerApp({ indexer, registry: new Registry(), applier: new EventApplier(indexer), now: () => now, limits: { maxBodyBytes: 64 * 1024 } }).app;
+  app = createIndexerApp({ writer: new KvIndexWriter(indexer), registry: new Registry(), now: () => now, limits: { maxBodyBytes: 64 * 1024 } }).app;
 });
 
 async function call(method: string, path: string, body?: unknown): Promise<{ status: number; body: any; text: string; headers: Headers }> {

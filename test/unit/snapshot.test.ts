@@ -3,7 +3,7 @@
 // dump survives a JSON round trip with exact u64 values.
 import { describe, expect, it } from 'vitest';
 import { parseJson, stringifyJson } from '../../src/common/json.js';
-import { EventApplier } from '../../src/events/apply.js';
+import { EventApplier } from '../../src/indexer/apply.js';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
 import { dumpIndex, type IndexSnapshot, restoreIndex } from '../../src/indexer/snapshot.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';

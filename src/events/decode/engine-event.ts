@@ -2,7 +2,7 @@
 // before registration defaults, group filtering and namespace resolution (normalize.ts).
 // Map-form events are read by key; positional (array_like) events are first mapped onto the same
 // keys by a per-engine schema, so every field-history variant goes through one reader.
-import type { U32List, U64List } from '../model.js';
+import type { U32List, U64List } from '../../indexer/kv-event.js';
 import { hashList, isRecord, optBlockSize, optHash, optString, optUint, tokenList } from './values.js';
 
 export interface EngineStored {

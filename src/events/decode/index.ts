@@ -1,7 +1,7 @@
 // Pure decoding entry points: ZMQ frames or a msgpack payload -> normalized KvEvents, given a
 // registration context. Never throws: malformed input comes back as counted errors.
 import type { PublisherType } from '../registry.js';
-import type { KvEvent } from '../model.js';
+import type { KvEvent } from '../../indexer/kv-event.js';
 import { readBatch } from './batch.js';
 import type { DecodeContext } from './context.js';
 import { type LiveFrame, parseLiveFrames } from './frames.js';

@@ -1,6 +1,6 @@
 // vLLM-family events (vLLM, SGLang, LMCache) -> normalized KvEvents: registration defaults, KV-cache
 // group filter, LoRA and salt resolution, extra_keys, block splitting, and removal fan-out.
-import type { ClearedEvent, KvEvent, RemovedEvent, StoredEvent, U32List, U64List } from '../model.js';
+import type { ClearedEvent, KvEvent, RemovedEvent, StoredEvent, U32List, U64List } from '../../indexer/kv-event.js';
 import type { DecodeContext } from './context.js';
 import type { Bad, EngineEvent, EngineStored, Skip } from './engine-event.js';
 import { expandRemoved, splitBlocks, splitRatio } from './rechunk.js';

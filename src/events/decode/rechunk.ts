@@ -4,7 +4,7 @@
 // router blocks. The engine hash names the chunk's last router block (so a child's parent_block_hash
 // resolves to the right depth); the others get derived ids mix(H, i), which a removal of H expands to.
 import { xxh3_64 } from '../../hashing/index.js';
-import type { U32List, U64List } from '../model.js';
+import type { U32List, U64List } from '../../indexer/kv-event.js';
 
 const MIX_SEED = 0x6b76_726f_7574_6572n; // "kvrouter"
 const scratch = new Uint8Array(12);

@@ -1,7 +1,7 @@
 // Field coercers shared by the engine adapters. Each returns `undefined` when the value is not of
 // the expected shape, so a caller can tell "absent/null" from "malformed".
 import { U64_MAX } from '../../common/u64.js';
-import type { U32List, U64List } from '../model.js';
+import type { U32List, U64List } from '../../indexer/kv-event.js';
 
 const I64_MIN = -(1n << 63n);
 const MAX_BLOCK_SIZE = 1 << 20;

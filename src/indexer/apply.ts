@@ -2,11 +2,11 @@
 // the dual-key path (re-hash token_ids into router seq hashes, map engine hashes to them), and
 // orphan detection. Pure: no I/O, no timers.
 import { type HashSpace, seqHashesTransient } from '../hashing/index.js';
-import type { BlockIndex } from '../indexer/block-index.js';
-import type { Namespace, NamespaceId } from '../indexer/namespace.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
-import { canonicalMedium, type Medium } from '../indexer/tiers.js';
-import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity, U64List } from './model.js';
+import type { BlockIndex } from './block-index.js';
+import type { Namespace, NamespaceId } from './namespace.js';
+import type { TieredIndexer } from './tiered-indexer.js';
+import { canonicalMedium, type Medium } from './tiers.js';
+import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity, U64List } from './kv-event.js';
 
 export interface ApplyOptions {
   /** What to do with a stream when its event_id skips ahead: purge its blocks (default) or keep them. */
@@ -48,11 +48,16 @@ export class EventApplier {
     return out;
   }
 
-  /** Forget ordering state for streams of a backend (after a purge or unregister). */
-  resetStreams(backend: string, dpRank?: number): void {
+  /** Forget the ordering state of every stream (after the whole index was cleared). */
+  resetAllStreams(): void {
+    this.lastIds.clear();
+  }
+
+  /** Forget ordering state for streams of a backend (after a purge or unregister), optionally one rank and tenant. */
+  resetStreams(backend: string, dpRank?: number, tenant?: string): void {
     for (const k of [...this.lastIds.keys()]) {
       const parts = k.split('\u0000');
-      if (parts[5] === backend && (dpRank === undefined || parts[7] === String(dpRank))) this.lastIds.delete(k);
+      if (parts[5] === backend && (dpRank === undefined || parts[7] === String(dpRank)) && (tenant === undefined || parts[4] === tenant)) this.lastIds.delete(k);
     }
   }
 
@@ -124,7 +129,9 @@ export class EventApplier {
 
     switch (ev.event_type) {
       case 'cleared': {
-        const n = ev.medium === null ? this.clearAllMedia(ns.index, ev.backend_id, ev.dp_rank) : ns.index.clearHolder(holder);
+        // vLLM's AllBlocksCleared covers every namespace (LoRA, salt) of the engine, not only those
+        // the decoder fanned the event out to.
+        const n = ev.medium === null ? this.indexer.clearBackend(ev.backend_id, ev.dp_rank, ev.tenant_id) : ns.index.clearHolder(holder);
         return { status, blocks: n + purged };
       }
       case 'removed': {
@@ -134,15 +141,6 @@ export class EventApplier {
       case 'stored':
         return this.store(ev, ns.index, ns.space, holder, status);
     }
-  }
-
-  private clearAllMedia(index: BlockIndex, backend: string, dpRank: number): number {
-    let n = 0;
-    for (const h of index.holderIds()) {
-      const info = index.holderInfo(h);
-      if (!info.speculative && info.backend === backend && info.dpRank === dpRank) n += index.clearHolder(h);
-    }
-    return n;
   }
 
   private parentElsewhere(ev: StoredEvent): { index: BlockIndex; space: HashSpace; id: NamespaceId; parent: bigint } | null {
