@@ -1,13 +1,52 @@
-// Request bodies: size-capped, parsed losslessly (u64 hashes survive), always a 4xx on bad input.
+// Request bodies: read through one size cap that stops at the limit (a body over it is never
+// buffered whole), parsed losslessly where u64 hashes may appear, always a 4xx on bad input.
+import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { type JsonValue, parseJson } from '../common/json.js';
 import { ApiError } from './errors.js';
+import { OpenAIError } from './openai.js';
 
+/**
+ * The body's bytes, or null as soon as it passes `limit` (declared or received): reading stops
+ * there. A source that fails mid-body (the client went away) throws.
+ */
+export async function readCapped(source: AsyncIterable<Uint8Array> | null, limit: number, declaredLength?: string | null): Promise<Buffer | null> {
+  const declared = Number(declaredLength ?? NaN);
+  if (Number.isFinite(declared) && declared > limit) return null;
+  if (source === null) return Buffer.alloc(0);
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of source) {
+    size += chunk.byteLength;
+    if (size > limit) return null;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+const tooLargeMessage = (limit: number) => `request body exceeds ${limit} bytes`;
+
+/** node:http hot path: the OpenAI body's bytes (413 over the limit, 499 when the client left). */
+export async function readRequestBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  let buf: Buffer | null;
+  try {
+    buf = await readCapped(req, limit, req.headers['content-length']);
+  } catch {
+    throw new OpenAIError(499, 'client closed the request', 'client_error');
+  }
+  if (buf === null) throw new OpenAIError(413, tooLargeMessage(limit), 'invalid_request_error', null, 'body_too_large');
+  return buf;
+}
+
+async function honoBody(c: Context, limit: number): Promise<Buffer | null> {
+  const stream = c.req.raw.body as AsyncIterable<Uint8Array> | null;
+  return readCapped(stream, limit, c.req.header('content-length'));
+}
+
+/** Indexer routes: JSON with u64 hashes kept exact (Conductor error shape). */
 export async function readJson(c: Context, maxBytes: number): Promise<JsonValue> {
-  const declared = Number(c.req.header('content-length') ?? NaN);
-  if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge(maxBytes);
-  const buf = await c.req.arrayBuffer();
-  if (buf.byteLength > maxBytes) throw tooLarge(maxBytes);
+  const buf = await honoBody(c, maxBytes);
+  if (buf === null) throw new ApiError(413, 'body_too_large', tooLargeMessage(maxBytes));
   if (buf.byteLength === 0) throw new ApiError(400, 'invalid_json', 'request body is empty; expected JSON');
   let text: string;
   try {
@@ -22,6 +61,21 @@ export async function readJson(c: Context, maxBytes: number): Promise<JsonValue>
   }
 }
 
-function tooLarge(maxBytes: number): ApiError {
-  return new ApiError(413, 'body_too_large', `request body exceeds ${maxBytes} bytes`);
+/** OpenAI-style bodies on hono routes (/v1/route, /debug/route): a JSON object, OpenAI errors. */
+export async function readOpenAIJson(c: Context, maxBytes: number): Promise<Record<string, unknown>> {
+  const buf = await honoBody(c, maxBytes);
+  if (buf === null) throw new OpenAIError(413, tooLargeMessage(maxBytes), 'invalid_request_error', null, 'body_too_large');
+  return parseOpenAIBody(buf);
+}
+
+/** Parse an OpenAI request body (token ids are small: plain JSON). */
+export function parseOpenAIBody(buf: Buffer): Record<string, unknown> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(buf.toString('utf8'));
+  } catch (err) {
+    throw new OpenAIError(400, `request body is not valid JSON: ${(err as Error).message}`, 'invalid_request_error', 'body');
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new OpenAIError(400, 'request body must be a JSON object', 'invalid_request_error', 'body');
+  return raw as Record<string, unknown>;
 }

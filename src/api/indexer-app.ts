@@ -4,7 +4,8 @@ import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { Access } from '../auth/access.js';
 import { installAccess } from '../auth/http.js';
 import { registerIndexMetrics } from '../indexer/metrics.js';
-import { type IndexerApiDeps, INDEXER_ROUTES, installErrorHandling, json, mountIndexerRoutes } from './indexer-routes.js';
+import { installErrorHandling } from './errors.js';
+import { type IndexerApiDeps, json, mountIndexerRoutes } from './indexer-routes.js';
 
 export interface IndexerAppOptions extends IndexerApiDeps {
   metrics?: PromRegistry;
@@ -26,6 +27,6 @@ export function createIndexerApp(opts: IndexerAppOptions): { app: Hono; metrics:
     return json(c, { status: 'ok', registrations: regs.length, listeners: byStatus, index: opts.writer.indexer.stats() });
   });
   app.get('/metrics', async (c) => c.body(await metrics.metrics(), 200, { 'content-type': metrics.contentType }));
-  installErrorHandling(app, [...INDEXER_ROUTES, ['GET', '/health'], ['GET', '/metrics']]);
+  installErrorHandling(app);
   return { app, metrics };
 }

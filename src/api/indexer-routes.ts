@@ -52,16 +52,6 @@ export interface IndexerApiDeps {
 
 const ENDPOINT_RE = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
 
-export const INDEXER_ROUTES: ReadonlyArray<readonly [string, string]> = [
-  ['POST', '/register'],
-  ['POST', '/unregister'],
-  ['POST', '/query'],
-  ['POST', '/query_by_hash'],
-  ['POST', '/events'],
-  ['GET', '/workers'],
-  ['GET', '/dump'],
-];
-
 export function json(c: Context, body: unknown, status = 200): Response {
   return c.body(stringifyJson(body), status as 200, { 'content-type': 'application/json' });
 }
@@ -248,21 +238,3 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
 }
 
 /** Uniform JSON 404/405/500 handling for a Hono app. */
-export function installErrorHandling(app: Hono, routes: ReadonlyArray<readonly [string, string]>): void {
-  const byPath = new Map<string, string[]>();
-  for (const [m, p] of routes) byPath.set(p, [...(byPath.get(p) ?? []), m]);
-  for (const [p, methods] of byPath) {
-    app.all(p, (c) => {
-      const allow = methods.includes('GET') ? [...methods, 'HEAD'] : methods;
-      return c.json({ error: { code: 'method_not_allowed', message: `${c.req.method} is not allowed on ${p}; use ${methods.join(' or ')}` } }, 405, {
-        Allow: allow.join(', '),
-      });
-    });
-  }
-  app.notFound((c) => c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404));
-  app.onError((err, c) => {
-    if (err instanceof ApiError) return c.json(err.body(), err.status);
-    process.stderr.write(`kvrouter: internal error on ${c.req.method} ${c.req.path}: ${(err as Error).stack ?? String(err)}\n`);
-    return c.json({ error: { code: 'internal_error', message: 'internal error' } }, 500);
-  });
-}

@@ -2,6 +2,7 @@
 // operational routes (/health, /live, /ready, /metrics, /dashboard) are open. Off entirely when
 // auth is not configured (loopback demo).
 import type { Hono } from 'hono';
+import { errorResponse } from '../api/errors.js';
 import type { Access, Denial } from './access.js';
 
 const ADMIN = [/^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/, /^\/debug\//, /^\/admin\//, /^\/v1\/route\/events$/, /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/, /^\/dashboard(\/|$)/];
@@ -13,12 +14,6 @@ export function routeClass(path: string): RouteClass {
   if (ADMIN.some((r) => r.test(path))) return 'admin';
   if (API.some((r) => r.test(path))) return 'api';
   return 'open';
-}
-
-export function denialBody(path: string, d: Denial): unknown {
-  // OpenAI clients parse OpenAI's error shape on /v1 routes.
-  if (path.startsWith('/v1/')) return { error: { message: d.message, type: d.status === 429 ? 'rate_limit_error' : 'invalid_request_error', param: null, code: d.code } };
-  return { error: { code: d.code, message: d.message } };
 }
 
 /** `access` is read per request, so a reloaded configuration applies at once. */
@@ -38,6 +33,6 @@ export function installAccess(app: Hono, getAccess: Access | (() => Access), onD
     else if (access.identify(headers) === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
     if (!denial) return next();
     onDenied(cls, denial);
-    return c.json(denialBody(path, denial) as object, denial.status);
+    return errorResponse(c, denial);
   });
 }

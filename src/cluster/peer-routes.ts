@@ -5,12 +5,6 @@ import { badField } from '../api/errors.js';
 import { asObject, str } from '../api/fields.js';
 import type { PeerList } from './peers.js';
 
-export const PEER_ROUTES: ReadonlyArray<readonly [string, string]> = [
-  ['POST', '/register_peer'],
-  ['POST', '/deregister_peer'],
-  ['GET', '/peers'],
-];
-
 export interface PeerRouteDeps {
   peers: PeerList;
   maxBodyBytes?: number;

@@ -5,6 +5,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
+import { sendError } from '../api/errors.js';
+import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import type { CapacityQueue } from './capacity.js';
@@ -77,12 +79,6 @@ export function explanationHeaders(d: Decision, requestId: string, attempt: numb
   };
 }
 
-function openaiError(res: ServerResponse, status: number, message: string, type: string, extra: Record<string, string> = {}): void {
-  if (res.headersSent || res.destroyed) return;
-  const body = JSON.stringify({ error: { message, type, param: null, code: status } });
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...extra });
-  res.end(body);
-}
 
 function waitDrain(res: ServerResponse): Promise<void> {
   // 'close' may have fired already: never wait on a response that can no longer drain.
@@ -119,11 +115,11 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
       const d = scheduler.decide({ ...job.route, ns: job.ns, candidates, exclude: tried }, t0);
       if (!d.chosen) {
         if (d.reason === 'unknown_target') {
-          openaiError(res, 400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error');
+          sendError(res, job.path, new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'));
           return observer?.finished?.(null, 400, 'failed', now() - job.receivedAt, job.route.policy);
         }
         if (tried.size > 0 && candidates.every((c) => tried.has(c.instance))) {
-          openaiError(res, 502, `every attempt failed; last error: ${lastError}`, 'server_error');
+          sendError(res, job.path, new OpenAIError(502, `every attempt failed; last error: ${lastError}`, 'server_error'));
           return observer?.finished?.(null, 502, 'failed', now() - job.receivedAt, job.route.policy);
         }
         // All busy or all down: wait for capacity (bounded), then decide again.
@@ -131,7 +127,7 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
         if (abort.signal.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
         if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) {
           const why = d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
-          openaiError(res, 503, `${why}; retry later`, 'server_error', { 'retry-after': '1' });
+          sendError(res, job.path, new OpenAIError(503, `${why}; retry later`, 'server_error'), { 'retry-after': '1' });
           return observer?.finished?.(null, 503, 'no_capacity', now() - job.receivedAt, job.route.policy);
         }
         continue;
@@ -186,7 +182,7 @@ async function dispatch(
     setError(msg);
     if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
     if (canRetry) return 'retry';
-    openaiError(res, 502, `upstream ${msg}`, 'server_error');
+    sendError(res, job.path, new OpenAIError(502, `upstream ${msg}`, 'server_error'));
     observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
     return 'done';
   }

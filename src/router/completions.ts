@@ -11,44 +11,14 @@ import { ChatTemplateError, type PromptTokenizer } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
+import { parseOpenAIBody, readRequestBody } from '../api/body.js';
+import { sendError } from '../api/errors.js';
 
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
   models: Map<string, ModelRuntime>;
   metrics: RouterMetrics;
   access: Access;
-}
-
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const declared = Number(req.headers['content-length'] ?? NaN);
-    if (Number.isFinite(declared) && declared > limit) {
-      reject(new OpenAIError(413, `request body exceeds ${limit} bytes`, 'invalid_request_error', null, 'body_too_large'));
-      req.resume();
-      return;
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        reject(new OpenAIError(413, `request body exceeds ${limit} bytes`, 'invalid_request_error', null, 'body_too_large'));
-        req.destroy();
-        return;
-      }
-      chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks, size)));
-    req.on('error', reject);
-    req.on('aborted', () => reject(new OpenAIError(499, 'client closed the request', 'client_error')));
-  });
-}
-
-export function sendOpenAIError(res: ServerResponse, err: OpenAIError): void {
-  if (res.headersSent || res.destroyed) return;
-  const body = JSON.stringify(err.body());
-  res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
 }
 
 /** Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without affinity). */
@@ -142,9 +112,7 @@ export async function handleCompletion(kind: CompletionKind, req: IncomingMessag
   const admitted = deps.access.admit(principal);
   if ('status' in admitted) {
     deps.metrics.denied('api', admitted.status);
-    const body = JSON.stringify(new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code).body());
-    res.writeHead(admitted.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...(admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {}) });
-    res.end(body);
+    sendError(res, req.url ?? '/v1/', new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code), admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {});
     req.resume();
     return;
   }
@@ -160,13 +128,8 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
   const requestId = typeof rid === 'string' && /^[\w.:-]{1,128}$/.test(rid) ? rid : randomUUID();
   let modelName = 'unknown';
   try {
-    const bodyBuf = await readBody(req, deps.cfg.server.max_body_bytes);
-    let raw: unknown;
-    try {
-      raw = JSON.parse(bodyBuf.toString('utf8'));
-    } catch (err) {
-      throw new OpenAIError(400, `request body is not valid JSON: ${(err as Error).message}`, 'invalid_request_error', 'body');
-    }
+    const bodyBuf = await readRequestBody(req, deps.cfg.server.max_body_bytes);
+    const raw = parseOpenAIBody(bodyBuf);
     const p = await prepareRoute(kind, raw, req.headers, deps, principal);
     modelName = p.model.name;
     // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through untouched.
@@ -189,6 +152,6 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
     if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter: ${(err as Error).stack ?? String(err)}\n`);
     deps.metrics.rejected(modelName, e.status);
-    if (e.status !== 499) sendOpenAIError(res, e);
+    if (e.status !== 499) sendError(res, kind === 'chat' ? '/v1/chat/completions' : '/v1/completions', e);
   }
 }

@@ -2,49 +2,39 @@
 // full scoring of every candidate, booking nothing.
 import type { Hono } from 'hono';
 import { json } from '../api/indexer-routes.js';
-import { OpenAIError } from '../api/openai.js';
+import { readOpenAIJson } from '../api/body.js';
 import { type CompletionDeps, prepareRoute, routeFields } from './completions.js';
 import { overlapTokens } from '../scheduler/scheduler.js';
 
 export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
   app.post('/debug/route', async (c) => {
-    let raw: unknown;
-    try {
-      raw = await c.req.json();
-    } catch {
-      return c.json(new OpenAIError(400, 'request body is not valid JSON').body(), 400);
-    }
-    const kind = c.req.query('kind') === 'completion' || (raw !== null && typeof raw === 'object' && 'prompt' in raw) ? 'completion' : 'chat';
-    try {
-      const headers = Object.fromEntries(c.req.raw.headers);
-      const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
-      const { ns, route } = routeFields(p, deps.cfg);
-      const t = deps.now();
-      const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
-      const d = deps.scheduler.decide({ ...route, ns, candidates }, t);
-      return json(c, {
-        model: p.model.name,
-        policy: d.policy,
-        prompt_tokens: d.isl,
-        block_size: d.blockSize,
-        chosen: d.chosen ? { instance: d.chosen.instance, dp_rank: d.chosen.dpRank } : null,
-        reason: d.reason,
-        candidates: d.candidates.map((x) => ({
-          instance: x.instance,
-          dp_rank: x.dpRank,
-          overlap_tokens: overlapTokens(x, d.blockSize),
-          credited_blocks: x.creditedBlocks,
-          prefill_blocks: x.prefillBlocks,
-          decode_blocks: x.decodeBlocks,
-          new_blocks: x.newBlocks,
-          cost: x.cost,
-          load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
-          busy: x.busy,
-        })),
-      });
-    } catch (err) {
-      if (err instanceof OpenAIError) return c.json(err.body(), err.status as 400);
-      throw err;
-    }
+    const raw = await readOpenAIJson(c, deps.cfg.server.max_body_bytes);
+    const kind = c.req.query('kind') === 'completion' || 'prompt' in raw ? 'completion' : 'chat';
+    const headers = Object.fromEntries(c.req.raw.headers);
+    const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
+    const { ns, route } = routeFields(p, deps.cfg);
+    const t = deps.now();
+    const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
+    const d = deps.scheduler.decide({ ...route, ns, candidates }, t);
+    return json(c, {
+      model: p.model.name,
+      policy: d.policy,
+      prompt_tokens: d.isl,
+      block_size: d.blockSize,
+      chosen: d.chosen ? { instance: d.chosen.instance, dp_rank: d.chosen.dpRank } : null,
+      reason: d.reason,
+      candidates: d.candidates.map((x) => ({
+        instance: x.instance,
+        dp_rank: x.dpRank,
+        overlap_tokens: overlapTokens(x, d.blockSize),
+        credited_blocks: x.creditedBlocks,
+        prefill_blocks: x.prefillBlocks,
+        decode_blocks: x.decodeBlocks,
+        new_blocks: x.newBlocks,
+        cost: x.cost,
+        load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
+        busy: x.busy,
+      })),
+    });
   });
 }

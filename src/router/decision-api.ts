@@ -6,6 +6,8 @@
 //   POST /v1/route/loads                         every candidate's potential loads and cost
 //   GET  /v1/route/events                        the index as a dump
 import type { Context, Hono } from 'hono';
+import { readOpenAIJson } from '../api/body.js';
+import { errorResponse } from '../api/errors.js';
 import { json } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
 import { dumpIndex } from '../indexer/snapshot.js';
@@ -66,13 +68,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
   const bookingKey = (id: string) => `route:${id}`;
 
   const decide = async (c: Context): Promise<{ d: Decision; p: Awaited<ReturnType<typeof prepareRoute>>; body: Body; fields: ReturnType<typeof routeFields> }> => {
-    let body: Body;
-    try {
-      body = (await c.req.json()) as Body;
-    } catch {
-      throw new OpenAIError(400, 'request body is not valid JSON', 'invalid_request_error', 'body');
-    }
-    if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new OpenAIError(400, 'request body must be a JSON object', 'invalid_request_error', 'body');
+    const body = (await readOpenAIJson(c, deps.cfg.server.max_body_bytes)) as Body;
     let kind: 'chat' | 'completion' = 'chat';
     let raw: Body = body;
     if (body.token_ids !== undefined) {
@@ -98,72 +94,56 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     busy: x.busy,
   });
 
-  const wrap = (fn: (c: Context) => Promise<Response>) => async (c: Context) => {
-    try {
-      return await fn(c);
-    } catch (err) {
-      if (err instanceof OpenAIError) return c.json(err.body(), err.status as 400);
-      throw err;
+  app.post('/v1/route/loads', async (c) => {
+    const { d, p } = await decide(c);
+    return json(c, { model: p.model.name, prompt_tokens: d.isl, block_size: d.blockSize, policy: d.policy, loads: d.candidates.map((x) => candidateView(d, x)) });
+  });
+
+  app.post('/v1/route', async (c) => {
+    const { d, p, body, fields } = await decide(c);
+    const rid = body.request_id;
+    if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) {
+      throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
     }
-  };
-
-  app.post(
-    '/v1/route/loads',
-    wrap(async (c) => {
-      const { d, p } = await decide(c);
-      return json(c, { model: p.model.name, prompt_tokens: d.isl, block_size: d.blockSize, policy: d.policy, loads: d.candidates.map((x) => candidateView(d, x)) });
-    }),
-  );
-
-  app.post(
-    '/v1/route',
-    wrap(async (c) => {
-      const { d, p, body, fields } = await decide(c);
-      const rid = body.request_id;
-      if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) {
-        throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
-      }
-      if (!d.chosen) {
-        const status = d.reason === 'unknown_target' ? 400 : 503;
-        return c.json(new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error').body(), status, status === 503 ? { 'retry-after': '1' } : {});
-      }
-      let booked = false;
-      if (typeof rid === 'string' && deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant') {
-        // Booking holds load on an instance until freed: that is the gateway's job (admin token).
-        throw new OpenAIError(403, 'booking with request_id needs the admin token; tenants may only query', 'invalid_request_error', 'request_id', 'forbidden');
-      }
-      if (typeof rid === 'string') {
-        if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
-        const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
-        scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
-        booked = true;
-      }
-      const inst = p.model.instances.find((i) => i.id === d.chosen!.instance)!;
-      return json(c, {
-        ...candidateView(d, d.chosen),
-        url: inst.upstream.url,
-        model: p.model.name,
-        policy: d.policy,
-        prompt_tokens: d.isl,
-        request_id: typeof rid === 'string' ? rid : null,
-        booked,
-      });
-    }),
-  );
-
-  const lifecycle = (action: 'prefill_complete' | 'free') =>
-    wrap(async (c) => {
-      const id = c.req.param('id') ?? '';
-      const key = bookingKey(id);
-      const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
-      if (ok) {
-        if (action === 'free') freed.add(id);
-        deps.queue.notify(1);
-        return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });
-      }
-      if (freed.has(id)) return json(c, { request_id: id, status: 'already_freed' });
-      return c.json(new OpenAIError(404, `no booking for request_id ${id}`, 'invalid_request_error', 'request_id').body(), 404);
+    if (!d.chosen) {
+      const status = d.reason === 'unknown_target' ? 400 : 503;
+      return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
+    }
+    let booked = false;
+    if (typeof rid === 'string' && deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant') {
+      // Booking holds load on an instance until freed: that is the gateway's job (admin token).
+      throw new OpenAIError(403, 'booking with request_id needs the admin token; tenants may only query', 'invalid_request_error', 'request_id', 'forbidden');
+    }
+    if (typeof rid === 'string') {
+      if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
+      const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+      scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
+      booked = true;
+    }
+    const inst = p.model.instances.find((i) => i.id === d.chosen!.instance)!;
+    return json(c, {
+      ...candidateView(d, d.chosen),
+      url: inst.upstream.url,
+      model: p.model.name,
+      policy: d.policy,
+      prompt_tokens: d.isl,
+      request_id: typeof rid === 'string' ? rid : null,
+      booked,
     });
+  });
+
+  const lifecycle = (action: 'prefill_complete' | 'free') => async (c: Context) => {
+    const id = c.req.param('id') ?? '';
+    const key = bookingKey(id);
+    const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
+    if (ok) {
+      if (action === 'free') freed.add(id);
+      deps.queue.notify(1);
+      return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });
+    }
+    if (freed.has(id)) return json(c, { request_id: id, status: 'already_freed' });
+    throw new OpenAIError(404, `no booking for request_id ${id}`, 'invalid_request_error', 'request_id');
+  };
   app.post('/v1/route/:id/prefill_complete', lifecycle('prefill_complete'));
   app.post('/v1/route/:id/free', lifecycle('free'));
   app.get('/v1/route/events', (c) => json(c, dumpIndex(deps.indexer, now())));

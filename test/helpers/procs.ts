@@ -13,7 +13,7 @@ export interface Proc {
 
 /** Spawn `kvrouter <args>` and resolve once `ready` matches `count` stdout lines. */
 export async function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
-  const c = await spawnChildCli(args, ready, { timeoutMs: 30_000, ...opts });
+  const c = await spawnChildCli(args, ready, { timeoutMs: 120_000, ...opts });
   return { proc: c.proc, lines: c.lines, kill: (signal = 'SIGTERM') => c.stop(10_000, signal) };
 }
 
@@ -33,7 +33,7 @@ export async function startEngineProc(extra: string[] = [], port = 0): Promise<E
   return { ...p, url: m[1], zmq: m[2], replay: m[3], port: Number(new URL(m[1]).port) };
 }
 
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 15_000, everyMs = 50): Promise<T> {
+export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 60_000, everyMs = 50): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   while (Date.now() < deadline) {

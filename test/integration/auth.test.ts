@@ -50,7 +50,7 @@ const chat = (q: string) => ({ model: MODEL, max_tokens: 2, messages: [{ role: '
 
 beforeAll(async () => {
   router = await startRouter(loadConfigText(base(AUTH), 'test'), { log: () => {} });
-}, 60_000);
+});
 afterAll(async () => {
   await router?.close();
 });

@@ -94,5 +94,5 @@ describe('kvrouter bench cluster --quick', () => {
 
     for (const f of ['cluster.md', 'cluster.json', 'samples.jsonl']) expect(existsSync(join(out, f)), f).toBe(true);
     for (const f of ['ttft-cdf.svg', 'hit-rate.svg', 'engine-load.svg']) expect(readFileSync(join(out, f), 'utf8')).toMatch(/^<svg [^>]*>[\s\S]*<\/svg>\n$/);
-  }, 240_000);
+  }, 480_000);
 });

@@ -58,7 +58,7 @@ models:
     const body = (await q.body.json()) as Record<string, Record<string, { GPU: number }>>;
     return body.default[warm].GPU > 0;
   });
-}, 60_000);
+});
 
 afterAll(async () => {
   await router?.close();

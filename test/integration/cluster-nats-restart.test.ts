@@ -76,8 +76,8 @@ beforeAll(async () => {
     proms.push(prom);
     await c.ready;
   }
-  await waitFor('replicas meshed', () => clusters.every((c) => c.status().sync?.peers.length === 1), 30_000);
-}, 60_000);
+  await waitFor('replicas meshed', () => clusters.every((c) => c.status().sync?.peers.length === 1), 60_000);
+});
 
 afterAll(async () => {
   await Promise.all(clusters.map((c) => c.close()));
@@ -94,14 +94,14 @@ afterAll(async () => {
 describe('NATS killed and restarted', () => {
   it('keeps routing on local state, reports the outage, then resumes sync and resets stale remote bookings', async () => {
     for (let t = 0; t < 4; t++) expect((await completion(0, t)).status).toBe(200);
-    await waitFor('relayed events reached both routers', () => canon(routers[0].indexer) !== '' && canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 30_000);
+    await waitFor('relayed events reached both routers', () => canon(routers[0].indexer) !== '' && canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 60_000);
 
     // A booking B knows about, freed on A while NATS is down: B must not keep it forever.
     await post(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt(50), request_id: 'before-outage', router_config_override: { policy: 'direct', target: 'e0' } });
-    await waitFor('B sees it', () => load(1, 'e0').activeRequests === 1, 20_000);
+    await waitFor('B sees it', () => load(1, 'e0').activeRequests === 1, 60_000);
 
     await nats.kill();
-    await waitFor('both report the outage', () => clusters.every((c) => !c.status().sync!.nats.connected), 20_000);
+    await waitFor('both report the outage', () => clusters.every((c) => !c.status().sync!.nats.connected), 60_000);
     const s = clusters[0].status().sync!;
     expect(s.nats.lastError).toMatch(/disconnect/i);
     expect(await proms[0].getSingleMetricAsString('kvrouter_cluster_connected')).toMatch(/link="sync"\} 0/);
@@ -116,23 +116,23 @@ describe('NATS killed and restarted', () => {
     expect(load(1, 'e0').activeRequests).toBe(1); // B cannot know yet
 
     await nats.restart();
-    await waitFor('both reconnected', () => clusters.every((c) => c.status().sync!.nats.connected), 30_000);
+    await waitFor('both reconnected', () => clusters.every((c) => c.status().sync!.nats.connected), 60_000);
     // A's next message (a heartbeat) shows B the sequence gap: B frees everything it held for A.
-    await waitFor('stale remote booking reset through the gap', () => load(1, 'e0').activeRequests === 0, 20_000);
+    await waitFor('stale remote booking reset through the gap', () => load(1, 'e0').activeRequests === 0, 60_000);
     expect(await proms[1].getSingleMetricAsString('kvrouter_cluster_peer_resets_total')).toMatch(/reason="gap"\} [1-9]/);
 
     // Sync resumes for new bookings.
     await post(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt(70), request_id: 'after-outage', router_config_override: { policy: 'direct', target: 'e1' } });
-    await waitFor('B sees the new booking', () => load(1, 'e1').activeRequests === 1, 20_000);
+    await waitFor('B sees the new booking', () => load(1, 'e1').activeRequests === 1, 60_000);
     await post(routers[0].url, '/v1/route/after-outage/free');
-    await waitFor('and its free', () => routers.every((r) => r.scheduler.active.size === 0), 20_000);
+    await waitFor('and its free', () => routers.every((r) => r.scheduler.active.size === 0), 60_000);
   });
 
   it('relayed events lost during the outage are recovered through a resync snapshot', async () => {
     // Events produced while NATS was down (the completions above) never reached the stream; the
     // relay noticed the failed publishes and, once reconnected, published a resync epoch.
     for (let t = 7; t < 10; t++) expect((await completion(0, t)).status).toBe(200);
-    await waitFor('routers converge on the relay index', () => canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 30_000).catch((err) => {
+    await waitFor('routers converge on the relay index', () => canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 60_000).catch((err) => {
       const lines = (i: number) => canon(routers[i].indexer).split('\n').length;
       throw new Error(
         `${(err as Error).message}: relay ${canon(relay.indexer).split('\n').length} holders, routers ${lines(0)} / ${lines(1)}; relay ${JSON.stringify(relay.relay.status())}; consumers ${JSON.stringify(clusters.map((c) => c.status().events))}`,

@@ -3,9 +3,9 @@
 import { Hono } from 'hono';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { installErrorHandling } from '../../src/api/indexer-routes.js';
+import { installErrorHandling } from '../../src/api/errors.js';
 import { type ClusterHandle, attachCluster } from '../../src/cluster/attach.js';
-import { PEER_ROUTES, mountPeerRoutes } from '../../src/cluster/peer-routes.js';
+import { mountPeerRoutes } from '../../src/cluster/peer-routes.js';
 import { PeerList, recoverFromPeers } from '../../src/cluster/peers.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
@@ -33,7 +33,7 @@ const yaml = () => routerYaml(engines, { events: 'live', routing: 'speculative_t
 async function router(): Promise<RouterHandle> {
   const r = await startRouter(loadConfigText(yaml(), 'test'), { log: () => {} });
   routers.push(r);
-  await waitFor('listeners active', () => r.registry.all().every((x) => x.status === 'active'), 30_000);
+  await waitFor('listeners active', () => r.registry.all().every((x) => x.status === 'active'), 60_000);
   return r;
 }
 
@@ -54,8 +54,8 @@ beforeAll(async () => {
       expect(r.status, r.text).toBe(200);
     }
   }
-  await waitFor('A indexed every prompt', async () => (await Promise.all(prompts.map((p) => query(a.url, p)))).every((t) => /"gpu":[1-9]/.test(t) || /"longest_matched":[1-9]/.test(t)), 30_000);
-}, 60_000);
+  await waitFor('A indexed every prompt', async () => (await Promise.all(prompts.map((p) => query(a.url, p)))).every((t) => /"gpu":[1-9]/.test(t) || /"longest_matched":[1-9]/.test(t)), 60_000);
+});
 
 afterAll(async () => {
   await Promise.all(clusters.map((c) => c.close()));
@@ -95,7 +95,7 @@ describe('peer recovery', () => {
     const app = new Hono();
     const peers = new PeerList(['http://a:8090/']);
     mountPeerRoutes(app, { peers });
-    installErrorHandling(app, PEER_ROUTES);
+    installErrorHandling(app);
     const call = async (method: string, path: string, body?: unknown) => {
       const r = await app.request(path, { method, headers: { 'content-type': 'application/json' }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
       return { status: r.status, body: (await r.json()) as { status?: string } & Record<string, unknown> };

@@ -145,7 +145,7 @@ beforeAll(async () => {
   writeFileSync(join(dir, 'relay.yaml'), yaml(true));
   await startRelay(['--reset-state']);
   await Promise.all(['A', 'B'].map(startNode));
-}, 60_000);
+});
 
 const extraRelays: RelayProc[] = [];
 
@@ -169,7 +169,7 @@ describe('relay', () => {
   });
 
   it('a router restarted mid-way resumes from snapshot + stream tail, not from the start', async () => {
-    await waitFor('a snapshot after the first traffic', async () => ((await relayStatus()).last_snapshot?.stream_seq ?? 0) > 2, 30_000);
+    await waitFor('a snapshot after the first traffic', async () => ((await relayStatus()).last_snapshot?.stream_seq ?? 0) > 2, 60_000);
     await stopNode('B');
     await traffic('A', 9, 'while-b-was-down');
     const before = await relayStatus();
@@ -204,7 +204,7 @@ describe('relay', () => {
       return r;
     };
     const a = await ha('ha-a');
-    await waitFor('ha-a leads', async () => (await relayStatus(a)).role === 'leader', 10_000);
+    await waitFor('ha-a leads', async () => (await relayStatus(a)).role === 'leader', 60_000);
     const b = await ha('ha-b');
     relay = a;
     await traffic('A', 4, 'ha-first');
@@ -215,7 +215,7 @@ describe('relay', () => {
     const resyncs = nodes.A.cluster.status().events!.resyncs;
 
     await killRelay(a, 'SIGKILL'); // no goodbye: the lease expires
-    await waitFor('ha-b takes over', async () => (await relayStatus(b)).role === 'leader', 10_000);
+    await waitFor('ha-b takes over', async () => (await relayStatus(b)).role === 'leader', 60_000);
     relay = b;
     await converged(['A', 'B']); // the routers loaded ha-b's snapshot
     expect(nodes.A.cluster.status().events!.resyncs).toBeGreaterThan(resyncs);
@@ -225,7 +225,7 @@ describe('relay', () => {
     const c = await ha('ha-c');
     expect((await relayStatus(c)).role).toBe('standby');
     await killRelay(b, 'SIGTERM'); // a clean stop deletes the lease
-    await waitFor('ha-c takes over', async () => (await relayStatus(c)).role === 'leader', 10_000);
+    await waitFor('ha-c takes over', async () => (await relayStatus(c)).role === 'leader', 60_000);
     relay = c;
     await traffic('A', 2, 'ha-after-handover');
     await converged(['A', 'B']);

@@ -16,7 +16,7 @@ const procs: Proc[] = [];
 beforeAll(async () => {
   nats = await startLocalNats();
   engine = await startEngineProc(['--speedup', '20']);
-}, 60_000);
+});
 afterAll(async () => {
   await Promise.all(procs.map((p) => p.kill()));
   await engine?.kill();
@@ -62,7 +62,7 @@ describe('kvrouter serve with a cluster section', () => {
     // Warm the engine through A, then start C with A as its peer: C answers /query like A at once.
     expect((await post(a, '/v1/chat/completions', { ...routeBody(), max_tokens: 2 })).status).toBe(200);
     const q = { model: MODEL, block_size: 16, token_ids: Array.from({ length: 64 }, (_, i) => i) };
-    await waitFor('A indexed', async () => (await post(a, '/dump')).status !== 0, 30_000);
+    await waitFor('A indexed', async () => (await post(a, '/dump')).status !== 0, 60_000);
     const c = await serve(['--peers', a]);
     // /ready opens only once the peer's dump is restored.
     const state = await waitFor(

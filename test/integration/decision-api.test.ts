@@ -39,7 +39,7 @@ beforeAll(async () => {
   engines = await Promise.all([0, 1].map(() => startEngineProc(['--speedup', '20'])));
   router = await startRouter(loadConfigText(yaml(engines), 'test'), { log: () => {} });
   await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
-}, 60_000);
+});
 
 afterAll(async () => {
   await router?.close();
@@ -98,7 +98,7 @@ describe('/v1/route', () => {
   it('sweeps an abandoned booking and counts it', async () => {
     await call(router.url, 'POST', '/v1/route', { ...chatBody('abandoned'), request_id: 'gw-lost' });
     expect(router.scheduler.active.size).toBe(1);
-    await waitFor('stale sweep', () => router.scheduler.active.size === 0, 10_000);
+    await waitFor('stale sweep', () => router.scheduler.active.size === 0, 60_000);
     const metrics = await request(`${router.url}/metrics`).then((r) => r.body.text());
     expect(metrics).toMatch(/kvrouter_stale_bookings_freed_total 1\b/);
     expect((await call(router.url, 'POST', '/v1/route/gw-lost/free')).status).toBe(404);

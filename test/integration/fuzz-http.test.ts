@@ -24,7 +24,7 @@ models:
     ),
     { log: () => {} },
   );
-}, 60_000);
+});
 afterAll(async () => {
   await router?.close();
 });

@@ -14,7 +14,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 beforeAll(async () => {
   nats = await startLocalNats({ jetstream: true });
   nc = await connect({ servers: nats.url });
-}, 30_000);
+});
 
 afterAll(async () => {
   await nc?.close();

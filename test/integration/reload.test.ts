@@ -33,7 +33,7 @@ async function post(base: string, path: string, body: string, headers: Record<st
 
 beforeAll(async () => {
   engines = await Promise.all([0, 1, 2].map((i) => startEngineProc(['--speedup', i === 0 ? '0.5' : '20'])));
-}, 60_000);
+});
 afterAll(async () => {
   await Promise.all(engines.map((e) => e.kill()));
 });
@@ -110,7 +110,7 @@ describe('the serve process', () => {
       const text = slow.body.text();
       const exited = new Promise<number | null>((res) => p.proc.once('exit', (code) => res(code)));
       p.proc.kill('SIGTERM');
-      await waitFor('draining', () => p.lines.some((l) => l.includes('shutting down')), 5000);
+      await waitFor('draining', () => p.lines.some((l) => l.includes('shutting down')), 60_000);
       const refused = await post(url, '/v1/chat/completions', chat('late')).catch(() => ({ status: 0 }));
       expect([0, 503]).toContain(refused.status);
       expect(await text).toContain('data: [DONE]');

@@ -14,7 +14,7 @@ const MODEL = 'Qwen/Qwen3-0.6B';
 let engine: EngineProc;
 beforeAll(async () => {
   engine = await startEngineProc(['--speedup', '1']);
-}, 60_000);
+});
 afterAll(async () => engine?.kill());
 
 const yaml = (busy: string, url = engine.url) => `

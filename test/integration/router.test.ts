@@ -43,7 +43,7 @@ beforeAll(async () => {
   engines = await Promise.all([0, 1, 2].map(() => startEngineProc(['--speedup', '20', '--num-gpu-blocks', '4096'])));
   router = await startRouter(loadConfigText(config(), 'test'), { log: () => {} });
   await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
-}, 60_000);
+});
 
 afterAll(async () => {
   await router?.close();

@@ -1,0 +1,35 @@
+// The OpenAI completion routes served straight from node:http (hono alone halves proxy RPS);
+// everything else goes to the hono app. Their route table feeds the hono app's 405 answers.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type RouteSpec, sendError } from '../api/errors.js';
+import type { NodeHandler } from '../api/http-server.js';
+import { OpenAIError } from '../api/openai.js';
+import { handleCompletion } from './completions.js';
+import type { RouterRuntime } from './runtime.js';
+
+export const HOT_ROUTES: readonly RouteSpec[] = [
+  ['POST', '/v1/chat/completions'],
+  ['POST', '/v1/completions'],
+];
+
+export function hotPathHandler(rt: RouterRuntime, rest: NodeHandler): NodeHandler {
+  return (req: IncomingMessage, res: ServerResponse) => {
+    const path = req.url?.split('?')[0] ?? '/';
+    if (req.method !== 'POST' || (path !== '/v1/chat/completions' && path !== '/v1/completions')) return rest(req, res);
+    if (rt.shuttingDown) {
+      sendError(res, path, new OpenAIError(503, 'the router is shutting down', 'server_error'));
+      req.resume();
+      return;
+    }
+    const principal = rt.deps.access.identify(req.headers);
+    if (principal === null) {
+      rt.metrics.denied('api', 401);
+      sendError(res, path, { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' });
+      req.resume();
+      return;
+    }
+    rt.inflight.add(res);
+    res.on('close', () => rt.inflight.delete(res));
+    void handleCompletion(path === '/v1/chat/completions' ? 'chat' : 'completion', req, res, rt.deps, principal);
+  };
+}

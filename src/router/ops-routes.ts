@@ -1,0 +1,52 @@
+// Operational routes of `kvrouter serve`: model list, health, liveness, readiness, metrics, reload.
+import type { Hono } from 'hono';
+import { json } from '../api/indexer-routes.js';
+import type { RouterConfig } from '../config/schema.js';
+import type { ReloadResult } from './reload.js';
+import { isReady, type RouterRuntime } from './runtime.js';
+
+export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: RouterConfig) => Promise<ReloadResult>): void {
+  const { deps, scheduler, now } = rt;
+  app.get('/v1/models', (c) =>
+    c.json({
+      object: 'list',
+      data: [...deps.models.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name })),
+    }),
+  );
+  app.get('/health', (c) =>
+    json(c, {
+      status: 'ok',
+      models: rt.all.map((m) => ({
+        name: m.name,
+        instances: m.instances.map((i) => {
+          const load = { active_prefill_tokens: 0, active_blocks: 0, active_requests: 0 };
+          for (let r = 0; r < i.dpSize; r++) {
+            const l = scheduler.active.load(i.id, r);
+            load.active_prefill_tokens += l.activePrefillTokens;
+            load.active_blocks += l.activeBlocks;
+            load.active_requests += l.activeRequests;
+          }
+          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load };
+        }),
+      })),
+      bookings: scheduler.active.size,
+      index: rt.indexer.stats(),
+      listeners: rt.listeners.statusCounts(),
+    }),
+  );
+  app.get('/live', (c) => (rt.shuttingDown ? c.json({ status: 'shutting down' }, 503) : c.json({ status: 'ok' })));
+  app.get('/ready', (c) => {
+    const details = rt.all.map((m) => ({
+      model: m.name,
+      healthy_instances: m.instances.filter((i) => i.health.available(now())).length,
+      min_initial_instances: m.cfg.min_initial_instances,
+    }));
+    const ready = isReady(rt);
+    return c.json({ ready, shutting_down: rt.shuttingDown, models: details, listeners: rt.listeners.statusCounts(), cluster: rt.cluster?.status() ?? null }, ready ? 200 : 503);
+  });
+  app.get('/metrics', async (c) => c.body(await rt.prom.metrics(), 200, { 'content-type': rt.prom.contentType }));
+  app.post('/admin/reload', async (c) => {
+    const r = await reload();
+    return json(c, { status: r.ok ? 'reloaded' : 'rejected', changes: r.changes, restart_required: r.restartRequired, errors: r.errors }, r.ok ? 200 : 400);
+  });
+}

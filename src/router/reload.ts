@@ -1,0 +1,101 @@
+// Hot reload: a new config is diffed against the running one and applied without dropping
+// in-flight requests. Keys only a restart can change keep their running values (and are reported).
+import { Access } from '../auth/access.js';
+import { ConfigInvalidError, loadConfigFile, type LoadOptions } from '../config/load.js';
+import type { RouterConfig } from '../config/schema.js';
+import { fillEngineInstances } from './engines.js';
+import { reconcileModels } from './models.js';
+import { reconcileRegistrations } from './registrations.js';
+import { checkAuth, indexInstances, type RouterRuntime } from './runtime.js';
+
+export interface ReloadResult {
+  ok: boolean;
+  /** What changed (instances added/removed, settings). */
+  changes: string[];
+  /** Keys that changed in the file but only take effect after a restart. */
+  restartRequired: string[];
+  errors: Array<{ path: string; message: string }>;
+}
+
+const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
+  ['server.host', (c) => c.server.host],
+  ['server.port', (c) => c.server.port],
+  ['engine_sim', (c) => JSON.stringify(c.engine_sim)],
+  ['hashing.seed', (c) => c.hashing.seed],
+  ['cluster', (c) => JSON.stringify(c.cluster)],
+  ['kv_events', (c) => JSON.stringify(c.kv_events)],
+];
+
+async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<ReloadResult> {
+  const { deps, now, writer } = rt;
+  const cur = deps.cfg;
+  fillEngineInstances(next, rt.engines);
+  const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
+  next.server = { ...next.server, host: cur.server.host, port: cur.server.port };
+  next.engine_sim = cur.engine_sim;
+  next.hashing = cur.hashing;
+  const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now);
+  try {
+    checkAuth(next, access);
+  } catch (err) {
+    return { ok: false, changes: [], restartRequired, errors: [{ path: 'auth', message: (err as Error).message }] };
+  }
+  next.cluster = cur.cluster;
+  const r = await reconcileModels(next, { byName: deps.models, all: rt.all });
+  const regs = rt.relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());
+  const changes: string[] = [];
+  for (const spec of regs.removed) writer.purge({ backend: spec.backendId, dpRank: spec.dpRank, tenant: spec.tenant });
+  // Swap: new requests see the new config from here on; in-flight ones keep what they hold.
+  rt.all = r.all;
+  deps.cfg = next;
+  deps.models = r.byName;
+  deps.access = access;
+  rt.queue.setMaxSize(next.routing.busy.queue_size);
+  for (const i of r.removedInstances) {
+    writer.purgeInstance({ instance: i.id });
+    const freed = rt.scheduler.active.dropInstance(i.id);
+    changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
+    void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
+  }
+  for (const i of r.addedInstances) changes.push(`added instance ${i.id}`);
+  for (const k of regs.added) changes.push(`listening to KV events of ${k}`);
+  indexInstances(rt);
+  for (const t of r.unusedTokenizers) void t.close();
+  if (JSON.stringify(cur.routing) !== JSON.stringify(next.routing) || JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))) changes.push('routing settings');
+  if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
+  rt.queue.notify();
+  return { ok: true, changes, restartRequired, errors: [] };
+}
+
+/**
+ * reload(next?): apply `next`, or re-read the config file. Reloads run one at a time; every outcome
+ * is logged, a rejected one with each bad key (the running config stays).
+ */
+export function createReloader(rt: RouterRuntime, source: { configFile?: string; loadOptions?: LoadOptions }): (next?: RouterConfig) => Promise<ReloadResult> {
+  let reloading: Promise<unknown> = Promise.resolve();
+  return (next) => {
+    const run = async (): Promise<ReloadResult> => {
+      let res: ReloadResult;
+      let cfg = next ? structuredClone(next) : undefined;
+      if (!cfg && !source.configFile) res = { ok: false, changes: [], restartRequired: [], errors: [{ path: '(file)', message: 'the router was not started from a file' }] };
+      else {
+        try {
+          cfg ??= loadConfigFile(source.configFile!, source.loadOptions);
+          res = await applyConfig(rt, cfg);
+        } catch (err) {
+          if (!(err instanceof ConfigInvalidError)) throw err;
+          res = { ok: false, changes: [], restartRequired: [], errors: err.errors };
+        }
+      }
+      rt.log(
+        res.ok
+          ? `config reloaded: ${res.changes.join('; ') || 'no changes'}${res.restartRequired.length ? ` (needs a restart: ${res.restartRequired.join(', ')})` : ''}`
+          : `config reload rejected, keeping the running config: ${res.errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`,
+      );
+      return res;
+    };
+    const p = reloading.then(run, run);
+    reloading = p.catch(() => undefined);
+    return p;
+  };
+}

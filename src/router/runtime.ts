@@ -1,0 +1,168 @@
+// The parts of a running router and the state a reload swaps. Request handlers read `deps` and
+// `models` per request; reload replaces their fields without touching in-flight requests.
+import type { ServerResponse } from 'node:http';
+import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
+import { Access } from '../auth/access.js';
+import { isLoopbackHost } from '../auth/allowlist.js';
+import type { ClusterHandle } from '../cluster/attach.js';
+import { PeerList } from '../cluster/peers.js';
+import { modelSeeds } from '../cluster/registrations.js';
+import { mulberry32 } from '../common/prng.js';
+import type { RouterConfig } from '../config/schema.js';
+import type { EngineHandle } from '../engine-sim/index.js';
+import { listenerOptionsFromConfig } from '../events/config.js';
+import { ListenerPool } from '../events/listener-pool.js';
+import { Registry } from '../events/registry.js';
+import { type IndexMetrics, registerIndexMetrics } from '../indexer/metrics.js';
+import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { KvIndexWriter } from '../indexer/writer.js';
+import { CapacityQueue } from '../proxy/capacity.js';
+import { Scheduler } from '../scheduler/scheduler.js';
+import type { CompletionDeps } from './completions.js';
+import { combineObservers, DecisionLog } from './decision-log.js';
+import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
+import { createRouterMetrics, type RouterMetrics } from './metrics.js';
+import { type ModelRuntime, reconcileModels } from './models.js';
+import { reconcileRegistrations } from './registrations.js';
+
+export interface RouterRuntime {
+  readonly log: (line: string) => void;
+  readonly now: () => number;
+  readonly engines: EngineHandle[];
+  readonly indexer: TieredIndexer;
+  /** The one write path into `indexer`. */
+  readonly writer: KvIndexWriter;
+  readonly registry: Registry;
+  readonly listeners: ListenerPool;
+  readonly scheduler: Scheduler;
+  readonly queue: CapacityQueue;
+  readonly prom: PromRegistry;
+  readonly metrics: RouterMetrics;
+  readonly indexMetrics: IndexMetrics;
+  readonly decisions: DecisionLog;
+  readonly peers: PeerList;
+  /** Per-request view: config, models, access (reload swaps these fields). */
+  readonly deps: CompletionDeps & { indexer: TieredIndexer };
+  /** Every model, in config order (reload swaps it). */
+  all: ModelRuntime[];
+  /** Registrations the config owns (reload reconciles them; /register ones are left alone). */
+  readonly ownedRegs: Set<string>;
+  /** In relay mode the index arrives through JetStream: this replica opens no ZMQ socket. */
+  readonly relayed: boolean;
+  cluster: ClusterHandle | null;
+  shuttingDown: boolean;
+  /** Completions in flight (drained on shutdown). */
+  readonly inflight: Set<ServerResponse>;
+  /** Instance id -> model name (metrics labels). */
+  readonly modelOfInstance: Map<string, string>;
+}
+
+export function checkAuth(cfg: RouterConfig, access: Access): void {
+  if (!access.enabled && !isLoopbackHost(cfg.server.host) && !cfg.auth.allow_unauthenticated) {
+    throw new Error(`refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`);
+  }
+}
+
+/** Enrol every configured instance in its model's namespace and label it for metrics. */
+export function indexInstances(rt: RouterRuntime): void {
+  rt.modelOfInstance.clear();
+  for (const m of rt.all) {
+    for (const i of m.instances) {
+      rt.modelOfInstance.set(i.id, m.name);
+      rt.writer.enroll({ model: m.name, blockSize: m.cfg.block_size }, i.id);
+    }
+  }
+}
+
+/** Ready: not draining, the cluster has recovered, every model has its minimum of healthy instances. */
+export function isReady(rt: RouterRuntime): boolean {
+  return (
+    !rt.shuttingDown &&
+    (rt.cluster?.isReady() ?? true) &&
+    rt.all.every((m) => m.instances.filter((i) => i.health.available(rt.now())).length >= Math.max(1, m.cfg.min_initial_instances))
+  );
+}
+
+export async function createRuntime(cfg0: RouterConfig, log: (line: string) => void, now: () => number): Promise<RouterRuntime> {
+  const access = new Access({ admin_token: cfg0.auth.admin_token, tenants: cfg0.auth.tenants }, now);
+  checkAuth(cfg0, access);
+  if (!access.enabled) log(`auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg0.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`);
+  const engines = await startEmbeddedEngines(cfg0, log);
+  fillEngineInstances(cfg0, engines);
+
+  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds: modelSeeds(cfg0) });
+  const writer = new KvIndexWriter(indexer);
+  const registry = new Registry();
+  const prom = new PromRegistry();
+  collectDefaultMetrics({ register: prom });
+  const listeners = new ListenerPool({ registry, writer, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events) });
+  const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
+  const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
+  const modelSet = await reconcileModels(cfg0, null);
+  const ownedRegs = new Set<string>();
+  const relayed = cfg0.cluster.events.source === 'jetstream';
+  if (!relayed) await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
+  const modelOfInstance = new Map<string, string>();
+  const label = (i: string) => modelOfInstance.get(i) ?? 'unknown';
+  // The gauges read `rt.all` at scrape time, so they follow reloads.
+  const metrics = createRouterMetrics(
+    prom,
+    {
+      scheduler,
+      instances: () => rt.all.flatMap((m) => m.instances.map((i) => ({ id: i.id, model: m.name, healthy: i.health.available(now()), dpSize: i.dpSize }))),
+      queueDepth: () => queue.depth,
+      tokenizerStats: () => {
+        let hits = 0;
+        let misses = 0;
+        for (const t of new Set(rt.all.map((m) => m.tokenizer))) {
+          const s = t.stats();
+          hits += s.segmentCacheHits;
+          misses += s.segmentCacheMisses;
+        }
+        return { hits, misses };
+      },
+    },
+    label,
+  );
+  const decisions = new DecisionLog(500, label, now);
+  const rt: RouterRuntime = {
+    log,
+    now,
+    engines,
+    indexer,
+    writer,
+    registry,
+    listeners,
+    scheduler,
+    queue,
+    prom,
+    metrics,
+    indexMetrics: registerIndexMetrics(prom, indexer),
+    decisions,
+    peers: new PeerList(cfg0.cluster.peers),
+    deps: { cfg: cfg0, models: modelSet.byName, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions) },
+    all: modelSet.all,
+    ownedRegs,
+    relayed,
+    cluster: null,
+    shuttingDown: false,
+    inflight: new Set(),
+    modelOfInstance,
+  };
+  indexInstances(rt);
+  return rt;
+}
+
+/** Let in-flight completions finish (up to the grace period), then `afterDrain`, then close every part. */
+export async function closeRuntime(rt: RouterRuntime, graceMs: number, afterDrain: () => void): Promise<void> {
+  const deadline = Date.now() + graceMs;
+  while (rt.inflight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  for (const res of rt.inflight) res.destroy();
+  afterDrain();
+  await rt.cluster?.close();
+  rt.queue.notify();
+  await rt.listeners.close();
+  await Promise.all(rt.all.flatMap((m) => m.instances.map((i) => i.upstream.pool.close().catch(() => undefined))));
+  await Promise.all(rt.engines.map((e) => e.close()));
+  await Promise.all([...new Set(rt.all.map((m) => m.tokenizer))].map((t) => t.close()));
+}
