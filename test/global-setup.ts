@@ -1,4 +1,5 @@
-// Integration tests spawn the real CLI from dist/: build it once before any test runs.
+// Integration tests spawn the real CLI from dist/, and code run from src/ loads the compiled worker
+// and browser scripts from dist/: build both projects once before any test runs.
 // Type errors are reported by `npm run typecheck` (run by .ci/run); tsc still emits JS with them,
 // so a half-finished file elsewhere does not stop unrelated tests during development.
 import { spawnSync } from 'node:child_process';
@@ -6,6 +7,8 @@ import { fileURLToPath } from 'node:url';
 
 export default function setup(): void {
   const root = fileURLToPath(new URL('..', import.meta.url));
-  const r = spawnSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', '.'], { cwd: root, encoding: 'utf8' });
-  if (r.status !== 0) process.stderr.write(`global-setup: tsc reported errors (dist/ still emitted):\n${r.stdout.slice(0, 4000)}\n`);
+  for (const project of ['.', 'tsconfig.browser.json']) {
+    const r = spawnSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', project], { cwd: root, encoding: 'utf8' });
+    if (r.status !== 0) process.stderr.write(`global-setup: tsc -p ${project} reported errors (dist/ still emitted):\n${r.stdout.slice(0, 4000)}\n`);
+  }
 }

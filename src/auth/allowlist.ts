@@ -1,34 +1,34 @@
 // Which ZMQ endpoints /register may point listeners at: IPv4/IPv6 CIDRs and host patterns
 // (`*.example.com`). Loopback only by default, so a caller cannot make the router connect anywhere.
-import { isIP } from 'node:net';
+// Address matching is node:net's BlockList: it knows that ::ffff:10.0.0.1 is 10.0.0.1.
+import { BlockList, isIP } from 'node:net';
 
-export const DEFAULT_REGISTER_ALLOWLIST = ['127.0.0.0/8', '::1/128', 'localhost'];
+export const DEFAULT_REGISTER_ALLOWLIST: readonly string[] = ['127.0.0.0/8', '::1/128', 'localhost'];
 
-function ipv4ToInt(ip: string): number {
-  return ip.split('.').reduce((a, p) => (a << 8) + Number(p), 0) >>> 0;
+function familyOf(ip: string): 'ipv4' | 'ipv6' | null {
+  const family = isIP(ip);
+  return family === 4 ? 'ipv4' : family === 6 ? 'ipv6' : null;
 }
 
-function ipv6ToBig(ip: string): bigint {
-  const [head, tail] = ip.split('::');
-  const parse = (s: string) => (s ? s.split(':') : []);
-  let parts = parse(head);
-  const tailParts = tail !== undefined ? parse(tail) : [];
-  if (tail !== undefined) parts = [...parts, ...new Array(8 - parts.length - tailParts.length).fill('0'), ...tailParts];
-  return parts.reduce((a, p) => (a << 16n) + BigInt(parseInt(p || '0', 16)), 0n);
+/**
+ * Adds an address rule (`10.0.0.0/8`, `::1`, `fd00::/8`) to `list`. Returns false when `rule` is not
+ * an address, so it is a host pattern. An address with a prefix out of range adds nothing: a typo
+ * in the allowlist must not widen it.
+ */
+function addAddressRule(list: BlockList, rule: string): boolean {
+  const slash = rule.indexOf('/');
+  const base = slash < 0 ? rule : rule.slice(0, slash);
+  const family = familyOf(base);
+  if (family === null) return false;
+  const max = family === 'ipv4' ? 32 : 128;
+  const prefix = slash < 0 ? max : /^\d{1,3}$/.test(rule.slice(slash + 1)) ? Number(rule.slice(slash + 1)) : -1;
+  if (prefix >= 0 && prefix <= max) list.addSubnet(base, prefix, family);
+  return true;
 }
 
-function inCidr(ip: string, cidr: string): boolean {
-  const [base, bitsRaw] = cidr.split('/');
-  const fam = isIP(ip);
-  if (fam !== isIP(base)) return false;
-  if (fam === 4) {
-    const bits = bitsRaw === undefined ? 32 : Number(bitsRaw);
-    const mask = bits === 0 ? 0 : (~0 << (32 - bits)) >>> 0;
-    return (ipv4ToInt(ip) & mask) === (ipv4ToInt(base) & mask);
-  }
-  const bits = BigInt(bitsRaw === undefined ? 128 : Number(bitsRaw));
-  const mask = bits === 0n ? 0n : ((1n << 128n) - 1n) ^ ((1n << (128n - bits)) - 1n);
-  return (ipv6ToBig(ip) & mask) === (ipv6ToBig(base) & mask);
+function inList(list: BlockList, host: string): boolean {
+  const family = familyOf(host);
+  return family !== null && list.check(host, family);
 }
 
 function hostMatches(host: string, pattern: string): boolean {
@@ -47,14 +47,15 @@ export function endpointAllowed(endpoint: string, allowlist: readonly string[]):
   if (endpoint.startsWith('ipc://') || endpoint.startsWith('inproc://')) return true;
   const host = endpointHost(endpoint);
   if (host === null) return false;
-  for (const rule of allowlist) {
-    if (isIP(rule.split('/')[0]) !== 0) {
-      if (isIP(host) !== 0 && inCidr(host, rule)) return true;
-    } else if (hostMatches(host, rule)) return true;
-  }
-  return false;
+  const addresses = new BlockList();
+  const patterns = allowlist.filter((rule) => !addAddressRule(addresses, rule));
+  return inList(addresses, host) || patterns.some((p) => hostMatches(host, p));
 }
 
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
 export function isLoopbackHost(host: string): boolean {
-  return host === 'localhost' || (isIP(host) === 4 && inCidr(host, '127.0.0.0/8')) || (isIP(host) === 6 && inCidr(host, '::1/128'));
+  return host === 'localhost' || inList(LOOPBACK, host);
 }

@@ -1,6 +1,6 @@
-// Route classes for access control: admin routes need the admin token, API routes any valid key,
-// operational routes (/health, /live, /ready, /metrics, /dashboard) are open. Off entirely when
-// auth is not configured (loopback demo).
+// Route classes for access control: admin routes (the dashboard among them) need the admin token,
+// API routes any valid key, operational routes (/health, /live, /ready, /metrics) are open. Off
+// entirely when auth is not configured (loopback demo).
 import type { Hono } from 'hono';
 import { errorResponse } from '../api/errors.js';
 import type { Access, Denial } from './access.js';

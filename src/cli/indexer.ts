@@ -2,7 +2,7 @@
 import { createIndexerApp } from '../api/indexer-app.js';
 import { honoListener, startHttpServer } from '../api/http-server.js';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
-import { endpointAllowed } from '../auth/allowlist.js';
+import { DEFAULT_REGISTER_ALLOWLIST, endpointAllowed } from '../auth/allowlist.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
@@ -24,7 +24,7 @@ const OPTIONS: OptionTable = {
   type: { type: 'string', default: 'vLLM', arg: 'TYPE', help: 'publisher type for --workers (vLLM, SGLang, LMCache, Mooncake)' },
   tenant: { type: 'string', default: 'default', arg: 'ID', help: 'tenant for --workers' },
   'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed of the hashing standard' },
-  'register-allowlist': { type: 'string', default: '127.0.0.0/8,::1/128,localhost', arg: 'LIST', help: 'CIDRs or host patterns /register may point listeners at' },
+  'register-allowlist': { type: 'string', default: DEFAULT_REGISTER_ALLOWLIST.join(','), arg: 'LIST', help: 'CIDRs or host patterns /register may point listeners at' },
   'max-body-bytes': { type: 'string', default: String(8 * 1024 * 1024), arg: 'N', help: 'largest request body accepted' },
   ...LISTENER_FLAGS,
 };

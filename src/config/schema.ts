@@ -1,4 +1,5 @@
 // The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
+import { DEFAULT_REGISTER_ALLOWLIST } from '../auth/allowlist.js';
 import { CLUSTER_SCHEMA, type ClusterConfig } from '../cluster/config.js';
 import { KV_EVENTS_SCHEMA, type KvEventsConfig } from '../events/config.js';
 import { arr, bool, int, num, obj, str, type ObjectSpec } from './schema-dsl.js';
@@ -52,7 +53,7 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
       }),
       { default: [] },
     ),
-    register_allowlist: arr('Hosts /register may point KV-event listeners at: CIDRs (127.0.0.0/8) or host patterns (*.svc.cluster.local).', str('A CIDR or host pattern.'), { default: ['127.0.0.0/8', '::1/128', 'localhost'] }),
+    register_allowlist: arr('Hosts /register may point KV-event listeners at: CIDRs (127.0.0.0/8) or host patterns (*.svc.cluster.local).', str('A CIDR or host pattern.'), { default: [...DEFAULT_REGISTER_ALLOWLIST] }),
     max_listeners: int('Most KV-event listeners /register may create.', { min: 1, default: 4096 }),
   }),
   hashing: obj('Block hashing (must match the engines\' KV events or the standard they are re-hashed into).', {

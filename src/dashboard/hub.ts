@@ -100,6 +100,7 @@ export class DashboardHub {
     }
   }
 
+  /** A `snapshot` event carrying a SnapshotEvent, spliced from JSON computed once per tick. */
   private snapshotFrame(snapshotJson: string, dropped: number): Uint8Array {
     return encoder.encode(`event: snapshot\ndata: {"dropped_decisions":${dropped},"snapshot":${snapshotJson}}\n\n`);
   }

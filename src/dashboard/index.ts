@@ -5,7 +5,7 @@
 import type { Hono } from 'hono';
 import { DashboardHub, DEFAULT_HUB_OPTIONS, type HubOptions } from './hub.js';
 import { dashboardHtml } from './page.js';
-import type { DashboardSource } from './source.js';
+import type { DashboardSource, SnapshotResponse } from './source.js';
 import { SSE_HEADERS } from './sse.js';
 
 export type { DashboardSource } from './source.js';
@@ -15,7 +15,7 @@ export function mountDashboard(app: Hono, source: DashboardSource, opts: Partial
   const hub = new DashboardHub(source, { ...DEFAULT_HUB_OPTIONS, ...opts });
   const html = dashboardHtml();
   for (const path of ['/dashboard', '/dashboard/']) app.get(path, (c) => c.html(html, 200, { 'cache-control': 'no-cache' }));
-  app.get('/dashboard/snapshot', (c) => c.json({ snapshot: source.snapshot(), decisions: source.recentDecisions(50) }));
+  app.get('/dashboard/snapshot', (c) => c.json({ snapshot: source.snapshot(), decisions: source.recentDecisions(50) } satisfies SnapshotResponse));
   app.get('/dashboard/stream', (c) => {
     const body = hub.open(c.req.raw.signal);
     if (!body) return c.json({ error: { code: 503, message: `too many dashboard streams (${hub.size}); poll /dashboard/snapshot instead` } }, 503, { 'retry-after': '5' });

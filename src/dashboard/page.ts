@@ -1,7 +1,17 @@
 // The dashboard page: one self-contained HTML document (inline CSS and script, nothing fetched from
 // elsewhere), rendered once at mount. Element ids are stable: the browser test and operators'
 // scripts may rely on them.
-import { CLIENT_SCRIPT } from './client.js';
+import { readFileSync } from 'node:fs';
+import { builtFile } from '../common/built-file.js';
+
+/** The compiled browser script (browser/client.ts), to inline as the page's module script. */
+function clientScript(): string {
+  const path = builtFile(import.meta.url, 'browser/client.js');
+  if (!path) throw new Error('dashboard script browser/client.js is not built: run `npm run build`');
+  const js = readFileSync(path, 'utf8').replace(/^\/\/# sourceMappingURL=.*$/m, ''); // the map is not served
+  if (/<\/script/i.test(js)) throw new Error(`${path} contains "</script": it cannot be inlined`);
+  return js;
+}
 
 const CSS = String.raw`
 :root { --bg:#f5f6f8; --card:#fff; --ink:#1d2330; --muted:#6b7385; --line:#e3e6ec; --accent:#2563eb;
@@ -123,7 +133,7 @@ export function dashboardHtml(): string {
 <style>${CSS}</style>
 </head>
 <body>${BODY}
-<script>${CLIENT_SCRIPT}</script>
+<script type="module">${clientScript()}</script>
 </body>
 </html>
 `;

@@ -63,3 +63,16 @@ export interface DashboardSource {
   /** Subscribe to new decisions; returns the unsubscribe function. */
   onDecision(listener: (d: DecisionRecord) => void): () => void;
 }
+
+/** Data of the stream's `snapshot` event: a source that throws sends `{ error }` instead of a snapshot. */
+export interface SnapshotEvent {
+  /** Decisions this client was not sent since the previous snapshot (rate limit, slow reader). */
+  dropped_decisions: number;
+  snapshot: DashboardSnapshot | { error: string };
+}
+
+/** GET /dashboard/snapshot. */
+export interface SnapshotResponse {
+  snapshot: DashboardSnapshot;
+  decisions: DecisionRecord[];
+}

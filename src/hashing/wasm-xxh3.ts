@@ -1,7 +1,7 @@
 // Loader for the WebAssembly XXH3 (src/hashing/wasm/xxh3.ts, built to dist/hashing/xxh3.wasm):
 // one call hashes a whole prompt, instead of two native calls per block.
-import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { builtFile } from '../common/built-file.js';
 
 // The few WebAssembly JS API types used here (Node's globals; not in @types/node's lib set).
 interface WasmMemory {
@@ -31,18 +31,8 @@ export interface WasmXxh3 {
   blocks(tokens: ArrayLike<number>, blockSize: number, localSeed: bigint, chainSeed: bigint | null, parent: bigint | null, transient?: boolean): BigUint64Array;
 }
 
-const CANDIDATES = ['./xxh3.wasm', '../../dist/hashing/xxh3.wasm'];
-
-function locate(): string | null {
-  for (const rel of CANDIDATES) {
-    const p = fileURLToPath(new URL(rel, import.meta.url));
-    if (existsSync(p)) return p;
-  }
-  return null;
-}
-
 export function loadWasmXxh3(): WasmXxh3 | null {
-  const path = locate();
+  const path = builtFile(import.meta.url, 'xxh3.wasm');
   if (!path) return null;
   const instance = new WebAssembly.Instance(new WebAssembly.Module(readFileSync(path)), {});
   const ex = instance.exports as unknown as Exports;

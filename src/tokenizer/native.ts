@@ -4,76 +4,18 @@
 // on the calling thread: ~0.3 us per token, 10-15 ms for a 32k-token prompt. The worker pays that and
 // the tokenizer.json load (~0.5 s), and transfers each result as one Uint32Array buffer, so the event
 // loop only ever posts a string and receives a buffer.
-import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
-
-/** The worker's code, CommonJS so it runs the same from src/ (vitest) and dist/. */
-const WORKER_SOURCE = `
-const { parentPort, workerData } = require('node:worker_threads');
-const { Tokenizer } = require(workerData.modulePath);
-let tok;
-try {
-  tok = Tokenizer.fromFile(workerData.file);
-  parentPort.postMessage({ ready: true });
-} catch (e) {
-  parentPort.postMessage({ ready: false, error: String((e && e.message) || e) });
-}
-function pack(arrays) {
-  let total = 0;
-  for (const a of arrays) total += a.length;
-  const ids = new Uint32Array(total);
-  const lens = new Uint32Array(arrays.length);
-  let at = 0;
-  arrays.forEach((a, i) => { ids.set(a, at); lens[i] = a.length; at += a.length; });
-  return { ids, lens };
-}
-// At most workerData.threads native encodes at once (encodeBatch is avoided: its rayon pool takes every
-// core), so tokenizing never crowds the event loop's thread off the CPU.
-let active = 0;
-const waiting = [];
-async function slot(fn) {
-  if (active >= workerData.threads) await new Promise((r) => waiting.push(r));
-  active++;
-  try {
-    return await fn();
-  } finally {
-    active--;
-    const next = waiting.shift();
-    if (next) next();
-  }
-}
-parentPort.on('message', async (m) => {
-  try {
-    if (m.op === 'encode') {
-      const opts = { addSpecialTokens: m.addSpecialTokens };
-      const arrays = await Promise.all(m.texts.map((t) => slot(() => tok.encode(t, null, opts)).then((e) => e.getIds())));
-      const { ids, lens } = pack(arrays);
-      parentPort.postMessage({ id: m.id, ids, lens }, [ids.buffer, lens.buffer]);
-    } else if (m.op === 'decode') {
-      parentPort.postMessage({ id: m.id, text: await tok.decode(Array.from(m.ids), m.skipSpecialTokens) });
-    }
-  } catch (e) {
-    parentPort.postMessage({ id: m.id, error: String((e && e.message) || e) });
-  }
-});
-`;
-
-interface Reply {
-  id: number;
-  error?: string;
-  ids?: Uint32Array;
-  lens?: Uint32Array;
-  text?: string;
-}
+import { builtFile } from '../common/built-file.js';
+import type { NativeReady, NativeReply, NativeRequest, NativeWorkerData } from './native-worker.js';
 
 export class NativeTokenizer {
   private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
+  private readonly pending = new Map<number, { resolve: (r: NativeReply) => void; reject: (e: Error) => void }>();
   private failure: Error | null = null;
 
   private constructor(private readonly worker: Worker) {
-    worker.on('message', (r: Reply) => {
+    worker.on('message', (r: NativeReply) => {
       const p = this.pending.get(r.id);
       if (!p) return;
       this.pending.delete(r.id);
@@ -90,12 +32,13 @@ export class NativeTokenizer {
    * once (default: all cores but one, which is left to the event loop).
    */
   static async fromFile(path: string, threads = Math.max(1, availableParallelism() - 1)): Promise<NativeTokenizer> {
-    const modulePath = createRequire(import.meta.url).resolve('tokenizers');
-    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { modulePath, file: path, threads } });
+    const script = builtFile(import.meta.url, 'native-worker.js');
+    if (!script) throw new Error('tokenizer worker native-worker.js is not built: run `npm run build`');
+    const worker = new Worker(script, { workerData: { file: path, threads } satisfies NativeWorkerData });
     await new Promise<void>((resolve, reject) => {
       const onError = (e: Error) => reject(e);
       worker.once('error', onError);
-      worker.once('message', (m: { ready: boolean; error?: string }) => {
+      worker.once('message', (m: NativeReady) => {
         worker.off('error', onError);
         if (m.ready) resolve();
         else reject(new Error(`cannot load ${path}: ${m.error}`));
@@ -133,10 +76,10 @@ export class NativeTokenizer {
     await this.worker.terminate();
   }
 
-  private call(msg: Record<string, unknown>): Promise<Reply> {
+  private call(msg: NativeRequest): Promise<NativeReply> {
     if (this.failure) return Promise.reject(this.failure);
     const id = this.nextId++;
-    return new Promise<Reply>((resolve, reject) => {
+    return new Promise<NativeReply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       this.updateRef();
       this.worker.postMessage({ ...msg, id });

@@ -138,13 +138,18 @@ describe('admin routes and the register allowlist', () => {
   });
 
   it('lets the admin register loopback publishers only', async () => {
-    const bad = await call('POST', '/register', reg('tcp://192.0.2.10:5557'), ADMIN);
-    expect(bad.status).toBe(403);
-    expect(bad.body.error).toMatchObject({ code: 'endpoint_not_allowed', field: 'endpoint' });
-    expect(router.registry.get('ext-1|default|0')).toBeUndefined();
-    const ok = await call('POST', '/register', reg('tcp://127.0.0.1:59999'), ADMIN);
-    expect(ok.status).toBe(200);
-    expect((await call('POST', '/unregister', { instance_id: 'ext-1' }, ADMIN)).status).toBe(200);
+    for (const endpoint of ['tcp://192.0.2.10:5557', 'tcp://[::ffff:192.0.2.10]:5557']) {
+      const bad = await call('POST', '/register', reg(endpoint), ADMIN);
+      expect(bad.status, endpoint).toBe(403);
+      expect(bad.body.error).toMatchObject({ code: 'endpoint_not_allowed', field: 'endpoint' });
+      expect(router.registry.get('ext-1|default|0')).toBeUndefined();
+    }
+    for (const endpoint of ['tcp://127.0.0.1:59999', 'tcp://[::ffff:127.0.0.1]:59999']) {
+      const ok = await call('POST', '/register', reg(endpoint), ADMIN);
+      expect(ok.status, endpoint).toBe(200);
+      expect(router.registry.get('ext-1|default|0')?.endpoint).toBe(endpoint);
+      expect((await call('POST', '/unregister', { instance_id: 'ext-1' }, ADMIN)).status).toBe(200);
+    }
   });
 
   it('refuses to serve without auth on a non-loopback address', async () => {
