@@ -9,6 +9,7 @@ import { seqHashes } from '../hashing/index.js';
 import type { OverlapResult } from '../indexer/block-index.js';
 import type { Namespace } from '../indexer/namespace.js';
 import { dumpIndex } from '../indexer/snapshot.js';
+import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { type IndexWriter, registerInIndex, unregisterFromIndex } from '../indexer/writer.js';
 import { readJson } from './body.js';
 import { conductorHits, dynamoShape } from './conductor.js';
@@ -87,13 +88,20 @@ function loraOf(o: JsonObject): string | null {
   return name || null;
 }
 
-export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
-  const limits = { ...DEFAULT_INDEXER_LIMITS, ...deps.limits };
-  const now = deps.now ?? Date.now;
-  const { writer, registry } = deps;
-  const indexer = writer.indexer;
-  const body = async (c: Context) => asObject(await readJson(c, limits.maxBodyBytes));
+/** What every indexer route reads: its dependencies, limits, clock and body reader. */
+interface RouteContext {
+  deps: IndexerApiDeps;
+  limits: IndexerLimits;
+  now: () => number;
+  writer: IndexWriter;
+  registry: Registry;
+  indexer: TieredIndexer;
+  body: (c: Context) => Promise<JsonObject>;
+}
 
+/** POST /register, POST /unregister: publishers come and go (their listeners and index state with them). */
+function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
+  const { deps, now, writer, registry, body } = x;
   app.post('/register', async (c) => {
     const o = await body(c);
     const type = publisherType(o);
@@ -144,7 +152,11 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
     unregisterFromIndex(writer, reg, registry.ranks(reg.tenant, reg.instanceId).length === 0);
     return json(c, { status: 'unregistered successfully', removed_instances: [key] });
   });
+}
 
+/** POST /query, POST /query_by_hash: overlap per instance, tier and dp rank (Conductor shape, or Dynamo with ?format=dynamo). */
+function mountQueryRoutes(app: Hono, x: RouteContext): void {
+  const { deps, limits, now, registry, indexer, body } = x;
   const queryCommon = (o: JsonObject) => {
     const model = str(o, ['model', 'model_name', 'modelname'], { required: true })!;
     const blockSize = int(o, 'block_size', { required: true, min: 1, max: 1 << 20 })!;
@@ -194,7 +206,11 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
     deps.onQuery?.('query_by_hash', result);
     return respond(c, nsId.tenant, nsId.model, ns, instance, result, nsId.blockSize);
   });
+}
 
+/** POST /events: standardized events, validated as a whole before any is applied. */
+function mountEventRoutes(app: Hono, x: RouteContext): void {
+  const { limits, writer } = x;
   app.post('/events', async (c) => {
     const raw = await readJson(c, limits.maxBodyBytes);
     const list = Array.isArray(raw) ? raw : [raw];
@@ -211,7 +227,11 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
     const results = events.map((ev) => writer.apply(ev));
     return json(c, { applied: results.filter((r) => r.status === 'ok' || r.status === 'gap' || r.status === 'purged').length, results });
   });
+}
 
+/** GET /workers, GET /dump: registrations and the whole index (admin). */
+function mountInspectRoutes(app: Hono, x: RouteContext): void {
+  const { now, registry, indexer } = x;
   app.get('/workers', (c) => {
     const workers = registry.all().map((r) => ({
       key: r.key,
@@ -235,6 +255,23 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
   });
 
   app.get('/dump', (c) => json(c, dumpIndex(indexer, now())));
+}
+
+export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
+  const limits = { ...DEFAULT_INDEXER_LIMITS, ...deps.limits };
+  const x: RouteContext = {
+    deps,
+    limits,
+    now: deps.now ?? Date.now,
+    writer: deps.writer,
+    registry: deps.registry,
+    indexer: deps.writer.indexer,
+    body: async (c) => asObject(await readJson(c, limits.maxBodyBytes)),
+  };
+  mountRegistrationRoutes(app, x);
+  mountQueryRoutes(app, x);
+  mountEventRoutes(app, x);
+  mountInspectRoutes(app, x);
 }
 
 /** Uniform JSON 404/405/500 handling for a Hono app. */
