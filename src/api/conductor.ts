@@ -1,5 +1,6 @@
-// Shapes index answers as the Mooncake Conductor `/query` response (and Dynamo's variant).
+// Shapes index answers as the Mooncake Conductor responses (and Dynamo's variants of /query and /workers).
 // Counts are tokens = blocks x block_size; tiers are cumulative (GPU <= CPU <= DISK).
+import type { ListenerStatus, Registration } from '../events/registry.js';
 import type { OverlapResult } from '../indexer/block-index.js';
 
 export interface InstanceHit {
@@ -57,4 +58,33 @@ export function dynamoShape(hits: Record<string, InstanceHit>): {
     instances[inst] = { longest_matched: h.longest_matched, gpu: h.GPU, cpu: h.CPU, disk: h.DISK, dp: { ...h.DP } };
   }
   return { scores, frequencies: [], instances };
+}
+
+/** One worker in Dynamo's GET /workers answer (the standalone indexer's shape). */
+export interface DynamoWorker {
+  instance_id: string | number;
+  source: 'zmq';
+  status: ListenerStatus;
+  endpoints: Record<string, string>;
+  listeners: Record<string, { endpoint: string; status: ListenerStatus; last_error?: string }>;
+}
+
+// Dynamo aggregates an instance's listeners: failed > pending > active > paused.
+const STATUS_RANK: Record<ListenerStatus, number> = { failed: 3, pending: 2, active: 1, paused: 0 };
+
+/** Registrations grouped per instance as Dynamo lists them; numeric ids come back as numbers. */
+export function dynamoWorkers(regs: readonly Registration[]): DynamoWorker[] {
+  const byInstance = new Map<string, DynamoWorker>();
+  for (const r of regs) {
+    let w = byInstance.get(r.instanceId);
+    if (!w) {
+      const numeric = /^\d{1,15}$/.test(r.instanceId);
+      w = { instance_id: numeric ? Number(r.instanceId) : r.instanceId, source: 'zmq', status: r.status, endpoints: {}, listeners: {} };
+      byInstance.set(r.instanceId, w);
+    }
+    if (STATUS_RANK[r.status] > STATUS_RANK[w.status]) w.status = r.status;
+    w.endpoints[String(r.dpRank)] = r.endpoint;
+    w.listeners[String(r.dpRank)] = { endpoint: r.endpoint, status: r.status, ...(r.lastError ? { last_error: r.lastError } : {}) };
+  }
+  return [...byInstance.values()];
 }

@@ -12,7 +12,7 @@ import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { type IndexWriter, registerInIndex, unregisterFromIndex } from '../indexer/writer.js';
 import { readJson } from './body.js';
-import { conductorHits, dynamoShape } from './conductor.js';
+import { conductorHits, dynamoShape, dynamoWorkers } from './conductor.js';
 import { ApiError, badField } from './errors.js';
 import { asObject, hashList, id, int, type JsonObject, pick, str, tokenIds } from './fields.js';
 
@@ -140,17 +140,22 @@ function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
     return json(c, { status: 'registered successfully', instance_id: instanceId });
   });
 
+  // Conductor: (instance_id, tenant_id, dp_rank). Dynamo: a missing tenant_id or dp_rank means all
+  // of them, and model_name narrows. Both are served: whatever is given narrows the match.
   app.post('/unregister', async (c) => {
     const o = await body(c);
     const instanceId = id(o, 'instance_id', { required: true })!;
-    const tenant = str(o, 'tenant_id') || 'default';
-    const dpRank = int(o, 'dp_rank', { min: 0, max: 65535, def: 0 })!;
-    const reg = registry.unregister(instanceId, tenant, dpRank);
-    const key = `${instanceId}|${tenant}|${dpRank}`;
-    if (!reg) throw new ApiError(404, 'not_found', `service not found: ${key}`);
-    if (deps.listeners) await deps.listeners.remove(key);
-    unregisterFromIndex(writer, reg, registry.ranks(reg.tenant, reg.instanceId).length === 0);
-    return json(c, { status: 'unregistered successfully', removed_instances: [key] });
+    const tenant = str(o, 'tenant_id') || null;
+    const dpRank = int(o, 'dp_rank', { min: 0, max: 65535 }) ?? null;
+    const model = str(o, ['model_name', 'modelname', 'model']) || null;
+    const regs = registry.all().filter((r) => r.instanceId === instanceId && (tenant === null || r.tenant === tenant) && (dpRank === null || r.dpRank === dpRank) && (model === null || r.model === model));
+    if (regs.length === 0) throw new ApiError(404, 'not_found', `service not found: ${instanceId}|${tenant ?? '*'}|${dpRank ?? '*'}`);
+    for (const reg of regs) {
+      registry.unregister(reg.instanceId, reg.tenant, reg.dpRank);
+      if (deps.listeners) await deps.listeners.remove(reg.key);
+      unregisterFromIndex(writer, reg, registry.ranks(reg.tenant, reg.instanceId).length === 0);
+    }
+    return json(c, { status: 'unregistered successfully', removed_instances: regs.map((r) => r.key) });
   });
 }
 
@@ -251,6 +256,7 @@ function mountInspectRoutes(app: Hono, x: RouteContext): void {
       last_error: r.lastError,
       registered_at: r.registeredAt,
     }));
+    if (c.req.query('format') === 'dynamo') return json(c, dynamoWorkers(registry.all()));
     return json(c, { workers, index: indexer.stats() });
   });
 

@@ -97,7 +97,7 @@ describe('POST /register and /unregister', () => {
     expect(q.body).toEqual({ default: {} });
     const missing = await call('POST', '/unregister', { instance_id: 'nope' });
     expect(missing.status).toBe(404);
-    expect(missing.body.error.message).toBe('service not found: nope|default|0');
+    expect(missing.body.error.message).toBe('service not found: nope|*|*');
   });
 });
 
