@@ -2,8 +2,8 @@
 import { Hono } from 'hono';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { Access } from '../auth/access.js';
-import { installAccess } from '../auth/http.js';
-import { mountPeerRoutes } from '../cluster/peer-routes.js';
+import { installAccess } from './access.js';
+import { mountPeerRoutes } from './peer-routes.js';
 import type { PeerList } from '../cluster/peers.js';
 import { registerIndexMetrics } from '../indexer/metrics.js';
 import { installErrorHandling } from './errors.js';

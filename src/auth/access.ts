@@ -5,10 +5,17 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { TokenBucket } from './rate-limit.js';
 
-import type { TenantConfig } from '../config/schema.js';
 
 /** A tenant as configured (`auth.tenants[]`). */
-export type TenantSpec = TenantConfig;
+/** A tenant as configured under `auth.tenants` (the schema in src/config validates it). */
+export interface TenantSpec {
+  id: string;
+  api_keys_sha256: string[];
+  allowed_models: string[];
+  rate_limit: { requests_per_second: number; burst: number };
+  max_concurrency: number;
+  cache_salt?: string;
+}
 
 export interface AccessSpec {
   admin_token?: string;

@@ -4,7 +4,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
-import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../cli/args.js';
+import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { DEFAULT_POLICIES, variant, VARIANTS } from './cluster/policies.js';
 import { type ClusterReport, writeClusterReport } from './cluster/render.js';
 import { runPolicy } from './cluster/run-policy.js';

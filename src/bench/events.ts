@@ -15,7 +15,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { encode } from '@msgpack/msgpack';
 import { Publisher } from 'zeromq';
-import { intOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { decodeContext, decodePayload } from '../events/decode/index.js';
 import { StreamIngest } from '../events/listener-ingest.js';

@@ -6,7 +6,7 @@ import type { StoredEvent } from '../indexer/kv-event.js';
 import { hashSpace, seqHashes } from '../hashing/index.js';
 import { BlockIndex } from '../indexer/block-index.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
-import { intOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { percentile, type Table, writeReport } from './report.js';
 
 const OPTIONS: OptionTable = {

@@ -2,13 +2,13 @@
 // round-robin load balancer, without sync, with replica sync over NATS, and with sync plus the
 // JetStream event relay; shared-prefix workload, fresh engines per variant (see docs/scale-out.md).
 import { Registry as PromRegistry } from 'prom-client';
-import { intOption, numberOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { intOption, numberOption, type OptionTable, parseCommand } from '../common/args.js';
 import { type ClusterHandle, attachCluster } from '../cluster/attach.js';
 import { EventRelay } from '../cluster/event-relay.js';
 import { DEFAULT_STREAM_MAX_AGE_MS } from '../cluster/jetstream.js';
 import { type LocalNats, startLocalNats } from '../cluster/nats-server.js';
 import { NatsLink } from '../cluster/nats-link.js';
-import { registrationsFromConfig } from '../cluster/registrations.js';
+import { desiredRegistrations } from '../router/registrations.js';
 import { RelayTap } from '../cluster/relay-taps.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { KvIndexWriter } from '../indexer/writer.js';
@@ -98,7 +98,7 @@ async function startRelay(nats: LocalNats, yaml: string): Promise<() => Promise<
   });
   const registry = new Registry();
   const listeners = new ListenerPool({ registry, writer: tap });
-  for (const spec of registrationsFromConfig(loadConfigText(yaml, 'relay'))) listeners.add(registry.register(spec, Date.now()).registration);
+  for (const spec of desiredRegistrations(loadConfigText(yaml, 'relay'))) listeners.add(registry.register(spec, Date.now()).registration);
   return async () => {
     await relay.close();
     await listeners.close();

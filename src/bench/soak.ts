@@ -4,7 +4,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
-import { intOption, numberOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { intOption, numberOption, type OptionTable, parseCommand } from '../common/args.js';
 import { freePort } from '../common/net.js';
 import { loadConfigText } from '../config/load.js';
 import { startRouter } from '../router/app.js';

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
-import { intOption, type OptionTable, parseCommand } from '../cli/args.js';
+import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { resolveTokenizerDir } from '../tokenizer/files.js';
 import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../tokenizer/index.js';
 import { NativeTokenizer } from '../tokenizer/native.js';

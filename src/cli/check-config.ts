@@ -1,6 +1,6 @@
 // `kvrouter check-config FILE`: validate a router configuration without starting anything.
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
-import { type OptionTable, parseCommand } from './args.js';
+import { type OptionTable, parseCommand } from '../common/args.js';
 
 const OPTIONS: OptionTable = {
   set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'apply an override before validating (repeatable)' },

@@ -1,6 +1,6 @@
 // `kvrouter config-reference`: the configuration reference generated from the schema
 // (docs/configuration.md is exactly this output: `npm run docs:config` rewrites it).
-import { renderReference } from '../config/schema-dsl.js';
+import { renderReference } from '../common/schema-dsl.js';
 import { ROUTER_SCHEMA } from '../config/schema.js';
 
 export const INTRO = `# Configuration reference

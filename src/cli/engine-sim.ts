@@ -1,5 +1,5 @@
 // `kvrouter engine-sim`: start one or more simulated engines (see docs/engine-sim.md).
-import { intOption, numberOption, parseCommand, type OptionTable, type ParsedOptions } from './args.js';
+import { intOption, numberOption, parseCommand, type OptionTable, type ParsedOptions } from '../common/args.js';
 import { ListenError } from '../common/listen.js';
 import { ENGINE_ROLES, startEngines, EVENT_FORMATS, type EngineHandle, type EngineOptions, type EventFormat, type ReplayLayout } from '../engine-sim/index.js';
 

@@ -8,7 +8,7 @@ import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { PeerList, recoverFromPeers } from '../cluster/peers.js';
-import { intOption, type OptionTable, parseCommand } from './args.js';
+import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { LISTENER_FLAGS, listenerOptionsFromFlags } from './listener-flags.js';
 import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
 

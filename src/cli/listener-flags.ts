@@ -1,7 +1,7 @@
 // Listener flags shared by `kvrouter indexer` and `kvrouter relay` (the router reads `kv_events:`).
 import { ZMQ_CLIENTS, type ZmqClient } from '../events/sub-transport.js';
 import { DEFAULT_LISTENER_OPTIONS, type ListenerOptions } from '../events/zmq-listener.js';
-import { intOption, type OptionTable, type ParsedOptions } from './args.js';
+import { intOption, type OptionTable, type ParsedOptions } from '../common/args.js';
 
 export const LISTENER_FLAGS: OptionTable = {
   'zmq-client': { type: 'string', arg: 'C', help: `KV-event SUB implementation: ${ZMQ_CLIENTS.join(', ')} (default ${DEFAULT_LISTENER_OPTIONS.zmqClient}; builtin covers tcp:// and ipc://)` },

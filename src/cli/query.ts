@@ -6,7 +6,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { InstanceHit } from '../api/conductor.js';
 import type { ChatMessage } from '../tokenizer/index.js';
 import { loadTokenizer } from '../tokenizer/index.js';
-import { intOption, type OptionTable, type ParsedOptions, parseCommand } from './args.js';
+import { intOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 
 const OPTIONS: OptionTable = {
   url: { type: 'string', arg: 'URL', default: 'http://127.0.0.1:8080', help: 'router or indexer base URL' },

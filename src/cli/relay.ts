@@ -12,7 +12,7 @@ import { createClusterMetrics } from '../cluster/metrics.js';
 import { NatsLink } from '../cluster/nats-link.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { CLUSTER_DEFAULTS } from '../cluster/options.js';
-import { modelSeeds, registrationsFromConfig } from '../cluster/registrations.js';
+import { desiredRegistrations, modelSeeds } from '../router/registrations.js';
 import { RelayTap } from '../cluster/relay-taps.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { KvIndexWriter } from '../indexer/writer.js';
@@ -22,7 +22,7 @@ import type { ListenerOptions } from '../events/zmq-listener.js';
 import { LISTENER_FLAGS, listenerOptionsFromFlags } from './listener-flags.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry, type RegistrationSpec } from '../events/registry.js';
-import { intOption, type OptionTable, type ParsedOptions, parseCommand } from './args.js';
+import { intOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
 
 const D = CLUSTER_DEFAULTS;
@@ -70,7 +70,7 @@ function sources(v: ParsedOptions): Sources {
     const cfg = loadConfigFile(v.config, { env: process.env });
     const cluster = (cfg as { cluster?: Partial<ClusterConfig> }).cluster ?? null;
     const listener = listenerOptionsFromFlags(v, listenerOptionsFromConfig(cfg.kv_events));
-    return { specs: registrationsFromConfig(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers, cluster, listener };
+    return { specs: desiredRegistrations(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers, cluster, listener };
   }
   return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers, cluster: null, listener: listenerOptionsFromFlags(v) };
 }

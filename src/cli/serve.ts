@@ -4,7 +4,7 @@ import { readFileSync, unwatchFile, watch, watchFile } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { startRouter } from '../router/app.js';
-import { type OptionTable, parseCommand } from './args.js';
+import { type OptionTable, parseCommand } from '../common/args.js';
 
 const OPTIONS: OptionTable = {
   config: { type: 'string', short: 'c', arg: 'FILE', help: 'YAML configuration (default: $KVROUTER_CONFIG or router.example.yaml)' },

@@ -1,6 +1,6 @@
 // The `cluster:` section of the router YAML: schema (for ROUTER_SCHEMA), typed shape (for
 // RouterConfig) and its mapping to ClusterOptions. Defaults come from CLUSTER_DEFAULTS.
-import { arr, bool, int, obj, type ObjectSpec, str } from '../config/schema-dsl.js';
+import { arr, bool, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { CLUSTER_DEFAULTS as D, type ClusterOptionsInput } from './options.js';
 
 const URL_RE = /^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/;

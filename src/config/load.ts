@@ -1,7 +1,7 @@
 // Load, override and validate the router configuration. Errors name the key path.
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { type ConfigError, validate } from './schema-dsl.js';
+import { type ConfigError, validate } from '../common/schema-dsl.js';
 import { type RouterConfig, ROUTER_SCHEMA, type RoutingConfig, type ModelConfig } from './schema.js';
 
 export class ConfigInvalidError extends Error {

@@ -1,8 +1,9 @@
 // The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
 import { DEFAULT_REGISTER_ALLOWLIST } from '../auth/allowlist.js';
+import type { TenantSpec } from '../auth/access.js';
 import { CLUSTER_SCHEMA, type ClusterConfig } from '../cluster/config.js';
 import { KV_EVENTS_SCHEMA, type KvEventsConfig } from '../events/config.js';
-import { arr, bool, int, num, obj, str, type ObjectSpec } from './schema-dsl.js';
+import { arr, bool, int, num, obj, str, type ObjectSpec } from '../common/schema-dsl.js';
 
 const POLICY_NAMES = ['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct'] as const;
 const PUBLISHERS = ['vLLM', 'SGLang', 'LMCache', 'Mooncake'] as const;
@@ -163,14 +164,7 @@ export interface ModelConfig {
   instances: InstanceConfig[];
 }
 
-export interface TenantConfig {
-  id: string;
-  api_keys_sha256: string[];
-  allowed_models: string[];
-  rate_limit: { requests_per_second: number; burst: number };
-  max_concurrency: number;
-  cache_salt?: string;
-}
+export type TenantConfig = TenantSpec;
 
 export interface RouterConfig {
   server: { host: string; port: number; max_body_bytes: number; max_prompt_tokens: number; max_messages: number; shutdown_grace_ms: number };

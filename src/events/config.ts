@@ -1,6 +1,6 @@
 // The `kv_events:` section of the router YAML (listener behaviour for every KV-event subscription)
 // and the matching `kvrouter indexer` / `relay` flags, mapped to ListenerOptions.
-import { bool, int, obj, type ObjectSpec, str } from '../config/schema-dsl.js';
+import { bool, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { ZMQ_CLIENTS, type ZmqClient } from './sub-transport.js';
 import { DEFAULT_LISTENER_OPTIONS as D, type ListenerOptions } from './zmq-listener.js';
 

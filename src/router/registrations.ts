@@ -71,3 +71,8 @@ export async function reconcileRegistrations(
   }
   return { removed, added };
 }
+
+/** Per-model hash seeds of a config (models without one use hashing.seed). */
+export function modelSeeds(cfg: RouterConfig): Map<string, bigint> {
+  return new Map(cfg.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const));
+}

@@ -6,7 +6,6 @@ import { Access } from '../auth/access.js';
 import { isLoopbackHost } from '../auth/allowlist.js';
 import type { ClusterHandle } from '../cluster/attach.js';
 import { PeerList } from '../cluster/peers.js';
-import { modelSeeds } from '../cluster/registrations.js';
 import { mulberry32 } from '../common/prng.js';
 import type { RouterConfig } from '../config/schema.js';
 import type { EngineHandle } from '../engine-sim/index.js';
@@ -23,7 +22,7 @@ import { combineObservers, DecisionLog } from './decision-log.js';
 import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
 import { createRouterMetrics, type RouterMetrics } from './metrics.js';
 import { type ModelRuntime, reconcileModels } from './models.js';
-import { reconcileRegistrations } from './registrations.js';
+import { modelSeeds, reconcileRegistrations } from './registrations.js';
 
 export interface RouterRuntime {
   readonly log: (line: string) => void;

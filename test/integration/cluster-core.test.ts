@@ -124,7 +124,7 @@ describe('relayed ops', () => {
 
 describe('cluster config section', () => {
   it('fills defaults that match the module defaults, and rejects bad values', async () => {
-    const { validate } = await import('../../src/config/schema-dsl.js');
+    const { validate } = await import('../../src/common/schema-dsl.js');
     const { CLUSTER_SCHEMA, clusterEnabled, clusterOptionsFromConfig } = await import('../../src/cluster/config.js');
     const { clusterOptions } = await import('../../src/cluster/options.js');
     const errors: Array<{ path: string; message: string }> = [];

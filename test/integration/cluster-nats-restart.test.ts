@@ -7,7 +7,7 @@ import { type ClusterHandle, attachCluster } from '../../src/cluster/attach.js';
 import { EventRelay } from '../../src/cluster/event-relay.js';
 import { type LocalNats, startLocalNats } from '../../src/cluster/nats-server.js';
 import { NatsLink } from '../../src/cluster/nats-link.js';
-import { registrationsFromConfig } from '../../src/cluster/registrations.js';
+import { desiredRegistrations } from '../../src/router/registrations.js';
 import { RelayTap } from '../../src/cluster/relay-taps.js';
 import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { loadConfigText } from '../../src/config/load.js';
@@ -44,7 +44,7 @@ async function startRelay(): Promise<void> {
   const r = await EventRelay.start(link, tap, { relayId: 'relay-t', subject: 'kvrouter.events', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots', snapshotEvery: 50, snapshotIntervalMs: 300, streamMaxAgeMs: 3_600_000, resetState: true, publishTimeoutMs: 1000, maxBatchBytes: 256 * 1024 });
   const registry = new Registry();
   const listeners = new ListenerPool({ registry, writer: tap });
-  for (const spec of registrationsFromConfig(cfg)) listeners.add(registry.register(spec, Date.now()).registration);
+  for (const spec of desiredRegistrations(cfg)) listeners.add(registry.register(spec, Date.now()).registration);
   relay = { relay: r, link, listeners, indexer };
 }
 

@@ -5,7 +5,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { installErrorHandling } from '../../src/api/errors.js';
 import { type ClusterHandle, attachCluster } from '../../src/cluster/attach.js';
-import { mountPeerRoutes } from '../../src/cluster/peer-routes.js';
+import { mountPeerRoutes } from '../../src/api/peer-routes.js';
 import { PeerList, recoverFromPeers } from '../../src/cluster/peers.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';

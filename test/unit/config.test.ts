@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ConfigInvalidError, effectiveRouting, loadConfigFile, loadConfigText } from '../../src/config/load.js';
-import { keyPaths } from '../../src/config/schema-dsl.js';
+import { keyPaths } from '../../src/common/schema-dsl.js';
 import { ROUTER_SCHEMA } from '../../src/config/schema.js';
 import { configReference } from '../../src/cli/config-reference.js';
 import { listenerOptionsFromConfig } from '../../src/events/config.js';

@@ -3,7 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { intOption, type OptionTable, parseCommand } from '../../cli/args.js';
+import { intOption, type OptionTable, parseCommand } from '../../common/args.js';
 import { machine, type Table, writeReport } from '../report.js';
 import { lineChart } from '../svg.js';
 import { type BodyKind, requestBodies } from './bodies.js';

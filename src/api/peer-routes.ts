@@ -1,9 +1,9 @@
 // POST /register_peer, POST /deregister_peer, GET /peers (Dynamo standalone indexer peer API).
 import type { Context, Hono } from 'hono';
-import { readJson } from '../api/body.js';
-import { badField } from '../api/errors.js';
-import { asObject, str } from '../api/fields.js';
-import type { PeerList } from './peers.js';
+import { readJson } from './body.js';
+import { badField } from './errors.js';
+import { asObject, str } from './fields.js';
+import type { PeerList } from '../cluster/peers.js';
 
 export interface PeerRouteDeps {
   peers: PeerList;

@@ -2,8 +2,8 @@
 // API routes any valid key, operational routes (/health, /live, /ready, /metrics) are open. Off
 // entirely when auth is not configured (loopback demo).
 import type { Hono } from 'hono';
-import { errorResponse } from '../api/errors.js';
-import type { Access, Denial } from './access.js';
+import { errorResponse } from './errors.js';
+import type { Access, Denial } from '../auth/access.js';
 
 const ADMIN = [/^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/, /^\/debug\//, /^\/admin\//, /^\/v1\/route\/events$/, /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/, /^\/dashboard(\/|$)/];
 const API = [/^\/v1\//, /^\/query(_by_hash)?$/];
