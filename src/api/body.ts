@@ -40,7 +40,12 @@ export async function readRequestBody(req: IncomingMessage, limit: number): Prom
 
 async function honoBody(c: Context, limit: number): Promise<Buffer | null> {
   const stream = c.req.raw.body as AsyncIterable<Uint8Array> | null;
-  return readCapped(stream, limit, c.req.header('content-length'));
+  try {
+    return await readCapped(stream, limit, c.req.header('content-length'));
+  } catch {
+    // The client went away (or the request timed out) mid-body: nobody is left to answer.
+    throw new ApiError(499, 'client_closed_request', 'the client closed the request before its body arrived');
+  }
 }
 
 /** Indexer routes: JSON with u64 hashes kept exact (Conductor error shape). */

@@ -6,7 +6,8 @@ import type { ServerResponse } from 'node:http';
 import type { Context, Hono } from 'hono';
 import { OpenAIError } from './openai.js';
 
-export type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
+/** 499: the client closed the request (nginx's convention); written nowhere, counted as a client error. */
+export type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 422 | 429 | 431 | 499 | 500 | 502 | 503 | 504;
 
 export class ApiError extends Error {
   constructor(

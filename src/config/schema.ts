@@ -35,6 +35,10 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
     max_prompt_tokens: int('Largest prompt after tokenization (400 above).', { min: 1, max: 10_000_000, default: 1_000_000 }),
     max_messages: int('Most chat messages in one request (400 above).', { min: 1, max: 10_000_000, default: 100_000 }),
     shutdown_grace_ms: int('On SIGTERM, how long in-flight streams may finish before they are cut.', { min: 0, max: 3_600_000, default: 30_000 }),
+    headers_timeout_ms: int('A connection must deliver complete request headers within this time (408 and closed otherwise); covers connections that never send a byte.', { min: 100, max: 600_000, default: 10_000 }),
+    request_timeout_ms: int('A request (headers and body) must arrive completely within this time (408 and closed otherwise). Responses, streamed or not, are not limited by it.', { min: 100, max: 3_600_000, default: 60_000 }),
+    keep_alive_timeout_ms: int('An idle keep-alive connection is closed after this time.', { min: 100, max: 3_600_000, default: 65_000 }),
+    max_connections: int('Open client connections at most; further ones are closed at once (and logged, at most once a minute). Keep it under the process file-descriptor limit.', { min: 1, max: 1_000_000, default: 10_000 }),
   }),
   auth: obj('Access control. Off (no admin token, no tenants) is allowed only on a loopback listen address unless allow_unauthenticated is set.', {
     admin_token: str('Bearer token for admin routes (/register, /unregister, /events, /admin/*, /debug/*, /dump, /workers, the direct policy). Prefer the KVROUTER_ADMIN_TOKEN environment variable.', { optional: true }),
@@ -167,7 +171,18 @@ export interface ModelConfig {
 export type TenantConfig = TenantSpec;
 
 export interface RouterConfig {
-  server: { host: string; port: number; max_body_bytes: number; max_prompt_tokens: number; max_messages: number; shutdown_grace_ms: number };
+  server: {
+    host: string;
+    port: number;
+    max_body_bytes: number;
+    max_prompt_tokens: number;
+    max_messages: number;
+    shutdown_grace_ms: number;
+    headers_timeout_ms: number;
+    request_timeout_ms: number;
+    keep_alive_timeout_ms: number;
+    max_connections: number;
+  };
   auth: { admin_token?: string; allow_unauthenticated: boolean; tenants: TenantConfig[]; register_allowlist: string[]; max_listeners: number };
   hashing: { seed: number };
   routing: RoutingConfig & {

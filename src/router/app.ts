@@ -84,6 +84,19 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
   return app;
 }
 
+/** Connections refused at server.max_connections: counted, and logged at most once a minute. */
+function connectionsDropped(rt: RouterRuntime, max: number): () => void {
+  let dropped = 0;
+  let loggedAt = -Infinity;
+  return () => {
+    dropped++;
+    rt.metrics.denied('connection', 503);
+    if (rt.now() - loggedAt < 60_000) return;
+    loggedAt = rt.now();
+    rt.log(`refusing connections: ${max} open (server.max_connections); ${dropped} refused so far`);
+  };
+}
+
 /** Background work: index expiry, stale-booking sweeps, active health probes. */
 function startTimers(rt: RouterRuntime): () => void {
   const { deps, scheduler, queue, now } = rt;
@@ -114,7 +127,14 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const reload = createReloader(rt, opts);
   let server: RunningServer;
   try {
-    server = await startHttpServer(hotPathHandler(rt, honoListener(routes(rt, reload))), { host: cfg0.server.host, port: cfg0.server.port, role: 'router HTTP server' });
+    const s = cfg0.server;
+    server = await startHttpServer(hotPathHandler(rt, honoListener(routes(rt, reload))), {
+      host: s.host,
+      port: s.port,
+      role: 'router HTTP server',
+      limits: { headersTimeoutMs: s.headers_timeout_ms, requestTimeoutMs: s.request_timeout_ms, keepAliveTimeoutMs: s.keep_alive_timeout_ms, maxConnections: s.max_connections },
+      onDrop: connectionsDropped(rt, s.max_connections),
+    });
   } catch (err) {
     await rt.listeners.close();
     await Promise.all(rt.engines.map((e) => e.close()));

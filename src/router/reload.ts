@@ -20,6 +20,10 @@ export interface ReloadResult {
 const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
   ['server.host', (c) => c.server.host],
   ['server.port', (c) => c.server.port],
+  ['server.headers_timeout_ms', (c) => c.server.headers_timeout_ms],
+  ['server.request_timeout_ms', (c) => c.server.request_timeout_ms],
+  ['server.keep_alive_timeout_ms', (c) => c.server.keep_alive_timeout_ms],
+  ['server.max_connections', (c) => c.server.max_connections],
   ['engine_sim', (c) => JSON.stringify(c.engine_sim)],
   ['hashing.seed', (c) => c.hashing.seed],
   ['cluster', (c) => JSON.stringify(c.cluster)],
@@ -31,7 +35,8 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   const cur = deps.cfg;
   fillEngineInstances(next, rt.engines);
   const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
-  next.server = { ...next.server, host: cur.server.host, port: cur.server.port };
+  const { host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections } = cur.server;
+  next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections };
   next.engine_sim = cur.engine_sim;
   next.hashing = cur.hashing;
   const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now);
