@@ -30,9 +30,24 @@ export function installAccess(app: Hono, getAccess: Access | (() => Access), onD
     if (token && !headers.authorization) headers.authorization = `Bearer ${token}`;
     let denial: Denial | null = null;
     if (cls === 'admin') denial = access.requireAdmin(headers);
-    else if (access.identify(headers) === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+    else {
+      const principal = access.identify(headers);
+      if (principal === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+      else {
+        // Every API route spends the tenant's rate and concurrency, as the completion routes do.
+        const admitted = access.admit(principal);
+        if ('status' in admitted) denial = admitted;
+        else {
+          try {
+            return await next();
+          } finally {
+            admitted.release();
+          }
+        }
+      }
+    }
     if (!denial) return next();
     onDenied(cls, denial);
-    return errorResponse(c, denial);
+    return errorResponse(c, denial, denial.retryAfterSec ? { 'retry-after': String(denial.retryAfterSec) } : {});
   });
 }

@@ -49,17 +49,20 @@ export function errorBody(path: string, err: ApiError | OpenAIError | ErrorSpec)
   return { error: { code: err.code, message: err.message } };
 }
 
+// After a 413 the rest of the body is still on its way: close rather than read it to reuse the connection.
+const closeAfter = (status: number): Record<string, string> => (status === 413 ? { connection: 'close' } : {});
+
 /** node:http: write the error unless a response is already under way. */
 export function sendError(res: ServerResponse, path: string, err: ApiError | OpenAIError | ErrorSpec, headers: Record<string, string> = {}): void {
   if (res.headersSent || res.destroyed) return;
   const body = JSON.stringify(errorBody(path, err));
-  res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers });
+  res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...closeAfter(err.status), ...headers });
   res.end(body);
 }
 
 /** hono: the error as a Response. */
 export function errorResponse(c: Context, err: ApiError | OpenAIError | ErrorSpec, headers: Record<string, string> = {}): Response {
-  return c.json(errorBody(c.req.path, err), err.status as 400, headers);
+  return c.json(errorBody(c.req.path, err), err.status as 400, { ...closeAfter(err.status), ...headers });
 }
 
 /** A route the hono app does not serve itself (the node:http hot path), for the 405 table. */

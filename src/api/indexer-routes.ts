@@ -47,6 +47,11 @@ export interface IndexerApiDeps {
   allowEndpoint?: (endpoint: string) => boolean;
   /** Most registrations /register may create (default: unlimited); read per request. */
   maxRegistrations?: () => number;
+  /**
+   * Scopes a /query or /query_by_hash to what the caller may read (the router: a tenant reads only
+   * the namespace its own requests use); throws an ApiError (403) for what it may not. Default: as asked.
+   */
+  scopeQuery?: (c: Context, asked: QueryScope) => QueryScope;
   /** Called after the index changed through the API (metrics, replication hooks). */
   onQuery?: (route: 'query' | 'query_by_hash', result: OverlapResult) => void;
 }
@@ -71,6 +76,8 @@ function endpoint(o: JsonObject, names: string[], required: boolean): string | n
     return null;
   }
   if (!ENDPOINT_RE.test(v)) throw badField(names[0], 'must be a ZMQ endpoint such as tcp://host:port');
+  const port = /^tcp:\/\/.*:(\d+)$/.exec(v)?.[1];
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) throw badField(names[0], `port ${port} is not a TCP port (1-65535)`);
   return v;
 }
 
@@ -86,6 +93,13 @@ function loraOf(o: JsonObject): string | null {
     throw badField('lora_id', 'must be an integer or string');
   }
   return name || null;
+}
+
+/** The namespace a query reads. */
+export interface QueryScope {
+  model: string;
+  tenant: string;
+  salt: string | null;
 }
 
 /** What every indexer route reads: its dependencies, limits, clock and body reader. */
@@ -162,13 +176,16 @@ function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
 /** POST /query, POST /query_by_hash: overlap per instance, tier and dp rank (Conductor shape, or Dynamo with ?format=dynamo). */
 function mountQueryRoutes(app: Hono, x: RouteContext): void {
   const { deps, limits, now, registry, indexer, body } = x;
-  const queryCommon = (o: JsonObject) => {
-    const model = str(o, ['model', 'model_name', 'modelname'], { required: true })!;
+  const queryCommon = (c: Context, o: JsonObject) => {
+    const asked = {
+      model: str(o, ['model', 'model_name', 'modelname'], { required: true })!,
+      tenant: str(o, 'tenant_id') || 'default',
+      salt: str(o, ['cache_salt', 'additional_salt', 'additionalsalt']) || null,
+    };
     const blockSize = int(o, 'block_size', { required: true, min: 1, max: 1 << 20 })!;
     const loraName = loraOf(o);
-    const tenant = str(o, 'tenant_id') || 'default';
     const instance = id(o, 'instance_id') ?? null;
-    const salt = str(o, ['cache_salt', 'additional_salt', 'additionalsalt']) || null;
+    const { model, tenant, salt } = deps.scopeQuery ? deps.scopeQuery(c, asked) : asked;
     const nsId = { model, blockSize, loraName, salt, tenant };
     return { nsId, instance, ns: indexer.find(nsId) };
   };
@@ -192,7 +209,7 @@ function mountQueryRoutes(app: Hono, x: RouteContext): void {
 
   app.post('/query', async (c) => {
     const o = await body(c);
-    const { nsId, instance, ns } = queryCommon(o);
+    const { nsId, instance, ns } = queryCommon(c, o);
     const tokens = tokenIds(o, 'token_ids', limits.maxTokens);
     const limit = instance !== null ? new Set([instance]) : undefined;
     const result: OverlapResult = ns
@@ -204,7 +221,7 @@ function mountQueryRoutes(app: Hono, x: RouteContext): void {
 
   app.post('/query_by_hash', async (c) => {
     const o = await body(c);
-    const { nsId, instance, ns } = queryCommon(o);
+    const { nsId, instance, ns } = queryCommon(c, o);
     const hashes = BigUint64Array.from(hashList(o, ['seq_hashes', 'block_hash'], limits.maxHashes));
     const limit = instance !== null ? new Set([instance]) : undefined;
     const result: OverlapResult = ns ? ns.index.query(hashes, now(), limit) : { queriedBlocks: hashes.length, candidates: [], sharedBlocks: 0 };

@@ -37,6 +37,8 @@ export class Access {
   private readonly buckets = new Map<string, TokenBucket>();
   private readonly inflight = new Map<string, number>();
   private readonly models = new Map<string, RegExp[]>();
+  /** Every tenant's configured cache salt. */
+  private readonly salts = new Set<string>();
   private readonly adminDigest: Buffer | null;
 
   constructor(
@@ -47,6 +49,7 @@ export class Access {
     for (const t of spec.tenants) {
       for (const k of t.api_keys_sha256) this.byKey.set(k.toLowerCase(), t);
       this.models.set(t.id, t.allowed_models.map(globToRegExp));
+      if (t.cache_salt) this.salts.add(t.cache_salt);
       if (t.rate_limit.requests_per_second > 0) this.buckets.set(t.id, new TokenBucket(t.rate_limit.requests_per_second, Math.max(1, t.rate_limit.burst), now()));
     }
   }
@@ -118,6 +121,22 @@ export class Access {
       };
     }
     return { release: () => {} };
+  }
+
+  /**
+   * The cache salt a request of `p` runs under. A tenant's configured salt always wins over the
+   * body's; a tenant without one may name its own, never another tenant's (that would read and
+   * reuse that tenant's KV blocks).
+   */
+  saltFor(p: Principal, requested: string | null): { salt: string | null } | Denial {
+    if (p.kind !== 'tenant') return { salt: requested };
+    const own = p.tenant.cache_salt ?? null;
+    if (own !== null) {
+      if (requested !== null && requested !== own) return { status: 403, code: 'cache_salt_not_allowed', message: 'this API key runs under its configured cache_salt; another one may not be named' };
+      return { salt: own };
+    }
+    if (requested !== null && this.salts.has(requested)) return { status: 403, code: 'cache_salt_not_allowed', message: 'that cache_salt belongs to another tenant' };
+    return { salt: requested };
   }
 
   inFlight(tenant: string): number {

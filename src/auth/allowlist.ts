@@ -43,8 +43,17 @@ export function endpointHost(endpoint: string): string | null {
   return m[1].replace(/^\[|\]$/g, '');
 }
 
+/**
+ * Whether /register may point a listener at `endpoint`. tcp:// hosts are matched against the CIDRs
+ * and host patterns; an ipc:// path only against rules that are themselves ipc:// paths (a trailing
+ * `*` matches any rest), so unix sockets are off unless the operator names them; inproc:// never
+ * (it would wait on a socket inside this process forever).
+ */
 export function endpointAllowed(endpoint: string, allowlist: readonly string[]): boolean {
-  if (endpoint.startsWith('ipc://') || endpoint.startsWith('inproc://')) return true;
+  if (endpoint.startsWith('inproc://')) return false;
+  if (endpoint.startsWith('ipc://')) {
+    return allowlist.some((rule) => rule.startsWith('ipc://') && (rule.endsWith('*') ? endpoint.startsWith(rule.slice(0, -1)) : endpoint === rule));
+  }
   const host = endpointHost(endpoint);
   if (host === null) return false;
   const addresses = new BlockList();

@@ -2,9 +2,10 @@
 // listeners, scheduler, upstream pools, tokenizers, metrics), its HTTP routes, the server, the
 // cluster, timers, reload and shutdown. Each part lives in its own module; this file wires them.
 import { Hono } from 'hono';
-import { installErrorHandling } from '../api/errors.js';
+import { ApiError, installErrorHandling } from '../api/errors.js';
 import { honoListener, type RunningServer, startHttpServer } from '../api/http-server.js';
-import { mountIndexerRoutes } from '../api/indexer-routes.js';
+import { mountIndexerRoutes, type QueryScope } from '../api/indexer-routes.js';
+import type { Access } from '../auth/access.js';
 import { endpointAllowed } from '../auth/allowlist.js';
 import { installAccess } from '../api/access.js';
 import { attachCluster, type ClusterHandle } from '../cluster/attach.js';
@@ -60,6 +61,20 @@ export interface StartOptions {
   loadOptions?: LoadOptions;
 }
 
+/**
+ * A tenant reads only the cache its own requests use: a model it may use, the router's namespace
+ * ('default'), under its own salt. Admins (and everyone while auth is off) read what they ask.
+ */
+function scopeQuery(access: Access, headers: Headers, asked: QueryScope): QueryScope {
+  const p = access.identify(Object.fromEntries(headers));
+  if (p === null || p.kind !== 'tenant') return asked;
+  if (!access.modelAllowed(p, asked.model)) throw new ApiError(403, 'model_not_allowed', `this API key may not use the model ${asked.model}`, 'model');
+  if (asked.tenant !== 'default') throw new ApiError(403, 'forbidden', 'an API key reads only the namespace its own requests use (tenant_id default)', 'tenant_id');
+  const s = access.saltFor(p, asked.salt);
+  if ('status' in s) throw new ApiError(403, s.code, s.message, 'cache_salt');
+  return { ...asked, salt: s.salt };
+}
+
 /** Every route but the completions hot path, on one hono app. */
 function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
   const { deps } = rt;
@@ -73,6 +88,7 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
     allowEndpoint: (e) => endpointAllowed(e, deps.cfg.auth.register_allowlist),
     maxRegistrations: () => deps.cfg.auth.max_listeners,
     onQuery: (route, r) => rt.indexMetrics.observeQuery(route, r),
+    scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked),
     limits: { maxBodyBytes: deps.cfg.server.max_body_bytes },
   });
   mountOpsRoutes(app, rt, reload);

@@ -7,7 +7,7 @@ import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import type { Access, Principal } from '../auth/access.js';
-import { ChatTemplateError, type PromptTokenizer } from '../tokenizer/index.js';
+import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
@@ -70,11 +70,15 @@ export async function prepareRoute(
   if (routing.policy === 'direct' && principal.kind === 'tenant') {
     throw new OpenAIError(403, 'the direct policy (x-kvrouter-target) needs the admin token', 'invalid_request_error', 'x-kvrouter-target', 'forbidden');
   }
-  // A tenant with a cache salt never shares KV blocks with other tenants (engine and index).
-  if (principal.kind === 'tenant' && principal.tenant.cache_salt && !parsed.cacheSalt) {
-    parsed.cacheSalt = principal.tenant.cache_salt;
-    parsed.body = { ...parsed.body, cache_salt: principal.tenant.cache_salt }; // a copy: the raw body stays as sent
+  // A tenant with a cache salt never shares KV blocks with other tenants (engine and index), and
+  // no tenant runs under another's salt.
+  const salted = deps.access.saltFor(principal, parsed.cacheSalt);
+  if ('status' in salted) throw new OpenAIError(salted.status, salted.message, 'invalid_request_error', 'cache_salt', salted.code);
+  if (salted.salt !== parsed.cacheSalt) {
+    parsed.cacheSalt = salted.salt;
+    parsed.body = { ...parsed.body, cache_salt: salted.salt }; // a copy: the raw body stays as sent
   }
+  refuseOversized(parsed.prompt, deps.cfg.server, kind);
   const t0 = performance.now();
   // Only cache-aware policies read the tokens; the others route without paying for tokenization
   // (token-id prompts are free either way).
@@ -87,6 +91,38 @@ export async function prepareRoute(
   const sh = headers[deps.cfg.routing.session_header.toLowerCase()];
   const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
   return { model, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+}
+
+/**
+ * The body as the engine gets it after a rewrite (alias, tenant salt). What JSON cannot carry
+ * faithfully is refused rather than changed: a number JSON.parse made Infinity (1e400) would be
+ * written as null, and nesting deeper than the stack makes JSON.stringify throw.
+ */
+function reserialize(body: Record<string, unknown>): Buffer {
+  let text: string;
+  try {
+    text = JSON.stringify(body, (_k, v: unknown) => {
+      if (typeof v === 'number' && !Number.isFinite(v)) throw new OpenAIError(400, 'the body holds a number JSON cannot represent (e.g. 1e400)', 'invalid_request_error', 'body');
+      return v;
+    });
+  } catch (err) {
+    if (err instanceof OpenAIError) throw err;
+    throw new OpenAIError(400, 'the body nests too deeply to forward', 'invalid_request_error', 'body');
+  }
+  return Buffer.from(text);
+}
+
+/** Refuse a prompt that is certainly over the limits before paying to tokenize it. */
+function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: CompletionKind): void {
+  if (p.kind === 'tokens') return; // counted exactly after parsing
+  const param = kind === 'chat' ? 'messages' : 'prompt';
+  const size = p.kind === 'text' ? textSizeFloor(p.text) : chatSizeFloor(p.chat);
+  if (size.chars > limits.max_prompt_chars) {
+    throw new OpenAIError(400, `the prompt has ${size.chars} characters, the limit is ${limits.max_prompt_chars} (server.max_prompt_chars)`, 'invalid_request_error', param, 'prompt_too_long');
+  }
+  if (size.words > limits.max_prompt_tokens) {
+    throw new OpenAIError(400, `the prompt has at least ${size.words} tokens, the limit is ${limits.max_prompt_tokens}`, 'invalid_request_error', param, 'prompt_too_long');
+  }
 }
 
 export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJob, 'ns' | 'route'> {
@@ -134,7 +170,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     modelName = p.model.name;
     // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through untouched.
     const untouched = p.body === raw && p.body.model === p.model.name;
-    const body = untouched ? bodyBuf : Buffer.from(JSON.stringify({ ...p.body, model: p.model.name }));
+    const body = untouched ? bodyBuf : reserialize({ ...p.body, model: p.model.name });
     const { ns, route } = routeFields(p, deps.cfg);
     const job: ForwardJob = {
       path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',

@@ -53,8 +53,12 @@ function overrideHeaders(o: unknown): Record<string, string> {
     if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights)) throw new OpenAIError(400, 'router_config_override.medium_weights must be an object', 'invalid_request_error', 'router_config_override.medium_weights');
     h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body).map(([k, v]) => `${k}=${String(v)}`).join(',');
   }
-  if (typeof r.policy === 'string') h['x-kvrouter-policy'] = r.policy;
-  if (typeof r.target === 'string') h['x-kvrouter-target'] = r.target;
+  for (const [k, header] of [['policy', 'x-kvrouter-policy'], ['target', 'x-kvrouter-target']] as const) {
+    const v = r[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'string') throw new OpenAIError(400, `router_config_override.${k} must be a string`, 'invalid_request_error', `router_config_override.${k}`);
+    h[header] = v;
+  }
   return h;
 }
 
@@ -110,7 +114,8 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
     }
     let booked = false;
-    if (typeof rid === 'string' && deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant') {
+    const tenant = deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant';
+    if (typeof rid === 'string' && tenant) {
       // Booking holds load on an instance until freed: that is the gateway's job (admin token).
       throw new OpenAIError(403, 'booking with request_id needs the admin token; tenants may only query', 'invalid_request_error', 'request_id', 'forbidden');
     }
@@ -123,7 +128,8 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const inst = p.model.instances.find((i) => i.id === d.chosen!.instance)!;
     return json(c, {
       ...candidateView(d, d.chosen),
-      url: inst.upstream.url,
+      // Engine addresses are the operator's: tenants get the instance id only.
+      ...(tenant ? {} : { url: inst.upstream.url }),
       model: p.model.name,
       policy: d.policy,
       prompt_tokens: d.isl,

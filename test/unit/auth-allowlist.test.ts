@@ -61,9 +61,12 @@ describe('endpointAllowed', () => {
     expect(allowed('localhost', ['127.0.0.0/8'])).toBe(false);
   });
 
-  it('always allows ipc:// and inproc://, and refuses anything that is not tcp://host:port', () => {
-    expect(endpointAllowed('ipc:///tmp/kv.sock', [])).toBe(true);
-    expect(endpointAllowed('inproc://kv', [])).toBe(true);
+  it('allows ipc:// only where a rule names the path, never inproc://, and nothing that is not tcp://host:port', () => {
+    expect(endpointAllowed('ipc:///tmp/kv.sock', DEFAULT_REGISTER_ALLOWLIST)).toBe(false);
+    expect(endpointAllowed('ipc:///tmp/kv.sock', ['ipc:///tmp/kv.sock'])).toBe(true);
+    expect(endpointAllowed('ipc:///run/vllm/e0.sock', ['ipc:///run/vllm/*'])).toBe(true);
+    expect(endpointAllowed('ipc:///etc/x.sock', ['ipc:///run/vllm/*'])).toBe(false);
+    expect(endpointAllowed('inproc://kv', ['ipc://*', 'inproc://*', '127.0.0.0/8'])).toBe(false);
     for (const e of ['tcp://127.0.0.1', 'tcp://127.0.0.1:', 'tcp://127.0.0.1:port', 'tcp://::1:5557', 'udp://127.0.0.1:5557', 'http://127.0.0.1:5557', '127.0.0.1:5557', ''])
       expect(endpointAllowed(e, DEFAULT_REGISTER_ALLOWLIST), e).toBe(false);
   });
