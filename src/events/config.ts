@@ -2,6 +2,7 @@
 // and the matching `kvrouter indexer` / `relay` flags, mapped to ListenerOptions.
 import { bool, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { ZMQ_CLIENTS, type ZmqClient } from './sub-transport.js';
+import { DEFAULT_INGEST_LIMITS, type IngestLimits } from './listener-ingest.js';
 import { DEFAULT_LISTENER_OPTIONS as D, type ListenerOptions } from './zmq-listener.js';
 
 export const KV_EVENTS_SCHEMA: ObjectSpec = obj('How KV-event listeners subscribe, recover and give up (docs/events.md). Applies to YAML instances, /register and relays alike.', {
@@ -19,6 +20,8 @@ export const KV_EVENTS_SCHEMA: ObjectSpec = obj('How KV-event listeners subscrib
   receive_hwm: int('libzmq client: messages queued in the socket before it drops (the builtin client is flow-controlled by TCP).', { min: 0, max: 100_000_000, default: D.receiveHwm }),
   max_message_bytes: int('Largest accepted message; a larger one drops the connection.', { min: 1024, max: 2 ** 31 - 1, default: D.maxMessageBytes }),
   on_decode_error: str('An undecodable batch is skipped and counted (skip) or also purges the stream (purge).', { enum: ['skip', 'purge'], default: D.onDecodeError }),
+  max_dp_ranks: int('Distinct dp ranks one publisher\'s batches may name (a batch\'s data_parallel_rank overrides the registration\'s); events beyond are rejected and counted. Each rank costs index memory.', { min: 1, max: 65_536, default: DEFAULT_INGEST_LIMITS.maxDpRanks }),
+  max_lora_adapters: int('Distinct LoRA adapters one publisher may name; each is a namespace of the index. Events beyond are rejected and counted.', { min: 1, max: 100_000, default: DEFAULT_INGEST_LIMITS.maxLoraAdapters }),
 });
 
 /** RouterConfig['kv_events'] (defaults applied). */
@@ -37,6 +40,12 @@ export interface KvEventsConfig {
   receive_hwm: number;
   max_message_bytes: number;
   on_decode_error: 'skip' | 'purge';
+  max_dp_ranks: number;
+  max_lora_adapters: number;
+}
+
+export function ingestLimitsFromConfig(c: KvEventsConfig): IngestLimits {
+  return { maxDpRanks: c.max_dp_ranks, maxLoraAdapters: c.max_lora_adapters };
 }
 
 export function listenerOptionsFromConfig(c: KvEventsConfig): ListenerOptions {

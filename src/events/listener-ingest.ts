@@ -19,8 +19,19 @@ export interface IngestCounts {
   lastPurge: PurgeReason | null;
 }
 
+/** What one publisher may make the index hold beyond its registration (each costs index memory). */
+export interface IngestLimits {
+  /** Distinct dp ranks a stream's batches may name (a batch's rank overrides the registration's). */
+  maxDpRanks: number;
+  /** Distinct LoRA adapters a stream may name (each is a namespace). */
+  maxLoraAdapters: number;
+}
+
+export const DEFAULT_INGEST_LIMITS: IngestLimits = { maxDpRanks: 256, maxLoraAdapters: 128 };
+
 export interface IngestDeps {
   writer: IndexWriter;
+  limits?: IngestLimits;
   metrics: EventMetrics;
   /** Wall clock (ms) for event lag. */
   now: () => number;
@@ -47,12 +58,17 @@ export class StreamIngest {
   // may differ from the registration, and a purge must reach all of them.
   private readonly touched = new Map<string, Required<PurgeScope>>();
   private lastTouched: Required<PurgeScope> | null = null;
+  private readonly ranks = new Set<number>();
+  private readonly adapters = new Set<string>();
+  private readonly limits: IngestLimits;
 
   constructor(
     readonly reg: Registration,
     private readonly deps: IngestDeps,
   ) {
     this.ctx = decodeContext(reg);
+    this.limits = deps.limits ?? DEFAULT_INGEST_LIMITS;
+    this.ranks.add(reg.dpRank);
     this.touch(reg.tenant, reg.backendId, reg.dpRank);
   }
 
@@ -113,7 +129,27 @@ export class StreamIngest {
     this.lastTouched = t;
   }
 
+  /** Why the stream may not write this event's rank or adapter, or null (and then it is counted). */
+  private beyondLimits(ev: KvEvent): string | null {
+    if (!this.ranks.has(ev.dp_rank)) {
+      if (this.ranks.size >= this.limits.maxDpRanks) return `dp_rank ${ev.dp_rank}: this publisher already wrote ${this.ranks.size} ranks (kv_events.max_dp_ranks)`;
+      this.ranks.add(ev.dp_rank);
+    }
+    if (ev.lora_name !== null && !this.adapters.has(ev.lora_name)) {
+      if (this.adapters.size >= this.limits.maxLoraAdapters) return `lora_name ${ev.lora_name.slice(0, 64)}: this publisher already wrote ${this.adapters.size} adapters (kv_events.max_lora_adapters)`;
+      this.adapters.add(ev.lora_name);
+    }
+    return null;
+  }
+
   private applyEvent(ev: KvEvent, replayed: boolean): void {
+    const beyond = this.beyondLimits(ev);
+    if (beyond !== null) {
+      this.problem(`rejected: ${beyond}`);
+      this.counts.applied.rejected++;
+      this.deps.metrics.applied('rejected');
+      return;
+    }
     this.touch(ev.tenant_id, ev.backend_id, ev.dp_rank);
     let status: ApplyStatus;
     let blocks = 0;

@@ -2,6 +2,7 @@
 // pools and the --workers flag drive it; /workers and /metrics read it.
 import type { Registry as PromRegistry } from 'prom-client';
 import { type IndexWriter, registerInIndex } from '../indexer/writer.js';
+import { DEFAULT_INGEST_LIMITS, type IngestLimits } from './listener-ingest.js';
 import { type EventMetrics, type StatusCounts, createEventMetrics } from './metrics.js';
 import type { Registration, Registry } from './registry.js';
 import { DEFAULT_LISTENER_OPTIONS, type ListenerOptions, type ListenerStats, ZmqListener } from './zmq-listener.js';
@@ -10,6 +11,8 @@ export interface ListenerPoolDeps {
   registry: Registry;
   /** Every listener writes the index through it (the relay passes its tap). */
   writer: IndexWriter;
+  /** Ranks and adapters one publisher may create (default DEFAULT_INGEST_LIMITS). */
+  ingestLimits?: IngestLimits;
   /** prom-client registry to register kv_events_* metrics in (default: no metrics). */
   metrics?: PromRegistry;
   options?: Partial<ListenerOptions>;
@@ -44,7 +47,7 @@ export class ListenerPool {
       this.track(this.stopListener(reg.key, old));
     }
     registerInIndex(this.deps.writer, reg);
-    const l = new ZmqListener(reg, { registry: this.deps.registry, writer: this.deps.writer, metrics: this.metrics, now: this.now }, this.opts);
+    const l = new ZmqListener(reg, { registry: this.deps.registry, writer: this.deps.writer, metrics: this.metrics, now: this.now, limits: this.deps.ingestLimits ?? DEFAULT_INGEST_LIMITS }, this.opts);
     this.listeners.set(reg.key, l);
     l.start();
   }

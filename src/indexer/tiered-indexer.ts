@@ -125,6 +125,21 @@ export class TieredIndexer {
     return n;
   }
 
+  /**
+   * Forget namespaces that hold no block and serve no instance (what an unregistered publisher's
+   * LoRA adapters and salts leave behind), so their tables are freed. Returns how many went.
+   */
+  dropEmptyNamespaces(): number {
+    let n = 0;
+    for (const [key, ns] of this.spaces) {
+      if (ns.instances.size > 0 || ns.index.holderIds().length > 0) continue;
+      this.spaces.delete(key);
+      n++;
+    }
+    if (n > 0) this.gen++; // memos holding a namespace object must look it up again
+    return n;
+  }
+
   /** Expire speculative entries everywhere. */
   expire(now: number): number {
     let n = 0;

@@ -69,11 +69,14 @@ export class KvIndexWriter implements IndexWriter {
   purge(scope: PurgeScope): number {
     const n = this.indexer.removeBackend(scope.backend, { ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}), ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}) });
     this.applier.resetStreams(scope.backend, scope.dpRank, scope.tenant);
+    this.indexer.dropEmptyNamespaces();
     return n;
   }
 
   purgeInstance(scope: InstanceScope): number {
-    return this.indexer.removeInstance(scope.instance, { ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}), ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}) });
+    const n = this.indexer.removeInstance(scope.instance, { ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}), ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}) });
+    this.indexer.dropEmptyNamespaces();
+    return n;
   }
 
   bind(backend: string, instance: string | null): void {
@@ -92,6 +95,7 @@ export class KvIndexWriter implements IndexWriter {
 
   forget(instance: string, tenant: string): void {
     for (const ns of this.indexer.namespaces()) if (ns.id.tenant === tenant) ns.instances.delete(instance);
+    this.indexer.dropEmptyNamespaces();
   }
 
   restore(snap: IndexSnapshot, now: number): number {

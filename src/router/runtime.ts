@@ -9,7 +9,7 @@ import { PeerList } from '../cluster/peers.js';
 import { mulberry32 } from '../common/prng.js';
 import type { RouterConfig } from '../config/schema.js';
 import type { EngineHandle } from '../engine-sim/index.js';
-import { listenerOptionsFromConfig } from '../events/config.js';
+import { ingestLimitsFromConfig, listenerOptionsFromConfig } from '../events/config.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { type IndexMetrics, registerIndexMetrics } from '../indexer/metrics.js';
@@ -94,7 +94,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   const registry = new Registry();
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
-  const listeners = new ListenerPool({ registry, writer, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events) });
+  const listeners = new ListenerPool({ registry, writer, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events), ingestLimits: ingestLimitsFromConfig(cfg0.kv_events) });
   const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
   const modelSet = await reconcileModels(cfg0, null);
