@@ -10,6 +10,8 @@ interface Base {
 }
 export interface StringSpec extends Base {
   kind: 'string';
+  /** A credential: errors never show the value (a token written as a YAML number must not leak into logs). */
+  secret?: boolean;
   default?: string;
   enum?: readonly string[];
   pattern?: RegExp;
@@ -86,7 +88,7 @@ export function validate(spec: Spec, value: unknown, path: string, errors: Confi
   }
   switch (spec.kind) {
     case 'string': {
-      if (typeof value !== 'string') return fail(`must be a string, got ${typeName(value)}`);
+      if (typeof value !== 'string') return fail(`must be a string, got ${spec.secret ? `a ${typeof value} (not shown: a secret)` : typeName(value)}`);
       if (spec.enum && !spec.enum.includes(value)) return fail(`must be one of ${spec.enum.join(', ')}, got "${value}"`);
       if (spec.pattern && !spec.pattern.test(value)) return fail(`must be ${spec.patternDoc ?? `like ${spec.pattern}`}, got "${value}"`);
       return value;

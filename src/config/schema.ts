@@ -42,7 +42,7 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
     max_connections: int('Open client connections at most; further ones are closed at once (and logged, at most once a minute). Keep it under the process file-descriptor limit.', { min: 1, max: 1_000_000, default: 10_000 }),
   }),
   auth: obj('Access control. Off (no admin token, no tenants) is allowed only on a loopback listen address unless allow_unauthenticated is set.', {
-    admin_token: str('Bearer token for admin routes (/register, /unregister, /events, /admin/*, /debug/*, /dump, /workers, the direct policy). Prefer the KVROUTER_ADMIN_TOKEN environment variable.', { optional: true }),
+    admin_token: str('Bearer token for admin routes (/register, /unregister, /events, /admin/*, /debug/*, /dump, /workers, the direct policy). Prefer the KVROUTER_ADMIN_TOKEN environment variable.', { optional: true, secret: true }),
     allow_unauthenticated: bool('Serve without any credentials on a non-loopback address (not recommended).', { default: false }),
     tenants: arr(
       'Tenants and their API keys (clients send `Authorization: Bearer <key>`).',

@@ -80,6 +80,17 @@ export function explanationHeaders(d: Decision, requestId: string, attempt: numb
 }
 
 
+/** Responses streaming SSE to their client: a cut at shutdown ends them with an error event. */
+export const sseResponses = new WeakSet<ServerResponse>();
+
+/** End a response the router must cut: an SSE stream gets an error event first, others are reset. */
+export function cutResponse(res: ServerResponse, why: string, status: number): void {
+  if (sseResponses.has(res) && !res.writableEnded && !res.destroyed) {
+    res.end(`data: ${JSON.stringify({ error: { message: why, type: 'server_error', param: null, code: status } })}\n\n`);
+  }
+  res.destroy();
+}
+
 function waitDrain(res: ServerResponse): Promise<void> {
   // 'close' may have fired already: never wait on a response that can no longer drain.
   if (res.destroyed || res.writableEnded) return Promise.resolve();
@@ -199,6 +210,7 @@ async function dispatch(
   for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
   Object.assign(out, explanationHeaders(d, job.requestId, attempt));
   res.writeHead(up.statusCode, out);
+  if (job.stream) sseResponses.add(res);
   let first = true;
   try {
     for await (const chunk of up.body) {

@@ -184,9 +184,11 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     reload,
     close() {
       closing ??= (async () => {
+        // Keep listening while in-flight requests drain: probes get /live 503 and new completions a
+        // 503 with Retry-After, instead of a refused connection.
         rt.shuttingDown = true;
-        server.server.close();
         await closeRuntime(rt, rt.deps.cfg.server.shutdown_grace_ms, () => {
+          server.server.close();
           server.server.closeAllConnections();
           stopTimers();
         });

@@ -17,7 +17,7 @@ export function hotPathHandler(rt: RouterRuntime, rest: NodeHandler): NodeHandle
     const path = req.url?.split('?')[0] ?? '/';
     if (req.method !== 'POST' || (path !== '/v1/chat/completions' && path !== '/v1/completions')) return rest(req, res);
     if (rt.shuttingDown) {
-      sendError(res, path, new OpenAIError(503, 'the router is shutting down', 'server_error'));
+      sendError(res, path, new OpenAIError(503, 'the router is shutting down', 'server_error'), { 'retry-after': '1' });
       req.resume();
       return;
     }

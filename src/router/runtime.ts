@@ -16,6 +16,7 @@ import { type IndexMetrics, registerIndexMetrics } from '../indexer/metrics.js';
 import { TieredIndexer } from '../indexer/tiered-indexer.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { CapacityQueue } from '../proxy/capacity.js';
+import { cutResponse } from '../proxy/forward.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
@@ -156,7 +157,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
 export async function closeRuntime(rt: RouterRuntime, graceMs: number, afterDrain: () => void): Promise<void> {
   const deadline = Date.now() + graceMs;
   while (rt.inflight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  for (const res of rt.inflight) res.destroy();
+  for (const res of rt.inflight) cutResponse(res, 'the router is shutting down: the stream was cut at the end of its grace period (server.shutdown_grace_ms)', 503);
   afterDrain();
   await rt.cluster?.close();
   rt.queue.notify();

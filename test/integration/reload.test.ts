@@ -89,6 +89,40 @@ describe('hot reload', () => {
 });
 
 describe('the serve process', () => {
+  it('logs a rejected SIGHUP reload with the key, answers 503 while draining, and cuts a stream at the grace period with an SSE error event', async () => {
+    const file = join(dir, 'drain.yaml');
+    writeFileSync(file, yaml([0]).replace('shutdown_grace_ms: 20000', 'shutdown_grace_ms: 4000'));
+    const p = await spawnCli(['serve', '--config', file], /kvrouter listening on/);
+    const url = /listening on (http:\/\/\S+)/.exec(p.lines.find((l) => l.includes('listening on'))!)![1];
+    try {
+      writeFileSync(file, yaml([0], 'nope'));
+      p.proc.kill('SIGHUP');
+      await waitFor('the rejected reload logged', () => p.lines.some((l) => l.startsWith('config reload rejected') && l.includes('routing.policy')));
+      // e0 runs at speedup 0.5: 2,000 tokens take far longer than the 4 s grace period.
+      const long = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('a very long story', { max_tokens: 2000, stream: true }) });
+      expect(long.statusCode).toBe(200);
+      let text = '';
+      const reading = (async () => {
+        for await (const chunk of long.body) text += chunk.toString();
+      })().catch(() => undefined);
+      await waitFor('the stream started', () => text.includes('data: '));
+      const exited = new Promise<number | null>((res) => p.proc.once('exit', (code) => res(code)));
+      p.proc.kill('SIGTERM');
+      await waitFor('draining', () => p.lines.some((l) => l.includes('shutting down')));
+      const live = await request(`${url}/live`);
+      expect(live.statusCode).toBe(503);
+      await live.body.text();
+      const late = await post(url, '/v1/chat/completions', chat('late'));
+      expect(late.status).toBe(503);
+      expect(late.headers['retry-after']).toBe('1');
+      await reading;
+      expect(text).toMatch(/data: \{"error":\{"message":"the router is shutting down[^"]*","type":"server_error","param":null,"code":503\}\}\n\n$/);
+      expect(await exited).toBe(0);
+    } finally {
+      await p.kill();
+    }
+  });
+
   it('reloads on a file change and on SIGHUP, and drains in-flight streams on SIGTERM', async () => {
     const file = join(dir, 'proc.yaml');
     writeFileSync(file, yaml([0, 1]));
@@ -96,14 +130,14 @@ describe('the serve process', () => {
     const url = /listening on (http:\/\/\S+)/.exec(p.lines.find((l) => l.includes('listening on'))!)![1];
     try {
       writeFileSync(file, yaml([0, 1], 'random'));
-      await waitFor('file watch reload', async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random', 10_000, 200).catch((err) => {
+      await waitFor('file watch reload', async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random', 60_000, 200).catch((err) => {
         throw new Error(`${(err as Error).message}\nserve output:\n${p.lines.join('\n')}`);
       });
       writeFileSync(join(dir, 'unused'), '');
       // SIGHUP re-reads the file even when the watcher missed nothing.
       writeFileSync(file, yaml([0, 1], 'least-loaded'));
       p.proc.kill('SIGHUP');
-      await waitFor('SIGHUP reload', async () => (await post(url, '/v1/chat/completions', chat('h'))).headers['x-kvrouter-policy'] === 'least-loaded', 10_000, 200);
+      await waitFor('SIGHUP reload', async () => (await post(url, '/v1/chat/completions', chat('h'))).headers['x-kvrouter-policy'] === 'least-loaded', 60_000, 200);
       // Graceful shutdown: a running stream completes; new work is refused; exit code 0.
       const slow = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' }, body: chat('drain me', { max_tokens: 30, stream: true }) });
       expect(slow.statusCode).toBe(200);
