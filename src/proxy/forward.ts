@@ -189,9 +189,9 @@ async function dispatch(
       observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
       return 'done';
     }
+    // The pool's health interceptor has recorded the failure; here only the retry is decided.
     const msg = `${inst.id}: ${(err as Error).message}`;
     setError(msg);
-    if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
     if (canRetry) return 'retry';
     sendError(res, job.path, new OpenAIError(502, `upstream ${msg}`, 'server_error'));
     observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
@@ -201,10 +201,8 @@ async function dispatch(
     const text = await up.body.text().catch(() => '');
     const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
     setError(msg);
-    if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
     return 'retry';
   }
-  if (up.statusCode < 500 && inst.health.success()) observer?.healthChanged?.(inst.id, 'readmitted');
 
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
@@ -236,7 +234,6 @@ async function dispatch(
     }
     // The engine failed after bytes reached the client: no retry; end with a clean error.
     const msg = `${inst.id}: ${(err as Error).message}`;
-    if (inst.health.failure(now(), msg)) observer?.healthChanged?.(inst.id, 'ejected');
     if (job.stream) {
       res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
     } else res.destroy(err as Error);

@@ -1,5 +1,8 @@
-// One undici Pool per instance (http(s):// or unix:///path.sock), shared by requests and probes.
-import { Pool } from 'undici';
+// One undici Pool per instance (http(s):// or unix:///path.sock), shared by requests and probes,
+// with the health interceptor composed on it: every exchange updates the instance's health.
+import { type Dispatcher, Pool } from 'undici';
+import type { InstanceHealth } from './health.js';
+import { type HealthEvent, healthInterceptor } from './health-interceptor.js';
 
 export interface UpstreamOptions {
   connectTimeoutMs: number;
@@ -11,12 +14,20 @@ export interface UpstreamOptions {
 export interface Upstream {
   readonly id: string;
   readonly url: string;
-  readonly pool: Pool;
+  readonly pool: Dispatcher;
   /** Path prefix of the base URL ('' for http://host:port). */
   readonly basePath: string;
 }
 
-export function createUpstream(id: string, url: string, o: UpstreamOptions): Upstream {
+/** Where an upstream's passive health goes: its InstanceHealth, a clock, and who hears of changes. */
+export interface UpstreamHealth {
+  health: InstanceHealth;
+  now: () => number;
+  onChange: (event: HealthEvent) => void;
+}
+
+export function createUpstream(id: string, url: string, o: UpstreamOptions, h: UpstreamHealth): Upstream {
+  const watched = (pool: Pool): Dispatcher => pool.compose(healthInterceptor(h.health, h.now, h.onChange));
   const common = {
     connections: o.connections,
     headersTimeout: o.headersTimeoutMs,
@@ -26,13 +37,13 @@ export function createUpstream(id: string, url: string, o: UpstreamOptions): Ups
   };
   if (url.startsWith('unix://')) {
     const socketPath = url.slice('unix://'.length);
-    return { id, url, basePath: '', pool: new Pool('http://localhost', { ...common, connect: { socketPath, timeout: o.connectTimeoutMs } }) };
+    return { id, url, basePath: '', pool: watched(new Pool('http://localhost', { ...common, connect: { socketPath, timeout: o.connectTimeoutMs } })) };
   }
   const u = new URL(url);
   return {
     id,
     url,
     basePath: u.pathname.replace(/\/+$/, ''),
-    pool: new Pool(u.origin, { ...common, connect: { timeout: o.connectTimeoutMs } }),
+    pool: watched(new Pool(u.origin, { ...common, connect: { timeout: o.connectTimeoutMs } })),
   };
 }

@@ -116,10 +116,7 @@ function connectionsDropped(rt: RouterRuntime, max: number): () => void {
 /** Background work: index expiry, stale-booking sweeps, active health probes. */
 function startTimers(rt: RouterRuntime): () => void {
   const { deps, scheduler, queue, now } = rt;
-  const probes = startProbes(() => rt.all, () => deps.cfg.health, now, (id, ev) => {
-    rt.metrics.healthChanged?.(id, ev);
-    if (ev === 'readmitted') queue.notify();
-  });
+  const probes = startProbes(() => rt.all, () => deps.cfg.health);
   const timers = [
     setInterval(() => rt.indexer.expire(now()), 1000),
     setInterval(() => {

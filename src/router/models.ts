@@ -6,6 +6,7 @@ import type { InstanceConfig, ModelConfig, RouterConfig, RoutingConfig } from '.
 import { effectiveRouting } from '../config/load.js';
 import { InstanceHealth } from '../proxy/health.js';
 import type { InstanceRuntime } from '../proxy/forward.js';
+import type { HealthEvent } from '../proxy/health-interceptor.js';
 import { createUpstream } from '../proxy/upstreams.js';
 import { loadTokenizer, type PromptTokenizer } from '../tokenizer/index.js';
 
@@ -32,7 +33,10 @@ export interface Reconciled extends ModelSet {
 const tokenizerKey = (m: ModelConfig) => (m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`);
 const sameInstance = (rt: InstanceRuntime & { url?: string }, c: InstanceConfig) => rt.upstream.url === c.url && rt.dpSize === c.dp_size;
 
-export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | null): Promise<Reconciled> {
+/** Hears every health change of every instance (metrics, the capacity queue). */
+export type HealthListener = (instance: string, event: HealthEvent) => void;
+
+export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | null, onHealth: HealthListener = () => {}, now: () => number = Date.now): Promise<Reconciled> {
   const oldTok = new Map<string, PromptTokenizer>();
   const oldInst = new Map<string, InstanceRuntime>();
   for (const m of previous?.all ?? []) {
@@ -54,16 +58,13 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
         kept.add(old);
         return old;
       }
+      const health = new InstanceHealth({ failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms });
+      const upstreamOptions = { connectTimeoutMs: cfg.proxy.connect_timeout_ms, headersTimeoutMs: cfg.proxy.headers_timeout_ms, bodyTimeoutMs: cfg.proxy.body_timeout_ms, connections: cfg.proxy.connections };
       const rt: InstanceRuntime = {
         id: c.id,
         dpSize: c.dp_size,
-        upstream: createUpstream(c.id, c.url, {
-          connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-          headersTimeoutMs: cfg.proxy.headers_timeout_ms,
-          bodyTimeoutMs: cfg.proxy.body_timeout_ms,
-          connections: cfg.proxy.connections,
-        }),
-        health: new InstanceHealth({ failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms }),
+        upstream: createUpstream(c.id, c.url, upstreamOptions, { health, now, onChange: (ev) => onHealth(c.id, ev) }),
+        health,
       };
       added.push(rt);
       return rt;

@@ -1,12 +1,11 @@
-// Active health probes: GET <probe_path> on every instance; results feed InstanceHealth.
+// Active health probes: GET <probe_path> on every instance. The upstream pool's health interceptor
+// records the outcome (a 5xx, a refused connection or a timeout is a failure), as for any request.
 import type { RouterConfig } from '../config/schema.js';
 import type { ModelRuntime } from './models.js';
 
 export function startProbes(
   models: () => ModelRuntime[],
   health: () => RouterConfig['health'],
-  now: () => number,
-  onChange: (instance: string, event: 'ejected' | 'readmitted') => void,
 ): { stop(): void } {
   const cfg0 = health();
   if (cfg0.probe_interval_ms === 0) return { stop() {} };
@@ -19,15 +18,9 @@ export function startProbes(
       await Promise.all(
         models().flatMap((m) =>
           m.instances.map(async (i) => {
-            try {
-              const r = await i.upstream.pool.request({ path: i.upstream.basePath + cfg.probe_path, method: 'GET', headersTimeout: cfg.probe_timeout_ms, bodyTimeout: cfg.probe_timeout_ms, signal: AbortSignal.timeout(cfg.probe_timeout_ms) });
-              await r.body.dump();
-              if (r.statusCode < 500) {
-                if (i.health.success()) onChange(i.id, 'readmitted');
-              } else if (i.health.failure(now(), `probe HTTP ${r.statusCode}`)) onChange(i.id, 'ejected');
-            } catch (err) {
-              if (i.health.failure(now(), `probe: ${(err as Error).message}`)) onChange(i.id, 'ejected');
-            }
+            // Timeouts are undici's (not an abort signal): they count as the engine's failure.
+            const r = await i.upstream.pool.request({ path: i.upstream.basePath + cfg.probe_path, method: 'GET', headersTimeout: cfg.probe_timeout_ms, bodyTimeout: cfg.probe_timeout_ms }).catch(() => null);
+            await r?.body.dump().catch(() => undefined);
           }),
         ),
       );

@@ -46,7 +46,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
     return { ok: false, changes: [], restartRequired, errors: [{ path: 'auth', message: (err as Error).message }] };
   }
   next.cluster = cur.cluster;
-  const r = await reconcileModels(next, { byName: deps.models, all: rt.all });
+  const r = await reconcileModels(next, { byName: deps.models, all: rt.all }, rt.onHealth, now);
   const regs = rt.relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());
   const changes: string[] = [];
   for (const spec of regs.removed) writer.purge({ backend: spec.backendId, dpRank: spec.dpRank, tenant: spec.tenant });

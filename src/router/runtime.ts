@@ -22,7 +22,7 @@ import type { CompletionDeps } from './completions.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
 import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
 import { createRouterMetrics, type RouterMetrics } from './metrics.js';
-import { type ModelRuntime, reconcileModels } from './models.js';
+import { type HealthListener, type ModelRuntime, reconcileModels } from './models.js';
 import { modelSeeds, reconcileRegistrations } from './registrations.js';
 
 export interface RouterRuntime {
@@ -53,6 +53,8 @@ export interface RouterRuntime {
   shuttingDown: boolean;
   /** Completions in flight (drained on shutdown). */
   readonly inflight: Set<ServerResponse>;
+  /** Hears every instance's health changes (passed to every upstream pool). */
+  readonly onHealth: HealthListener;
   /** Instance id -> model name (metrics labels). */
   readonly modelOfInstance: Map<string, string>;
 }
@@ -98,7 +100,12 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   const listeners = new ListenerPool({ registry, writer, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events), ingestLimits: ingestLimitsFromConfig(cfg0.kv_events) });
   const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
-  const modelSet = await reconcileModels(cfg0, null);
+  // Health changes reach the metrics and wake the capacity queue (an instance came back).
+  const onHealth: HealthListener = (id, ev) => {
+    rt.metrics.healthChanged?.(id, ev);
+    if (ev === 'readmitted') rt.queue.notify();
+  };
+  const modelSet = await reconcileModels(cfg0, null, onHealth, now);
   const ownedRegs = new Set<string>();
   const relayed = cfg0.cluster.events.source === 'jetstream';
   if (!relayed) await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
@@ -148,6 +155,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     shuttingDown: false,
     inflight: new Set(),
     modelOfInstance,
+    onHealth,
   };
   indexInstances(rt);
   return rt;
