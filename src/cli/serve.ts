@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, unwatchFile, watch, watchFile } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
-import { startRouter } from '../router/app.js';
+import { type RouterHandle, startRouter } from '../router/app.js';
 import { type OptionTable, parseCommand } from '../common/args.js';
 
 const OPTIONS: OptionTable = {
@@ -52,12 +52,22 @@ export async function run(argv: string[]): Promise<number> {
   };
   // Taken before starting, so a change made while the router starts is not missed.
   let lastDigest = digest();
-  const router = await startRouter(cfg, { configFile: file, loadOptions });
+  // Signals are handled from before the router announces itself: a SIGHUP or SIGTERM that arrives
+  // while it starts must not fall to the default action (which ends the process).
+  let router: RouterHandle | null = null;
+  let hupWhileStarting = false;
+  const onHup = () => (router ? void router.reload() : (hupWhileStarting = true));
+  process.on('SIGHUP', onHup);
+  const stop = new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  router = await startRouter(cfg, { configFile: file, loadOptions });
+  if (hupWhileStarting) void router.reload();
+  const running = router;
   // Hot reload: SIGHUP, or a change to the file. The directory is watched (editors and Kubernetes
   // ConfigMaps replace the file rather than write it in place) and the file is also polled, since
   // watch events are not delivered on every filesystem; a reload runs only when the content changed.
-  const onHup = () => void router.reload();
-  process.on('SIGHUP', onHup);
   let debounce: NodeJS.Timeout | null = null;
   const changed = () => {
     if (debounce) clearTimeout(debounce);
@@ -65,7 +75,7 @@ export async function run(argv: string[]): Promise<number> {
       const d = digest();
       if (d === null || d === lastDigest) return;
       lastDigest = d;
-      void router.reload();
+      void running.reload();
     }, 300);
   };
   const watchOn = v['no-watch'] !== true;
@@ -74,15 +84,12 @@ export async function run(argv: string[]): Promise<number> {
     watchFile(file, { interval: 1000 }, changed);
     changed(); // a change made while the router was starting, before the watchers existed
   }
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', resolve);
-    process.once('SIGTERM', resolve);
-  });
+  await stop;
   process.off('SIGHUP', onHup);
   watcher?.close();
   if (watchOn) unwatchFile(file);
   if (debounce) clearTimeout(debounce);
   process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
-  await router.close();
+  await running.close();
   return 0;
 }
