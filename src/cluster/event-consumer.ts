@@ -185,6 +185,9 @@ export class EventConsumer {
     const c = await nc.jetstream().consumers.get(this.opts.stream, this.name);
     const msgs = await c.consume({ max_messages: 256, expires: 10_000 });
     this.msgs = msgs;
+    // close() may have run while the subscription was being made: it could not stop this one, and
+    // the loop below would then wait for messages forever (an afterAll hung on a loaded machine).
+    if (this.closed) msgs.stop();
     void (async () => {
       for await (const s of await msgs.status()) {
         const gone = s.type === ConsumerEvents.ConsumerDeleted || s.type === ConsumerEvents.StreamNotFound || (s.type === ConsumerEvents.ConsumerNotFound && Number(s.data) >= 2);
