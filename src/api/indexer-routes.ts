@@ -9,7 +9,7 @@ import { seqHashes } from '../hashing/index.js';
 import type { OverlapResult } from '../indexer/block-index.js';
 import type { Namespace } from '../indexer/namespace.js';
 import { dumpIndex } from '../indexer/snapshot.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type IndexWriter, registerInIndex, unregisterFromIndex } from '../indexer/writer.js';
 import { readJson } from './body.js';
 import { conductorHits, dynamoShape, dynamoWorkers } from './conductor.js';

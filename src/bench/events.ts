@@ -23,7 +23,7 @@ import { ListenerPool } from '../events/listener-pool.js';
 import { NOOP_METRICS } from '../events/metrics.js';
 import type { ZmqClient } from '../events/sub-transport.js';
 import { type PublisherType, type Registration, Registry } from '../events/registry.js';
-import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
 import { type Table, writeReport } from './report.js';
 
 const OPTIONS: OptionTable = {

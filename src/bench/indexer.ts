@@ -5,7 +5,7 @@ import { EventApplier } from '../indexer/apply.js';
 import type { StoredEvent } from '../indexer/kv-event.js';
 import { hashSpace, seqHashes } from '../hashing/index.js';
 import { BlockIndex } from '../indexer/block-index.js';
-import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
 import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { percentile, type Table, writeReport } from './report.js';
 

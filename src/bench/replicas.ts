@@ -10,7 +10,7 @@ import { type LocalNats, startLocalNats } from '../cluster/nats-server.js';
 import { NatsLink } from '../cluster/nats-link.js';
 import { desiredRegistrations } from '../router/registrations.js';
 import { RelayTap } from '../cluster/relay-taps.js';
-import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { loadConfigText } from '../config/load.js';
 import { ListenerPool } from '../events/listener-pool.js';

@@ -6,7 +6,7 @@ import { DEFAULT_REGISTER_ALLOWLIST, endpointAllowed } from '../auth/allowlist.j
 import { KvIndexWriter } from '../indexer/writer.js';
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
-import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
 import { PeerList, recoverFromPeers } from '../cluster/peers.js';
 import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { LISTENER_FLAGS, listenerOptionsFromFlags } from './listener-flags.js';

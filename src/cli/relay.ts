@@ -14,7 +14,7 @@ import type { ClusterConfig } from '../cluster/config.js';
 import { CLUSTER_DEFAULTS } from '../cluster/options.js';
 import { desiredRegistrations, modelSeeds } from '../router/registrations.js';
 import { RelayTap } from '../cluster/relay-taps.js';
-import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { listenerOptionsFromConfig } from '../events/config.js';

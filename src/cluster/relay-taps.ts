@@ -4,7 +4,7 @@
 import type { ApplyOutcome } from '../indexer/apply.js';
 import type { KvEvent } from '../indexer/kv-event.js';
 import type { IndexSnapshot } from '../indexer/snapshot.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { IndexWriter, InstanceScope, NamespaceRef, PurgeScope } from '../indexer/writer.js';
 import type { RelayedOp } from './event-wire.js';
 

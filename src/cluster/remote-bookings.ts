@@ -8,7 +8,7 @@
 //   to ask the sender to re-announce what it holds, which ends the under-count.
 // - Remote ids (`peer/<router>/<incarnation>/<id>`) cannot collide with local ones: local request
 //   ids never contain '/'.
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { ActiveSequences } from '../scheduler/active-sequences.js';
 import type { SyncMessage } from './sync-wire.js';
 

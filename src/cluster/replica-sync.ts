@@ -5,7 +5,7 @@
 // for those requests to finish. Routing never waits on NATS: hooks publish or drop.
 import { randomBytes } from 'node:crypto';
 import type { NamespaceId } from '../indexer/namespace.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
 import type { LinkStatus, NatsLink } from './nats-link.js';

@@ -4,7 +4,7 @@
 import { type HashSpace, seqHashesTransient } from '../hashing/index.js';
 import type { BlockIndex } from './block-index.js';
 import type { Namespace, NamespaceId } from './namespace.js';
-import type { TieredIndexer } from './tiered-indexer.js';
+import type { TieredIndexer } from './namespaces.js';
 import { canonicalMedium, type Medium } from './tiers.js';
 import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity, U64List } from './kv-event.js';
 

@@ -1,7 +1,7 @@
 // Index gauges read lazily at scrape time: the core stays free of metrics code.
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { OverlapResult } from './block-index.js';
-import type { TieredIndexer } from './tiered-indexer.js';
+import type { TieredIndexer } from './namespaces.js';
 
 export interface IndexMetrics {
   observeQuery(route: string, result: OverlapResult): void;

@@ -2,7 +2,7 @@
 // Hashes stay bigint; serialize with stringifyJson so they are exact integers on the wire.
 import { toU64 } from '../common/u64.js';
 import { canonicalMedium, type Medium } from './tiers.js';
-import type { TieredIndexer } from './tiered-indexer.js';
+import type { TieredIndexer } from './namespaces.js';
 
 export interface SnapshotHolder {
   backend_id: string;

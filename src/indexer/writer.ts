@@ -6,7 +6,7 @@ import { type ApplyOptions, type ApplyOutcome, EventApplier } from './apply.js';
 import type { KvEvent } from './kv-event.js';
 import type { normalizeNamespace } from './namespace.js';
 import { type IndexSnapshot, restoreIndex } from './snapshot.js';
-import type { TieredIndexer } from './tiered-indexer.js';
+import type { TieredIndexer } from './namespaces.js';
 
 /** A namespace by its identity; unset LoRA, salt and tenant take their defaults. */
 export type NamespaceRef = Parameters<typeof normalizeNamespace>[0];

@@ -18,7 +18,7 @@ import { mountDashboard } from '../dashboard/index.js';
 import type { EngineHandle } from '../engine-sim/index.js';
 import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { IndexWriter } from '../indexer/writer.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { dashboardSource } from './dashboard-source.js';

@@ -2,7 +2,7 @@
 import type { DashboardSnapshot, DashboardSource, InstanceView } from '../dashboard/source.js';
 import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import type { DecisionLog } from './decision-log.js';
 import type { ModelRuntime } from './models.js';

@@ -11,7 +11,7 @@ import { errorResponse } from '../api/errors.js';
 import { json } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
 import { dumpIndex } from '../indexer/snapshot.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
 import { prepareRoute, routeFields } from './completions.js';

@@ -13,7 +13,7 @@ import { ingestLimitsFromConfig, listenerOptionsFromConfig } from '../events/con
 import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { type IndexMetrics, registerIndexMetrics } from '../indexer/metrics.js';
-import { TieredIndexer } from '../indexer/tiered-indexer.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { CapacityQueue } from '../proxy/capacity.js';
 import { cutResponse } from '../proxy/forward.js';

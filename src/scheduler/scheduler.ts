@@ -2,7 +2,7 @@
 // Pure: the caller supplies candidates, `now` and randomness; no sockets, no timers.
 import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import type { TieredIndexer } from '../indexer/tiered-indexer.js';
+import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
 import { type CostWeights, cost } from './cost.js';
 import { POLICY_IMPL, type PolicyName } from './policies.js';

@@ -10,7 +10,7 @@ import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { decodeSync, encodeSync, type SyncMessage } from '../../src/cluster/sync-wire.js';
 import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { dumpIndex } from '../../src/indexer/snapshot.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
 
 const BIG = (1n << 64n) - 3n;

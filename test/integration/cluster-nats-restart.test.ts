@@ -14,7 +14,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import { ListenerPool } from '../../src/events/listener-pool.js';
 import { Registry } from '../../src/events/registry.js';
 import { dumpIndex, type IndexSnapshot } from '../../src/indexer/snapshot.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
 import { routerYaml } from '../helpers/config.js';

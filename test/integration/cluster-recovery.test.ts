@@ -8,7 +8,7 @@ import { type ClusterHandle, attachCluster } from '../../src/cluster/attach.js';
 import { mountPeerRoutes } from '../../src/api/peer-routes.js';
 import { PeerList, recoverFromPeers } from '../../src/cluster/peers.js';
 import { loadConfigText } from '../../src/config/load.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { type Proc, spawnCli, waitFor } from '../helpers/procs.js';

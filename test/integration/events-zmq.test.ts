@@ -10,7 +10,7 @@ import { ListenerPool } from '../../src/events/listener-pool.js';
 import { type Registration, Registry, type RegistrationSpec } from '../../src/events/registry.js';
 import type { ZmqClient } from '../../src/events/sub-transport.js';
 import type { ListenerOptions } from '../../src/events/zmq-listener.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 
 const BS = 4;
 const NS = { model: 'm', blockSize: BS, loraName: null, salt: null, tenant: 'default' };

@@ -181,7 +181,7 @@ describe('BlockIndex writes', () => {
 
 describe('EventApplier stream cache', () => {
   it('never writes into a purged holder whose id was reused by another stream', async () => {
-    const { TieredIndexer } = await import('../../src/indexer/tiered-indexer.js');
+    const { TieredIndexer } = await import('../../src/indexer/namespaces.js');
     const { EventApplier } = await import('../../src/indexer/apply.js');
     const indexer = new TieredIndexer();
     const ap = new EventApplier(indexer);

@@ -9,7 +9,7 @@ import { StreamIngest } from '../../src/events/listener-ingest.js';
 import { NOOP_METRICS } from '../../src/events/metrics.js';
 import { type PublisherType, type Registration, PUBLISHER_TYPES } from '../../src/events/registry.js';
 import { parseLiveFrames } from '../../src/events/decode/frames.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { mulberry32 } from '../../src/common/prng.js';
 import { fixture } from '../helpers/fixtures.js';
 

@@ -5,7 +5,7 @@ import type { RelayedOp } from '../../src/cluster/event-wire.js';
 import { RelayTap } from '../../src/cluster/relay-taps.js';
 import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { dumpIndex } from '../../src/indexer/snapshot.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { KvIndexWriter, type IndexedRegistration, registerInIndex, unregisterFromIndex } from '../../src/indexer/writer.js';
 
 const BS = 4;

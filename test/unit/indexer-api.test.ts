@@ -5,7 +5,7 @@ import { parseJson, stringifyJson } from '../../src/common/json.js';
 import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { Registry } from '../../src/events/registry.js';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 
 type App = ReturnType<typeof createIndexerApp>['app'];
 let app: App;

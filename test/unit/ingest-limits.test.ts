@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { StreamIngest } from '../../src/events/listener-ingest.js';
 import { NOOP_METRICS } from '../../src/events/metrics.js';
 import type { Registration } from '../../src/events/registry.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { KvIndexWriter, unregisterFromIndex } from '../../src/indexer/writer.js';
 
 const BS = 4;

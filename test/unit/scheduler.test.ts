@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
 import { cost, type CostWeights, creditedBlocks, pickByCost } from '../../src/scheduler/cost.js';
 import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';

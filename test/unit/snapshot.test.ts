@@ -6,7 +6,7 @@ import { parseJson, stringifyJson } from '../../src/common/json.js';
 import { EventApplier } from '../../src/indexer/apply.js';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
 import { dumpIndex, type IndexSnapshot, restoreIndex } from '../../src/indexer/snapshot.js';
-import { TieredIndexer } from '../../src/indexer/tiered-indexer.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
 
 const tokens = Array.from({ length: 64 }, (_, i) => 1000 + i);
 const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };

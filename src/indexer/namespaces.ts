@@ -1,4 +1,6 @@
-// The multi-namespace indexer: the one object the router, the HTTP API and the event applier share.
+// TieredIndexer: the map of namespaces (model, block size, LoRA, salt, tenant) -> BlockIndex and the
+// backend owners; the one object the router, the HTTP API and the index writer share. The tier walk
+// itself is BlockIndex.query (block-index.ts).
 import { type HashSpace, hashSpace, seqHashes } from '../hashing/index.js';
 import type { OverlapResult } from './block-index.js';
 import { Namespace, type NamespaceId, namespaceKey, normalizeNamespace } from './namespace.js';
