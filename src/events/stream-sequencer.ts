@@ -113,7 +113,7 @@ export class StreamSequencer {
   private rounds = 0;
   private everConnected = false;
   private tailPausedUntil = 0;
-  private readonly armed: Record<SequencerTimer, boolean> = { disconnect: false, silence: false, tail: false };
+  private readonly timers: Record<SequencerTimer, TimerState>;
 
   private gapCount = 0;
   private readonly replayCounts: Record<ReplayResult, number> = { ok: 0, history_lost: 0, failed: 0, timeout: 0, overflow: 0 };
@@ -122,11 +122,19 @@ export class StreamSequencer {
     private readonly reg: Pick<Registration, 'endpoint' | 'replayEndpoint'>,
     private readonly opts: SequencerOptions,
     private readonly emit: (action: SequencerAction) => void,
-  ) {}
+  ) {
+    this.timers = {
+      disconnect: new TimerState('disconnect', opts.disconnectPurgeMs),
+      silence: new TimerState('silence', opts.silencePurgeMs),
+      tail: new TimerState('tail', opts.tailCheckMs),
+    };
+  }
 
   handle(input: SequencerInput): void {
     if (this.closed) return;
     switch (input.kind) {
+      case 'live': // first: nearly every input is one
+        return this.onLive(input.seq, input.payload);
       case 'start':
         return this.setStatus('pending', null);
       case 'connected':
@@ -139,18 +147,18 @@ export class StreamSequencer {
         return;
       case 'failed':
         return this.setStatus('failed', input.reason);
-      case 'live':
-        return this.onLive(input.seq, input.payload);
       case 'unreadable':
         return this.received();
       case 'problem':
         this.noteProblem(input.detail);
         if (input.batchLost && this.opts.onDecodeError === 'purge') this.purge('decode_error');
         return;
-      case 'timer':
-        if (!this.armed[input.timer]) return; // disarmed before it fired
-        this.armed[input.timer] = false;
+      case 'timer': {
+        const t = this.timers[input.timer];
+        if (!t.armed) return; // disarmed before it fired
+        t.armed = false;
         return this.onTimer(input.timer, input.now);
+      }
       case 'replayed':
         if (this.replay !== null && this.replay.id === input.id) this.finishReplay(this.replay.from, this.replay.why, input.outcome, input.now);
         return;
@@ -187,7 +195,7 @@ export class StreamSequencer {
   // ------------------------------------------------------------------ socket events
 
   private onConnect(): void {
-    this.disarm('disconnect');
+    this.disarm(this.timers.disconnect);
     const reconnect = this.everConnected;
     this.everConnected = true;
     this.setStatus('active', this.status === 'paused' ? null : this.lastError);
@@ -204,20 +212,20 @@ export class StreamSequencer {
 
   private onDisconnect(reason: string): void {
     this.setStatus('paused', `disconnected from ${this.reg.endpoint}: ${reason}`);
-    this.disarm('silence');
+    this.disarm(this.timers.silence);
     // Not re-armed by a later disconnect: the deadline counts from the first one.
-    if (this.opts.disconnectPurgeMs > 0 && !this.armed.disconnect) this.arm('disconnect', this.opts.disconnectPurgeMs);
+    if (this.opts.disconnectPurgeMs > 0 && !this.timers.disconnect.armed) this.arm(this.timers.disconnect);
   }
 
   /** Any live message: the stream is active and not silent. */
   private received(): void {
     if (this.status !== 'active') this.setStatus('active', this.status === 'paused' ? null : this.lastError);
     this.armSilence();
-    if (this.opts.tailCheckMs > 0 && this.reg.replayEndpoint) this.arm('tail', this.opts.tailCheckMs);
+    if (this.opts.tailCheckMs > 0 && this.reg.replayEndpoint) this.arm(this.timers.tail);
   }
 
   private armSilence(): void {
-    if (this.opts.silencePurgeMs > 0) this.arm('silence', this.opts.silencePurgeMs);
+    if (this.opts.silencePurgeMs > 0) this.arm(this.timers.silence);
   }
 
   private onLive(seq: bigint | null, payload: Uint8Array): void {
@@ -231,7 +239,7 @@ export class StreamSequencer {
       if (this.held.length > this.opts.maxHeld) this.abandonReplay();
       return;
     }
-    this.ingestLive({ seq, payload }, false);
+    this.ingestLive(seq, payload, false);
   }
 
   private onTimer(timer: SequencerTimer, now: number): void {
@@ -254,7 +262,9 @@ export class StreamSequencer {
 
   private close(purge: boolean): void {
     this.closed = true;
-    for (const t of ['disconnect', 'silence', 'tail'] as const) this.disarm(t);
+    this.disarm(this.timers.disconnect);
+    this.disarm(this.timers.silence);
+    this.disarm(this.timers.tail);
     // Not this.purge: a removed registration has no status left to report.
     if (purge) this.emit({ kind: 'purge', reason: 'unregistered' });
     if (this.replay !== null) this.emit({ kind: 'cancelReplay' });
@@ -262,39 +272,40 @@ export class StreamSequencer {
 
   // ------------------------------------------------------------------ ordering
 
-  private ingestLive(m: SeqBatch, fromHeld: boolean): void {
-    if (this.next === null || m.seq === this.next) {
+  // seq and payload apart, not a SeqBatch: an in-order batch (nearly all of them) allocates nothing here.
+  private ingestLive(seq: bigint, payload: Uint8Array, fromHeld: boolean): void {
+    if (this.next === null || seq === this.next) {
       if (this.next !== null && !fromHeld) this.rounds = 0;
-      this.applyAt(m, false);
+      this.applyAt(seq, payload, false);
       return;
     }
-    if (m.seq < this.next) {
+    if (seq < this.next) {
       if (fromHeld) return; // already recovered through the replay
       // seq restarts at 0 when the engine restarts: everything it published before is gone.
       this.purge('seq_regression');
-      if (m.seq === 0n || !this.reg.replayEndpoint) {
-        this.applyAt(m, false);
+      if (seq === 0n || !this.reg.replayEndpoint) {
+        this.applyAt(seq, payload, false);
         return;
       }
       this.next = 0n; // and recover the new incarnation's first batches through replay
     }
-    // A gap [next, m.seq).
+    // A gap [next, seq).
     this.gapCount++;
     this.emit({ kind: 'gap' });
     if (this.reg.replayEndpoint && this.rounds < this.opts.maxReplayRounds) {
       this.rounds++;
-      this.held.push(m);
+      this.held.push({ seq, payload });
       this.startReplay(this.next, 'gap');
       return;
     }
     this.purge(this.reg.replayEndpoint ? 'replay_rounds' : 'gap_no_replay');
-    this.applyAt(m, false);
+    this.applyAt(seq, payload, false);
   }
 
-  private applyAt(m: SeqBatch, replayed: boolean): void {
-    this.emit({ kind: 'apply', payload: m.payload, replayed });
-    this.next = m.seq + 1n;
-    this.lastPayload = m.payload;
+  private applyAt(seq: bigint, payload: Uint8Array, replayed: boolean): void {
+    this.emit({ kind: 'apply', payload, replayed });
+    this.next = seq + 1n;
+    this.lastPayload = payload;
   }
 
   // ------------------------------------------------------------------ replay
@@ -363,7 +374,7 @@ export class StreamSequencer {
         // A permanent hole inside the publisher's buffer (a batch it failed to encode).
         this.purge('history_lost');
       }
-      this.applyAt(b, true);
+      this.applyAt(b.seq, b.payload, true);
     }
     this.endReplay();
   }
@@ -383,7 +394,7 @@ export class StreamSequencer {
         for (let j = i; j < held.length; j++) this.held.push(held[j]);
         return;
       }
-      this.ingestLive(held[i], true);
+      this.ingestLive(held[i].seq, held[i].payload, true);
     }
   }
 
@@ -423,14 +434,27 @@ export class StreamSequencer {
     this.emit({ kind: 'status', status, lastError });
   }
 
-  private arm(timer: SequencerTimer, ms: number): void {
-    this.armed[timer] = true;
-    this.emit({ kind: 'arm', timer, ms });
+  private arm(t: TimerState): void {
+    t.armed = true;
+    this.emit(t.arm);
   }
 
-  private disarm(timer: SequencerTimer): void {
-    if (!this.armed[timer]) return;
-    this.armed[timer] = false;
-    this.emit({ kind: 'disarm', timer });
+  private disarm(t: TimerState): void {
+    if (!t.armed) return;
+    t.armed = false;
+    this.emit(t.disarm);
+  }
+}
+
+/** Whether a timer is armed, and its actions: every live batch re-arms the tail and silence timers,
+ * so they are built once, not per batch. */
+class TimerState {
+  armed = false;
+  readonly arm: SequencerAction;
+  readonly disarm: SequencerAction;
+
+  constructor(timer: SequencerTimer, ms: number) {
+    this.arm = { kind: 'arm', timer, ms };
+    this.disarm = { kind: 'disarm', timer };
   }
 }
