@@ -130,6 +130,7 @@ export class StreamSequencer {
     };
   }
 
+  /** Feed one input; its actions reach `emit`, in order, before this returns. After `close`, nothing. */
   handle(input: SequencerInput): void {
     if (this.closed) return;
     switch (input.kind) {
