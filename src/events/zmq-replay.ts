@@ -3,15 +3,7 @@
 // timeout and a batch cap; the socket is always closed.
 import { Dealer } from 'zeromq';
 import { encodeSeq, parseReplayFrames } from './decode/frames.js';
-
-export interface ReplayBatch {
-  seq: bigint;
-  payload: Uint8Array;
-}
-
-export type ReplayOutcome =
-  | { ok: true; batches: ReplayBatch[] }
-  | { ok: false; kind: 'timeout' | 'failed' | 'overflow'; error: string };
+import type { ReplayOutcome, SeqBatch } from './stream-sequencer.js';
 
 export interface ReplayRequest {
   endpoint: string;
@@ -29,7 +21,7 @@ const EMPTY = Buffer.alloc(0);
 export async function requestReplay(req: ReplayRequest): Promise<ReplayOutcome> {
   const sock = new Dealer({ linger: 0, receiveTimeout: req.timeoutMs, sendTimeout: req.timeoutMs });
   req.onSocket?.(sock);
-  const batches: ReplayBatch[] = [];
+  const batches: SeqBatch[] = [];
   try {
     sock.connect(req.endpoint);
     await sock.send([EMPTY, encodeSeq(req.from)]);
