@@ -1,12 +1,12 @@
 // The `cluster:` section of the router YAML: schema (for ROUTER_SCHEMA), typed shape (for
 // RouterConfig) and its mapping to ClusterOptions. Defaults come from CLUSTER_DEFAULTS.
-import { arr, bool, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
+import { arr, bool, type Infer, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { CLUSTER_DEFAULTS as D, type ClusterOptionsInput } from './options.js';
 
 const URL_RE = /^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/;
 const NATS_RE = /^(nats|tls|ws|wss):\/\/[^\s,]+(,(nats|tls|ws|wss):\/\/[^\s,]+)*$/;
 
-export const CLUSTER_SCHEMA: ObjectSpec = obj('Scale-out: router replicas kept in sync over NATS, index recovery from peers, KV events through `kvrouter relay` (docs/scale-out.md). Without nats.url and peers every replica runs alone.', {
+export const CLUSTER_SCHEMA = obj('Scale-out: router replicas kept in sync over NATS, index recovery from peers, KV events through `kvrouter relay` (docs/scale-out.md). Without nats.url and peers every replica runs alone.', {
   router_id: str('This replica\'s id, unique in the deployment; also names its JetStream durable consumer (keep it stable across restarts). Default: random per process.', { optional: true, pattern: /^[\w.-]{1,64}$/, patternDoc: '1-64 characters of [A-Za-z0-9_.-]' }),
   advertise_url: str('URL the other replicas can reach this one at (sent in heartbeats). Default: the listen URL.', { optional: true, pattern: URL_RE, patternDoc: 'http(s)://host:port' }),
   nats: obj('NATS connection (replica sync and the JetStream event fan-in).', {
@@ -31,18 +31,10 @@ export const CLUSTER_SCHEMA: ObjectSpec = obj('Scale-out: router replicas kept i
     bucket: str('JetStream object store bucket of index snapshots (`kvrouter relay --bucket`).', { default: D.events.bucket, pattern: /^[\w-]+$/, patternDoc: 'letters, digits, _ and -' }),
     consumer_inactive_ms: int('The server deletes a durable consumer idle this long (a replica that never came back).', { min: 1000, max: 7 * 86_400_000, default: D.events.consumerInactiveMs }),
   }),
-});
+}) satisfies ObjectSpec;
 
-/** RouterConfig['cluster'] once CLUSTER_SCHEMA is in ROUTER_SCHEMA (defaults applied). */
-export interface ClusterConfig {
-  router_id?: string;
-  advertise_url?: string;
-  nats: { url?: string; subject_prefix: string; reconnect_wait_ms: number };
-  sync: { enabled: boolean; heartbeat_ms: number; peer_timeout_ms: number };
-  peers: string[];
-  recovery: { timeout_ms: number; delay_ms: number; token?: string };
-  events: { source: 'zmq' | 'jetstream'; stream: string; bucket: string; consumer_inactive_ms: number };
-}
+/** RouterConfig['cluster']: derived from the schema (defaults applied). */
+export type ClusterConfig = Infer<typeof CLUSTER_SCHEMA>;
 
 export function clusterOptionsFromConfig(c: ClusterConfig): ClusterOptionsInput {
   return {

@@ -39,12 +39,37 @@ export interface ArraySpec extends Base {
   default?: unknown[];
 }
 
-export const str = (doc: string, o: Omit<StringSpec, 'kind' | 'doc'> = {}): StringSpec => ({ kind: 'string', doc, ...o });
-export const num = (doc: string, o: Omit<NumberSpec, 'kind' | 'doc'> = {}): NumberSpec => ({ kind: 'number', doc, ...o });
-export const int = (doc: string, o: Omit<NumberSpec, 'kind' | 'doc' | 'integer'> = {}): NumberSpec => ({ kind: 'number', doc, integer: true, ...o });
-export const bool = (doc: string, o: Omit<BooleanSpec, 'kind' | 'doc'> = {}): BooleanSpec => ({ kind: 'boolean', doc, ...o });
-export const obj = (doc: string, fields: Record<string, Spec>, o: Omit<ObjectSpec, 'kind' | 'doc' | 'fields'> = {}): ObjectSpec => ({ kind: 'object', doc, fields, ...o });
-export const arr = (doc: string, items: Spec, o: Omit<ArraySpec, 'kind' | 'doc' | 'items'> = {}): ArraySpec => ({ kind: 'array', doc, items, ...o });
+// The factories keep the literal types of their options (enums, defaults, `optional: true`), so
+// Infer<typeof SCHEMA> is the exact shape validate() returns: config types are never written twice.
+type Opts<S extends Spec> = Omit<S, 'kind' | 'doc'>;
+export const str = <const O extends Opts<StringSpec> = {}>(doc: string, o: O = {} as O) => ({ kind: 'string' as const, doc, ...o });
+export const num = <const O extends Opts<NumberSpec> = {}>(doc: string, o: O = {} as O) => ({ kind: 'number' as const, doc, ...o });
+export const int = <const O extends Omit<Opts<NumberSpec>, 'integer'> = {}>(doc: string, o: O = {} as O) => ({ kind: 'number' as const, doc, integer: true, ...o });
+export const bool = <const O extends Opts<BooleanSpec> = {}>(doc: string, o: O = {} as O) => ({ kind: 'boolean' as const, doc, ...o });
+export const obj = <const F extends Record<string, Spec>, const O extends Omit<Opts<ObjectSpec>, 'fields'> = {}>(doc: string, fields: F, o: O = {} as O) => ({ kind: 'object' as const, doc, fields, ...o });
+export const arr = <const I extends Spec, const O extends Omit<Opts<ArraySpec>, 'items'> = {}>(doc: string, items: I, o: O = {} as O) => ({ kind: 'array' as const, doc, items, ...o });
+
+/** A key the validated value may lack: optional and without a default. */
+type Omittable<S> = S extends { optional: true } ? (S extends { default: unknown } ? false : true) : false;
+// Named keys only: the factories' constraint (Record<string, Spec>) adds an index signature.
+type Named<K> = string extends K ? never : number extends K ? never : K;
+type Fields<F> = { [K in keyof F as Omittable<F[K]> extends true ? never : Named<K>]: Infer<F[K]> } & { [K in keyof F as Omittable<F[K]> extends true ? Named<K> : never]?: Infer<F[K]> };
+type Flat<T> = { -readonly [K in keyof T]: T[K] };
+
+/** The value validate() returns for a spec (defaults applied). */
+export type Infer<S> = S extends { kind: 'string'; enum: readonly (infer E)[] }
+  ? E
+  : S extends { kind: 'string' }
+    ? string
+    : S extends { kind: 'number' }
+      ? number
+      : S extends { kind: 'boolean' }
+        ? boolean
+        : S extends { kind: 'array'; items: infer I }
+          ? Infer<I>[]
+          : S extends { kind: 'object'; fields: infer F }
+            ? Flat<Fields<F>>
+            : never;
 
 export interface ConfigError {
   path: string;

@@ -1,17 +1,17 @@
 // The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
 import { DEFAULT_REGISTER_ALLOWLIST } from '../auth/allowlist.js';
-import type { TenantSpec } from '../auth/access.js';
-import { CLUSTER_SCHEMA, type ClusterConfig } from '../cluster/config.js';
-import { KV_EVENTS_SCHEMA, type KvEventsConfig } from '../events/config.js';
-import { arr, bool, int, num, obj, str, type ObjectSpec } from '../common/schema-dsl.js';
+import { CLUSTER_SCHEMA } from '../cluster/config.js';
+import { KV_EVENTS_SCHEMA } from '../events/config.js';
+import { arr, bool, type Infer, int, num, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 
 const POLICY_NAMES = ['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct'] as const;
 const PUBLISHERS = ['vLLM', 'SGLang', 'LMCache', 'Mooncake'] as const;
 const ZMQ = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
 const URL_RE = /^(https?:\/\/[^\s/]+(:\d+)?(\/[^\s]*)?|unix:\/\/\/?[^\s]+)$/;
 
-function routingFields(withDefaults: boolean) {
-  const d = <T>(v: T) => (withDefaults ? { default: v } : { optional: true });
+function routingFields<const W extends boolean>(withDefaults: W) {
+  // Defaults at the top level; per-model overrides leave unset keys to them (optional, no default).
+  const d = <const T>(v: T) => (withDefaults ? { default: v } : { optional: true }) as W extends true ? { default: T } : { optional: true };
   return {
     policy: str('Routing policy: kv (cache-aware cost), approx (cost on router-predicted blocks, for engines without KV events), round-robin, random, least-loaded, power-of-two, session (rendezvous hash on the session header or `user`), direct (admin picks the instance).', { enum: POLICY_NAMES, ...d('kv') }),
     overlap_weight: num('Weight of prefill blocks against decode blocks in the cost (Dynamo overlap_score_weight). 0 ignores cached prefixes and prefill load.', { min: 0, max: 100, ...d(1) }),
@@ -20,14 +20,14 @@ function routingFields(withDefaults: boolean) {
       cpu: num('Credit for a block found only in host memory.', { min: 0, max: 1, ...d(0.75) }),
       disk: num('Credit for a block found only on disk or external storage.', { min: 0, max: 1, ...d(0.25) }),
       shared: num('Credit for a block readable from a shared pool (e.g. a Mooncake store) beyond the instance\'s own tiers.', { min: 0, max: 1, ...d(0.5) }),
-    }, withDefaults ? {} : { optional: true }),
+    }, (withDefaults ? {} : { optional: true }) as W extends true ? {} : { optional: true }),
     track_active_blocks: bool('Count decode blocks of in-flight requests in the cost; false for prefill-only pools (cost is prefill only).', d(true)),
     speculative_ttl_ms: int('Lifetime of the speculative insert of a routed prompt\'s blocks (until KV events confirm them); 0 disables it.', { min: 0, max: 3_600_000, ...d(2000) }),
     approx_ttl_ms: int('Lifetime of router-predicted blocks under the approx policy.', { min: 0, max: 86_400_000, ...d(120_000) }),
   };
 }
 
-export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
+export const ROUTER_SCHEMA = obj('kvrouter configuration', {
   server: obj('HTTP front end.', {
     host: str('Listen address. Use 0.0.0.0 to listen on every interface.', { default: '127.0.0.1' }),
     port: int('Listen port (0 picks a free port).', { min: 0, max: 65535, default: 8080 }),
@@ -137,67 +137,14 @@ export const ROUTER_SCHEMA: ObjectSpec = obj('kvrouter configuration', {
     }),
     { minItems: 1 },
   ),
-});
+}) satisfies ObjectSpec;
 
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
-export interface RoutingConfig {
-  policy: PolicyName;
-  overlap_weight: number;
-  temperature: number;
-  medium_weights: { cpu: number; disk: number; shared: number };
-  track_active_blocks: boolean;
-  speculative_ttl_ms: number;
-  approx_ttl_ms: number;
-}
-
-export interface InstanceConfig {
-  id: string;
-  url: string;
-  dp_size: number;
-  kv_events?: { endpoint: string; replay_endpoint?: string; type: (typeof PUBLISHERS)[number]; topic: string };
-}
-
-export interface ModelConfig {
-  name: string;
-  aliases: string[];
-  block_size: number;
-  hash_seed?: number;
-  tokenizer: { package?: string; path?: string };
-  routing?: Partial<RoutingConfig> & { medium_weights?: Partial<RoutingConfig['medium_weights']> };
-  min_initial_instances: number;
-  instances: InstanceConfig[];
-}
-
-export type TenantConfig = TenantSpec;
-
-export interface RouterConfig {
-  server: {
-    host: string;
-    port: number;
-    max_body_bytes: number;
-    max_prompt_tokens: number;
-    max_prompt_chars: number;
-    max_messages: number;
-    shutdown_grace_ms: number;
-    headers_timeout_ms: number;
-    request_timeout_ms: number;
-    keep_alive_timeout_ms: number;
-    max_connections: number;
-  };
-  auth: { admin_token?: string; allow_unauthenticated: boolean; tenants: TenantConfig[]; register_allowlist: string[]; max_listeners: number };
-  hashing: { seed: number };
-  routing: RoutingConfig & {
-    header_overrides: boolean;
-    seed?: number;
-    session_header: string;
-    stale_booking_ms: number;
-    busy: { max_active_prefill_tokens: number; max_active_blocks: number; queue_size: number; queue_timeout_ms: number };
-  };
-  proxy: { connect_timeout_ms: number; headers_timeout_ms: number; body_timeout_ms: number; max_retries: number; connections: number };
-  health: { probe_interval_ms: number; probe_timeout_ms: number; probe_path: string; failure_threshold: number; ejection_base_ms: number; ejection_max_ms: number };
-  kv_events: KvEventsConfig;
-  cluster: ClusterConfig;
-  engine_sim: { count: number; port: number; zmq_port: number; replay_port: number; num_gpu_blocks: number; num_cpu_blocks: number; speedup: number; seed: number; event_format: 'map' | 'array' | 'sglang' | 'mooncake' };
-  models: ModelConfig[];
-}
+/** The validated configuration (defaults applied): derived from ROUTER_SCHEMA, never written by hand. */
+export type RouterConfig = Infer<typeof ROUTER_SCHEMA>;
+export type ModelConfig = RouterConfig['models'][number];
+export type InstanceConfig = ModelConfig['instances'][number];
+export type TenantConfig = RouterConfig['auth']['tenants'][number];
+/** The routing keys a model may override (routing.* without the router-wide ones). */
+export type RoutingConfig = Infer<{ kind: 'object'; fields: ReturnType<typeof routingFields<true>> }>;

@@ -1,11 +1,11 @@
 // The `kv_events:` section of the router YAML (listener behaviour for every KV-event subscription)
 // and the matching `kvrouter indexer` / `relay` flags, mapped to ListenerOptions.
-import { bool, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
+import { bool, type Infer, int, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { ZMQ_CLIENTS, type ZmqClient } from './sub-transport.js';
 import { DEFAULT_INGEST_LIMITS, type IngestLimits } from './listener-ingest.js';
 import { DEFAULT_LISTENER_OPTIONS as D, type ListenerOptions } from './zmq-listener.js';
 
-export const KV_EVENTS_SCHEMA: ObjectSpec = obj('How KV-event listeners subscribe, recover and give up (docs/events.md). Applies to YAML instances, /register and relays alike.', {
+export const KV_EVENTS_SCHEMA = obj('How KV-event listeners subscribe, recover and give up (docs/events.md). Applies to YAML instances, /register and relays alike.', {
   zmq_client: str('SUB implementation: builtin (ZMTP in Node, tcp:// and ipc://, several times cheaper per message), libzmq (the zeromq binding: any transport or security mechanism), auto (builtin where it can).', { enum: ZMQ_CLIENTS, default: D.zmqClient }),
   reconnect_ms: int('First reconnect delay after a failed connection attempt (doubles up to reconnect_max_ms).', { min: 1, max: 600_000, default: D.reconnectMs }),
   reconnect_max_ms: int('Longest reconnect delay.', { min: 1, max: 3_600_000, default: D.reconnectMaxMs }),
@@ -22,27 +22,10 @@ export const KV_EVENTS_SCHEMA: ObjectSpec = obj('How KV-event listeners subscrib
   on_decode_error: str('An undecodable batch is skipped and counted (skip) or also purges the stream (purge).', { enum: ['skip', 'purge'], default: D.onDecodeError }),
   max_dp_ranks: int('Distinct dp ranks one publisher\'s batches may name (a batch\'s data_parallel_rank overrides the registration\'s); events beyond are rejected and counted. Each rank costs index memory.', { min: 1, max: 65_536, default: DEFAULT_INGEST_LIMITS.maxDpRanks }),
   max_lora_adapters: int('Distinct LoRA adapters one publisher may name; each is a namespace of the index. Events beyond are rejected and counted.', { min: 1, max: 100_000, default: DEFAULT_INGEST_LIMITS.maxLoraAdapters }),
-});
+}) satisfies ObjectSpec;
 
-/** RouterConfig['kv_events'] (defaults applied). */
-export interface KvEventsConfig {
-  zmq_client: ZmqClient;
-  reconnect_ms: number;
-  reconnect_max_ms: number;
-  heartbeat_ms: number;
-  disconnect_purge_ms: number;
-  silence_purge_ms: number;
-  replay_timeout_ms: number;
-  max_replay_batches: number;
-  max_held: number;
-  bootstrap_replay: boolean;
-  tail_check_ms: number;
-  receive_hwm: number;
-  max_message_bytes: number;
-  on_decode_error: 'skip' | 'purge';
-  max_dp_ranks: number;
-  max_lora_adapters: number;
-}
+/** RouterConfig['kv_events']: derived from the schema (defaults applied). */
+export type KvEventsConfig = Infer<typeof KV_EVENTS_SCHEMA>;
 
 export function ingestLimitsFromConfig(c: KvEventsConfig): IngestLimits {
   return { maxDpRanks: c.max_dp_ranks, maxLoraAdapters: c.max_lora_adapters };
