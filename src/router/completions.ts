@@ -116,7 +116,7 @@ function reserialize(body: Record<string, unknown>): Buffer {
 function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: CompletionKind): void {
   if (p.kind === 'tokens') return; // counted exactly after parsing
   const param = kind === 'chat' ? 'messages' : 'prompt';
-  const size = p.kind === 'text' ? textSizeFloor(p.text) : chatSizeFloor(p.chat);
+  const size = p.kind === 'text' ? textSizeFloor(p.text, limits.max_prompt_tokens) : chatSizeFloor(p.chat, limits.max_prompt_tokens);
   if (size.chars > limits.max_prompt_chars) {
     throw new OpenAIError(400, `the prompt has ${size.chars} characters, the limit is ${limits.max_prompt_chars} (server.max_prompt_chars)`, 'invalid_request_error', param, 'prompt_too_long');
   }
