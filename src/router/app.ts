@@ -106,7 +106,7 @@ function connectionsDropped(rt: RouterRuntime, max: number): () => void {
   let loggedAt = -Infinity;
   return () => {
     dropped++;
-    rt.metrics.denied('connection', 503);
+    rt.metrics.connectionRefused();
     if (rt.now() - loggedAt < 60_000) return;
     loggedAt = rt.now();
     rt.log(`refusing connections: ${max} open (server.max_connections); ${dropped} refused so far`);

@@ -15,6 +15,8 @@ export interface RouterMetrics extends ForwardObserver {
   staleFreed(n: number): void;
   rejected(model: string, status: number): void;
   denied(routeClass: string, status: number): void;
+  /** A client connection closed at once because server.max_connections were open. */
+  connectionRefused(): void;
 }
 
 export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
@@ -35,6 +37,7 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   const health = new Counter({ name: 'kvrouter_instance_health_events_total', help: 'Ejections and readmissions', labelNames: ['instance', 'event'], registers: [reg] });
   const stale = new Counter({ name: 'kvrouter_stale_bookings_freed_total', help: 'Bookings released by the stale sweep (a caller never freed them)', registers: [reg] });
   const rejected = new Counter({ name: 'kvrouter_rejected_requests_total', help: 'Requests answered by the router itself with an error status', labelNames: ['model', 'status'], registers: [reg] });
+  const refusedConnections = new Counter({ name: 'kvrouter_connections_refused_total', help: 'Client connections closed at once because server.max_connections were open', registers: [reg] });
   const denied = new Counter({ name: 'kvrouter_auth_denied_total', help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)', labelNames: ['route_class', 'status'], registers: [reg] });
   new Gauge({
     name: 'kvrouter_instance_healthy',
@@ -126,6 +129,9 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
     },
     denied(routeClass, status) {
       denied.inc({ route_class: routeClass, status: String(status) });
+    },
+    connectionRefused() {
+      refusedConnections.inc();
     },
   };
 }

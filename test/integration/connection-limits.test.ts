@@ -89,6 +89,11 @@ describe('connection limits', () => {
     expect(extra.received).toBe('');
     expect(logs.some((l) => l.includes(`refusing connections: ${MAX} open (server.max_connections)`))).toBe(true);
     for (const p of held) p.socket.destroy();
+    const metrics = await waitFor('metrics served again', async () => {
+      const r = await request(`${router.url}/metrics`, { reset: true }).catch(() => null);
+      return r?.statusCode === 200 ? r.body.text() : (await r?.body.text(), undefined);
+    });
+    expect(Number(/^kvrouter_connections_refused_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
     await waitFor('served again', async () => {
       const r = await request(`${router.url}/live`, { reset: true }).catch(() => null);
       await r?.body.text();
