@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { type ConfigError, validate } from '../common/schema-dsl.js';
-import { type RouterConfig, ROUTER_SCHEMA, type RoutingConfig, type ModelConfig } from './schema.js';
+import { type RouterConfig, ROUTER_SCHEMA, ROUTING_KEYS, type RoutingConfig, type ModelConfig } from './schema.js';
 
 export class ConfigInvalidError extends Error {
   constructor(
@@ -125,15 +125,10 @@ export function loadConfigText(text: string, source: string, opts: LoadOptions =
 
 /** Model routing = global defaults + the model's overrides. */
 export function effectiveRouting(cfg: RouterConfig, model: ModelConfig): RoutingConfig {
-  const g = cfg.routing;
-  const o = model.routing ?? {};
-  return {
-    policy: o.policy ?? g.policy,
-    overlap_weight: o.overlap_weight ?? g.overlap_weight,
-    temperature: o.temperature ?? g.temperature,
-    medium_weights: { ...g.medium_weights, ...(o.medium_weights ?? {}) },
-    track_active_blocks: o.track_active_blocks ?? g.track_active_blocks,
-    speculative_ttl_ms: o.speculative_ttl_ms ?? g.speculative_ttl_ms,
-    approx_ttl_ms: o.approx_ttl_ms ?? g.approx_ttl_ms,
-  };
+  const g = cfg.routing as Record<string, unknown>;
+  const o = (model.routing ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const k of ROUTING_KEYS) out[k] = o[k] ?? g[k];
+  out.medium_weights = { ...cfg.routing.medium_weights, ...(model.routing?.medium_weights ?? {}) };
+  return out as RoutingConfig;
 }

@@ -14,7 +14,13 @@ function routingFields<const W extends boolean>(withDefaults: W) {
   const d = <const T>(v: T) => (withDefaults ? { default: v } : { optional: true }) as W extends true ? { default: T } : { optional: true };
   return {
     policy: str('Routing policy: kv (cache-aware cost), approx (cost on router-predicted blocks, for engines without KV events), round-robin, random, least-loaded, power-of-two, session (rendezvous hash on the session header or `user`), direct (admin picks the instance).', { enum: POLICY_NAMES, ...d('kv') }),
-    overlap_weight: num('Weight of prefill blocks against decode blocks in the cost (Dynamo overlap_score_weight). 0 ignores cached prefixes and prefill load.', { min: 0, max: 100, ...d(1) }),
+    cost_model: str('How kv and approx price an instance: time (predicted time to first token in ms, from the prefill work queued there, the request\'s uncached tokens and the instance\'s prefill rate learned online, plus the stall it adds to running decodes) or blocks (Dynamo\'s overlap_weight x prefill_blocks + decode_blocks). See docs/tuning.md.', { enum: ['time', 'blocks'] as const, ...d('time') }),
+    overlap_weight: num('blocks cost model: weight of prefill blocks against decode blocks (Dynamo overlap_score_weight). 0 ignores cached prefixes and prefill load.', { min: 0, max: 100, ...d(1) }),
+    prefill_tokens_per_s: num('time cost model: prefill speed assumed for an instance until the router has learned its own from first-token times.', { min: 1, max: 1e9, ...d(20_000) }),
+    prefill_overhead_ms: num('time cost model: fixed time per request assumed until learned (network, scheduling, the first decode step).', { min: 0, max: 60_000, ...d(20) }),
+    decode_interference: num('time cost model: weight of the stall a request\'s prefill puts on each request already decoding on the instance (0 ignores it).', { min: 0, max: 100, ...d(0.1) }),
+    prefix_affinity: num('time cost model, temperature 0: candidates holding the same cached prefix as the cheapest and within this fraction of its own prefill time of it count as equals, and the request goes to the one its next blocks hash to, so requests sharing a new prefix meet on one instance before KV events confirm it. 0 disables.', { min: 0, max: 100, ...d(0.5) }),
+    affinity_blocks: int('time cost model: how many blocks past the cached prefix name a new prefix for prefix_affinity.', { min: 1, max: 4096, ...d(4) }),
     temperature: num('0 picks the cheapest instance (random among equals); above 0 samples a softmax over range-normalised costs.', { min: 0, max: 100, ...d(0) }),
     medium_weights: obj('Credit per cached block by where it is, relative to a device (GPU) block = 1.', {
       cpu: num('Credit for a block found only in host memory.', { min: 0, max: 1, ...d(0.75) }),
@@ -147,4 +153,7 @@ export type ModelConfig = RouterConfig['models'][number];
 export type InstanceConfig = ModelConfig['instances'][number];
 export type TenantConfig = RouterConfig['auth']['tenants'][number];
 /** The routing keys a model may override (routing.* without the router-wide ones). */
+/** Routing keys a model may override (the rest of `routing:` is router-wide). */
+export const ROUTING_KEYS = Object.keys(routingFields(true)) as (keyof RoutingConfig)[];
+
 export type RoutingConfig = Infer<{ kind: 'object'; fields: ReturnType<typeof routingFields<true>> }>;

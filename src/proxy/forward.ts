@@ -75,6 +75,7 @@ export function explanationHeaders(d: Decision, requestId: string, attempt: numb
     'x-kvrouter-overlap-tokens': String(Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize)),
     'x-kvrouter-overlap': `gpu=${c.device * d.blockSize},cpu=${c.host * d.blockSize},disk=${c.disk * d.blockSize},shared=${c.shared * d.blockSize}`,
     'x-kvrouter-cost': c.cost.toFixed(3),
+    'x-kvrouter-predicted-ttft-ms': c.ttftMs.toFixed(1),
     'x-kvrouter-attempts': String(attempt + 1),
   };
 }
@@ -214,7 +215,9 @@ async function dispatch(
     for await (const chunk of up.body) {
       if (first) {
         first = false;
-        scheduler.prefillComplete(bookingId);
+        // A stream's first chunk is its first token; a plain response's is its last, which says
+        // nothing about prefill speed.
+        scheduler.prefillComplete(bookingId, job.stream ? now() : undefined);
         queue.notify(1);
         observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
       }

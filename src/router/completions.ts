@@ -134,8 +134,12 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJo
     route: {
       tokens: p.tokens ?? new Uint32Array(0),
       policy,
-      weights: { overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks },
+      weights: { model: r.cost_model, overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks, decodeInterference: r.decode_interference },
       temperature: r.temperature,
+      ratePrior: { tokensPerS: r.prefill_tokens_per_s, overheadMs: r.prefill_overhead_ms },
+      // The slack is in milliseconds: only the time model's costs are.
+      prefixAffinity: r.cost_model === 'time' ? r.prefix_affinity : 0,
+      affinityBlocks: r.affinity_blocks,
       sessionKey: p.sessionKey,
       target: r.target,
       busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },

@@ -31,6 +31,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
         prefill_blocks: x.prefillBlocks,
         decode_blocks: x.decodeBlocks,
         new_blocks: x.newBlocks,
+        predicted: { queue_ms: x.queueMs, prefill_ms: x.prefillMs, ttft_ms: x.ttftMs, interference_ms: x.interferenceMs, prefill_tokens_per_s: x.tokensPerS },
         cost: x.cost,
         load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
         busy: x.busy,

@@ -49,11 +49,15 @@ function overrideHeaders(o: unknown): Record<string, string> {
   if (w !== undefined) h['x-kvrouter-overlap-weight'] = w;
   const t = num('router_temperature');
   if (t !== undefined) h['x-kvrouter-temperature'] = t;
+  const di = num('decode_interference');
+  if (di !== undefined) h['x-kvrouter-decode-interference'] = di;
+  const pa = num('prefix_affinity');
+  if (pa !== undefined) h['x-kvrouter-prefix-affinity'] = pa;
   if (r.medium_weights !== undefined && r.medium_weights !== null) {
     if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights)) throw new OpenAIError(400, 'router_config_override.medium_weights must be an object', 'invalid_request_error', 'router_config_override.medium_weights');
     h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body).map(([k, v]) => `${k}=${String(v)}`).join(',');
   }
-  for (const [k, header] of [['policy', 'x-kvrouter-policy'], ['target', 'x-kvrouter-target']] as const) {
+  for (const [k, header] of [['policy', 'x-kvrouter-policy'], ['target', 'x-kvrouter-target'], ['cost_model', 'x-kvrouter-cost-model']] as const) {
     const v = r[k];
     if (v === undefined || v === null) continue;
     if (typeof v !== 'string') throw new OpenAIError(400, `router_config_override.${k} must be a string`, 'invalid_request_error', `router_config_override.${k}`);
@@ -94,6 +98,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     overlap_tokens: overlapTokens(x, d.blockSize),
     potential_prefill_tokens: x.load.activePrefillTokens + Math.max(0, d.isl - x.creditedBlocks * d.blockSize),
     potential_decode_blocks: x.load.activeBlocks + x.newBlocks,
+    predicted_ttft_ms: x.ttftMs,
     cost: x.cost,
     busy: x.busy,
   });

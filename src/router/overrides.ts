@@ -2,6 +2,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { OpenAIError } from '../api/openai.js';
 import type { RoutingConfig } from '../config/schema.js';
+import { COST_MODELS, type CostModel } from '../scheduler/cost.js';
 import { isPolicy, type PolicyName } from '../scheduler/policies.js';
 
 export interface RequestRouting extends RoutingConfig {
@@ -28,13 +29,31 @@ function bounded(h: IncomingHttpHeaders, name: string, min: number, max: number)
 export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allowed: boolean): RequestRouting {
   const out: RequestRouting = { ...base, medium_weights: { ...base.medium_weights }, target: null };
   const target = header(h, 'x-kvrouter-target');
-  const touched = ['x-kvrouter-overlap-weight', 'x-kvrouter-temperature', 'x-kvrouter-medium-weights', 'x-kvrouter-policy', 'x-kvrouter-target'].filter((n) => header(h, n) !== undefined);
+  const touched = [
+    'x-kvrouter-overlap-weight',
+    'x-kvrouter-temperature',
+    'x-kvrouter-medium-weights',
+    'x-kvrouter-policy',
+    'x-kvrouter-target',
+    'x-kvrouter-cost-model',
+    'x-kvrouter-decode-interference',
+    'x-kvrouter-prefix-affinity',
+  ].filter((n) => header(h, n) !== undefined);
   if (touched.length === 0) return out;
   if (!allowed) throw new OpenAIError(400, `routing override headers are disabled on this router (${touched.join(', ')})`, 'invalid_request_error', touched[0]);
   const w = bounded(h, 'x-kvrouter-overlap-weight', 0, 100);
   if (w !== undefined) out.overlap_weight = w;
   const t = bounded(h, 'x-kvrouter-temperature', 0, 100);
   if (t !== undefined) out.temperature = t;
+  const di = bounded(h, 'x-kvrouter-decode-interference', 0, 100);
+  if (di !== undefined) out.decode_interference = di;
+  const pa = bounded(h, 'x-kvrouter-prefix-affinity', 0, 100);
+  if (pa !== undefined) out.prefix_affinity = pa;
+  const cm = header(h, 'x-kvrouter-cost-model');
+  if (cm !== undefined) {
+    if (!(COST_MODELS as readonly string[]).includes(cm)) throw new OpenAIError(400, `header x-kvrouter-cost-model must be one of ${COST_MODELS.join(', ')}, got "${cm}"`, 'invalid_request_error', 'x-kvrouter-cost-model');
+    out.cost_model = cm as CostModel;
+  }
   const mw = header(h, 'x-kvrouter-medium-weights');
   if (mw !== undefined) {
     for (const part of mw.split(',').map((s) => s.trim()).filter(Boolean)) {

@@ -10,6 +10,8 @@ export interface Load {
   activePrefillTokens: number;
   activeBlocks: number;
   activeRequests: number;
+  /** In-flight requests past their first token. */
+  decodingRequests: number;
 }
 
 export interface Booking {
@@ -18,6 +20,8 @@ export interface Booking {
   readonly dpRank: number;
   readonly blocks: BigUint64Array;
   readonly prefillTokens: number;
+  /** Un-prefilled tokens booked on the worker before this one (what it queues behind). */
+  readonly aheadTokens: number;
   readonly createdAt: number;
   prefillDone: boolean;
 }
@@ -26,6 +30,7 @@ class WorkerLoad {
   readonly blocks = new U64Table(RC, 256);
   prefillTokens = 0;
   requests = 0;
+  decoding = 0;
 
   hold(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
@@ -68,8 +73,8 @@ export class ActiveSequences {
 
   load(instance: string, dpRank: number): Load {
     const w = this.workers.get(key(instance, dpRank));
-    if (!w) return { activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 };
-    return { activePrefillTokens: w.prefillTokens, activeBlocks: w.blocks.size, activeRequests: w.requests };
+    if (!w) return { activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 };
+    return { activePrefillTokens: w.prefillTokens, activeBlocks: w.blocks.size, activeRequests: w.requests, decodingRequests: w.decoding };
   }
 
   /** Blocks of this request that would be new on the worker (not already held by in-flight requests). */
@@ -82,7 +87,7 @@ export class ActiveSequences {
   book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), createdAt: now, prefillDone: false };
+    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, createdAt: now, prefillDone: false };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.requests++;
@@ -98,6 +103,7 @@ export class ActiveSequences {
       b.prefillDone = true;
       const w = this.worker(b.instance, b.dpRank);
       w.prefillTokens -= b.prefillTokens;
+      w.decoding++;
     }
     return true;
   }
@@ -109,6 +115,7 @@ export class ActiveSequences {
     this.bookings.delete(id);
     const w = this.worker(b.instance, b.dpRank);
     if (!b.prefillDone) w.prefillTokens -= b.prefillTokens;
+    else w.decoding--;
     w.release(b.blocks);
     w.requests--;
     if (w.requests === 0) this.workers.delete(key(b.instance, b.dpRank));
@@ -149,11 +156,13 @@ export class ActiveSequences {
     let activePrefillTokens = 0;
     let activeBlocks = 0;
     let activeRequests = 0;
+    let decodingRequests = 0;
     for (const w of this.workers.values()) {
       activePrefillTokens += w.prefillTokens;
       activeBlocks += w.blocks.size;
       activeRequests += w.requests;
+      decodingRequests += w.decoding;
     }
-    return { activePrefillTokens, activeBlocks, activeRequests };
+    return { activePrefillTokens, activeBlocks, activeRequests, decodingRequests };
   }
 }

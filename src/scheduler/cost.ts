@@ -1,8 +1,19 @@
-// The cost function, and nothing else (Dynamo-style):
+// The cost functions, and nothing else. Both start from the credited overlap:
 //   credited   = device + host_ext x cpu + disk_ext x disk + shared_ext x shared   (blocks)
+// A tier's credit is 1 - (time to bring a block from it) / (time to recompute it).
+//
+// `blocks` (Dynamo's default, kept for parity):
 //   prefill    = (active_prefill_tokens + max(isl - credited x bs, 0)) / bs
 //   decode     = active_blocks + new_blocks                 (0 when active blocks are not tracked)
 //   cost       = overlap_weight x prefill + decode
+// `time` (the default): milliseconds, with the instance's prefill rate learned online (rates.ts):
+//   queue      = active_prefill_tokens x ms_per_token        (prefill work booked ahead)
+//   own        = overhead + uncached_tokens x ms_per_token   (this request's prefill)
+//   ttft       = queue + own
+//   interfere  = decode_interference x decoding_requests x uncached_tokens x ms_per_token
+//   cost       = ttft + interfere                            (overlap_weight is the blocks model's)
+// Blocks add prefill compute to decode memory as if they cost the same: under load an instance
+// holding a 6,000-token prefix loses to one with a shorter batch. Time compares like with like.
 // Unlike Dynamo, a block reachable both from a lower own tier and from the shared pool is credited
 // once, at the better of the two weights (Dynamo adds both: a known double count).
 
@@ -15,11 +26,23 @@ export interface MediumWeights {
   shared: number;
 }
 
+export const COST_MODELS = ['time', 'blocks'] as const;
+export type CostModel = (typeof COST_MODELS)[number];
+
 export interface CostWeights {
+  model: CostModel;
   overlapWeight: number;
   medium: MediumWeights;
   /** Track decode blocks (false for prefill-only pools: cost is prefill only). */
   trackActiveBlocks: boolean;
+  /** time model: weight of the stall this request's prefill puts on each running decode. */
+  decodeInterference: number;
+}
+
+/** An instance's prefill speed: ttft ~ overheadMs + tokens x msPerToken. */
+export interface PrefillRate {
+  msPerToken: number;
+  overheadMs: number;
 }
 
 export interface CostInput {
@@ -31,6 +54,8 @@ export interface CostInput {
   shared: number;
   activePrefillTokens: number;
   activeBlocks: number;
+  /** In-flight requests past their first token (time model: who a new prefill stalls). */
+  decodingRequests: number;
   /** Request blocks not already held by in-flight requests on the worker. */
   newBlocks: number;
 }
@@ -39,6 +64,14 @@ export interface CostBreakdown {
   creditedBlocks: number;
   prefillBlocks: number;
   decodeBlocks: number;
+  /** Predicted wait for the prefill work booked ahead (ms). */
+  queueMs: number;
+  /** Predicted time of this request's own prefill (ms, overhead included). */
+  prefillMs: number;
+  /** Predicted time to first token: queueMs + prefillMs. */
+  ttftMs: number;
+  /** Weighted stall this prefill adds to the instance's running decodes (ms). */
+  interferenceMs: number;
   cost: number;
 }
 
@@ -60,11 +93,18 @@ export function creditedBlocks(c: Pick<CostInput, 'device' | 'host' | 'disk' | '
   );
 }
 
-export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeights): CostBreakdown {
+export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeights, rate: PrefillRate): CostBreakdown {
   const credited = creditedBlocks(c, w.medium);
-  const prefillBlocks = (c.activePrefillTokens + Math.max(isl - credited * blockSize, 0)) / blockSize;
+  const uncached = Math.max(isl - credited * blockSize, 0);
+  const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
   const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
-  return { creditedBlocks: credited, prefillBlocks, decodeBlocks, cost: w.overlapWeight * prefillBlocks + decodeBlocks };
+  const queueMs = c.activePrefillTokens * rate.msPerToken;
+  const ownMs = uncached * rate.msPerToken;
+  const prefillMs = rate.overheadMs + ownMs;
+  const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * ownMs : 0;
+  const ttftMs = queueMs + prefillMs;
+  const value = w.model === 'time' ? ttftMs + interferenceMs : w.overlapWeight * prefillBlocks + decodeBlocks;
+  return { creditedBlocks: credited, prefillBlocks, decodeBlocks, queueMs, prefillMs, ttftMs, interferenceMs, cost: value };
 }
 
 /**

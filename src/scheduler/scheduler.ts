@@ -6,6 +6,7 @@ import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
 import { type CostWeights, cost } from './cost.js';
 import { POLICY_IMPL, type PolicyName } from './policies.js';
+import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior } from './rates.js';
 
 export interface Candidate {
   instance: string;
@@ -35,6 +36,17 @@ export interface RouteInput {
   busy?: BusyThresholds | null;
   /** Candidates to skip (instance ids), e.g. after a failed attempt. */
   exclude?: ReadonlySet<string>;
+  /** Prefill speed assumed for a worker before the router has learned its own. */
+  ratePrior?: RatePrior;
+  /**
+   * Sibling co-location (kv/approx at temperature 0): candidates holding the same cached prefix as the
+   * cheapest one and predicted within this fraction of its own prefill time of it are equals; the
+   * request goes to the one its next blocks hash to (rendezvous), so requests sharing a new prefix
+   * meet on one instance before any event confirms it. 0 disables.
+   */
+  prefixAffinity?: number;
+  /** How many blocks past the cached prefix name the new prefix for co-location. */
+  affinityBlocks?: number;
 }
 
 export interface CandidateScore extends Candidate {
@@ -46,6 +58,12 @@ export interface CandidateScore extends Candidate {
   creditedBlocks: number;
   prefillBlocks: number;
   decodeBlocks: number;
+  queueMs: number;
+  prefillMs: number;
+  ttftMs: number;
+  interferenceMs: number;
+  /** The worker's prefill speed the prediction used (learned, or the prior). */
+  tokensPerS: number;
   cost: number;
   load: Load;
   busy: boolean;
@@ -84,6 +102,8 @@ export interface SchedulerHooks {
 
 export class Scheduler {
   readonly active = new ActiveSequences();
+  /** Prefill speed per worker, learned from first-token times of the bookings made here. */
+  readonly rates = new PrefillRates();
   private readonly turns = new Map<string, number>();
   private readonly hooks: SchedulerHooks[] = [];
 
@@ -108,6 +128,7 @@ export class Scheduler {
     for (const o of overlap?.candidates ?? []) byCand.set(`${o.instance}\u0000${o.dpRank}`, o);
     const shared = overlap?.sharedBlocks ?? 0;
     const busy = input.busy;
+    const prior = input.ratePrior ?? DEFAULT_RATE_PRIOR;
     // Plain object literals, no spreads: this runs for every candidate of every request.
     const candidates: CandidateScore[] = [];
     for (const c of input.candidates) {
@@ -117,11 +138,13 @@ export class Scheduler {
       const disk = o?.disk ?? 0;
       const load = this.active.load(c.instance, c.dpRank);
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
+      const rate = this.rates.rate(c.instance, c.dpRank, prior);
       const b = cost(
-        { device, host, disk, shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, newBlocks },
+        { device, host, disk, shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, decodingRequests: load.decodingRequests, newBlocks },
         isl,
         bs,
         input.weights,
+        rate,
       );
       candidates.push({
         instance: c.instance,
@@ -134,6 +157,11 @@ export class Scheduler {
         creditedBlocks: b.creditedBlocks,
         prefillBlocks: b.prefillBlocks,
         decodeBlocks: b.decodeBlocks,
+        queueMs: b.queueMs,
+        prefillMs: b.prefillMs,
+        ttftMs: b.ttftMs,
+        interferenceMs: b.interferenceMs,
+        tokensPerS: 1000 / rate.msPerToken,
         cost: b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
@@ -162,6 +190,9 @@ export class Scheduler {
       },
       sessionKey: input.sessionKey ?? null,
       target: input.target ?? null,
+      prefixAffinity: input.prefixAffinity ?? 0,
+      affinityBlocks: input.affinityBlocks ?? 4,
+      seq,
     });
     if (idx < 0) return { ...base, chosen: null, reason: input.policy === 'direct' ? 'unknown_target' : 'no_candidates' };
     return { ...base, chosen: eligible[idx], reason: null };
@@ -182,11 +213,19 @@ export class Scheduler {
     return booking;
   }
 
-  prefillComplete(requestId: string): boolean {
+  /**
+   * The first token arrived. With `now` (the proxy path, which saw the whole wait itself), the
+   * worker's prefill rate learns from this request; a gateway's report through the decision API
+   * arrives late by an unknown amount and teaches nothing.
+   */
+  prefillComplete(requestId: string, now?: number): boolean {
     const b = this.active.get(requestId);
     const changed = b !== undefined && !b.prefillDone;
     const ok = this.active.prefillComplete(requestId);
-    if (changed) for (const h of this.hooks) h.prefillCompleted?.(requestId);
+    if (changed) {
+      if (now !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + b.prefillTokens, now - b.createdAt);
+      for (const h of this.hooks) h.prefillCompleted?.(requestId);
+    }
     return ok;
   }
 

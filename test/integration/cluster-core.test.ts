@@ -146,7 +146,7 @@ describe('attachCluster without a reachable NATS', () => {
     const scheduler = new Scheduler(indexer);
     const c = attachCluster({ scheduler, writer: new KvIndexWriter(indexer), url: 'http://127.0.0.1:1' }, { routerId: 'lonely', nats: { url: 'nats://127.0.0.1:9', reconnectWaitMs: 50 } });
     await c.ready;
-    const d = scheduler.decide({ ns: NS, candidates: [{ instance: 'e0', dpRank: 0 }], seq: BigUint64Array.of(1n, 2n), policy: 'kv', weights: { overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true }, temperature: 0 }, 0);
+    const d = scheduler.decide({ ns: NS, candidates: [{ instance: 'e0', dpRank: 0 }], seq: BigUint64Array.of(1n, 2n), policy: 'kv', weights: { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0.1 }, temperature: 0 }, 0);
     scheduler.book(d, NS, { requestId: 'r', now: 0, speculativeTtlMs: 0 });
     expect(scheduler.free('r')).toBe(true);
     await new Promise((r) => setTimeout(r, 200));

@@ -5,8 +5,10 @@ import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
 import { cost, type CostWeights, creditedBlocks, pickByCost } from '../../src/scheduler/cost.js';
 import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 
-const W: CostWeights = { overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true };
-const zero = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, activeBlocks: 0, newBlocks: 0 };
+// The Dynamo block cost: these tests hold kvrouter to the seed's worked examples.
+const W: CostWeights = { model: 'blocks', overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
+const zero = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, activeBlocks: 0, decodingRequests: 0, newBlocks: 0 };
+const RATE = { msPerToken: 0.05, overheadMs: 20 };
 
 function seeded(seed: number): () => number {
   let s = seed >>> 0;
@@ -19,7 +21,7 @@ function seeded(seed: number): () => number {
 describe('cost function', () => {
   it("reproduces Dynamo's worked example (w = 1, block size 1)", () => {
     // ISL 10: W1 cached 2 (prefill 8) decode 10; W2 cached 5, decode 5; W3 cached 8, decode 9.
-    const c = (cached: number, decode: number) => cost({ ...zero, device: cached, host: cached, disk: cached, activeBlocks: decode }, 10, 1, W).cost;
+    const c = (cached: number, decode: number) => cost({ ...zero, device: cached, host: cached, disk: cached, activeBlocks: decode }, 10, 1, W, RATE).cost;
     expect([c(2, 10), c(5, 5), c(8, 9)]).toEqual([18, 10, 11]);
   });
 
@@ -27,8 +29,8 @@ describe('cost function', () => {
     // The seed's example: 4 blocks, shared pool holds 0-3, multiplier 0.5. Its table leaves the
     // device credit out (W0 3.0, W1 2.0); with it, W0 = 4 - 2 - 0.5 x 2 = 1 and W1 = 4 - 0.5 x 4 = 2.
     const m = { ...W, medium: { cpu: 0, disk: 0, shared: 0.5 } };
-    expect(cost({ ...zero, device: 2, host: 2, disk: 2, shared: 4 }, 4, 1, m).cost).toBe(1);
-    expect(cost({ ...zero, shared: 4 }, 4, 1, m).cost).toBe(2);
+    expect(cost({ ...zero, device: 2, host: 2, disk: 2, shared: 4 }, 4, 1, m, RATE).cost).toBe(1);
+    expect(cost({ ...zero, shared: 4 }, 4, 1, m, RATE).cost).toBe(2);
   });
 
   it('credits each block once at the best of tier and shared weights', () => {
@@ -40,8 +42,8 @@ describe('cost function', () => {
   });
 
   it('never credits more than the prompt and ignores decode when not tracked', () => {
-    const b = cost({ ...zero, device: 10, host: 10, disk: 10, activeBlocks: 7, newBlocks: 3 }, 64, 16, { ...W, trackActiveBlocks: false });
-    expect(b).toEqual({ creditedBlocks: 10, prefillBlocks: 0, decodeBlocks: 0, cost: 0 });
+    const b = cost({ ...zero, device: 10, host: 10, disk: 10, activeBlocks: 7, newBlocks: 3 }, 64, 16, { ...W, trackActiveBlocks: false }, RATE);
+    expect(b).toMatchObject({ creditedBlocks: 10, prefillBlocks: 0, decodeBlocks: 0, cost: 0, queueMs: 0, prefillMs: 20, interferenceMs: 0 });
   });
 });
 
@@ -72,7 +74,7 @@ describe('ActiveSequences', () => {
     const p2 = BigUint64Array.of(1n, 2n, 4n, 5n);
     a.book('r1', 'w', 0, p1, 48, 0);
     a.book('r2', 'w', 0, p2, 30, 0);
-    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 78, activeBlocks: 5, activeRequests: 2 });
+    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 78, activeBlocks: 5, activeRequests: 2, decodingRequests: 0 });
     expect(a.newBlocks('w', 0, BigUint64Array.of(1n, 2n, 9n))).toBe(1);
     expect(a.newBlocks('x', 0, p1)).toBe(3);
     expect(a.prefillComplete('r1')).toBe(true);
@@ -80,10 +82,10 @@ describe('ActiveSequences', () => {
     expect(a.load('w', 0).activePrefillTokens).toBe(30);
     expect(a.free('r1')).toBe(true);
     expect(a.free('r1')).toBe(false);
-    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 30, activeBlocks: 4, activeRequests: 1 });
+    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 30, activeBlocks: 4, activeRequests: 1, decodingRequests: 0 });
     expect(() => a.book('r2', 'w', 0, p1, 1, 0)).toThrow(/already exists/);
     expect(a.sweep(1000, 500)).toEqual(['r2']);
-    expect(a.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    expect(a.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
     expect(a.size).toBe(0);
   });
 });
@@ -127,7 +129,7 @@ describe('Scheduler', () => {
     const d1 = s.decide(input(), 0);
     const first = d1.chosen!.instance;
     s.book(d1, ns, { requestId: 'r1', now: 0, speculativeTtlMs: 2000 });
-    expect(s.active.load(first, 0)).toEqual({ activePrefillTokens: 64, activeBlocks: 16, activeRequests: 1 });
+    expect(s.active.load(first, 0)).toEqual({ activePrefillTokens: 64, activeBlocks: 16, activeRequests: 1, decodingRequests: 0 });
     // While r1 prefills, its queued tokens offset the cache credit: a tie.
     expect(new Set(s.decide(input(), 5).candidates.map((c) => c.cost))).toEqual(new Set([32]));
     s.prefillComplete('r1');
@@ -137,7 +139,7 @@ describe('Scheduler', () => {
     s.free('r1');
     // After the TTL the prediction is gone.
     expect(s.decide(input(), 2001).candidates.every((c) => c.device === 0)).toBe(true);
-    expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 
   it('reports all_busy, skips excluded candidates, and honours direct targets', () => {
@@ -165,5 +167,149 @@ describe('Scheduler', () => {
     s.book(s.decide(input({ policy: 'direct', target: 'a' }), 0), ns, { requestId: 'q1', now: 0, speculativeTtlMs: 0 });
     s.book(s.decide(input({ policy: 'direct', target: 'b' }), 0), ns, { requestId: 'q2', now: 0, speculativeTtlMs: 0 });
     expect(s.decide(input({ policy: 'least-loaded' }), 0).chosen!.instance).toBe('c');
+  });
+});
+
+describe('time cost model', () => {
+  const T: CostWeights = { ...W, model: 'time', medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, decodeInterference: 0.1 };
+
+  it('prices queue, own prefill and decode stall in milliseconds', () => {
+    // 6,600-token prompt, 6,000 cached on GPU (block 64: 93 full blocks = 5,952 tokens), 2,000 queued.
+    const b = cost({ ...zero, device: 93, host: 93, disk: 93, activePrefillTokens: 2000, decodingRequests: 4 }, 6600, 64, T, RATE);
+    expect(b.queueMs).toBeCloseTo(100, 9);
+    expect(b.prefillMs).toBeCloseTo(20 + 648 * 0.05, 9);
+    expect(b.ttftMs).toBeCloseTo(100 + 52.4, 9);
+    expect(b.interferenceMs).toBeCloseTo(0.1 * 4 * 648 * 0.05, 9);
+    expect(b.cost).toBeCloseTo(b.ttftMs + b.interferenceMs, 9);
+  });
+
+  it('keeps a long cached prefix where the block cost sheds it for a shorter batch', () => {
+    // Warm: the prefix is cached, 20 decoding requests hold 1,500 blocks. Cold: idle.
+    const warm = { ...zero, device: 93, host: 93, disk: 93, activeBlocks: 1500, decodingRequests: 20, newBlocks: 11 };
+    const cold = { ...zero, newBlocks: 104 };
+    const blocks = (c: typeof zero) => cost(c, 6600, 64, W, RATE).cost;
+    const time = (c: typeof zero) => cost(c, 6600, 64, T, RATE).cost;
+    expect(blocks(warm)).toBeGreaterThan(blocks(cold));
+    expect(time(warm)).toBeLessThan(time(cold));
+  });
+
+  it('credits host-tier blocks as transfer time saved against recompute', () => {
+    const gpu = cost({ ...zero, device: 10, host: 10, disk: 10 }, 640, 64, T, RATE);
+    const cpu = cost({ ...zero, host: 10, disk: 10 }, 640, 64, T, RATE);
+    const none = cost(zero, 640, 64, T, RATE);
+    // 0.75 credit: a host block costs a quarter of recomputing it.
+    expect(cpu.prefillMs - gpu.prefillMs).toBeCloseTo(0.25 * (none.prefillMs - gpu.prefillMs), 9);
+  });
+});
+
+describe('PrefillRates', () => {
+  it('stays at the prior without data and learns a worker\'s speed from first-token times', async () => {
+    const { PrefillRates } = await import('../../src/scheduler/rates.js');
+    const r = new PrefillRates();
+    const prior = { tokensPerS: 20_000, overheadMs: 20 };
+    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20 });
+    // Worker a truly does 10 ms + 0.01 ms/token (100k tokens/s).
+    const rand = seeded(2);
+    for (let i = 0; i < 400; i++) {
+      const x = Math.floor(rand() * 20_000);
+      r.observe('a', 0, x, 10 + 0.01 * x + (rand() - 0.5) * 4);
+    }
+    const a = r.rate('a', 0, prior);
+    expect(a.msPerToken).toBeGreaterThan(0.009);
+    expect(a.msPerToken).toBeLessThan(0.012);
+    expect(a.overheadMs).toBeGreaterThan(5);
+    expect(a.overheadMs).toBeLessThan(15);
+    // Others keep the prior; garbage is ignored; a dropped worker forgets.
+    expect(r.rate('b', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20 });
+    r.observe('b', 0, Number.NaN, 5);
+    r.observe('b', 0, 100, -1);
+    expect(r.snapshot(prior).map((s) => s.instance)).toEqual(['a']);
+    r.drop('a');
+    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20 });
+  });
+
+  it('one wild sample barely moves a learned rate, and bounds hold', async () => {
+    const { PrefillRates } = await import('../../src/scheduler/rates.js');
+    const r = new PrefillRates();
+    const prior = { tokensPerS: 20_000, overheadMs: 20 };
+    r.observe('a', 0, 1000, 1_000_000);
+    expect(r.rate('a', 0, prior).msPerToken).toBeLessThanOrEqual(0.05 * 20);
+  });
+
+  it('the scheduler learns from prefill completions that carry a time, not from those without', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(4));
+    const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+    const tokens = (n: number, salt: number) => Array.from({ length: n }, (_, i) => salt * 100_000 + i + 1);
+    const base: RouteInput = { ns, candidates: [{ instance: 'a', dpRank: 0 }], tokens: tokens(400, 0), policy: 'kv', weights: { ...W, model: 'time' }, temperature: 0 };
+    // The worker really does 5 ms + 0.002 ms per token (500k tokens/s), on prompts of 200-8,000 tokens.
+    for (let i = 0; i < 50; i++) {
+      const n = 200 + ((i * 797) % 7800);
+      s.book(s.decide({ ...base, tokens: tokens(n, i + 1) }, i * 1000), ns, { requestId: `r${i}`, now: i * 1000, speculativeTtlMs: 0 });
+      s.prefillComplete(`r${i}`, i * 1000 + 5 + 0.002 * n);
+      s.free(`r${i}`);
+    }
+    s.book(s.decide(base, 0), ns, { requestId: 'late', now: 0, speculativeTtlMs: 0 });
+    s.prefillComplete('late'); // a gateway's report: no timing
+    expect(s.rates.snapshot()[0].samples).toBe(50);
+    const d = s.decide(base, 0);
+    expect(d.chosen!.ttftMs).toBeLessThan(10);
+    expect(d.chosen!.tokensPerS).toBeGreaterThan(20_000);
+  });
+});
+
+describe('prefix co-location', () => {
+  const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+  const cands = ['a', 'b', 'c', 'd'].map((instance) => ({ instance, dpRank: 0 }));
+  const T: CostWeights = { ...W, model: 'time', decodeInterference: 0 };
+  const prompt = (group: number, q: number) => [...Array.from({ length: 64 }, (_, i) => group * 1000 + i + 1), ...Array.from({ length: 8 }, (_, i) => 900_000 + q * 10 + i)];
+  const route = (s: Scheduler, tokens: number[], prefixAffinity: number, now: number) => s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, prefixAffinity, affinityBlocks: 4 }, now);
+
+  it('siblings of a new prefix meet on one instance without any speculative insert or event', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(6));
+    for (let g = 0; g < 8; g++) {
+      const picks = new Set<string>();
+      for (let q = 0; q < 6; q++) {
+        const d = route(s, prompt(g, q), 0.5, 0);
+        picks.add(d.chosen!.instance);
+        s.book(d, ns, { requestId: `g${g}q${q}`, now: 0, speculativeTtlMs: 0 });
+        s.prefillComplete(`g${g}q${q}`);
+      }
+      expect(picks.size).toBe(1);
+    }
+    // Without affinity the same siblings scatter to the least-loaded instance each time.
+    const plain = new Scheduler(new TieredIndexer(), seeded(6));
+    const picks = new Set<string>();
+    for (let q = 0; q < 6; q++) {
+      const d = route(plain, prompt(0, q), 0, 0);
+      picks.add(d.chosen!.instance);
+      plain.book(d, ns, { requestId: `q${q}`, now: 0, speculativeTtlMs: 0 });
+    }
+    expect(picks.size).toBeGreaterThan(1);
+  });
+
+  it('load stays bounded: a preferred instance with a queue beyond the slack is passed over', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(8));
+    const first = route(s, prompt(1, 0), 0.5, 0).chosen!.instance;
+    // Queue 10,000 un-prefilled tokens there (500 ms at the prior): far beyond half a 72-token prefill.
+    s.active.book('hog', first, 0, new BigUint64Array(0), 10_000, 0);
+    const next = route(s, prompt(1, 1), 0.5, 0).chosen!.instance;
+    expect(next).not.toBe(first);
+    // Every sibling now spills to the same second choice, not anywhere.
+    expect(new Set(Array.from({ length: 5 }, (_, q) => route(s, prompt(1, q + 2), 0.5, 0).chosen!.instance))).toEqual(new Set([next]));
+  });
+
+  it('never trades a longer cached prefix for affinity', () => {
+    const indexer = new TieredIndexer();
+    const s = new Scheduler(indexer, seeded(10));
+    const p = prompt(3, 0);
+    const seq = seqHashes(p, 4, hashSpace());
+    const idx = indexer.namespace(ns).index;
+    for (const inst of ['a', 'b', 'c', 'd']) {
+      const holder = idx.holder(inst, 0, 'GPU');
+      idx.store(holder, seq.subarray(0, 16));
+      idx.clearHolder(holder);
+      idx.store(idx.holder(inst, 0, 'GPU'), seq.subarray(0, inst === 'c' ? 16 : 15));
+    }
+    for (let i = 0; i < 10; i++) expect(route(s, prompt(3, i), 100, 0).chosen!.instance).toBe('c');
   });
 });

@@ -13,7 +13,14 @@ export interface PolicyVariant {
 }
 
 export const VARIANTS: readonly PolicyVariant[] = [
-  { name: 'kv', policy: 'kv', routingYaml: [], kvEvents: true, summary: 'cost on the index fed by KV events, host-tier credit 0.75' },
+  { name: 'kv', policy: 'kv', routingYaml: [], kvEvents: true, summary: 'predicted-TTFT cost with co-location on the index fed by KV events, host-tier credit 0.75' },
+  {
+    name: 'kv-blocks',
+    policy: 'kv',
+    routingYaml: ['  cost_model: blocks'],
+    kvEvents: true,
+    summary: 'kv with Dynamo\'s block cost (overlap_weight x prefill_blocks + decode_blocks), the default before 0.2',
+  },
   {
     name: 'kv-no-tier',
     policy: 'kv',
