@@ -5,15 +5,17 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
-import { DEFAULT_POLICIES, variant, VARIANTS } from './cluster/policies.js';
+import { DEFAULT_POLICIES, type PolicyVariant, variant, VARIANTS } from './cluster/policies.js';
 import { type ClusterReport, writeClusterReport } from './cluster/render.js';
 import { runPolicy } from './cluster/run-policy.js';
-import { sizeFleet } from './cluster/sizing.js';
+import { type Sizing, sizeFleet } from './cluster/sizing.js';
 import type { PolicyResult } from './cluster/summary.js';
+import type { FleetOptions } from './procs/engines.js';
 import { Progress } from './progress.js';
 import { machine } from './report.js';
-import { oracle } from './workloads/oracle.js';
+import { oracle, type OracleStats } from './workloads/oracle.js';
 import { buildWorkload, DEFAULT_TRACE, WORKLOADS, type WorkloadName } from './workloads/select.js';
+import type { Workload } from './workloads/types.js';
 
 // Knobs of the synthetic workloads (defaults: full / --quick).
 const KNOB_HELP: Record<string, string> = {
@@ -31,11 +33,11 @@ const KNOB_HELP: Record<string, string> = {
 };
 const KNOBS = Object.keys(KNOB_HELP);
 
-const OPTIONS: OptionTable = {
+/** Options every replay benchmark over the simulated fleet takes (cluster, sweep). */
+export const FLEET_OPTIONS: OptionTable = {
   workload: { type: 'string', arg: 'NAME', help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)` },
   trace: { type: 'string', arg: 'FILE', help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)` },
   engines: { type: 'string', default: '4', arg: 'N', help: 'simulated engines' },
-  policies: { type: 'string', arg: 'A,B', help: `policies to compare, in order (default ${DEFAULT_POLICIES.join(',')}; also: ${VARIANTS.map((v) => v.name).filter((n) => !DEFAULT_POLICIES.includes(n)).join(',')})` },
   requests: { type: 'string', arg: 'N', help: 'cap on requests (default: mooncake 1000, quick 120; synthetic: all)' },
   sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
   'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival times by X (default: mooncake 3, synthetic 1; quick: arrivals squeezed into 6 s)' },
@@ -47,11 +49,21 @@ const OPTIONS: OptionTable = {
   'max-output-tokens': { type: 'string', arg: 'N', help: 'cap on output tokens (default: the workload\'s; quick mooncake 32)' },
   seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
   'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'abort requests still running this long after the last open-loop arrival' },
+  routers: { type: 'string', default: '1', arg: 'N', help: 'independent routers (no sync) sharing the engines, requests alternating between them: predictions diverge from the truth' },
   ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: KNOB_HELP[k] }])),
+  quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes (per policy and point)' },
+};
+
+const OPTIONS: OptionTable = {
+  policies: {
+    type: 'string',
+    arg: 'A,B',
+    help: `policies to compare, in order (default ${DEFAULT_POLICIES.join(',')}; also: ${VARIANTS.map((v) => v.name).filter((n) => !DEFAULT_POLICIES.includes(n)).join(',')}); routing keys inline: kv[prefix_affinity=0.25]`,
+  },
+  ...FLEET_OPTIONS,
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/cluster-<time>)' },
   render: { type: 'string', arg: 'FILE', help: 'only re-render the tables and charts of an earlier JSON report (to --out)' },
   json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
-  quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes' },
 };
 
 const SUMMARY = 'Routing policies on a replayed workload against simulated engines (see docs/benchmarks.md).';
@@ -63,32 +75,39 @@ function opt(v: ParsedOptions, name: string, fallback: number, int = false): num
   return int ? intOption(v, name) : numberOption(v, name);
 }
 
-export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('bench cluster', SUMMARY, OPTIONS, argv);
-  if ('code' in parsed) return parsed.code;
-  const v = parsed.values;
-  if (typeof v.render === 'string') {
-    writeClusterReport(JSON.parse(readFileSync(v.render, 'utf8')) as ClusterReport, typeof v.out === 'string' ? v.out : undefined);
-    return 0;
-  }
+/** Everything a run fixes before the first policy starts: workload, oracle, fleet, schedule. */
+export interface ClusterSetup {
+  argv: string[];
+  workload: Workload;
+  orc: OracleStats;
+  size: Sizing;
+  fleet: FleetOptions;
+  config: ClusterReport['config'];
+  /** Arrival span of the open-loop requests before --rate-scale (ms). */
+  spanMs: number;
+  followUps: number;
+  drainS: number;
+  routers: number;
+}
+
+/** Parse the shared options, build the workload and size the fleet (the caller closes the workload). */
+export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<ClusterSetup> {
   const quick = v.quick === true;
   const trace = typeof v.trace === 'string' ? v.trace : null;
   const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
   if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
   if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
-  const policies = (typeof v.policies === 'string' ? v.policies.split(',').map((s) => s.trim()).filter(Boolean) : DEFAULT_POLICIES).map(variant);
   const engines = intOption(v, 'engines');
   const blockSize = intOption(v, 'block-size');
   const seed = intOption(v, 'seed');
   const speedup = opt(v, 'speedup', quick ? 4 : 1);
   const cacheRatio = numberOption(v, 'cache-ratio');
   const cpuRatio = numberOption(v, 'cpu-ratio');
+  const routers = intOption(v, 'routers');
+  if (routers < 1) throw new Error('--routers must be at least 1');
   const maxOut = v['max-output-tokens'] !== undefined ? intOption(v, 'max-output-tokens') : quick && wname === 'mooncake' ? 32 : null;
   const knobs: Record<string, number | undefined> = {};
   for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
-
-  const t0 = Date.now();
-  const load0 = loadavg();
   const workload = await buildWorkload({
     workload: wname,
     trace,
@@ -100,9 +119,9 @@ export async function run(argv: string[]): Promise<number> {
     sample: v.sample !== undefined ? numberOption(v, 'sample') : null,
     knobs,
   });
-  const span = Math.max(...workload.requests.map((r) => r.atMs));
-  const rateScale = opt(v, 'rate-scale', quick ? Math.max(1, span / QUICK_ARRIVALS_MS) : wname === 'mooncake' ? 3 : 1);
   try {
+    const spanMs = Math.max(...workload.requests.map((r) => r.atMs));
+    const rateScale = opt(v, 'rate-scale', quick ? Math.max(1, spanMs / QUICK_ARRIVALS_MS) : wname === 'mooncake' ? 3 : 1);
     process.stderr.write(`workload: ${workload.description}\n`);
     const orc = await oracle(workload, blockSize);
     const size = sizeFleet(orc, engines, blockSize, cacheRatio, cpuRatio);
@@ -110,7 +129,7 @@ export async function run(argv: string[]): Promise<number> {
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${blockSize}; ` +
         `engines: ${engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks (working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache)\n`,
     );
-    const fleet = {
+    const fleet: FleetOptions = {
       count: engines,
       blockSize,
       numGpuBlocks: size.numGpuBlocks,
@@ -121,48 +140,101 @@ export async function run(argv: string[]): Promise<number> {
       tokenizer: workload.engineTokenizer,
       model: MODEL,
     };
-    const scheduleS = span / rateScale / 1000;
-    const followUps = workload.requests.filter((r) => r.after).length;
-    const drainTimeoutMs = intOption(v, 'drain-timeout') * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, workload.requests.length - followUps) : 0);
-    const progress = new Progress(workload.requests.length * policies.length, '');
-    const results: PolicyResult[] = [];
-    const perRequest: string[] = [];
-    for (const p of policies) {
-      progress.setLabel(p.name);
-      progress.log(`policy ${p.name}: starting engines and router (arrivals over ${scheduleS.toFixed(0)} s)`);
-      const { result: r, samples } = await runPolicy(p, { fleet, workload, rateScale, drainTimeoutMs, onDone: () => progress.tick() });
-      results.push(r);
-      for (const s of samples) perRequest.push(JSON.stringify({ policy: p.name, ...s }));
-      progress.log(
-        `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.engines).toFixed(1)}% ` +
-          `(oracle ${(100 * orc.hitRate).toFixed(1)}%), ${r.requests.ok}/${r.requests.sent} ok${r.requests.errors ? `, errors: ${r.requests.firstErrors.join('; ')}` : ''}`,
-      );
-    }
-    progress.finish();
-
-    const data: ClusterReport = {
-      bench: 'cluster',
-      args: argv,
-      machine: machine(),
-      date: new Date().toISOString(),
-      workload: { name: workload.name, description: workload.description, requests: workload.requests.length },
-      oracle: orc,
-      sizing: size,
-      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL },
-      arrivals: { scheduleS, followUps },
-      loadAverage: { before: load0, after: loadavg() },
-      runSeconds: (Date.now() - t0) / 1000,
-      policies: results.map((r) => r.policy),
-      results,
+    return {
+      argv,
+      workload,
+      orc,
+      size,
+      fleet,
+      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL, routers },
+      spanMs,
+      followUps: workload.requests.filter((r) => r.after).length,
+      drainS: intOption(v, 'drain-timeout'),
+      routers,
     };
+  } catch (err) {
+    await workload.close();
+    throw err;
+  }
+}
+
+/** Every variant, in order, on fresh engines and routers, at one arrival scale; the report's data. */
+export async function runVariants(setup: ClusterSetup, policies: readonly PolicyVariant[], rateScale: number, progress: Progress): Promise<{ data: ClusterReport; perRequest: string[] }> {
+  const t0 = Date.now();
+  const load0 = loadavg();
+  const { workload, orc, followUps } = setup;
+  const scheduleS = setup.spanMs / rateScale / 1000;
+  const drainTimeoutMs = setup.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, workload.requests.length - followUps) : 0);
+  const results: PolicyResult[] = [];
+  const perRequest: string[] = [];
+  for (const p of policies) {
+    progress.setLabel(p.name);
+    progress.log(`policy ${p.name}: starting engines and ${setup.routers > 1 ? `${setup.routers} routers` : 'router'} (arrivals over ${scheduleS.toFixed(0)} s)`);
+    const { result: r, samples } = await runPolicy(p, { fleet: setup.fleet, workload, rateScale, drainTimeoutMs, routers: setup.routers, onDone: () => progress.tick() });
+    results.push(r);
+    for (const s of samples) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...s }));
+    progress.log(
+      `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms p99 ${r.ttftMs.p99.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% ` +
+        `(oracle ${(100 * orc.hitRate).toFixed(1)}%), req CoV ${r.imbalance.requestCov.toFixed(3)}, ${r.requests.ok}/${r.requests.sent} ok${r.requests.errors ? `, errors: ${r.requests.firstErrors.join('; ')}` : ''}`,
+    );
+  }
+  const data: ClusterReport = {
+    bench: 'cluster',
+    args: setup.argv,
+    machine: machine(),
+    date: new Date().toISOString(),
+    workload: { name: workload.name, description: workload.description, requests: workload.requests.length },
+    oracle: orc,
+    sizing: setup.size,
+    config: { ...setup.config, rateScale },
+    arrivals: { scheduleS, followUps },
+    loadAverage: { before: load0, after: loadavg() },
+    runSeconds: (Date.now() - t0) / 1000,
+    policies: results.map((r) => r.policy),
+    results,
+  };
+  return { data, perRequest };
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('bench cluster', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  if (typeof v.render === 'string') {
+    writeClusterReport(JSON.parse(readFileSync(v.render, 'utf8')) as ClusterReport, typeof v.out === 'string' ? v.out : undefined);
+    return 0;
+  }
+  const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : DEFAULT_POLICIES).map(variant);
+  const setup = await prepareCluster(v, argv);
+  try {
+    const progress = new Progress(setup.workload.requests.length * policies.length, '');
+    const { data, perRequest } = await runVariants(setup, policies, setup.config.rateScale, progress);
+    progress.finish();
     const dir = writeClusterReport(data, typeof v.out === 'string' ? v.out : undefined);
     writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
     if (typeof v.json === 'string') {
       mkdirSync(dirname(v.json), { recursive: true });
       writeFileSync(v.json, JSON.stringify(data, null, 2));
     }
-    return results.every((r) => r.requests.ok > 0) ? 0 : 1;
+    return data.results.every((r) => r.requests.ok > 0) ? 0 : 1;
   } finally {
-    await workload.close();
+    await setup.workload.close();
   }
+}
+
+/** Split a --policies list on commas outside inline option brackets: `kv[a=1,b=2],session`. */
+export function splitPolicies(list: string): string[] {
+  const out: string[] = [];
+  let depth = 0;
+  let cur = '';
+  for (const ch of list) {
+    if (ch === '[') depth++;
+    if (ch === ']') depth = Math.max(0, depth - 1);
+    if (ch === ',' && depth === 0) {
+      if (cur.trim()) out.push(cur.trim());
+      cur = '';
+    } else cur += ch;
+  }
+  if (cur.trim()) out.push(cur.trim());
+  return out;
 }

@@ -20,6 +20,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
     prefill_overhead_ms: num('time cost model: fixed time per request assumed until learned (network, scheduling, the first decode step).', { min: 0, max: 60_000, ...d(20) }),
     decode_interference: num('time cost model: weight of the stall a request\'s prefill puts on each request already decoding on the instance (0 ignores it).', { min: 0, max: 100, ...d(0.1) }),
     prefix_affinity: num('time cost model, temperature 0: candidates holding the same cached prefix as the cheapest and within this fraction of its own prefill time of it count as equals, and the request goes to the one its next blocks hash to, so requests sharing a new prefix meet on one instance before KV events confirm it. 0 disables.', { min: 0, max: 100, ...d(0.5) }),
+    eviction_aware: bool('Credit only the part of a cached GPU prefix that survives the prefill queued ahead on the instance, judged by its LRU order and cache size as the KV events show them (a prefix about to be evicted is worth less).', d(true)),
     affinity_blocks: int('time cost model: how many blocks past the cached prefix name a new prefix for prefix_affinity.', { min: 1, max: 4096, ...d(4) }),
     temperature: num('0 picks the cheapest instance (random among equals); above 0 samples a softmax over range-normalised costs.', { min: 0, max: 100, ...d(0) }),
     medium_weights: obj('Credit per cached block by where it is, relative to a device (GPU) block = 1.', {

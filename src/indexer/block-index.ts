@@ -5,7 +5,8 @@
 // Layout, chosen so a query touches about one cache line per block plus its records:
 //   table   U64Table rows [hashLo, hashHi, used, headRecord]: seq hash -> first record
 //   records Int32Array rows of 8: [hashLo, hashHi, holder, nextInEntry, prevInHolder, nextInHolder,
-//           engineLo, engineHi] + Float64Array expiry (speculative records only)
+//           engineLo, engineHi] + Float64Array expiry (speculative records only) + Uint32Array
+//           touch (the holder's LRU clock when the block was last stored or routed to)
 //   holders (backend, dp rank, medium, owner) with a doubly linked list of their records, so a
 //           `cleared` event or an unregister purges in O(records of that holder)
 //   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> seq hash
@@ -103,6 +104,12 @@ interface Holder {
   tail: number;
   count: number;
   alive: boolean;
+  /** LRU clock: advances by one per block stored or touched (uint32, wraps). */
+  clock: number;
+  /** Most blocks held at once: the cache's size once it has evicted. */
+  peak: number;
+  /** Blocks removed by events (evictions): a holder that never evicted is not full. */
+  evicted: number;
 }
 
 interface Candidate {
@@ -124,6 +131,7 @@ export class BlockIndex {
   private table: U64Table;
   private rec: Int32Array;
   private recExp: Float64Array;
+  private recTouch: Uint32Array;
   private recFree = NONE;
   private recTop = 0;
   private liveRecords = 0;
@@ -162,6 +170,7 @@ export class BlockIndex {
     this.table = new U64Table(T, cap);
     this.rec = new Int32Array(cap * R);
     this.recExp = new Float64Array(cap);
+    this.recTouch = new Uint32Array(cap);
   }
 
   // ---------------------------------------------------------------- holders and ownership
@@ -200,7 +209,7 @@ export class BlockIndex {
   private addHolder(key: string, backend: string, dpRank: number, medium: Medium, cand: number, group: number, speculative: boolean, ttlMs: number): number {
     const reused = this.freeHolderIds.pop();
     const id = reused ?? this.holders.length;
-    this.holders[id] = { key, backend, dpRank, medium, group, speculative, ttlMs, head: NONE, tail: NONE, count: 0, alive: true };
+    this.holders[id] = { key, backend, dpRank, medium, group, speculative, ttlMs, head: NONE, tail: NONE, count: 0, alive: true, clock: 0, peak: 0, evicted: 0 };
     this.holderKeys.set(key, id);
     this.liveHolders.add(id);
     if (id >= this.hCand.length) {
@@ -291,6 +300,7 @@ export class BlockIndex {
     const ev = engine ? hashView(engine) : sv;
     const cand = this.hCand[holder];
     const confirmed = !h.speculative && cand !== NONE;
+    const clock0 = h.clock;
     let added = 0;
     for (let i = 0; i < seq.length; i++) {
       const lo = sv[2 * i];
@@ -319,6 +329,8 @@ export class BlockIndex {
         this.recExp[r] = expiresAt;
         if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
       }
+      // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
+      this.recTouch[r] = (clock0 + seq.length - i) >>> 0;
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
@@ -328,6 +340,7 @@ export class BlockIndex {
         g.engineMap.data[s * EM + 4] = hi;
       }
     }
+    h.clock = (clock0 + seq.length) >>> 0;
     return added;
   }
 
@@ -347,7 +360,64 @@ export class BlockIndex {
       this.freeRecord(r);
       removed++;
     }
+    h.evicted += removed;
     return removed;
+  }
+
+  // ---------------------------------------------------------------- eviction awareness
+
+  private gpuHolder(instance: string, dpRank: number): Holder | null {
+    const id = this.holderKeys.get(`b\u0000${instance}\u0000${dpRank}\u0000GPU`);
+    const h = id === undefined ? undefined : this.holders[id];
+    return h && h.alive && !h.speculative ? h : null;
+  }
+
+  /** The engine will use this prefix now (a request was routed to it): it becomes the newest in its LRU. */
+  touch(instance: string, dpRank: number, seq: BigUint64Array, depth: number): void {
+    const h = this.gpuHolder(instance, dpRank);
+    if (!h) return;
+    const id = this.holderKeys.get(h.key)!;
+    const sv = hashView(seq);
+    for (let i = Math.min(depth, seq.length) - 1; i >= 0; i--) {
+      const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
+      if (slot === NONE) continue;
+      const r = this.findRecord(this.table.data[slot * T + T_HEAD], id);
+      if (r !== NONE) this.recTouch[r] = h.clock = (h.clock + 1) >>> 0;
+    }
+  }
+
+  /**
+   * How much of an instance's GPU prefix [0, depth) is still there after `allocations` more blocks
+   * are allocated on it (the prefill queued ahead of a request), under LRU: free room first, then
+   * the least recently stored or routed-to blocks go. A holder that never evicted is not full, and
+   * without a confirmed GPU holder there is nothing to judge: both keep the whole depth.
+   */
+  survivingPrefix(instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
+    const h = this.gpuHolder(instance, dpRank);
+    if (!h || h.evicted === 0 || depth <= 0) return depth;
+    const need = allocations - (h.peak - h.count);
+    if (need <= 0) return depth;
+    const id = this.holderKeys.get(h.key)!;
+    const sv = hashView(seq);
+    // Block i survives when at least `need` of the holder's blocks are older than it. Blocks newer
+    // than it number at most clock - touch (re-touches make this an overestimate: cautious).
+    const survives = (i: number): boolean => {
+      const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
+      const r = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
+      if (r === NONE) return true; // held through another holder of the instance: no judgement
+      const newer = (h.clock - this.recTouch[r]) >>> 0;
+      return h.count - newer >= need;
+    };
+    if (survives(depth - 1)) return depth;
+    // Deeper blocks are older (see store): binary search for the first one that goes.
+    let lo = 0;
+    let hi = depth - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (survives(mid)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 
   /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
@@ -623,6 +693,7 @@ export class BlockIndex {
       if (r * R >= this.rec.length) {
         this.rec = grow(this.rec, this.rec.length * 2);
         this.recExp = grow(this.recExp, this.recExp.length * 2);
+        this.recTouch = grow(this.recTouch, this.recTouch.length * 2);
       }
     }
     const rec = this.rec;
@@ -644,6 +715,7 @@ export class BlockIndex {
     else h.head = r;
     h.tail = r;
     h.count++;
+    if (h.count > h.peak) h.peak = h.count;
     this.liveRecords++;
     return r;
   }
@@ -707,7 +779,7 @@ export class BlockIndex {
   }
 }
 
-function grow<T extends Int32Array | Uint8Array | Float64Array>(a: T, n: number): T {
+function grow<T extends Int32Array | Uint8Array | Uint32Array | Float64Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
   return b;

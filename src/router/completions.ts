@@ -140,6 +140,7 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJo
       // The slack is in milliseconds: only the time model's costs are.
       prefixAffinity: r.cost_model === 'time' ? r.prefix_affinity : 0,
       affinityBlocks: r.affinity_blocks,
+      evictionAware: r.eviction_aware,
       sessionKey: p.sessionKey,
       target: r.target,
       busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },

@@ -47,6 +47,11 @@ export interface RouteInput {
   prefixAffinity?: number;
   /** How many blocks past the cached prefix name the new prefix for co-location. */
   affinityBlocks?: number;
+  /**
+   * Credit only the part of a GPU prefix that survives the prefill queued ahead on that instance
+   * (its LRU order and size as the event stream shows them): a prefix about to be evicted is worth less.
+   */
+  evictionAware?: boolean;
 }
 
 export interface CandidateScore extends Candidate {
@@ -133,10 +138,13 @@ export class Scheduler {
     const candidates: CandidateScore[] = [];
     for (const c of input.candidates) {
       const o = byCand.size > 0 ? byCand.get(`${c.instance}\u0000${c.dpRank}`) : undefined;
-      const device = o?.device ?? 0;
+      const load = this.active.load(c.instance, c.dpRank);
+      let device = o?.device ?? 0;
+      if (device > 0 && input.evictionAware && load.activePrefillTokens > 0 && ns) {
+        device = ns.index.survivingPrefix(c.instance, c.dpRank, seq, device, Math.ceil(load.activePrefillTokens / bs));
+      }
       const host = o?.host ?? 0;
       const disk = o?.disk ?? 0;
-      const load = this.active.load(c.instance, c.dpRank);
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
       const rate = this.rates.rate(c.instance, c.dpRank, prior);
       const b = cost(
@@ -204,6 +212,8 @@ export class Scheduler {
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
     const prefill = Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now);
+    // The engine is about to use the cached prefix: it becomes the newest in the instance's LRU.
+    if (c.device > 0) this.indexer.find(ns)?.index.touch(c.instance, c.dpRank, d.seq, c.device);
     if (opts.speculativeTtlMs > 0 && d.seq.length > 0) {
       const space = this.indexer.namespace(ns);
       const holder = space.index.speculativeHolder(c.instance, c.dpRank, opts.speculativeTtlMs);

@@ -216,3 +216,35 @@ describe('EventApplier stream cache', () => {
     expect(who(1n)).toEqual([]);
   });
 });
+
+describe('eviction awareness', () => {
+  const seqA = H(...Array.from({ length: 10 }, (_, i) => 100 + i));
+  const seqB = H(...Array.from({ length: 10 }, (_, i) => 200 + i));
+
+  it('a holder that never evicted keeps every block, whatever is queued', () => {
+    const idx = new BlockIndex();
+    idx.store(idx.holder('a', 0, 'GPU'), seqA);
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 1_000_000)).toBe(10);
+    expect(idx.survivingPrefix('nobody', 0, seqA, 10, 1_000_000)).toBe(10);
+  });
+
+  it('under LRU the oldest prefix goes first, and a routed-to prefix becomes the newest', () => {
+    const idx = new BlockIndex();
+    const h = idx.holder('a', 0, 'GPU');
+    idx.store(h, seqA); // touches: A9 oldest ... A0
+    idx.store(h, seqB); // then B9 ... B0 newest; 20 blocks = the cache's size
+    idx.remove(h, H(208n, 209n)); // evicted: 18 held, room for 2
+    // Room absorbs two allocations.
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 2)).toBe(10);
+    // Five allocations evict three: A9, A8, A7 truly (7 survive); the estimate counts the two
+    // evicted blocks as newer too and keeps 6, erring on the cautious side.
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 5)).toBe(6);
+    expect(idx.survivingPrefix('a', 0, seqB, 8, 5)).toBe(8);
+    // Routing a request to A's prefix refreshes it; B is now the older one.
+    idx.touch('a', 0, seqA, 10);
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 5)).toBe(10);
+    expect(idx.survivingPrefix('a', 0, seqB, 8, 5)).toBe(6);
+    // More than the whole cache: nothing survives.
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 40)).toBe(0);
+  });
+});

@@ -1,4 +1,5 @@
 // The routing variants the cluster benchmark compares, and how each is configured on the router.
+import { ROUTING_KEYS } from '../../config/schema.js';
 
 export interface PolicyVariant {
   /** Name in flags and reports. */
@@ -39,8 +40,36 @@ export const VARIANTS: readonly PolicyVariant[] = [
 /** The default selection: every variant the issue asks for (power-of-two on request). */
 export const DEFAULT_POLICIES = ['kv', 'kv-no-tier', 'approx', 'round-robin', 'random', 'least-loaded', 'session'];
 
+const INLINE = /^([\w-]+)\[(.*)\]$/;
+const VALUE = /^[\w.+-]+$/;
+
+/**
+ * A variant by name, or a named variant with routing keys set inline:
+ * `kv[prefix_affinity=0.25,decode_interference=0]`, `kv[medium_weights.cpu=0.5]`.
+ * Keys are routing keys a model may set (docs/configuration.md); the router validates the values.
+ */
 export function variant(name: string): PolicyVariant {
-  const v = VARIANTS.find((x) => x.name === name);
-  if (!v) throw new Error(`unknown policy '${name}' (one of ${VARIANTS.map((x) => x.name).join(', ')})`);
-  return v;
+  const m = INLINE.exec(name);
+  const baseName = m ? m[1] : name;
+  const v = VARIANTS.find((x) => x.name === baseName);
+  if (!v) throw new Error(`unknown policy '${baseName}' (one of ${VARIANTS.map((x) => x.name).join(', ')})`);
+  if (!m) return v;
+  const lines: string[] = [];
+  const nested = new Map<string, string[]>();
+  for (const part of m[2].split(',').map((x) => x.trim()).filter(Boolean)) {
+    const eq = part.indexOf('=');
+    const key = eq > 0 ? part.slice(0, eq).trim() : '';
+    const value = eq > 0 ? part.slice(eq + 1).trim() : '';
+    const [top, sub, ...rest] = key.split('.');
+    if (!(ROUTING_KEYS as string[]).includes(top) || rest.length > 0 || (sub !== undefined && top !== 'medium_weights') || !VALUE.test(value)) {
+      throw new Error(`policy '${name}': "${part}" is not routing_key=value (routing keys: ${ROUTING_KEYS.join(', ')}; medium_weights.cpu|disk|shared)`);
+    }
+    if (sub !== undefined) nested.set(top, [...(nested.get(top) ?? []), `${sub}: ${value}`]);
+    else lines.push(`  ${top}: ${value}`);
+  }
+  for (const [k, kv] of nested) lines.push(`  ${k}: { ${kv.join(', ')} }`);
+  // YAML refuses duplicate keys: an inline key replaces the base variant's line.
+  const keys = new Set(lines.map((l) => l.trim().split(':')[0]));
+  const base = v.routingYaml.filter((l) => !keys.has(l.trim().split(':')[0]));
+  return { ...v, name, routingYaml: [...base, ...lines], summary: `${v.summary}; ${m[2]}` };
 }

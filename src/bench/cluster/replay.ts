@@ -6,7 +6,8 @@ import type { BenchRequest } from '../workloads/types.js';
 import { type Sample, sendStreaming } from './client.js';
 
 export interface ReplayOptions {
-  url: string;
+  /** Router base URL, or several: request i goes to urls[i % n] (a plain L4 balancer, no stickiness). */
+  url: string | readonly string[];
   model: string;
   rateScale: number;
   sessionHeader: string;
@@ -30,6 +31,7 @@ export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): P
     const a = reqs[i].after;
     if (a) followers.set(a.index, [...(followers.get(a.index) ?? []), i]);
   }
+  const urls = typeof o.url === 'string' ? [o.url] : o.url;
   const samples: Sample[] = new Array(reqs.length);
   const t0 = performance.now();
   let remaining = reqs.length;
@@ -43,7 +45,7 @@ export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): P
     const sentAt = performance.now() - t0;
     const body = JSON.stringify({ model: o.model, stream: true, stream_options: { include_usage: true }, max_tokens: r.maxTokens, ...r.body() });
     const headers: Record<string, string> = r.sessionKey ? { [o.sessionHeader]: r.sessionKey } : {};
-    void sendStreaming({ dispatcher, url: `${o.url}${r.path}`, body, headers, signal: abort.signal }).then((res) => {
+    void sendStreaming({ dispatcher, url: `${urls[i % urls.length]}${r.path}`, body, headers, signal: abort.signal }).then((res) => {
       const s: Sample = { index: i, sentAt, lagMs: Math.max(0, sentAt - due), ...res };
       samples[i] = s;
       lastEnd = Math.max(lastEnd, sentAt + res.e2eMs);

