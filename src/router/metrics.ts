@@ -68,6 +68,16 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   perInstance('kvrouter_active_blocks', 'KV blocks held by in-flight requests (shared prefixes once)', (l) => l.activeBlocks);
   perInstance('kvrouter_active_requests', 'In-flight requests', (l) => l.activeRequests);
   new Gauge({
+    name: 'kvrouter_instance_prefill_tokens_per_second',
+    help: 'Prefill speed the time cost model uses per instance and DP rank, learned from streamed first-token times (absent until learned)',
+    labelNames: ['instance', 'dp_rank'],
+    registers: [reg],
+    collect() {
+      this.reset();
+      for (const r of src.scheduler.rates.snapshot()) this.set({ instance: r.instance, dp_rank: String(r.dpRank) }, r.tokensPerS);
+    },
+  });
+  new Gauge({
     name: 'kvrouter_bookings',
     help: 'Open bookings (returns to 0 when idle)',
     registers: [reg],

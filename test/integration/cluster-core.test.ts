@@ -43,7 +43,7 @@ describe('RemoteBookings', () => {
     expect(rb.handle(add('me', 'x', 1, 'own'), 0).outcome).toBe('own');
     expect(rb.handle(add('me', 'other', 1, 'dup-id'), 0).outcome).toBe('conflict');
     expect(rb.handle(add('p', 'i', 1, 'r1', 1000), 0).outcome).toBe('applied');
-    expect(active.load('e0', 0)).toEqual({ activePrefillTokens: 8, activeBlocks: 2, activeRequests: 1 });
+    expect(active.load('e0', 0)).toEqual({ activePrefillTokens: 8, activeBlocks: 2, activeRequests: 1, decodingRequests: 0 });
     expect(indexer.queryHashes(NS, BigUint64Array.of(7n, 8n), 10).candidates[0]).toMatchObject({ instance: 'e0', device: 2 });
     expect(rb.handle({ router: 'p', incarnation: 'i', seq: 2, kind: 'prefill', id: 'r1' }, 0).released).toBe(true);
     expect(active.load('e0', 0).activePrefillTokens).toBe(0);

@@ -62,7 +62,7 @@ describe('replica sync', () => {
     const r = await call(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt('a'), request_id: 'sync-1', router_config_override: { policy: 'direct', target: 'e0' } });
     expect(r.status).toBe(200);
     const local = load(0, 'e0');
-    expect(local).toEqual({ activePrefillTokens: 640, activeBlocks: 40, activeRequests: 1 });
+    expect(local).toEqual({ activePrefillTokens: 640, activeBlocks: 40, activeRequests: 1, decodingRequests: 0 });
     await waitFor('B and C see the booking', () => load(1, 'e0').activeRequests === 1 && load(2, 'e0').activeRequests === 1, 60_000);
     expect(load(1, 'e0')).toEqual(local);
     // The speculative insert travels too: B finds the prompt's blocks on e0 before any KV event.
@@ -78,7 +78,7 @@ describe('replica sync', () => {
     expect(load(1, 'e0').activeBlocks).toBe(40);
     await call(routers[0].url, '/v1/route/sync-1/free');
     await waitFor('freed everywhere', () => routers.every((x) => x.scheduler.active.size === 0), 60_000);
-    for (let i = 0; i < 3; i++) expect(routers[i].scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    for (let i = 0; i < 3; i++) expect(routers[i].scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 
   it('proxied completions are booked on every replica while in flight and freed after', async () => {

@@ -65,7 +65,7 @@ describe('/v1/route', () => {
     const r = await call(router.url, 'POST', '/v1/route', { ...chatBody('book me'), request_id: 'gw-1' });
     expect(r.body).toMatchObject({ booked: true, request_id: 'gw-1' });
     const inst = r.body.instance_id as string;
-    expect(load(inst)).toEqual({ activePrefillTokens: r.body.prompt_tokens, activeBlocks: Math.floor(r.body.prompt_tokens / 16), activeRequests: 1 });
+    expect(load(inst)).toEqual({ activePrefillTokens: r.body.prompt_tokens, activeBlocks: Math.floor(r.body.prompt_tokens / 16), activeRequests: 1, decodingRequests: 0 });
     expect((await call(router.url, 'POST', '/v1/route', { ...chatBody('book me'), request_id: 'gw-1' })).status).toBe(409);
     expect(await call(router.url, 'POST', '/v1/route/gw-1/prefill_complete')).toMatchObject({ status: 200, body: { status: 'prefill_complete' } });
     expect(load(inst).activePrefillTokens).toBe(0);
@@ -73,7 +73,7 @@ describe('/v1/route', () => {
     expect(await call(router.url, 'POST', '/v1/route/gw-1/free')).toMatchObject({ status: 200, body: { status: 'already_freed' } });
     expect((await call(router.url, 'POST', '/v1/route/nobody/free')).status).toBe(404);
     expect((await call(router.url, 'POST', '/v1/route/nobody/prefill_complete')).status).toBe(404);
-    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 
   it('validates token ids, overrides and request ids', async () => {

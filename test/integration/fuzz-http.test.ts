@@ -145,6 +145,6 @@ describe('HTTP fuzz', () => {
     await ok.body.text();
     const deadline = Date.now() + 10_000;
     while (router.scheduler.active.size > 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
-    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 });

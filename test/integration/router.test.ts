@@ -126,6 +126,17 @@ describe('routing', () => {
     const direct = await post('/v1/chat/completions', chat('direct'), { 'x-kvrouter-target': 'e2' });
     expect(direct.headers).toMatchObject({ 'x-kvrouter-instance': 'e2', 'x-kvrouter-policy': 'direct', 'x-kvrouter-attempts': '1' });
     expect(direct.headers['x-kvrouter-cost']).toMatch(/^\d+\.\d{3}$/);
+    expect(Number(direct.headers['x-kvrouter-predicted-ttft-ms'])).toBeGreaterThan(0);
+    // The cost model is selectable per request; /debug/route shows the predicted times either way.
+    const badModel = await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-cost-model': 'vibes' });
+    expect(badModel.status).toBe(400);
+    expect(badModel.body.error.param).toBe('x-kvrouter-cost-model');
+    expect((await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-prefix-affinity': '-1' })).status).toBe(400);
+    const timeView = (await post('/debug/route', chat('cost models'))).body.candidates[0];
+    const blockView = (await post('/debug/route', chat('cost models'), { 'x-kvrouter-cost-model': 'blocks' })).body.candidates[0];
+    expect(timeView.predicted.ttft_ms).toBeCloseTo(timeView.predicted.queue_ms + timeView.predicted.prefill_ms, 6);
+    expect(timeView.cost).toBeCloseTo(timeView.predicted.ttft_ms + timeView.predicted.interference_ms, 6);
+    expect(blockView.cost).toBeCloseTo(blockView.prefill_blocks + blockView.decode_blocks, 6);
     // Policies that ignore the cache do not pay for tokenization.
     const tokenized = async () => Number(/kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(await request(`${router.url}/metrics`).then((r) => r.body.text()))![1]);
     const before = await tokenized();
@@ -185,7 +196,7 @@ describe('routing', () => {
     expect(aborted).toBeGreaterThan(50);
     expect(ok).toBeGreaterThan(200);
     await waitFor('bookings released', () => router.scheduler.active.size === 0);
-    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0 });
+    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 });
 
