@@ -85,6 +85,12 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       queue_timeout_ms: int('Longest wait in the queue before 503 (also covers instances that are all down, e.g. a rolling restart).', { min: 0, max: 3_600_000, default: 30_000 }),
     }),
   }),
+  verification: obj('Closed-loop check of cache predictions: each response\'s usage.prompt_tokens_details.cached_tokens against the prefix the index predicted on the chosen instance (docs/troubleshooting.md#zero-cache-hits).', {
+    enabled: bool('Compare predictions with what the engines report (needs usage in responses: non-streaming, or stream_options.include_usage; vLLM needs --enable-prompt-tokens-details).', { default: true }),
+    window: int('Informative requests judged per instance; the alarm needs a full window.', { min: 5, max: 100_000, default: 50 }),
+    alarm_ratio: num('Share of the window wrong in one direction that raises the alarm (it clears below half of that).', { min: 0.5, max: 1, default: 0.8 }),
+    action: str('On an alarm: warn (log and metrics), resync (purge the instance\'s index entries so its events rebuild them), or distrust (its entries earn no credit, it competes on load, until predictions agree again).', { enum: ['warn', 'resync', 'distrust'] as const, default: 'warn' }),
+  }),
   proxy: obj('Upstream HTTP (undici).', {
     connect_timeout_ms: int('TCP connect timeout to an engine.', { min: 1, default: 5000 }),
     headers_timeout_ms: int('Longest wait for the engine\'s response headers (includes its queueing and prefill).', { min: 1, default: 600_000 }),

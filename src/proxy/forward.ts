@@ -9,6 +9,7 @@ import { sendError } from '../api/errors.js';
 import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
+import { type EngineUsage, UsageTail } from '../feedback/usage-tail.js';
 import type { CapacityQueue } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
@@ -27,6 +28,8 @@ export interface ForwardObserver {
   firstByte?(instance: string, ttftMs: number, stream: boolean): void;
   finished?(instance: string | null, status: number, outcome: 'ok' | 'upstream_error' | 'client_abort' | 'no_capacity' | 'failed', durationMs: number, policy: string): void;
   retried?(instance: string, reason: string): void;
+  /** A successful response ended: what the engine reported about the prompt (null: no usage in it). */
+  reported?(d: Decision, usage: EngineUsage | null): void;
   healthChanged?(instance: string, event: 'ejected' | 'readmitted'): void;
 }
 
@@ -211,8 +214,11 @@ async function dispatch(
   res.writeHead(up.statusCode, out);
   if (job.stream) sseResponses.add(res);
   let first = true;
+  // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
+  const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
   try {
     for await (const chunk of up.body) {
+      tail?.push(chunk as Buffer);
       if (first) {
         first = false;
         // A stream's first chunk is its first token; a plain response's is its last, which says
@@ -229,6 +235,7 @@ async function dispatch(
       return 'done';
     }
     res.end();
+    if (tail) observer!.reported!(d, tail.read());
     observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
   } catch (err) {
     if (abort.signal.aborted || res.destroyed) {

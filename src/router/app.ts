@@ -30,6 +30,7 @@ import { mountOpsRoutes } from './ops-routes.js';
 import { startProbes } from './probes.js';
 import { createReloader, type ReloadResult } from './reload.js';
 import { closeRuntime, createRuntime, type RouterRuntime } from './runtime.js';
+import type { FeedbackLoop } from '../feedback/loop.js';
 
 export type { ReloadResult } from './reload.js';
 
@@ -47,6 +48,8 @@ export interface RouterHandle {
   readonly models: ReadonlyMap<string, ModelRuntime>;
   /** Replica sync, peer recovery and relayed events (null when `cluster:` asks for none). */
   readonly cluster: ClusterHandle | null;
+  /** Closed-loop check of cache predictions (alarms, actions taken). */
+  readonly feedback: FeedbackLoop;
   /** Apply a new configuration (or re-read the config file) without dropping in-flight requests. */
   reload(next?: RouterConfig): Promise<ReloadResult>;
   /** Stop accepting, let in-flight requests finish (up to the grace period), close everything. */
@@ -178,6 +181,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     get cluster() {
       return rt.cluster;
     },
+    feedback: rt.feedback,
     reload,
     close() {
       closing ??= (async () => {

@@ -35,6 +35,8 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
         cost: x.cost,
         load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
         busy: x.busy,
+        indexed_tokens: x.indexedBlocks * d.blockSize,
+        distrusted: x.distrusted,
       })),
     });
   });

@@ -73,5 +73,6 @@ export function combineObservers(...obs: ForwardObserver[]): ForwardObserver {
     finished: (...a) => obs.forEach((o) => o.finished?.(...a)),
     retried: (...a) => obs.forEach((o) => o.retried?.(...a)),
     healthChanged: (...a) => obs.forEach((o) => o.healthChanged?.(...a)),
+    reported: (...a) => obs.forEach((o) => o.reported?.(...a)),
   };
 }

@@ -2,12 +2,15 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { ForwardObserver } from '../proxy/forward.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
+import type { Alarm, Verdict } from '../feedback/verifier.js';
 
 export interface RouterMetricsSources {
   scheduler: Scheduler;
   instances: () => Array<{ id: string; model: string; healthy: boolean; dpSize: number }>;
   queueDepth: () => number;
   tokenizerStats: () => { hits: number; misses: number };
+  /** Open hit-prediction alarms (closed-loop check). */
+  alarms: () => Alarm[];
 }
 
 export interface RouterMetrics extends ForwardObserver {
@@ -17,6 +20,8 @@ export interface RouterMetrics extends ForwardObserver {
   denied(routeClass: string, status: number): void;
   /** A client connection closed at once because server.max_connections were open. */
   connectionRefused(): void;
+  /** The closed-loop check judged one response (error = reported - predicted cached tokens). */
+  hitJudged(instance: string, verdict: Verdict | 'unverified', errorTokens: number | null): void;
 }
 
 export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
@@ -67,6 +72,25 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   perInstance('kvrouter_active_prefill_tokens', 'Booked prompt tokens not yet prefilled', (l) => l.activePrefillTokens);
   perInstance('kvrouter_active_blocks', 'KV blocks held by in-flight requests (shared prefixes once)', (l) => l.activeBlocks);
   perInstance('kvrouter_active_requests', 'In-flight requests', (l) => l.activeRequests);
+  const ERR = [16, 64, 256, 1024, 4096, 16384];
+  const predictionError = new Histogram({
+    name: 'kvrouter_hit_prediction_error_tokens',
+    help: 'Engine-reported cached tokens minus the router\'s prediction, per response with usage (negative: the router over-predicted)',
+    labelNames: ['instance'],
+    buckets: [...ERR.map((x) => -x).reverse(), 0, ...ERR],
+    registers: [reg],
+  });
+  const predictions = new Counter({ name: 'kvrouter_hit_predictions_total', help: 'Responses judged by the closed-loop hit check: agree, over (predicted more than reported), under, unverified (no cached count in the usage)', labelNames: ['instance', 'verdict'], registers: [reg] });
+  new Gauge({
+    name: 'kvrouter_hit_prediction_alarm',
+    help: '1 while the instance\'s cache predictions are persistently wrong in this direction (see the log line and /health)',
+    labelNames: ['instance', 'direction'],
+    registers: [reg],
+    collect() {
+      this.reset();
+      for (const a of src.alarms()) this.set({ instance: a.instance, direction: a.direction }, 1);
+    },
+  });
   new Gauge({
     name: 'kvrouter_instance_prefill_tokens_per_second',
     help: 'Prefill speed the time cost model uses per instance and DP rank, learned from streamed first-token times (absent until learned)',
@@ -127,6 +151,10 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
     },
     healthChanged(instance, event) {
       health.inc({ instance, event });
+    },
+    hitJudged(instance, verdict, errorTokens) {
+      predictions.inc({ instance, verdict });
+      if (errorTokens !== null) predictionError.observe({ instance }, errorTokens);
     },
     tokenized(model, seconds) {
       tokenize.observe({ model }, seconds);

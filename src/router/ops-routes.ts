@@ -30,6 +30,13 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
         }),
       })),
       bookings: scheduler.active.size,
+      // Closed-loop check: per instance, judged responses and any open alarm with its cause.
+      hit_predictions: {
+        action: rt.deps.cfg.verification.enabled ? rt.deps.cfg.verification.action : 'off',
+        alarms: rt.feedback.verifier.alarms().map((a) => ({ instance: a.instance, direction: a.direction, count: a.count, of: a.of, mean_predicted_tokens: a.meanPredicted, mean_reported_tokens: a.meanReported, since: a.since, message: a.message, distrusted: scheduler.distrusted.has(a.instance) })),
+        instances: Object.fromEntries(rt.all.flatMap((m) => m.instances.map((i) => [i.id, rt.feedback.verifier.totals(i.id)]))),
+        recent_actions: rt.feedback.actions.slice(-20),
+      },
       index: rt.indexer.stats(),
       listeners: rt.listeners.statusCounts(),
     }),

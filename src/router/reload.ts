@@ -6,7 +6,7 @@ import type { RouterConfig } from '../config/schema.js';
 import { fillEngineInstances } from './engines.js';
 import { reconcileModels } from './models.js';
 import { reconcileRegistrations } from './registrations.js';
-import { checkAuth, indexInstances, type RouterRuntime } from './runtime.js';
+import { checkAuth, feedbackOptions, indexInstances, type RouterRuntime } from './runtime.js';
 
 export interface ReloadResult {
   ok: boolean;
@@ -56,10 +56,12 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   deps.models = r.byName;
   deps.access = access;
   rt.queue.setMaxSize(next.routing.busy.queue_size);
+  rt.feedback.configure(feedbackOptions(next));
   for (const i of r.removedInstances) {
     writer.purgeInstance({ instance: i.id });
     const freed = rt.scheduler.active.dropInstance(i.id);
     rt.scheduler.rates.drop(i.id);
+    rt.feedback.forget(i.id);
     changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
     void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
   }

@@ -18,6 +18,7 @@ import { KvIndexWriter } from '../indexer/writer.js';
 import { CapacityQueue } from '../proxy/capacity.js';
 import { cutResponse } from '../proxy/forward.js';
 import { Scheduler } from '../scheduler/scheduler.js';
+import { FeedbackLoop, type FeedbackOptions } from '../feedback/loop.js';
 import type { CompletionDeps } from './completions.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
 import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
@@ -40,6 +41,8 @@ export interface RouterRuntime {
   readonly metrics: RouterMetrics;
   readonly indexMetrics: IndexMetrics;
   readonly decisions: DecisionLog;
+  /** Closed-loop check of cache predictions against the engines' usage reports. */
+  readonly feedback: FeedbackLoop;
   readonly peers: PeerList;
   /** Per-request view: config, models, access (reload swaps these fields). */
   readonly deps: CompletionDeps & { indexer: TieredIndexer };
@@ -63,6 +66,11 @@ export function checkAuth(cfg: RouterConfig, access: Access): void {
   if (!access.enabled && !isLoopbackHost(cfg.server.host) && !cfg.auth.allow_unauthenticated) {
     throw new Error(`refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`);
   }
+}
+
+export function feedbackOptions(cfg: RouterConfig): FeedbackOptions {
+  const v = cfg.verification;
+  return { enabled: v.enabled, window: v.window, alarmRatio: v.alarm_ratio, action: v.action };
 }
 
 /** Enrol every configured instance in its model's namespace and label it for metrics. */
@@ -111,6 +119,9 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   if (!relayed) await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
   const modelOfInstance = new Map<string, string>();
   const label = (i: string) => modelOfInstance.get(i) ?? 'unknown';
+  // The metrics sink is bound late: the loop is created first so the metrics can read its alarms.
+  let judged: RouterMetrics['hitJudged'] = () => undefined;
+  const feedback = new FeedbackLoop(feedbackOptions(cfg0), { writer, distrusted: scheduler.distrusted, log, now, judged: (...a) => judged(...a) });
   // The gauges read `rt.all` at scrape time, so they follow reloads.
   const metrics = createRouterMetrics(
     prom,
@@ -128,9 +139,11 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
         }
         return { hits, misses };
       },
+      alarms: () => feedback.verifier.alarms(),
     },
     label,
   );
+  judged = metrics.hitJudged;
   const decisions = new DecisionLog(500, label, now);
   const rt: RouterRuntime = {
     log,
@@ -146,8 +159,9 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     metrics,
     indexMetrics: registerIndexMetrics(prom, indexer),
     decisions,
+    feedback,
     peers: new PeerList(cfg0.cluster.peers),
-    deps: { cfg: cfg0, models: modelSet.byName, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions) },
+    deps: { cfg: cfg0, models: modelSet.byName, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
     all: modelSet.all,
     ownedRegs,
     relayed,

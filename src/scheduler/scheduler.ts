@@ -69,6 +69,10 @@ export interface CandidateScore extends Candidate {
   interferenceMs: number;
   /** The worker's prefill speed the prediction used (learned, or the prior). */
   tokensPerS: number;
+  /** Longest prefix the index holds for it on any tier, in blocks, credited or not (what the engine should report). */
+  indexedBlocks: number;
+  /** Its predictions failed the closed-loop check: its index entries earn no credit. */
+  distrusted: boolean;
   cost: number;
   load: Load;
   busy: boolean;
@@ -109,6 +113,11 @@ export class Scheduler {
   readonly active = new ActiveSequences();
   /** Prefill speed per worker, learned from first-token times of the bookings made here. */
   readonly rates = new PrefillRates();
+  /**
+   * Instances whose cache predictions the closed-loop check found wrong: they compete on load
+   * alone until their (still computed) predictions agree with the engine again.
+   */
+  readonly distrusted = new Set<string>();
   private readonly turns = new Map<string, number>();
   private readonly hooks: SchedulerHooks[] = [];
 
@@ -139,16 +148,18 @@ export class Scheduler {
     for (const c of input.candidates) {
       const o = byCand.size > 0 ? byCand.get(`${c.instance}\u0000${c.dpRank}`) : undefined;
       const load = this.active.load(c.instance, c.dpRank);
-      let device = o?.device ?? 0;
+      const distrusted = this.distrusted.size > 0 && this.distrusted.has(c.instance);
+      const indexedBlocks = Math.max(o?.disk ?? 0, shared);
+      let device = distrusted ? 0 : (o?.device ?? 0);
       if (device > 0 && input.evictionAware && load.activePrefillTokens > 0 && ns) {
         device = ns.index.survivingPrefix(c.instance, c.dpRank, seq, device, Math.ceil(load.activePrefillTokens / bs));
       }
-      const host = o?.host ?? 0;
-      const disk = o?.disk ?? 0;
+      const host = distrusted ? 0 : (o?.host ?? 0);
+      const disk = distrusted ? 0 : (o?.disk ?? 0);
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
       const rate = this.rates.rate(c.instance, c.dpRank, prior);
       const b = cost(
-        { device, host, disk, shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, decodingRequests: load.decodingRequests, newBlocks },
+        { device, host, disk, shared: distrusted ? 0 : shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, decodingRequests: load.decodingRequests, newBlocks },
         isl,
         bs,
         input.weights,
@@ -160,7 +171,7 @@ export class Scheduler {
         device,
         host,
         disk,
-        shared,
+        shared: distrusted ? 0 : shared,
         newBlocks,
         creditedBlocks: b.creditedBlocks,
         prefillBlocks: b.prefillBlocks,
@@ -170,6 +181,8 @@ export class Scheduler {
         ttftMs: b.ttftMs,
         interferenceMs: b.interferenceMs,
         tokensPerS: 1000 / rate.msPerToken,
+        indexedBlocks,
+        distrusted,
         cost: b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
