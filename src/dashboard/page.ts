@@ -84,7 +84,7 @@ const BODY = String.raw`
     <h2>Instances <small>load is what the router has booked; cached blocks are what KV events reported</small></h2>
     <table id="instances">
       <thead><tr><th>Instance</th><th>Model</th><th>State</th><th class="num">Requests</th><th class="num">Prefill tokens</th><th class="num">Decode blocks</th>
-      <th class="num">GPU blocks</th><th class="num">CPU</th><th class="num">DISK</th><th class="num">EXT</th><th>Last error</th></tr></thead>
+      <th class="num">GPU blocks</th><th class="num">CPU</th><th class="num">DISK</th><th class="num">EXT</th><th class="num" title="Share of judged responses whose engine-reported cached tokens agreed with the router's prediction">Hit check</th><th>Last error</th></tr></thead>
       <tbody></tbody>
     </table>
   </section>

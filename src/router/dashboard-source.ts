@@ -4,6 +4,7 @@ import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
+import type { HitVerifier } from '../feedback/verifier.js';
 import type { DecisionLog } from './decision-log.js';
 import type { ModelRuntime } from './models.js';
 
@@ -16,6 +17,7 @@ export interface DashboardDeps {
   log: DecisionLog;
   queueDepth: () => number;
   now: () => number;
+  feedback: HitVerifier;
 }
 
 export function dashboardSource(d: DashboardDeps): DashboardSource {
@@ -63,6 +65,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
             load: { active_prefill_tokens: p, active_blocks: b, active_requests: r },
             cached_blocks: cached.get(i.id) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 },
             listeners: (byInstance.get(i.id) ?? []).sort((a, b) => a.dp_rank - b.dp_rank),
+            hit_check: { ...d.feedback.totals(i.id), alarm: d.feedback.alarm(i.id)?.message ?? null, distrusted: d.scheduler.distrusted.has(i.id) },
           };
         }),
       );

@@ -96,6 +96,9 @@ describe('dashboard in a browser', () => {
     await page.waitForFunction((id) => Number(document.querySelector(`#instances tr[data-instance="${id}"] td.cached-gpu`)!.textContent!.replace(/,/g, '')) > 0, warm);
     await page.waitForFunction(() => Number(document.querySelector('#events tr[data-status=ok] td.total')!.textContent!.replace(/,/g, '')) > 0);
     expect(numberIn(await text(page, '#hit-total td:nth-child(2)'))).toBeGreaterThan(0);
+    // The closed-loop hit check: the warm instance's predictions were judged and agree (a percentage, no alarm).
+    await page.waitForFunction((id) => /^\d+%$/.test(document.querySelector(`#instances tr[data-instance="${id}"] td.hit-check`)!.textContent!), warm);
+    expect(await page.locator(`#instances tr[data-instance="${warm}"] td.hit-check .badge`).count()).toBe(0);
 
     // Under concurrent traffic: KV events per second and in-flight load become non-zero.
     let stop = false;

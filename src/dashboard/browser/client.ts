@@ -152,12 +152,20 @@ function renderInstances(s: DashboardSnapshot): void {
       c.classList.add(`cached-${cls}`);
       tr.appendChild(c);
     }
-    const e = td(i.last_error || '', 'err');
-    e.title = i.last_error || '';
+    const hc = i.hit_check;
+    const judged = hc.agree + hc.over + hc.under;
+    const check = td(judged ? `${Math.round((100 * hc.agree) / judged)}%` : '-', 'num hit-check');
+    check.title = `${hc.agree} agree, ${hc.over} over-predicted, ${hc.under} under-predicted${hc.distrusted ? '; distrusted: routed on load only' : ''}`;
+    if (hc.alarm) check.appendChild(el('span', 'badge ejected', hc.distrusted ? 'distrusted' : 'alarm'));
+    tr.appendChild(check);
+    // A prediction alarm says more than a transport error: it shows first.
+    const err = hc.alarm ?? i.last_error ?? '';
+    const e = td(err, 'err');
+    e.title = err;
     tr.appendChild(e);
     return tr;
   });
-  replaceRows(tbodyOf('instances'), rows, 'no instances', 11);
+  replaceRows(tbodyOf('instances'), rows, 'no instances', 12);
 }
 
 function onSnapshot(msg: SnapshotEvent): void {
