@@ -85,6 +85,12 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       queue_timeout_ms: int('Longest wait in the queue before 503 (also covers instances that are all down, e.g. a rolling restart).', { min: 0, max: 3_600_000, default: 30_000 }),
     }),
   }),
+  lora: obj('LoRA adapters (docs/api.md#lora-adapters).', {
+    discover: bool('Ask every instance\'s /v1/models which adapters it serves (vLLM lists them with `parent` = the base model) and route adapter requests there.', { default: true }),
+    discover_interval_ms: int('How often discovery asks each instance.', { min: 100, max: 3_600_000, default: 10_000 }),
+    adapter_load_ms: num('time cost model: penalty for an instance that has not served the adapter within adapter_warm_ms (it may have to load it into a GPU slot first); 0 disables adapter affinity.', { min: 0, max: 600_000, default: 50 }),
+    adapter_warm_ms: int('An instance that served the adapter this recently is taken to have it loaded.', { min: 0, max: 86_400_000, default: 60_000 }),
+  }),
   verification: obj('Closed-loop check of cache predictions: each response\'s usage.prompt_tokens_details.cached_tokens against the prefix the index predicted on the chosen instance (docs/troubleshooting.md#zero-cache-hits).', {
     enabled: bool('Compare predictions with what the engines report (needs usage in responses: non-streaming, or stream_options.include_usage; vLLM needs --enable-prompt-tokens-details).', { default: true }),
     window: int('Informative requests judged per instance; the alarm needs a full window.', { min: 5, max: 100_000, default: 50 }),
@@ -132,12 +138,14 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       }),
       routing: obj('Per-model overrides of the routing defaults.', routingFields(false), { optional: true }),
       min_initial_instances: int('/ready stays false until this many instances are healthy.', { min: 0, default: 0 }),
+      lora_adapters: arr('LoRA adapters every instance of this model serves: requests naming one are routed to those instances, in the adapter\'s own cache namespace. More are discovered from the engines (lora.discover).', str('An adapter name, as clients send it in `model`.', { pattern: /^[^\s]{1,256}$/, patternDoc: '1-256 characters, no whitespace' }), { default: [] }),
       instances: arr(
         'Engine instances serving this model.',
         obj('An instance.', {
           id: str('Instance id (router target; also the KV events backend id).'),
           url: str('Base URL of the engine\'s OpenAI API: http://host:port or unix:///path/to.sock.', { pattern: URL_RE, patternDoc: 'http(s)://host:port or unix:///path' }),
           dp_size: int('Data-parallel ranks behind this URL.', { min: 1, max: 1024, default: 1 }),
+          lora_adapters: arr('LoRA adapters this instance serves (besides the model\'s lora_adapters and what discovery finds).', str('An adapter name.', { pattern: /^[^\s]{1,256}$/, patternDoc: '1-256 characters, no whitespace' }), { default: [] }),
           kv_events: obj('Where the engine publishes KV events (omit for engines without them: use the approx policy).', {
             endpoint: str('ZMQ PUB endpoint of dp rank 0 (rank r: port + r).', { pattern: ZMQ, patternDoc: 'a ZMQ endpoint such as tcp://host:port' }),
             replay_endpoint: str('ZMQ ROUTER replay endpoint of dp rank 0 (rank r: port + r).', { pattern: ZMQ, patternDoc: 'a ZMQ endpoint', optional: true }),

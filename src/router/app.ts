@@ -31,6 +31,7 @@ import { startProbes } from './probes.js';
 import { createReloader, type ReloadResult } from './reload.js';
 import { closeRuntime, createRuntime, type RouterRuntime } from './runtime.js';
 import type { FeedbackLoop } from '../feedback/loop.js';
+import { startAdapterDiscovery } from './adapter-discovery.js';
 
 export type { ReloadResult } from './reload.js';
 
@@ -120,6 +121,7 @@ function connectionsDropped(rt: RouterRuntime, max: number): () => void {
 function startTimers(rt: RouterRuntime): () => void {
   const { deps, scheduler, queue, now } = rt;
   const probes = startProbes(() => rt.all, () => deps.cfg.health);
+  const discovery = startAdapterDiscovery(() => rt.all, () => deps.cfg, rt.adapters);
   const timers = [
     setInterval(() => rt.indexer.expire(now()), 1000),
     setInterval(() => {
@@ -133,6 +135,7 @@ function startTimers(rt: RouterRuntime): () => void {
   for (const t of timers) t.unref();
   return () => {
     probes.stop();
+    discovery.stop();
     for (const t of timers) clearInterval(t);
   };
 }

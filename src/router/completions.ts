@@ -9,6 +9,8 @@ import { forward } from '../proxy/forward.js';
 import type { Access, Principal } from '../auth/access.js';
 import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
+import type { AdapterDirectory } from '../lora/directory.js';
+import type { InstanceRuntime } from '../proxy/forward.js';
 import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
 import { parseOpenAIBody, readRequestBody } from '../api/body.js';
@@ -17,6 +19,7 @@ import { sendError } from '../api/errors.js';
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
   models: Map<string, ModelRuntime>;
+  adapters: AdapterDirectory;
   metrics: RouterMetrics;
   access: Access;
 }
@@ -42,6 +45,10 @@ export function modelNotFound(model: string): OpenAIError {
 
 export interface PreparedRoute {
   model: ModelRuntime;
+  /** The LoRA adapter the request names, or null for the base model. */
+  adapter: string | null;
+  /** Instances that may serve it: the model's, or only those serving the adapter. */
+  instances: readonly InstanceRuntime[];
   tokens: Uint32Array | null;
   routing: RequestRouting;
   cacheSalt: string | null;
@@ -55,16 +62,15 @@ export async function prepareRoute(
   kind: CompletionKind,
   raw: unknown,
   headers: IncomingHttpHeaders,
-  deps: Pick<CompletionDeps, 'cfg' | 'models' | 'metrics' | 'now' | 'access'>,
+  deps: Pick<CompletionDeps, 'cfg' | 'models' | 'adapters' | 'metrics' | 'now' | 'access'>,
   principal: Principal,
   /** Tokenize even when the policy does not need tokens (/debug/route, /v1/route). */
   alwaysTokenize = false,
 ): Promise<PreparedRoute> {
   const parsed = parseCompletion(kind, raw, deps.cfg.server.max_messages);
-  const model = deps.models.get(parsed.model);
-  if (!model || !deps.access.modelAllowed(principal, parsed.model)) {
-    if (model) throw new OpenAIError(403, `this API key may not use the model \`${parsed.model}\``, 'invalid_request_error', 'model', 'model_not_allowed');
-    throw modelNotFound(parsed.model);
+  const { model, adapter, instances } = resolveModel(parsed.model, deps);
+  if (!deps.access.modelAllowed(principal, parsed.model)) {
+    throw new OpenAIError(403, `this API key may not use the model \`${parsed.model}\``, 'invalid_request_error', 'model', 'model_not_allowed');
   }
   const routing = applyOverrides(headers, model.routing, deps.cfg.routing.header_overrides);
   if (routing.policy === 'direct' && principal.kind === 'tenant') {
@@ -90,7 +96,19 @@ export async function prepareRoute(
   }
   const sh = headers[deps.cfg.routing.session_header.toLowerCase()];
   const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
-  return { model, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+  return { model, adapter, instances, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+}
+
+/** A model name or alias, else a LoRA adapter some instance serves (routed to those instances only); else 404. */
+function resolveModel(name: string, deps: Pick<CompletionDeps, 'models' | 'adapters'>): { model: ModelRuntime; adapter: string | null; instances: readonly InstanceRuntime[] } {
+  const model = deps.models.get(name);
+  if (model) return { model, adapter: null, instances: model.instances };
+  const a = deps.adapters.resolve(name);
+  const base = a ? deps.models.get(a.model) : undefined;
+  if (!a || !base) throw modelNotFound(name);
+  const instances = base.instances.filter((i) => a.instances.has(i.id));
+  if (instances.length === 0) throw modelNotFound(name);
+  return { model: base, adapter: name, instances };
 }
 
 /**
@@ -130,7 +148,7 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJo
   // Without tokens (content the router cannot tokenize) there is no affinity to score: spread load.
   const policy = p.tokens === null && (r.policy === 'kv' || r.policy === 'approx') ? 'least-loaded' : r.policy;
   return {
-    ns: { model: p.model.name, blockSize: p.model.cfg.block_size, loraName: null, salt: p.cacheSalt, tenant: 'default' },
+    ns: { model: p.model.name, blockSize: p.model.cfg.block_size, loraName: p.adapter, salt: p.cacheSalt, tenant: 'default' },
     route: {
       tokens: p.tokens ?? new Uint32Array(0),
       policy,
@@ -141,6 +159,9 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJo
       prefixAffinity: r.cost_model === 'time' ? r.prefix_affinity : 0,
       affinityBlocks: r.affinity_blocks,
       evictionAware: r.eviction_aware,
+      adapter: p.adapter,
+      adapterLoadMs: r.cost_model === 'time' ? cfg.lora.adapter_load_ms : 0,
+      adapterWarmMs: cfg.lora.adapter_warm_ms,
       sessionKey: p.sessionKey,
       target: r.target,
       busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },
@@ -173,9 +194,11 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     const raw = parseOpenAIBody(bodyBuf);
     const p = await prepareRoute(kind, raw, req.headers, deps, principal);
     modelName = p.model.name;
-    // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through untouched.
-    const untouched = p.body === raw && p.body.model === p.model.name;
-    const body = untouched ? bodyBuf : reserialize({ ...p.body, model: p.model.name });
+    // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through
+    // untouched. An adapter keeps its own name: the engine selects the adapter by it.
+    const target = p.adapter ?? p.model.name;
+    const untouched = p.body === raw && p.body.model === target;
+    const body = untouched ? bodyBuf : reserialize({ ...p.body, model: target });
     const { ns, route } = routeFields(p, deps.cfg);
     const job: ForwardJob = {
       path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',
@@ -184,7 +207,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
       requestId,
       ns,
       route,
-      instances: p.model.instances,
+      instances: p.instances,
       receivedAt,
     };
     const ttl = route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;

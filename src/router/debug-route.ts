@@ -14,7 +14,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
     const { ns, route } = routeFields(p, deps.cfg);
     const t = deps.now();
-    const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
+    const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
     const d = deps.scheduler.decide({ ...route, ns, candidates }, t);
     return json(c, {
       model: p.model.name,

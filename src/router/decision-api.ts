@@ -88,7 +88,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
     const fields = routeFields(p, cfg);
     const t = now();
-    const candidates = p.model.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
+    const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
     return { d: scheduler.decide({ ...fields.route, ns: fields.ns, candidates }, t), p, body, fields };
   };
 
@@ -130,7 +130,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
       booked = true;
     }
-    const inst = p.model.instances.find((i) => i.id === d.chosen!.instance)!;
+    const inst = p.instances.find((i) => i.id === d.chosen!.instance)!;
     return json(c, {
       ...candidateView(d, d.chosen),
       // Engine addresses are the operator's: tenants get the instance id only.

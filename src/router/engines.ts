@@ -48,6 +48,7 @@ export function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineH
       id: e.id,
       url: e.url,
       dp_size: e.ranks.length,
+      lora_adapters: [],
       ...(e.zmqEndpoint ? { kv_events: { endpoint: e.zmqEndpoint, ...(e.replayEndpoint ? { replay_endpoint: e.replayEndpoint } : {}), type: ENGINE_TYPES[cfg.engine_sim.event_format], topic: '' } } : {}),
     }));
   }

@@ -10,7 +10,11 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
   app.get('/v1/models', (c) =>
     c.json({
       object: 'list',
-      data: [...deps.models.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name })),
+      data: [
+        ...[...deps.models.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name, parent: null })),
+        // LoRA adapters as vLLM lists them: the adapter's id with its base model as parent.
+        ...rt.adapters.list().filter((a) => !deps.models.has(a.adapter)).map((a) => ({ id: a.adapter, object: 'model', created: 0, owned_by: 'kvrouter', root: a.adapter, parent: a.model })),
+      ],
     }),
   );
   app.get('/health', (c) =>
@@ -26,7 +30,7 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
             load.active_blocks += l.activeBlocks;
             load.active_requests += l.activeRequests;
           }
-          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load };
+          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load, lora_adapters: rt.adapters.adaptersOf(i.id) };
         }),
       })),
       bookings: scheduler.active.size,

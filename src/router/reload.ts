@@ -60,8 +60,9 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   for (const i of r.removedInstances) {
     writer.purgeInstance({ instance: i.id });
     const freed = rt.scheduler.active.dropInstance(i.id);
-    rt.scheduler.rates.drop(i.id);
+    rt.scheduler.dropInstance(i.id);
     rt.feedback.forget(i.id);
+    rt.adapters.forget(i.id);
     changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
     void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
   }

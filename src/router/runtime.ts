@@ -19,6 +19,7 @@ import { CapacityQueue } from '../proxy/capacity.js';
 import { cutResponse } from '../proxy/forward.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { FeedbackLoop, type FeedbackOptions } from '../feedback/loop.js';
+import { AdapterDirectory } from '../lora/directory.js';
 import type { CompletionDeps } from './completions.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
 import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
@@ -43,6 +44,8 @@ export interface RouterRuntime {
   readonly decisions: DecisionLog;
   /** Closed-loop check of cache predictions against the engines' usage reports. */
   readonly feedback: FeedbackLoop;
+  /** LoRA adapters: which instances serve which (config and discovery). */
+  readonly adapters: AdapterDirectory;
   readonly peers: PeerList;
   /** Per-request view: config, models, access (reload swaps these fields). */
   readonly deps: CompletionDeps & { indexer: TieredIndexer };
@@ -81,6 +84,7 @@ export function indexInstances(rt: RouterRuntime): void {
       rt.modelOfInstance.set(i.id, m.name);
       rt.writer.enroll({ model: m.name, blockSize: m.cfg.block_size }, i.id);
     }
+    for (const c of m.cfg.instances) rt.adapters.setConfigured(c.id, m.name, [...m.cfg.lora_adapters, ...c.lora_adapters]);
   }
 }
 
@@ -145,6 +149,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   );
   judged = metrics.hitJudged;
   const decisions = new DecisionLog(500, label, now);
+  const adapters = new AdapterDirectory();
   const rt: RouterRuntime = {
     log,
     now,
@@ -160,8 +165,9 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     indexMetrics: registerIndexMetrics(prom, indexer),
     decisions,
     feedback,
+    adapters,
     peers: new PeerList(cfg0.cluster.peers),
-    deps: { cfg: cfg0, models: modelSet.byName, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
+    deps: { cfg: cfg0, models: modelSet.byName, adapters, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
     all: modelSet.all,
     ownedRegs,
     relayed,

@@ -52,6 +52,14 @@ export interface RouteInput {
    * (its LRU order and size as the event stream shows them): a prefix about to be evicted is worth less.
    */
   evictionAware?: boolean;
+  /** LoRA adapter the request names (null: the base model). */
+  adapter?: string | null;
+  /**
+   * time model: penalty (ms) for a worker that has not had a request for the adapter booked within
+   * `adapterWarmMs`: it may have to load the adapter into a GPU slot first (adapter affinity).
+   */
+  adapterLoadMs?: number;
+  adapterWarmMs?: number;
 }
 
 export interface CandidateScore extends Candidate {
@@ -73,6 +81,8 @@ export interface CandidateScore extends Candidate {
   indexedBlocks: number;
   /** Its predictions failed the closed-loop check: its index entries earn no credit. */
   distrusted: boolean;
+  /** Adapter load time assumed for this worker (0: it served the adapter recently, or no adapter). */
+  adapterLoadMs: number;
   cost: number;
   load: Load;
   busy: boolean;
@@ -87,6 +97,8 @@ export type NoRouteReason = 'no_candidates' | 'all_busy' | 'unknown_target';
 
 export interface Decision {
   chosen: CandidateScore | null;
+  /** The LoRA adapter routed for (booking records its use on the chosen worker). */
+  adapter: string | null;
   reason: NoRouteReason | null;
   policy: PolicyName;
   candidates: CandidateScore[];
@@ -118,6 +130,8 @@ export class Scheduler {
    * alone until their (still computed) predictions agree with the engine again.
    */
   readonly distrusted = new Set<string>();
+  /** Per worker, when a request for each LoRA adapter was last booked there (adapter affinity). */
+  private readonly adapterUse = new Map<string, Map<string, number>>();
   private readonly turns = new Map<string, number>();
   private readonly hooks: SchedulerHooks[] = [];
 
@@ -158,6 +172,7 @@ export class Scheduler {
       const disk = distrusted ? 0 : (o?.disk ?? 0);
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
       const rate = this.rates.rate(c.instance, c.dpRank, prior);
+      const adapterLoadMs = input.adapter && input.adapterLoadMs ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, now) : 0;
       const b = cost(
         { device, host, disk, shared: distrusted ? 0 : shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, decodingRequests: load.decodingRequests, newBlocks },
         isl,
@@ -178,12 +193,14 @@ export class Scheduler {
         decodeBlocks: b.decodeBlocks,
         queueMs: b.queueMs,
         prefillMs: b.prefillMs,
-        ttftMs: b.ttftMs,
+        ttftMs: b.ttftMs + adapterLoadMs,
         interferenceMs: b.interferenceMs,
         tokensPerS: 1000 / rate.msPerToken,
         indexedBlocks,
         distrusted,
-        cost: b.cost,
+        adapterLoadMs,
+        // Only the time model's costs are milliseconds: the penalty joins them there.
+        cost: input.weights.model === 'time' ? b.cost + adapterLoadMs : b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
       });
@@ -194,7 +211,7 @@ export class Scheduler {
   /** Choose a candidate (no booking). */
   decide(input: RouteInput, now: number): Decision {
     const { candidates, seq, isl } = this.score(input, now);
-    const base = { policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize };
+    const base = { policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null };
     const pool = input.exclude ? candidates.filter((c) => !input.exclude!.has(c.instance)) : candidates;
     if (pool.length === 0) return { ...base, chosen: null, reason: 'no_candidates' };
     // An explicit target bypasses busy gating (the operator asked for it).
@@ -225,6 +242,12 @@ export class Scheduler {
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
     const prefill = Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now);
+    if (d.adapter) {
+      const k = `${c.instance}\u0000${c.dpRank}`;
+      let m = this.adapterUse.get(k);
+      if (!m) this.adapterUse.set(k, (m = new Map()));
+      m.set(d.adapter, opts.now);
+    }
     // The engine is about to use the cached prefix: it becomes the newest in the instance's LRU.
     if (c.device > 0) this.indexer.find(ns)?.index.touch(c.instance, c.dpRank, d.seq, c.device);
     if (opts.speculativeTtlMs > 0 && d.seq.length > 0) {
@@ -241,6 +264,18 @@ export class Scheduler {
    * worker's prefill rate learns from this request; a gateway's report through the decision API
    * arrives late by an unknown amount and teaches nothing.
    */
+  private adapterPenalty(c: Candidate, adapter: string, loadMs: number, warmMs: number, now: number): number {
+    const last = this.adapterUse.get(`${c.instance}\u0000${c.dpRank}`)?.get(adapter);
+    return last !== undefined && now - last <= warmMs ? 0 : loadMs;
+  }
+
+  /** Forget an instance's adapter history (it left the pool). */
+  dropInstance(instance: string): void {
+    for (const k of this.adapterUse.keys()) if (k.startsWith(`${instance}\u0000`)) this.adapterUse.delete(k);
+    this.rates.drop(instance);
+    this.distrusted.delete(instance);
+  }
+
   prefillComplete(requestId: string, now?: number): boolean {
     const b = this.active.get(requestId);
     const changed = b !== undefined && !b.prefillDone;
