@@ -20,6 +20,9 @@ function routingFields<const W extends boolean>(withDefaults: W) {
     prefill_overhead_ms: num('time cost model: fixed time per request assumed until learned (network, scheduling, the first decode step).', { min: 0, max: 60_000, ...d(20) }),
     decode_interference: num('time cost model: weight of the stall a request\'s prefill puts on each request already decoding on the instance (0 ignores it).', { min: 0, max: 100, ...d(0.1) }),
     prefix_affinity: num('time cost model, temperature 0: candidates holding the same cached prefix as the cheapest and within this fraction of its own prefill time of it count as equals, and the request goes to the one its next blocks hash to, so requests sharing a new prefix meet on one instance before KV events confirm it. 0 disables.', { min: 0, max: 100, ...d(0.5) }),
+    engine_waiting_weight: num('With engine_metrics.scrape: weight of requests an engine reports waiting beyond the router\'s bookings, each counted as queued prefill of the mean booked prompt (0 ignores them).', { min: 0, max: 100, ...d(1) }),
+    engine_running_weight: num('With engine_metrics.scrape: weight of requests an engine reports running beyond the router\'s bookings, counted as decoding requests (0 ignores them).', { min: 0, max: 100, ...d(1) }),
+    engine_kv_usage_ms: num('With engine_metrics.scrape, time cost model: penalty (ms) for an engine reporting a full KV cache, ramping up from 80 % usage (0 ignores usage).', { min: 0, max: 600_000, ...d(0) }),
     eviction_aware: bool('Credit only the part of a cached GPU prefix that survives the prefill queued ahead on the instance, judged by its LRU order and cache size as the KV events show them (a prefix about to be evicted is worth less).', d(true)),
     affinity_blocks: int('time cost model: how many blocks past the cached prefix name a new prefix for prefix_affinity.', { min: 1, max: 4096, ...d(4) }),
     temperature: num('0 picks the cheapest instance (random among equals); above 0 samples a softmax over range-normalised costs.', { min: 0, max: 100, ...d(0) }),
@@ -84,6 +87,12 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       queue_size: int('Requests that may wait for a non-busy instance (0: answer 503 at once).', { min: 0, max: 1_000_000, default: 1024 }),
       queue_timeout_ms: int('Longest wait in the queue before 503 (also covers instances that are all down, e.g. a rolling restart).', { min: 0, max: 3_600_000, default: 30_000 }),
     }),
+  }),
+  engine_metrics: obj('Load read from the engines\' Prometheus metrics (vLLM num_requests_running / waiting, kv_cache_usage_perc; SGLang equivalents), blended with the router\'s bookings so that load it did not book is seen (routing.engine_*_weight).', {
+    scrape: bool('Scrape every instance\'s metrics.', { default: false }),
+    path: str('Metrics path on the instance\'s base URL.', { default: '/metrics' }),
+    interval_ms: int('How often each instance is scraped.', { min: 50, max: 3_600_000, default: 1000 }),
+    stale_ms: int('A scrape older than this is ignored (the router falls back to its bookings).', { min: 100, max: 3_600_000, default: 5000 }),
   }),
   lora: obj('LoRA adapters (docs/api.md#lora-adapters).', {
     discover: bool('Ask every instance\'s /v1/models which adapters it serves (vLLM lists them with `parent` = the base model) and route adapter requests there.', { default: true }),

@@ -32,6 +32,7 @@ import { createReloader, type ReloadResult } from './reload.js';
 import { closeRuntime, createRuntime, type RouterRuntime } from './runtime.js';
 import type { FeedbackLoop } from '../feedback/loop.js';
 import { startAdapterDiscovery } from './adapter-discovery.js';
+import { startEngineScrape } from './engine-scrape.js';
 
 export type { ReloadResult } from './reload.js';
 
@@ -122,6 +123,7 @@ function startTimers(rt: RouterRuntime): () => void {
   const { deps, scheduler, queue, now } = rt;
   const probes = startProbes(() => rt.all, () => deps.cfg.health);
   const discovery = startAdapterDiscovery(() => rt.all, () => deps.cfg, rt.adapters);
+  const scrape = startEngineScrape(() => rt.all, () => deps.cfg, rt.engineLoads, now);
   const timers = [
     setInterval(() => rt.indexer.expire(now()), 1000),
     setInterval(() => {
@@ -136,6 +138,7 @@ function startTimers(rt: RouterRuntime): () => void {
   return () => {
     probes.stop();
     discovery.stop();
+    scrape.stop();
     for (const t of timers) clearInterval(t);
   };
 }

@@ -10,6 +10,7 @@ import type { Access, Principal } from '../auth/access.js';
 import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { AdapterDirectory } from '../lora/directory.js';
+import type { EngineLoadView } from '../engine-load/load-view.js';
 import type { InstanceRuntime } from '../proxy/forward.js';
 import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
@@ -20,6 +21,7 @@ export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
   models: Map<string, ModelRuntime>;
   adapters: AdapterDirectory;
+  engineLoads: EngineLoadView;
   metrics: RouterMetrics;
   access: Access;
 }
@@ -143,7 +145,7 @@ function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: Co
   }
 }
 
-export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJob, 'ns' | 'route'> {
+export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<CompletionDeps, 'engineLoads' | 'now'>): Pick<ForwardJob, 'ns' | 'route'> {
   const r = p.routing;
   // Without tokens (content the router cannot tokenize) there is no affinity to score: spread load.
   const policy = p.tokens === null && (r.policy === 'kv' || r.policy === 'approx') ? 'least-loaded' : r.policy;
@@ -162,6 +164,12 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig): Pick<ForwardJo
       adapter: p.adapter,
       adapterLoadMs: r.cost_model === 'time' ? cfg.lora.adapter_load_ms : 0,
       adapterWarmMs: cfg.lora.adapter_warm_ms,
+      ...(cfg.engine_metrics.scrape
+        ? {
+            engineLoad: (instance: string, dpRank: number) => deps.engineLoads.get(instance, dpRank, deps.now(), cfg.engine_metrics.stale_ms),
+            engineWeights: { waiting: r.engine_waiting_weight, running: r.engine_running_weight, kvUsageMs: r.cost_model === 'time' ? r.engine_kv_usage_ms : 0 },
+          }
+        : {}),
       sessionKey: p.sessionKey,
       target: r.target,
       busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },
@@ -199,7 +207,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     const target = p.adapter ?? p.model.name;
     const untouched = p.body === raw && p.body.model === target;
     const body = untouched ? bodyBuf : reserialize({ ...p.body, model: target });
-    const { ns, route } = routeFields(p, deps.cfg);
+    const { ns, route } = routeFields(p, deps.cfg, deps);
     const job: ForwardJob = {
       path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',
       body,

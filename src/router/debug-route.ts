@@ -12,7 +12,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
     const kind = c.req.query('kind') === 'completion' || 'prompt' in raw ? 'completion' : 'chat';
     const headers = Object.fromEntries(c.req.raw.headers);
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
-    const { ns, route } = routeFields(p, deps.cfg);
+    const { ns, route } = routeFields(p, deps.cfg, deps);
     const t = deps.now();
     const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
     const d = deps.scheduler.decide({ ...route, ns, candidates }, t);
@@ -36,6 +36,8 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
         load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
         busy: x.busy,
         indexed_tokens: x.indexedBlocks * d.blockSize,
+        unbooked_requests: x.unbookedRequests,
+        adapter_load_ms: x.adapterLoadMs,
         distrusted: x.distrusted,
       })),
     });

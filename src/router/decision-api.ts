@@ -86,7 +86,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     } else if (body.prompt !== undefined) kind = 'completion';
     const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
-    const fields = routeFields(p, cfg);
+    const fields = routeFields(p, cfg, deps);
     const t = now();
     const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
     return { d: scheduler.decide({ ...fields.route, ns: fields.ns, candidates }, t), p, body, fields };

@@ -5,6 +5,23 @@ import type { RouterConfig } from '../config/schema.js';
 import type { ReloadResult } from './reload.js';
 import { isReady, type RouterRuntime } from './runtime.js';
 
+/** The engine's own last scraped load (engine_metrics.scrape), summed over ranks; null without a fresh scrape. */
+function engineLoadOf(rt: RouterRuntime, id: string, dpSize: number): { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null {
+  const c = rt.deps.cfg.engine_metrics;
+  if (!c.scrape) return null;
+  let out: { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null = null;
+  for (let r = 0; r < dpSize; r++) {
+    const l = rt.engineLoads.get(id, r, rt.now(), c.stale_ms);
+    if (!l) continue;
+    out ??= { running: 0, waiting: 0, kv_usage: null, age_ms: 0 };
+    out.running += l.running;
+    out.waiting += l.waiting;
+    out.kv_usage = l.kvUsage === null ? out.kv_usage : Math.max(out.kv_usage ?? 0, l.kvUsage);
+    out.age_ms = Math.max(out.age_ms, rt.now() - l.at);
+  }
+  return out;
+}
+
 export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: RouterConfig) => Promise<ReloadResult>): void {
   const { deps, scheduler, now } = rt;
   app.get('/v1/models', (c) =>
@@ -30,7 +47,7 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
             load.active_blocks += l.activeBlocks;
             load.active_requests += l.activeRequests;
           }
-          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load, lora_adapters: rt.adapters.adaptersOf(i.id) };
+          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, ...i.health.snapshot(now()), load, lora_adapters: rt.adapters.adaptersOf(i.id), engine_load: engineLoadOf(rt, i.id, i.dpSize) };
         }),
       })),
       bookings: scheduler.active.size,

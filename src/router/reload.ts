@@ -63,6 +63,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
     rt.scheduler.dropInstance(i.id);
     rt.feedback.forget(i.id);
     rt.adapters.forget(i.id);
+    rt.engineLoads.drop(i.id);
     changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
     void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
   }

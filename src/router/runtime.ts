@@ -20,6 +20,7 @@ import { cutResponse } from '../proxy/forward.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { FeedbackLoop, type FeedbackOptions } from '../feedback/loop.js';
 import { AdapterDirectory } from '../lora/directory.js';
+import { EngineLoadView } from '../engine-load/load-view.js';
 import type { CompletionDeps } from './completions.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
 import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
@@ -46,6 +47,8 @@ export interface RouterRuntime {
   readonly feedback: FeedbackLoop;
   /** LoRA adapters: which instances serve which (config and discovery). */
   readonly adapters: AdapterDirectory;
+  /** The engines' own load, scraped from their metrics (engine_metrics.scrape). */
+  readonly engineLoads: EngineLoadView;
   readonly peers: PeerList;
   /** Per-request view: config, models, access (reload swaps these fields). */
   readonly deps: CompletionDeps & { indexer: TieredIndexer };
@@ -150,6 +153,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   judged = metrics.hitJudged;
   const decisions = new DecisionLog(500, label, now);
   const adapters = new AdapterDirectory();
+  const engineLoads = new EngineLoadView();
   const rt: RouterRuntime = {
     log,
     now,
@@ -166,8 +170,9 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     decisions,
     feedback,
     adapters,
+    engineLoads,
     peers: new PeerList(cfg0.cluster.peers),
-    deps: { cfg: cfg0, models: modelSet.byName, adapters, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
+    deps: { cfg: cfg0, models: modelSet.byName, adapters, engineLoads, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
     all: modelSet.all,
     ownedRegs,
     relayed,

@@ -7,6 +7,7 @@ import { ActiveSequences, type Booking, type Load } from './active-sequences.js'
 import { type CostWeights, cost } from './cost.js';
 import { POLICY_IMPL, type PolicyName } from './policies.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior } from './rates.js';
+import type { EngineLoad } from '../engine-load/load-view.js';
 
 export interface Candidate {
   instance: string;
@@ -60,6 +61,20 @@ export interface RouteInput {
    */
   adapterLoadMs?: number;
   adapterWarmMs?: number;
+  /**
+   * The engines' own load (scraped), or null for none / a stale scrape. Requests an engine reports
+   * beyond the router's bookings count as load: waiting ones as queued prefill (at the mean prompt
+   * the router books), running ones as decoding requests, each with its weight.
+   */
+  engineLoad?: ((instance: string, dpRank: number) => EngineLoad | null) | null;
+  engineWeights?: EngineLoadWeights;
+}
+
+export interface EngineLoadWeights {
+  waiting: number;
+  running: number;
+  /** Penalty (ms) at a full KV cache, ramping up from 80 % usage. */
+  kvUsageMs: number;
 }
 
 export interface CandidateScore extends Candidate {
@@ -83,6 +98,8 @@ export interface CandidateScore extends Candidate {
   distrusted: boolean;
   /** Adapter load time assumed for this worker (0: it served the adapter recently, or no adapter). */
   adapterLoadMs: number;
+  /** Requests the engine reported beyond the router's bookings (0 without a fresh scrape). */
+  unbookedRequests: number;
   cost: number;
   load: Load;
   busy: boolean;
@@ -130,6 +147,8 @@ export class Scheduler {
    * alone until their (still computed) predictions agree with the engine again.
    */
   readonly distrusted = new Set<string>();
+  /** Mean prefill tokens per booked request (what an unbooked waiting request is assumed to cost). */
+  private meanPrefillTokens = 1024;
   /** Per worker, when a request for each LoRA adapter was last booked there (adapter affinity). */
   private readonly adapterUse = new Map<string, Map<string, number>>();
   private readonly turns = new Map<string, number>();
@@ -172,9 +191,32 @@ export class Scheduler {
       const disk = distrusted ? 0 : (o?.disk ?? 0);
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
       const rate = this.rates.rate(c.instance, c.dpRank, prior);
+      // Load the engine reports beyond what the router booked there.
+      let extraPrefill = 0;
+      let extraDecoding = 0;
+      let unbooked = 0;
+      let kvPenaltyMs = 0;
+      const seen = input.engineLoad?.(c.instance, c.dpRank);
+      if (seen && input.engineWeights) {
+        const ew = input.engineWeights;
+        unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
+        const waiting = Math.min(unbooked, seen.waiting);
+        extraPrefill = ew.waiting * waiting * this.meanPrefillTokens;
+        extraDecoding = ew.running * (unbooked - waiting);
+        if (seen.kvUsage !== null && ew.kvUsageMs > 0) kvPenaltyMs = ew.kvUsageMs * Math.max(0, (seen.kvUsage - 0.8) / 0.2);
+      }
       const adapterLoadMs = input.adapter && input.adapterLoadMs ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, now) : 0;
       const b = cost(
-        { device, host, disk, shared: distrusted ? 0 : shared, activePrefillTokens: load.activePrefillTokens, activeBlocks: load.activeBlocks, decodingRequests: load.decodingRequests, newBlocks },
+        {
+          device,
+          host,
+          disk,
+          shared: distrusted ? 0 : shared,
+          activePrefillTokens: load.activePrefillTokens + extraPrefill,
+          activeBlocks: load.activeBlocks,
+          decodingRequests: load.decodingRequests + extraDecoding,
+          newBlocks,
+        },
         isl,
         bs,
         input.weights,
@@ -199,8 +241,9 @@ export class Scheduler {
         indexedBlocks,
         distrusted,
         adapterLoadMs,
-        // Only the time model's costs are milliseconds: the penalty joins them there.
-        cost: input.weights.model === 'time' ? b.cost + adapterLoadMs : b.cost,
+        unbookedRequests: unbooked,
+        // Only the time model's costs are milliseconds: the penalties join them there.
+        cost: input.weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
       });
@@ -242,6 +285,7 @@ export class Scheduler {
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
     const prefill = Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now);
+    this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
     if (d.adapter) {
       const k = `${c.instance}\u0000${c.dpRank}`;
       let m = this.adapterUse.get(k);

@@ -12,6 +12,8 @@ export interface Sample {
   e2eMs: number;
   status: number;
   instance: string | null;
+  /** Sent straight to an engine, not through the router (bench cluster --bypass). */
+  bypassed?: boolean;
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;

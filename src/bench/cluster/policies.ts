@@ -10,6 +10,8 @@ export interface PolicyVariant {
   routingYaml: string[];
   /** Whether the router subscribes to the engines' KV events. */
   kvEvents: boolean;
+  /** Extra top-level YAML sections of the router. */
+  extraYaml?: string[];
   summary: string;
 }
 
@@ -28,6 +30,14 @@ export const VARIANTS: readonly PolicyVariant[] = [
     routingYaml: ['  medium_weights: { cpu: 0, disk: 0, shared: 0 }'],
     kvEvents: true,
     summary: 'kv without tier credit (cpu=0, disk=0, shared=0)',
+  },
+  {
+    name: 'kv-scrape',
+    policy: 'kv',
+    routingYaml: [],
+    extraYaml: ['engine_metrics: { scrape: true, interval_ms: 250, stale_ms: 2000 }'],
+    kvEvents: true,
+    summary: 'kv plus the engines\' own load (num_requests_running / waiting scraped every 250 ms) blended with bookings',
   },
   { name: 'approx', policy: 'approx', routingYaml: [], kvEvents: false, summary: 'cost on router-predicted blocks; KV events ignored' },
   { name: 'round-robin', policy: 'round-robin', routingYaml: [], kvEvents: false, summary: 'rotation' },

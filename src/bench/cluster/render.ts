@@ -17,7 +17,7 @@ export interface ClusterReport {
   workload: { name: string; description: string; requests: number };
   oracle: OracleStats;
   sizing: Sizing;
-  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number };
+  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; bypass?: number };
   arrivals: { scheduleS: number; followUps: number };
   loadAverage: { before: number[]; after: number[] };
   runSeconds: number;
@@ -39,6 +39,7 @@ export function setupTable(d: ClusterReport): Table {
       ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens = ${((d.oracle.distinctBlocks * c.blockSize) / 1e6).toFixed(2)} M tokens`],
       ['engines', `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, speedup ${c.speedup}, max_model_len ${z.maxModelLen}`],
       ['cache sizing', `working set = ${z.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${z.clusterRatio.toFixed(2)}x working set`],
+      ...(c.bypass ? [['bypass', `${(100 * c.bypass).toFixed(0)}% of the requests go straight to engine e0, not through the router (load it did not book)`]] : []),
       ...(c.routers && c.routers > 1 ? [['routers', `${c.routers} independent routers, no sync between them; requests alternate (a plain L4 balancer)`]] : []),
       ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(0)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
       ['machine', JSON.stringify(d.machine)],

@@ -11,6 +11,8 @@ export interface ReplayOptions {
   model: string;
   rateScale: number;
   sessionHeader: string;
+  /** A share of the requests (chosen by a fixed hash of their index) sent straight to one engine. */
+  bypass?: { fraction: number; url: string; id: string };
   /** Abort whatever is still running this long after the last open-loop arrival (ms). */
   drainTimeoutMs: number;
   onDone?: (s: Sample) => void;
@@ -20,6 +22,11 @@ export interface ReplayResult {
   samples: Sample[];
   /** Wall time from the first send to the last completion, ms. */
   wallMs: number;
+}
+
+/** Whether request i bypasses the router: a fixed hash of its index, the same for every policy. */
+export function bypasses(i: number, fraction: number): boolean {
+  return (Math.imul(i + 1, 0x9e3779b1) >>> 0) / 4294967296 < fraction;
 }
 
 export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): Promise<ReplayResult> {
@@ -45,8 +52,10 @@ export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): P
     const sentAt = performance.now() - t0;
     const body = JSON.stringify({ model: o.model, stream: true, stream_options: { include_usage: true }, max_tokens: r.maxTokens, ...r.body() });
     const headers: Record<string, string> = r.sessionKey ? { [o.sessionHeader]: r.sessionKey } : {};
-    void sendStreaming({ dispatcher, url: `${urls[i % urls.length]}${r.path}`, body, headers, signal: abort.signal }).then((res) => {
-      const s: Sample = { index: i, sentAt, lagMs: Math.max(0, sentAt - due), ...res };
+    const bypassed = o.bypass !== undefined && bypasses(i, o.bypass.fraction);
+    const base = bypassed ? o.bypass!.url : urls[i % urls.length];
+    void sendStreaming({ dispatcher, url: `${base}${r.path}`, body, headers, signal: abort.signal }).then((res) => {
+      const s: Sample = { index: i, sentAt, lagMs: Math.max(0, sentAt - due), ...res, ...(bypassed ? { instance: o.bypass!.id, bypassed: true } : {}) };
       samples[i] = s;
       lastEnd = Math.max(lastEnd, sentAt + res.e2eMs);
       o.onDone?.(s);

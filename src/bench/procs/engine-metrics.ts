@@ -1,5 +1,6 @@
 // Scrape an engine's Prometheus /metrics (vLLM names) into the counters the benchmarks report.
 import { request } from 'undici';
+import { parseProm } from '../../engine-load/prom-text.js';
 
 export interface EngineCounters {
   /** Prompt tokens looked up in the prefix cache (every admission, re-admissions after preemption too). */
@@ -12,20 +13,6 @@ export interface EngineCounters {
   generationTokens: number;
   preemptions: number;
   requests: number;
-}
-
-/** Sum every sample of each metric name (over model and rank labels). */
-export function parseProm(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (!line || line[0] === '#') continue;
-    const sp = line.lastIndexOf(' ');
-    const brace = line.indexOf('{');
-    const name = brace >= 0 && brace < sp ? line.slice(0, brace) : line.slice(0, sp);
-    const v = Number(line.slice(sp + 1));
-    if (Number.isFinite(v)) out.set(name, (out.get(name) ?? 0) + v);
-  }
-  return out;
 }
 
 export async function scrapeEngine(url: string): Promise<EngineCounters> {
