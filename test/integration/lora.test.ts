@@ -72,8 +72,9 @@ describe('LoRA adapters', () => {
     await waitFor('sql-a blocks indexed', async () => (await ask('sql-a', 'probe')).overlap > 0);
     const again = await ask('sql-a', 'Question 99: which SKU sold best?');
     expect(again.instance).toBe(warm);
-    expect(again.overlap).toBeGreaterThanOrEqual(160);
-    expect(again.cached).toBeGreaterThanOrEqual(160);
+    // The system prompt's complete blocks, predicted by the router and confirmed by the engine.
+    expect(again.overlap).toBeGreaterThanOrEqual(128);
+    expect(Math.abs(again.cached - again.overlap)).toBeLessThanOrEqual(16);
     for (let i = 0; i < 4; i++) expect((await ask('sql-b', `B question ${i}`)).instance).toBe('e2');
   });
 
