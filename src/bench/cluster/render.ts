@@ -93,6 +93,18 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
       ]),
     });
   }
+  if (results.some((r) => r.hitCheck)) {
+    tables.push({
+      title: "The routers' closed-loop hit check: predicted against engine-reported cached tokens (responses where either side expected a hit)",
+      columns: ['policy', 'agree', 'over-predicted', 'under-predicted', 'agree %', 'alarms at the end'],
+      rows: results.map((r) => {
+        const h = r.hitCheck;
+        if (!h) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
+        const judged = h.agree + h.over + h.under;
+        return [r.policy, h.agree, h.over, h.under, judged ? +((100 * h.agree) / judged).toFixed(1) : 'n/a', h.alarms];
+      }),
+    });
+  }
   const ids = results[0]?.engines.map((e) => e.id) ?? [];
   tables.push({
     title: 'Per engine: requests / busy seconds / prefilled k-tokens',

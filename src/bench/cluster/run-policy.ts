@@ -1,6 +1,6 @@
 // One policy on fresh engines and a fresh router (caches start cold): start, replay, scrape, stop.
 import { processCpuSeconds, selfCpuSeconds } from '../procs/children.js';
-import { scrapeEngine } from '../procs/engine-metrics.js';
+import { type HitCheck, scrapeEngine, scrapeHitCheck } from '../procs/engine-metrics.js';
 import { type FleetOptions, startFleet } from '../procs/engines.js';
 import { type RouterProc, startRouterProc } from '../procs/router.js';
 import type { Workload } from '../workloads/types.js';
@@ -58,13 +58,17 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
       });
       const cpu1 = { router: routerCpu(), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
       const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
+      const checks = await Promise.all(routers.map((r) => scrapeHitCheck(r.url).catch(() => null)));
+      const hitCheck = checks.every((c) => c !== null)
+        ? checks.reduce<HitCheck>((a, c) => ({ agree: a.agree + c!.agree, over: a.over + c!.over, under: a.under + c!.under, unverified: a.unverified + c!.unverified, alarms: a.alarms + c!.alarms }), { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 })
+        : null;
       const delta = (a: number | null, b: number | null) => (a === null || b === null ? null : b - a);
       const result = summarize(v.name, v.summary, samples, ids, counters, wallMs, {
         router: delta(cpu0.router, cpu1.router),
         engines: delta(cpu0.engines, cpu1.engines),
         client: cpu1.client - cpu0.client,
       });
-      return { result, samples };
+      return { result: { ...result, hitCheck }, samples };
     } finally {
       await Promise.all(routers.map((r) => r.stop()));
     }

@@ -1,5 +1,5 @@
 // One policy's measurements reduced to the figures the report shows.
-import type { EngineCounters } from '../procs/engine-metrics.js';
+import type { EngineCounters, HitCheck } from '../procs/engine-metrics.js';
 import { cov, type Dist, dist, quantiles, unionLength } from '../stats.js';
 import type { Sample } from './client.js';
 
@@ -39,6 +39,8 @@ export interface PolicyResult {
   imbalance: { busyCov: number; requestCov: number };
   cpu: CpuSeconds & { routerPctOfCore: number | null; routerUsPerRequest: number | null };
   preemptions: number;
+  /** The routers' closed-loop check of their cache predictions (null: not scraped). */
+  hitCheck?: HitCheck | null;
   engines: EngineLoad[];
   /** 101 evenly spaced TTFT quantiles (ms) of successful requests. */
   ttftCdf: number[];

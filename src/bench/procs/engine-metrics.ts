@@ -1,6 +1,6 @@
 // Scrape an engine's Prometheus /metrics (vLLM names) into the counters the benchmarks report.
 import { request } from 'undici';
-import { parseProm } from '../../engine-load/prom-text.js';
+import { parseProm, parsePromSamples } from '../../engine-load/prom-text.js';
 
 export interface EngineCounters {
   /** Prompt tokens looked up in the prefix cache (every admission, re-admissions after preemption too). */
@@ -28,4 +28,23 @@ export async function scrapeEngine(url: string): Promise<EngineCounters> {
     preemptions: g('vllm:num_preemptions_total'),
     requests: g('vllm:request_success_total'),
   };
+}
+
+/** The router's closed-loop hit check over a run: judged responses by verdict, and open alarms. */
+export interface HitCheck {
+  agree: number;
+  over: number;
+  under: number;
+  unverified: number;
+  alarms: number;
+}
+
+export async function scrapeHitCheck(routerUrl: string): Promise<HitCheck> {
+  const r = await request(`${routerUrl}/metrics`);
+  const out: HitCheck = { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 };
+  for (const s of parsePromSamples(await r.body.text())) {
+    if (s.name === 'kvrouter_hit_predictions_total' && s.labels.verdict in out) out[s.labels.verdict as keyof HitCheck] += s.value;
+    if (s.name === 'kvrouter_hit_prediction_alarm') out.alarms += s.value;
+  }
+  return out;
 }
