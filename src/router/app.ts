@@ -26,7 +26,7 @@ import { mountDebugRoute } from './debug-route.js';
 import { mountDecisionRoutes } from './decision-api.js';
 import { HOT_ROUTES, hotPathHandler } from './hot-path.js';
 import type { ModelRuntime } from './models.js';
-import { mountOpsRoutes } from './ops-routes.js';
+import { engineLoadOf, mountOpsRoutes } from './ops-routes.js';
 import { startProbes } from './probes.js';
 import { createReloader, type ReloadResult } from './reload.js';
 import { closeRuntime, createRuntime, type RouterRuntime } from './runtime.js';
@@ -99,7 +99,7 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
   mountOpsRoutes(app, rt, reload);
   mountDecisionRoutes(app, deps);
   mountPeerRoutes(app, { peers: rt.peers });
-  mountDashboard(app, dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: rt.feedback.verifier }));
+  mountDashboard(app, dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: rt.feedback.verifier, engineLoad: (id, dp) => engineLoadOf(rt, id, dp) }));
   mountDebugRoute(app, deps);
   installErrorHandling(app, HOT_ROUTES);
   return app;

@@ -6,7 +6,7 @@ import type { ReloadResult } from './reload.js';
 import { isReady, type RouterRuntime } from './runtime.js';
 
 /** The engine's own last scraped load (engine_metrics.scrape), summed over ranks; null without a fresh scrape. */
-function engineLoadOf(rt: RouterRuntime, id: string, dpSize: number): { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null {
+export function engineLoadOf(rt: RouterRuntime, id: string, dpSize: number): { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null {
   const c = rt.deps.cfg.engine_metrics;
   if (!c.scrape) return null;
   let out: { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null = null;

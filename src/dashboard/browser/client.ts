@@ -140,7 +140,14 @@ function renderInstances(s: DashboardSnapshot): void {
     st.appendChild(el('span', `badge ${i.state}`, i.state));
     st.className = 'state';
     tr.appendChild(st);
-    tr.appendChild(td(num(i.load.active_requests), 'num requests'));
+    const reqs = td(num(i.load.active_requests), 'num requests');
+    if (i.engine_load) {
+      // What the engine itself reports (scraped): load the router did not book shows here.
+      const e = i.engine_load;
+      reqs.appendChild(el('span', 'muted engine-load', ` / ${num(e.running + e.waiting)}`));
+      reqs.title = `booked by the router: ${i.load.active_requests}; the engine reports ${e.running} running, ${e.waiting} waiting${e.kv_usage === null ? '' : `, KV ${Math.round(100 * e.kv_usage)}% used`}`;
+    }
+    tr.appendChild(reqs);
     const p = numCell(i.load.active_prefill_tokens, maxLoad);
     p.classList.add('prefill');
     tr.appendChild(p);
