@@ -235,7 +235,11 @@ async function dispatch(
       return 'done';
     }
     res.end();
-    if (tail) observer!.reported!(d, tail.read());
+    if (tail) {
+      const usage = tail.read();
+      if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
+      observer!.reported!(d, usage);
+    }
     observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
   } catch (err) {
     if (abort.signal.aborted || res.destroyed) {

@@ -24,6 +24,10 @@ export interface Booking {
   readonly aheadTokens: number;
   readonly createdAt: number;
   prefillDone: boolean;
+  /** When its first token was seen by the proxy (streamed responses only): the rate sample's time. */
+  firstTokenAt?: number;
+  /** Prompt tokens the engine reported it computed (prompt - cached), once the response ended. */
+  reportedUncached?: number;
 }
 
 class WorkerLoad {

@@ -305,30 +305,37 @@ export class Scheduler {
 
   /**
    * The first token arrived. With `now` (the proxy path, which saw the whole wait itself), the
-   * worker's prefill rate learns from this request; a gateway's report through the decision API
-   * arrives late by an unknown amount and teaches nothing.
+   * booking becomes a sample of its worker's prefill rate, taken when it is freed: by then the
+   * engine may have reported how many prompt tokens it really computed. A gateway's report through
+   * the decision API arrives late by an unknown amount and teaches nothing.
    */
+  prefillComplete(requestId: string, now?: number): boolean {
+    const b = this.active.get(requestId);
+    const changed = b !== undefined && !b.prefillDone;
+    const ok = this.active.prefillComplete(requestId);
+    if (changed) {
+      if (now !== undefined) b.firstTokenAt = now;
+      for (const h of this.hooks) h.prefillCompleted?.(requestId);
+    }
+    return ok;
+  }
+
   private adapterPenalty(c: Candidate, adapter: string, loadMs: number, warmMs: number, now: number): number {
     const last = this.adapterUse.get(`${c.instance}\u0000${c.dpRank}`)?.get(adapter);
     return last !== undefined && now - last <= warmMs ? 0 : loadMs;
   }
 
-  /** Forget an instance's adapter history (it left the pool). */
+  /** Forget an instance's adapter history, learned rate and distrust (it left the pool). */
   dropInstance(instance: string): void {
     for (const k of this.adapterUse.keys()) if (k.startsWith(`${instance}\u0000`)) this.adapterUse.delete(k);
     this.rates.drop(instance);
     this.distrusted.delete(instance);
   }
 
-  prefillComplete(requestId: string, now?: number): boolean {
+  /** The engine's usage for a booked request: the prompt tokens it computed (prompt - cached). */
+  reportUncached(requestId: string, uncachedTokens: number): void {
     const b = this.active.get(requestId);
-    const changed = b !== undefined && !b.prefillDone;
-    const ok = this.active.prefillComplete(requestId);
-    if (changed) {
-      if (now !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + b.prefillTokens, now - b.createdAt);
-      for (const h of this.hooks) h.prefillCompleted?.(requestId);
-    }
-    return ok;
+    if (b && uncachedTokens >= 0) b.reportedUncached = uncachedTokens;
   }
 
   /** Free bookings nobody released within maxAgeMs (through free(), so hooks see them). */
@@ -339,6 +346,9 @@ export class Scheduler {
   }
 
   free(requestId: string): boolean {
+    const b = this.active.get(requestId);
+    // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
+    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.firstTokenAt - b.createdAt);
     const ok = this.active.free(requestId);
     if (ok) for (const h of this.hooks) h.freed?.(requestId);
     return ok;

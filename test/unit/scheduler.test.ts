@@ -313,3 +313,25 @@ describe('prefix co-location', () => {
     for (let i = 0; i < 10; i++) expect(route(s, prompt(3, i), 100, 0).chosen!.instance).toBe('c');
   });
 });
+
+describe('rate samples', () => {
+  it('take the prompt tokens the engine reports it computed over the predicted ones', () => {
+    const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+    const tokens = Array.from({ length: 4000 }, (_, i) => i + 1);
+    const input: RouteInput = { ns, candidates: [{ instance: 'a', dpRank: 0 }], tokens, policy: 'kv', weights: { ...W, model: 'time' }, temperature: 0 };
+    // Predicted: 4,000 uncached tokens each. The engine found 3,600 cached: it computed 400, in 10 ms.
+    const learn = (report: boolean) => {
+      const s = new Scheduler(new TieredIndexer(), seeded(12));
+      for (let i = 0; i < 30; i++) {
+        s.book(s.decide(input, 0), ns, { requestId: `r${i}`, now: i * 100, speculativeTtlMs: 0 });
+        s.prefillComplete(`r${i}`, i * 100 + 10);
+        if (report) s.reportUncached(`r${i}`, 400);
+        s.free(`r${i}`);
+      }
+      expect(s.rates.snapshot()[0].samples).toBe(30);
+      return s.rates.rate('a', 0).msPerToken;
+    };
+    // Taking the prediction, 4,000 tokens in 10 ms: a rate ten times too fast.
+    expect(learn(true)).toBeGreaterThan(3 * learn(false));
+  });
+});
