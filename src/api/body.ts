@@ -66,6 +66,13 @@ export async function readJson(c: Context, maxBytes: number): Promise<JsonValue>
   }
 }
 
+/** An optional OpenAI-style JSON object: an empty body is `{}`. */
+export async function readOptionalOpenAIJson(c: Context, maxBytes: number): Promise<Record<string, unknown>> {
+  const buf = await honoBody(c, maxBytes);
+  if (buf === null) throw new OpenAIError(413, tooLargeMessage(maxBytes), 'invalid_request_error', null, 'body_too_large');
+  return buf.byteLength === 0 ? {} : parseOpenAIBody(buf);
+}
+
 /** OpenAI-style bodies on hono routes (/v1/route, /debug/route): a JSON object, OpenAI errors. */
 export async function readOpenAIJson(c: Context, maxBytes: number): Promise<Record<string, unknown>> {
   const buf = await honoBody(c, maxBytes);

@@ -6,7 +6,8 @@
 //   POST /v1/route/loads                         every candidate's potential loads and cost
 //   GET  /v1/route/events                        the index as a dump
 import type { Context, Hono } from 'hono';
-import { readOpenAIJson } from '../api/body.js';
+import { readOpenAIJson, readOptionalOpenAIJson } from '../api/body.js';
+import { type EngineUsage, parseUsage } from '../feedback/usage-tail.js';
 import { errorResponse } from '../api/errors.js';
 import { json } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
@@ -32,6 +33,13 @@ class RecentIds {
 }
 
 type Body = Record<string, unknown>;
+
+/** `{"usage": {...}}` of a /free body, read like a response's usage; null when absent. */
+function usageOf(body: Record<string, unknown>): EngineUsage | null {
+  if (body.usage === undefined || body.usage === null) return null;
+  if (typeof body.usage !== 'object' || Array.isArray(body.usage)) throw new OpenAIError(400, '`usage` must be the engine\'s usage object', 'invalid_request_error', 'usage');
+  return parseUsage(JSON.stringify(body.usage));
+}
 
 /** router_config_override -> the same validated override path as x-kvrouter-* headers. */
 function overrideHeaders(o: unknown): Record<string, string> {
@@ -73,6 +81,8 @@ export interface DecisionApiDeps extends CompletionDeps {
 export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
   const { scheduler, now, cfg } = deps;
   const freed = new RecentIds(100_000);
+  // Decisions of open bookings, so that a gateway's free with the engine's usage feeds the closed-loop check.
+  const booked = new Map<string, Decision>();
   const bookingKey = (id: string) => `route:${id}`;
 
   const decide = async (c: Context): Promise<{ d: Decision; p: Awaited<ReturnType<typeof prepareRoute>>; body: Body; fields: ReturnType<typeof routeFields> }> => {
@@ -118,7 +128,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       const status = d.reason === 'unknown_target' ? 400 : 503;
       return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
     }
-    let booked = false;
+    let isBooked = false;
     const tenant = deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant';
     if (typeof rid === 'string' && tenant) {
       // Booking holds load on an instance until freed: that is the gateway's job (admin token).
@@ -128,7 +138,10 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
       const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
       scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
-      booked = true;
+      booked.set(rid, d);
+      // Bookings the stale sweep releases are never freed here: keep the map bounded all the same.
+      if (booked.size > 100_000) booked.delete(booked.keys().next().value as string);
+      isBooked = true;
     }
     const inst = p.instances.find((i) => i.id === d.chosen!.instance)!;
     return json(c, {
@@ -139,16 +152,24 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       policy: d.policy,
       prompt_tokens: d.isl,
       request_id: typeof rid === 'string' ? rid : null,
-      booked,
+      booked: isBooked,
     });
   });
 
   const lifecycle = (action: 'prefill_complete' | 'free') => async (c: Context) => {
     const id = c.req.param('id') ?? '';
     const key = bookingKey(id);
+    // A free may carry the engine's response usage (as the engine sent it): it is checked against
+    // the prediction like a proxied response's.
+    const usage = action === 'free' ? usageOf(await readOptionalOpenAIJson(c, 64 * 1024)) : null;
+    const d = action === 'free' ? booked.get(id) : undefined;
     const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
     if (ok) {
-      if (action === 'free') freed.add(id);
+      if (action === 'free') {
+        freed.add(id);
+        booked.delete(id);
+        if (d && usage) deps.observer?.reported?.(d, usage);
+      }
       deps.queue.notify(1);
       return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });
     }

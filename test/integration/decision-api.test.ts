@@ -76,6 +76,21 @@ describe('/v1/route', () => {
     expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 
+  it("a gateway's free may carry the engine's usage: it feeds the closed-loop hit check", async () => {
+    const before = router.feedback.verifier.totals;
+    const r = await call(router.url, 'POST', '/v1/route', { ...chatBody('usage please'), request_id: 'gw-usage' });
+    const inst = r.body.instance_id as string;
+    const t0 = before.call(router.feedback.verifier, inst);
+    // Nothing was predicted cached; the engine says 160 tokens were: an under-prediction.
+    const usage = { prompt_tokens: r.body.prompt_tokens, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 160 } };
+    expect(await call(router.url, 'POST', '/v1/route/gw-usage/free', { usage })).toMatchObject({ status: 200, body: { status: 'freed' } });
+    expect(router.feedback.verifier.totals(inst).under).toBe(t0.under + 1);
+    // A malformed usage is a 400 and frees nothing.
+    await call(router.url, 'POST', '/v1/route', { ...chatBody('usage again'), request_id: 'gw-usage-2' });
+    expect((await call(router.url, 'POST', '/v1/route/gw-usage-2/free', { usage: [1] })).status).toBe(400);
+    expect((await call(router.url, 'POST', '/v1/route/gw-usage-2/free')).body.status).toBe('freed');
+  });
+
   it('validates token ids, overrides and request ids', async () => {
     expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, -2] })).status).toBe(400);
     expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, 2], router_config_override: { router_temperature: -1 } })).status).toBe(400);
