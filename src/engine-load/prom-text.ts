@@ -16,7 +16,9 @@ export function parsePromSamples(text: string): PromSample[] {
     if (!line || line[0] === '#') continue;
     const brace = line.indexOf('{');
     const close = brace >= 0 ? line.lastIndexOf('}') : -1;
-    const name = brace >= 0 ? line.slice(0, brace) : line.slice(0, line.indexOf(' '));
+    const space = line.indexOf(' ');
+    if (brace < 0 && space < 0) continue; // a name without a value
+    const name = brace >= 0 ? line.slice(0, brace) : line.slice(0, space);
     const rest = (close >= 0 ? line.slice(close + 1) : line.slice(name.length)).trim().split(/\s+/);
     const value = Number(rest[0]);
     if (!name || !Number.isFinite(value)) continue;

@@ -26,15 +26,27 @@ export interface FeedbackSinks {
   now: () => number;
 }
 
+/** What the check needs of a decision (the decision API keeps only this per open booking). */
+export interface Prediction {
+  instance: string;
+  isl: number;
+  blockSize: number;
+  /** The index's prefix for the chosen instance, before any distrust (blocks). */
+  indexedBlocks: number;
+}
+
+export function predictionOf(d: Decision): Prediction | null {
+  return d.chosen ? { instance: d.chosen.instance, isl: d.isl, blockSize: d.blockSize, indexedBlocks: d.chosen.indexedBlocks } : null;
+}
+
 /** What the router predicts the engine will report as cached: whole blocks, never the last token. */
-export function predictedCachedTokens(d: Decision): number {
-  const c = d.chosen!;
-  const reusable = Math.floor(Math.max(0, d.isl - 1) / d.blockSize) * d.blockSize;
-  return Math.min(reusable, c.indexedBlocks * d.blockSize);
+export function predictedCachedTokens(p: Prediction): number {
+  const reusable = Math.floor(Math.max(0, p.isl - 1) / p.blockSize) * p.blockSize;
+  return Math.min(reusable, p.indexedBlocks * p.blockSize);
 }
 
 export class FeedbackLoop {
-  readonly verifier: HitVerifier;
+  private current: HitVerifier;
   /** Actions taken, by alarm (for /health and tests). */
   readonly actions: Array<{ at: number; instance: string; action: VerifyAction | 'trust'; message: string }> = [];
 
@@ -42,26 +54,43 @@ export class FeedbackLoop {
     private opts: FeedbackOptions,
     private readonly sinks: FeedbackSinks,
   ) {
-    this.verifier = new HitVerifier({ window: opts.window, alarmRatio: opts.alarmRatio });
+    this.current = new HitVerifier({ window: opts.window, alarmRatio: opts.alarmRatio });
   }
 
-  /** A reload may change the action or turn the check off; windows and alarms stay. */
+  get verifier(): HitVerifier {
+    return this.current;
+  }
+
+  /**
+   * A reload: a new window or ratio starts the windows afresh (alarms included); a new action
+   * applies to the alarms already open (distrust takes them out of credit, any other lets them back).
+   */
   configure(opts: FeedbackOptions): void {
-    const wasDistrusting = this.opts.action === 'distrust';
+    if (opts.window !== this.opts.window || opts.alarmRatio !== this.opts.alarmRatio) {
+      this.current = new HitVerifier({ window: opts.window, alarmRatio: opts.alarmRatio });
+      this.sinks.distrusted.clear();
+    }
     this.opts = opts;
-    if (wasDistrusting && (opts.action !== 'distrust' || !opts.enabled)) this.sinks.distrusted.clear();
+    if (opts.action !== 'distrust' || !opts.enabled) this.sinks.distrusted.clear();
+    else for (const a of this.current.alarms()) this.sinks.distrusted.add(a.instance);
   }
 
   /** The forward observer's `reported` hook. */
   reported(d: Decision, usage: EngineUsage | null): void {
-    if (!this.opts.enabled || !d.chosen || d.isl === 0) return;
-    const instance = d.chosen.instance;
+    const p = predictionOf(d);
+    if (p) this.check(p, usage);
+  }
+
+  /** One prediction against the engine's usage (null: the response carried none). */
+  check(p: Prediction, usage: EngineUsage | null): void {
+    if (!this.opts.enabled || p.isl === 0) return;
+    const instance = p.instance;
     if (!usage || usage.cachedTokens === null) {
       this.sinks.judged?.(instance, 'unverified', null);
       return;
     }
-    const predicted = predictedCachedTokens(d);
-    const o = this.verifier.observe(instance, predicted, usage.cachedTokens, d.blockSize, this.sinks.now());
+    const predicted = predictedCachedTokens(p);
+    const o = this.current.observe(instance, predicted, usage.cachedTokens, p.blockSize, this.sinks.now());
     if (!o) return;
     this.sinks.judged?.(instance, o.verdict, o.error);
     if (o.raised) this.raise(o.raised);
@@ -73,7 +102,7 @@ export class FeedbackLoop {
     let what: string;
     if (act === 'resync') {
       const n = this.sinks.writer.purge({ backend: a.instance });
-      this.verifier.reset(a.instance); // judge the re-synced index afresh
+      this.current.reset(a.instance); // judge the re-synced index afresh
       what = `re-synced: purged its ${n} indexed block(s); its events rebuild the view`;
     } else if (act === 'distrust') {
       this.sinks.distrusted.add(a.instance);
@@ -96,7 +125,7 @@ export class FeedbackLoop {
 
   /** An instance left the pool. */
   forget(instance: string): void {
-    this.verifier.reset(instance);
+    this.current.reset(instance);
     this.sinks.distrusted.delete(instance);
   }
 }

@@ -37,6 +37,8 @@ interface Sample {
 interface InstanceState {
   samples: Sample[];
   next: number;
+  /** Verdicts in the window (kept as samples come and go: no scan per request). */
+  inWindow: Record<Verdict, number>;
   alarm: Alarm | null;
   totals: Record<Verdict, number>;
 }
@@ -75,27 +77,29 @@ export class HitVerifier {
   observe(instance: string, predicted: number, reported: number, tolerance: number, now: number): Observation | null {
     if (Math.max(predicted, reported) <= tolerance) return null;
     let st = this.instances.get(instance);
-    if (!st) this.instances.set(instance, (st = { samples: [], next: 0, alarm: null, totals: { agree: 0, over: 0, under: 0 } }));
+    if (!st) this.instances.set(instance, (st = { samples: [], next: 0, inWindow: { agree: 0, over: 0, under: 0 }, alarm: null, totals: { agree: 0, over: 0, under: 0 } }));
     const verdict = judge(predicted, reported, tolerance);
     st.totals[verdict]++;
     const s = { verdict, predicted, reported };
     if (st.samples.length < this.opts.window) st.samples.push(s);
-    else st.samples[st.next] = s;
+    else {
+      st.inWindow[st.samples[st.next].verdict]--;
+      st.samples[st.next] = s;
+    }
+    st.inWindow[verdict]++;
     st.next = (st.next + 1) % this.opts.window;
     const out: Observation = { verdict, error: reported - predicted, raised: null, cleared: null };
-    const full = st.samples.length >= this.opts.window;
+    const n = st.samples.length;
     const wrong = (d: Direction) => st!.samples.filter((x) => x.verdict === d);
     if (st.alarm) {
-      const w = wrong(st.alarm.direction);
-      if (w.length < (this.opts.alarmRatio / 2) * st.samples.length) {
+      if (st.inWindow[st.alarm.direction] < (this.opts.alarmRatio / 2) * n) {
         out.cleared = st.alarm;
         st.alarm = null;
-      } else st.alarm = this.alarmOf(instance, st.alarm.direction, w, st.samples.length, st.alarm.since);
-    } else if (full) {
+      } else st.alarm = this.alarmOf(instance, st.alarm.direction, wrong(st.alarm.direction), n, st.alarm.since);
+    } else if (n >= this.opts.window) {
       for (const d of ['over', 'under'] as const) {
-        const w = wrong(d);
-        if (w.length >= this.opts.alarmRatio * st.samples.length) {
-          st.alarm = out.raised = this.alarmOf(instance, d, w, st.samples.length, now);
+        if (st.inWindow[d] >= this.opts.alarmRatio * n) {
+          st.alarm = out.raised = this.alarmOf(instance, d, wrong(d), n, now);
           break;
         }
       }

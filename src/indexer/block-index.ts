@@ -5,8 +5,8 @@
 // Layout, chosen so a query touches about one cache line per block plus its records:
 //   table   U64Table rows [hashLo, hashHi, used, headRecord]: seq hash -> first record
 //   records Int32Array rows of 8: [hashLo, hashHi, holder, nextInEntry, prevInHolder, nextInHolder,
-//           engineLo, engineHi] + Float64Array expiry (speculative records only) + Uint32Array
-//           touch (the holder's LRU clock when the block was last stored or routed to)
+//           engineLo, engineHi] + Float64Array expiry (speculative records only) + Float64Array
+//           touch (the holder's allocation clock when the block was last stored or routed to)
 //   holders (backend, dp rank, medium, owner) with a doubly linked list of their records, so a
 //           `cleared` event or an unregister purges in O(records of that holder)
 //   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> seq hash
@@ -104,7 +104,7 @@ interface Holder {
   tail: number;
   count: number;
   alive: boolean;
-  /** LRU clock: advances by one per block stored or touched (uint32, wraps). */
+  /** Allocation clock: advances by one per block stored (a touch does not). */
   clock: number;
   /** Most blocks held at once: the cache's size once it has evicted. */
   peak: number;
@@ -131,7 +131,7 @@ export class BlockIndex {
   private table: U64Table;
   private rec: Int32Array;
   private recExp: Float64Array;
-  private recTouch: Uint32Array;
+  private recTouch: Float64Array;
   private recFree = NONE;
   private recTop = 0;
   private liveRecords = 0;
@@ -158,6 +158,8 @@ export class BlockIndex {
   private qHost = new Int32Array(64);
   private qDisk = new Int32Array(64);
   private qAlive = new Int32Array(64);
+  /** Candidate -> its confirmed GPU holder (validated on use, rebuilt by a scan when stale). */
+  private gpuHolders = new Map<number, number>();
   private queryId = 0;
   /** Where prefetch loads go (see U64Table.touch). */
   private sink = 0;
@@ -170,7 +172,7 @@ export class BlockIndex {
     this.table = new U64Table(T, cap);
     this.rec = new Int32Array(cap * R);
     this.recExp = new Float64Array(cap);
-    this.recTouch = new Uint32Array(cap);
+    this.recTouch = new Float64Array(cap);
   }
 
   // ---------------------------------------------------------------- holders and ownership
@@ -301,6 +303,7 @@ export class BlockIndex {
     const cand = this.hCand[holder];
     const confirmed = !h.speculative && cand !== NONE;
     const clock0 = h.clock;
+    const n = seq.length;
     let added = 0;
     for (let i = 0; i < seq.length; i++) {
       const lo = sv[2 * i];
@@ -330,7 +333,7 @@ export class BlockIndex {
         if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
       }
       // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
-      this.recTouch[r] = (clock0 + seq.length - i) >>> 0;
+      this.recTouch[r] = clock0 + n - i;
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
@@ -340,7 +343,7 @@ export class BlockIndex {
         g.engineMap.data[s * EM + 4] = hi;
       }
     }
-    h.clock = (clock0 + seq.length) >>> 0;
+    h.clock = clock0 + n;
     return added;
   }
 
@@ -366,58 +369,70 @@ export class BlockIndex {
 
   // ---------------------------------------------------------------- eviction awareness
 
-  private gpuHolder(instance: string, dpRank: number): Holder | null {
-    const id = this.holderKeys.get(`b\u0000${instance}\u0000${dpRank}\u0000GPU`);
-    const h = id === undefined ? undefined : this.holders[id];
-    return h && h.alive && !h.speculative ? h : null;
+  /** The instance's event-confirmed GPU holder (through its backend binding), or null. */
+  private gpuHolder(instance: string, dpRank: number): number {
+    const cand = this.candKeys.get(`${instance}\u0000${dpRank}`);
+    if (cand === undefined) return NONE;
+    const known = this.gpuHolders.get(cand);
+    if (known !== undefined && this.isGpuHolderOf(known, cand)) return known;
+    for (const i of this.liveHolders) {
+      if (this.isGpuHolderOf(i, cand)) {
+        this.gpuHolders.set(cand, i);
+        return i;
+      }
+    }
+    return NONE;
   }
 
-  /** The engine will use this prefix now (a request was routed to it): it becomes the newest in its LRU. */
+  private isGpuHolderOf(h: number, cand: number): boolean {
+    const x = this.holders[h];
+    return x !== undefined && x.alive && !x.speculative && x.medium === 'GPU' && this.hCand[h] === cand;
+  }
+
+  /**
+   * The engine is about to use this prefix (a request was routed to it): it becomes the most recently
+   * used in the instance's LRU, the shallowest block newest, without counting as an allocation.
+   */
   touch(instance: string, dpRank: number, seq: BigUint64Array, depth: number): void {
-    const h = this.gpuHolder(instance, dpRank);
-    if (!h) return;
-    const id = this.holderKeys.get(h.key)!;
+    const id = this.gpuHolder(instance, dpRank);
+    if (id === NONE) return;
+    const h = this.holders[id];
     const sv = hashView(seq);
-    for (let i = Math.min(depth, seq.length) - 1; i >= 0; i--) {
+    const d = Math.min(depth, seq.length);
+    for (let i = 0; i < d; i++) {
       const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) continue;
       const r = this.findRecord(this.table.data[slot * T + T_HEAD], id);
-      if (r !== NONE) this.recTouch[r] = h.clock = (h.clock + 1) >>> 0;
+      if (r !== NONE) this.recTouch[r] = h.clock + 0.5 - i / (2 * (d + 1));
     }
   }
 
   /**
    * How much of an instance's GPU prefix [0, depth) is still there after `allocations` more blocks
    * are allocated on it (the prefill queued ahead of a request), under LRU: free room first, then
-   * the least recently stored or routed-to blocks go. A holder that never evicted is not full, and
-   * without a confirmed GPU holder there is nothing to judge: both keep the whole depth.
+   * the least recently used blocks go. A block is judged by the blocks allocated since it was last
+   * stored or routed to (blocks re-used since are not counted as newer: the estimate errs toward
+   * keeping). A holder that never evicted is not full, and without a confirmed GPU holder there is
+   * nothing to judge: both keep the whole depth. The prefix ends at its first block that goes
+   * (deeper blocks can be newer than shallower ones: events append to chains).
    */
   survivingPrefix(instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
-    const h = this.gpuHolder(instance, dpRank);
+    const id = this.gpuHolder(instance, dpRank);
+    const h = id === NONE ? null : this.holders[id];
     if (!h || h.evicted === 0 || depth <= 0) return depth;
     const need = allocations - (h.peak - h.count);
     if (need <= 0) return depth;
-    const id = this.holderKeys.get(h.key)!;
     const sv = hashView(seq);
-    // Block i survives when at least `need` of the holder's blocks are older than it. Blocks newer
-    // than it number at most clock - touch (re-touches make this an overestimate: cautious).
-    const survives = (i: number): boolean => {
+    const d = Math.min(depth, seq.length);
+    for (let i = 0; i < d; i++) {
       const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
       const r = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
-      if (r === NONE) return true; // held through another holder of the instance: no judgement
-      const newer = (h.clock - this.recTouch[r]) >>> 0;
-      return h.count - newer >= need;
-    };
-    if (survives(depth - 1)) return depth;
-    // Deeper blocks are older (see store): binary search for the first one that goes.
-    let lo = 0;
-    let hi = depth - 1;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (survives(mid)) lo = mid + 1;
-      else hi = mid;
+      if (r === NONE) continue; // held through another holder of the instance: no judgement
+      // Strictly older blocks go first; this one goes once `need` exceeds them.
+      const newer = Math.max(0, Math.floor(h.clock - this.recTouch[r]));
+      if (h.count - 1 - newer < need) return i;
     }
-    return lo;
+    return depth;
   }
 
   /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
@@ -779,7 +794,7 @@ export class BlockIndex {
   }
 }
 
-function grow<T extends Int32Array | Uint8Array | Uint32Array | Float64Array>(a: T, n: number): T {
+function grow<T extends Int32Array | Uint8Array | Float64Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
   return b;

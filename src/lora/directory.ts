@@ -30,6 +30,13 @@ export class AdapterDirectory {
     this.set(this.discovered, instance, model, adapters);
   }
 
+  /** Drop everything discovery reported (discovery was turned off). */
+  clearDiscovered(): void {
+    if (this.discovered.size === 0) return;
+    this.discovered.clear();
+    this.index = null;
+  }
+
   /** The instance left the pool. */
   forget(instance: string): void {
     this.configured.delete(instance);

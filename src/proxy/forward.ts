@@ -221,9 +221,9 @@ async function dispatch(
       tail?.push(chunk as Buffer);
       if (first) {
         first = false;
-        // A stream's first chunk is its first token; a plain response's is its last, which says
-        // nothing about prefill speed.
-        scheduler.prefillComplete(bookingId, job.stream ? now() : undefined);
+        // A stream's first chunk is its first token; a plain response's is its last, and an error's
+        // is no prefill at all: neither says anything about prefill speed.
+        scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 ? now() : undefined);
         queue.notify(1);
         observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
       }

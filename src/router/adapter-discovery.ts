@@ -3,6 +3,7 @@
 // does) and tell the AdapterDirectory. An instance that does not answer keeps what it said last.
 import type { RouterConfig } from '../config/schema.js';
 import type { AdapterDirectory } from '../lora/directory.js';
+import { startInstancePoll } from './instance-poll.js';
 import type { ModelRuntime } from './models.js';
 
 interface ModelCard {
@@ -22,39 +23,20 @@ export function adaptersIn(body: unknown, baseNames: ReadonlySet<string>): strin
 }
 
 export function startAdapterDiscovery(models: () => ModelRuntime[], cfg: () => RouterConfig, dir: AdapterDirectory): { stop(): void; runOnce(): Promise<void> } {
-  let running = false;
-  const runOnce = async () => {
-    if (running || !cfg().lora.discover) return;
-    running = true;
-    try {
-      await Promise.all(
-        models().flatMap((m) => {
-          const names = new Set([m.name, ...m.cfg.aliases]);
-          return m.instances.map(async (i) => {
-            const timeout = Math.min(5000, cfg().lora.discover_interval_ms);
-            const r = await i.upstream.pool.request({ path: `${i.upstream.basePath}/v1/models`, method: 'GET', headersTimeout: timeout, bodyTimeout: timeout }).catch(() => null);
-            if (!r) return;
-            const body = r.statusCode === 200 ? await r.body.json().catch(() => null) : await r.body.dump().then(() => null, () => null);
-            const found = adaptersIn(body, names);
-            if (found) dir.setDiscovered(i.id, m.name, found);
-          });
-        }),
-      );
-    } finally {
-      running = false;
-    }
-  };
-  let timer: NodeJS.Timeout | null = null;
-  const schedule = () => {
-    timer = setTimeout(() => void runOnce().finally(schedule), cfg().lora.discover_interval_ms);
-    timer.unref();
-  };
-  void runOnce().finally(schedule);
-  return {
-    stop: () => {
-      if (timer) clearTimeout(timer);
-      timer = null;
+  return startInstancePoll(models, {
+    path: () => '/v1/models',
+    intervalMs: () => cfg().lora.discover_interval_ms,
+    enabled: () => cfg().lora.discover,
+    maxBytes: 4 << 20,
+    take: (m, i, body) => {
+      let parsed: unknown = null;
+      try {
+        parsed = JSON.parse(body.toString('utf8'));
+      } catch {
+        return; // not JSON: keep what the instance said last
+      }
+      const found = adaptersIn(parsed, new Set([m.name, ...m.cfg.aliases]));
+      if (found) dir.setDiscovered(i.id, m.name, found);
     },
-    runOnce,
-  };
+  });
 }

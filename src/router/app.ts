@@ -99,7 +99,7 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
   mountOpsRoutes(app, rt, reload);
   mountDecisionRoutes(app, deps);
   mountPeerRoutes(app, { peers: rt.peers });
-  mountDashboard(app, dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: rt.feedback.verifier, engineLoad: (id, dp) => engineLoadOf(rt, id, dp) }));
+  mountDashboard(app, dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: () => rt.feedback.verifier, engineLoad: (id, dp) => engineLoadOf(rt, id, dp) }));
   mountDebugRoute(app, deps);
   installErrorHandling(app, HOT_ROUTES);
   return app;

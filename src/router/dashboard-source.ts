@@ -17,7 +17,8 @@ export interface DashboardDeps {
   log: DecisionLog;
   queueDepth: () => number;
   now: () => number;
-  feedback: HitVerifier;
+  /** The closed-loop check's verifier (a reload may replace it). */
+  feedback: () => HitVerifier;
   /** The engine's own load for an instance (summed over ranks), or null without a fresh scrape. */
   engineLoad: (instance: string, dpSize: number) => { running: number; waiting: number; kv_usage: number | null } | null;
 }
@@ -68,7 +69,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
             cached_blocks: cached.get(i.id) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 },
             listeners: (byInstance.get(i.id) ?? []).sort((a, b) => a.dp_rank - b.dp_rank),
             engine_load: d.engineLoad(i.id, i.dpSize),
-            hit_check: { ...d.feedback.totals(i.id), alarm: d.feedback.alarm(i.id)?.message ?? null, distrusted: d.scheduler.distrusted.has(i.id) },
+            hit_check: { ...d.feedback().totals(i.id), alarm: d.feedback().alarm(i.id)?.message ?? null, distrusted: d.scheduler.distrusted.has(i.id) },
           };
         }),
       );

@@ -8,6 +8,7 @@
 import type { Context, Hono } from 'hono';
 import { readOpenAIJson, readOptionalOpenAIJson } from '../api/body.js';
 import { type EngineUsage, parseUsage } from '../feedback/usage-tail.js';
+import { type FeedbackLoop, type Prediction, predictionOf } from '../feedback/loop.js';
 import { errorResponse } from '../api/errors.js';
 import { json } from '../api/indexer-routes.js';
 import { OpenAIError } from '../api/openai.js';
@@ -34,10 +35,9 @@ class RecentIds {
 
 type Body = Record<string, unknown>;
 
-/** `{"usage": {...}}` of a /free body, read like a response's usage; null when absent. */
+/** `{"usage": {...}}` of a /free body, read like a response's usage; null when absent or not an object. */
 function usageOf(body: Record<string, unknown>): EngineUsage | null {
-  if (body.usage === undefined || body.usage === null) return null;
-  if (typeof body.usage !== 'object' || Array.isArray(body.usage)) throw new OpenAIError(400, '`usage` must be the engine\'s usage object', 'invalid_request_error', 'usage');
+  if (typeof body.usage !== 'object' || body.usage === null || Array.isArray(body.usage)) return null;
   return parseUsage(JSON.stringify(body.usage));
 }
 
@@ -76,13 +76,18 @@ function overrideHeaders(o: unknown): Record<string, string> {
 
 export interface DecisionApiDeps extends CompletionDeps {
   indexer: TieredIndexer;
+  /** The closed-loop check a gateway's /free with usage feeds. */
+  feedback?: FeedbackLoop;
 }
 
 export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
-  const { scheduler, now, cfg } = deps;
+  // deps.cfg is read per request: a reload swaps it.
+  const { scheduler, now } = deps;
   const freed = new RecentIds(100_000);
-  // Decisions of open bookings, so that a gateway's free with the engine's usage feeds the closed-loop check.
-  const booked = new Map<string, Decision>();
+  // Predictions of open bookings (a few numbers each), so that a gateway's free with the engine's
+  // usage feeds the closed-loop check; dropped when the booking is freed, by /free or by the sweep.
+  const booked = new Map<string, Prediction>();
+  scheduler.addHooks({ freed: (key) => void (key.startsWith('route:') && booked.delete(key.slice(6))) });
   const bookingKey = (id: string) => `route:${id}`;
 
   const decide = async (c: Context): Promise<{ d: Decision; p: Awaited<ReturnType<typeof prepareRoute>>; body: Body; fields: ReturnType<typeof routeFields> }> => {
@@ -96,7 +101,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     } else if (body.prompt !== undefined) kind = 'completion';
     const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
-    const fields = routeFields(p, cfg, deps);
+    const fields = routeFields(p, deps.cfg, deps);
     const t = now();
     const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
     return { d: scheduler.decide({ ...fields.route, ns: fields.ns, candidates }, t), p, body, fields };
@@ -138,9 +143,8 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
       const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
       scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
-      booked.set(rid, d);
-      // Bookings the stale sweep releases are never freed here: keep the map bounded all the same.
-      if (booked.size > 100_000) booked.delete(booked.keys().next().value as string);
+      const pred = deps.cfg.verification.enabled ? predictionOf(d) : null;
+      if (pred) booked.set(rid, pred);
       isBooked = true;
     }
     const inst = p.instances.find((i) => i.id === d.chosen!.instance)!;
@@ -160,15 +164,14 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const id = c.req.param('id') ?? '';
     const key = bookingKey(id);
     // A free may carry the engine's response usage (as the engine sent it): it is checked against
-    // the prediction like a proxied response's.
-    const usage = action === 'free' ? usageOf(await readOptionalOpenAIJson(c, 64 * 1024)) : null;
-    const d = action === 'free' ? booked.get(id) : undefined;
+    // the prediction like a proxied response's. A body that cannot be read never keeps a booking.
+    const usage = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).then(usageOf, () => null) : null;
+    const p = action === 'free' ? booked.get(id) : undefined;
     const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
     if (ok) {
       if (action === 'free') {
         freed.add(id);
-        booked.delete(id);
-        if (d && usage) deps.observer?.reported?.(d, usage);
+        if (p && usage) deps.feedback?.check(p, usage);
       }
       deps.queue.notify(1);
       return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });

@@ -3,46 +3,18 @@
 import type { RouterConfig } from '../config/schema.js';
 import { type EngineLoadView, loadsFromSamples } from '../engine-load/load-view.js';
 import { parsePromSamples } from '../engine-load/prom-text.js';
+import { startInstancePoll } from './instance-poll.js';
 import type { ModelRuntime } from './models.js';
 
 export function startEngineScrape(models: () => ModelRuntime[], cfg: () => RouterConfig, view: EngineLoadView, now: () => number): { stop(): void; runOnce(): Promise<void> } {
-  let running = false;
-  const runOnce = async () => {
-    const c = cfg().engine_metrics;
-    if (running || !c.scrape) return;
-    running = true;
-    try {
-      const seen = new Set<string>();
-      await Promise.all(
-        models().flatMap((m) =>
-          m.instances.map(async (i) => {
-            if (seen.has(i.id)) return;
-            seen.add(i.id);
-            const timeout = Math.max(50, Math.min(c.interval_ms, 5000));
-            const r = await i.upstream.pool.request({ path: i.upstream.basePath + c.path, method: 'GET', headersTimeout: timeout, bodyTimeout: timeout }).catch(() => null);
-            if (!r) return;
-            if (r.statusCode !== 200) return void (await r.body.dump().catch(() => undefined));
-            const text = await r.body.text().catch(() => null);
-            const loads = text === null ? null : loadsFromSamples(parsePromSamples(text), now());
-            if (loads) view.set(i.id, loads);
-          }),
-        ),
-      );
-    } finally {
-      running = false;
-    }
-  };
-  let timer: NodeJS.Timeout | null = null;
-  const schedule = () => {
-    timer = setTimeout(() => void runOnce().finally(schedule), cfg().engine_metrics.interval_ms);
-    timer.unref();
-  };
-  void runOnce().finally(schedule);
-  return {
-    stop: () => {
-      if (timer) clearTimeout(timer);
-      timer = null;
+  return startInstancePoll(models, {
+    path: () => cfg().engine_metrics.path,
+    intervalMs: () => cfg().engine_metrics.interval_ms,
+    enabled: () => cfg().engine_metrics.scrape,
+    maxBytes: 16 << 20,
+    take: (_m, i, body) => {
+      const loads = loadsFromSamples(parsePromSamples(body.toString('utf8')), now());
+      if (loads) view.set(i.id, loads);
     },
-    runOnce,
-  };
+  });
 }

@@ -57,6 +57,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   deps.access = access;
   rt.queue.setMaxSize(next.routing.busy.queue_size);
   rt.feedback.configure(feedbackOptions(next));
+  if (!next.lora.discover) rt.adapters.clearDiscovered();
   for (const i of r.removedInstances) {
     writer.purgeInstance({ instance: i.id });
     const freed = rt.scheduler.active.dropInstance(i.id);

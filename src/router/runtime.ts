@@ -51,7 +51,7 @@ export interface RouterRuntime {
   readonly engineLoads: EngineLoadView;
   readonly peers: PeerList;
   /** Per-request view: config, models, access (reload swaps these fields). */
-  readonly deps: CompletionDeps & { indexer: TieredIndexer };
+  readonly deps: CompletionDeps & { indexer: TieredIndexer; feedback: FeedbackLoop };
   /** Every model, in config order (reload swaps it). */
   all: ModelRuntime[];
   /** Registrations the config owns (reload reconciles them; /register ones are left alone). */
@@ -172,7 +172,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     adapters,
     engineLoads,
     peers: new PeerList(cfg0.cluster.peers),
-    deps: { cfg: cfg0, models: modelSet.byName, adapters, engineLoads, metrics, scheduler, queue, now, access, indexer, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
+    deps: { cfg: cfg0, models: modelSet.byName, adapters, engineLoads, metrics, scheduler, queue, now, access, indexer, feedback, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
     all: modelSet.all,
     ownedRegs,
     relayed,

@@ -71,7 +71,7 @@ export class PrefillRates {
 
   /** A booking's first token: `workTokens` = prefill booked ahead of it + its own, `ttftMs` as seen. */
   observe(instance: string, dpRank: number, workTokens: number, ttftMs: number): void {
-    if (!(workTokens >= 0) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
+    if (!(workTokens >= 0) || !Number.isFinite(workTokens) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
     const k = `${instance}\u0000${dpRank}`;
     let f = this.fits.get(k);
     if (!f) this.fits.set(k, (f = { instance, dpRank, fit: new Fit() }));

@@ -184,11 +184,16 @@ export class Scheduler {
       const distrusted = this.distrusted.size > 0 && this.distrusted.has(c.instance);
       const indexedBlocks = Math.max(o?.disk ?? 0, shared);
       let device = distrusted ? 0 : (o?.device ?? 0);
+      let host = distrusted ? 0 : (o?.host ?? 0);
+      let disk = distrusted ? 0 : (o?.disk ?? 0);
       if (device > 0 && input.evictionAware && load.activePrefillTokens > 0 && ns) {
+        const indexed = device;
         device = ns.index.survivingPrefix(c.instance, c.dpRank, seq, device, Math.ceil(load.activePrefillTokens / bs));
+        // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
+        // a lower tier extends the prefix (where an offloading engine puts what leaves the GPU).
+        if (host === indexed) host = device;
+        if (disk === indexed) disk = device;
       }
-      const host = distrusted ? 0 : (o?.host ?? 0);
-      const disk = distrusted ? 0 : (o?.disk ?? 0);
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
       const rate = this.rates.rate(c.instance, c.dpRank, prior);
       // Load the engine reports beyond what the router booked there.
@@ -198,12 +203,13 @@ export class Scheduler {
       let kvPenaltyMs = 0;
       const seen = input.engineLoad?.(c.instance, c.dpRank);
       if (seen && input.engineWeights) {
+        // (kvUsage is 0..1 by the metric's definition; a percentage from a misconfigured exporter is clamped.)
         const ew = input.engineWeights;
         unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
         const waiting = Math.min(unbooked, seen.waiting);
         extraPrefill = ew.waiting * waiting * this.meanPrefillTokens;
         extraDecoding = ew.running * (unbooked - waiting);
-        if (seen.kvUsage !== null && ew.kvUsageMs > 0) kvPenaltyMs = ew.kvUsageMs * Math.max(0, (seen.kvUsage - 0.8) / 0.2);
+        if (seen.kvUsage !== null && ew.kvUsageMs > 0) kvPenaltyMs = ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2);
       }
       const adapterLoadMs = input.adapter && input.adapterLoadMs ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, now) : 0;
       const b = cost(

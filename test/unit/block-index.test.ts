@@ -231,20 +231,38 @@ describe('eviction awareness', () => {
   it('under LRU the oldest prefix goes first, and a routed-to prefix becomes the newest', () => {
     const idx = new BlockIndex();
     const h = idx.holder('a', 0, 'GPU');
-    idx.store(h, seqA); // touches: A9 oldest ... A0
+    idx.store(h, seqA); // stored first: A9 oldest ... A0
     idx.store(h, seqB); // then B9 ... B0 newest; 20 blocks = the cache's size
     idx.remove(h, H(208n, 209n)); // evicted: 18 held, room for 2
     // Room absorbs two allocations.
     expect(idx.survivingPrefix('a', 0, seqA, 10, 2)).toBe(10);
     // Five allocations evict three: A9, A8, A7 truly (7 survive); the estimate counts the two
-    // evicted blocks as newer too and keeps 6, erring on the cautious side.
-    expect(idx.survivingPrefix('a', 0, seqA, 10, 5)).toBe(6);
+    // evicted blocks as newer too and keeps 5, erring on the cautious side.
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 5)).toBe(5);
     expect(idx.survivingPrefix('a', 0, seqB, 8, 5)).toBe(8);
-    // Routing a request to A's prefix refreshes it; B is now the older one.
+    // Routing a request to A's prefix makes it the most recently used.
     idx.touch('a', 0, seqA, 10);
     expect(idx.survivingPrefix('a', 0, seqA, 10, 5)).toBe(10);
-    expect(idx.survivingPrefix('a', 0, seqB, 8, 5)).toBe(6);
+    // Re-use is not counted as newer for others (B truly keeps 5 of 8 here): touches of a hot
+    // prefix never make the rest of the cache look evicted.
+    expect(idx.survivingPrefix('a', 0, seqB, 8, 5)).toBe(8);
+    for (let i = 0; i < 1000; i++) idx.touch('a', 0, seqA, 10);
+    expect(idx.survivingPrefix('a', 0, seqB, 8, 3)).toBe(8);
     // More than the whole cache: nothing survives.
     expect(idx.survivingPrefix('a', 0, seqA, 10, 40)).toBe(0);
+  });
+
+  it('finds the instance through its backend binding, and a deeper newer block does not hide an older shallow one', () => {
+    const idx = new BlockIndex();
+    idx.bindBackend('pod-7', 'a');
+    const h = idx.holder('pod-7', 0, 'GPU');
+    idx.store(h, seqA.subarray(0, 5)); // A0..A4 first (older)
+    idx.store(h, seqB); // 10 newer blocks
+    idx.store(h, seqA.subarray(5)); // A5..A9 appended later: newer than A0..A4
+    idx.remove(h, H(209n)); // evicted once: full
+    // 19 held, room for 1; 4 allocations evict 3 of the oldest: A4, A3, A2, so 2 blocks survive
+    // truly; the estimate (the evicted B9 counted as newer) keeps 1. Not 10: the newer A5..A9 do
+    // not hide the older blocks before them.
+    expect(idx.survivingPrefix('a', 0, seqA, 10, 4)).toBe(1);
   });
 });

@@ -57,9 +57,10 @@ describe('FeedbackLoop', () => {
     ({ chosen: { instance, dpRank: 0, indexedBlocks }, isl, blockSize: 16 }) as unknown as Decision;
 
   it('predicts whole blocks and never the last token', () => {
-    expect(predictedCachedTokens(decision('a', 100, 1000))).toBe(992);
-    expect(predictedCachedTokens(decision('a', 62, 1000))).toBe(992);
-    expect(predictedCachedTokens(decision('a', 10, 1000))).toBe(160);
+    const p = (indexedBlocks: number) => ({ instance: 'a', isl: 1000, blockSize: 16, indexedBlocks });
+    expect(predictedCachedTokens(p(100))).toBe(992);
+    expect(predictedCachedTokens(p(62))).toBe(992);
+    expect(predictedCachedTokens(p(10))).toBe(160);
   });
 
   it('distrust takes the instance out of credit while wrong and gives it back once predictions agree', () => {
@@ -76,10 +77,16 @@ describe('FeedbackLoop', () => {
     expect(distrusted.has('a')).toBe(false);
     expect(lines.at(-1)).toMatch(/alarm cleared: instance a's predictions agree with the engine again; its index entries are credited again/);
     expect(loop.actions.map((a) => a.action)).toEqual(['distrust', 'trust']);
-    // Switching the action off distrust by reload lets every instance back in.
+    // Reloads: switching to distrust takes instances with open alarms out of credit at once;
+    // switching away lets them back in; a new window starts afresh.
+    loop.configure({ enabled: true, window: 5, alarmRatio: 0.8, action: 'warn' });
+    for (let i = 0; i < 5; i++) loop.reported(decision('b', 0), { promptTokens: 1000, cachedTokens: 800 });
+    expect(distrusted.size).toBe(0);
     loop.configure({ enabled: true, window: 5, alarmRatio: 0.8, action: 'distrust' });
-    distrusted.add('b');
+    expect([...distrusted]).toEqual(['b']);
     loop.configure({ enabled: true, window: 5, alarmRatio: 0.8, action: 'warn' });
     expect(distrusted.size).toBe(0);
+    loop.configure({ enabled: true, window: 7, alarmRatio: 0.8, action: 'warn' });
+    expect(loop.verifier.alarms()).toEqual([]);
   });
 });
