@@ -93,6 +93,17 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
       ]),
     });
   }
+  if (results.some((r) => r.split)) {
+    tables.push({
+      title: 'With --bypass: requests through the router vs straight to e0 (TTFT ms)',
+      columns: ['policy', 'routed p50', 'p90', 'p99', 'routed to e0', 'bypassed p50', 'p90', 'p99'],
+      rows: results.map((r) => {
+        const x = r.split;
+        if (!x) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
+        return [r.policy, ms(x.routed.p50), ms(x.routed.p90), ms(x.routed.p99), x.routedToBypassTarget, ms(x.bypassed.p50), ms(x.bypassed.p90), ms(x.bypassed.p99)];
+      }),
+    });
+  }
   if (results.some((r) => r.hitCheck)) {
     tables.push({
       title: "The routers' closed-loop hit check: predicted against engine-reported cached tokens (responses where either side expected a hit)",

@@ -39,6 +39,8 @@ export interface PolicyResult {
   imbalance: { busyCov: number; requestCov: number };
   cpu: CpuSeconds & { routerPctOfCore: number | null; routerUsPerRequest: number | null };
   preemptions: number;
+  /** With --bypass: TTFT of the requests that went through the router, and of those that did not. */
+  split?: { routed: Dist; bypassed: Dist; routedToBypassTarget: number } | null;
   /** The routers' closed-loop check of their cache predictions (null: not scraped). */
   hitCheck?: HitCheck | null;
   engines: EngineLoad[];
@@ -90,6 +92,13 @@ export function summarize(policy: string, summary: string, samples: readonly Sam
       routerUsPerRequest: cpu.router === null ? null : (cpu.router * 1e6) / Math.max(1, samples.length),
     },
     preemptions: sum((c) => c.preemptions),
+    split: samples.some((s) => s.bypassed)
+      ? {
+          routed: dist(ok.filter((s) => !s.bypassed).map((s) => s.ttftMs!)),
+          bypassed: dist(ok.filter((s) => s.bypassed).map((s) => s.ttftMs!)),
+          routedToBypassTarget: samples.filter((s) => !s.bypassed && s.instance === engineIds[0]).length,
+        }
+      : null,
     engines,
     ttftCdf: quantiles(ttft),
   };
