@@ -10,7 +10,8 @@
 //   queue      = active_prefill_tokens x ms_per_token        (prefill work booked ahead)
 //   own        = overhead + uncached_tokens x ms_per_token   (this request's prefill)
 //   ttft       = queue + own
-//   interfere  = decode_interference x decoding_requests x uncached_tokens x ms_per_token
+//   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
+//                stalls every running decode, its fixed cost included: short tails are not free)
 //   cost       = ttft + interfere                            (overlap_weight is the blocks model's)
 // Blocks add prefill compute to decode memory as if they cost the same: under load an instance
 // holding a 6,000-token prefix loses to one with a shorter batch. Time compares like with like.
@@ -101,7 +102,7 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const queueMs = c.activePrefillTokens * rate.msPerToken;
   const ownMs = uncached * rate.msPerToken;
   const prefillMs = rate.overheadMs + ownMs;
-  const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * ownMs : 0;
+  const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;
   const ttftMs = queueMs + prefillMs;
   const value = w.model === 'time' ? ttftMs + interferenceMs : w.overlapWeight * prefillBlocks + decodeBlocks;
   return { creditedBlocks: credited, prefillBlocks, decodeBlocks, queueMs, prefillMs, ttftMs, interferenceMs, cost: value };

@@ -179,7 +179,7 @@ describe('time cost model', () => {
     expect(b.queueMs).toBeCloseTo(100, 9);
     expect(b.prefillMs).toBeCloseTo(20 + 648 * 0.05, 9);
     expect(b.ttftMs).toBeCloseTo(100 + 52.4, 9);
-    expect(b.interferenceMs).toBeCloseTo(0.1 * 4 * 648 * 0.05, 9);
+    expect(b.interferenceMs).toBeCloseTo(0.1 * 4 * (20 + 648 * 0.05), 9);
     expect(b.cost).toBeCloseTo(b.ttftMs + b.interferenceMs, 9);
   });
 
