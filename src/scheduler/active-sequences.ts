@@ -22,6 +22,8 @@ export interface Booking {
   readonly prefillTokens: number;
   /** Un-prefilled tokens booked on the worker before this one (what it queues behind). */
   readonly aheadTokens: number;
+  /** Requests decoding on the worker when this one was booked. */
+  readonly decodingAhead: number;
   readonly createdAt: number;
   prefillDone: boolean;
   /** When its first token was seen by the proxy (streamed responses only): the rate sample's time. */
@@ -91,7 +93,7 @@ export class ActiveSequences {
   book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, createdAt: now, prefillDone: false };
+    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, createdAt: now, prefillDone: false };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.requests++;

@@ -8,6 +8,7 @@
 //   cost       = overlap_weight x prefill + decode
 // `time` (the default): milliseconds, with the instance's prefill rate learned online (rates.ts):
 //   queue      = active_prefill_tokens x ms_per_token        (prefill work booked ahead)
+//                + decoding_requests x ms_per_decoding       (the decode steps of the passes it waits through)
 //   own        = overhead + uncached_tokens x ms_per_token   (this request's prefill)
 //   ttft       = queue + own
 //   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
@@ -40,10 +41,12 @@ export interface CostWeights {
   decodeInterference: number;
 }
 
-/** An instance's prefill speed: ttft ~ overheadMs + tokens x msPerToken. */
+/** An instance's prefill speed: ttft ~ overheadMs + tokens x msPerToken + decoding requests x msPerDecoding. */
 export interface PrefillRate {
   msPerToken: number;
   overheadMs: number;
+  /** What each request decoding there adds to a first token (the decode steps of the passes it waits through). */
+  msPerDecoding: number;
 }
 
 export interface CostInput {
@@ -99,7 +102,7 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const uncached = Math.max(isl - credited * blockSize, 0);
   const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
   const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
-  const queueMs = c.activePrefillTokens * rate.msPerToken;
+  const queueMs = c.activePrefillTokens * rate.msPerToken + c.decodingRequests * rate.msPerDecoding;
   const ownMs = uncached * rate.msPerToken;
   const prefillMs = rate.overheadMs + ownMs;
   const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;

@@ -1,8 +1,9 @@
 // Each worker's prefill speed, learned online from what the router sees: for every booking, the
-// prefill work ahead of it plus its own uncached tokens (x), and its time to first token (y).
-// A decayed least-squares fit of y = overheadMs + msPerToken x, pulled toward the configured prior
-// (ridge): with no or uninformative data the prior stands, and one odd sample cannot swing it.
-// Pure: callers pass every observation; no clocks.
+// prefill work ahead of it plus its own uncached tokens (x1), the requests decoding there when it
+// was booked (x2: every pass that prefills it also runs their decode step), and its time to first
+// token (y). A decayed least-squares fit of y = overheadMs + msPerToken x1 + msPerDecoding x2,
+// pulled toward the configured prior (ridge): with no or uninformative data the prior stands, and
+// one odd sample cannot swing it. Pure: callers pass every observation; no clocks.
 import type { PrefillRate } from './cost.js';
 
 export interface RatePrior {
@@ -14,46 +15,77 @@ export interface RatePrior {
 
 /** Weight of the prior slope, in tokens^2: worth 5 samples spread 2,000 tokens around their mean. */
 const PRIOR_STRENGTH = 5 * 2000 * 2000;
+/** Weight of the prior per-decoding-request time (0), in requests^2: 5 samples spread over 4 requests. */
+const DECODE_PRIOR_STRENGTH = 5 * 4 * 4;
 /** Each observation keeps this share of the older ones' weight (an effective window of ~200). */
 const DECAY = 0.995;
 /** A learned rate stays within this factor of the prior (a burst of timeouts is not a slow GPU). */
 const BOUND = 20;
+/** Most a decoding request may add to a first token (ms): far beyond any real decode step. */
+const MAX_DECODE_MS = 100;
 
 class Fit {
   n = 0;
-  sx = 0;
+  s1 = 0;
+  s2 = 0;
   sy = 0;
-  sxx = 0;
-  sxy = 0;
+  s11 = 0;
+  s12 = 0;
+  s22 = 0;
+  s1y = 0;
+  s2y = 0;
   samples = 0;
 
-  add(x: number, y: number): void {
-    this.n = this.n * DECAY + 1;
-    this.sx = this.sx * DECAY + x;
-    this.sy = this.sy * DECAY + y;
-    this.sxx = this.sxx * DECAY + x * x;
-    this.sxy = this.sxy * DECAY + x * y;
+  add(x1: number, x2: number, y: number): void {
+    const d = DECAY;
+    this.n = this.n * d + 1;
+    this.s1 = this.s1 * d + x1;
+    this.s2 = this.s2 * d + x2;
+    this.sy = this.sy * d + y;
+    this.s11 = this.s11 * d + x1 * x1;
+    this.s12 = this.s12 * d + x1 * x2;
+    this.s22 = this.s22 * d + x2 * x2;
+    this.s1y = this.s1y * d + x1 * y;
+    this.s2y = this.s2y * d + x2 * y;
     this.samples++;
   }
 
   rate(prior: PrefillRate): PrefillRate {
     if (this.n < 1) return prior;
-    const mx = this.sx / this.n;
-    const my = this.sy / this.n;
-    const vxx = this.sxx - this.n * mx * mx;
-    const vxy = this.sxy - this.n * mx * my;
-    const clamp = (b: number) => Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b));
-    let msPerToken = clamp((vxy + PRIOR_STRENGTH * prior.msPerToken) / (Math.max(0, vxx) + PRIOR_STRENGTH));
-    // The intercept shrinks toward the prior with few samples, as the slope does.
-    const k = this.n / (this.n + 5);
-    let overheadMs = k * (my - msPerToken * mx) + (1 - k) * prior.overheadMs;
+    const n = this.n;
+    const m1 = this.s1 / n;
+    const m2 = this.s2 / n;
+    const my = this.sy / n;
+    // Centered (co)variances, ridge toward the prior slopes.
+    const v11 = Math.max(0, this.s11 - n * m1 * m1) + PRIOR_STRENGTH;
+    const v22 = Math.max(0, this.s22 - n * m2 * m2) + DECODE_PRIOR_STRENGTH;
+    const v12 = this.s12 - n * m1 * m2;
+    const r1 = this.s1y - n * m1 * my + PRIOR_STRENGTH * prior.msPerToken;
+    const r2 = this.s2y - n * m2 * my + DECODE_PRIOR_STRENGTH * prior.msPerDecoding;
+    const solved = solve2(v11, v12, v22, r1, r2);
+    const clampB = (b: number) => Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b));
+    const clampC = (c: number) => Math.min(MAX_DECODE_MS, Math.max(0, c));
+    let msPerToken = clampB(solved[0]);
+    let msPerDecoding = clampC(solved[1]);
+    // The intercept shrinks toward the prior with few samples, as the slopes do.
+    const k = n / (n + 5);
+    let overheadMs = k * (my - msPerToken * m1 - msPerDecoding * m2) + (1 - k) * prior.overheadMs;
     if (overheadMs < 0) {
-      // No fixed cost fits: the line goes through the origin (ridge toward the prior slope).
+      // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
-      msPerToken = clamp((this.sxy + PRIOR_STRENGTH * prior.msPerToken) / (this.sxx + PRIOR_STRENGTH));
+      const o = solve2(this.s11 + PRIOR_STRENGTH, this.s12, this.s22 + DECODE_PRIOR_STRENGTH, this.s1y + PRIOR_STRENGTH * prior.msPerToken, this.s2y + DECODE_PRIOR_STRENGTH * prior.msPerDecoding);
+      msPerToken = clampB(o[0]);
+      msPerDecoding = clampC(o[1]);
     }
-    return { msPerToken, overheadMs };
+    return { msPerToken, overheadMs, msPerDecoding };
   }
+}
+
+/** [a b; b c] x = [r1; r2] (positive definite here: the ridge terms keep the diagonal dominant enough). */
+function solve2(a: number, b: number, c: number, r1: number, r2: number): [number, number] {
+  const det = a * c - b * b;
+  if (!(Math.abs(det) > 1e-12)) return [r1 / a, r2 / c];
+  return [(r1 * c - b * r2) / det, (a * r2 - b * r1) / det];
 }
 
 export interface RateSnapshot {
@@ -62,6 +94,7 @@ export interface RateSnapshot {
   samples: number;
   tokensPerS: number;
   overheadMs: number;
+  msPerDecoding: number;
 }
 
 export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 20 };
@@ -69,13 +102,16 @@ export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 2
 export class PrefillRates {
   private readonly fits = new Map<string, { instance: string; dpRank: number; fit: Fit }>();
 
-  /** A booking's first token: `workTokens` = prefill booked ahead of it + its own, `ttftMs` as seen. */
-  observe(instance: string, dpRank: number, workTokens: number, ttftMs: number): void {
-    if (!(workTokens >= 0) || !Number.isFinite(workTokens) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
+  /**
+   * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
+   * requests decoding on the worker when it was booked, `ttftMs` as seen.
+   */
+  observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number): void {
+    if (!(workTokens >= 0) || !Number.isFinite(workTokens) || !(decoding >= 0) || !Number.isFinite(decoding) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
     const k = `${instance}\u0000${dpRank}`;
     let f = this.fits.get(k);
     if (!f) this.fits.set(k, (f = { instance, dpRank, fit: new Fit() }));
-    f.fit.add(workTokens, ttftMs);
+    f.fit.add(workTokens, decoding, ttftMs);
   }
 
   /** The worker's learned rate (the prior until it has data). A few flops: no cache needed. */
@@ -93,11 +129,11 @@ export class PrefillRates {
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {
     return [...this.fits.values()].map((f) => {
       const r = this.rate(f.instance, f.dpRank, prior);
-      return { instance: f.instance, dpRank: f.dpRank, samples: f.fit.samples, tokensPerS: 1000 / r.msPerToken, overheadMs: r.overheadMs };
+      return { instance: f.instance, dpRank: f.dpRank, samples: f.fit.samples, tokensPerS: 1000 / r.msPerToken, overheadMs: r.overheadMs, msPerDecoding: r.msPerDecoding };
     });
   }
 }
 
 function toRate(p: RatePrior): PrefillRate {
-  return { msPerToken: 1000 / Math.max(1, p.tokensPerS), overheadMs: Math.max(0, p.overheadMs) };
+  return { msPerToken: 1000 / Math.max(1, p.tokensPerS), overheadMs: Math.max(0, p.overheadMs), msPerDecoding: 0 };
 }

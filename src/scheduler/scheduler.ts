@@ -354,7 +354,7 @@ export class Scheduler {
   free(requestId: string): boolean {
     const b = this.active.get(requestId);
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
-    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.firstTokenAt - b.createdAt);
+    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.decodingAhead, b.firstTokenAt - b.createdAt);
     const ok = this.active.free(requestId);
     if (ok) for (const h of this.hooks) h.freed?.(requestId);
     return ok;

@@ -8,7 +8,7 @@ import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 // The Dynamo block cost: these tests hold kvrouter to the seed's worked examples.
 const W: CostWeights = { model: 'blocks', overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
 const zero = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, activeBlocks: 0, decodingRequests: 0, newBlocks: 0 };
-const RATE = { msPerToken: 0.05, overheadMs: 20 };
+const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 };
 
 function seeded(seed: number): () => number {
   let s = seed >>> 0;
@@ -207,12 +207,12 @@ describe('PrefillRates', () => {
     const { PrefillRates } = await import('../../src/scheduler/rates.js');
     const r = new PrefillRates();
     const prior = { tokensPerS: 20_000, overheadMs: 20 };
-    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20 });
+    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
     // Worker a truly does 10 ms + 0.01 ms/token (100k tokens/s).
     const rand = seeded(2);
     for (let i = 0; i < 400; i++) {
       const x = Math.floor(rand() * 20_000);
-      r.observe('a', 0, x, 10 + 0.01 * x + (rand() - 0.5) * 4);
+      r.observe('a', 0, x, 0, 10 + 0.01 * x + (rand() - 0.5) * 4);
     }
     const a = r.rate('a', 0, prior);
     expect(a.msPerToken).toBeGreaterThan(0.009);
@@ -220,19 +220,39 @@ describe('PrefillRates', () => {
     expect(a.overheadMs).toBeGreaterThan(5);
     expect(a.overheadMs).toBeLessThan(15);
     // Others keep the prior; garbage is ignored; a dropped worker forgets.
-    expect(r.rate('b', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20 });
-    r.observe('b', 0, Number.NaN, 5);
-    r.observe('b', 0, 100, -1);
+    expect(r.rate('b', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    r.observe('b', 0, Number.NaN, 0, 5);
+    r.observe('b', 0, 100, 0, -1);
     expect(r.snapshot(prior).map((s) => s.instance)).toEqual(['a']);
     r.drop('a');
-    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20 });
+    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+  });
+
+  it('learns what each decoding request adds to a first token, apart from the prefill work', async () => {
+    const { PrefillRates } = await import('../../src/scheduler/rates.js');
+    const r = new PrefillRates();
+    const prior = { tokensPerS: 20_000, overheadMs: 20 };
+    const rand = seeded(5);
+    // Truth: 15 ms + 0.02 ms/token + 0.8 ms per decoding request (a busier batch makes longer passes).
+    for (let i = 0; i < 400; i++) {
+      const x = Math.floor(rand() * 8000);
+      const dec = Math.floor(rand() * 40);
+      r.observe('a', 0, x, dec, 15 + 0.02 * x + 0.8 * dec + (rand() - 0.5) * 2);
+    }
+    const a = r.rate('a', 0, prior);
+    expect(a.msPerDecoding).toBeGreaterThan(0.7);
+    expect(a.msPerDecoding).toBeLessThan(0.9);
+    expect(a.msPerToken).toBeGreaterThan(0.018);
+    expect(a.msPerToken).toBeLessThan(0.022);
+    expect(a.overheadMs).toBeGreaterThan(12);
+    expect(a.overheadMs).toBeLessThan(18);
   });
 
   it('one wild sample barely moves a learned rate, and bounds hold', async () => {
     const { PrefillRates } = await import('../../src/scheduler/rates.js');
     const r = new PrefillRates();
     const prior = { tokensPerS: 20_000, overheadMs: 20 };
-    r.observe('a', 0, 1000, 1_000_000);
+    r.observe('a', 0, 1000, 0, 1_000_000);
     expect(r.rate('a', 0, prior).msPerToken).toBeLessThanOrEqual(0.05 * 20);
   });
 
