@@ -24,6 +24,8 @@ export interface Booking {
   readonly aheadTokens: number;
   /** Requests decoding on the worker when this one was booked. */
   readonly decodingAhead: number;
+  /** The pool (model) whose rate its first token teaches. */
+  readonly pool: string;
   readonly createdAt: number;
   prefillDone: boolean;
   /** When its first token was seen by the proxy (streamed responses only): the rate sample's time. */
@@ -90,10 +92,10 @@ export class ActiveSequences {
   }
 
   /** Book a request. Throws if the id is already booked (ids must be unique per router). */
-  book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number): Booking {
+  book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number, pool = ''): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, createdAt: now, prefillDone: false };
+    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.requests++;

@@ -99,26 +99,41 @@ export interface RateSnapshot {
 
 export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 20 };
 
+/** Samples a pool needs before its fit replaces the configured prior of its workers. */
+const POOL_MIN_SAMPLES = 20;
+
+/**
+ * Per worker fits, shrunk toward their pool's fit (the model's workers share hardware and model,
+ * so a worker the router has not used yet starts from what its peers showed, not from the
+ * configured guess: an idle instance is not mistaken for a slow one), itself shrunk toward the prior.
+ */
 export class PrefillRates {
-  private readonly fits = new Map<string, { instance: string; dpRank: number; fit: Fit }>();
+  private readonly fits = new Map<string, { instance: string; dpRank: number; pool: string; fit: Fit }>();
+  private readonly pools = new Map<string, Fit>();
 
   /**
    * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
-   * requests decoding on the worker when it was booked, `ttftMs` as seen.
+   * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model.
    */
-  observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number): void {
+  observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number, pool = ''): void {
     if (!(workTokens >= 0) || !Number.isFinite(workTokens) || !(decoding >= 0) || !Number.isFinite(decoding) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
     const k = `${instance}\u0000${dpRank}`;
     let f = this.fits.get(k);
-    if (!f) this.fits.set(k, (f = { instance, dpRank, fit: new Fit() }));
+    if (!f) this.fits.set(k, (f = { instance, dpRank, pool, fit: new Fit() }));
+    f.pool = pool;
     f.fit.add(workTokens, decoding, ttftMs);
+    let p = this.pools.get(pool);
+    if (!p) this.pools.set(pool, (p = new Fit()));
+    p.add(workTokens, decoding, ttftMs);
   }
 
-  /** The worker's learned rate (the prior until it has data). A few flops: no cache needed. */
-  rate(instance: string, dpRank: number, prior: RatePrior = DEFAULT_RATE_PRIOR): PrefillRate {
+  /** The worker's learned rate (its pool's, or the prior, until it has data). A few flops: no cache needed. */
+  rate(instance: string, dpRank: number, prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
     const p = toRate(prior);
+    const pf = this.pools.get(pool);
+    const base = pf && pf.samples >= POOL_MIN_SAMPLES ? pf.rate(p) : p;
     const f = this.fits.get(`${instance}\u0000${dpRank}`);
-    return f ? f.fit.rate(p) : p;
+    return f ? f.fit.rate(base) : base;
   }
 
   /** Forget an instance (removed from the pool). */
@@ -128,7 +143,7 @@ export class PrefillRates {
 
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {
     return [...this.fits.values()].map((f) => {
-      const r = this.rate(f.instance, f.dpRank, prior);
+      const r = this.rate(f.instance, f.dpRank, prior, f.pool);
       return { instance: f.instance, dpRank: f.dpRank, samples: f.fit.samples, tokensPerS: 1000 / r.msPerToken, overheadMs: r.overheadMs, msPerDecoding: r.msPerDecoding };
     });
   }

@@ -195,7 +195,7 @@ export class Scheduler {
         if (disk === indexed) disk = device;
       }
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
-      const rate = this.rates.rate(c.instance, c.dpRank, prior);
+      const rate = this.rates.rate(c.instance, c.dpRank, prior, input.ns.model);
       // Load the engine reports beyond what the router booked there.
       let extraPrefill = 0;
       let extraDecoding = 0;
@@ -290,7 +290,7 @@ export class Scheduler {
     const c = d.chosen;
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
     const prefill = Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
-    const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now);
+    const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model);
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
     if (d.adapter) {
       const k = `${c.instance}\u0000${c.dpRank}`;
@@ -354,7 +354,7 @@ export class Scheduler {
   free(requestId: string): boolean {
     const b = this.active.get(requestId);
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
-    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.decodingAhead, b.firstTokenAt - b.createdAt);
+    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.decodingAhead, b.firstTokenAt - b.createdAt, b.pool);
     const ok = this.active.free(requestId);
     if (ok) for (const h of this.hooks) h.freed?.(requestId);
     return ok;

@@ -212,20 +212,20 @@ describe('PrefillRates', () => {
     const rand = seeded(2);
     for (let i = 0; i < 400; i++) {
       const x = Math.floor(rand() * 20_000);
-      r.observe('a', 0, x, 0, 10 + 0.01 * x + (rand() - 0.5) * 4);
+      r.observe('a', 0, x, 0, 10 + 0.01 * x + (rand() - 0.5) * 4, 'm');
     }
-    const a = r.rate('a', 0, prior);
+    const a = r.rate('a', 0, prior, 'm');
     expect(a.msPerToken).toBeGreaterThan(0.009);
     expect(a.msPerToken).toBeLessThan(0.012);
     expect(a.overheadMs).toBeGreaterThan(5);
     expect(a.overheadMs).toBeLessThan(15);
-    // Others keep the prior; garbage is ignored; a dropped worker forgets.
-    expect(r.rate('b', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    // Another pool's workers keep the prior; garbage is ignored; a dropped worker forgets.
+    expect(r.rate('b', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
     r.observe('b', 0, Number.NaN, 0, 5);
     r.observe('b', 0, 100, 0, -1);
     expect(r.snapshot(prior).map((s) => s.instance)).toEqual(['a']);
     r.drop('a');
-    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    expect(r.rate('a', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
   });
 
   it('learns what each decoding request adds to a first token, apart from the prefill work', async () => {
@@ -353,5 +353,22 @@ describe('rate samples', () => {
     };
     // Taking the prediction, 4,000 tokens in 10 ms: a rate ten times too fast.
     expect(learn(true)).toBeGreaterThan(3 * learn(false));
+  });
+});
+
+describe('pooled rates', () => {
+  it('an instance without data starts from what its pool showed, not from the configured guess', async () => {
+    const { PrefillRates } = await import('../../src/scheduler/rates.js');
+    const r = new PrefillRates();
+    const prior = { tokensPerS: 20_000, overheadMs: 20 };
+    const rand = seeded(9);
+    // e0 and e1 of model m are fast (0.01 ms/token); e2 has never served a request.
+    for (let i = 0; i < 200; i++) {
+      const x = Math.floor(rand() * 8000);
+      r.observe(i % 2 ? 'e0' : 'e1', 0, x, 0, 10 + 0.01 * x, 'm');
+    }
+    expect(r.rate('e2', 0, prior, 'm').msPerToken).toBeLessThan(0.012);
+    // Another model's instances keep the prior.
+    expect(r.rate('x0', 0, prior, 'other').msPerToken).toBe(0.05);
   });
 });
