@@ -75,8 +75,13 @@ export class FeedbackLoop {
     else for (const a of this.current.alarms()) this.sinks.distrusted.add(a.instance);
   }
 
-  /** The forward observer's `reported` hook. */
+  /**
+   * The forward observer's `reported` hook. Only decisions that used the index are judged: a
+   * cache-blind policy (round-robin, session, ...) routes the same whatever the index says, and on
+   * a router without KV events its empty view would raise alarms nobody can act on.
+   */
   reported(d: Decision, usage: EngineUsage | null): void {
+    if (d.policy !== 'kv' && d.policy !== 'approx') return;
     const p = predictionOf(d);
     if (p) this.check(p, usage);
   }

@@ -143,7 +143,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
       const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
       scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
-      const pred = deps.cfg.verification.enabled ? predictionOf(d) : null;
+      const pred = deps.cfg.verification.enabled && (d.policy === 'kv' || d.policy === 'approx') ? predictionOf(d) : null;
       if (pred) booked.set(rid, pred);
       isBooked = true;
     }

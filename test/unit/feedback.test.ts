@@ -54,7 +54,7 @@ describe('HitVerifier', () => {
 
 describe('FeedbackLoop', () => {
   const decision = (instance: string, indexedBlocks: number, isl = 1000): Decision =>
-    ({ chosen: { instance, dpRank: 0, indexedBlocks }, isl, blockSize: 16 }) as unknown as Decision;
+    ({ chosen: { instance, dpRank: 0, indexedBlocks }, isl, blockSize: 16, policy: 'kv' }) as unknown as Decision;
 
   it('predicts whole blocks and never the last token', () => {
     const p = (indexedBlocks: number) => ({ instance: 'a', isl: 1000, blockSize: 16, indexedBlocks });
@@ -77,6 +77,10 @@ describe('FeedbackLoop', () => {
     expect(distrusted.has('a')).toBe(false);
     expect(lines.at(-1)).toMatch(/alarm cleared: instance a's predictions agree with the engine again; its index entries are credited again/);
     expect(loop.actions.map((a) => a.action)).toEqual(['distrust', 'trust']);
+    // A cache-blind policy's decisions are not judged (its routing ignores the index).
+    const judgedBefore = judged.length;
+    loop.reported({ ...decision('a', 0), policy: 'round-robin' } as Decision, { promptTokens: 1000, cachedTokens: 800 });
+    expect(judged.length).toBe(judgedBefore);
     // Reloads: switching to distrust takes instances with open alarms out of credit at once;
     // switching away lets them back in; a new window starts afresh.
     loop.configure({ enabled: true, window: 5, alarmRatio: 0.8, action: 'warn' });
