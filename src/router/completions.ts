@@ -154,7 +154,7 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<Comp
     route: {
       tokens: p.tokens ?? new Uint32Array(0),
       policy,
-      weights: { model: r.cost_model, overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks, decodeInterference: r.decode_interference },
+      weights: { model: r.cost_model, overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks, decodeInterference: r.decode_interference, decodeBlockMs: r.decode_block_ms },
       temperature: r.temperature,
       ratePrior: { tokensPerS: r.prefill_tokens_per_s, overheadMs: r.prefill_overhead_ms },
       // The slack is in milliseconds: only the time model's costs are.

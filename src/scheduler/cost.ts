@@ -13,7 +13,8 @@
 //   ttft       = queue + own
 //   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
 //                stalls every running decode, its fixed cost included: short tails are not free)
-//   cost       = ttft + interfere                            (overlap_weight is the blocks model's)
+//   decode     = decode_block_ms x (active_blocks + new_blocks)   (optional, 0 by default)
+//   cost       = ttft + interfere + decode                   (overlap_weight is the blocks model's)
 // Blocks add prefill compute to decode memory as if they cost the same: under load an instance
 // holding a 6,000-token prefix loses to one with a shorter batch. Time compares like with like.
 // Unlike Dynamo, a block reachable both from a lower own tier and from the shared pool is credited
@@ -39,6 +40,11 @@ export interface CostWeights {
   trackActiveBlocks: boolean;
   /** time model: weight of the stall this request's prefill puts on each running decode. */
   decodeInterference: number;
+  /**
+   * time model: ms per KV block the instance's in-flight requests would hold with this one (a
+   * bigger batch takes longer decode steps); 0 leaves decode memory out, as by default.
+   */
+  decodeBlockMs?: number;
 }
 
 /** An instance's prefill speed: ttft ~ overheadMs + tokens x msPerToken + decoding requests x msPerDecoding. */
@@ -107,7 +113,8 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const prefillMs = rate.overheadMs + ownMs;
   const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;
   const ttftMs = queueMs + prefillMs;
-  const value = w.model === 'time' ? ttftMs + interferenceMs : w.overlapWeight * prefillBlocks + decodeBlocks;
+  const decodeMs = w.trackActiveBlocks && w.decodeBlockMs ? w.decodeBlockMs * (c.activeBlocks + c.newBlocks) : 0;
+  const value = w.model === 'time' ? ttftMs + interferenceMs + decodeMs : w.overlapWeight * prefillBlocks + decodeBlocks;
   return { creditedBlocks: credited, prefillBlocks, decodeBlocks, queueMs, prefillMs, ttftMs, interferenceMs, cost: value };
 }
 

@@ -372,3 +372,13 @@ describe('pooled rates', () => {
     expect(r.rate('x0', 0, prior, 'other').msPerToken).toBe(0.05);
   });
 });
+
+describe('decode_block_ms', () => {
+  it('adds the decode memory the instance would hold, in ms, only when set', () => {
+    const T: CostWeights = { ...W, model: 'time', decodeInterference: 0 };
+    const c = { ...zero, activeBlocks: 1000, newBlocks: 10 };
+    expect(cost(c, 640, 64, T, RATE).cost).toBeCloseTo(20 + 640 * 0.05, 9);
+    expect(cost(c, 640, 64, { ...T, decodeBlockMs: 0.05 }, RATE).cost).toBeCloseTo(20 + 640 * 0.05 + 0.05 * 1010, 9);
+    expect(cost(c, 640, 64, { ...T, decodeBlockMs: 0.05, trackActiveBlocks: false }, RATE).cost).toBeCloseTo(20 + 640 * 0.05, 9);
+  });
+});
