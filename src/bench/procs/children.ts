@@ -97,9 +97,9 @@ export function spawnChild(cmd: string, args: string[], ready: RegExp | null, op
   });
 }
 
-/** `kvrouter <args>` as a child (same node binary). */
-export function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Child> {
-  return spawnChild(process.execPath, [CLI, ...args], ready, opts);
+/** `kvrouter <args>` as a child (same node binary; `nodeArgs` before the script, e.g. --cpu-prof). */
+export function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv; nodeArgs?: string[] } = {}): Promise<Child> {
+  return spawnChild(process.execPath, [...(opts.nodeArgs ?? []), CLI, ...args], ready, opts);
 }
 
 // Clock ticks per second of /proc/<pid>/stat: 100 on every Linux ABI node supports.

@@ -58,7 +58,10 @@ export async function startRouterProc(o: RouterProcOptions): Promise<RouterProc>
   const dir = mkdtempSync(join(tmpdir(), 'kvrouter-bench-'));
   const file = join(dir, 'router.yaml');
   writeFileSync(file, routerYaml(o));
-  const child = await spawnCli(['serve', '--config', file], LISTENING, { timeoutMs: 120_000 });
+  // BENCH_ROUTER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the router
+  // process of any benchmark (NODE_OPTIONS refuses --cpu-prof).
+  const nodeArgs = (process.env.BENCH_ROUTER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
+  const child = await spawnCli(['serve', '--config', file], LISTENING, { timeoutMs: 120_000, nodeArgs });
   const url = LISTENING.exec(child.lines.find((l) => LISTENING.test(l))!)![1];
   const want = o.instances.filter((i) => i.kvEvents).length;
   const deadline = Date.now() + 30_000;
