@@ -60,8 +60,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   if (!next.lora.discover) rt.adapters.clearDiscovered();
   for (const i of r.removedInstances) {
     writer.purgeInstance({ instance: i.id });
-    const freed = rt.scheduler.active.dropInstance(i.id);
-    rt.scheduler.dropInstance(i.id);
+    const freed = rt.scheduler.dropInstance(i.id);
     rt.feedback.forget(i.id);
     rt.adapters.forget(i.id);
     rt.engineLoads.drop(i.id);

@@ -127,13 +127,22 @@ export class PrefillRates {
     p.add(workTokens, decoding, ttftMs);
   }
 
-  /** The worker's learned rate (its pool's, or the prior, until it has data). A few flops: no cache needed. */
-  rate(instance: string, dpRank: number, prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
+  /** The pool's rate (the prior until the pool has enough samples): what its workers shrink toward. */
+  poolRate(prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
     const p = toRate(prior);
     const pf = this.pools.get(pool);
-    const base = pf && pf.samples >= POOL_MIN_SAMPLES ? pf.rate(p) : p;
+    return pf && pf.samples >= POOL_MIN_SAMPLES ? pf.rate(p) : p;
+  }
+
+  /** A worker's learned rate, shrunk toward `base` (its pool's rate). A few flops: no cache needed. */
+  workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
     const f = this.fits.get(`${instance}\u0000${dpRank}`);
     return f ? f.fit.rate(base) : base;
+  }
+
+  /** The worker's learned rate (its pool's, or the prior, until it has data). */
+  rate(instance: string, dpRank: number, prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
+    return this.workerRate(instance, dpRank, this.poolRate(prior, pool));
   }
 
   /** Forget an instance (removed from the pool). */

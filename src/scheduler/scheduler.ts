@@ -175,7 +175,8 @@ export class Scheduler {
     for (const o of overlap?.candidates ?? []) byCand.set(`${o.instance}\u0000${o.dpRank}`, o);
     const shared = overlap?.sharedBlocks ?? 0;
     const busy = input.busy;
-    const prior = input.ratePrior ?? DEFAULT_RATE_PRIOR;
+    // The pool's rate once per request; each candidate's own fit shrinks toward it.
+    const poolRate = this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model);
     // Plain object literals, no spreads: this runs for every candidate of every request.
     const candidates: CandidateScore[] = [];
     for (const c of input.candidates) {
@@ -195,7 +196,7 @@ export class Scheduler {
         if (disk === indexed) disk = device;
       }
       const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
-      const rate = this.rates.rate(c.instance, c.dpRank, prior, input.ns.model);
+      const rate = this.rates.workerRate(c.instance, c.dpRank, poolRate);
       // Load the engine reports beyond what the router booked there.
       let extraPrefill = 0;
       let extraDecoding = 0;
@@ -331,12 +332,14 @@ export class Scheduler {
     return last !== undefined && now - last <= warmMs ? 0 : loadMs;
   }
 
-  /** Forget an instance's adapter history, learned rate and distrust (it left the pool). */
-  dropInstance(instance: string): void {
+  /** An instance left the pool: free its bookings, forget its adapter history, rate and distrust. */
+  dropInstance(instance: string): number {
     for (const k of this.adapterUse.keys()) if (k.startsWith(`${instance}\u0000`)) this.adapterUse.delete(k);
     this.rates.drop(instance);
     this.distrusted.delete(instance);
+    return this.active.dropInstance(instance);
   }
+
 
   /** The engine's usage for a booked request: the prompt tokens it computed (prompt - cached). */
   reportUncached(requestId: string, uncachedTokens: number): void {
