@@ -24,8 +24,6 @@ export interface Booking {
   readonly aheadTokens: number;
   /** Requests decoding on the worker when this one was booked. */
   readonly decodingAhead: number;
-  /** KV blocks held by in-flight requests on the worker once this one was booked (its own included). */
-  heldBlocks: number;
   /** The pool (model) whose rate its first token teaches. */
   readonly pool: string;
   readonly createdAt: number;
@@ -97,9 +95,8 @@ export class ActiveSequences {
   book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number, pool = ''): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, heldBlocks: 0, pool, createdAt: now, prefillDone: false };
+    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false };
     w.hold(b.blocks);
-    b.heldBlocks = w.blocks.size;
     w.prefillTokens += b.prefillTokens;
     w.requests++;
     this.bookings.set(id, b);

@@ -9,8 +9,6 @@
 // `time` (the default): milliseconds, with the instance's prefill rate learned online (rates.ts):
 //   queue      = active_prefill_tokens x ms_per_token        (prefill work booked ahead)
 //                + decoding_requests x ms_per_decoding       (the decode steps of the passes it waits through)
-//                + (active_blocks + new_blocks) x ms_per_block (those steps read every held block: a
-//                                                             fuller batch makes each pass longer)
 //   own        = overhead + uncached_tokens x ms_per_token   (this request's prefill)
 //   ttft       = queue + own
 //   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
@@ -55,8 +53,6 @@ export interface PrefillRate {
   overheadMs: number;
   /** What each request decoding there adds to a first token (the decode steps of the passes it waits through). */
   msPerDecoding: number;
-  /** What each KV block held by in-flight requests there adds to a first token (longer decode steps). */
-  msPerBlock: number;
 }
 
 export interface CostInput {
@@ -112,7 +108,7 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const uncached = Math.max(isl - credited * blockSize, 0);
   const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
   const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
-  const queueMs = c.activePrefillTokens * rate.msPerToken + c.decodingRequests * rate.msPerDecoding + (c.activeBlocks + c.newBlocks) * rate.msPerBlock;
+  const queueMs = c.activePrefillTokens * rate.msPerToken + c.decodingRequests * rate.msPerDecoding;
   const ownMs = uncached * rate.msPerToken;
   const prefillMs = rate.overheadMs + ownMs;
   const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;

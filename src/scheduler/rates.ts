@@ -1,11 +1,9 @@
 // Each worker's prefill speed, learned online from what the router sees: for every booking, the
 // prefill work ahead of it plus its own uncached tokens (x1), the requests decoding there when it
-// was booked (x2: every pass that prefills it also runs their decode step), the KV blocks in-flight
-// requests held there with it (x3: a decode step reads all of them, so a fuller batch makes every
-// pass longer), and its time to first token (y). A decayed least-squares fit of
-// y = overheadMs + msPerToken x1 + msPerDecoding x2 + msPerBlock x3, pulled toward the configured
-// prior (ridge): with no or uninformative data the prior stands, and one odd sample cannot swing it.
-// Pure: callers pass every observation; no clocks.
+// was booked (x2: every pass that prefills it also runs their decode step), and its time to first
+// token (y). A decayed least-squares fit of y = overheadMs + msPerToken x1 + msPerDecoding x2,
+// pulled toward the configured prior (ridge): with no or uninformative data the prior stands, and
+// one odd sample cannot swing it. Pure: callers pass every observation; no clocks.
 import type { PrefillRate } from './cost.js';
 
 export interface RatePrior {
@@ -15,110 +13,79 @@ export interface RatePrior {
   overheadMs: number;
 }
 
-/** One booking's first token, as the fit sees it. */
-export interface RateSample {
-  /** Prefill tokens booked ahead of it plus its own uncached tokens. */
-  workTokens: number;
-  /** Requests decoding on the worker when it was booked. */
-  decoding: number;
-  /** KV blocks held by in-flight requests on the worker once it was booked (its own included). */
-  heldBlocks: number;
-  ttftMs: number;
-}
-
-/**
- * Ridge weight of each slope's prior, in feature units^2 (worth 5 samples spread this far around
- * their mean): 2,000 tokens, 4 decoding requests, 500 blocks. The decode slopes' prior is 0.
- */
-const PRIOR_STRENGTH = [5 * 2000 * 2000, 5 * 4 * 4, 5 * 500 * 500] as const;
+/** Weight of the prior slope, in tokens^2: worth 5 samples spread 2,000 tokens around their mean. */
+const PRIOR_STRENGTH = 5 * 2000 * 2000;
+/** Weight of the prior per-decoding-request time (0), in requests^2: 5 samples spread over 4 requests. */
+const DECODE_PRIOR_STRENGTH = 5 * 4 * 4;
 /** Each observation keeps this share of the older ones' weight (an effective window of ~200). */
 const DECAY = 0.995;
 /** A learned rate stays within this factor of the prior (a burst of timeouts is not a slow GPU). */
 const BOUND = 20;
 /** Most a decoding request may add to a first token (ms): far beyond any real decode step. */
 const MAX_DECODE_MS = 100;
-/** Most a held block may add to a first token (ms): ~50x what a full GPU's decode step costs. */
-const MAX_BLOCK_MS = 0.5;
-
-const K = 3;
 
 class Fit {
   n = 0;
-  /** Decayed sums: s[i] = sum x_i, sy = sum y, sxx[i*K+j] = sum x_i x_j, sxy[i] = sum x_i y. */
-  readonly s = new Float64Array(K);
+  s1 = 0;
+  s2 = 0;
   sy = 0;
-  readonly sxx = new Float64Array(K * K);
-  readonly sxy = new Float64Array(K);
+  s11 = 0;
+  s12 = 0;
+  s22 = 0;
+  s1y = 0;
+  s2y = 0;
   samples = 0;
 
-  add(x: readonly number[], y: number): void {
+  add(x1: number, x2: number, y: number): void {
     const d = DECAY;
     this.n = this.n * d + 1;
+    this.s1 = this.s1 * d + x1;
+    this.s2 = this.s2 * d + x2;
     this.sy = this.sy * d + y;
-    for (let i = 0; i < K; i++) {
-      this.s[i] = this.s[i] * d + x[i];
-      this.sxy[i] = this.sxy[i] * d + x[i] * y;
-      for (let j = 0; j < K; j++) this.sxx[i * K + j] = this.sxx[i * K + j] * d + x[i] * x[j];
-    }
+    this.s11 = this.s11 * d + x1 * x1;
+    this.s12 = this.s12 * d + x1 * x2;
+    this.s22 = this.s22 * d + x2 * x2;
+    this.s1y = this.s1y * d + x1 * y;
+    this.s2y = this.s2y * d + x2 * y;
     this.samples++;
   }
 
   rate(prior: PrefillRate): PrefillRate {
     if (this.n < 1) return prior;
     const n = this.n;
+    const m1 = this.s1 / n;
+    const m2 = this.s2 / n;
     const my = this.sy / n;
-    const m = Array.from(this.s, (v) => v / n);
-    const p = [prior.msPerToken, prior.msPerDecoding, prior.msPerBlock];
     // Centered (co)variances, ridge toward the prior slopes.
-    const a = new Float64Array(K * K);
-    const r = new Float64Array(K);
-    for (let i = 0; i < K; i++) {
-      for (let j = 0; j < K; j++) a[i * K + j] = this.sxx[i * K + j] - n * m[i] * m[j];
-      a[i * K + i] = Math.max(0, a[i * K + i]) + PRIOR_STRENGTH[i];
-      r[i] = this.sxy[i] - n * m[i] * my + PRIOR_STRENGTH[i] * p[i];
-    }
-    let b = this.clamp(solve(a, r), prior);
+    const v11 = Math.max(0, this.s11 - n * m1 * m1) + PRIOR_STRENGTH;
+    const v22 = Math.max(0, this.s22 - n * m2 * m2) + DECODE_PRIOR_STRENGTH;
+    const v12 = this.s12 - n * m1 * m2;
+    const r1 = this.s1y - n * m1 * my + PRIOR_STRENGTH * prior.msPerToken;
+    const r2 = this.s2y - n * m2 * my + DECODE_PRIOR_STRENGTH * prior.msPerDecoding;
+    const solved = solve2(v11, v12, v22, r1, r2);
+    const clampB = (b: number) => Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b));
+    const clampC = (c: number) => Math.min(MAX_DECODE_MS, Math.max(0, c));
+    let msPerToken = clampB(solved[0]);
+    let msPerDecoding = clampC(solved[1]);
     // The intercept shrinks toward the prior with few samples, as the slopes do.
     const k = n / (n + 5);
-    let overheadMs = k * (my - b[0] * m[0] - b[1] * m[1] - b[2] * m[2]) + (1 - k) * prior.overheadMs;
+    let overheadMs = k * (my - msPerToken * m1 - msPerDecoding * m2) + (1 - k) * prior.overheadMs;
     if (overheadMs < 0) {
-      // No fixed cost fits: the prefill slope goes through the origin (ridge toward the prior), the
-      // decode slopes stay as fitted (a constant batch must not stand in for the missing intercept).
+      // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
-      const rest = this.sxy[0] - b[1] * this.sxx[1] - b[2] * this.sxx[2];
-      b[0] = this.clamp([(rest + PRIOR_STRENGTH[0] * p[0]) / (this.sxx[0] + PRIOR_STRENGTH[0]), b[1], b[2]], prior)[0];
+      const o = solve2(this.s11 + PRIOR_STRENGTH, this.s12, this.s22 + DECODE_PRIOR_STRENGTH, this.s1y + PRIOR_STRENGTH * prior.msPerToken, this.s2y + DECODE_PRIOR_STRENGTH * prior.msPerDecoding);
+      msPerToken = clampB(o[0]);
+      msPerDecoding = clampC(o[1]);
     }
-    return { msPerToken: b[0], overheadMs, msPerDecoding: b[1], msPerBlock: b[2] };
-  }
-
-  private clamp(b: number[], prior: PrefillRate): number[] {
-    return [
-      Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b[0])),
-      Math.min(MAX_DECODE_MS, Math.max(0, b[1])),
-      Math.min(MAX_BLOCK_MS, Math.max(0, b[2])),
-    ];
+    return { msPerToken, overheadMs, msPerDecoding };
   }
 }
 
-/** Solve A x = r for a small symmetric positive definite A (the ridge terms keep it so): Gaussian elimination. */
-function solve(a: Float64Array, r: Float64Array): number[] {
-  const m = Array.from(a);
-  const x = Array.from(r);
-  for (let c = 0; c < K; c++) {
-    const pivot = m[c * K + c];
-    if (!(Math.abs(pivot) > 1e-12)) return Array.from(r, (v, i) => v / a[i * K + i]);
-    for (let row = c + 1; row < K; row++) {
-      const f = m[row * K + c] / pivot;
-      for (let j = c; j < K; j++) m[row * K + j] -= f * m[c * K + j];
-      x[row] -= f * x[c];
-    }
-  }
-  for (let c = K - 1; c >= 0; c--) {
-    let v = x[c];
-    for (let j = c + 1; j < K; j++) v -= m[c * K + j] * x[j];
-    x[c] = v / m[c * K + c];
-  }
-  return x;
+/** [a b; b c] x = [r1; r2] (positive definite here: the ridge terms keep the diagonal dominant enough). */
+function solve2(a: number, b: number, c: number, r1: number, r2: number): [number, number] {
+  const det = a * c - b * b;
+  if (!(Math.abs(det) > 1e-12)) return [r1 / a, r2 / c];
+  return [(r1 * c - b * r2) / det, (a * r2 - b * r1) / det];
 }
 
 export interface RateSnapshot {
@@ -128,7 +95,6 @@ export interface RateSnapshot {
   tokensPerS: number;
   overheadMs: number;
   msPerDecoding: number;
-  msPerBlock: number;
 }
 
 export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 20 };
@@ -145,19 +111,20 @@ export class PrefillRates {
   private readonly fits = new Map<string, { instance: string; dpRank: number; pool: string; fit: Fit }>();
   private readonly pools = new Map<string, Fit>();
 
-  /** A booking's first token (see RateSample); `pool` = its model. Garbage is ignored. */
-  observe(instance: string, dpRank: number, sample: RateSample, pool = ''): void {
-    const { workTokens, decoding, heldBlocks, ttftMs } = sample;
-    for (const v of [workTokens, decoding, heldBlocks, ttftMs]) if (!(v >= 0) || !Number.isFinite(v)) return;
-    const x = [workTokens, decoding, heldBlocks];
+  /**
+   * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
+   * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model.
+   */
+  observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number, pool = ''): void {
+    if (!(workTokens >= 0) || !Number.isFinite(workTokens) || !(decoding >= 0) || !Number.isFinite(decoding) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
     const k = `${instance}\u0000${dpRank}`;
     let f = this.fits.get(k);
     if (!f) this.fits.set(k, (f = { instance, dpRank, pool, fit: new Fit() }));
     f.pool = pool;
-    f.fit.add(x, ttftMs);
+    f.fit.add(workTokens, decoding, ttftMs);
     let p = this.pools.get(pool);
     if (!p) this.pools.set(pool, (p = new Fit()));
-    p.add(x, ttftMs);
+    p.add(workTokens, decoding, ttftMs);
   }
 
   /** The pool's rate (the prior until the pool has enough samples): what its workers shrink toward. */
@@ -186,11 +153,11 @@ export class PrefillRates {
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {
     return [...this.fits.values()].map((f) => {
       const r = this.rate(f.instance, f.dpRank, prior, f.pool);
-      return { instance: f.instance, dpRank: f.dpRank, samples: f.fit.samples, tokensPerS: 1000 / r.msPerToken, overheadMs: r.overheadMs, msPerDecoding: r.msPerDecoding, msPerBlock: r.msPerBlock };
+      return { instance: f.instance, dpRank: f.dpRank, samples: f.fit.samples, tokensPerS: 1000 / r.msPerToken, overheadMs: r.overheadMs, msPerDecoding: r.msPerDecoding };
     });
   }
 }
 
 function toRate(p: RatePrior): PrefillRate {
-  return { msPerToken: 1000 / Math.max(1, p.tokensPerS), overheadMs: Math.max(0, p.overheadMs), msPerDecoding: 0, msPerBlock: 0 };
+  return { msPerToken: 1000 / Math.max(1, p.tokensPerS), overheadMs: Math.max(0, p.overheadMs), msPerDecoding: 0 };
 }

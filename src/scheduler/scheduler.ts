@@ -357,7 +357,7 @@ export class Scheduler {
   free(requestId: string): boolean {
     const b = this.active.get(requestId);
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
-    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, { workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), decoding: b.decodingAhead, heldBlocks: b.heldBlocks, ttftMs: b.firstTokenAt - b.createdAt }, b.pool);
+    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.decodingAhead, b.firstTokenAt - b.createdAt, b.pool);
     const ok = this.active.free(requestId);
     if (ok) for (const h of this.hooks) h.freed?.(requestId);
     return ok;

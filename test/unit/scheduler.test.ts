@@ -8,7 +8,7 @@ import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 // The Dynamo block cost: these tests hold kvrouter to the seed's worked examples.
 const W: CostWeights = { model: 'blocks', overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
 const zero = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, activeBlocks: 0, decodingRequests: 0, newBlocks: 0 };
-const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0, msPerBlock: 0 };
+const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 };
 
 function seeded(seed: number): () => number {
   let s = seed >>> 0;
@@ -207,12 +207,12 @@ describe('PrefillRates', () => {
     const { PrefillRates } = await import('../../src/scheduler/rates.js');
     const r = new PrefillRates();
     const prior = { tokensPerS: 20_000, overheadMs: 20 };
-    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0, msPerBlock: 0 });
+    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
     // Worker a truly does 10 ms + 0.01 ms/token (100k tokens/s).
     const rand = seeded(2);
     for (let i = 0; i < 400; i++) {
       const x = Math.floor(rand() * 20_000);
-      r.observe('a', 0, { workTokens: x, decoding: 0, heldBlocks: 0, ttftMs: 10 + 0.01 * x + (rand() - 0.5) * 4 }, 'm');
+      r.observe('a', 0, x, 0, 10 + 0.01 * x + (rand() - 0.5) * 4, 'm');
     }
     const a = r.rate('a', 0, prior, 'm');
     expect(a.msPerToken).toBeGreaterThan(0.009);
@@ -220,13 +220,12 @@ describe('PrefillRates', () => {
     expect(a.overheadMs).toBeGreaterThan(5);
     expect(a.overheadMs).toBeLessThan(15);
     // Another pool's workers keep the prior; garbage is ignored; a dropped worker forgets.
-    expect(r.rate('b', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0, msPerBlock: 0 });
-    r.observe('b', 0, { workTokens: Number.NaN, decoding: 0, heldBlocks: 0, ttftMs: 5 });
-    r.observe('b', 0, { workTokens: 100, decoding: 0, heldBlocks: 0, ttftMs: -1 });
-    r.observe('b', 0, { workTokens: 100, decoding: 0, heldBlocks: Infinity, ttftMs: 5 });
+    expect(r.rate('b', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    r.observe('b', 0, Number.NaN, 0, 5);
+    r.observe('b', 0, 100, 0, -1);
     expect(r.snapshot(prior).map((s) => s.instance)).toEqual(['a']);
     r.drop('a');
-    expect(r.rate('a', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0, msPerBlock: 0 });
+    expect(r.rate('a', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
   });
 
   it('learns what each decoding request adds to a first token, apart from the prefill work', async () => {
@@ -238,7 +237,7 @@ describe('PrefillRates', () => {
     for (let i = 0; i < 400; i++) {
       const x = Math.floor(rand() * 8000);
       const dec = Math.floor(rand() * 40);
-      r.observe('a', 0, { workTokens: x, decoding: dec, heldBlocks: 0, ttftMs: 15 + 0.02 * x + 0.8 * dec + (rand() - 0.5) * 2 });
+      r.observe('a', 0, x, dec, 15 + 0.02 * x + 0.8 * dec + (rand() - 0.5) * 2);
     }
     const a = r.rate('a', 0, prior);
     expect(a.msPerDecoding).toBeGreaterThan(0.7);
@@ -249,39 +248,11 @@ describe('PrefillRates', () => {
     expect(a.overheadMs).toBeLessThan(18);
   });
 
-  it('learns what held KV blocks add (fuller batches make longer passes), apart from the decoding count', async () => {
-    const { PrefillRates } = await import('../../src/scheduler/rates.js');
-    const r = new PrefillRates();
-    const prior = { tokensPerS: 20_000, overheadMs: 20 };
-    const rand = seeded(7);
-    // Truth: 12 ms + 0.015 ms/token + 0.5 ms per decoding request + 0.012 ms per held block, where the
-    // held blocks grow with the decoding count but not in lockstep (long and short contexts mix).
-    for (let i = 0; i < 600; i++) {
-      const x = Math.floor(rand() * 6000);
-      const dec = Math.floor(rand() * 20);
-      const held = Math.floor(dec * (20 + rand() * 120));
-      r.observe('a', 0, { workTokens: x, decoding: dec, heldBlocks: held, ttftMs: 12 + 0.015 * x + 0.5 * dec + 0.012 * held + (rand() - 0.5) * 2 });
-    }
-    const a = r.rate('a', 0, prior);
-    expect(a.msPerBlock).toBeGreaterThan(0.010);
-    expect(a.msPerBlock).toBeLessThan(0.014);
-    expect(a.msPerDecoding).toBeGreaterThan(0.3);
-    expect(a.msPerDecoding).toBeLessThan(0.7);
-    expect(a.msPerToken).toBeGreaterThan(0.014);
-    expect(a.msPerToken).toBeLessThan(0.016);
-    // In the cost, an instance holding 2,000 more blocks predicts ~24 ms more to the first token.
-    const base = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, decodingRequests: 0, newBlocks: 0 };
-    const light = cost({ ...base, activeBlocks: 0 }, 640, 64, { ...W, model: 'time', decodeInterference: 0 }, a);
-    const heavy = cost({ ...base, activeBlocks: 2000 }, 640, 64, { ...W, model: 'time', decodeInterference: 0 }, a);
-    expect(heavy.ttftMs - light.ttftMs).toBeGreaterThan(20);
-    expect(heavy.ttftMs - light.ttftMs).toBeLessThan(28);
-  });
-
   it('one wild sample barely moves a learned rate, and bounds hold', async () => {
     const { PrefillRates } = await import('../../src/scheduler/rates.js');
     const r = new PrefillRates();
     const prior = { tokensPerS: 20_000, overheadMs: 20 };
-    r.observe('a', 0, { workTokens: 1000, decoding: 0, heldBlocks: 0, ttftMs: 1_000_000 });
+    r.observe('a', 0, 1000, 0, 1_000_000);
     expect(r.rate('a', 0, prior).msPerToken).toBeLessThanOrEqual(0.05 * 20);
   });
 
@@ -394,7 +365,7 @@ describe('pooled rates', () => {
     // e0 and e1 of model m are fast (0.01 ms/token); e2 has never served a request.
     for (let i = 0; i < 200; i++) {
       const x = Math.floor(rand() * 8000);
-      r.observe(i % 2 ? 'e0' : 'e1', 0, { workTokens: x, decoding: 0, heldBlocks: 0, ttftMs: 10 + 0.01 * x }, 'm');
+      r.observe(i % 2 ? 'e0' : 'e1', 0, x, 0, 10 + 0.01 * x, 'm');
     }
     expect(r.rate('e2', 0, prior, 'm').msPerToken).toBeLessThan(0.012);
     // Another model's instances keep the prior.
