@@ -1,4 +1,5 @@
 // `kvrouter engine-sim`: start one or more simulated engines (see docs/engine-sim.md).
+import type { EngineSimRole } from '../engine-sim/http/disagg.js';
 import { intOption, numberOption, parseCommand, type OptionTable, type ParsedOptions } from '../common/args.js';
 import { ListenError } from '../common/listen.js';
 import { ENGINE_ROLES, startEngines, EVENT_FORMATS, type EngineHandle, type EngineOptions, type EventFormat, type ReplayLayout } from '../engine-sim/index.js';
@@ -40,6 +41,10 @@ const OPTIONS: OptionTable = {
   'tenant-id': { type: 'string', default: 'default', help: 'tenant_id of mooncake-format events', arg: 'ID' },
   'backend-id': { type: 'string', help: 'backend_id of mooncake-format events (default: engine id)', arg: 'ID' },
   'engine-id': { type: 'string', help: 'engine name (default engine-sim-<port>); with --count, suffixed -i', arg: 'ID' },
+  role: { type: 'string', default: 'both', help: 'disaggregated serving role: prefill|decode|both (docs/disaggregated.md)', arg: 'ROLE' },
+  'kv-bytes-per-token': { type: 'string', default: String(28 * 8 * 128 * 2 * 2), help: 'KV bytes per token a transfer moves (default: Qwen3-0.6B bf16)', arg: 'B' },
+  'kv-transfer-gbps': { type: 'string', default: '25', help: 'KV transfer bandwidth between engines, GB/s', arg: 'X' },
+  'transfer-timeout-ms': { type: 'string', default: '30000', help: 'longest wait of a decode leg for its prefilled KV', arg: 'MS' },
 };
 
 function portOrNone(values: ParsedOptions, name: string): number | null {
@@ -89,6 +94,10 @@ export function toEngineOptions(values: ParsedOptions): { count: number; options
       tenantId: str(values, 'tenant-id'),
       backendId: str(values, 'backend-id'),
       engineId: str(values, 'engine-id'),
+      role: str(values, 'role') as EngineSimRole | undefined,
+      kvBytesPerToken: numberOption(values, 'kv-bytes-per-token'),
+      kvTransferGbps: numberOption(values, 'kv-transfer-gbps'),
+      transferTimeoutMs: intOption(values, 'transfer-timeout-ms'),
     },
   };
 }

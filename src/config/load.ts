@@ -70,6 +70,13 @@ function crossCheck(cfg: RouterConfig, errors: ConfigError[]): void {
       if (ids.has(inst.id)) errors.push({ path: `models[${i}].instances[${j}].id`, message: `duplicate instance id "${inst.id}"` });
       ids.add(inst.id);
     });
+    const prefill = m.instances.filter((x) => x.role === 'prefill').length;
+    if (prefill > 0 && prefill === m.instances.length) {
+      errors.push({ path: `models[${i}].instances`, message: 'has only prefill instances: a disaggregated model needs decode (or both) instances to stream from' });
+    }
+    if (m.disaggregation && prefill === 0) {
+      errors.push({ path: `models[${i}].disaggregation`, message: 'is set but no instance has role prefill' });
+    }
     if (m.instances.length === 0 && cfg.engine_sim.count === 0) {
       errors.push({ path: `models[${i}].instances`, message: 'is empty and engine_sim.count is 0: nothing would serve this model' });
     }

@@ -148,6 +148,13 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       }),
       routing: obj('Per-model overrides of the routing defaults.', routingFields(false), { optional: true }),
       min_initial_instances: int('/ready stays false until this many instances are healthy.', { min: 0, default: 0 }),
+      disaggregation: obj('Disaggregated prefill/decode serving, for models with instances of role prefill (docs/disaggregated.md). The decode leg is routed over decode (and both) instances by the model\'s routing; the prefill leg over prefill instances by prefill cost alone.', {
+        protocol: str('How the two legs meet: vllm (prefill first with kv_transfer_params {do_remote_decode: true}, max_tokens 1; its kv_transfer_params go with the request to decode: NIXL and friends) or sglang (bootstrap_host/port/room injected into both requests, sent at once).', { enum: ['vllm', 'sglang'] as const, default: 'vllm' }),
+        uncached_token_threshold: int('Skip remote prefill when the chosen decode instance already holds all but at most this many prompt tokens: it prefills the tail itself (0: only when it holds the whole prompt).', { min: 0, max: 1 << 24, default: 256 }),
+        min_prompt_tokens: int('Prompts shorter than this are prefilled on the decode instance (0: none).', { min: 0, max: 1 << 24, default: 0 }),
+        prefill_fallback: str('When every prefill attempt failed: local (the decode instance prefills the prompt itself) or fail (502).', { enum: ['local', 'fail'] as const, default: 'local' }),
+        prefill_timeout_ms: int('Longest wait for a prefill leg\'s response before it counts as failed.', { min: 100, max: 3_600_000, default: 60_000 }),
+      }, { optional: true }),
       lora_adapters: arr('LoRA adapters every instance of this model serves: requests naming one are routed to those instances, in the adapter\'s own cache namespace. More are discovered from the engines (lora.discover).', str('An adapter name, as clients send it in `model`.', { pattern: /^[^\s]{1,256}$/, patternDoc: '1-256 characters, no whitespace' }), { default: [] }),
       instances: arr(
         'Engine instances serving this model.',
@@ -155,6 +162,8 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
           id: str('Instance id (router target; also the KV events backend id).'),
           url: str('Base URL of the engine\'s OpenAI API: http://host:port or unix:///path/to.sock.', { pattern: URL_RE, patternDoc: 'http(s)://host:port or unix:///path' }),
           dp_size: int('Data-parallel ranks behind this URL.', { min: 1, max: 1024, default: 1 }),
+          role: str('Disaggregated serving: prefill (serves only the prefill leg), decode (receives prefilled KV) or both (aggregated; may serve the decode leg).', { enum: ['both', 'prefill', 'decode'] as const, default: 'both' }),
+          bootstrap_port: int('sglang protocol, prefill instances: the KV bootstrap server\'s port (SGLang --disaggregation-bootstrap-port); its host is the url\'s.', { min: 1, max: 65535, default: 8998 }),
           lora_adapters: arr('LoRA adapters this instance serves (besides the model\'s lora_adapters and what discovery finds).', str('An adapter name.', { pattern: /^[^\s]{1,256}$/, patternDoc: '1-256 characters, no whitespace' }), { default: [] }),
           kv_events: obj('Where the engine publishes KV events (omit for engines without them: use the approx policy).', {
             endpoint: str('ZMQ PUB endpoint of dp rank 0 (rank r: port + r).', { pattern: ZMQ, patternDoc: 'a ZMQ endpoint such as tcp://host:port' }),

@@ -13,6 +13,7 @@ import type { WireContext, WireEncoder } from './events/wire.js';
 import { ENGINE_ROLES, ZmqEventPublisher } from './events/zmq-publisher.js';
 import type { EngineBackend } from './http/backend.js';
 import { debugCacheView } from './http/debug-cache.js';
+import { TransferBoard } from './http/disagg.js';
 import { HttpError, sendError } from './http/errors.js';
 import { engineRequestListener } from './http/server.js';
 import { resolveOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -61,13 +62,30 @@ class Engine implements EngineBackend {
   private readonly owner = new Map<string, RankRunner>();
   private rr = 0;
 
+  readonly disagg: EngineBackend['disagg'];
+
   constructor(
     readonly engineId: string,
     readonly opts: ResolvedEngineOptions,
     readonly codec: TextCodec,
     readonly runners: RankRunner[],
     private readonly metricsSink: EngineMetrics,
-  ) {}
+    port: number,
+  ) {
+    const o = opts;
+    this.disagg = {
+      role: o.role,
+      board: new TransferBoard(),
+      host: o.host,
+      port,
+      transferMs: (tokens) => (tokens * o.kvBytesPerToken) / (o.kvTransferGbps * 1e6) / o.speedup,
+      transferTimeoutMs: o.transferTimeoutMs,
+    };
+  }
+
+  get blockSize(): number {
+    return this.opts.blockSize;
+  }
 
   get model(): string {
     return this.opts.model;
@@ -228,7 +246,7 @@ export async function startEngine(options: EngineOptions = {}): Promise<EngineHa
       };
       runners.push(new RankRunner(rank, cores[rank], wireEncoder(o, ctx), publisher, metrics));
     }
-    const engine = new Engine(engineId, o, codec, runners, metrics);
+    const engine = new Engine(engineId, o, codec, runners, metrics, port);
     listener = engineRequestListener(engine);
     const ranks = runners.map((r) => ({
       dpRank: r.rank,

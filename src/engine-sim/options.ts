@@ -2,6 +2,7 @@
 import { CORE_DEFAULTS } from './core/config.js';
 import { EVENT_FORMATS, type EventFormat } from './events/wire.js';
 import type { ReplayLayout } from './events/zmq-publisher.js';
+import { ENGINE_SIM_ROLES, type EngineSimRole } from './http/disagg.js';
 
 export interface EngineOptions {
   /** Interface for HTTP and ZMQ (default 127.0.0.1: loopback only). */
@@ -51,6 +52,14 @@ export interface EngineOptions {
   backendId?: string;
   /** Name in logs, /debug/cache and the x-engine-id header. */
   engineId?: string;
+  /** Disaggregated serving role: prefill, decode or both (default; serves either leg and plain requests). */
+  role?: EngineSimRole;
+  /** KV bytes per token moved by a transfer (default: Qwen3-0.6B in bf16, 28 layers x 8 KV heads x 128 x 2 x 2 B). */
+  kvBytesPerToken?: number;
+  /** Transfer bandwidth between engines, GB/s (default 25, an RDMA link). */
+  kvTransferGbps?: number;
+  /** Longest wait of a decode leg for its prefill's KV (ms, default 30000). */
+  transferTimeoutMs?: number;
 }
 
 export type ResolvedEngineOptions = Required<Omit<EngineOptions, 'hashSeed' | 'maxModelLen' | 'backendId' | 'engineId' | 'replayLayout'>> & {
@@ -75,6 +84,10 @@ export const ENGINE_DEFAULTS = {
   topic: '',
   dropRate: 0,
   tenantId: 'default',
+  role: 'both' as EngineSimRole,
+  kvBytesPerToken: 28 * 8 * 128 * 2 * 2,
+  kvTransferGbps: 25,
+  transferTimeoutMs: 30_000,
 } as const;
 
 function parseHashSeed(v: bigint | number | string | undefined): bigint {
@@ -120,6 +133,10 @@ export function resolveOptions(o: EngineOptions = {}): ResolvedEngineOptions {
     tenantId: o.tenantId ?? ENGINE_DEFAULTS.tenantId,
     backendId: o.backendId ?? null,
     engineId: o.engineId ?? null,
+    role: o.role ?? ENGINE_DEFAULTS.role,
+    kvBytesPerToken: o.kvBytesPerToken ?? ENGINE_DEFAULTS.kvBytesPerToken,
+    kvTransferGbps: o.kvTransferGbps ?? ENGINE_DEFAULTS.kvTransferGbps,
+    transferTimeoutMs: o.transferTimeoutMs ?? ENGINE_DEFAULTS.transferTimeoutMs,
   };
   const errs = validateOptions(r);
   if (errs.length > 0) throw new RangeError(errs.join('; '));
@@ -145,6 +162,10 @@ function validateOptions(r: ResolvedEngineOptions): string[] {
   if (!r.enableChunkedPrefill && r.maxNumBatchedTokens < r.maxModelLen)
     errs.push(`without chunked prefill, max-num-batched-tokens (${r.maxNumBatchedTokens}) must be >= max-model-len (${r.maxModelLen})`);
   if (r.model.trim() === '') errs.push('model must not be empty');
+  if (!ENGINE_SIM_ROLES.includes(r.role)) errs.push(`role must be one of ${ENGINE_SIM_ROLES.join('|')}, got ${String(r.role)}`);
+  if (!(r.kvBytesPerToken >= 0) || !Number.isFinite(r.kvBytesPerToken)) errs.push(`kv-bytes-per-token must be >= 0, got ${r.kvBytesPerToken}`);
+  if (!(r.kvTransferGbps > 0) || !Number.isFinite(r.kvTransferGbps)) errs.push(`kv-transfer-gbps must be > 0, got ${r.kvTransferGbps}`);
+  if (!Number.isInteger(r.transferTimeoutMs) || r.transferTimeoutMs < 1) errs.push(`transfer-timeout-ms must be >= 1, got ${r.transferTimeoutMs}`);
   // vLLM offsets both endpoints by the DP rank, so the two ranges must not overlap.
   if (r.zmqPort && r.replayPort && r.replayPort < r.zmqPort + r.dpSize && r.zmqPort < r.replayPort + r.dpSize)
     errs.push(`zmq ports ${r.zmqPort}..${r.zmqPort + r.dpSize - 1} overlap replay ports ${r.replayPort}..${r.replayPort + r.dpSize - 1}; use --replay-port ${r.zmqPort + r.dpSize}`);

@@ -39,6 +39,25 @@ export interface ForwardOptions {
   speculativeTtlMs: number;
 }
 
+/** done; retry elsewhere; or retry where it may go again (the attempt's other leg failed, not this instance). */
+type Outcome = 'done' | 'retry' | 'retry-leg';
+
+/** What one attempt sends, when the request is more than one leg (disaggregated serving). */
+export interface LegPlan {
+  /** Prompt tokens the chosen instance computes itself (undefined: what the decision predicts). */
+  prefillTokens?: number;
+  /** False when the first token's time is not the chosen instance's prefill (it includes a remote one). */
+  teachesRate: boolean;
+  /**
+   * Runs once booked, before the request goes upstream: the body to send and headers for the client.
+   * `fail` ends this attempt if the response has not started (retried like an upstream failure:
+   * nothing reached the client); later it does nothing. Throws OpenAIError to end the request.
+   */
+  prepare(signal: AbortSignal, fail: (reason: string) => void): Promise<{ body: Buffer; headers: Record<string, string> }>;
+  /** After this attempt's upstream failed: whether its other leg failed too (then the failure was that leg's). */
+  otherLegFailed?(): Promise<boolean>;
+}
+
 export interface ForwardJob {
   path: string;
   body: Buffer;
@@ -48,6 +67,8 @@ export interface ForwardJob {
   route: Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
   instances: readonly InstanceRuntime[];
   receivedAt: number;
+  /** Per attempt, for multi-leg requests: decides the other legs once this one is chosen. */
+  plan?: (d: Decision, attempt: number) => LegPlan;
 }
 
 export interface ForwardDeps {
@@ -59,7 +80,8 @@ export interface ForwardDeps {
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade']);
 
-function candidatesOf(instances: readonly InstanceRuntime[], now: number): Candidate[] {
+/** Every healthy (instance, dp rank) of a pool. */
+export function candidatesOf(instances: readonly InstanceRuntime[], now: number): Candidate[] {
   const out: Candidate[] = [];
   for (const i of instances) {
     if (!i.health.available(now)) continue;
@@ -149,17 +171,19 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
       }
       const inst = job.instances.find((i) => i.id === d.chosen!.instance)!;
       const bookingId = randomUUID();
-      scheduler.book(d, job.ns, { requestId: bookingId, now: t0, speculativeTtlMs: opts.speculativeTtlMs });
+      const plan = job.plan?.(d, attempt);
+      scheduler.book(d, job.ns, { requestId: bookingId, now: t0, speculativeTtlMs: opts.speculativeTtlMs, prefillTokens: plan?.prefillTokens });
       observer?.routed?.(d, attempt, now() - job.receivedAt);
-      let outcome: 'retry' | 'done' = 'done';
+      let outcome: Outcome = 'done';
       try {
-        outcome = await dispatch(res, job, d, inst, attempt, opts, deps, abort, bookingId, (e) => (lastError = e));
+        outcome = await dispatch(res, job, d, inst, attempt, opts, deps, abort, bookingId, (e) => (lastError = e), plan);
       } finally {
         scheduler.free(bookingId);
         queue.notify(1);
       }
       if (outcome === 'done') return;
-      tried.add(inst.id);
+      // An attempt its other leg failed says nothing against this instance: it may serve the retry.
+      if (outcome === 'retry') tried.add(inst.id);
       observer?.retried?.(inst.id, lastError);
       attempt++;
     }
@@ -179,79 +203,121 @@ async function dispatch(
   abort: AbortController,
   bookingId: string,
   setError: (e: string) => void,
-): Promise<'retry' | 'done'> {
+  plan?: LegPlan,
+): Promise<Outcome> {
   const { scheduler, queue, now, observer } = deps;
   const headers: IncomingHttpHeaders = { 'content-type': 'application/json', 'x-request-id': job.requestId };
   if (inst.dpSize > 1) headers['x-data-parallel-rank'] = String(d.chosen!.dpRank);
-  const sentAt = now();
   const canRetry = attempt < opts.maxRetries;
-  let up: Dispatcher.ResponseData;
+  let body = job.body;
+  let extra: Record<string, string> = {};
+  // A multi-leg attempt may be cut by its other leg (a failed SGLang prefill) until its response starts.
+  let cutReason: string | null = null;
+  let responded = false;
+  const ctl = plan ? new AbortController() : null;
+  const onClientAbort = () => ctl?.abort();
+  if (ctl) abort.signal.addEventListener('abort', onClientAbort, { once: true });
+  const fail = (reason: string) => {
+    if (responded || cutReason !== null) return;
+    cutReason = reason;
+    ctl?.abort();
+  };
   try {
-    up = await inst.upstream.pool.request({ path: inst.upstream.basePath + job.path, method: 'POST', headers, body: job.body, signal: abort.signal });
-  } catch (err) {
-    if (abort.signal.aborted) {
-      observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-      return 'done';
-    }
-    // The pool's health interceptor has recorded the failure; here only the retry is decided.
-    const msg = `${inst.id}: ${(err as Error).message}`;
-    setError(msg);
-    if (canRetry) return 'retry';
-    sendError(res, job.path, new OpenAIError(502, `upstream ${msg}`, 'server_error'));
-    observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
-    return 'done';
-  }
-  if (up.statusCode >= 500 && canRetry) {
-    const text = await up.body.text().catch(() => '');
-    const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
-    setError(msg);
-    return 'retry';
-  }
-
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-  Object.assign(out, explanationHeaders(d, job.requestId, attempt));
-  res.writeHead(up.statusCode, out);
-  if (job.stream) sseResponses.add(res);
-  let first = true;
-  // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
-  const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
-  try {
-    for await (const chunk of up.body) {
-      tail?.push(chunk as Buffer);
-      if (first) {
-        first = false;
-        // A stream's first chunk is its first token; a plain response's is its last, and an error's
-        // is no prefill at all: neither says anything about prefill speed.
-        scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 ? now() : undefined);
-        queue.notify(1);
-        observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
+    if (plan) {
+      try {
+        ({ body, headers: extra } = await plan.prepare(abort.signal, fail));
+      } catch (err) {
+        if (abort.signal.aborted) {
+          observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+          return 'done';
+        }
+        const e = err instanceof OpenAIError ? err : new OpenAIError(502, `prefill failed: ${(err as Error).message}`, 'server_error');
+        sendError(res, job.path, e);
+        observer?.finished?.(inst.id, e.status, 'upstream_error', now() - job.receivedAt, job.route.policy);
+        return 'done';
       }
-      if (!res.write(chunk)) await waitDrain(res);
-      if (res.destroyed) break;
     }
-    if (abort.signal.aborted || res.destroyed) {
-      observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+    const sentAt = now();
+    let up: Dispatcher.ResponseData;
+    try {
+      if (cutReason !== null) throw new Error(cutReason);
+      up = await inst.upstream.pool.request({ path: inst.upstream.basePath + job.path, method: 'POST', headers, body, signal: ctl?.signal ?? abort.signal });
+      responded = true;
+    } catch (err) {
+      if (cutReason !== null && !abort.signal.aborted) {
+        const msg = `${inst.id}: ${cutReason}`;
+        setError(msg);
+        if (canRetry) return 'retry-leg';
+        sendError(res, job.path, new OpenAIError(502, msg, 'server_error'));
+        observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+        return 'done';
+      }
+      if (abort.signal.aborted) {
+        observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        return 'done';
+      }
+      // The pool's health interceptor has recorded the failure; here only the retry is decided.
+      const msg = `${inst.id}: ${(err as Error).message}`;
+      setError(msg);
+      if (canRetry) return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
+      sendError(res, job.path, new OpenAIError(502, `upstream ${msg}`, 'server_error'));
+      observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
       return 'done';
     }
-    res.end();
-    if (tail) {
-      const usage = tail.read();
-      if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
-      observer!.reported!(d, usage);
+    if (up.statusCode >= 500 && canRetry) {
+      const text = await up.body.text().catch(() => '');
+      const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
+      setError(msg);
+      return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
     }
-    observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
-  } catch (err) {
-    if (abort.signal.aborted || res.destroyed) {
-      observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-      return 'done';
+
+    const out: Record<string, string | string[]> = {};
+    for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
+    Object.assign(out, explanationHeaders(d, job.requestId, attempt), extra);
+    res.writeHead(up.statusCode, out);
+    if (job.stream) sseResponses.add(res);
+    let first = true;
+    // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
+    const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
+    try {
+      for await (const chunk of up.body) {
+        tail?.push(chunk as Buffer);
+        if (first) {
+          first = false;
+          // A stream's first chunk is its first token; a plain response's is its last, and an error's
+          // is no prefill at all: neither says anything about prefill speed.
+          scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 && (plan?.teachesRate ?? true) ? now() : undefined);
+          queue.notify(1);
+          observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
+        }
+        if (!res.write(chunk)) await waitDrain(res);
+        if (res.destroyed) break;
+      }
+      if (abort.signal.aborted || res.destroyed) {
+        observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        return 'done';
+      }
+      res.end();
+      if (tail) {
+        const usage = tail.read();
+        if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
+        observer!.reported!(d, usage);
+      }
+      observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
+    } catch (err) {
+      if (abort.signal.aborted || res.destroyed) {
+        observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        return 'done';
+      }
+      // The engine failed after bytes reached the client: no retry; end with a clean error.
+      const msg = `${inst.id}: ${(err as Error).message}`;
+      if (job.stream) {
+        res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
+      } else res.destroy(err as Error);
+      observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
     }
-    // The engine failed after bytes reached the client: no retry; end with a clean error.
-    const msg = `${inst.id}: ${(err as Error).message}`;
-    if (job.stream) {
-      res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
-    } else res.destroy(err as Error);
-    observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+    return 'done';
+  } finally {
+    if (ctl) abort.signal.removeEventListener('abort', onClientAbort);
   }
-  return 'done';
 }

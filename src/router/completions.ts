@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } from '../api/openai.js';
-import type { RouterConfig } from '../config/schema.js';
+import type { ModelConfig, RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import type { Access, Principal } from '../auth/access.js';
@@ -16,6 +16,7 @@ import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
 import { parseOpenAIBody, readRequestBody } from '../api/body.js';
 import { sendError } from '../api/errors.js';
+import { DEFAULT_DISAGG, disaggPlanner } from '../proxy/disagg.js';
 
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
@@ -90,7 +91,7 @@ export async function prepareRoute(
   const t0 = performance.now();
   // Only cache-aware policies read the tokens; the others route without paying for tokenization
   // (token-id prompts are free either way).
-  const needTokens = alwaysTokenize || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
+  const needTokens = alwaysTokenize || isDisaggregated(model.cfg) || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
   const tokens = needTokens ? await promptTokens(model.tokenizer, parsed.prompt) : null;
   if (needTokens) deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
   if (tokens && tokens.length > deps.cfg.server.max_prompt_tokens) {
@@ -99,6 +100,11 @@ export async function prepareRoute(
   const sh = headers[deps.cfg.routing.session_header.toLowerCase()];
   const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
   return { model, adapter, instances, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+}
+
+/** A model with a prefill pool: requests may take two legs (and need their tokens to choose). */
+export function isDisaggregated(m: ModelConfig): boolean {
+  return m.instances.some((i) => i.role === 'prefill');
 }
 
 /** A model name or alias, else a LoRA adapter some instance serves (routed to those instances only); else 404. */
@@ -118,7 +124,7 @@ function resolveModel(name: string, deps: Pick<CompletionDeps, 'models' | 'adapt
  * faithfully is refused rather than changed: a number JSON.parse made Infinity (1e400) would be
  * written as null, and nesting deeper than the stack makes JSON.stringify throw.
  */
-function reserialize(body: Record<string, unknown>): Buffer {
+export function reserialize(body: Record<string, unknown>): Buffer {
   let text: string;
   try {
     text = JSON.stringify(body, (_k, v: unknown) => {
@@ -219,6 +225,27 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
       receivedAt,
     };
     const ttl = route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+    if (isDisaggregated(p.model.cfg)) {
+      const roles = new Map(p.model.cfg.instances.map((i) => [i.id, i]));
+      // The decode leg goes over decode and aggregated instances; the prefill leg over prefill ones.
+      job.instances = p.instances.filter((i) => roles.get(i.id)?.role !== 'prefill');
+      job.plan = disaggPlanner(
+        {
+          cfg: p.model.cfg.disaggregation ?? DEFAULT_DISAGG,
+          mode: p.routing.disagg,
+          path: job.path,
+          requestId,
+          body: { ...p.body, model: target },
+          ns,
+          route,
+          prefill: p.instances.filter((i) => roles.get(i.id)?.role === 'prefill'),
+          bootstrapPorts: new Map([...roles.values()].map((i) => [i.id, i.bootstrap_port])),
+          speculativeTtlMs: ttl,
+          maxRetries: deps.cfg.proxy.max_retries,
+        },
+        { scheduler: deps.scheduler, now: deps.now, observer: deps.metrics },
+      );
+    }
     await forward(res, job, { maxRetries: deps.cfg.proxy.max_retries, queueTimeoutMs: deps.cfg.routing.busy.queue_timeout_ms, speculativeTtlMs: ttl }, deps);
   } catch (err) {
     const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');

@@ -48,6 +48,8 @@ export function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineH
       id: e.id,
       url: e.url,
       dp_size: e.ranks.length,
+      role: 'both' as const,
+      bootstrap_port: 8998,
       lora_adapters: [],
       ...(e.zmqEndpoint ? { kv_events: { endpoint: e.zmqEndpoint, ...(e.replayEndpoint ? { replay_endpoint: e.replayEndpoint } : {}), type: ENGINE_TYPES[cfg.engine_sim.event_format], topic: '' } } : {}),
     }));

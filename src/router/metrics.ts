@@ -1,19 +1,20 @@
 // Router metrics: a ForwardObserver plus gauges read at scrape time. Core code stays metrics-free.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { ForwardObserver } from '../proxy/forward.js';
+import type { DisaggObserver } from '../proxy/disagg.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import type { Alarm, Verdict } from '../feedback/verifier.js';
 
 export interface RouterMetricsSources {
   scheduler: Scheduler;
-  instances: () => Array<{ id: string; model: string; healthy: boolean; dpSize: number }>;
+  instances: () => Array<{ id: string; model: string; healthy: boolean; dpSize: number; role: string }>;
   queueDepth: () => number;
   tokenizerStats: () => { hits: number; misses: number };
   /** Open hit-prediction alarms (closed-loop check). */
   alarms: () => Alarm[];
 }
 
-export interface RouterMetrics extends ForwardObserver {
+export interface RouterMetrics extends ForwardObserver, DisaggObserver {
   tokenized(model: string, seconds: number, tokens: number): void;
   staleFreed(n: number): void;
   rejected(model: string, status: number): void;
@@ -44,6 +45,18 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   const rejected = new Counter({ name: 'kvrouter_rejected_requests_total', help: 'Requests answered by the router itself with an error status', labelNames: ['model', 'status'], registers: [reg] });
   const refusedConnections = new Counter({ name: 'kvrouter_connections_refused_total', help: 'Client connections closed at once because server.max_connections were open', registers: [reg] });
   const denied = new Counter({ name: 'kvrouter_auth_denied_total', help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)', labelNames: ['route_class', 'status'], registers: [reg] });
+  const disaggPaths = new Counter({ name: 'kvrouter_disagg_requests_total', help: 'Disaggregated models: attempts by prefill path (remote, local) and reason (remote, header, cached_tail, short_prompt, no_prefill_instance, prefill_failed, untokenized)', labelNames: ['model', 'path', 'reason'], registers: [reg] });
+  const prefillFailures = new Counter({ name: 'kvrouter_disagg_prefill_failures_total', help: 'Prefill legs that failed (transport error, non-2xx, timeout), by prefill instance', labelNames: ['model', 'instance'], registers: [reg] });
+  new Gauge({
+    name: 'kvrouter_instance_role',
+    help: 'Always 1: each instance\'s serving role (both, prefill, decode) as a label',
+    labelNames: ['instance', 'model', 'role'],
+    registers: [reg],
+    collect() {
+      this.reset();
+      for (const i of src.instances()) this.set({ instance: i.id, model: i.model, role: i.role }, 1);
+    },
+  });
   new Gauge({
     name: 'kvrouter_instance_healthy',
     help: '1 when the instance receives traffic (healthy or on probation), 0 when ejected',
@@ -170,6 +183,12 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
     },
     connectionRefused() {
       refusedConnections.inc();
+    },
+    disaggPath(model, remote, reason) {
+      disaggPaths.inc({ model, path: remote ? 'remote' : 'local', reason });
+    },
+    prefillFailed(model, instance) {
+      prefillFailures.inc({ model, instance });
     },
   };
 }

@@ -33,6 +33,11 @@ export interface Reconciled extends ModelSet {
 const tokenizerKey = (m: ModelConfig) => (m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`);
 const sameInstance = (rt: InstanceRuntime & { url?: string }, c: InstanceConfig) => rt.upstream.url === c.url && rt.dpSize === c.dp_size;
 
+/** An instance's serving role (both unless the config says prefill or decode). */
+export function roleOf(m: ModelConfig, instance: string): 'both' | 'prefill' | 'decode' {
+  return m.instances.find((i) => i.id === instance)?.role ?? 'both';
+}
+
 /** Hears every health change of every instance (metrics, the capacity queue). */
 export type HealthListener = (instance: string, event: HealthEvent) => void;
 

@@ -5,9 +5,14 @@ import type { RoutingConfig } from '../config/schema.js';
 import { COST_MODELS, type CostModel } from '../scheduler/cost.js';
 import { isPolicy, type PolicyName } from '../scheduler/policies.js';
 
+export const DISAGG_MODES = ['auto', 'remote', 'local'] as const;
+/** Disaggregated models: auto (remote prefill unless the decode side holds the prompt), remote (always), local (never). */
+export type DisaggMode = (typeof DISAGG_MODES)[number];
+
 export interface RequestRouting extends RoutingConfig {
   /** Instance for the direct policy. */
   target: string | null;
+  disagg: DisaggMode;
 }
 
 const header = (h: IncomingHttpHeaders, name: string): string | undefined => {
@@ -27,7 +32,7 @@ function bounded(h: IncomingHttpHeaders, name: string, min: number, max: number)
 
 /** Apply the request's override headers to the model's routing (throws 400 on bad values). */
 export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allowed: boolean): RequestRouting {
-  const out: RequestRouting = { ...base, medium_weights: { ...base.medium_weights }, target: null };
+  const out: RequestRouting = { ...base, medium_weights: { ...base.medium_weights }, target: null, disagg: 'auto' };
   const target = header(h, 'x-kvrouter-target');
   const touched = [
     'x-kvrouter-overlap-weight',
@@ -38,6 +43,7 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
     'x-kvrouter-cost-model',
     'x-kvrouter-decode-interference',
     'x-kvrouter-prefix-affinity',
+    'x-kvrouter-disagg',
   ].filter((n) => header(h, n) !== undefined);
   if (touched.length === 0) return out;
   if (!allowed) throw new OpenAIError(400, `routing override headers are disabled on this router (${touched.join(', ')})`, 'invalid_request_error', touched[0]);
@@ -64,6 +70,11 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
       }
       out.medium_weights[m[1] as 'cpu' | 'disk' | 'shared'] = v;
     }
+  }
+  const dm = header(h, 'x-kvrouter-disagg');
+  if (dm !== undefined) {
+    if (!(DISAGG_MODES as readonly string[]).includes(dm)) throw new OpenAIError(400, `header x-kvrouter-disagg must be one of ${DISAGG_MODES.join(', ')}, got "${dm}"`, 'invalid_request_error', 'x-kvrouter-disagg');
+    out.disagg = dm as DisaggMode;
   }
   const p = header(h, 'x-kvrouter-policy');
   if (p !== undefined) {

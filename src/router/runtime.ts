@@ -1,5 +1,6 @@
 // The parts of a running router and the state a reload swaps. Request handlers read `deps` and
 // `models` per request; reload replaces their fields without touching in-flight requests.
+import { roleOf } from './models.js';
 import type { ServerResponse } from 'node:http';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { Access } from '../auth/access.js';
@@ -134,7 +135,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     prom,
     {
       scheduler,
-      instances: () => rt.all.flatMap((m) => m.instances.map((i) => ({ id: i.id, model: m.name, healthy: i.health.available(now()), dpSize: i.dpSize }))),
+      instances: () => rt.all.flatMap((m) => m.instances.map((i) => ({ id: i.id, model: m.name, healthy: i.health.available(now()), dpSize: i.dpSize, role: roleOf(m.cfg, i.id) }))),
       queueDepth: () => queue.depth,
       tokenizerStats: () => {
         let hits = 0;

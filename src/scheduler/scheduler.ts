@@ -129,6 +129,8 @@ export interface BookOptions {
   now: number;
   /** Speculative insert of the request's blocks on the chosen instance (ms; 0 = none). */
   speculativeTtlMs: number;
+  /** Prompt tokens the instance computes itself, when not what the decision predicts (a decode leg whose prompt was prefilled elsewhere). */
+  prefillTokens?: number;
 }
 
 /** Observers of booking changes (replica sync, decision logs). Called synchronously, after the change. */
@@ -290,7 +292,7 @@ export class Scheduler {
   book(d: Decision, ns: NamespaceId, opts: BookOptions): Booking {
     const c = d.chosen;
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
-    const prefill = Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
+    const prefill = opts.prefillTokens ?? Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model);
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
     if (d.adapter) {

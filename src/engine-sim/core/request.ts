@@ -14,6 +14,8 @@ export interface SimRequestSpec {
   cacheSalt?: string | null;
   /** Per-request sampling seed; default derives from the engine seed and arrival order. */
   seed?: number | null;
+  /** The prompt's KV was computed elsewhere and transferred here (disaggregated decode): its full blocks are cached on arrival. */
+  imported?: boolean;
 }
 
 export type FinishReason = 'length' | 'stop' | 'abort';

@@ -2,6 +2,7 @@
 import type { SimRequestSpec } from '../core/request.js';
 import type { RequestSink } from '../runtime/rank-runner.js';
 import type { TextCodec } from '../text/codec.js';
+import type { EngineSimRole, TransferBoard } from './disagg.js';
 
 export interface EngineBackend {
   readonly engineId: string;
@@ -16,6 +17,18 @@ export interface EngineBackend {
   submit(spec: SimRequestSpec, sink: RequestSink, dpRank: number | null): void;
   abort(id: string): void;
   readonly dpSize: number;
+  readonly blockSize: number;
+  /** Disaggregated serving: role, handoffs, where remote engines reach this one, transfer timing. */
+  readonly disagg: {
+    role: EngineSimRole;
+    board: TransferBoard;
+    host: string;
+    port: number;
+    /** Modelled wall time to receive a prompt's KV (ms). */
+    transferMs(promptTokens: number): number;
+    /** Longest wait for a prefill engine's handoff. */
+    transferTimeoutMs: number;
+  };
   resetPrefixCache(): void;
   /** JSON for GET /debug/cache. */
   debugCache(detail: boolean): unknown;

@@ -7,6 +7,7 @@ import type { EngineBackend } from './backend.js';
 import { badRequest } from './errors.js';
 import { Generation } from './generation.js';
 import { optBool, parseSampling, type Body } from './params.js';
+import { disaggregate } from './disagg.js';
 import { respond, type ResponseShape } from './respond.js';
 import { encodeOrReject } from './tokenize.js';
 
@@ -59,6 +60,10 @@ export async function handleChat(backend: EngineBackend, body: Body, res: Server
     }),
   );
   if (prompt.length === 0) throw badRequest('The prompt cannot be empty.', 'messages');
-  const gen = new Generation(backend, `chatcmpl-${randomUUID().replaceAll('-', '')}`, [prompt], params, dpRank);
-  respond(res, gen, params, CHAT_SHAPE, { created: Math.floor(Date.now() / 1000), model: params.model, returnTokenIds, headers });
+  const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
+  const pd = await disaggregate(backend, body, id, [prompt]);
+  if (pd.maxTokens !== undefined) params.maxTokens = pd.maxTokens;
+  const gen = new Generation(backend, id, [prompt], params, dpRank);
+  gen.imported = pd.imported;
+  respond(res, gen, params, CHAT_SHAPE, { created: Math.floor(Date.now() / 1000), model: params.model, returnTokenIds, headers, fields: pd.fields, onFinished: pd.onFinished });
 }

@@ -5,6 +5,7 @@ import type { EngineBackend } from './backend.js';
 import { badRequest } from './errors.js';
 import { Generation } from './generation.js';
 import { optBool, parseSampling, type Body } from './params.js';
+import { disaggregate } from './disagg.js';
 import { respond, type ResponseShape } from './respond.js';
 import { encodeOrReject } from './tokenize.js';
 
@@ -57,7 +58,11 @@ export async function handleCompletions(backend: EngineBackend, body: Body, res:
     if (ids.length === 0) throw badRequest('The prompt cannot be empty.', 'prompt');
     prompts.push(ids);
   }
-  const gen = new Generation(backend, `cmpl-${randomUUID().replaceAll('-', '')}`, prompts, params, dpRank);
-  respond(res, gen, params, COMPLETION_SHAPE, { created: Math.floor(Date.now() / 1000), model: params.model, returnTokenIds, headers });
+  const id = `cmpl-${randomUUID().replaceAll('-', '')}`;
+  const pd = await disaggregate(backend, body, id, prompts);
+  if (pd.maxTokens !== undefined) params.maxTokens = pd.maxTokens;
+  const gen = new Generation(backend, id, prompts, params, dpRank);
+  gen.imported = pd.imported;
+  respond(res, gen, params, COMPLETION_SHAPE, { created: Math.floor(Date.now() / 1000), model: params.model, returnTokenIds, headers, fields: pd.fields, onFinished: pd.onFinished });
 }
 

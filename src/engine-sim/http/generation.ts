@@ -56,6 +56,8 @@ export class Generation {
   private finished = false;
   private readonly holdBack: number;
   private readonly maxTokens: number[];
+  /** The prompts' KV arrives from a prefill engine (disaggregated decode): cached on arrival. */
+  imported = false;
 
   constructor(
     private readonly backend: EngineBackend,
@@ -97,6 +99,7 @@ export class Generation {
           loraName: this.params.loraName,
           cacheSalt: this.params.cacheSalt,
           seed: this.params.seed === null ? null : this.params.seed + c.index,
+          imported: this.imported,
         },
         {
           onToken: (t) => {

@@ -23,6 +23,10 @@ export interface ResponseMeta {
   model: string;
   returnTokenIds: boolean;
   headers: Record<string, string>;
+  /** Top-level fields added to the non-streaming body (a prefill engine's kv_transfer_params). */
+  fields?: Record<string, unknown>;
+  /** The generation ended (ok: not an error). */
+  onFinished?: (ok: boolean) => void;
 }
 
 export function respond(res: ServerResponse, gen: Generation, params: SamplingParams, shape: ResponseShape, meta: ResponseMeta): void {
@@ -46,6 +50,7 @@ export function respond(res: ServerResponse, gen: Generation, params: SamplingPa
       },
       (err) => {
         done = true;
+        meta.onFinished?.(err === null);
         if (err) sendEvent(res, JSON.parse(errorJson(err)));
         else if (params.includeUsage) sendEvent(res, { ...head, choices: [], usage: gen.usage() });
         endSse(res);
@@ -57,6 +62,7 @@ export function respond(res: ServerResponse, gen: Generation, params: SamplingPa
     () => {},
     (err) => {
       done = true;
+      meta.onFinished?.(err === null);
       if (err) return sendError(res, err);
       const body = {
         id: gen.id,
@@ -68,6 +74,7 @@ export function respond(res: ServerResponse, gen: Generation, params: SamplingPa
         system_fingerprint: null,
         usage: gen.usage(),
         ...shape.extra(gen, meta.returnTokenIds),
+        ...meta.fields,
       };
       res.writeHead(200, { 'content-type': 'application/json', ...meta.headers });
       res.end(JSON.stringify(body));

@@ -5,6 +5,7 @@ import type { EngineBackend } from './backend.js';
 import { readJsonObject } from './body.js';
 import { handleChat } from './chat.js';
 import { handleCompletions } from './completions.js';
+import { serveHandoff } from './disagg.js';
 import { HttpError, sendError } from './errors.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void> | void;
@@ -70,6 +71,15 @@ export function engineRequestListener(backend: EngineBackend): RequestListener {
 
   return (req, res) => {
     const url = new URL(req.url ?? '/', 'http://engine');
+    // The simulated KV side channel / bootstrap server: GET /kvsim/kv/<key> (disagg.ts).
+    if (url.pathname.startsWith('/kvsim/kv/') && req.method === 'GET') {
+      const key = decodeURIComponent(url.pathname.slice('/kvsim/kv/'.length));
+      void serveHandoff(backend, key, Number(url.searchParams.get('timeout_ms') ?? 0) || 0).then(
+        (r) => json(res, r.status, r.body, headers),
+        () => sendError(res, new HttpError(500, 'handoff failed')),
+      );
+      return;
+    }
     const route = routes[url.pathname];
     const handler = route?.[req.method ?? 'GET'];
     const fail = (err: unknown): void => {

@@ -1,0 +1,83 @@
+// The two disaggregated-serving wire protocols, as pure body rewrites, and the choice between
+// remote and local prefill. Field names follow the engines' own proxies (docs/disaggregated.md):
+//   vLLM (NIXL and other KV connectors): vllm tests/v1/kv_connector/nixl_integration/toy_proxy_server.py
+//   SGLang (bootstrap): sglang python/sglang/srt/disaggregation/mini_lb.py
+import type { DisaggMode } from '../router/overrides.js';
+
+export type OpenAIBody = Record<string, unknown>;
+
+/**
+ * The prefill leg of the vLLM protocol: ask for remote decode, one token, no streaming. Options the
+ * prefill engine does not support with max_tokens 1 (min_tokens) are dropped, as vLLM's proxy does.
+ */
+export function vllmPrefillBody(body: OpenAIBody): OpenAIBody {
+  const out: OpenAIBody = {
+    ...body,
+    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+    stream: false,
+    max_tokens: 1,
+  };
+  if ('max_completion_tokens' in out) out.max_completion_tokens = 1;
+  delete out.stream_options;
+  delete out.min_tokens;
+  delete out.min_completion_tokens;
+  return out;
+}
+
+/** The prefill response's kv_transfer_params (top level of its JSON body), or null when absent. */
+export function transferParamsOf(response: unknown): OpenAIBody | null {
+  if (typeof response !== 'object' || response === null || Array.isArray(response)) return null;
+  const p = (response as OpenAIBody).kv_transfer_params;
+  return typeof p === 'object' && p !== null && !Array.isArray(p) ? (p as OpenAIBody) : null;
+}
+
+/** The decode leg of the vLLM protocol: the client's request, with the prefill's params passed through untouched. */
+export function vllmDecodeBody(body: OpenAIBody, params: OpenAIBody | null): OpenAIBody {
+  return params ? { ...body, kv_transfer_params: params } : body;
+}
+
+export interface Bootstrap {
+  host: string;
+  port: number;
+  /** Unique per request; SGLang takes any non-negative integer (its router draws u63): kept under 2^53 so JSON carries it exactly. */
+  room: number;
+}
+
+/** A bootstrap room from 53 random bits (`rand` returns [0, 1)). */
+export function bootstrapRoom(rand: () => number): number {
+  return Math.floor(rand() * 2 ** 21) * 2 ** 32 + Math.floor(rand() * 2 ** 32);
+}
+
+/** Both legs of the SGLang protocol carry the same bootstrap fields (a batch prompt gets one room per item). */
+export function sglangBody(body: OpenAIBody, b: Bootstrap, batch = 0, rand: () => number = Math.random): OpenAIBody {
+  if (batch > 1) {
+    const rooms = [b.room, ...Array.from({ length: batch - 1 }, () => bootstrapRoom(rand))];
+    return { ...body, bootstrap_host: rooms.map(() => b.host), bootstrap_port: rooms.map(() => b.port), bootstrap_room: rooms };
+  }
+  return { ...body, bootstrap_host: b.host, bootstrap_port: b.port, bootstrap_room: b.room };
+}
+
+export type PathReason = 'remote' | 'header' | 'cached_tail' | 'short_prompt' | 'no_prefill_instance' | 'prefill_failed' | 'untokenized';
+
+export interface PathInput {
+  mode: DisaggMode;
+  /** Prompt tokens (0 when the router could not tokenize it). */
+  isl: number;
+  /** Prompt tokens the chosen decode instance would have to compute itself. */
+  uncachedOnDecode: number;
+  uncachedThreshold: number;
+  minPromptTokens: number;
+  /** A prefill instance is available to try. */
+  prefillAvailable: boolean;
+}
+
+/** Remote prefill, or local on the decode instance, and why. */
+export function choosePath(p: PathInput): { remote: boolean; reason: PathReason } {
+  if (p.mode === 'local') return { remote: false, reason: 'header' };
+  if (!p.prefillAvailable) return { remote: false, reason: 'no_prefill_instance' };
+  if (p.mode === 'remote') return { remote: true, reason: 'header' };
+  if (p.isl === 0) return { remote: true, reason: 'untokenized' };
+  if (p.isl < p.minPromptTokens) return { remote: false, reason: 'short_prompt' };
+  if (p.uncachedOnDecode <= p.uncachedThreshold) return { remote: false, reason: 'cached_tail' };
+  return { remote: true, reason: 'remote' };
+}

@@ -1,0 +1,222 @@
+// Disaggregated prefill/decode: the prefill leg around the proxy's decode leg. forward() decides,
+// books and streams the decode leg; per attempt, the plan made here chooses remote or local
+// prefill (src/disagg/protocol.ts) and runs the prefill leg: vLLM's before the decode request
+// (its kv_transfer_params go with it), SGLang's at the same time (both carry one bootstrap room).
+// Every prefill booking is freed exactly once, when its leg's response ends or fails.
+import { randomUUID } from 'node:crypto';
+import { OpenAIError } from '../api/openai.js';
+import type { ModelConfig } from '../config/schema.js';
+import {
+  bootstrapRoom,
+  choosePath,
+  type OpenAIBody,
+  type PathReason,
+  sglangBody,
+  transferParamsOf,
+  vllmDecodeBody,
+  vllmPrefillBody,
+} from '../disagg/protocol.js';
+import type { NamespaceId } from '../indexer/namespace.js';
+import type { DisaggMode } from '../router/overrides.js';
+import type { Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
+import { candidatesOf, type InstanceRuntime, type LegPlan } from './forward.js';
+
+export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
+export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', uncached_token_threshold: 256, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
+
+export interface DisaggObserver {
+  /** Which path an attempt took and why. */
+  disaggPath?(model: string, remote: boolean, reason: PathReason): void;
+  /** A prefill leg failed (it is retried elsewhere, or the request falls back). */
+  prefillFailed?(model: string, instance: string, why: string): void;
+}
+
+export interface DisaggJob {
+  cfg: DisaggConfig;
+  mode: DisaggMode;
+  path: string;
+  requestId: string;
+  /** The body as the engines get it (model name and salt already applied). */
+  body: OpenAIBody;
+  ns: NamespaceId;
+  route: Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
+  prefill: readonly InstanceRuntime[];
+  /** Bootstrap port per prefill instance (sglang). */
+  bootstrapPorts: ReadonlyMap<string, number>;
+  speculativeTtlMs: number;
+  maxRetries: number;
+}
+
+export interface DisaggDeps {
+  scheduler: Scheduler;
+  now: () => number;
+  rand?: () => number;
+  observer?: DisaggObserver;
+}
+
+const json = (b: OpenAIBody): Buffer => Buffer.from(JSON.stringify(b));
+
+/** Host of an instance's URL as SGLang's bootstrap_host wants it (IPv6 without brackets). */
+function hostOf(url: string): string {
+  try {
+    return new URL(url).hostname.replace(/^\[|\]$/g, '');
+  } catch {
+    return '127.0.0.1';
+  }
+}
+
+/** The plan factory forward() calls per attempt. State shared by the attempts: prefill instances already failed, vLLM's transfer params. */
+export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, attempt: number) => LegPlan {
+  const failedPrefill = new Set<string>();
+  let transfer: { params: OpenAIBody | null; instance: string; attempts: number } | null = null;
+  const model = job.ns.model;
+  const rand = deps.rand ?? Math.random;
+  const decodeBody = json(job.body);
+
+  const local = (reason: PathReason): LegPlan => {
+    deps.observer?.disaggPath?.(model, false, reason);
+    return { teachesRate: true, prepare: async () => ({ body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': reason } }) };
+  };
+
+  /** Choose and book a prefill instance (null when none is left). */
+  const pickPrefill = (): { d: Decision; inst: InstanceRuntime; bookingId: string } | null => {
+    const now = deps.now();
+    const candidates = candidatesOf(job.prefill, now);
+    const policy = job.route.policy === 'direct' ? 'kv' : job.route.policy;
+    // The prefill leg is priced on prefill alone: it holds no decode.
+    const d = deps.scheduler.decide({ ...job.route, policy, target: null, weights: { ...job.route.weights, trackActiveBlocks: false }, ns: job.ns, candidates, exclude: failedPrefill }, now);
+    if (!d.chosen) return null;
+    const inst = job.prefill.find((i) => i.id === d.chosen!.instance)!;
+    const bookingId = randomUUID();
+    deps.scheduler.book(d, job.ns, { requestId: bookingId, now, speculativeTtlMs: job.speculativeTtlMs });
+    return { d, inst, bookingId };
+  };
+
+  /** POST the prefill leg; resolves with its JSON body, rejects on a transport error, a non-2xx or a timeout. */
+  const sendPrefill = async (p: { d: Decision; inst: InstanceRuntime }, body: OpenAIBody, signal: AbortSignal): Promise<unknown> => {
+    const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.requestId };
+    if (p.inst.dpSize > 1) headers['x-data-parallel-rank'] = String(p.d.chosen!.dpRank);
+    const up = await p.inst.upstream.pool.request({
+      path: p.inst.upstream.basePath + job.path,
+      method: 'POST',
+      headers,
+      body: json(body),
+      signal: AbortSignal.any([signal, AbortSignal.timeout(job.cfg.prefill_timeout_ms)]),
+    });
+    const text = await up.body.text();
+    if (up.statusCode >= 300) throw new Error(`HTTP ${up.statusCode} ${text.slice(0, 200)}`);
+    // Only kv_transfer_params is read: small integers and strings, plain JSON is exact for them.
+    try {
+      return text.trim().startsWith('{') ? (JSON.parse(text) as unknown) : null;
+    } catch {
+      return null;
+    }
+  };
+
+  const releasePrefill = (bookingId: string) => {
+    deps.scheduler.prefillComplete(bookingId);
+    deps.scheduler.free(bookingId);
+  };
+
+  const fallback = (why: string): { body: Buffer; headers: Record<string, string> } => {
+    if (job.cfg.prefill_fallback === 'fail') throw new OpenAIError(502, `every prefill attempt failed; last error: ${why}`, 'server_error');
+    deps.observer?.disaggPath?.(model, false, 'prefill_failed');
+    return { body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': 'prefill_failed' } };
+  };
+
+  const vllmPrepare = async (signal: AbortSignal): Promise<{ body: Buffer; headers: Record<string, string> }> => {
+    if (!transfer) {
+      let lastError = 'no prefill instance is available';
+      for (let a = 0; a <= job.maxRetries && !transfer; a++) {
+        const p = pickPrefill();
+        if (!p) break;
+        try {
+          const response = await sendPrefill(p, vllmPrefillBody(job.body), signal);
+          transfer = { params: transferParamsOf(response), instance: p.inst.id, attempts: a + 1 };
+        } catch (err) {
+          if (signal.aborted) throw err;
+          lastError = `${p.inst.id}: ${(err as Error).message}`;
+          failedPrefill.add(p.inst.id);
+          deps.observer?.prefillFailed?.(model, p.inst.id, lastError);
+        } finally {
+          releasePrefill(p.bookingId);
+        }
+      }
+      if (!transfer) return fallback(lastError);
+    }
+    const t = transfer;
+    return {
+      // Without params (the prefill engine sent none) the decode engine prefills itself, as vLLM's proxy does.
+      body: json(vllmDecodeBody(job.body, t.params)),
+      headers: {
+        'x-kvrouter-disagg': 'remote',
+        'x-kvrouter-disagg-reason': t.params ? 'remote' : 'no_transfer_params',
+        'x-kvrouter-prefill-instance': t.instance,
+        'x-kvrouter-prefill-attempts': String(t.attempts),
+      },
+    };
+  };
+
+  /** The latest attempt's prefill leg, settled (SGLang), and whether it failed. */
+  let pending: Promise<void> | null = null;
+  let pendingFailed = false;
+  const settled = async (): Promise<boolean> => {
+    // Bounded: a slow prefill that is still alive did not fail.
+    if (pending) await Promise.race([pending, new Promise((r) => setTimeout(r, 2000).unref())]);
+    return pendingFailed;
+  };
+
+  const sglangPrepare = async (signal: AbortSignal, fail: (reason: string) => void): Promise<{ body: Buffer; headers: Record<string, string> }> => {
+    // A decode leg that failed at once may have failed for its prefill: know before choosing again.
+    await settled();
+    const p = pickPrefill();
+    if (!p) return fallback('no prefill instance is available');
+    const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPorts.get(p.inst.id) ?? 8998, room: bootstrapRoom(rand) };
+    const body = sglangBody(job.body, bootstrap);
+    // Both legs at once: the decode engine waits for the KV the prefill engine sends to the room.
+    // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).
+    pendingFailed = false;
+    pending = sendPrefill(p, body, signal)
+      .then(() => undefined)
+      .catch((err: unknown) => {
+        if (signal.aborted) return;
+        pendingFailed = true;
+        const why = `prefill ${p.inst.id}: ${(err as Error).message}`;
+        failedPrefill.add(p.inst.id);
+        deps.observer?.prefillFailed?.(model, p.inst.id, why);
+        fail(why);
+      })
+      .finally(() => releasePrefill(p.bookingId));
+    return {
+      body: json(body),
+      headers: {
+        'x-kvrouter-disagg': 'remote',
+        'x-kvrouter-disagg-reason': 'remote',
+        'x-kvrouter-prefill-instance': p.inst.id,
+        'x-kvrouter-bootstrap-room': String(bootstrap.room),
+      },
+    };
+  };
+
+  return (d: Decision) => {
+    const c = d.chosen!;
+    const path = choosePath({
+      mode: job.mode,
+      isl: d.isl,
+      uncachedOnDecode: Math.max(0, d.isl - c.creditedBlocks * d.blockSize),
+      uncachedThreshold: job.cfg.uncached_token_threshold,
+      minPromptTokens: job.cfg.min_prompt_tokens,
+      prefillAvailable: candidatesOf(job.prefill, deps.now()).some((x) => !failedPrefill.has(x.instance)) || transfer !== null,
+    });
+    // No prefill instance left because they failed: the configured fallback decides.
+    if (!path.remote && path.reason === 'no_prefill_instance' && failedPrefill.size > 0) {
+      return { teachesRate: true, prepare: async () => fallback(`prefill instances failed: ${[...failedPrefill].join(', ')}`) };
+    }
+    if (!path.remote) return local(path.reason);
+    deps.observer?.disaggPath?.(model, true, path.reason);
+    // The decode instance computes no prompt: its first token waits on a remote prefill, so it teaches no prefill rate.
+    return job.cfg.protocol === 'sglang'
+      ? { prefillTokens: 0, teachesRate: false, prepare: sglangPrepare, otherLegFailed: settled }
+      : { prefillTokens: 0, teachesRate: false, prepare: vllmPrepare };
+  };
+}

