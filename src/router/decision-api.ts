@@ -16,7 +16,18 @@ import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
-import { prepareRoute, routeFields } from './completions.js';
+import { isDisaggregated, type PreparedRoute, prepareRoute, routeFields } from './completions.js';
+import { choosePath, bootstrapRoom, type PathReason } from '../disagg/protocol.js';
+import { candidatesOf } from '../proxy/forward.js';
+import { DEFAULT_DISAGG, type DisaggConfig } from '../proxy/disagg.js';
+import { roleOf } from './models.js';
+
+interface PrefillAnswer {
+  cfg: DisaggConfig;
+  path: { remote: boolean; reason: PathReason };
+  /** The prefill leg's decision when remote. */
+  d: Decision | null;
+}
 
 const ID_RE = /^[\w.:-]{1,128}$/;
 
@@ -65,7 +76,7 @@ function overrideHeaders(o: unknown): Record<string, string> {
     if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights)) throw new OpenAIError(400, 'router_config_override.medium_weights must be an object', 'invalid_request_error', 'router_config_override.medium_weights');
     h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body).map(([k, v]) => `${k}=${String(v)}`).join(',');
   }
-  for (const [k, header] of [['policy', 'x-kvrouter-policy'], ['target', 'x-kvrouter-target'], ['cost_model', 'x-kvrouter-cost-model']] as const) {
+  for (const [k, header] of [['policy', 'x-kvrouter-policy'], ['target', 'x-kvrouter-target'], ['cost_model', 'x-kvrouter-cost-model'], ['disagg', 'x-kvrouter-disagg']] as const) {
     const v = r[k];
     if (v === undefined || v === null) continue;
     if (typeof v !== 'string') throw new OpenAIError(400, `router_config_override.${k} must be a string`, 'invalid_request_error', `router_config_override.${k}`);
@@ -89,8 +100,10 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
   const booked = new Map<string, Prediction>();
   scheduler.addHooks({ freed: (key) => void (key.startsWith('route:') && booked.delete(key.slice(6))) });
   const bookingKey = (id: string) => `route:${id}`;
+  // '#' is outside request ids' alphabet: no gateway id can name another's prefill leg.
+  const prefillKey = (id: string) => `route:${id}#prefill`;
 
-  const decide = async (c: Context): Promise<{ d: Decision; p: Awaited<ReturnType<typeof prepareRoute>>; body: Body; fields: ReturnType<typeof routeFields> }> => {
+  const decide = async (c: Context): Promise<{ d: Decision; p: PreparedRoute; body: Body; fields: ReturnType<typeof routeFields>; prefill: PrefillAnswer | null }> => {
     const body = (await readOpenAIJson(c, deps.cfg.server.max_body_bytes)) as Body;
     let kind: 'chat' | 'completion' = 'chat';
     let raw: Body = body;
@@ -103,8 +116,30 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
     const fields = routeFields(p, deps.cfg, deps);
     const t = now();
-    const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
-    return { d: scheduler.decide({ ...fields.route, ns: fields.ns, candidates }, t), p, body, fields };
+    // A disaggregated model's main pick is its decode leg: prefill instances are the other leg's.
+    const pd = isDisaggregated(p.model.cfg);
+    const decodeSide = pd ? p.instances.filter((i) => roleOf(p.model.cfg, i.id) !== 'prefill') : p.instances;
+    const d = scheduler.decide({ ...fields.route, ns: fields.ns, candidates: candidatesOf(decodeSide, t) }, t);
+    return { d, p, body, fields, prefill: pd && d.chosen ? prefillLeg(d, p, fields, t) : null };
+  };
+
+  /** The prefill leg of a disaggregated model's request: remote or local, and where. */
+  const prefillLeg = (d: Decision, p: PreparedRoute, fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer => {
+    const cfg = p.model.cfg.disaggregation ?? DEFAULT_DISAGG;
+    const prefillSide = p.instances.filter((i) => roleOf(p.model.cfg, i.id) === 'prefill');
+    const candidates = candidatesOf(prefillSide, t);
+    const path = choosePath({
+      mode: p.routing.disagg,
+      isl: d.isl,
+      uncachedOnDecode: Math.max(0, d.isl - d.chosen!.creditedBlocks * d.blockSize),
+      uncachedThreshold: cfg.uncached_token_threshold,
+      minPromptTokens: cfg.min_prompt_tokens,
+      prefillAvailable: candidates.length > 0,
+    });
+    if (!path.remote) return { cfg, path, d: null };
+    const policy = fields.route.policy === 'direct' ? 'kv' : fields.route.policy;
+    const pd = scheduler.decide({ ...fields.route, policy, target: null, weights: { ...fields.route.weights, trackActiveBlocks: false }, ns: fields.ns, candidates }, t);
+    return pd.chosen ? { cfg, path, d: pd } : { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null };
   };
 
   const candidateView = (d: Decision, x: Decision['candidates'][number]) => ({
@@ -118,13 +153,35 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     busy: x.busy,
   });
 
+  /** The disaggregation part of an answer (null for aggregated models). */
+  const prefillView = (a: PrefillAnswer | null, p: PreparedRoute, tenant: boolean, room: number | null) => {
+    if (!a) return {};
+    const x = a.d?.chosen;
+    const inst = x ? p.instances.find((i) => i.id === x.instance) : undefined;
+    const port = x ? p.model.cfg.instances.find((i) => i.id === x.instance)?.bootstrap_port : undefined;
+    return {
+      disaggregation: {
+        protocol: a.cfg.protocol,
+        path: a.path.remote ? 'remote' : 'local',
+        reason: a.path.reason,
+        prefill: x
+          ? {
+              ...candidateView(a.d!, x),
+              ...(tenant ? {} : { url: inst!.upstream.url }),
+              ...(a.cfg.protocol === 'sglang' && !tenant ? { bootstrap_host: new URL(inst!.upstream.url).hostname.replace(/^\[|\]$/g, ''), bootstrap_port: port, bootstrap_room: room } : {}),
+            }
+          : null,
+      },
+    };
+  };
+
   app.post('/v1/route/loads', async (c) => {
     const { d, p } = await decide(c);
     return json(c, { model: p.model.name, prompt_tokens: d.isl, block_size: d.blockSize, policy: d.policy, loads: d.candidates.map((x) => candidateView(d, x)) });
   });
 
   app.post('/v1/route', async (c) => {
-    const { d, p, body, fields } = await decide(c);
+    const { d, p, body, fields, prefill } = await decide(c);
     const rid = body.request_id;
     if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) {
       throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
@@ -142,7 +199,10 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     if (typeof rid === 'string') {
       if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
       const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
-      scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl });
+      // A remote prefill: the decode leg computes no prompt; the prefill leg is booked beside it.
+      const remote = prefill?.d?.chosen ? prefill.d : null;
+      scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl, prefillTokens: remote ? 0 : undefined });
+      if (remote) scheduler.book(remote, fields.ns, { requestId: prefillKey(rid), now: now(), speculativeTtlMs: ttl });
       const pred = deps.cfg.verification.enabled && (d.policy === 'kv' || d.policy === 'approx') ? predictionOf(d) : null;
       if (pred) booked.set(rid, pred);
       isBooked = true;
@@ -157,6 +217,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       prompt_tokens: d.isl,
       request_id: typeof rid === 'string' ? rid : null,
       booked: isBooked,
+      ...prefillView(prefill, p, tenant, prefill?.d?.chosen && prefill.cfg.protocol === 'sglang' ? bootstrapRoom(Math.random) : null),
     });
   });
 
@@ -167,6 +228,8 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     // the prediction like a proxied response's. A body that cannot be read never keeps a booking.
     const usage = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).then(usageOf, () => null) : null;
     const p = action === 'free' ? booked.get(id) : undefined;
+    // The prefill leg (disaggregated) is over once the decode leg's first token is out.
+    scheduler.free(prefillKey(id));
     const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
     if (ok) {
       if (action === 'free') {

@@ -143,6 +143,29 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     await drained(r);
   });
 
+  it('/v1/route answers both picks, books both legs and frees them', async () => {
+    const ask = async (body: Record<string, unknown>) => {
+      const res = await request(`${r.url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `route api ${protocol} ${TAIL}` }], ...body }) });
+      return { status: res.statusCode, body: (await res.body.json()) as { instance_id: string; disaggregation: { protocol: string; path: string; reason: string; prefill: { instance_id: string; url: string; bootstrap_port?: number; bootstrap_room?: number } | null } } };
+    };
+    const a = await ask({ request_id: `pd-${protocol}` });
+    expect(a.status).toBe(200);
+    expect(['d0', 'd1']).toContain(a.body.instance_id);
+    expect(a.body.disaggregation).toMatchObject({ protocol, path: 'remote', reason: 'remote' });
+    expect(['p0', 'p1']).toContain(a.body.disaggregation.prefill!.instance_id);
+    if (protocol === 'sglang') {
+      expect(a.body.disaggregation.prefill!.bootstrap_port).toBe(prefill[Number(a.body.disaggregation.prefill!.instance_id.slice(1))].port);
+      expect(Number.isSafeInteger(a.body.disaggregation.prefill!.bootstrap_room)).toBe(true);
+    }
+    expect(await booked(r)).toBe(2);
+    await request(`${r.url}/v1/route/pd-${protocol}/prefill_complete`, { method: 'POST' }).then((x) => x.body.text());
+    expect(await booked(r)).toBe(1);
+    await request(`${r.url}/v1/route/pd-${protocol}/free`, { method: 'POST' }).then((x) => x.body.text());
+    expect(await booked(r)).toBe(0);
+    const forced = await ask({ router_config_override: { disagg: 'local' } });
+    expect(forced.body.disaggregation).toMatchObject({ path: 'local', reason: 'header', prefill: null });
+  });
+
   it('/health and /metrics know each instance\'s role and count the paths', async () => {
     const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ id: string; role: string }> }> };
     expect(h.models[0].instances.map((i) => `${i.id}:${i.role}`)).toEqual(['p0:prefill', 'p1:prefill', 'd0:decode', 'd1:decode']);
