@@ -7,6 +7,8 @@ export interface InstanceView {
   model: string;
   state: 'healthy' | 'ejected' | 'probation';
   dp_size: number;
+  /** Disaggregated serving role: both (aggregated), prefill or decode. */
+  role: 'both' | 'prefill' | 'decode';
   last_error: string | null;
   load: { active_prefill_tokens: number; active_blocks: number; active_requests: number };
   /** Blocks this instance holds in the index, by tier (speculative entries not included). */

@@ -134,6 +134,7 @@ function renderInstances(s: DashboardSnapshot): void {
     const name = td(i.id);
     name.title = i.url;
     if (i.dp_size > 1) name.appendChild(el('span', 'muted', ` x${i.dp_size} dp`));
+    if (i.role !== 'both') name.appendChild(el('span', 'muted', ` ${i.role}`));
     tr.appendChild(name);
     tr.appendChild(td(i.model, 'muted'));
     const st = td('');
