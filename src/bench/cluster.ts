@@ -51,6 +51,7 @@ export const FLEET_OPTIONS: OptionTable = {
   'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'abort requests still running this long after the last open-loop arrival' },
   bypass: { type: 'string', default: '0', arg: 'X', help: 'share of the requests sent straight to engine e0, bypassing the router: load the router did not book' },
   routers: { type: 'string', default: '1', arg: 'N', help: 'independent routers (no sync) sharing the engines, requests alternating between them: predictions diverge from the truth' },
+  pd: { type: 'string', default: '2P2D', arg: 'NPMD', help: 'engines of the disaggregated variants (pd, pd-no-bypass): N prefill + M decode, same sizing as one aggregated engine each' },
   ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: KNOB_HELP[k] }])),
   quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes (per policy and point)' },
 };
@@ -90,6 +91,7 @@ export interface ClusterSetup {
   drainS: number;
   routers: number;
   bypass: number;
+  pd: { prefill: number; decode: number };
 }
 
 /** Parse the shared options, build the workload and size the fleet (the caller closes the workload). */
@@ -109,6 +111,9 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
   if (routers < 1) throw new Error('--routers must be at least 1');
   const bypass = numberOption(v, 'bypass');
   if (!(bypass >= 0 && bypass < 1)) throw new Error('--bypass must be in [0, 1)');
+  const pdm = /^(\d+)P(\d+)D$/i.exec(String(v.pd ?? '2P2D'));
+  if (!pdm || Number(pdm[1]) < 1 || Number(pdm[2]) < 1) throw new Error('--pd must be like 2P2D (at least one prefill and one decode engine)');
+  const pd = { prefill: Number(pdm[1]), decode: Number(pdm[2]) };
   const maxOut = v['max-output-tokens'] !== undefined ? intOption(v, 'max-output-tokens') : quick && wname === 'mooncake' ? 32 : null;
   const knobs: Record<string, number | undefined> = {};
   for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
@@ -150,12 +155,13 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
       orc,
       size,
       fleet,
-      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL, routers, bypass },
+      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL, routers, bypass, pd: `${pd.prefill}P${pd.decode}D` },
       spanMs,
       followUps: workload.requests.filter((r) => r.after).length,
       drainS: intOption(v, 'drain-timeout'),
       routers,
       bypass,
+      pd,
     };
   } catch (err) {
     await workload.close();
@@ -175,7 +181,7 @@ export async function runVariants(setup: ClusterSetup, policies: readonly Policy
   for (const p of policies) {
     progress.setLabel(p.name);
     progress.log(`policy ${p.name}: starting engines and ${setup.routers > 1 ? `${setup.routers} routers` : 'router'} (arrivals over ${scheduleS.toFixed(0)} s)`);
-    const { result: r, samples } = await runPolicy(p, { fleet: setup.fleet, workload, rateScale, drainTimeoutMs, routers: setup.routers, bypass: setup.bypass, onDone: () => progress.tick() });
+    const { result: r, samples } = await runPolicy(p, { fleet: setup.fleet, workload, rateScale, drainTimeoutMs, routers: setup.routers, bypass: setup.bypass, pd: setup.pd, onDone: () => progress.tick() });
     results.push(r);
     for (const s of samples) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...s }));
     progress.log(

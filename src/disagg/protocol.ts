@@ -65,6 +65,8 @@ export interface PathInput {
   isl: number;
   /** Prompt tokens the chosen decode instance would have to compute itself. */
   uncachedOnDecode: number;
+  /** Whether a mostly cached or short prompt may skip remote prefill. */
+  bypass: boolean;
   uncachedThreshold: number;
   minPromptTokens: number;
   /** A prefill instance is available to try. */
@@ -77,6 +79,7 @@ export function choosePath(p: PathInput): { remote: boolean; reason: PathReason 
   if (!p.prefillAvailable) return { remote: false, reason: 'no_prefill_instance' };
   if (p.mode === 'remote') return { remote: true, reason: 'header' };
   if (p.isl === 0) return { remote: true, reason: 'untokenized' };
+  if (!p.bypass) return { remote: true, reason: 'remote' };
   if (p.isl < p.minPromptTokens) return { remote: false, reason: 'short_prompt' };
   if (p.uncachedOnDecode <= p.uncachedThreshold) return { remote: false, reason: 'cached_tail' };
   return { remote: true, reason: 'remote' };

@@ -22,7 +22,7 @@ import type { Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js'
 import { candidatesOf, type InstanceRuntime, type LegPlan } from './forward.js';
 
 export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
-export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', uncached_token_threshold: 256, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
+export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 256, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
 
 export interface DisaggObserver {
   /** Which path an attempt took and why. */
@@ -204,6 +204,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
       mode: job.mode,
       isl: d.isl,
       uncachedOnDecode: Math.max(0, d.isl - c.creditedBlocks * d.blockSize),
+      bypass: job.cfg.bypass,
       uncachedThreshold: job.cfg.uncached_token_threshold,
       minPromptTokens: job.cfg.min_prompt_tokens,
       prefillAvailable: candidatesOf(job.prefill, deps.now()).some((x) => !failedPrefill.has(x.instance)) || transfer !== null,

@@ -102,6 +102,16 @@ export async function prepareRoute(
   return { model, adapter, instances, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
 }
 
+/**
+ * The decode leg of a disaggregated model is priced as Dynamo prices decode workers: blocks of
+ * decode memory held plus (overlap_weight x) the prompt blocks it would prefill itself, so load
+ * spreads over the pool while a decode instance holding the prompt still wins its bypass. (The time
+ * model would price a remote-prefilled request's decode by a prefill it does not run.)
+ */
+export function decodeLegRoute<R extends Pick<ForwardJob['route'], 'weights' | 'prefixAffinity'>>(route: R): R {
+  return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0 };
+}
+
 /** A model with a prefill pool: requests may take two legs (and need their tokens to choose). */
 export function isDisaggregated(m: ModelConfig): boolean {
   return m.instances.some((i) => i.role === 'prefill');
@@ -229,6 +239,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
       const roles = new Map(p.model.cfg.instances.map((i) => [i.id, i]));
       // The decode leg goes over decode and aggregated instances; the prefill leg over prefill ones.
       job.instances = p.instances.filter((i) => roles.get(i.id)?.role !== 'prefill');
+      job.route = decodeLegRoute(route);
       job.plan = disaggPlanner(
         {
           cfg: p.model.cfg.disaggregation ?? DEFAULT_DISAGG,

@@ -16,7 +16,7 @@ import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
-import { isDisaggregated, type PreparedRoute, prepareRoute, routeFields } from './completions.js';
+import { decodeLegRoute, isDisaggregated, type PreparedRoute, prepareRoute, routeFields } from './completions.js';
 import { choosePath, bootstrapRoom, type PathReason } from '../disagg/protocol.js';
 import { candidatesOf } from '../proxy/forward.js';
 import { DEFAULT_DISAGG, type DisaggConfig } from '../proxy/disagg.js';
@@ -119,7 +119,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     // A disaggregated model's main pick is its decode leg: prefill instances are the other leg's.
     const pd = isDisaggregated(p.model.cfg);
     const decodeSide = pd ? p.instances.filter((i) => roleOf(p.model.cfg, i.id) !== 'prefill') : p.instances;
-    const d = scheduler.decide({ ...fields.route, ns: fields.ns, candidates: candidatesOf(decodeSide, t) }, t);
+    const d = scheduler.decide({ ...(pd ? decodeLegRoute(fields.route) : fields.route), ns: fields.ns, candidates: candidatesOf(decodeSide, t) }, t);
     return { d, p, body, fields, prefill: pd && d.chosen ? prefillLeg(d, p, fields, t) : null };
   };
 
@@ -132,6 +132,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       mode: p.routing.disagg,
       isl: d.isl,
       uncachedOnDecode: Math.max(0, d.isl - d.chosen!.creditedBlocks * d.blockSize),
+      bypass: cfg.bypass,
       uncachedThreshold: cfg.uncached_token_threshold,
       minPromptTokens: cfg.min_prompt_tokens,
       prefillAvailable: candidates.length > 0,

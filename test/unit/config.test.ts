@@ -37,7 +37,7 @@ models:
     expect(errorsOf(pd('[{ id: a, role: decoder, url: "http://127.0.0.1:8001" }]'))[0]).toMatch(/^models\[0\]\.instances\[0\]\.role: /);
     expect(errorsOf(pd('[{ id: p, role: prefill, url: "http://127.0.0.1:8001" }, { id: d, role: decode, url: "http://127.0.0.1:8002" }]', '\n    disaggregation: { protocol: grpc }'))[0]).toMatch(/^models\[0\]\.disaggregation\.protocol: /);
     const ok = loadConfigText(pd('[{ id: p, role: prefill, url: "http://127.0.0.1:8001" }, { id: d, role: decode, url: "http://127.0.0.1:8002" }]', '\n    disaggregation: { protocol: sglang, uncached_token_threshold: 64 }'), 't');
-    expect(ok.models[0].disaggregation).toEqual({ protocol: 'sglang', uncached_token_threshold: 64, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 });
+    expect(ok.models[0].disaggregation).toEqual({ protocol: 'sglang', bypass: true, uncached_token_threshold: 64, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 });
     expect(ok.models[0].instances.map((i) => [i.role, i.bootstrap_port])).toEqual([['prefill', 8998], ['decode', 8998]]);
   });
 

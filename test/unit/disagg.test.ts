@@ -53,13 +53,14 @@ describe('SGLang bootstrap protocol', () => {
 });
 
 describe('choosePath', () => {
-  const base = { mode: 'auto' as const, isl: 1000, uncachedOnDecode: 1000, uncachedThreshold: 256, minPromptTokens: 0, prefillAvailable: true };
+  const base = { mode: 'auto' as const, isl: 1000, uncachedOnDecode: 1000, bypass: true, uncachedThreshold: 256, minPromptTokens: 0, prefillAvailable: true };
   it('goes remote unless the decode side holds all but the threshold, the prompt is short, or the header says so', () => {
     expect(choosePath(base)).toEqual({ remote: true, reason: 'remote' });
     expect(choosePath({ ...base, uncachedOnDecode: 257 })).toEqual({ remote: true, reason: 'remote' });
     expect(choosePath({ ...base, uncachedOnDecode: 256 })).toEqual({ remote: false, reason: 'cached_tail' });
     expect(choosePath({ ...base, minPromptTokens: 1001 })).toEqual({ remote: false, reason: 'short_prompt' });
     expect(choosePath({ ...base, minPromptTokens: 1000 })).toEqual({ remote: true, reason: 'remote' });
+    expect(choosePath({ ...base, uncachedOnDecode: 0, minPromptTokens: 5000, bypass: false })).toEqual({ remote: true, reason: 'remote' });
     expect(choosePath({ ...base, mode: 'local' })).toEqual({ remote: false, reason: 'header' });
     expect(choosePath({ ...base, mode: 'remote', uncachedOnDecode: 0 })).toEqual({ remote: true, reason: 'header' });
     expect(choosePath({ ...base, prefillAvailable: false, mode: 'remote' })).toEqual({ remote: false, reason: 'no_prefill_instance' });

@@ -17,7 +17,7 @@ export interface ClusterReport {
   workload: { name: string; description: string; requests: number };
   oracle: OracleStats;
   sizing: Sizing;
-  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; bypass?: number };
+  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; bypass?: number; pd?: string };
   arrivals: { scheduleS: number; followUps: number };
   loadAverage: { before: number[]; after: number[] };
   runSeconds: number;
@@ -40,6 +40,7 @@ export function setupTable(d: ClusterReport): Table {
       ['engines', `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, speedup ${c.speedup}, max_model_len ${z.maxModelLen}`],
       ['cache sizing', `working set = ${z.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${z.clusterRatio.toFixed(2)}x working set`],
       ...(c.bypass ? [['bypass', `${(100 * c.bypass).toFixed(0)}% of the requests go straight to engine e0, not through the router (load it did not book)`]] : []),
+      ...(d.results.some((r) => r.policy.startsWith('pd')) && c.pd ? [['disaggregated (pd variants)', `${c.pd}: engines e0.. prefill, then decode, each sized as one aggregated engine; vLLM connector protocol, KV transfer 25 GB/s`]] : []),
       ...(c.routers && c.routers > 1 ? [['routers', `${c.routers} independent routers, no sync between them; requests alternate (a plain L4 balancer)`]] : []),
       ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(0)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
       ['machine', JSON.stringify(d.machine)],
@@ -66,11 +67,12 @@ const pct = (v: number) => +(100 * v).toFixed(1);
 export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
   const main: Table = {
     title: 'Per policy',
-    columns: ['policy', 'ok/sent', 'TTFT p50 ms', 'p90', 'p99', 'E2E p50 ms', 'p99', 'req/s', 'out tok/s', 'hit % (first admission)', 'oracle %', 'engine hit % (GPU+host)', 'of which host', 'preempt', 'busy CoV', 'req CoV', 'router CPU s', 'µs/req'],
+    columns: ['policy', 'ok/sent', 'TTFT p50 ms', 'p90', 'p99', 'TPOT p50 ms', 'p90', 'E2E p50 ms', 'p99', 'req/s', 'out tok/s', 'hit % (first admission)', 'oracle %', 'engine hit % (GPU+host)', 'of which host', 'preempt', 'busy CoV', 'req CoV', 'router CPU s', 'µs/req'],
     rows: results.map((r) => [
       r.policy,
       `${r.requests.ok}/${r.requests.sent}`,
       ms(r.ttftMs.p50), ms(r.ttftMs.p90), ms(r.ttftMs.p99),
+      r.tpotMs ? +r.tpotMs.p50.toFixed(1) : 'n/a', r.tpotMs ? +r.tpotMs.p90.toFixed(1) : 'n/a',
       ms(r.e2eMs.p50), ms(r.e2eMs.p99),
       +r.throughput.requestsPerS.toFixed(2), Math.round(r.throughput.outputTokensPerS),
       pct(r.hitRate.usage), pct(o.hitRate), pct(r.hitRate.engines), pct(r.hitRate.host), r.preemptions,

@@ -1,7 +1,7 @@
 // One policy on fresh engines and a fresh router (caches start cold): start, replay, scrape, stop.
 import { processCpuSeconds, selfCpuSeconds } from '../procs/children.js';
 import { type HitCheck, scrapeEngine, scrapeHitCheck } from '../procs/engine-metrics.js';
-import { type FleetOptions, startFleet } from '../procs/engines.js';
+import { type EngineEndpoint, type FleetOptions, startFleet } from '../procs/engines.js';
 import { type RouterProc, startRouterProc } from '../procs/router.js';
 import type { Workload } from '../workloads/types.js';
 import type { Sample } from './client.js';
@@ -20,11 +20,38 @@ export interface PolicyRunOptions {
   routers?: number;
   /** This share of the requests goes straight to engine e0, bypassing the router(s). */
   bypass?: number;
+  /** Prefill and decode engines of pd variants (their sum replaces fleet.count). */
+  pd?: { prefill: number; decode: number };
   onDone?: (s: Sample) => void;
 }
 
+/** One fleet, or (pd variants) a prefill fleet and a decode fleet: engines e0.. are prefill, then decode. */
+async function startFleets(v: PolicyVariant, o: PolicyRunOptions): Promise<{ engines: Array<EngineEndpoint & { role?: 'prefill' | 'decode' }>; pids: number[]; stop(): Promise<void> }> {
+  if (!v.pd) {
+    const f = await startFleet(o.fleet);
+    return { engines: f.engines, pids: [f.child.pid ?? -1], stop: () => f.stop() };
+  }
+  const pd = o.pd ?? { prefill: 2, decode: 2 };
+  const p = await startFleet({ ...o.fleet, count: pd.prefill, extra: [...(o.fleet.extra ?? []), '--role', 'prefill'] });
+  try {
+    const d = await startFleet({ ...o.fleet, count: pd.decode, seed: o.fleet.seed + pd.prefill, extra: [...(o.fleet.extra ?? []), '--role', 'decode'] });
+    return {
+      engines: [...p.engines.map((e) => ({ ...e, role: 'prefill' as const })), ...d.engines.map((e) => ({ ...e, role: 'decode' as const }))],
+      pids: [p.child.pid ?? -1, d.child.pid ?? -1],
+      stop: async () => void (await Promise.all([p.stop(), d.stop()])),
+    };
+  } catch (err) {
+    await p.stop();
+    throw err;
+  }
+}
+
 export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<{ result: PolicyResult; samples: Sample[] }> {
-  const fleet = await startFleet(o.fleet);
+  const fleet = await startFleets(v, o);
+  const enginesCpu = () => fleet.pids.reduce<number | null>((sum, pid) => {
+    const c = processCpuSeconds(pid);
+    return sum === null || c === null ? null : sum + c;
+  }, 0);
   try {
     const ids = fleet.engines.map((_, i) => `e${i}`);
     const routers: RouterProc[] = [];
@@ -42,11 +69,12 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
             policy: v.policy,
             routingYaml: v.routingYaml,
             extraYaml: v.extraYaml,
-            instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
+            modelYaml: v.pd ? [`    disaggregation: { protocol: vllm, bypass: ${v.pd.bypass} }`] : [],
+            instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, role: e.role, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
           }),
         );
       }
-      const cpu0 = { router: routerCpu(), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
+      const cpu0 = { router: routerCpu(), engines: enginesCpu(), client: selfCpuSeconds() };
       const { samples, wallMs } = await replay(o.workload.requests, {
         url: routers.map((r) => r.url),
         ...(o.bypass ? { bypass: { fraction: o.bypass, url: fleet.engines[0].url, id: ids[0] } } : {}),
@@ -56,7 +84,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
         drainTimeoutMs: o.drainTimeoutMs,
         onDone: o.onDone,
       });
-      const cpu1 = { router: routerCpu(), engines: processCpuSeconds(fleet.child.pid), client: selfCpuSeconds() };
+      const cpu1 = { router: routerCpu(), engines: enginesCpu(), client: selfCpuSeconds() };
       const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
       const checks = await Promise.all(routers.map((r) => scrapeHitCheck(r.url).catch(() => null)));
       const hitCheck = checks.every((c) => c !== null)

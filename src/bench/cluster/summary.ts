@@ -25,6 +25,8 @@ export interface PolicyResult {
   requests: { sent: number; ok: number; errors: number; firstErrors: string[] };
   ttftMs: Dist;
   e2eMs: Dist;
+  /** Time per output token after the first, (E2E - TTFT) / (tokens - 1), of requests with 2+ tokens (absent in older reports). */
+  tpotMs?: Dist;
   /** Largest delay of a send against its schedule: load-generator lag. */
   maxLagMs: number;
   throughput: { wallS: number; requestsPerS: number; outputTokensPerS: number };
@@ -73,6 +75,7 @@ export function summarize(policy: string, summary: string, samples: readonly Sam
     requests: { sent: samples.length, ok: ok.length, errors: errs.length, firstErrors: [...new Set(errs.map((s) => s.error ?? 'no token'))].slice(0, 5) },
     ttftMs: dist(ttft),
     e2eMs: dist(ok.map((s) => s.e2eMs)),
+    tpotMs: dist(ok.filter((s) => s.completionTokens > 1).map((s) => (s.e2eMs - s.ttftMs!) / (s.completionTokens - 1))),
     maxLagMs: samples.reduce((a, s) => Math.max(a, s.lagMs), 0),
     throughput: {
       wallS,

@@ -11,6 +11,8 @@ export interface RouterInstance {
   url: string;
   /** ZMQ endpoints; omitted = the router ignores this engine's KV events. */
   kvEvents?: { endpoint: string; replay: string };
+  /** Disaggregated serving role (default both). */
+  role?: 'prefill' | 'decode';
 }
 
 export interface RouterProcOptions {
@@ -23,6 +25,8 @@ export interface RouterProcOptions {
   routingYaml?: string[];
   /** Extra top-level YAML sections. */
   extraYaml?: string[];
+  /** Extra lines of the model (four-space indented), e.g. its disaggregation. */
+  modelYaml?: string[];
 }
 
 export interface RouterProc {
@@ -33,7 +37,7 @@ export interface RouterProc {
 
 export function routerYaml(o: RouterProcOptions): string {
   const inst = o.instances.map((i) =>
-    `      - { id: ${i.id}, url: "${i.url}"${i.kvEvents ? `, kv_events: { endpoint: "${i.kvEvents.endpoint}", replay_endpoint: "${i.kvEvents.replay}" }` : ''} }`,
+    `      - { id: ${i.id}, url: "${i.url}"${i.role ? `, role: ${i.role}` : ''}${i.kvEvents ? `, kv_events: { endpoint: "${i.kvEvents.endpoint}", replay_endpoint: "${i.kvEvents.replay}" }` : ''} }`,
   );
   return [
     'server: { host: 127.0.0.1, port: 0, shutdown_grace_ms: 2000 }',
@@ -45,6 +49,7 @@ export function routerYaml(o: RouterProcOptions): string {
     `  - name: ${o.model}`,
     `    block_size: ${o.blockSize}`,
     `    tokenizer: { package: "${o.tokenizer}" }`,
+    ...(o.modelYaml ?? []),
     '    instances:',
     ...inst,
     '',
