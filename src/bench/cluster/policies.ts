@@ -12,8 +12,8 @@ export interface PolicyVariant {
   kvEvents: boolean;
   /** Extra top-level YAML sections of the router. */
   extraYaml?: string[];
-  /** Disaggregated: prefill and decode engines (bench cluster --pd), with or without the bypass. */
-  pd?: { bypass: boolean };
+  /** Disaggregated: prefill and decode engines (bench cluster --pd), with or without the bypass; `yaml`: more `disaggregation` keys. */
+  pd?: { bypass: boolean; yaml?: string[] };
   summary: string;
 }
 
@@ -55,6 +55,7 @@ export const VARIANTS: readonly PolicyVariant[] = [
 export const DEFAULT_POLICIES = ['kv', 'kv-no-tier', 'approx', 'round-robin', 'random', 'least-loaded', 'session'];
 
 const INLINE = /^([\w-]+)\[(.*)\]$/;
+const PD_KEYS = ['uncached_token_threshold', 'min_prompt_tokens', 'protocol'];
 const VALUE = /^[\w.+-]+$/;
 
 /**
@@ -70,10 +71,16 @@ export function variant(name: string): PolicyVariant {
   if (!m) return v;
   const lines: string[] = [];
   const nested = new Map<string, string[]>();
+  const pdKeys: string[] = [];
   for (const part of m[2].split(',').map((x) => x.trim()).filter(Boolean)) {
     const eq = part.indexOf('=');
     const key = eq > 0 ? part.slice(0, eq).trim() : '';
     const value = eq > 0 ? part.slice(eq + 1).trim() : '';
+    // pd variants also take the model's disaggregation keys.
+    if (v.pd && PD_KEYS.includes(key) && VALUE.test(value)) {
+      pdKeys.push(`${key}: ${value}`);
+      continue;
+    }
     const [top, sub, ...rest] = key.split('.');
     if (!(ROUTING_KEYS as string[]).includes(top) || rest.length > 0 || (sub !== undefined && top !== 'medium_weights') || !VALUE.test(value)) {
       throw new Error(`policy '${name}': "${part}" is not routing_key=value (routing keys: ${ROUTING_KEYS.join(', ')}; medium_weights.cpu|disk|shared)`);
@@ -85,5 +92,5 @@ export function variant(name: string): PolicyVariant {
   // YAML refuses duplicate keys: an inline key replaces the base variant's line.
   const keys = new Set(lines.map((l) => l.trim().split(':')[0]));
   const base = v.routingYaml.filter((l) => !keys.has(l.trim().split(':')[0]));
-  return { ...v, name, routingYaml: [...base, ...lines], summary: `${v.summary}; ${m[2]}` };
+  return { ...v, name, routingYaml: [...base, ...lines], summary: `${v.summary}; ${m[2]}`, ...(v.pd ? { pd: { ...v.pd, yaml: [...(v.pd.yaml ?? []), ...pdKeys] } } : {}) };
 }
