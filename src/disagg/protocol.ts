@@ -2,7 +2,10 @@
 // remote and local prefill. Field names follow the engines' own proxies (docs/disaggregated.md):
 //   vLLM (NIXL and other KV connectors): vllm tests/v1/kv_connector/nixl_integration/toy_proxy_server.py
 //   SGLang (bootstrap): sglang python/sglang/srt/disaggregation/mini_lb.py
-import type { DisaggMode } from '../router/overrides.js';
+
+export const DISAGG_MODES = ['auto', 'remote', 'local'] as const;
+/** Per request: auto (remote prefill unless the decode side holds the prompt), remote (always), local (never). */
+export type DisaggMode = (typeof DISAGG_MODES)[number];
 
 export type OpenAIBody = Record<string, unknown>;
 

@@ -9,6 +9,7 @@ import type { ModelConfig } from '../config/schema.js';
 import {
   bootstrapRoom,
   choosePath,
+  type DisaggMode,
   type OpenAIBody,
   type PathReason,
   sglangBody,
@@ -17,12 +18,11 @@ import {
   vllmPrefillBody,
 } from '../disagg/protocol.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import type { DisaggMode } from '../router/overrides.js';
 import type { Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import { candidatesOf, type InstanceRuntime, type LegPlan } from './forward.js';
 
 export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
-export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 256, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
+export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 1024, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
 
 export interface DisaggObserver {
   /** Which path an attempt took and why. */

@@ -4,10 +4,8 @@ import { OpenAIError } from '../api/openai.js';
 import type { RoutingConfig } from '../config/schema.js';
 import { COST_MODELS, type CostModel } from '../scheduler/cost.js';
 import { isPolicy, type PolicyName } from '../scheduler/policies.js';
+import { DISAGG_MODES, type DisaggMode } from '../disagg/protocol.js';
 
-export const DISAGG_MODES = ['auto', 'remote', 'local'] as const;
-/** Disaggregated models: auto (remote prefill unless the decode side holds the prompt), remote (always), local (never). */
-export type DisaggMode = (typeof DISAGG_MODES)[number];
 
 export interface RequestRouting extends RoutingConfig {
   /** Instance for the direct policy. */

@@ -41,7 +41,7 @@ export const VARIANTS: readonly PolicyVariant[] = [
     kvEvents: true,
     summary: 'kv plus the engines\' own load (num_requests_running / waiting scraped every 250 ms) blended with bookings',
   },
-  { name: 'pd', policy: 'kv', routingYaml: [], kvEvents: true, pd: { bypass: true }, summary: 'kv over disaggregated prefill and decode pools (--pd), vLLM connector protocol; a prompt the decode side holds all but 256 tokens of skips remote prefill' },
+  { name: 'pd', policy: 'kv', routingYaml: [], kvEvents: true, pd: { bypass: true }, summary: 'kv over disaggregated prefill and decode pools (--pd), vLLM connector protocol; a prompt the decode side holds all but 1,024 tokens of skips remote prefill' },
   { name: 'pd-no-bypass', policy: 'kv', routingYaml: [], kvEvents: true, pd: { bypass: false }, summary: 'pd, every request prefilled remotely' },
   { name: 'approx', policy: 'approx', routingYaml: [], kvEvents: false, summary: 'cost on router-predicted blocks; KV events ignored' },
   { name: 'round-robin', policy: 'round-robin', routingYaml: [], kvEvents: false, summary: 'rotation' },

@@ -27,6 +27,7 @@ export function overheadOptions(defaultTargets: readonly TargetName[]): OptionTa
     'step-seconds': { type: 'string', arg: 'S', help: 'length of each concurrency step of the throughput ramp (default 4; quick 1.5)' },
     'max-concurrency': { type: 'string', default: '256', arg: 'N', help: 'highest concurrency of the ramp (it also stops once throughput stops growing)' },
     seed: { type: 'string', default: '0', arg: 'N', help: 'seed of the request bodies' },
+    chunks: { type: 'string', default: '1', arg: 'N', help: 'streaming mode: SSE chunks per response (the stub sends one per output token); the report adds CPU per chunk' },
     out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/<name>-<time>)' },
     json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
     quick: { type: 'boolean', help: 'short run (about a minute)' },
@@ -50,7 +51,9 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
     stepWarmupMs: quick ? 300 : 700,
     maxConcurrency: intOption(v, 'max-concurrency'),
   };
-  const { path, bodies } = requestBodies(kind, MODEL, intOption(v, 'seed'));
+  const chunks = intOption(v, 'chunks');
+  if (chunks < 1 || chunks > 10_000) throw new Error('--chunks must be 1..10000');
+  const { path, bodies } = requestBodies(kind, MODEL, intOption(v, 'seed'), chunks);
   const log = (l: string) => process.stderr.write(`${l}\n`);
   const load0 = loadavg();
 
@@ -102,7 +105,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   const r2 = (x: number) => +x.toFixed(3);
   const tables: Table[] = [
     {
-      title: `Latency, one request at a time (${kind} requests, max_tokens 1, streamed; ms to the last byte)`,
+      title: `Latency, one request at a time (${kind} requests, max_tokens ${chunks}, streamed${chunks > 1 ? ` in ${chunks} chunks` : ''}; ms to the last byte)`,
       columns: ['target', 'p50', 'p99', 'added p50', 'added p99', ...(nginx ? ['p50 / nginx', 'p99 / nginx', 'added p50 / nginx', 'added p99 / nginx'] : [])],
       rows: results.map((r) => [
         r.name, r2(r.latencyMs.p50), r2(r.latencyMs.p99), r2(added(r, 'p50')), r2(added(r, 'p99')),
@@ -113,13 +116,15 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
     },
     {
       title: 'Highest sustained throughput (closed loop, concurrency doubled until throughput stops growing)',
-      columns: ['target', 'max req/s', 'at concurrency', ...(nginx ? ['/ nginx'] : []), ...(direct ? ['/ direct'] : []), 'proxy CPU µs/req', 'load generator (cores)'],
+      columns: ['target', 'max req/s', 'at concurrency', ...(nginx ? ['/ nginx'] : []), ...(direct ? ['/ direct'] : []), 'proxy CPU µs/req', ...(chunks > 1 ? ['proxy CPU µs/chunk'] : []), 'load generator (cores)'],
       rows: results.map((r) => {
         const at = r.steps.find((s) => s.concurrency === r.maxRpsConcurrency)!;
         return [
           r.name, Math.round(r.maxRps), r.maxRpsConcurrency,
           ...(nginx ? [ratio(r.maxRps, nginx.maxRps)] : []), ...(direct ? [ratio(r.maxRps, direct.maxRps)] : []),
-          at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq), +at.loadgenCores.toFixed(2),
+          at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq),
+          ...(chunks > 1 ? [at.proxyCpuUsPerReq === null ? 'n/a' : +(at.proxyCpuUsPerReq / chunks).toFixed(1)] : []),
+          +at.loadgenCores.toFixed(2),
         ];
       }),
     },
@@ -141,6 +146,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
     setup: {
       kind,
       path,
+      chunks,
       upstreams: `${UPSTREAMS} stub upstreams in one node process (one token at once, streamed)`,
       processes: 'load generator (forked node process), stub upstreams (one node process), the proxy under test (nginx with 1 worker, or a kvrouter process): all on the same 2 cores',
       measure: mo,

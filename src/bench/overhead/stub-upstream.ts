@@ -1,17 +1,22 @@
-// A tiny OpenAI-compatible upstream for the overhead benchmarks: answers every completion with one
-// token at once (streamed or not), so what is measured is the proxy in front of it, not a model.
+// A tiny OpenAI-compatible upstream for the overhead benchmarks: answers every completion at once
+// (streamed: one chunk per max_tokens, default 1), so what is measured is the proxy in front of it,
+// not a model.
 // Run as a child: `node stub-upstream.js <count>` prints `stub <url>` per server.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 const CREATED = 1_700_000_000;
 
-function sse(res: ServerResponse, id: string, model: string, chat: boolean): void {
+function sse(res: ServerResponse, id: string, model: string, chat: boolean, chunks: number): void {
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-  const choice = chat ? { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: 'length' } : { index: 0, text: ' hello', finish_reason: 'length' };
   const object = chat ? 'chat.completion.chunk' : 'text_completion';
-  res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [choice] })}\n\n`);
-  res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } })}\n\n`);
+  for (let k = 0; k < chunks; k++) {
+    const finish = k === chunks - 1 ? 'length' : null;
+    const choice = chat ? { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: finish } : { index: 0, text: ' hello', finish_reason: finish };
+    // Separate writes: each chunk crosses the proxy as its own piece, as a model's tokens do.
+    res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [choice] })}\n\n`);
+  }
+  res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [], usage: { prompt_tokens: 0, completion_tokens: chunks, total_tokens: chunks } })}\n\n`);
   res.end('data: [DONE]\n\n');
 }
 
@@ -24,7 +29,7 @@ function handle(req: IncomingMessage, res: ServerResponse, n: { i: number }): vo
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
   req.on('end', () => {
-    let body: { model?: string; stream?: boolean } = {};
+    let body: { model?: string; stream?: boolean; max_tokens?: number } = {};
     try {
       body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as typeof body;
     } catch {
@@ -34,7 +39,7 @@ function handle(req: IncomingMessage, res: ServerResponse, n: { i: number }): vo
     const chat = req.url === '/v1/chat/completions';
     const id = `cmpl-${++n.i}`;
     const model = body.model ?? 'stub';
-    if (body.stream) return sse(res, id, model, chat);
+    if (body.stream) return sse(res, id, model, chat, Math.max(1, Math.min(10_000, Math.floor(body.max_tokens ?? 1))));
     const choice = chat ? { index: 0, message: { role: 'assistant', content: ' hello' }, finish_reason: 'length' } : { index: 0, text: ' hello', finish_reason: 'length' };
     const out = JSON.stringify({ id, object: chat ? 'chat.completion' : 'text_completion', created: CREATED, model, choices: [choice], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } });
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
