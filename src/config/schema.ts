@@ -101,6 +101,14 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
     adapter_load_ms: num('time cost model: penalty for an instance that has not served the adapter within adapter_warm_ms (it may have to load it into a GPU slot first); 0 disables adapter affinity.', { min: 0, max: 600_000, default: 50 }),
     adapter_warm_ms: int('An instance that served the adapter this recently is taken to have it loaded.', { min: 0, max: 86_400_000, default: 60_000 }),
   }),
+  tracing: obj('OpenTelemetry traces of proxied requests over OTLP/HTTP: a span per request with tokenize, route and upstream children; an incoming traceparent is continued and passed to the engine (docs/tracing.md). Changes need a restart.', {
+    enabled: bool('Export traces (off: no tracing code runs).', { default: false }),
+    endpoint: str('OTLP/HTTP traces endpoint of the collector.', { default: 'http://127.0.0.1:4318/v1/traces', pattern: /^https?:\/\/\S+$/, patternDoc: 'http(s)://host:port/path' }),
+    sample_ratio: num('Share of new traces recorded; a request whose traceparent says sampled is always recorded, one that says not sampled never.', { min: 0, max: 1, default: 1 }),
+    service_name: str('service.name of the spans.', { default: 'kvrouter' }),
+    headers: arr('Extra HTTP headers sent to the collector (e.g. authorization).', str('A header as "name: value".', { pattern: /^[!#$%&'*+.^_`|~0-9A-Za-z-]+:\s*\S.*$/, patternDoc: '"name: value"' }), { default: [] }),
+    batch_delay_ms: int('Longest a finished span waits in the batch before export.', { min: 10, max: 60_000, default: 1000 }),
+  }),
   verification: obj('Closed-loop check of cache predictions: each response\'s usage.prompt_tokens_details.cached_tokens against the prefix the index predicted on the chosen instance (docs/troubleshooting.md#zero-cache-hits).', {
     enabled: bool('Compare predictions with what the engines report (needs usage in responses: non-streaming, or stream_options.include_usage; vLLM needs --enable-prompt-tokens-details).', { default: true }),
     window: int('Informative requests judged per instance; the alarm needs a full window.', { min: 5, max: 100_000, default: 50 }),

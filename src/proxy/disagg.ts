@@ -20,6 +20,8 @@ import {
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import { candidatesOf, type InstanceRuntime, type LegPlan } from './forward.js';
+import { SpanKind } from '@opentelemetry/api';
+import { RequestTrace } from '../tracing/request-trace.js';
 
 export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
 export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 1024, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
@@ -45,6 +47,8 @@ export interface DisaggJob {
   bootstrapPorts: ReadonlyMap<string, number>;
   speculativeTtlMs: number;
   maxRetries: number;
+  /** The request's trace: each prefill leg is a client span, its context passed to the prefill engine. */
+  trace?: RequestTrace | null;
 }
 
 export interface DisaggDeps {
@@ -96,15 +100,26 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
   const sendPrefill = async (p: { d: Decision; inst: InstanceRuntime }, body: OpenAIBody, signal: AbortSignal): Promise<unknown> => {
     const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.requestId };
     if (p.inst.dpSize > 1) headers['x-data-parallel-rank'] = String(p.d.chosen!.dpRank);
-    const up = await p.inst.upstream.pool.request({
-      path: p.inst.upstream.basePath + job.path,
-      method: 'POST',
-      headers,
-      body: json(body),
-      signal: AbortSignal.any([signal, AbortSignal.timeout(job.cfg.prefill_timeout_ms)]),
-    });
-    const text = await up.body.text();
-    if (up.statusCode >= 300) throw new Error(`HTTP ${up.statusCode} ${text.slice(0, 200)}`);
+    const span = job.trace?.child('prefill', { 'kvrouter.instance': p.inst.id, 'server.address': p.inst.upstream.url, 'kvrouter.protocol': job.cfg.protocol }, SpanKind.CLIENT);
+    if (span) job.trace!.inject(span, headers);
+    let status = 0;
+    let text: string;
+    try {
+      const up = await p.inst.upstream.pool.request({
+        path: p.inst.upstream.basePath + job.path,
+        method: 'POST',
+        headers,
+        body: json(body),
+        signal: AbortSignal.any([signal, AbortSignal.timeout(job.cfg.prefill_timeout_ms)]),
+      });
+      status = up.statusCode;
+      text = await up.body.text();
+    } catch (err) {
+      if (span) RequestTrace.finish(span, status, (err as Error).message);
+      throw err;
+    }
+    if (span) RequestTrace.finish(span, status);
+    if (status >= 300) throw new Error(`HTTP ${status} ${text.slice(0, 200)}`);
     // Only kv_transfer_params is read: small integers and strings, plain JSON is exact for them.
     try {
       return text.trim().startsWith('{') ? (JSON.parse(text) as unknown) : null;

@@ -5,6 +5,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
+import { type Attributes, type Span, SpanKind } from '@opentelemetry/api';
+import { RequestTrace } from '../tracing/request-trace.js';
 import { sendError } from '../api/errors.js';
 import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
@@ -69,6 +71,10 @@ export interface ForwardJob {
   receivedAt: number;
   /** Per attempt, for multi-leg requests: decides the other legs once this one is chosen. */
   plan?: (d: Decision, attempt: number) => LegPlan;
+  /** The request's trace (null: tracing off): route and upstream spans hang off it. */
+  trace?: RequestTrace | null;
+  /** The client's trace context, passed through unchanged when the router does not trace. */
+  traceContext?: { traceparent: string; tracestate?: string } | null;
 }
 
 export interface ForwardDeps {
@@ -88,6 +94,26 @@ export function candidatesOf(instances: readonly InstanceRuntime[], now: number)
     for (let r = 0; r < i.dpSize; r++) out.push({ instance: i.id, dpRank: r });
   }
   return out;
+}
+
+/** What the route span says about a decision (set once, at its end). */
+function endRouteSpan(span: Span, d: Decision): void {
+  const c = d.chosen;
+  const attrs: Attributes = { 'kvrouter.policy': d.policy, 'kvrouter.candidates': d.candidates.length, 'gen_ai.usage.input_tokens': d.isl };
+  if (c) {
+    Object.assign(attrs, {
+      'kvrouter.instance': c.instance,
+      'kvrouter.dp_rank': c.dpRank,
+      'kvrouter.overlap.gpu_tokens': c.device * d.blockSize,
+      'kvrouter.overlap.cpu_tokens': c.host * d.blockSize,
+      'kvrouter.overlap.disk_tokens': c.disk * d.blockSize,
+      'kvrouter.overlap.shared_tokens': c.shared * d.blockSize,
+      'kvrouter.cost': c.cost,
+      'kvrouter.predicted_ttft_ms': c.ttftMs,
+    });
+  } else attrs['kvrouter.no_choice'] = d.reason ?? 'none';
+  span.setAttributes(attrs);
+  span.end();
 }
 
 export function explanationHeaders(d: Decision, requestId: string, attempt: number): Record<string, string> {
@@ -148,8 +174,10 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
     for (;;) {
       if (abort.signal.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
       const t0 = now();
+      const routeSpan = job.trace?.child('route', { 'kvrouter.attempt': attempt });
       const candidates = candidatesOf(job.instances, t0);
       const d = scheduler.decide({ ...job.route, ns: job.ns, candidates, exclude: tried }, t0);
+      if (routeSpan) endRouteSpan(routeSpan, d);
       if (!d.chosen) {
         if (d.reason === 'unknown_target') {
           sendError(res, job.path, new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'));
@@ -212,8 +240,11 @@ async function dispatch(
   let body = job.body;
   let extra: Record<string, string> = {};
   // A multi-leg attempt may be cut by its other leg (a failed SGLang prefill) until its response starts.
+  let upstreamStatus = 0;
+  let upstreamError: string | undefined;
   let cutReason: string | null = null;
   let responded = false;
+  let upstreamSpan: Span | undefined;
   const ctl = plan ? new AbortController() : null;
   const onClientAbort = () => ctl?.abort();
   if (ctl) abort.signal.addEventListener('abort', onClientAbort, { once: true });
@@ -238,12 +269,18 @@ async function dispatch(
       }
     }
     const sentAt = now();
+    // The engine continues the trace from the upstream span (W3C traceparent).
+    upstreamSpan = job.trace?.child('upstream', { 'kvrouter.instance': inst.id, 'server.address': inst.upstream.url, 'kvrouter.attempt': attempt }, SpanKind.CLIENT);
+    if (upstreamSpan) job.trace!.inject(upstreamSpan, headers);
+    else if (job.traceContext) Object.assign(headers, job.traceContext);
     let up: Dispatcher.ResponseData;
     try {
       if (cutReason !== null) throw new Error(cutReason);
       up = await inst.upstream.pool.request({ path: inst.upstream.basePath + job.path, method: 'POST', headers, body, signal: ctl?.signal ?? abort.signal });
       responded = true;
+      upstreamStatus = up.statusCode;
     } catch (err) {
+      upstreamError = cutReason ?? (err as Error).message;
       if (cutReason !== null && !abort.signal.aborted) {
         const msg = `${inst.id}: ${cutReason}`;
         setError(msg);
@@ -289,6 +326,7 @@ async function dispatch(
           scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 && (plan?.teachesRate ?? true) ? now() : undefined);
           queue.notify(1);
           observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
+        upstreamSpan?.addEvent('first_token');
         }
         if (!res.write(chunk)) await waitDrain(res);
         if (res.destroyed) break;
@@ -319,5 +357,6 @@ async function dispatch(
     return 'done';
   } finally {
     if (ctl) abort.signal.removeEventListener('abort', onClientAbort);
+    if (upstreamSpan) RequestTrace.finish(upstreamSpan, upstreamStatus, upstreamError);
   }
 }

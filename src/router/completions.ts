@@ -17,9 +17,13 @@ import { applyOverrides, type RequestRouting } from './overrides.js';
 import { parseOpenAIBody, readRequestBody } from '../api/body.js';
 import { sendError } from '../api/errors.js';
 import { DEFAULT_DISAGG, disaggPlanner } from '../proxy/disagg.js';
+import { RequestTrace } from '../tracing/request-trace.js';
+import type { Tracing } from '../tracing/tracing.js';
 
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
+  /** OpenTelemetry tracer (null: tracing off, and no tracing code runs). */
+  tracing: Tracing | null;
   models: Map<string, ModelRuntime>;
   adapters: AdapterDirectory;
   engineLoads: EngineLoadView;
@@ -69,6 +73,7 @@ export async function prepareRoute(
   principal: Principal,
   /** Tokenize even when the policy does not need tokens (/debug/route, /v1/route). */
   alwaysTokenize = false,
+  trace: RequestTrace | null = null,
 ): Promise<PreparedRoute> {
   const parsed = parseCompletion(kind, raw, deps.cfg.server.max_messages);
   const { model, adapter, instances } = resolveModel(parsed.model, deps);
@@ -92,7 +97,16 @@ export async function prepareRoute(
   // Only cache-aware policies read the tokens; the others route without paying for tokenization
   // (token-id prompts are free either way).
   const needTokens = alwaysTokenize || isDisaggregated(model.cfg) || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
-  const tokens = needTokens ? await promptTokens(model.tokenizer, parsed.prompt) : null;
+  let tokens: Uint32Array | null = null;
+  if (needTokens) {
+    const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
+    try {
+      tokens = await promptTokens(model.tokenizer, parsed.prompt);
+    } finally {
+      span?.setAttribute('gen_ai.usage.input_tokens', tokens?.length ?? 0);
+      span?.end();
+    }
+  }
   if (needTokens) deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
   if (tokens && tokens.length > deps.cfg.server.max_prompt_tokens) {
     throw new OpenAIError(400, `the prompt has ${tokens.length} tokens, the limit is ${deps.cfg.server.max_prompt_tokens}`, 'invalid_request_error', kind === 'chat' ? 'messages' : 'prompt');
@@ -110,6 +124,14 @@ export async function prepareRoute(
  */
 export function decodeLegRoute<R extends Pick<ForwardJob['route'], 'weights' | 'prefixAffinity'>>(route: R): R {
   return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0 };
+}
+
+/** An incoming W3C trace context (to pass on unchanged when the router itself does not trace). */
+function traceContextOf(h: IncomingHttpHeaders): { traceparent: string; tracestate?: string } | null {
+  const tp = h.traceparent;
+  if (typeof tp !== 'string' || !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/.test(tp)) return null;
+  const ts = h.tracestate;
+  return typeof ts === 'string' && ts.length <= 512 ? { traceparent: tp, tracestate: ts } : { traceparent: tp };
 }
 
 /** A model with a prefill pool: requests may take two legs (and need their tokens to choose). */
@@ -213,11 +235,14 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
   const rid = req.headers['x-request-id'];
   const requestId = typeof rid === 'string' && /^[\w.:-]{1,128}$/.test(rid) ? rid : randomUUID();
   let modelName = 'unknown';
+  const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
+  const trace = deps.tracing?.request(req.headers, `POST ${path}`, { 'http.request.method': 'POST', 'url.path': path, 'kvrouter.request_id': requestId }) ?? null;
   try {
     const bodyBuf = await readRequestBody(req, deps.cfg.server.max_body_bytes);
     const raw = parseOpenAIBody(bodyBuf);
-    const p = await prepareRoute(kind, raw, req.headers, deps, principal);
+    const p = await prepareRoute(kind, raw, req.headers, deps, principal, false, trace);
     modelName = p.model.name;
+    trace?.root.setAttribute('gen_ai.request.model', modelName);
     // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through
     // untouched. An adapter keeps its own name: the engine selects the adapter by it.
     const target = p.adapter ?? p.model.name;
@@ -233,6 +258,8 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
       route,
       instances: p.instances,
       receivedAt,
+      trace,
+      traceContext: trace ? null : traceContextOf(req.headers),
     };
     const ttl = route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
     if (isDisaggregated(p.model.cfg)) {
@@ -253,6 +280,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
           bootstrapPorts: new Map([...roles.values()].map((i) => [i.id, i.bootstrap_port])),
           speculativeTtlMs: ttl,
           maxRetries: deps.cfg.proxy.max_retries,
+          trace,
         },
         { scheduler: deps.scheduler, now: deps.now, observer: deps.metrics },
       );
@@ -263,5 +291,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter: ${(err as Error).stack ?? String(err)}\n`);
     deps.metrics.rejected(modelName, e.status);
     if (e.status !== 499) sendError(res, kind === 'chat' ? '/v1/chat/completions' : '/v1/completions', e);
+  } finally {
+    if (trace) RequestTrace.finish(trace.root, res.statusCode);
   }
 }

@@ -1,6 +1,8 @@
 // The parts of a running router and the state a reload swaps. Request handlers read `deps` and
 // `models` per request; reload replaces their fields without touching in-flight requests.
 import { roleOf } from './models.js';
+import type { Tracing } from '../tracing/tracing.js';
+import { KVROUTER_VERSION } from '../tracing/request-trace.js';
 import type { ServerResponse } from 'node:http';
 import { Registry as PromRegistry, collectDefaultMetrics } from 'prom-client';
 import { Access } from '../auth/access.js';
@@ -173,7 +175,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     adapters,
     engineLoads,
     peers: new PeerList(cfg0.cluster.peers),
-    deps: { cfg: cfg0, models: modelSet.byName, adapters, engineLoads, metrics, scheduler, queue, now, access, indexer, feedback, observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
+    deps: { cfg: cfg0, models: modelSet.byName, adapters, engineLoads, metrics, scheduler, queue, now, access, indexer, feedback, tracing: await startTracing(cfg0), observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
     all: modelSet.all,
     ownedRegs,
     relayed,
@@ -187,6 +189,19 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   return rt;
 }
 
+/** The tracer, when `tracing.enabled` (fixed for the process: a reload keeps it); the SDK is loaded only then. */
+async function startTracing(cfg: RouterConfig): Promise<Tracing | null> {
+  const t = cfg.tracing;
+  if (!t.enabled) return null;
+  const headers: Record<string, string> = {};
+  for (const h of t.headers) {
+    const i = h.indexOf(':');
+    headers[h.slice(0, i).trim().toLowerCase()] = h.slice(i + 1).trim();
+  }
+  const { Tracing } = await import('../tracing/tracing.js');
+  return Tracing.start({ endpoint: t.endpoint, sampleRatio: t.sample_ratio, serviceName: t.service_name, headers, batchDelayMs: t.batch_delay_ms }, KVROUTER_VERSION);
+}
+
 /** Let in-flight completions finish (up to the grace period), then `afterDrain`, then close every part. */
 export async function closeRuntime(rt: RouterRuntime, graceMs: number, afterDrain: () => void): Promise<void> {
   const deadline = Date.now() + graceMs;
@@ -194,6 +209,7 @@ export async function closeRuntime(rt: RouterRuntime, graceMs: number, afterDrai
   for (const res of rt.inflight) cutResponse(res, 'the router is shutting down: the stream was cut at the end of its grace period (server.shutdown_grace_ms)', 503);
   afterDrain();
   await rt.cluster?.close();
+  await rt.deps.tracing?.shutdown();
   rt.queue.notify();
   await rt.listeners.close();
   await Promise.all(rt.all.flatMap((m) => m.instances.map((i) => i.upstream.pool.close().catch(() => undefined))));

@@ -70,6 +70,10 @@ export function engineRequestListener(backend: EngineBackend): RequestListener {
   };
 
   return (req, res) => {
+    // The trace context the engine continues (a real vLLM with --otlp-traces-endpoint does): echoed
+    // back so that callers can check it arrived.
+    const tp = req.headers.traceparent;
+    if (typeof tp === 'string') res.setHeader('x-engine-traceparent', tp);
     const url = new URL(req.url ?? '/', 'http://engine');
     // The simulated KV side channel / bootstrap server: GET /kvsim/kv/<key> (disagg.ts).
     if (url.pathname.startsWith('/kvsim/kv/') && req.method === 'GET') {
