@@ -91,3 +91,22 @@ export function parseOpenAIBody(buf: Buffer): Record<string, unknown> {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new OpenAIError(400, 'request body must be a JSON object', 'invalid_request_error', 'body');
   return raw as Record<string, unknown>;
 }
+
+/**
+ * The body as the engine gets it after a rewrite (alias, tenant salt). What JSON cannot carry
+ * faithfully is refused rather than changed: a number JSON.parse made Infinity (1e400) would be
+ * written as null, and nesting deeper than the stack makes JSON.stringify throw.
+ */
+export function reserialize(body: Record<string, unknown>): Buffer {
+  let text: string;
+  try {
+    text = JSON.stringify(body, (_k, v: unknown) => {
+      if (typeof v === 'number' && !Number.isFinite(v)) throw new OpenAIError(400, 'the body holds a number JSON cannot represent (e.g. 1e400)', 'invalid_request_error', 'body');
+      return v;
+    });
+  } catch (err) {
+    if (err instanceof OpenAIError) throw err;
+    throw new OpenAIError(400, 'the body nests too deeply to forward', 'invalid_request_error', 'body');
+  }
+  return Buffer.from(text);
+}

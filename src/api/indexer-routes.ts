@@ -54,6 +54,8 @@ export interface IndexerApiDeps {
   scopeQuery?: (c: Context, asked: QueryScope) => QueryScope;
   /** Called after the index changed through the API (metrics, replication hooks). */
   onQuery?: (route: 'query' | 'query_by_hash', result: OverlapResult) => void;
+  /** The serving role of an instance the router proxies to (GET /workers shows it); absent: no role field. */
+  roleOf?: (instanceId: string) => string | null;
 }
 
 const ENDPOINT_RE = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
@@ -272,6 +274,7 @@ function mountInspectRoutes(app: Hono, x: RouteContext): void {
       status: r.status,
       last_error: r.lastError,
       registered_at: r.registeredAt,
+      ...(x.deps.roleOf ? { role: x.deps.roleOf(r.instanceId) } : {}),
     }));
     if (c.req.query('format') === 'dynamo') return json(c, dynamoWorkers(registry.all()));
     return json(c, { workers, index: indexer.stats() });

@@ -60,7 +60,7 @@ export function sglangBody(body: OpenAIBody, b: Bootstrap, batch = 0, rand: () =
   return { ...body, bootstrap_host: b.host, bootstrap_port: b.port, bootstrap_room: b.room };
 }
 
-export type PathReason = 'remote' | 'header' | 'cached_tail' | 'short_prompt' | 'no_prefill_instance' | 'prefill_failed' | 'untokenized';
+export type PathReason = 'remote' | 'header' | 'cached_tail' | 'short_prompt' | 'no_prefill_instance' | 'prefill_failed' | 'prefill_busy' | 'untokenized';
 
 export interface PathInput {
   mode: DisaggMode;

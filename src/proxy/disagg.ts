@@ -5,6 +5,7 @@
 // Every prefill booking is freed exactly once, when its leg's response ends or fails.
 import { randomUUID } from 'node:crypto';
 import { OpenAIError } from '../api/openai.js';
+import { reserialize } from '../api/body.js';
 import type { ModelConfig } from '../config/schema.js';
 import {
   bootstrapRoom,
@@ -58,7 +59,18 @@ export interface DisaggDeps {
   observer?: DisaggObserver;
 }
 
-const json = (b: OpenAIBody): Buffer => Buffer.from(JSON.stringify(b));
+// Bodies go out through the one guarded serializer: what JSON cannot carry (1e400, too deep) is a 400.
+const json = (b: OpenAIBody): Buffer => reserialize(b);
+
+/** A prefill engine refused the request itself (4xx other than 408/429): the client's error, not the instance's. */
+class PrefillRefused extends Error {
+  constructor(
+    readonly status: number,
+    readonly text: string,
+  ) {
+    super(`HTTP ${status} ${text.slice(0, 200)}`);
+  }
+}
 
 /** Host of an instance's URL as SGLang's bootstrap_host wants it (IPv6 without brackets). */
 function hostOf(url: string): string {
@@ -82,14 +94,14 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     return { teachesRate: true, prepare: async () => ({ body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': reason } }) };
   };
 
-  /** Choose and book a prefill instance (null when none is left). */
-  const pickPrefill = (): { d: Decision; inst: InstanceRuntime; bookingId: string } | null => {
+  /** Choose and book a prefill instance: null when none is left (failed or down), 'busy' when all are over their busy thresholds. */
+  const pickPrefill = (): { d: Decision; inst: InstanceRuntime; bookingId: string } | null | 'busy' => {
     const now = deps.now();
     const candidates = candidatesOf(job.prefill, now);
     const policy = job.route.policy === 'direct' ? 'kv' : job.route.policy;
     // The prefill leg is priced on prefill alone: it holds no decode.
     const d = deps.scheduler.decide({ ...job.route, policy, target: null, weights: { ...job.route.weights, trackActiveBlocks: false }, ns: job.ns, candidates, exclude: failedPrefill }, now);
-    if (!d.chosen) return null;
+    if (!d.chosen) return d.reason === 'all_busy' ? 'busy' : null;
     const inst = job.prefill.find((i) => i.id === d.chosen!.instance)!;
     const bookingId = randomUUID();
     deps.scheduler.book(d, job.ns, { requestId: bookingId, now, speculativeTtlMs: job.speculativeTtlMs });
@@ -119,6 +131,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
       throw err;
     }
     if (span) RequestTrace.finish(span, status);
+    if (status >= 400 && status < 500 && status !== 408 && status !== 429) throw new PrefillRefused(status, text);
     if (status >= 300) throw new Error(`HTTP ${status} ${text.slice(0, 200)}`);
     // Only kv_transfer_params is read: small integers and strings, plain JSON is exact for them.
     try {
@@ -133,6 +146,12 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     deps.scheduler.free(bookingId);
   };
 
+  /** Every prefill instance is over its busy threshold: this request prefills on decode (an overload is not a failure). */
+  const busyLocal = (): { body: Buffer; headers: Record<string, string> } => {
+    deps.observer?.disaggPath?.(model, false, 'prefill_busy');
+    return { body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': 'prefill_busy' } };
+  };
+
   const fallback = (why: string): { body: Buffer; headers: Record<string, string> } => {
     if (job.cfg.prefill_fallback === 'fail') throw new OpenAIError(502, `every prefill attempt failed; last error: ${why}`, 'server_error');
     deps.observer?.disaggPath?.(model, false, 'prefill_failed');
@@ -144,12 +163,15 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
       let lastError = 'no prefill instance is available';
       for (let a = 0; a <= job.maxRetries && !transfer; a++) {
         const p = pickPrefill();
+        if (p === 'busy') return busyLocal();
         if (!p) break;
         try {
           const response = await sendPrefill(p, vllmPrefillBody(job.body), signal);
           transfer = { params: transferParamsOf(response), instance: p.inst.id, attempts: a + 1 };
         } catch (err) {
           if (signal.aborted) throw err;
+          // The engine refused the request itself: the client gets that answer, no instance is blamed.
+          if (err instanceof PrefillRefused) throw new OpenAIError(err.status, `the prefill instance refused the request: ${err.text.slice(0, 500)}`, 'invalid_request_error');
           lastError = `${p.inst.id}: ${(err as Error).message}`;
           failedPrefill.add(p.inst.id);
           deps.observer?.prefillFailed?.(model, p.inst.id, lastError);
@@ -172,36 +194,51 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     };
   };
 
-  /** The latest attempt's prefill leg, settled (SGLang), and whether it failed. */
-  let pending: Promise<void> | null = null;
-  let pendingFailed = false;
-  const settled = async (): Promise<boolean> => {
-    // Bounded: a slow prefill that is still alive did not fail.
-    if (pending) await Promise.race([pending, new Promise((r) => setTimeout(r, 2000).unref())]);
-    return pendingFailed;
+  /**
+   * A vLLM decode leg failed: its KV may be what is gone (pulled already, or the prefill instance
+   * died), so the retry prefills again. The decode instance is blamed all the same.
+   */
+  const vllmDecodeFailed = async (): Promise<boolean> => {
+    transfer = null;
+    return false;
   };
 
+  /** SGLang: the current attempt's prefill leg. Each attempt's leg is its own, aborted when the attempt is over. */
+  let leg: { ctl: AbortController; settled: Promise<void>; failed: boolean } | null = null;
+  const legFailed = async (): Promise<boolean> => {
+    const l = leg;
+    if (!l) return false;
+    // Bounded: a slow prefill that is still alive did not fail.
+    await Promise.race([l.settled, new Promise((r) => setTimeout(r, 2000).unref())]);
+    return l.failed;
+  };
+  const batch = Array.isArray(job.body.prompt) && job.body.prompt.length > 0 && (typeof job.body.prompt[0] === 'string' || Array.isArray(job.body.prompt[0])) ? job.body.prompt.length : 0;
+
   const sglangPrepare = async (signal: AbortSignal, fail: (reason: string) => void): Promise<{ body: Buffer; headers: Record<string, string> }> => {
-    // A decode leg that failed at once may have failed for its prefill: know before choosing again.
-    await settled();
+    // The previous attempt is over: its prefill waits for a decode that will not come.
+    leg?.ctl.abort();
     const p = pickPrefill();
+    if (p === 'busy') return busyLocal();
     if (!p) return fallback('no prefill instance is available');
     const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPorts.get(p.inst.id) ?? 8998, room: bootstrapRoom(rand) };
-    const body = sglangBody(job.body, bootstrap);
+    const body = sglangBody(job.body, bootstrap, batch, rand);
     // Both legs at once: the decode engine waits for the KV the prefill engine sends to the room.
     // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).
-    pendingFailed = false;
-    pending = sendPrefill(p, body, signal)
+    const ctl = new AbortController();
+    const mine: { ctl: AbortController; settled: Promise<void>; failed: boolean } = { ctl, failed: false, settled: Promise.resolve() };
+    mine.settled = sendPrefill(p, body, AbortSignal.any([signal, ctl.signal]))
       .then(() => undefined)
       .catch((err: unknown) => {
-        if (signal.aborted) return;
-        pendingFailed = true;
+        // Aborted on purpose (client gone, attempt over), or refused like the decode leg will be: no blame.
+        if (signal.aborted || ctl.signal.aborted || err instanceof PrefillRefused) return;
+        mine.failed = true;
         const why = `prefill ${p.inst.id}: ${(err as Error).message}`;
         failedPrefill.add(p.inst.id);
         deps.observer?.prefillFailed?.(model, p.inst.id, why);
         fail(why);
       })
       .finally(() => releasePrefill(p.bookingId));
+    leg = mine;
     return {
       body: json(body),
       headers: {
@@ -232,7 +269,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     deps.observer?.disaggPath?.(model, true, path.reason);
     // The decode instance computes no prompt: its first token waits on a remote prefill, so it teaches no prefill rate.
     return job.cfg.protocol === 'sglang'
-      ? { prefillTokens: 0, teachesRate: false, prepare: sglangPrepare, otherLegFailed: settled }
-      : { prefillTokens: 0, teachesRate: false, prepare: vllmPrepare };
+      ? { prefillTokens: 0, teachesRate: false, prepare: sglangPrepare, otherLegFailed: legFailed }
+      : { prefillTokens: 0, teachesRate: false, prepare: vllmPrepare, otherLegFailed: vllmDecodeFailed };
   };
 }

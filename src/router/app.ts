@@ -1,6 +1,7 @@
 // Composition root of `kvrouter serve`: the runtime (config -> simulated engines, indexer, KV-event
 // listeners, scheduler, upstream pools, tokenizers, metrics), its HTTP routes, the server, the
 // cluster, timers, reload and shutdown. Each part lives in its own module; this file wires them.
+import { roleOf } from './models.js';
 import { Hono } from 'hono';
 import { ApiError, installErrorHandling } from '../api/errors.js';
 import { honoListener, type RunningServer, startHttpServer } from '../api/http-server.js';
@@ -95,6 +96,10 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
     onQuery: (route, r) => rt.indexMetrics.observeQuery(route, r),
     scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked),
     limits: { maxBodyBytes: deps.cfg.server.max_body_bytes },
+    roleOf: (id) => {
+      for (const m of rt.all) if (m.cfg.instances.some((i) => i.id === id)) return roleOf(m.cfg, id);
+      return null;
+    },
   });
   mountOpsRoutes(app, rt, reload);
   mountDecisionRoutes(app, deps);

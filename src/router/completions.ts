@@ -14,10 +14,11 @@ import type { EngineLoadView } from '../engine-load/load-view.js';
 import type { InstanceRuntime } from '../proxy/forward.js';
 import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
-import { parseOpenAIBody, readRequestBody } from '../api/body.js';
+import { parseOpenAIBody, readRequestBody, reserialize } from '../api/body.js';
 import { sendError } from '../api/errors.js';
 import { DEFAULT_DISAGG, disaggPlanner } from '../proxy/disagg.js';
 import { RequestTrace } from '../tracing/request-trace.js';
+import { combineObservers } from './decision-log.js';
 import type { Tracing } from '../tracing/tracing.js';
 
 export interface CompletionDeps extends ForwardDeps {
@@ -151,25 +152,6 @@ function resolveModel(name: string, deps: Pick<CompletionDeps, 'models' | 'adapt
   return { model: base, adapter: name, instances };
 }
 
-/**
- * The body as the engine gets it after a rewrite (alias, tenant salt). What JSON cannot carry
- * faithfully is refused rather than changed: a number JSON.parse made Infinity (1e400) would be
- * written as null, and nesting deeper than the stack makes JSON.stringify throw.
- */
-export function reserialize(body: Record<string, unknown>): Buffer {
-  let text: string;
-  try {
-    text = JSON.stringify(body, (_k, v: unknown) => {
-      if (typeof v === 'number' && !Number.isFinite(v)) throw new OpenAIError(400, 'the body holds a number JSON cannot represent (e.g. 1e400)', 'invalid_request_error', 'body');
-      return v;
-    });
-  } catch (err) {
-    if (err instanceof OpenAIError) throw err;
-    throw new OpenAIError(400, 'the body nests too deeply to forward', 'invalid_request_error', 'body');
-  }
-  return Buffer.from(text);
-}
-
 /** Refuse a prompt that is certainly over the limits before paying to tokenize it. */
 function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: CompletionKind): void {
   if (p.kind === 'tokens') return; // counted exactly after parsing
@@ -285,13 +267,15 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
         { scheduler: deps.scheduler, now: deps.now, observer: deps.metrics },
       );
     }
-    await forward(res, job, { maxRetries: deps.cfg.proxy.max_retries, queueTimeoutMs: deps.cfg.routing.busy.queue_timeout_ms, speculativeTtlMs: ttl }, deps);
+    // With a trace, the status the proxy reports (499 for an abort, 502 for a cut stream) goes on the root span.
+    const fdeps = trace ? { ...deps, observer: combineObservers(...(deps.observer ? [deps.observer] : []), { finished: (_i, status) => void (trace.status = status) }) } : deps;
+    await forward(res, job, { maxRetries: deps.cfg.proxy.max_retries, queueTimeoutMs: deps.cfg.routing.busy.queue_timeout_ms, speculativeTtlMs: ttl }, fdeps);
   } catch (err) {
     const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
     if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter: ${(err as Error).stack ?? String(err)}\n`);
     deps.metrics.rejected(modelName, e.status);
     if (e.status !== 499) sendError(res, kind === 'chat' ? '/v1/chat/completions' : '/v1/completions', e);
   } finally {
-    if (trace) RequestTrace.finish(trace.root, res.statusCode);
+    if (trace) RequestTrace.finish(trace.root, trace.status ?? (res.writableFinished ? res.statusCode : 499));
   }
 }

@@ -224,6 +224,8 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
 
   const lifecycle = (action: 'prefill_complete' | 'free') => async (c: Context) => {
     const id = c.req.param('id') ?? '';
+    // Ids are what /v1/route accepts: no decoded path segment can name another booking (or a prefill leg).
+    if (!ID_RE.test(id)) throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
     const key = bookingKey(id);
     // A free may carry the engine's response usage (as the engine sent it): it is checked against
     // the prediction like a proxied response's. A body that cannot be read never keeps a booking.

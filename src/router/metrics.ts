@@ -45,7 +45,7 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   const rejected = new Counter({ name: 'kvrouter_rejected_requests_total', help: 'Requests answered by the router itself with an error status', labelNames: ['model', 'status'], registers: [reg] });
   const refusedConnections = new Counter({ name: 'kvrouter_connections_refused_total', help: 'Client connections closed at once because server.max_connections were open', registers: [reg] });
   const denied = new Counter({ name: 'kvrouter_auth_denied_total', help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)', labelNames: ['route_class', 'status'], registers: [reg] });
-  const disaggPaths = new Counter({ name: 'kvrouter_disagg_requests_total', help: 'Disaggregated models: attempts by prefill path (remote, local) and reason (remote, header, cached_tail, short_prompt, no_prefill_instance, prefill_failed, untokenized)', labelNames: ['model', 'path', 'reason'], registers: [reg] });
+  const disaggPaths = new Counter({ name: 'kvrouter_disagg_requests_total', help: 'Disaggregated models: attempts by prefill path (remote, local) and reason (remote, header, cached_tail, short_prompt, no_prefill_instance, prefill_busy, prefill_failed, untokenized)', labelNames: ['model', 'path', 'reason'], registers: [reg] });
   const prefillFailures = new Counter({ name: 'kvrouter_disagg_prefill_failures_total', help: 'Prefill legs that failed (transport error, non-2xx, timeout), by prefill instance', labelNames: ['model', 'instance'], registers: [reg] });
   new Gauge({
     name: 'kvrouter_instance_role',

@@ -9,7 +9,10 @@ import { type Attributes, defaultTextMapGetter, ROOT_CONTEXT, SpanKind, trace, t
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-base';
-import { propagator, RequestTrace } from './request-trace.js';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { RequestTrace } from './request-trace.js';
+
+const propagator = new W3CTraceContextPropagator();
 
 export interface TracingOptions {
   /** OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces. */
@@ -42,7 +45,7 @@ export class Tracing {
   request(headers: IncomingHttpHeaders, name: string, attributes: Attributes): RequestTrace {
     const parent = headers.traceparent !== undefined ? propagator.extract(ROOT_CONTEXT, headers, defaultTextMapGetter) : ROOT_CONTEXT;
     const root = this.tracer.startSpan(name, { kind: SpanKind.SERVER, attributes }, parent);
-    return new RequestTrace(this.tracer, root, trace.setSpan(parent, root));
+    return new RequestTrace(this.tracer, propagator, root, trace.setSpan(parent, root));
   }
 
   /** Export what is buffered and stop. */

@@ -158,6 +158,9 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
       expect(Number.isSafeInteger(a.body.disaggregation.prefill!.bootstrap_room)).toBe(true);
     }
     expect(await booked(r)).toBe(2);
+    // A decoded path segment cannot name the prefill leg's booking.
+    expect((await request(`${r.url}/v1/route/pd-${protocol}%23prefill/free`, { method: 'POST' })).statusCode).toBe(400);
+    expect(await booked(r)).toBe(2);
     await request(`${r.url}/v1/route/pd-${protocol}/prefill_complete`, { method: 'POST' }).then((x) => x.body.text());
     expect(await booked(r)).toBe(1);
     await request(`${r.url}/v1/route/pd-${protocol}/free`, { method: 'POST' }).then((x) => x.body.text());
@@ -169,6 +172,8 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
   it('/health and /metrics know each instance\'s role and count the paths', async () => {
     const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ id: string; role: string }> }> };
     expect(h.models[0].instances.map((i) => `${i.id}:${i.role}`)).toEqual(['p0:prefill', 'p1:prefill', 'd0:decode', 'd1:decode']);
+    const w = (await (await request(`${r.url}/workers`)).body.json()) as { workers: Array<{ instance_id: string; role: string }> };
+    expect(w.workers.map((x) => `${x.instance_id}:${x.role}`).sort()).toEqual(['d0:decode', 'd1:decode', 'p0:prefill', 'p1:prefill']);
     const m = await (await request(`${r.url}/metrics`)).body.text();
     expect(m).toMatch(/kvrouter_instance_role\{instance="p0",model="Qwen\/Qwen3-0.6B",role="prefill"\} 1/);
     expect(m).toMatch(/kvrouter_disagg_requests_total\{model="Qwen\/Qwen3-0.6B",path="remote",reason="remote"\} [1-9]/);

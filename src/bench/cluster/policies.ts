@@ -55,7 +55,8 @@ export const VARIANTS: readonly PolicyVariant[] = [
 export const DEFAULT_POLICIES = ['kv', 'kv-no-tier', 'approx', 'round-robin', 'random', 'least-loaded', 'session'];
 
 const INLINE = /^([\w-]+)\[(.*)\]$/;
-const PD_KEYS = ['uncached_token_threshold', 'min_prompt_tokens', 'protocol'];
+// (The bench speaks the vLLM protocol: engine-sim's SGLang bootstrap port is its HTTP port, which the bench does not configure.)
+const PD_KEYS = ['uncached_token_threshold', 'min_prompt_tokens'];
 const VALUE = /^[\w.+-]+$/;
 
 /**

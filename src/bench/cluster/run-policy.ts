@@ -69,7 +69,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
             policy: v.policy,
             routingYaml: v.routingYaml,
             extraYaml: v.extraYaml,
-            modelYaml: v.pd ? [`    disaggregation: { ${[...(v.pd.yaml?.some((l) => l.startsWith('protocol:')) ? [] : ['protocol: vllm']), `bypass: ${v.pd.bypass}`, ...(v.pd.yaml ?? [])].join(', ')} }`] : [],
+            modelYaml: v.pd ? [`    disaggregation: { ${['protocol: vllm', `bypass: ${v.pd.bypass}`, ...(v.pd.yaml ?? [])].join(', ')} }`] : [],
             instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, role: e.role, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
           }),
         );

@@ -57,6 +57,7 @@ export class TransferBoard {
         }
         resolve(null);
       }, timeoutMs);
+      timer.unref(); // a waiting decode leg does not keep the engine alive at shutdown
       list.push(done);
       this.waiters.set(key, list);
     });

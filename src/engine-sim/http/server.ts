@@ -77,7 +77,12 @@ export function engineRequestListener(backend: EngineBackend): RequestListener {
     const url = new URL(req.url ?? '/', 'http://engine');
     // The simulated KV side channel / bootstrap server: GET /kvsim/kv/<key> (disagg.ts).
     if (url.pathname.startsWith('/kvsim/kv/') && req.method === 'GET') {
-      const key = decodeURIComponent(url.pathname.slice('/kvsim/kv/'.length));
+      let key: string;
+      try {
+        key = decodeURIComponent(url.pathname.slice('/kvsim/kv/'.length));
+      } catch {
+        return sendError(res, new HttpError(400, 'bad handoff key'));
+      }
       void serveHandoff(backend, key, Number(url.searchParams.get('timeout_ms') ?? 0) || 0).then(
         (r) => json(res, r.status, r.body, headers),
         () => sendError(res, new HttpError(500, 'handoff failed')),
