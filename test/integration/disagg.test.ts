@@ -56,6 +56,7 @@ const SYSTEM = 'You are the night-shift assistant of a container terminal; answe
 
 interface Answer {
   status: number;
+  raw: string;
   headers: Record<string, string>;
   text: string;
   cached: number;
@@ -88,7 +89,7 @@ async function chat(url: string, question: string, headers: Record<string, strin
   }
   const h: Record<string, string> = {};
   for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') h[k] = v;
-  return { status: res.statusCode, headers: h, text, cached, prompt };
+  return { status: res.statusCode, headers: h, text, cached, prompt, raw };
 }
 
 /** Every booking of the router, summed over its instances (both legs). */
@@ -204,6 +205,19 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     const s = await chat(strict.url, `(${protocol}) strict: where is crane 13? ${'detail '.repeat(40)}`);
     expect(s.status).toBe(502);
     await drained(strict);
+  });
+
+  // vLLM only: an SGLang prefill leg runs beside the decode leg, whose own answer the client gets.
+  it.runIf(protocol === 'vllm')('a prefill instance that refuses the request (4xx) answers the client, and is not blamed', async () => {
+    // A decode-role engine in the prefill pool refuses every prefill leg with a 400 naming why.
+    const wrong = await routerFor(protocol, [decode[0]], [decode[1]]);
+    const a = await chat(wrong.url, `(${protocol}) refused: ${'detail '.repeat(40)}`);
+    expect(a.status).toBe(400);
+    expect(a.raw).toMatch(/the prefill instance refused the request: .*decode instance/);
+    const m = await (await request(`${wrong.url}/metrics`)).body.text();
+    expect(m).not.toMatch(/kvrouter_disagg_prefill_failures_total\{[^}]*\} [1-9]/);
+    expect(m).toMatch(/kvrouter_disagg_requests_total\{[^}]*path="remote"[^}]*\} 1\b/);
+    await drained(wrong);
   });
 
   it('a decode instance that fails before its first byte is retried on another', async () => {
