@@ -1,10 +1,22 @@
 // A bounded log of recent routing decisions (for the dashboard), fed as a forward observer.
 import type { DecisionRecord } from '../dashboard/source.js';
 import type { ForwardObserver } from '../proxy/forward.js';
-import { overlapTokens } from '../scheduler/scheduler.js';
+import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
+
+const EMPTY_SEQ = new BigUint64Array(0);
+
+/** What a decision leaves behind: the few fields a record needs, made into one only when read. */
+interface Entry {
+  time: number;
+  d: Decision;
+  attempt: number;
+}
 
 export class DecisionLog implements ForwardObserver {
-  private readonly ring: DecisionRecord[] = [];
+  /** A ring of the last `capacity` decisions: `next` is where the next one goes. */
+  private readonly ring: Array<Entry | undefined>;
+  private next = 0;
+  private count = 0;
   private readonly listeners = new Set<(d: DecisionRecord) => void>();
   promptTokens = 0;
   overlapTokens = 0;
@@ -15,23 +27,38 @@ export class DecisionLog implements ForwardObserver {
     private readonly capacity: number,
     private readonly modelOf: (instance: string) => string,
     private readonly now: () => number,
-  ) {}
+  ) {
+    this.ring = new Array<Entry | undefined>(capacity);
+  }
 
   routed: NonNullable<ForwardObserver['routed']> = (d, attempt) => {
     const c = d.chosen!;
-    const overlap = Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize);
     if (attempt === 0) {
       this.promptTokens += d.isl;
-      this.overlapTokens += overlap;
+      this.overlapTokens += Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize);
     }
-    const rec: DecisionRecord = {
-      time: this.now(),
+    // Records are built when the dashboard reads them, not on the request path. The entry keeps the
+    // decision's candidates (made for this request, never changed after), not its block hashes.
+    const e: Entry = { time: this.now(), d: { ...d, seq: EMPTY_SEQ }, attempt };
+    this.ring[this.next] = e;
+    this.next = (this.next + 1) % this.capacity;
+    if (this.count < this.capacity) this.count++;
+    if (this.listeners.size > 0) {
+      const rec = this.record(e);
+      for (const l of this.listeners) l(rec);
+    }
+  };
+
+  private record({ time, d, attempt }: Entry): DecisionRecord {
+    const c = d.chosen!;
+    return {
+      time,
       model: this.modelOf(c.instance),
       policy: d.policy,
       prompt_tokens: d.isl,
       chosen: c.instance,
       chosen_dp_rank: c.dpRank,
-      overlap_tokens: overlap,
+      overlap_tokens: Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize),
       attempt,
       candidates: d.candidates.map((x) => ({
         instance: x.instance,
@@ -45,18 +72,19 @@ export class DecisionLog implements ForwardObserver {
         busy: x.busy,
       })),
     };
-    this.ring.push(rec);
-    if (this.ring.length > this.capacity) this.ring.shift();
-    for (const l of this.listeners) l(rec);
-  };
+  }
 
   finished: NonNullable<ForwardObserver['finished']> = (_i, status) => {
     this.total++;
     if (status >= 400) this.errors++;
   };
 
+  /** The last `limit` decisions, oldest first. */
   recent(limit: number): DecisionRecord[] {
-    return this.ring.slice(-limit);
+    const n = Math.max(0, Math.min(limit, this.count));
+    const out: DecisionRecord[] = [];
+    for (let k = n; k > 0; k--) out.push(this.record(this.ring[(this.next - k + this.capacity) % this.capacity]!));
+    return out;
   }
 
   subscribe(l: (d: DecisionRecord) => void): () => void {

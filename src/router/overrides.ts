@@ -28,21 +28,32 @@ function bounded(h: IncomingHttpHeaders, name: string, min: number, max: number)
   return n;
 }
 
+const OVERRIDE_HEADERS = [
+  'x-kvrouter-overlap-weight',
+  'x-kvrouter-temperature',
+  'x-kvrouter-medium-weights',
+  'x-kvrouter-policy',
+  'x-kvrouter-target',
+  'x-kvrouter-cost-model',
+  'x-kvrouter-decode-interference',
+  'x-kvrouter-prefix-affinity',
+  'x-kvrouter-disagg',
+];
+
+/** A model's routing without overrides, built once per config object (frozen: shared by its requests). */
+const plain = new WeakMap<RoutingConfig, RequestRouting>();
+
 /** Apply the request's override headers to the model's routing (throws 400 on bad values). */
 export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allowed: boolean): RequestRouting {
+  // Most requests carry none: share one frozen copy instead of building it each time.
+  if (!OVERRIDE_HEADERS.some((n) => h[n] !== undefined)) {
+    let r = plain.get(base);
+    if (!r) plain.set(base, (r = Object.freeze({ ...base, medium_weights: Object.freeze({ ...base.medium_weights }), target: null, disagg: 'auto' as const })));
+    return r;
+  }
   const out: RequestRouting = { ...base, medium_weights: { ...base.medium_weights }, target: null, disagg: 'auto' };
   const target = header(h, 'x-kvrouter-target');
-  const touched = [
-    'x-kvrouter-overlap-weight',
-    'x-kvrouter-temperature',
-    'x-kvrouter-medium-weights',
-    'x-kvrouter-policy',
-    'x-kvrouter-target',
-    'x-kvrouter-cost-model',
-    'x-kvrouter-decode-interference',
-    'x-kvrouter-prefix-affinity',
-    'x-kvrouter-disagg',
-  ].filter((n) => header(h, n) !== undefined);
+  const touched = OVERRIDE_HEADERS.filter((n) => header(h, n) !== undefined);
   if (touched.length === 0) return out;
   if (!allowed) throw new OpenAIError(400, `routing override headers are disabled on this router (${touched.join(', ')})`, 'invalid_request_error', touched[0]);
   const w = bounded(h, 'x-kvrouter-overlap-weight', 0, 100);

@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { DecisionLog } from '../../src/router/decision-log.js';
+import type { Decision } from '../../src/scheduler/scheduler.js';
+
+const decision = (instance: string, isl: number): Decision =>
+  ({
+    policy: 'kv',
+    isl,
+    blockSize: 16,
+    seq: new BigUint64Array(isl / 16),
+    adapter: null,
+    reason: null,
+    candidates: [],
+    chosen: { instance, dpRank: 0, device: 2, host: 2, disk: 2, shared: 0, creditedBlocks: 2, prefillBlocks: 0, decodeBlocks: 0, cost: 1, load: { activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 }, busy: false },
+  }) as unknown as Decision;
+
+describe('DecisionLog', () => {
+  it('keeps the last `capacity` decisions in order, builds records when read, and feeds subscribers', () => {
+    let t = 0;
+    const log = new DecisionLog(3, () => 'm', () => ++t);
+    const seen: string[] = [];
+    for (let i = 0; i < 5; i++) log.routed!(decision(`e${i}`, 64), 0);
+    expect(log.recent(10).map((r) => [r.chosen, r.time])).toEqual([['e2', 3], ['e3', 4], ['e4', 5]]);
+    expect(log.recent(2).map((r) => r.chosen)).toEqual(['e3', 'e4']);
+    expect(log.recent(0)).toEqual([]);
+    expect(log.recent(1)[0]).toMatchObject({ model: 'm', policy: 'kv', prompt_tokens: 64, overlap_tokens: 32, attempt: 0, chosen_dp_rank: 0 });
+    const off = log.subscribe((r) => seen.push(`${r.chosen}@${r.attempt}`));
+    log.routed!(decision('e5', 32), 1);
+    off();
+    log.routed!(decision('e6', 32), 0);
+    expect(seen).toEqual(['e5@1']);
+    // Totals count first attempts only.
+    expect([log.promptTokens, log.overlapTokens]).toEqual([5 * 64 + 32, 5 * 32 + 32]);
+    expect(new DecisionLog(4, () => 'm', () => 0).recent(4)).toEqual([]);
+  });
+});
