@@ -19,15 +19,15 @@ describe('DecisionLog', () => {
     let t = 0;
     const log = new DecisionLog(3, () => 'm', () => ++t);
     const seen: string[] = [];
-    for (let i = 0; i < 5; i++) log.routed!(decision(`e${i}`, 64), 0);
+    for (let i = 0; i < 5; i++) log.routed!(decision(`e${i}`, 64), 0, 0);
     expect(log.recent(10).map((r) => [r.chosen, r.time])).toEqual([['e2', 3], ['e3', 4], ['e4', 5]]);
     expect(log.recent(2).map((r) => r.chosen)).toEqual(['e3', 'e4']);
     expect(log.recent(0)).toEqual([]);
     expect(log.recent(1)[0]).toMatchObject({ model: 'm', policy: 'kv', prompt_tokens: 64, overlap_tokens: 32, attempt: 0, chosen_dp_rank: 0 });
     const off = log.subscribe((r) => seen.push(`${r.chosen}@${r.attempt}`));
-    log.routed!(decision('e5', 32), 1);
+    log.routed!(decision('e5', 32), 1, 0);
     off();
-    log.routed!(decision('e6', 32), 0);
+    log.routed!(decision('e6', 32), 0, 0);
     expect(seen).toEqual(['e5@1']);
     // Totals count first attempts only.
     expect([log.promptTokens, log.overlapTokens]).toEqual([5 * 64 + 32, 5 * 32 + 32]);
