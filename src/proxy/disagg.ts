@@ -42,10 +42,10 @@ export interface DisaggJob {
   /** The body as the engines get it (model name and salt already applied). */
   body: OpenAIBody;
   ns: NamespaceId;
-  route: Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
+  route: Route;
   prefill: readonly InstanceRuntime[];
-  /** Bootstrap port per prefill instance (sglang). */
-  bootstrapPorts: ReadonlyMap<string, number>;
+  /** A prefill instance's bootstrap port (sglang). */
+  bootstrapPort: (instance: string) => number;
   speculativeTtlMs: number;
   maxRetries: number;
   /** The request's trace: each prefill leg is a client span, its context passed to the prefill engine. */
@@ -72,8 +72,46 @@ class PrefillRefused extends Error {
   }
 }
 
+type Route = Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
+
+/**
+ * The decode leg of a disaggregated model is priced as Dynamo prices decode workers: blocks of
+ * decode memory held plus (overlap_weight x) the prompt blocks it would prefill itself, so load
+ * spreads over the pool while a decode instance holding the prompt still wins its bypass. (The time
+ * model would price a remote-prefilled request's decode by a prefill it does not run.)
+ */
+export function decodeLegRoute(route: Route): Route {
+  return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0 };
+}
+
+/** The prefill leg is priced on prefill alone (it holds no decode); an admin's target names the decode leg. */
+export function prefillLegRoute(route: Route): Route {
+  return { ...route, policy: route.policy === 'direct' ? 'kv' : route.policy, target: null, weights: { ...route.weights, trackActiveBlocks: false } };
+}
+
+/** A model's eligible instances: decode and aggregated ones serve the decode leg, prefill ones the prefill leg. */
+export function splitLegs(instances: readonly InstanceRuntime[], roles: ReadonlyMap<string, string>): { decodeSide: InstanceRuntime[]; prefill: InstanceRuntime[] } {
+  const decodeSide: InstanceRuntime[] = [];
+  const prefill: InstanceRuntime[] = [];
+  for (const i of instances) (roles.get(i.id) === 'prefill' ? prefill : decodeSide).push(i);
+  return { decodeSide, prefill };
+}
+
+/** Remote or local prefill for a decode leg's decision (the proxy's plan and the decision API ask alike). */
+export function pathFor(cfg: DisaggConfig, mode: DisaggMode, d: Decision, prefillAvailable: boolean): { remote: boolean; reason: PathReason } {
+  return choosePath({
+    mode,
+    isl: d.isl,
+    uncachedOnDecode: Math.max(0, d.isl - d.chosen!.creditedBlocks * d.blockSize),
+    bypass: cfg.bypass,
+    uncachedThreshold: cfg.uncached_token_threshold,
+    minPromptTokens: cfg.min_prompt_tokens,
+    prefillAvailable,
+  });
+}
+
 /** Host of an instance's URL as SGLang's bootstrap_host wants it (IPv6 without brackets). */
-function hostOf(url: string): string {
+export function hostOf(url: string): string {
   try {
     return new URL(url).hostname.replace(/^\[|\]$/g, '');
   } catch {
@@ -89,18 +127,17 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
   const rand = deps.rand ?? Math.random;
   const decodeBody = json(job.body);
 
-  const local = (reason: PathReason): LegPlan => {
+  /** The decode instance prefills itself: the client's body, and why. */
+  const goLocal = (reason: PathReason): { body: Buffer; headers: Record<string, string> } => {
     deps.observer?.disaggPath?.(model, false, reason);
-    return { teachesRate: true, prepare: async () => ({ body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': reason } }) };
+    return { body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': reason } };
   };
+  const local = (reason: PathReason): LegPlan => ({ teachesRate: true, prepare: async () => goLocal(reason) });
 
   /** Choose and book a prefill instance: null when none is left (failed or down), 'busy' when all are over their busy thresholds. */
   const pickPrefill = (): { d: Decision; inst: InstanceRuntime; bookingId: string } | null | 'busy' => {
     const now = deps.now();
-    const candidates = candidatesOf(job.prefill, now);
-    const policy = job.route.policy === 'direct' ? 'kv' : job.route.policy;
-    // The prefill leg is priced on prefill alone: it holds no decode.
-    const d = deps.scheduler.decide({ ...job.route, policy, target: null, weights: { ...job.route.weights, trackActiveBlocks: false }, ns: job.ns, candidates, exclude: failedPrefill }, now);
+    const d = deps.scheduler.decide({ ...prefillLegRoute(job.route), ns: job.ns, candidates: candidatesOf(job.prefill, now), exclude: failedPrefill }, now);
     if (!d.chosen) return d.reason === 'all_busy' ? 'busy' : null;
     const inst = job.prefill.find((i) => i.id === d.chosen!.instance)!;
     const bookingId = randomUUID();
@@ -146,16 +183,10 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     deps.scheduler.free(bookingId);
   };
 
-  /** Every prefill instance is over its busy threshold: this request prefills on decode (an overload is not a failure). */
-  const busyLocal = (): { body: Buffer; headers: Record<string, string> } => {
-    deps.observer?.disaggPath?.(model, false, 'prefill_busy');
-    return { body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': 'prefill_busy' } };
-  };
-
+  /** Every prefill attempt failed: the configured fallback (an overload, `prefill_busy`, is not a failure). */
   const fallback = (why: string): { body: Buffer; headers: Record<string, string> } => {
     if (job.cfg.prefill_fallback === 'fail') throw new OpenAIError(502, `every prefill attempt failed; last error: ${why}`, 'server_error');
-    deps.observer?.disaggPath?.(model, false, 'prefill_failed');
-    return { body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': 'prefill_failed' } };
+    return goLocal('prefill_failed');
   };
 
   const vllmPrepare = async (signal: AbortSignal): Promise<{ body: Buffer; headers: Record<string, string> }> => {
@@ -163,7 +194,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
       let lastError = 'no prefill instance is available';
       for (let a = 0; a <= job.maxRetries && !transfer; a++) {
         const p = pickPrefill();
-        if (p === 'busy') return busyLocal();
+        if (p === 'busy') return goLocal('prefill_busy');
         if (!p) break;
         try {
           const response = await sendPrefill(p, vllmPrefillBody(job.body), signal);
@@ -218,9 +249,9 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     // The previous attempt is over: its prefill waits for a decode that will not come.
     leg?.ctl.abort();
     const p = pickPrefill();
-    if (p === 'busy') return busyLocal();
+    if (p === 'busy') return goLocal('prefill_busy');
     if (!p) return fallback('no prefill instance is available');
-    const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPorts.get(p.inst.id) ?? 8998, room: bootstrapRoom(rand) };
+    const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPort(p.inst.id), room: bootstrapRoom(rand) };
     const body = sglangBody(job.body, bootstrap, batch, rand);
     // Both legs at once: the decode engine waits for the KV the prefill engine sends to the room.
     // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).
@@ -251,16 +282,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
   };
 
   return (d: Decision) => {
-    const c = d.chosen!;
-    const path = choosePath({
-      mode: job.mode,
-      isl: d.isl,
-      uncachedOnDecode: Math.max(0, d.isl - c.creditedBlocks * d.blockSize),
-      bypass: job.cfg.bypass,
-      uncachedThreshold: job.cfg.uncached_token_threshold,
-      minPromptTokens: job.cfg.min_prompt_tokens,
-      prefillAvailable: candidatesOf(job.prefill, deps.now()).some((x) => !failedPrefill.has(x.instance)) || transfer !== null,
-    });
+    const path = pathFor(job.cfg, job.mode, d, candidatesOf(job.prefill, deps.now()).some((x) => !failedPrefill.has(x.instance)) || transfer !== null);
     // No prefill instance left because they failed: the configured fallback decides.
     if (!path.remote && path.reason === 'no_prefill_instance' && failedPrefill.size > 0) {
       return { teachesRate: true, prepare: async () => fallback(`prefill instances failed: ${[...failedPrefill].join(', ')}`) };

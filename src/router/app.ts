@@ -97,7 +97,7 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
     scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked),
     limits: { maxBodyBytes: deps.cfg.server.max_body_bytes },
     roleOf: (id) => {
-      for (const m of rt.all) if (m.cfg.instances.some((i) => i.id === id)) return roleOf(m.cfg, id);
+      for (const m of rt.all) if (m.roles.has(id)) return roleOf(m, id);
       return null;
     },
   });

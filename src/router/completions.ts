@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } from '../api/openai.js';
-import type { ModelConfig, RouterConfig } from '../config/schema.js';
+import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import type { Access, Principal } from '../auth/access.js';
@@ -16,7 +16,7 @@ import type { RouterMetrics } from './metrics.js';
 import { applyOverrides, type RequestRouting } from './overrides.js';
 import { parseOpenAIBody, readRequestBody, reserialize } from '../api/body.js';
 import { sendError } from '../api/errors.js';
-import { DEFAULT_DISAGG, disaggPlanner } from '../proxy/disagg.js';
+import { decodeLegRoute, DEFAULT_DISAGG, disaggPlanner, splitLegs } from '../proxy/disagg.js';
 import { RequestTrace } from '../tracing/request-trace.js';
 import { combineObservers } from './decision-log.js';
 import type { Tracing } from '../tracing/tracing.js';
@@ -97,7 +97,7 @@ export async function prepareRoute(
   const t0 = performance.now();
   // Only cache-aware policies read the tokens; the others route without paying for tokenization
   // (token-id prompts are free either way).
-  const needTokens = alwaysTokenize || isDisaggregated(model.cfg) || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
+  const needTokens = alwaysTokenize || model.disaggregated || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
   let tokens: Uint32Array | null = null;
   if (needTokens) {
     const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
@@ -117,27 +117,12 @@ export async function prepareRoute(
   return { model, adapter, instances, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
 }
 
-/**
- * The decode leg of a disaggregated model is priced as Dynamo prices decode workers: blocks of
- * decode memory held plus (overlap_weight x) the prompt blocks it would prefill itself, so load
- * spreads over the pool while a decode instance holding the prompt still wins its bypass. (The time
- * model would price a remote-prefilled request's decode by a prefill it does not run.)
- */
-export function decodeLegRoute<R extends Pick<ForwardJob['route'], 'weights' | 'prefixAffinity'>>(route: R): R {
-  return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0 };
-}
-
 /** An incoming W3C trace context (to pass on unchanged when the router itself does not trace). */
 function traceContextOf(h: IncomingHttpHeaders): { traceparent: string; tracestate?: string } | null {
   const tp = h.traceparent;
   if (typeof tp !== 'string' || !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/.test(tp)) return null;
   const ts = h.tracestate;
   return typeof ts === 'string' && ts.length <= 512 ? { traceparent: tp, tracestate: ts } : { traceparent: tp };
-}
-
-/** A model with a prefill pool: requests may take two legs (and need their tokens to choose). */
-export function isDisaggregated(m: ModelConfig): boolean {
-  return m.instances.some((i) => i.role === 'prefill');
 }
 
 /** A model name or alias, else a LoRA adapter some instance serves (routed to those instances only); else 404. */
@@ -244,10 +229,9 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
       traceContext: trace ? null : traceContextOf(req.headers),
     };
     const ttl = route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
-    if (isDisaggregated(p.model.cfg)) {
-      const roles = new Map(p.model.cfg.instances.map((i) => [i.id, i]));
-      // The decode leg goes over decode and aggregated instances; the prefill leg over prefill ones.
-      job.instances = p.instances.filter((i) => roles.get(i.id)?.role !== 'prefill');
+    if (p.model.disaggregated) {
+      const legs = splitLegs(p.instances, p.model.roles);
+      job.instances = legs.decodeSide;
       job.route = decodeLegRoute(route);
       job.plan = disaggPlanner(
         {
@@ -258,8 +242,8 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
           body: { ...p.body, model: target },
           ns,
           route,
-          prefill: p.instances.filter((i) => roles.get(i.id)?.role === 'prefill'),
-          bootstrapPorts: new Map([...roles.values()].map((i) => [i.id, i.bootstrap_port])),
+          prefill: legs.prefill,
+          bootstrapPort: (id) => p.model.cfg.instances.find((i) => i.id === id)?.bootstrap_port ?? 8998,
           speculativeTtlMs: ttl,
           maxRetries: deps.cfg.proxy.max_retries,
           trace,

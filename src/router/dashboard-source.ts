@@ -65,7 +65,7 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
             model: m.name,
             state: h.state,
             dp_size: i.dpSize,
-            role: roleOf(m.cfg, i.id),
+            role: roleOf(m, i.id),
             last_error: h.last_error,
             load: { active_prefill_tokens: p, active_blocks: b, active_requests: r },
             cached_blocks: cached.get(i.id) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 },

@@ -16,11 +16,10 @@ import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
-import { decodeLegRoute, isDisaggregated, type PreparedRoute, prepareRoute, routeFields } from './completions.js';
-import { choosePath, bootstrapRoom, type PathReason } from '../disagg/protocol.js';
-import { candidatesOf } from '../proxy/forward.js';
-import { DEFAULT_DISAGG, type DisaggConfig } from '../proxy/disagg.js';
-import { roleOf } from './models.js';
+import { type PreparedRoute, prepareRoute, routeFields } from './completions.js';
+import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
+import { candidatesOf, type InstanceRuntime } from '../proxy/forward.js';
+import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
 
 interface PrefillAnswer {
   cfg: DisaggConfig;
@@ -117,29 +116,18 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const fields = routeFields(p, deps.cfg, deps);
     const t = now();
     // A disaggregated model's main pick is its decode leg: prefill instances are the other leg's.
-    const pd = isDisaggregated(p.model.cfg);
-    const decodeSide = pd ? p.instances.filter((i) => roleOf(p.model.cfg, i.id) !== 'prefill') : p.instances;
-    const d = scheduler.decide({ ...(pd ? decodeLegRoute(fields.route) : fields.route), ns: fields.ns, candidates: candidatesOf(decodeSide, t) }, t);
-    return { d, p, body, fields, prefill: pd && d.chosen ? prefillLeg(d, p, fields, t) : null };
+    const legs = p.model.disaggregated ? splitLegs(p.instances, p.model.roles) : null;
+    const d = scheduler.decide({ ...(legs ? decodeLegRoute(fields.route) : fields.route), ns: fields.ns, candidates: candidatesOf(legs?.decodeSide ?? p.instances, t) }, t);
+    return { d, p, body, fields, prefill: legs && d.chosen ? prefillLeg(d, p, legs.prefill, fields, t) : null };
   };
 
   /** The prefill leg of a disaggregated model's request: remote or local, and where. */
-  const prefillLeg = (d: Decision, p: PreparedRoute, fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer => {
+  const prefillLeg = (d: Decision, p: PreparedRoute, prefillSide: readonly InstanceRuntime[], fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer => {
     const cfg = p.model.cfg.disaggregation ?? DEFAULT_DISAGG;
-    const prefillSide = p.instances.filter((i) => roleOf(p.model.cfg, i.id) === 'prefill');
     const candidates = candidatesOf(prefillSide, t);
-    const path = choosePath({
-      mode: p.routing.disagg,
-      isl: d.isl,
-      uncachedOnDecode: Math.max(0, d.isl - d.chosen!.creditedBlocks * d.blockSize),
-      bypass: cfg.bypass,
-      uncachedThreshold: cfg.uncached_token_threshold,
-      minPromptTokens: cfg.min_prompt_tokens,
-      prefillAvailable: candidates.length > 0,
-    });
+    const path = pathFor(cfg, p.routing.disagg, d, candidates.length > 0);
     if (!path.remote) return { cfg, path, d: null };
-    const policy = fields.route.policy === 'direct' ? 'kv' : fields.route.policy;
-    const pd = scheduler.decide({ ...fields.route, policy, target: null, weights: { ...fields.route.weights, trackActiveBlocks: false }, ns: fields.ns, candidates }, t);
+    const pd = scheduler.decide({ ...prefillLegRoute(fields.route), ns: fields.ns, candidates }, t);
     return pd.chosen ? { cfg, path, d: pd } : { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null };
   };
 
@@ -169,7 +157,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
           ? {
               ...candidateView(a.d!, x),
               ...(tenant ? {} : { url: inst!.upstream.url }),
-              ...(a.cfg.protocol === 'sglang' && !tenant ? { bootstrap_host: new URL(inst!.upstream.url).hostname.replace(/^\[|\]$/g, ''), bootstrap_port: port, bootstrap_room: room } : {}),
+              ...(a.cfg.protocol === 'sglang' && !tenant ? { bootstrap_host: hostOf(inst!.upstream.url), bootstrap_port: port, bootstrap_room: room } : {}),
             }
           : null,
       },

@@ -16,7 +16,13 @@ export interface ModelRuntime {
   readonly routing: RoutingConfig;
   readonly tokenizer: PromptTokenizer;
   readonly instances: InstanceRuntime[];
+  /** Each instance's serving role, from the config (absent: both). */
+  readonly roles: ReadonlyMap<string, InstanceRole>;
+  /** The model has a prefill pool: its requests may take two legs. */
+  readonly disaggregated: boolean;
 }
+
+export type InstanceRole = InstanceConfig['role'];
 
 export interface ModelSet {
   /** By model name and alias. */
@@ -34,8 +40,8 @@ const tokenizerKey = (m: ModelConfig) => (m.tokenizer.package ? `pkg:${m.tokeniz
 const sameInstance = (rt: InstanceRuntime & { url?: string }, c: InstanceConfig) => rt.upstream.url === c.url && rt.dpSize === c.dp_size;
 
 /** An instance's serving role (both unless the config says prefill or decode). */
-export function roleOf(m: ModelConfig, instance: string): 'both' | 'prefill' | 'decode' {
-  return m.instances.find((i) => i.id === instance)?.role ?? 'both';
+export function roleOf(m: ModelRuntime, instance: string): InstanceRole {
+  return m.roles.get(instance) ?? 'both';
 }
 
 /** Hears every health change of every instance (metrics, the capacity queue). */
@@ -74,7 +80,9 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
       added.push(rt);
       return rt;
     });
-    const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances };
+    const roles = new Map(m.instances.map((i) => [i.id, i.role]));
+    const disaggregated = m.instances.some((i) => i.role === 'prefill');
+    const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances, roles, disaggregated };
     all.push(rt);
     for (const n of [m.name, ...m.aliases]) byName.set(n, rt);
   }

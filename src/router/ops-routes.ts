@@ -48,7 +48,7 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
             load.active_blocks += l.activeBlocks;
             load.active_requests += l.activeRequests;
           }
-          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, role: roleOf(m.cfg, i.id), ...i.health.snapshot(now()), load, lora_adapters: rt.adapters.adaptersOf(i.id), engine_load: engineLoadOf(rt, i.id, i.dpSize) };
+          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, role: roleOf(m, i.id), ...i.health.snapshot(now()), load, lora_adapters: rt.adapters.adaptersOf(i.id), engine_load: engineLoadOf(rt, i.id, i.dpSize) };
         }),
       })),
       bookings: scheduler.active.size,

@@ -137,7 +137,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     prom,
     {
       scheduler,
-      instances: () => rt.all.flatMap((m) => m.instances.map((i) => ({ id: i.id, model: m.name, healthy: i.health.available(now()), dpSize: i.dpSize, role: roleOf(m.cfg, i.id) }))),
+      instances: () => rt.all.flatMap((m) => m.instances.map((i) => ({ id: i.id, model: m.name, healthy: i.health.available(now()), dpSize: i.dpSize, role: roleOf(m, i.id) }))),
       queueDepth: () => queue.depth,
       tokenizerStats: () => {
         let hits = 0;
