@@ -81,7 +81,7 @@ type Route = Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
  * model would price a remote-prefilled request's decode by a prefill it does not run.)
  */
 export function decodeLegRoute(route: Route): Route {
-  return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0 };
+  return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0, loadBound: 0 };
 }
 
 /** The prefill leg is priced on prefill alone (it holds no decode); an admin's target names the decode leg. */

@@ -165,6 +165,8 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<Comp
       // The slack is in milliseconds: only the time model's costs are.
       prefixAffinity: r.cost_model === 'time' ? r.prefix_affinity : 0,
       affinityBlocks: r.affinity_blocks,
+      // Dynamo's block cost stays Dynamo's: the bound compares prefill times.
+      loadBound: r.cost_model === 'time' ? r.load_bound : 0,
       evictionAware: r.eviction_aware,
       adapter: p.adapter,
       adapterLoadMs: r.cost_model === 'time' ? cfg.lora.adapter_load_ms : 0,

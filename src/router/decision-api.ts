@@ -71,6 +71,8 @@ function overrideHeaders(o: unknown): Record<string, string> {
   if (di !== undefined) h['x-kvrouter-decode-interference'] = di;
   const pa = num('prefix_affinity');
   if (pa !== undefined) h['x-kvrouter-prefix-affinity'] = pa;
+  const lb = num('load_bound');
+  if (lb !== undefined) h['x-kvrouter-load-bound'] = lb;
   if (r.medium_weights !== undefined && r.medium_weights !== null) {
     if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights)) throw new OpenAIError(400, 'router_config_override.medium_weights must be an object', 'invalid_request_error', 'router_config_override.medium_weights');
     h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body).map(([k, v]) => `${k}=${String(v)}`).join(',');

@@ -37,6 +37,7 @@ const OVERRIDE_HEADERS = [
   'x-kvrouter-cost-model',
   'x-kvrouter-decode-interference',
   'x-kvrouter-prefix-affinity',
+  'x-kvrouter-load-bound',
   'x-kvrouter-disagg',
 ];
 
@@ -64,6 +65,8 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   if (di !== undefined) out.decode_interference = di;
   const pa = bounded(h, 'x-kvrouter-prefix-affinity', 0, 100);
   if (pa !== undefined) out.prefix_affinity = pa;
+  const lb = bounded(h, 'x-kvrouter-load-bound', 0, 100);
+  if (lb !== undefined) out.load_bound = lb;
   const cm = header(h, 'x-kvrouter-cost-model');
   if (cm !== undefined) {
     if (!(COST_MODELS as readonly string[]).includes(cm)) throw new OpenAIError(400, `header x-kvrouter-cost-model must be one of ${COST_MODELS.join(', ')}, got "${cm}"`, 'invalid_request_error', 'x-kvrouter-cost-model');

@@ -17,6 +17,12 @@ export interface PolicyContext {
   /** Sibling co-location slack (fraction of the cheapest candidate's prefill time; 0 = off). */
   prefixAffinity: number;
   affinityBlocks: number;
+  /**
+   * Bounded load (kv/approx): a candidate whose in-flight requests would exceed this factor x the
+   * mean loses to the cheapest one within the bound unless its cache saves at least half of the
+   * prefill there. 0 = off.
+   */
+  loadBound: number;
   /** The request's seq hashes (names its prefixes). */
   seq: BigUint64Array;
 }
@@ -36,7 +42,9 @@ const hrw = (key: bigint, c: CandidateScore): bigint => xxh3_64(`${c.instance}\u
  * falls out of the slack, and its overflow lands on the prefix's next choice, not anywhere).
  */
 const byCostWithAffinity: Policy = (c, ctx) => {
-  const i = byCost(c, ctx);
+  let i = byCost(c, ctx);
+  const cap = i >= 0 && ctx.loadBound > 0 && c.length > 1 ? loadCap(c, ctx.loadBound) : Infinity;
+  if (i >= 0 && c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap);
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
   const depth = Math.min(ctx.seq.length, Math.floor(best.creditedBlocks) + Math.max(1, ctx.affinityBlocks));
@@ -46,7 +54,7 @@ const byCostWithAffinity: Policy = (c, ctx) => {
   let top = hrw(key, best);
   for (let k = 0; k < c.length; k++) {
     const x = c[k];
-    if (k === i || x.cost > limit || x.creditedBlocks !== best.creditedBlocks) continue;
+    if (k === i || x.cost > limit || x.creditedBlocks !== best.creditedBlocks || x.load.activeRequests + 1 > cap) continue;
     const w = hrw(key, x);
     if (w > top) {
       top = w;
@@ -55,6 +63,35 @@ const byCostWithAffinity: Policy = (c, ctx) => {
   }
   return chosen;
 };
+
+/**
+ * Bounded loads (consistent hashing with bounded loads, Mirrokni et al. 2018): with this request, no
+ * candidate should hold more than factor x the mean in-flight requests (at least one). Returns the
+ * most a candidate may hold after taking it. Not rounded up: at a few requests per instance a
+ * ceiling lets three busy instances and an idle one pass as balanced.
+ */
+function loadCap(c: readonly CandidateScore[], factor: number): number {
+  let total = 1;
+  for (const x of c) total += x.load.activeRequests;
+  return Math.max(1, (factor * total) / c.length);
+}
+
+/**
+ * The cheapest pick `i` is at its cap. A greedy cost prices only this request: a new conversation
+ * placed where its shared system prompt is cached saves a few ms now, but its later turns stay
+ * there, so the popular prefix's holders fill up while an instance without it idles. Over the cap,
+ * the pick keeps the request only if its cache saves at least half of the prefill the cheapest
+ * candidate within the cap would do (a conversation's own history, a long shared document);
+ * otherwise that candidate takes it.
+ */
+function withinBound(c: readonly CandidateScore[], i: number, cap: number): number {
+  let u = -1;
+  for (let k = 0; k < c.length; k++) {
+    if (c[k].load.activeRequests + 1 <= cap && (u < 0 || c[k].cost < c[u].cost)) u = k;
+  }
+  if (u < 0) return i;
+  return c[u].prefillMs - c[i].prefillMs >= 0.5 * c[u].prefillMs ? i : u;
+}
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */
 const loadOf = (c: CandidateScore) => c.load.activeRequests * 1e9 + c.load.activePrefillTokens / 16 + c.load.activeBlocks;

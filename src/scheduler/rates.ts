@@ -50,30 +50,33 @@ class Fit {
     this.samples++;
   }
 
-  rate(prior: PrefillRate): PrefillRate {
+  /** The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights. */
+  rate(prior: PrefillRate, strength = 1): PrefillRate {
     if (this.n < 1) return prior;
+    const ps = PRIOR_STRENGTH * strength;
+    const ds = DECODE_PRIOR_STRENGTH * strength;
     const n = this.n;
     const m1 = this.s1 / n;
     const m2 = this.s2 / n;
     const my = this.sy / n;
     // Centered (co)variances, ridge toward the prior slopes.
-    const v11 = Math.max(0, this.s11 - n * m1 * m1) + PRIOR_STRENGTH;
-    const v22 = Math.max(0, this.s22 - n * m2 * m2) + DECODE_PRIOR_STRENGTH;
+    const v11 = Math.max(0, this.s11 - n * m1 * m1) + ps;
+    const v22 = Math.max(0, this.s22 - n * m2 * m2) + ds;
     const v12 = this.s12 - n * m1 * m2;
-    const r1 = this.s1y - n * m1 * my + PRIOR_STRENGTH * prior.msPerToken;
-    const r2 = this.s2y - n * m2 * my + DECODE_PRIOR_STRENGTH * prior.msPerDecoding;
+    const r1 = this.s1y - n * m1 * my + ps * prior.msPerToken;
+    const r2 = this.s2y - n * m2 * my + ds * prior.msPerDecoding;
     const solved = solve2(v11, v12, v22, r1, r2);
     const clampB = (b: number) => Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b));
     const clampC = (c: number) => Math.min(MAX_DECODE_MS, Math.max(0, c));
     let msPerToken = clampB(solved[0]);
     let msPerDecoding = clampC(solved[1]);
     // The intercept shrinks toward the prior with few samples, as the slopes do.
-    const k = n / (n + 5);
+    const k = n / (n + 5 * strength);
     let overheadMs = k * (my - msPerToken * m1 - msPerDecoding * m2) + (1 - k) * prior.overheadMs;
     if (overheadMs < 0) {
       // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
-      const o = solve2(this.s11 + PRIOR_STRENGTH, this.s12, this.s22 + DECODE_PRIOR_STRENGTH, this.s1y + PRIOR_STRENGTH * prior.msPerToken, this.s2y + DECODE_PRIOR_STRENGTH * prior.msPerDecoding);
+      const o = solve2(this.s11 + ps, this.s12, this.s22 + ds, this.s1y + ps * prior.msPerToken, this.s2y + ds * prior.msPerDecoding);
       msPerToken = clampB(o[0]);
       msPerDecoding = clampC(o[1]);
     }
@@ -99,8 +102,14 @@ export interface RateSnapshot {
 
 export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 20 };
 
-/** Samples a pool needs before its fit replaces the configured prior of its workers. */
-const POOL_MIN_SAMPLES = 20;
+/**
+ * How much more a worker's fit is pulled toward its pool's than a pool's toward the configured
+ * prior: a model's workers share hardware and model, so a worker's own samples must show a real
+ * difference before it is priced apart. The pool's fit holds the worker's samples too; with equal
+ * pulls a warm worker counted them twice and looked faster than a cold peer of the same speed
+ * (measured: 20-40 % early in a run), so a greedy cost never warmed the cold one.
+ */
+const PEER_STRENGTH = 8;
 
 /**
  * Per worker fits, shrunk toward their pool's fit (the model's workers share hardware and model,
@@ -127,17 +136,19 @@ export class PrefillRates {
     p.add(workTokens, decoding, ttftMs);
   }
 
-  /** The pool's rate (the prior until the pool has enough samples): what its workers shrink toward. */
+  /** The pool's rate (the prior until it has data): what its workers shrink toward. */
   poolRate(prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
     const p = toRate(prior);
     const pf = this.pools.get(pool);
-    return pf && pf.samples >= POOL_MIN_SAMPLES ? pf.rate(p) : p;
+    // The ridge alone decides how far a few samples move it off the prior (no sample gate: with
+    // one, a cold instance sat at the configured guess while its peers had learned).
+    return pf ? pf.rate(p) : p;
   }
 
   /** A worker's learned rate, shrunk toward `base` (its pool's rate). A few flops: no cache needed. */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
     const f = this.fits.get(`${instance}\u0000${dpRank}`);
-    return f ? f.fit.rate(base) : base;
+    return f ? f.fit.rate(base, PEER_STRENGTH) : base;
   }
 
   /** The worker's learned rate (its pool's, or the prior, until it has data). */

@@ -49,6 +49,11 @@ export interface RouteInput {
   /** How many blocks past the cached prefix name the new prefix for co-location. */
   affinityBlocks?: number;
   /**
+   * Bounded load (kv/approx): a candidate whose in-flight requests would exceed this factor x the
+   * mean keeps the request only if its cache saves at least half of the prefill elsewhere. 0 = off.
+   */
+  loadBound?: number;
+  /**
    * Credit only the part of a GPU prefix that survives the prefill queued ahead on that instance
    * (its LRU order and size as the event stream shows them): a prefix about to be evicted is worth less.
    */
@@ -282,6 +287,7 @@ export class Scheduler {
       target: input.target ?? null,
       prefixAffinity: input.prefixAffinity ?? 0,
       affinityBlocks: input.affinityBlocks ?? 4,
+      loadBound: input.loadBound ?? 0,
       seq,
     });
     if (idx < 0) return { ...base, chosen: null, reason: input.policy === 'direct' ? 'unknown_target' : 'no_candidates' };

@@ -334,6 +334,60 @@ describe('prefix co-location', () => {
   });
 });
 
+describe('bounded load', () => {
+  const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+  const cands = ['a', 'b', 'c', 'd'].map((instance) => ({ instance, dpRank: 0 }));
+  const T: CostWeights = { ...W, model: 'time', decodeInterference: 0 };
+  // A 40-block system prompt everyone shares, then each conversation's own tokens.
+  const sys = Array.from({ length: 160 }, (_, i) => i + 1);
+  const convo = (u: number, len: number) => [...sys, ...Array.from({ length: len }, (_, i) => 100_000 * (u + 1) + i)];
+  const route = (s: Scheduler, tokens: number[], loadBound: number) => s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, loadBound }, 0).chosen!.instance;
+  let n = 0;
+  const fill = (s: Scheduler, inst: string, count: number) => {
+    for (let i = 0; i < count; i++) s.active.book(`r${n++}`, inst, 0, new BigUint64Array(0), 0, 0);
+  };
+  /** a, b and c hold the system prompt; a also holds conversation 0's 1,600-token history. */
+  function setup(): Scheduler {
+    const indexer = new TieredIndexer();
+    const idx = indexer.namespace(ns).index;
+    const space = indexer.spaceFor(ns);
+    for (const inst of ['a', 'b', 'c']) idx.store(idx.holder(inst, 0, 'GPU'), seqHashes(sys, 4, space));
+    idx.store(idx.holder('a', 0, 'GPU'), seqHashes(convo(0, 1600), 4, space));
+    return new Scheduler(indexer, seeded(3));
+  }
+
+  it("a new conversation leaves the popular prefix's holders once they reach the bound", () => {
+    const s = setup();
+    fill(s, 'a', 3);
+    fill(s, 'b', 2);
+    fill(s, 'c', 2);
+    fill(s, 'd', 2);
+    // cap = 1.25 x (9 + 1) / 4 = 3.125: a (3 + 1) would exceed it; b and c, the cheapest, would not.
+    for (let u = 1; u < 20; u++) expect(['b', 'c']).toContain(route(s, convo(u, 160), 1.25));
+    // Without the bound a ties with b and c (no queue anywhere) and takes its share.
+    expect(new Set(Array.from({ length: 40 }, (_, u) => route(s, convo(u + 1, 160), 0)))).toEqual(new Set(['a', 'b', 'c']));
+    fill(s, 'a', 2);
+    fill(s, 'b', 3);
+    fill(s, 'c', 3);
+    // a, b, c hold 5 each, d 2: cap = 1.25 x 18 / 4 = 5.6. Every holder would exceed it; the system
+    // prompt saves 8 of d's 36 ms of prefill (20 ms overhead + 320 tokens): less than half, so d takes it.
+    expect(route(s, convo(9, 160), 1.25)).toBe('d');
+    expect(route(s, convo(9, 160), 0)).not.toBe('d');
+  });
+
+  it('never moves a conversation away from its own history', () => {
+    const s = setup();
+    fill(s, 'a', 6);
+    fill(s, 'b', 1);
+    fill(s, 'c', 1);
+    // a holds 6 of 8 in flight (cap ceil(1.25 x 9 / 4) = 3), but conversation 0's history there
+    // saves 80 of b's 100 ms of prefill.
+    expect(route(s, [...convo(0, 1600), 1, 2, 3, 4], 1.25)).toBe('a');
+    // A cap of 1 x mean changes nothing for it either, and a factor of 0 is off.
+    expect(route(s, [...convo(0, 1600), 1, 2, 3, 4], 1)).toBe('a');
+  });
+});
+
 describe('rate samples', () => {
   it('take the prompt tokens the engine reports it computed over the predicted ones', () => {
     const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
@@ -370,6 +424,25 @@ describe('pooled rates', () => {
     expect(r.rate('e2', 0, prior, 'm').msPerToken).toBeLessThan(0.012);
     // Another model's instances keep the prior.
     expect(r.rate('x0', 0, prior, 'other').msPerToken).toBe(0.05);
+  });
+
+  it('a cold instance is predicted like its warm peers from the first samples on', async () => {
+    const { PrefillRates } = await import('../../src/scheduler/rates.js');
+    const r = new PrefillRates();
+    const prior = { tokensPerS: 20_000, overheadMs: 20 };
+    // Six first tokens each on e0 and e1 (engine-sim's speed: 16.5 ms + 0.017 ms/token), new
+    // conversations (3,100 tokens) and follow-up turns (250) mixed, some behind decoding requests.
+    for (let i = 0; i < 12; i++) {
+      const x = i % 3 === 0 ? 3100 : 250;
+      r.observe(i % 2 ? 'e0' : 'e1', 0, x, i % 4, 16.5 + 0.017 * x + 2 * (i % 4), 'm');
+    }
+    const at = (inst: string, tokens: number) => {
+      const q = r.rate(inst, 0, prior, 'm');
+      return q.overheadMs + tokens * q.msPerToken;
+    };
+    const warm = (at('e0', 3100) + at('e1', 3100)) / 2;
+    // The configured guess would say 175 ms for e2: a greedy cost would never send it a prefill.
+    expect(Math.abs(at('e2', 3100) - warm) / warm).toBeLessThan(0.05);
   });
 });
 
