@@ -7,6 +7,7 @@ export interface Subcommand {
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
   serve: { summary: 'run the router (OpenAI API, KV-aware routing) from a YAML config', load: () => import('./serve.js') },
+  epp: { summary: 'the router with the Gateway API Inference Extension endpoint picker (serve --epp)', load: () => import('./epp.js') },
   indexer: { summary: 'run the standalone KV indexer (Mooncake Conductor API)', load: () => import('./indexer.js') },
   'engine-sim': { summary: 'run simulated inference engines (OpenAI API, paged KV cache, ZMQ KV events)', load: () => import('./engine-sim.js') },
   query: { summary: 'ask a running indexer which instances cache a prompt (per tier and DP rank)', load: () => import('./query.js') },

@@ -5,6 +5,8 @@ import { basename, dirname } from 'node:path';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { type RouterHandle, startRouter } from '../router/app.js';
 import { type OptionTable, parseCommand } from '../common/args.js';
+import type { EppHandle } from '../epp/server.js';
+import { EPP_OPTIONS, eppOptions } from './epp.js';
 
 const OPTIONS: OptionTable = {
   config: { type: 'string', short: 'c', arg: 'FILE', help: 'YAML configuration (default: $KVROUTER_CONFIG or router.example.yaml)' },
@@ -16,14 +18,20 @@ const OPTIONS: OptionTable = {
   peers: { type: 'string', arg: 'URL,URL', help: 'override cluster.peers (index recovery at start)' },
   'no-watch': { type: 'boolean', help: 'do not reload when the config file changes (SIGHUP and POST /admin/reload still do)' },
   set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)' },
+  ...EPP_OPTIONS,
 };
 
 const SUMMARY = 'KV-cache-aware OpenAI router. Environment overrides: KVROUTER_<KEY>__<SUBKEY>=value (e.g. KVROUTER_SERVER__PORT=9000).';
 
-export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('serve', SUMMARY, OPTIONS, argv);
+export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): Promise<number> {
+  const parsed = parseCommand(command, command === 'epp' ? `${SUMMARY} With the gateway endpoint picker (serve --epp).` : SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
+  const epp = eppOptions(v, command === 'epp');
+  if (epp !== null && 'error' in epp) {
+    process.stderr.write(`kvrouter ${command}: ${epp.error}\n`);
+    return 2;
+  }
   const file = (v.config as string | undefined) ?? process.env.KVROUTER_CONFIG ?? 'router.example.yaml';
   const set = [...((v.set as string[] | undefined) ?? [])];
   if (typeof v.host === 'string') set.push(`server.host=${v.host}`);
@@ -38,7 +46,7 @@ export async function run(argv: string[]): Promise<number> {
     cfg = loadConfigFile(file, loadOptions);
   } catch (err) {
     if (err instanceof ConfigInvalidError) {
-      process.stderr.write(`kvrouter serve: ${err.message}\n`);
+      process.stderr.write(`kvrouter ${command}: ${err.message}\n`);
       return 2;
     }
     throw err;
@@ -63,6 +71,17 @@ export async function run(argv: string[]): Promise<number> {
     process.once('SIGTERM', resolve);
   });
   router = await startRouter(cfg, { configFile: file, loadOptions });
+  // The picker shares the router's runtime (index, bookings, metrics); a port it cannot open stops both.
+  let picker: EppHandle | null = null;
+  if (epp !== null) {
+    try {
+      const { startEpp } = await import('../epp/server.js');
+      picker = await startEpp(router.runtime, { host: router.config.server.host, ...epp });
+    } catch (err) {
+      await router.close();
+      throw err;
+    }
+  }
   if (hupWhileStarting) void router.reload();
   const running = router;
   // Hot reload: SIGHUP, or a change to the file. The directory is watched (editors and Kubernetes
@@ -90,6 +109,8 @@ export async function run(argv: string[]): Promise<number> {
   if (watchOn) unwatchFile(file);
   if (debounce) clearTimeout(debounce);
   process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
+  // Gateway streams drain first: their requests may still need the tokenizers the router closes.
+  await picker?.close(running.config.server.shutdown_grace_ms);
   await running.close();
   return 0;
 }

@@ -53,6 +53,8 @@ export interface RouterHandle {
   readonly cluster: ClusterHandle | null;
   /** Closed-loop check of cache predictions (alarms, actions taken). */
   readonly feedback: FeedbackLoop;
+  /** Every part of the running router: what front ends in the same process (the gateway picker) share. */
+  readonly runtime: RouterRuntime;
   /** Apply a new configuration (or re-read the config file) without dropping in-flight requests. */
   reload(next?: RouterConfig): Promise<ReloadResult>;
   /** Stop accepting, let in-flight requests finish (up to the grace period), close everything. */
@@ -193,6 +195,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       return rt.cluster;
     },
     feedback: rt.feedback,
+    runtime: rt,
     reload,
     close() {
       closing ??= (async () => {

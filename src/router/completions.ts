@@ -184,6 +184,20 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<Comp
   };
 }
 
+/** How long the routed prompt's blocks stay speculatively in the index (approx has nothing else). */
+export function speculativeTtl(p: PreparedRoute, route: Pick<ForwardJob['route'], 'policy'>): number {
+  return route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+}
+
+/**
+ * The body the engine gets: the client's bytes untouched, unless an alias (or an injected tenant
+ * salt) rewrote it. An adapter keeps its own name: the engine selects the adapter by it.
+ */
+export function engineBody(p: PreparedRoute, raw: unknown, bytes: Buffer): Buffer {
+  const target = p.adapter ?? p.model.name;
+  return p.body === raw && p.body.model === target ? bytes : reserialize({ ...p.body, model: target });
+}
+
 export async function handleCompletion(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps, principal: Principal): Promise<void> {
   const receivedAt = deps.now();
   const admitted = deps.access.admit(principal);
@@ -212,11 +226,8 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     const p = await prepareRoute(kind, raw, req.headers, deps, principal, false, trace);
     modelName = p.model.name;
     trace?.root.setAttribute('gen_ai.request.model', modelName);
-    // An alias (or an injected tenant salt) rewrites the body; otherwise the client's bytes go through
-    // untouched. An adapter keeps its own name: the engine selects the adapter by it.
     const target = p.adapter ?? p.model.name;
-    const untouched = p.body === raw && p.body.model === target;
-    const body = untouched ? bodyBuf : reserialize({ ...p.body, model: target });
+    const body = engineBody(p, raw, bodyBuf);
     const { ns, route } = routeFields(p, deps.cfg, deps);
     const job: ForwardJob = {
       path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',
@@ -230,7 +241,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
       trace,
       traceContext: trace ? null : traceContextOf(req.headers),
     };
-    const ttl = route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+    const ttl = speculativeTtl(p, route);
     if (p.model.disaggregated) {
       const legs = splitLegs(p.instances, p.model.roles);
       job.instances = legs.decodeSide;

@@ -16,7 +16,7 @@ import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
 import type { CompletionDeps } from './completions.js';
-import { type PreparedRoute, prepareRoute, routeFields } from './completions.js';
+import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from './completions.js';
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
 import { candidatesOf, type InstanceRuntime } from '../proxy/forward.js';
 import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
@@ -86,6 +86,31 @@ function overrideHeaders(o: unknown): Record<string, string> {
   return h;
 }
 
+/** A prepared request's main leg, decided: what the decision API and the gateway picker (src/epp) book. */
+export interface MainLeg {
+  d: Decision;
+  fields: ReturnType<typeof routeFields>;
+  /** A disaggregated model's legs (null for aggregated models). */
+  legs: ReturnType<typeof splitLegs> | null;
+  /** The instances the decision chose among (healthy or not), after `keep`. */
+  pool: readonly InstanceRuntime[];
+  t: number;
+}
+
+/**
+ * Decide a prepared request's main leg over its healthy instances: a disaggregated model's decode
+ * side (prefill instances are the other leg's). `keep` narrows the instances (a gateway's subset).
+ */
+export function decideMainLeg(p: PreparedRoute, deps: Pick<CompletionDeps, 'cfg' | 'engineLoads' | 'now' | 'scheduler'>, keep?: (i: InstanceRuntime) => boolean): MainLeg {
+  const fields = routeFields(p, deps.cfg, deps);
+  const t = deps.now();
+  const legs = p.model.disaggregated ? splitLegs(p.instances, p.model.roles) : null;
+  const side = legs?.decodeSide ?? p.instances;
+  const pool = keep ? side.filter(keep) : side;
+  const d = deps.scheduler.decide({ ...(legs ? decodeLegRoute(fields.route) : fields.route), ns: fields.ns, candidates: candidatesOf(pool, t) }, t);
+  return { d, fields, legs, pool, t };
+}
+
 export interface DecisionApiDeps extends CompletionDeps {
   indexer: TieredIndexer;
   /** The closed-loop check a gateway's /free with usage feeds. */
@@ -115,11 +140,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     } else if (body.prompt !== undefined) kind = 'completion';
     const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
-    const fields = routeFields(p, deps.cfg, deps);
-    const t = now();
-    // A disaggregated model's main pick is its decode leg: prefill instances are the other leg's.
-    const legs = p.model.disaggregated ? splitLegs(p.instances, p.model.roles) : null;
-    const d = scheduler.decide({ ...(legs ? decodeLegRoute(fields.route) : fields.route), ns: fields.ns, candidates: candidatesOf(legs?.decodeSide ?? p.instances, t) }, t);
+    const { d, fields, legs, t } = decideMainLeg(p, deps);
     return { d, p, body, fields, prefill: legs && d.chosen ? prefillLeg(d, p, legs.prefill, fields, t) : null };
   };
 
@@ -189,7 +210,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     }
     if (typeof rid === 'string') {
       if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
-      const ttl = fields.route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+      const ttl = speculativeTtl(p, fields.route);
       // A remote prefill: the decode leg computes no prompt; the prefill leg is booked beside it.
       const remote = prefill?.d?.chosen ? prefill.d : null;
       scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl, prefillTokens: remote ? 0 : undefined });

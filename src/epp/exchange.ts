@@ -1,0 +1,314 @@
+// One ext_proc stream = one gateway request, as GIE's reference picker runs it: remember the request
+// headers, buffer the body (capped), pick at its end, answer the request headers (endpoint header,
+// envoy.lb metadata) and hand the body back; then pass the response through, watching its first
+// token and usage. The booking is released exactly once: at the response's end, its trailers, or
+// whenever the stream ends or fails (`close`). Transport-free: it maps messages to messages.
+import { randomUUID } from 'node:crypto';
+import { errorBody } from '../api/errors.js';
+import { OpenAIError } from '../api/openai.js';
+import { UsageTail } from '../feedback/usage-tail.js';
+import { explanationHeaders, type ForwardObserver } from '../proxy/forward.js';
+import { RequestTrace } from '../tracing/request-trace.js';
+import type { EndpointAddresses } from './endpoints.js';
+import { type EppMetrics, type EppResult, resultOf } from './metrics.js';
+import { type Booked, DESTINATION, type GatewayRequest, pickByLoad, pickForBody, type PickerRuntime, Refused } from './picker.js';
+import { type BodySendMode, headerRecord, type HttpBody, type HttpHeaders, immediate, type ProcessingRequest, type ProcessingResponse, type ProtoStruct, setHeaders, streamedBody, stringsOf, toStruct } from './wire.js';
+
+/** Where the gateway names the candidates (GIE protocol) and the endpoint that served. */
+const SUBSET_NS = 'envoy.lb.subset_hint';
+const SUBSET_KEY = 'x-gateway-destination-endpoint-subset';
+const LB_NS = 'envoy.lb';
+const SERVED_KEY = 'x-gateway-destination-endpoint-served';
+
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+export interface ExchangeContext {
+  rt: PickerRuntime;
+  addresses: EndpointAddresses;
+  metrics: EppMetrics;
+  /** Shutting down: new requests get 503. */
+  draining: () => boolean;
+  /** A served endpoint other than the pick (logged at most once a minute by the caller). */
+  mismatch: (picked: string, served: string) => void;
+}
+
+type Mode = 'duplex' | 'buffered' | 'none' | 'unsupported';
+
+function modeOf(m: BodySendMode | number | undefined): Mode {
+  // Undefined: no protocol_config (older Envoy); GIE's required mode is assumed.
+  if (m === undefined || m === 'FULL_DUPLEX_STREAMED') return 'duplex';
+  if (m === 'BUFFERED' || m === 'BUFFERED_PARTIAL') return 'buffered';
+  if (m === 'NONE') return 'none';
+  return 'unsupported';
+}
+
+export class ExtProcExchange {
+  private requestMode: Mode = 'duplex';
+  private responseDuplex = true;
+  private first = true;
+  private observe = false;
+  private req: GatewayRequest | null = null;
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private subset: ReadonlySet<string> | null = null;
+  /** The picker has answered the request (a pick or an ImmediateResponse): later request messages are ignored. */
+  private answered = false;
+  private booked: Booked | null = null;
+  private finished = false;
+  private trace: RequestTrace | null = null;
+  private sentAt = 0;
+  private response: { status: number; stream: boolean; firstSeen: boolean; tail: UsageTail | null } | null = null;
+  private readonly abort = new AbortController();
+
+  constructor(private readonly ctx: ExchangeContext) {}
+
+  /** The responses to send for one message from the gateway (none in observability mode). */
+  async onMessage(msg: ProcessingRequest): Promise<ProcessingResponse[]> {
+    if (this.first) {
+      this.first = false;
+      this.observe = msg.observability_mode === true;
+      // Inside a protocol_config an absent mode is proto3's zero: NONE.
+      const pc = msg.protocol_config;
+      this.requestMode = modeOf(pc ? (pc.request_body_mode ?? 'NONE') : undefined);
+      this.responseDuplex = modeOf(pc ? (pc.response_body_mode ?? 'NONE') : undefined) === 'duplex';
+    }
+    // Observability mode: the gateway ignores answers, so there is nothing to pick or book.
+    if (this.observe) return [];
+    this.readMetadata(msg.metadata_context?.filter_metadata);
+    switch (msg.request) {
+      case 'request_headers':
+        return this.onRequestHeaders(msg.request_headers ?? {});
+      case 'request_body':
+        return this.onRequestBody(msg.request_body ?? {});
+      case 'request_trailers':
+        if (this.requestMode === 'duplex' && !this.answered && this.req) return [...(await this.pick(true)), { request_trailers: {} }];
+        return this.answered && this.requestMode === 'duplex' ? [] : [{ request_trailers: {} }];
+      case 'response_headers':
+        return this.onResponseHeaders(msg.response_headers ?? {});
+      case 'response_body':
+        return this.onResponseBody(msg.response_body ?? {});
+      case 'response_trailers':
+        this.complete();
+        return [{ response_trailers: {} }];
+      default:
+        return [];
+    }
+  }
+
+  /** Nothing is held any more: the booking is released, or there never was one (an answer without a pick). */
+  get done(): boolean {
+    return this.finished || (this.answered && this.booked === null);
+  }
+
+  /** The gateway cancelled the stream: stop waiting for capacity. */
+  cancel(): void {
+    this.abort.abort();
+  }
+
+  /**
+   * The stream is over, however it ended: release what is still held (idempotent). `graceful`: the
+   * gateway closed its side (the request is over, whether or not it showed us the response);
+   * otherwise it cancelled or failed the stream (an abort).
+   */
+  close(graceful: boolean): void {
+    this.abort.abort();
+    if (!this.answered && !this.observe && this.req) {
+      this.answered = true;
+      this.ctx.metrics.result('cancelled');
+    }
+    // Status 0: the gateway sent no response phase (its processing mode skips them).
+    this.finish(graceful ? (this.response?.status ?? 0) : 499);
+  }
+
+  private readMetadata(fm: Record<string, ProtoStruct> | undefined): void {
+    if (!fm) return;
+    const subset = stringsOf(fm[SUBSET_NS]?.fields?.[SUBSET_KEY]);
+    // A string value may list several endpoints (comma-separated), like the destination header.
+    if (subset) this.subset = new Set(subset.flatMap((s) => s.split(',')).map((s) => s.trim()).filter(Boolean));
+    const served = stringsOf(fm[LB_NS]?.fields?.[SERVED_KEY])?.[0];
+    if (served && this.booked && served !== this.booked.endpoint) this.moveTo(served);
+  }
+
+  private onRequestHeaders(h: HttpHeaders): Promise<ProcessingResponse[]> | ProcessingResponse[] {
+    const headers = headerRecord(h.headers);
+    const rid = headers['x-request-id'];
+    this.req = {
+      method: (headers[':method'] ?? 'POST').toUpperCase(),
+      path: (headers[':path'] ?? '/').split('?')[0],
+      headers,
+      requestId: rid && REQUEST_ID.test(rid) ? rid : randomUUID(),
+      subset: this.subset,
+      receivedAt: this.ctx.rt.now(),
+    };
+    if (this.ctx.draining()) return this.refuse(new Refused(503, 'the router is shutting down', 'server_error', 'shutting_down', { 'retry-after': '1' }));
+    const limit = this.ctx.rt.deps.cfg.server.max_body_bytes;
+    const declared = Number(headers['content-length'] ?? NaN);
+    if (Number.isFinite(declared) && declared > limit) return this.refuse(tooLarge(limit));
+    if (h.end_of_stream) {
+      if (this.req.method === 'POST') return this.refuse(new OpenAIError(400, 'request body is empty; expected JSON', 'invalid_request_error', 'body'));
+      return this.pickHeadersOnly();
+    }
+    // No body will come (request_body_mode NONE): route on the headers alone.
+    if (this.requestMode === 'none') return this.pickHeadersOnly();
+    if (this.requestMode === 'unsupported') return this.refuse(new OpenAIError(500, 'the gateway sends the request body in a mode the picker does not serve: use request_body_mode FULL_DUPLEX_STREAMED (or BUFFERED)', 'server_error', null, 'unsupported_body_mode'));
+    // BUFFERED: the gateway waits for this answer before it sends the body.
+    if (this.requestMode === 'buffered') return [{ request_headers: { response: { clear_route_cache: true } } }];
+    return [];
+  }
+
+  private async onRequestBody(b: HttpBody): Promise<ProcessingResponse[]> {
+    if (this.answered || !this.req) return [];
+    const chunk = b.body ?? Buffer.alloc(0);
+    this.size += chunk.length;
+    const limit = this.ctx.rt.deps.cfg.server.max_body_bytes;
+    // Refused from its size alone, before any of it is parsed or tokenized.
+    if (this.size > limit) {
+      this.chunks = [];
+      return this.refuse(tooLarge(limit));
+    }
+    this.chunks.push(chunk);
+    // BUFFERED(_PARTIAL) sends the body in one message; FULL_DUPLEX_STREAMED flags its last chunk.
+    if (this.requestMode === 'duplex' && !b.end_of_stream) return [];
+    return this.pick(false);
+  }
+
+  /** The request is complete: pick, book, and answer (headers, then the body handed back). */
+  private async pick(trailersFollow: boolean): Promise<ProcessingResponse[]> {
+    const req = this.req!;
+    const bytes = Buffer.concat(this.chunks, this.size);
+    this.chunks = [];
+    const { rt } = this.ctx;
+    this.trace = rt.deps.tracing?.request(req.headers, `POST ${req.path}`, { 'http.request.method': 'POST', 'url.path': req.path, 'kvrouter.request_id': req.requestId, 'kvrouter.front_end': 'epp' }) ?? null;
+    let b: Booked;
+    try {
+      b = await pickForBody(rt, this.ctx.addresses, { ...req, subset: this.subset }, bytes, this.abort.signal, this.trace);
+    } catch (err) {
+      return this.refuse(err);
+    }
+    this.booked = b;
+    this.answered = true;
+    this.sentAt = rt.now();
+    this.ctx.metrics.result('routed');
+    // The stream ended while the pick was made: nobody will send the response.
+    if (this.abort.signal.aborted) return [];
+    const metadata = toStruct({ [LB_NS]: { [DESTINATION]: b.endpoint } });
+    if (this.requestMode === 'buffered') {
+      return [{ request_body: { response: { header_mutation: setHeaders(b.upstreamHeaders), body_mutation: { body: b.body }, clear_route_cache: true } }, dynamic_metadata: metadata }];
+    }
+    // Full duplex: the request headers' answer carries the pick; the body follows in chunks.
+    return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders(b.upstreamHeaders) } }, dynamic_metadata: metadata }, ...streamedBody('request_body', b.body, !trailersFollow)];
+  }
+
+  private async pickHeadersOnly(): Promise<ProcessingResponse[]> {
+    let endpoint: string;
+    try {
+      endpoint = await pickByLoad(this.ctx.rt, this.ctx.addresses, { ...this.req!, subset: this.subset });
+    } catch (err) {
+      return this.refuse(err);
+    }
+    this.answered = true;
+    this.ctx.metrics.result('headers_only');
+    return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders({ [DESTINATION]: endpoint }) } }, dynamic_metadata: toStruct({ [LB_NS]: { [DESTINATION]: endpoint } }) }];
+  }
+
+  private refuse(err: unknown): ProcessingResponse[] {
+    const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
+    if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`);
+    this.answered = true;
+    const result: EppResult = resultOf(e.status);
+    this.ctx.metrics.result(result);
+    if (e.status !== 499) this.ctx.rt.deps.metrics.rejected('unknown', e.status);
+    if (this.trace) RequestTrace.finish(this.trace.root, e.status);
+    this.trace = null;
+    if (e.status === 499) return [];
+    return [immediate(e.status, errorBody(this.req?.path ?? '/v1/', e), e instanceof Refused ? e.headers : {}, `kvrouter_epp_${result}`)];
+  }
+
+  private onResponseHeaders(h: HttpHeaders): ProcessingResponse[] {
+    const headers = headerRecord(h.headers);
+    const status = Number(headers[':status'] ?? 200);
+    this.response = { status, stream: (headers['content-type'] ?? '').includes('text/event-stream'), firstSeen: false, tail: this.booked && status < 400 ? new UsageTail() : null };
+    // GIE marks the responses it saw; the client also gets the proxy's explanation headers.
+    const set: Record<string, string> = { 'x-went-into-resp-headers': 'true' };
+    if (this.booked && this.req) Object.assign(set, explanationHeaders(this.booked.d, this.req.requestId, 0));
+    if (h.end_of_stream) this.complete();
+    return [{ response_headers: { response: { header_mutation: setHeaders(set) } } }];
+  }
+
+  private onResponseBody(b: HttpBody): ProcessingResponse[] {
+    const chunk = b.body ?? Buffer.alloc(0);
+    // Without a response-headers phase (SKIP) the status is unknown (0) but the body still tells.
+    const r = (this.response ??= { status: 0, stream: false, firstSeen: false, tail: this.booked ? new UsageTail() : null });
+    if (this.booked && !r.firstSeen && !this.finished) {
+      r.firstSeen = true;
+      const { deps, queue, now } = this.ctx.rt;
+      // The prompt is computed: its tokens leave the instance's queued prefill. The time is not a
+      // rate sample: it includes the gateway's hops (only the proxy path teaches prefill rates).
+      deps.scheduler.prefillComplete(this.booked.bookingId);
+      queue.notify(1);
+      deps.observer?.firstByte?.(this.booked.instance.id, now() - this.sentAt, r.stream);
+    }
+    r.tail?.push(chunk);
+    const out: ProcessingResponse[] = this.responseDuplex ? streamedBody('response_body', chunk, b.end_of_stream === true) : [{ response_body: { response: {} } }];
+    if (b.end_of_stream) this.complete();
+    return out;
+  }
+
+  /** The response ended normally (its last body chunk, trailers, or headers without a body). */
+  private complete(): void {
+    this.finish(this.response?.status ?? 0);
+  }
+
+  /** Release the booking and report the outcome, exactly once. */
+  private finish(status: number): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.abort.abort();
+    const b = this.booked;
+    if (b) {
+      const { deps, queue, now } = this.ctx.rt;
+      const observer: ForwardObserver | undefined = deps.observer;
+      const tail = this.response?.tail;
+      if (tail && status < 400) {
+        const usage = tail.read();
+        if (usage !== null && usage.cachedTokens !== null) deps.scheduler.reportUncached(b.bookingId, usage.promptTokens - usage.cachedTokens);
+        observer?.reported?.(b.d, usage);
+      }
+      deps.scheduler.free(b.bookingId);
+      queue.notify(1);
+      b.admission.release();
+      const outcome = status === 499 ? 'client_abort' : status >= 500 ? 'upstream_error' : status >= 400 ? 'failed' : 'ok';
+      observer?.finished?.(b.instance.id, status, outcome, now() - (this.req?.receivedAt ?? now()), b.d.policy);
+    }
+    if (this.trace) RequestTrace.finish(this.trace.root, status);
+    this.trace = null;
+  }
+
+  /** The gateway served another endpoint (a retry, a fallback): move the booking where the load went. */
+  private moveTo(served: string): void {
+    const b = this.booked!;
+    this.ctx.metrics.mismatch();
+    this.ctx.mismatch(b.endpoint, served);
+    if (this.finished) return;
+    const inst = b.pool.find((i) => this.ctx.addresses.addressOf(i.upstream.url) === served);
+    const c = inst && (b.d.candidates.find((x) => x.instance === inst.id && x.dpRank === b.d.chosen!.dpRank) ?? b.d.candidates.find((x) => x.instance === inst.id));
+    if (!inst || !c) {
+      b.endpoint = served; // not ours to book: count it once
+      return;
+    }
+    const { scheduler } = this.ctx.rt.deps;
+    const prefillDone = scheduler.active.get(b.bookingId)?.prefillDone === true;
+    scheduler.free(b.bookingId);
+    b.d = { ...b.d, chosen: c };
+    b.bookingId = `epp:${randomUUID()}`;
+    b.instance = inst;
+    b.endpoint = served;
+    scheduler.book(b.d, b.ns, { requestId: b.bookingId, now: this.ctx.rt.now(), speculativeTtlMs: 0 });
+    if (prefillDone) scheduler.prefillComplete(b.bookingId);
+    this.ctx.rt.queue.notify(1);
+  }
+}
+
+function tooLarge(limit: number): OpenAIError {
+  return new OpenAIError(413, `request body exceeds ${limit} bytes`, 'invalid_request_error', null, 'body_too_large');
+}
