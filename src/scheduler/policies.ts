@@ -43,8 +43,13 @@ const hrw = (key: bigint, c: CandidateScore): bigint => xxh3_64(`${c.instance}\u
  */
 const byCostWithAffinity: Policy = (c, ctx) => {
   let i = byCost(c, ctx);
-  const cap = i >= 0 && ctx.loadBound > 0 && c.length > 1 ? loadCap(c, ctx.loadBound) : Infinity;
-  if (i >= 0 && c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap);
+  let cap = Infinity;
+  // Only for a request with something cached on its cheapest candidate: a prefix nobody holds yet
+  // is co-location's to place (bounded by its own slack), and moving its siblings would scatter them.
+  if (i >= 0 && ctx.loadBound > 0 && c.length > 1 && c[i].creditedBlocks > 0) {
+    cap = loadCap(c, ctx.loadBound);
+    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap);
+  }
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
   const depth = Math.min(ctx.seq.length, Math.floor(best.creditedBlocks) + Math.max(1, ctx.affinityBlocks));

@@ -375,6 +375,17 @@ describe('bounded load', () => {
     expect(route(s, convo(9, 160), 0)).not.toBe('d');
   });
 
+  it('leaves a prefix nobody holds to co-location, even on a full instance', () => {
+    const s = setup();
+    fill(s, 'a', 3);
+    const fresh = (k: number) => Array.from({ length: 64 }, (_, i) => 5_000_000 + k * 1000 + i);
+    const withAffinity = (tokens: number[], loadBound: number) => s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, loadBound, prefixAffinity: 0.5, affinityBlocks: 4 }, 0).chosen!.instance;
+    // a is over its cap (1.25 x 4 / 4), yet new prefixes hash to it as they would without the bound.
+    const picks = Array.from({ length: 40 }, (_, k) => withAffinity(fresh(k), 1.25));
+    expect(picks).toEqual(Array.from({ length: 40 }, (_, k) => withAffinity(fresh(k), 0)));
+    expect(picks).toContain('a');
+  });
+
   it('never moves a conversation away from its own history', () => {
     const s = setup();
     fill(s, 'a', 6);
