@@ -44,6 +44,8 @@ function modeOf(m: BodySendMode | number | undefined): Mode {
 
 export class ExtProcExchange {
   private requestMode: Mode = 'duplex';
+  /** BUFFERED_PARTIAL: a body over the gateway's buffer arrives cut, without end_of_stream. */
+  private partial = false;
   private responseDuplex = true;
   private first = true;
   private observe = false;
@@ -55,6 +57,8 @@ export class ExtProcExchange {
   private answered = false;
   private booked: Booked | null = null;
   private finished = false;
+  /** The booking and the tenant's slot were given back. */
+  private released = false;
   private trace: RequestTrace | null = null;
   private sentAt = 0;
   private response: { status: number; stream: boolean; firstSeen: boolean; tail: UsageTail | null } | null = null;
@@ -70,6 +74,7 @@ export class ExtProcExchange {
       // Inside a protocol_config an absent mode is proto3's zero: NONE.
       const pc = msg.protocol_config;
       this.requestMode = modeOf(pc ? (pc.request_body_mode ?? 'NONE') : undefined);
+      this.partial = pc?.request_body_mode === 'BUFFERED_PARTIAL';
       this.responseDuplex = modeOf(pc ? (pc.response_body_mode ?? 'NONE') : undefined) === 'duplex';
     }
     // Observability mode: the gateway ignores answers, so there is nothing to pick or book.
@@ -81,14 +86,23 @@ export class ExtProcExchange {
       case 'request_body':
         return this.onRequestBody(msg.request_body ?? {});
       case 'request_trailers':
-        if (this.requestMode === 'duplex' && !this.answered && this.req) return [...(await this.pick(true)), { request_trailers: {} }];
+        if (this.requestMode === 'duplex' && !this.answered && this.req) {
+          const out = await this.pick(true);
+          // After an ImmediateResponse (or a cancelled pick) the gateway expects nothing more.
+          return out.length === 0 || out.some((m) => 'immediate_response' in m) ? out : [...out, { request_trailers: {} }];
+        }
         return this.answered && this.requestMode === 'duplex' ? [] : [{ request_trailers: {} }];
+      // A response before the picker answered the request is out of order: pass it on untouched and
+      // hold on to nothing (the request's pick, if it comes, is released when the stream ends).
       case 'response_headers':
-        return this.onResponseHeaders(msg.response_headers ?? {});
-      case 'response_body':
-        return this.onResponseBody(msg.response_body ?? {});
+        return this.answered ? this.onResponseHeaders(msg.response_headers ?? {}) : [{ response_headers: { response: {} } }];
+      case 'response_body': {
+        if (this.answered) return this.onResponseBody(msg.response_body ?? {});
+        const rb = msg.response_body ?? {};
+        return this.responseDuplex ? streamedBody('response_body', rb.body ?? Buffer.alloc(0), rb.end_of_stream === true) : [{ response_body: { response: {} } }];
+      }
       case 'response_trailers':
-        this.complete();
+        if (this.answered) this.complete();
         return [{ response_trailers: {} }];
       default:
         return [];
@@ -166,8 +180,13 @@ export class ExtProcExchange {
       this.chunks = [];
       return this.refuse(tooLarge(limit));
     }
+    // A cut body cannot be routed (its JSON is incomplete): say it is too large for the gateway's buffer.
+    if (this.partial && !b.end_of_stream) {
+      this.chunks = [];
+      return this.refuse(new OpenAIError(413, "request body exceeds the gateway's ext_proc buffer (BUFFERED_PARTIAL sent only part of it)", 'invalid_request_error', null, 'body_too_large'));
+    }
     this.chunks.push(chunk);
-    // BUFFERED(_PARTIAL) sends the body in one message; FULL_DUPLEX_STREAMED flags its last chunk.
+    // BUFFERED sends the body in one message; FULL_DUPLEX_STREAMED flags its last chunk.
     if (this.requestMode === 'duplex' && !b.end_of_stream) return [];
     return this.pick(false);
   }
@@ -189,6 +208,11 @@ export class ExtProcExchange {
     this.answered = true;
     this.sentAt = rt.now();
     this.ctx.metrics.result('routed');
+    // The stream ended (or the picker shut down) while the pick was made: release it at once.
+    if (this.finished) {
+      this.release(499);
+      return [];
+    }
     // The stream ended while the pick was made: nobody will send the response.
     if (this.abort.signal.aborted) return [];
     const metadata = toStruct({ [LB_NS]: { [DESTINATION]: b.endpoint } });
@@ -259,29 +283,37 @@ export class ExtProcExchange {
     this.finish(this.response?.status ?? 0);
   }
 
-  /** Release the booking and report the outcome, exactly once. */
+  /** The exchange is over: release what it holds and report the outcome, exactly once. */
   private finish(status: number): void {
     if (this.finished) return;
     this.finished = true;
     this.abort.abort();
+    this.release(status);
+    if (this.trace) RequestTrace.finish(this.trace.root, status);
+    this.trace = null;
+  }
+
+  /** Free the booking and the tenant's slot, exactly once, whatever reporting the usage does. */
+  private release(status: number): void {
     const b = this.booked;
-    if (b) {
-      const { deps, queue, now } = this.ctx.rt;
-      const observer: ForwardObserver | undefined = deps.observer;
+    if (!b || this.released) return;
+    this.released = true;
+    const { deps, queue, now } = this.ctx.rt;
+    const observer: ForwardObserver | undefined = deps.observer;
+    try {
       const tail = this.response?.tail;
       if (tail && status < 400) {
         const usage = tail.read();
         if (usage !== null && usage.cachedTokens !== null) deps.scheduler.reportUncached(b.bookingId, usage.promptTokens - usage.cachedTokens);
         observer?.reported?.(b.d, usage);
       }
+    } finally {
       deps.scheduler.free(b.bookingId);
       queue.notify(1);
       b.admission.release();
-      const outcome = status === 499 ? 'client_abort' : status >= 500 ? 'upstream_error' : status >= 400 ? 'failed' : 'ok';
-      observer?.finished?.(b.instance.id, status, outcome, now() - (this.req?.receivedAt ?? now()), b.d.policy);
     }
-    if (this.trace) RequestTrace.finish(this.trace.root, status);
-    this.trace = null;
+    const outcome = status === 499 ? 'client_abort' : status >= 500 ? 'upstream_error' : status >= 400 ? 'failed' : 'ok';
+    observer?.finished?.(b.instance.id, status, outcome, now() - (this.req?.receivedAt ?? now()), b.d.policy);
   }
 
   /** The gateway served another endpoint (a retry, a fallback): move the booking where the load went. */

