@@ -1,7 +1,7 @@
 // `kvrouter epp`: `kvrouter serve --epp`, the router with the Gateway API Inference Extension
 // endpoint picker beside it (docs/gateway.md). The flags are GIE's; the gRPC code is loaded only
 // with --epp, so a plain `serve` never pays for it.
-import type { OptionTable, ParsedOptions } from '../common/args.js';
+import { intOption, type OptionTable, type ParsedOptions } from '../common/args.js';
 import type { EppOptions } from '../epp/server.js';
 
 export const EPP_OPTIONS: OptionTable = {
@@ -13,10 +13,14 @@ export const EPP_OPTIONS: OptionTable = {
 };
 
 function port(v: ParsedOptions, name: string, dflt: number): number | string {
-  const raw = v[name];
-  if (raw === undefined) return dflt;
-  const n = Number(raw);
-  return typeof raw === 'string' && /^\d+$/.test(raw) && n <= 65535 ? n : `--${name} must be a port number (0-65535), got ${String(raw)}`;
+  if (v[name] === undefined) return dflt;
+  try {
+    const n = intOption(v, name);
+    if (n >= 0 && n <= 65535) return n;
+  } catch {
+    /* not an integer: the message below */
+  }
+  return `--${name} must be a port number (0-65535), got ${String(v[name])}`;
 }
 
 /** The picker's options (host aside), null without --epp, or a message for a bad command line. */
