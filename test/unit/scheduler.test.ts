@@ -318,6 +318,20 @@ describe('prefix co-location', () => {
     expect(new Set(Array.from({ length: 5 }, (_, q) => route(s, prompt(1, q + 2), 0.5, 0).chosen!.instance))).toEqual(new Set([next]));
   });
 
+  it('never puts a prefix behind more queued prefill than the cheapest candidate has', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(8));
+    const first = route(s, prompt(2, 0), 0.5, 0).chosen!.instance;
+    // 4 queued tokens (0.2 ms at the prior): well within half a 72-token prefill, so the slack alone
+    // would keep the sibling there; it goes to an instance with nothing queued instead.
+    s.active.book('small', first, 0, new BigUint64Array(0), 4, 0);
+    const picks = new Set(Array.from({ length: 6 }, (_, q) => route(s, prompt(2, q + 1), 0.5, 0).chosen!.instance));
+    expect(picks.has(first)).toBe(false);
+    expect(picks.size).toBe(1);
+    // With the queue everywhere, the preferred instance is back in.
+    for (const inst of ['a', 'b', 'c', 'd']) if (inst !== first) s.active.book(`q-${inst}`, inst, 0, new BigUint64Array(0), 4, 0);
+    expect(route(s, prompt(2, 1), 0.5, 0).chosen!.instance).toBe(first);
+  });
+
   it('never trades a longer cached prefix for affinity', () => {
     const indexer = new TieredIndexer();
     const s = new Scheduler(indexer, seeded(10));
