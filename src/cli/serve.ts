@@ -1,5 +1,7 @@
 // `kvrouter serve`: the router (OpenAI API, KV-aware routing, indexer API) from a YAML config.
+import cluster from 'node:cluster';
 import { createHash } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { readFileSync, unwatchFile, watch, watchFile } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
@@ -7,6 +9,8 @@ import { type RouterHandle, startRouter } from '../router/app.js';
 import { type OptionTable, parseCommand } from '../common/args.js';
 import type { EppHandle } from '../epp/server.js';
 import { EPP_OPTIONS, eppOptions } from './epp.js';
+import { PROCESS_INDEX_ENV } from '../processes/messages.js';
+import type { PrimaryHandle } from '../processes/primary.js';
 
 const OPTIONS: OptionTable = {
   config: { type: 'string', short: 'c', arg: 'FILE', help: 'YAML configuration (default: $KVROUTER_CONFIG or router.example.yaml)' },
@@ -17,6 +21,7 @@ const OPTIONS: OptionTable = {
   'router-id': { type: 'string', arg: 'ID', help: 'override cluster.router_id' },
   peers: { type: 'string', arg: 'URL,URL', help: 'override cluster.peers (index recovery at start)' },
   'no-watch': { type: 'boolean', help: 'do not reload when the config file changes (SIGHUP and POST /admin/reload still do)' },
+  workers: { type: 'string', arg: 'N|auto', help: 'router processes serving the port, kept in step (default 1; auto = one per core)' },
   set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)' },
   ...EPP_OPTIONS,
 };
@@ -30,6 +35,15 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
   const epp = eppOptions(v, command === 'epp');
   if (epp !== null && 'error' in epp) {
     process.stderr.write(`kvrouter ${command}: ${epp.error}\n`);
+    return 2;
+  }
+  const processes = processCount(v.workers);
+  if (typeof processes === 'string') {
+    process.stderr.write(`kvrouter ${command}: ${processes}\n`);
+    return 2;
+  }
+  if (processes > 1 && epp !== null) {
+    process.stderr.write(`kvrouter ${command}: the gateway endpoint picker runs in one process: use --workers 1 with --epp\n`);
     return 2;
   }
   const file = (v.config as string | undefined) ?? process.env.KVROUTER_CONFIG ?? 'router.example.yaml';
@@ -51,6 +65,14 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     }
     throw err;
   }
+  const index = process.env[PROCESS_INDEX_ENV];
+  if (cluster.isWorker && index !== undefined) {
+    // A router process of `--workers N`: the primary watches the file, handles signals and stops it.
+    const { serveAsProcess } = await import('../processes/worker.js');
+    const code = await serveAsProcess(cfg, { configFile: file, loadOptions, log: (l) => process.stdout.write(`[process ${index}] ${l}\n`) });
+    // The IPC channel to the primary would keep this process alive: it is done once drained.
+    process.exit(code);
+  }
   const digest = () => {
     try {
       return createHash('sha256').update(readFileSync(file)).digest('hex');
@@ -59,17 +81,31 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     }
   };
   // Taken before starting, so a change made while the router starts is not missed.
-  let lastDigest = digest();
+  const lastDigest = digest();
   // Signals are handled from before the router announces itself: a SIGHUP or SIGTERM that arrives
   // while it starts must not fall to the default action (which ends the process).
   let router: RouterHandle | null = null;
+  let primary: PrimaryHandle | null = null;
   let hupWhileStarting = false;
-  const onHup = () => (router ? void router.reload() : (hupWhileStarting = true));
+  const reloadAll = () => (primary ? primary.reload() : void router?.reload());
+  const onHup = () => (router || primary ? reloadAll() : (hupWhileStarting = true));
   process.on('SIGHUP', onHup);
   const stop = new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
+  const watchOn = v['no-watch'] !== true;
+  if (processes > 1) {
+    const { startPrimary } = await import('../processes/primary.js');
+    const log = (l: string) => process.stdout.write(`${l}\n`);
+    primary = await startPrimary(cfg, { count: processes, log });
+    log(`kvrouter listening on ${primary.url} (${processes} router processes)`);
+    const running = primary;
+    return watchAndWait({ file, watchOn, digest, lastDigest, reloadAll, hupWhileStarting, stop, onHup }, async () => {
+      process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
+      await running.close();
+    });
+  }
   router = await startRouter(cfg, { configFile: file, loadOptions });
   // The picker shares the router's runtime (index, bookings, metrics); a port it cannot open stops both.
   let picker: EppHandle | null = null;
@@ -82,8 +118,42 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
       throw err;
     }
   }
-  if (hupWhileStarting) void router.reload();
   const running = router;
+  return watchAndWait({ file, watchOn, digest, lastDigest, reloadAll, hupWhileStarting, stop, onHup }, async () => {
+    process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
+    // Gateway streams drain first: their requests may still need the tokenizers the router closes.
+    await picker?.close(running.config.server.shutdown_grace_ms);
+    await running.close();
+  });
+}
+
+/** `--workers`: 1 by default, `auto` = one per core; an error message for anything else. */
+function processCount(v: unknown): number | string {
+  if (v === undefined) return 1;
+  if (v === 'auto') return availableParallelism();
+  const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : NaN;
+  if (!Number.isInteger(n) || n < 1 || n > 256) return `--workers must be a whole number from 1 to 256, or auto (got '${String(v)}')`;
+  return n;
+}
+
+interface Serving {
+  file: string;
+  watchOn: boolean;
+  digest: () => string | null;
+  /** The file's digest when it was loaded. */
+  lastDigest: string | null;
+  reloadAll: () => void;
+  hupWhileStarting: boolean;
+  /** Resolves at SIGINT/SIGTERM. */
+  stop: Promise<void>;
+  onHup: () => void;
+}
+
+/** Serve until SIGINT/SIGTERM, reloading on SIGHUP and on changes to the config file; then `shutdown`. */
+async function watchAndWait(o: Serving, shutdown: () => Promise<void>): Promise<number> {
+  const { file, watchOn, digest, reloadAll } = o;
+  if (o.hupWhileStarting) reloadAll();
+  let lastDigest = o.lastDigest;
   // Hot reload: SIGHUP, or a change to the file. The directory is watched (editors and Kubernetes
   // ConfigMaps replace the file rather than write it in place) and the file is also polled, since
   // watch events are not delivered on every filesystem; a reload runs only when the content changed.
@@ -94,23 +164,19 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
       const d = digest();
       if (d === null || d === lastDigest) return;
       lastDigest = d;
-      void running.reload();
+      reloadAll();
     }, 300);
   };
-  const watchOn = v['no-watch'] !== true;
   const watcher = watchOn ? watch(dirname(file), (_ev, name) => (name === null || name === basename(file) || name === '..data' ? changed() : undefined)) : null;
   if (watchOn) {
     watchFile(file, { interval: 1000 }, changed);
     changed(); // a change made while the router was starting, before the watchers existed
   }
-  await stop;
-  process.off('SIGHUP', onHup);
+  await o.stop;
+  process.off('SIGHUP', o.onHup);
   watcher?.close();
   if (watchOn) unwatchFile(file);
   if (debounce) clearTimeout(debounce);
-  process.stdout.write('kvrouter: shutting down (draining in-flight requests)\n');
-  // Gateway streams drain first: their requests may still need the tokenizers the router closes.
-  await picker?.close(running.config.server.shutdown_grace_ms);
-  await running.close();
+  await shutdown();
   return 0;
 }

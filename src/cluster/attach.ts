@@ -8,7 +8,7 @@ import type { Scheduler } from '../scheduler/scheduler.js';
 import { DEFAULT_STREAM_MAX_AGE_MS } from './jetstream.js';
 import { EventConsumer, type EventConsumerStatus } from './event-consumer.js';
 import { createClusterMetrics } from './metrics.js';
-import { NatsLink } from './nats-link.js';
+import { NatsLink, type SyncLink } from './nats-link.js';
 import { type ClusterOptionsInput, clusterOptions, eventsSubject, syncSubject } from './options.js';
 import { PeerList, type RecoveryResult, recoverFromPeers } from './peers.js';
 import { ReplicaSync, type ReplicaSyncStatus } from './replica-sync.js';
@@ -27,6 +27,11 @@ export interface ClusterDeps {
   /** Remote load went down: re-check the capacity queue. */
   onReleased?: () => void;
   log?: (line: string) => void;
+  /**
+   * Replica sync without NATS: the machine-local channel between `serve --workers` processes (same
+   * protocol). With cluster.nats.url set, every process is a NATS replica instead.
+   */
+  localLink?: SyncLink;
 }
 
 export interface ClusterStatus {
@@ -60,9 +65,10 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
   if (deps.peers) for (const p of o.peers) peers.add(p);
 
   const link = o.nats.url ? new NatsLink({ url: o.nats.url, name: `kvrouter ${routerId}`, reconnectWaitMs: o.nats.reconnectWaitMs, log }) : null;
+  const syncLink: SyncLink | null = link ?? deps.localLink ?? null;
   const sync =
-    link && o.sync.enabled
-      ? new ReplicaSync(link, { scheduler: deps.scheduler, indexer: deps.writer.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}) }, {
+    syncLink && o.sync.enabled
+      ? new ReplicaSync(syncLink, { scheduler: deps.scheduler, indexer: deps.writer.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}) }, {
           routerId,
           subject: syncSubject(o),
           heartbeatMs: o.sync.heartbeatMs,

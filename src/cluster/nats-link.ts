@@ -26,7 +26,18 @@ export interface LinkStatus {
 
 type Handler = (data: Uint8Array, subject: string) => void;
 
-export class NatsLink {
+/**
+ * What replica sync needs of a transport: NATS core between machines, or the primary process
+ * relaying between `serve --workers` processes on one machine. Publish drops (false) while down.
+ */
+export interface SyncLink {
+  readonly connected: boolean;
+  publish(subject: string, data: Uint8Array): boolean;
+  subscribe(subject: string, handler: Handler): void;
+  status(): LinkStatus;
+}
+
+export class NatsLink implements SyncLink {
   private nc: NatsConnection | null = null;
   private closed = false;
   private isUp = false;

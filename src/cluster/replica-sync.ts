@@ -8,7 +8,7 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
-import type { LinkStatus, NatsLink } from './nats-link.js';
+import type { LinkStatus, SyncLink } from './nats-link.js';
 import { isRemoteId, type PeerView, RemoteBookings } from './remote-bookings.js';
 import { decodeSync, encodeSync, type SyncBody } from './sync-wire.js';
 
@@ -64,7 +64,7 @@ export class ReplicaSync {
   private dropped = 0;
 
   constructor(
-    private readonly link: NatsLink,
+    private readonly link: SyncLink,
     private readonly deps: ReplicaSyncDeps,
     private readonly opts: ReplicaSyncOptions,
   ) {

@@ -34,6 +34,9 @@ import { closeRuntime, createRuntime, type RouterRuntime } from './runtime.js';
 import type { FeedbackLoop } from '../feedback/loop.js';
 import { startAdapterDiscovery } from './adapter-discovery.js';
 import { startEngineScrape } from './engine-scrape.js';
+import type { SyncLink } from '../cluster/nats-link.js';
+import type { EngineRef } from './engines.js';
+import { readCapped } from '../api/body.js';
 
 export type { ReloadResult } from './reload.js';
 
@@ -59,7 +62,52 @@ export interface RouterHandle {
   reload(next?: RouterConfig): Promise<ReloadResult>;
   /** Stop accepting, let in-flight requests finish (up to the grace period), close everything. */
   close(): Promise<void>;
+  /** Apply a request another `--workers` process passed on (not passed on again). */
+  replay(req: ReplayedRequest): Promise<ReplayAnswer>;
 }
+
+/** A state-changing admin request, as one `--workers` process passes it to the others. */
+export interface ReplayedRequest {
+  method: string;
+  /** Path and query. */
+  path: string;
+  headers: Record<string, string>;
+  body: Uint8Array;
+}
+
+export interface ReplayAnswer {
+  status: number;
+  body: Uint8Array;
+}
+
+/**
+ * This router is one of `serve --workers N` processes on one port (src/processes): one router to
+ * its users, so it shares bookings, state changes and metrics with the others.
+ */
+export interface ProcessRole {
+  /** 0-based, and how many there are. */
+  index: number;
+  count: number;
+  /** Replica sync with the other processes (unless cluster.nats.url makes each a NATS replica). */
+  link: SyncLink;
+  /** The primary's simulated engines (this process starts none). */
+  engines: readonly EngineRef[];
+  /** The whole router's /metrics: every process's registry, aggregated. */
+  metrics(): Promise<string>;
+  /** A state-changing request this process served: the others apply it too. */
+  replay(req: ReplayedRequest): void;
+  /** Ask the other processes (the first 2xx answer, else null): for a booking another process made. */
+  ask(req: ReplayedRequest): Promise<ReplayAnswer | null>;
+}
+
+/** What belongs to the client's connection, not to a request passed to another process. */
+const CONNECTION_HEADERS = new Set(['host', 'connection', 'keep-alive', 'content-length', 'transfer-encoding', 'expect', 'upgrade']);
+
+/** Decision API calls on a booking: the process that made it must see them, whichever gets them. */
+const BOOKING_CALL = /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/;
+
+/** Requests that change what every process must agree on (registrations, index writes, peers, config). */
+const REPLAYED_PATHS = new Set(['/register', '/unregister', '/events', '/register_peer', '/deregister_peer', '/admin/reload']);
 
 export interface StartOptions {
   log?: (line: string) => void;
@@ -67,6 +115,8 @@ export interface StartOptions {
   /** The file the config came from, and how it was loaded: enables reload() without arguments. */
   configFile?: string;
   loadOptions?: LoadOptions;
+  /** One of `serve --workers N` processes. */
+  process?: ProcessRole;
 }
 
 /**
@@ -84,10 +134,38 @@ function scopeQuery(access: Access, headers: Headers, asked: QueryScope): QueryS
 }
 
 /** Every route but the completions hot path, on one hono app. */
-function routes(rt: RouterRuntime, reload: RouterHandle['reload']): Hono {
+function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: ProcessRole | null): Hono {
   const { deps } = rt;
   const app = new Hono();
   installAccess(app, () => deps.access, (cls, d) => rt.metrics.denied(cls, d.status));
+  if (role) {
+    // After access control: only what this process accepted (2xx) is passed on, with the caller's
+    // credentials; a replay (marked in the env, which no client can set) is not passed on again.
+    app.use('*', async (c, next) => {
+      if (c.req.method !== 'POST' || (c.env as { replayed?: boolean } | undefined)?.replayed) return next();
+      const u = new URL(c.req.url);
+      const request = (body: Uint8Array): ReplayedRequest => {
+        const headers: Record<string, string> = {};
+        for (const [k, v] of c.req.raw.headers) if (!CONNECTION_HEADERS.has(k)) headers[k] = v;
+        return { method: 'POST', path: u.pathname + u.search, headers, body };
+      };
+      if (BOOKING_CALL.test(c.req.path)) {
+        const copy = c.req.raw.clone();
+        await next();
+        if (c.res.status !== 404) return void copy.body?.cancel().catch(() => undefined);
+        const body = await readCapped(copy.body as AsyncIterable<Uint8Array> | null, 64 * 1024).catch(() => null);
+        const answer = body === null ? null : await role.ask(request(body));
+        if (answer) c.res = new Response(new Uint8Array(answer.body), { status: answer.status, headers: { 'content-type': 'application/json' } });
+        return;
+      }
+      if (!REPLAYED_PATHS.has(c.req.path)) return next();
+      const copy = c.req.raw.clone();
+      await next();
+      const body = c.res.status < 300 ? await readCapped(copy.body as AsyncIterable<Uint8Array> | null, deps.cfg.server.max_body_bytes).catch(() => null) : (void copy.body?.cancel().catch(() => undefined), null);
+      if (body !== null) role.replay(request(body));
+    });
+    app.get('/metrics', async (c) => c.body(await role.metrics(), 200, { 'content-type': rt.prom.contentType }));
+  }
   mountIndexerRoutes(app, {
     writer: rt.writer,
     registry: rt.registry,
@@ -152,12 +230,14 @@ function startTimers(rt: RouterRuntime): () => void {
 
 export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}): Promise<RouterHandle> {
   const cfg0 = structuredClone(cfgIn);
-  const rt = await createRuntime(cfg0, opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)), opts.now ?? Date.now);
+  const role = opts.process ?? null;
+  const rt = await createRuntime(cfg0, opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)), opts.now ?? Date.now, role?.engines);
   const reload = createReloader(rt, opts);
+  const app = routes(rt, reload, role);
   let server: RunningServer;
   try {
     const s = cfg0.server;
-    server = await startHttpServer(hotPathHandler(rt, honoListener(routes(rt, reload))), {
+    server = await startHttpServer(hotPathHandler(rt, honoListener(app)), {
       host: s.host,
       port: s.port,
       role: 'router HTTP server',
@@ -169,9 +249,12 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     await Promise.all(rt.engines.map((e) => e.close()));
     throw err instanceof ListenError ? err.withHint('server.port (kvrouter serve --port)') : err;
   }
-  rt.cluster = clusterEnabled(cfg0.cluster)
-    ? attachCluster({ scheduler: rt.scheduler, writer: rt.writer, url: server.url, peers: rt.peers, metrics: rt.prom, now: rt.now, onReleased: () => rt.queue.notify(), log: rt.log }, clusterOptionsFromConfig(cfg0.cluster))
-    : null;
+  if (role || clusterEnabled(cfg0.cluster)) {
+    const o = clusterOptionsFromConfig(cfg0.cluster);
+    // Each process is a replica of its own: over NATS with cluster.nats.url, else over the primary.
+    if (role) o.routerId = `${o.routerId ?? `r-${process.ppid}`}-w${role.index}`;
+    rt.cluster = attachCluster({ scheduler: rt.scheduler, writer: rt.writer, url: server.url, peers: rt.peers, metrics: rt.prom, now: rt.now, onReleased: () => rt.queue.notify(), log: rt.log, ...(role ? { localLink: role.link } : {}) }, o);
+  }
   const stopTimers = startTimers(rt);
   rt.log(`kvrouter listening on ${server.url} (models: ${rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`);
 
@@ -197,6 +280,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     feedback: rt.feedback,
     runtime: rt,
     reload,
+    async replay(r) {
+      const res = await app.fetch(new Request(`http://kvrouter${r.path}`, { method: r.method, headers: r.headers, body: new Uint8Array(r.body) }), { replayed: true });
+      return { status: res.status, body: new Uint8Array(await res.arrayBuffer()) };
+    },
     close() {
       closing ??= (async () => {
         // Keep listening while in-flight requests drain: probes get /live 503 and new completions a

@@ -39,8 +39,13 @@ export async function startEmbeddedEngines(cfg: RouterConfig, log: (l: string) =
   return engines;
 }
 
+/** What a router needs to know of a simulated engine: its address (plain data, sent to `--workers` processes). */
+export type EngineRef = Pick<EngineHandle, 'id' | 'url' | 'ranks' | 'zmqEndpoint' | 'replayEndpoint'>;
+
+export const engineRef = (e: EngineRef): EngineRef => ({ id: e.id, url: e.url, ranks: e.ranks.map((r) => ({ ...r })), zmqEndpoint: e.zmqEndpoint, replayEndpoint: e.replayEndpoint });
+
 /** Models without instances are served by the simulated engines. */
-export function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineHandle[]): void {
+export function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineRef[]): void {
   if (engines.length === 0) return;
   for (const model of cfg.models) {
     if (model.instances.length > 0) continue;

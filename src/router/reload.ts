@@ -33,7 +33,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
 async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<ReloadResult> {
   const { deps, now, writer } = rt;
   const cur = deps.cfg;
-  fillEngineInstances(next, rt.engines);
+  fillEngineInstances(next, rt.engineRefs);
   const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
   const { host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections } = cur.server;
   next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections };

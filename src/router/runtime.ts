@@ -26,7 +26,7 @@ import { AdapterDirectory } from '../lora/directory.js';
 import { EngineLoadView } from '../engine-load/load-view.js';
 import type { CompletionDeps } from './completions.js';
 import { combineObservers, DecisionLog } from './decision-log.js';
-import { fillEngineInstances, startEmbeddedEngines } from './engines.js';
+import { type EngineRef, fillEngineInstances, startEmbeddedEngines } from './engines.js';
 import { createRouterMetrics, type RouterMetrics } from './metrics.js';
 import { type HealthListener, type ModelRuntime, reconcileModels } from './models.js';
 import { modelSeeds, reconcileRegistrations } from './registrations.js';
@@ -34,7 +34,10 @@ import { modelSeeds, reconcileRegistrations } from './registrations.js';
 export interface RouterRuntime {
   readonly log: (line: string) => void;
   readonly now: () => number;
+  /** Simulated engines this process started (and closes). */
   readonly engines: EngineHandle[];
+  /** Simulated engines models without instances are served by: this process's, or the primary's under `--workers`. */
+  readonly engineRefs: readonly EngineRef[];
   readonly indexer: TieredIndexer;
   /** The one write path into `indexer`. */
   readonly writer: KvIndexWriter;
@@ -103,12 +106,14 @@ export function isReady(rt: RouterRuntime): boolean {
   );
 }
 
-export async function createRuntime(cfg0: RouterConfig, log: (line: string) => void, now: () => number): Promise<RouterRuntime> {
+/** `sharedEngines`: engines another process runs (the `--workers` primary): none are started here. */
+export async function createRuntime(cfg0: RouterConfig, log: (line: string) => void, now: () => number, sharedEngines?: readonly EngineRef[]): Promise<RouterRuntime> {
   const access = new Access({ admin_token: cfg0.auth.admin_token, tenants: cfg0.auth.tenants }, now);
   checkAuth(cfg0, access);
   if (!access.enabled) log(`auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg0.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`);
-  const engines = await startEmbeddedEngines(cfg0, log);
-  fillEngineInstances(cfg0, engines);
+  const engines = sharedEngines ? [] : await startEmbeddedEngines(cfg0, log);
+  const engineRefs = sharedEngines ?? engines;
+  fillEngineInstances(cfg0, engineRefs);
 
   const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds: modelSeeds(cfg0) });
   const writer = new KvIndexWriter(indexer);
@@ -161,6 +166,7 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     log,
     now,
     engines,
+    engineRefs,
     indexer,
     writer,
     registry,

@@ -1,0 +1,45 @@
+// What the `serve --workers` primary and its router processes say to each other over the IPC
+// channel (node:cluster, 'advanced' serialization: byte arrays travel as bytes).
+import type { Registry } from 'prom-client';
+import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
+import type { EngineRef } from '../router/engines.js';
+
+/** One process's registry as prom-client's cluster aggregation takes it. */
+export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
+/** Primary -> router process. */
+export type ToWorker =
+  | { t: 'start'; index: number; count: number; engines: EngineRef[] }
+  | { t: 'sync'; subject: string; data: Uint8Array }
+  | { t: 'replay'; req: ReplayedRequest }
+  | { t: 'ask'; id: number; req: ReplayedRequest }
+  | { t: 'answer'; id: number; answer: ReplayAnswer | null }
+  | { t: 'metrics-req'; id: number }
+  | { t: 'metrics-text'; id: number; text: string }
+  | { t: 'reload' }
+  | { t: 'shutdown' };
+
+/** Router process -> primary. */
+export type ToPrimary =
+  | { t: 'hello' }
+  | { t: 'ready'; url: string }
+  | { t: 'failed'; message: string }
+  | { t: 'sync'; subject: string; data: Uint8Array }
+  | { t: 'replay'; req: ReplayedRequest }
+  | { t: 'ask'; id: number; req: ReplayedRequest }
+  | { t: 'answer'; id: number; answer: ReplayAnswer }
+  | { t: 'metrics'; id: number }
+  | { t: 'metrics-res'; id: number; json: MetricsJson };
+
+/** Environment variable that marks a forked router process (its value: the process index); not KVROUTER_*, which are config overrides. */
+export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
+
+const has = (m: unknown, t: string): boolean => typeof m === 'object' && m !== null && (m as { t?: unknown }).t === t;
+
+export function isToWorker(m: unknown): m is ToWorker {
+  return ['start', 'sync', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'reload', 'shutdown'].some((t) => has(m, t));
+}
+
+export function isToPrimary(m: unknown): m is ToPrimary {
+  return ['hello', 'ready', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res'].some((t) => has(m, t));
+}

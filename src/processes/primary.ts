@@ -1,0 +1,199 @@
+// The primary of `serve --workers N`: runs the simulated engines, forks N router processes onto
+// one port (node:cluster hands connections out round-robin), relays replica sync, replayed state
+// changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
+// process that dies. It serves no request itself.
+import cluster, { type Worker } from 'node:cluster';
+import type { RouterConfig } from '../config/schema.js';
+import { type EngineRef, engineRef, startEmbeddedEngines } from '../router/engines.js';
+import type { EngineHandle } from '../engine-sim/index.js';
+import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
+import { isToPrimary, PROCESS_INDEX_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
+import { aggregateMetrics } from './metrics.js';
+
+export interface PrimaryHandle {
+  readonly url: string;
+  readonly count: number;
+  /** Every router process re-reads the config (as SIGHUP does to one router). */
+  reload(): void;
+  /** Every process drains (up to the grace period) and exits; then the engines stop. */
+  close(): Promise<void>;
+}
+
+export interface PrimaryOptions {
+  count: number;
+  log: (line: string) => void;
+  /** How long a process answering /metrics (or a booking call) waits for the others. */
+  metricsTimeoutMs?: number;
+}
+
+/** Process slot i: its current worker and whether it has served. */
+interface Slot {
+  index: number;
+  worker: Worker;
+  ready: boolean;
+  startedAt: number;
+  /** Quick deaths in a row (each waits longer before the next start). */
+  crashes: number;
+}
+
+/** State changes kept for a replacement process (the oldest go first). */
+const MAX_KEPT_REPLAYS = 1000;
+
+const send = (w: Worker, m: ToWorker): void => {
+  if (w.isConnected()) w.send(m);
+};
+
+/** Resolves once every process serves; rejects with the first start-up failure (all stopped). */
+export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Promise<PrimaryHandle> {
+  const engines: EngineHandle[] = await startEmbeddedEngines(cfg, opts.log);
+  const refs: EngineRef[] = engines.map(engineRef);
+  const graceMs = cfg.server.shutdown_grace_ms;
+  const slots: Slot[] = [];
+  let closing = false;
+  let metricsId = 0;
+  const applied: ReplayedRequest[] = [];
+  let askSeq = 0;
+  const asking = new Map<number, { want: Set<number>; done: (a: ReplayAnswer | null) => void }>();
+  const gathering = new Map<number, { want: Set<number>; got: MetricsJson[]; done: () => void }>();
+  let settleStart!: (err: Error | null) => void;
+  const allReady = new Promise<Error | null>((r) => (settleStart = r));
+  let url = '';
+
+  cluster.setupPrimary({ serialization: 'advanced' });
+
+  const live = () => slots.filter((s) => s.ready && s.worker.isConnected());
+
+  /** The whole router's metrics for the process that asked (those that do not answer in time are left out). */
+  const gatherMetrics = (asker: Worker, askId: number) => {
+    const id = metricsId++;
+    const targets = live();
+    const entry = { want: new Set(targets.map((s) => s.worker.id)), got: [] as MetricsJson[], done: () => undefined as void };
+    const finish = () => {
+      if (!gathering.delete(id)) return;
+      clearTimeout(timer);
+      void aggregateMetrics(entry.got).then((text) => send(asker, { t: 'metrics-text', id: askId, text }));
+    };
+    entry.done = finish;
+    const timer = setTimeout(finish, opts.metricsTimeoutMs ?? 2000);
+    gathering.set(id, entry);
+    for (const s of targets) send(s.worker, { t: 'metrics-req', id });
+    if (targets.length === 0) finish();
+  };
+
+  /** A booking call the asking process could not answer: the first other process that can does. */
+  const askOthers = (asker: Slot, askId: number, req: ReplayedRequest) => {
+    const id = askSeq++;
+    const targets = live().filter((s) => s !== asker);
+    const done = (answer: ReplayAnswer | null) => {
+      if (!asking.delete(id)) return;
+      clearTimeout(timer);
+      send(asker.worker, { t: 'answer', id: askId, answer });
+    };
+    const timer = setTimeout(() => done(null), opts.metricsTimeoutMs ?? 2000);
+    asking.set(id, { want: new Set(targets.map((s) => s.worker.id)), done });
+    for (const s of targets) send(s.worker, { t: 'ask', id, req });
+    if (targets.length === 0) done(null);
+  };
+
+  const onMessage = (slot: Slot, m: ToPrimary) => {
+    switch (m.t) {
+      case 'hello':
+        send(slot.worker, { t: 'start', index: slot.index, count: opts.count, engines: refs });
+        // A replacement catches up on the registrations, peers and reloads the others applied.
+        for (const req of applied) send(slot.worker, { t: 'replay', req });
+        return;
+      case 'ready':
+        slot.ready = true;
+        url = m.url;
+        if (slots.every((s) => s.ready)) settleStart(null);
+        return;
+      case 'failed':
+        return settleStart(new Error(m.message));
+      case 'replay':
+        // Index writes (/events) are not kept: the engines' events rebuild a replacement's index.
+        if (m.req.path.split('?')[0] !== '/events') applied.push(m.req);
+        if (applied.length > MAX_KEPT_REPLAYS) applied.shift();
+        for (const s of slots) if (s !== slot) send(s.worker, m);
+        return;
+      case 'sync':
+        for (const s of slots) if (s !== slot) send(s.worker, m);
+        return;
+      case 'ask':
+        return askOthers(slot, m.id, m.req);
+      case 'answer': {
+        const a = asking.get(m.id);
+        if (!a || !a.want.delete(slot.worker.id)) return;
+        if (m.answer.status < 300) a.done(m.answer);
+        else if (a.want.size === 0) a.done(null);
+        return;
+      }
+      case 'metrics':
+        return gatherMetrics(slot.worker, m.id);
+      case 'metrics-res': {
+        const g = gathering.get(m.id);
+        if (!g || !g.want.delete(slot.worker.id)) return;
+        g.got.push(m.json);
+        if (g.want.size === 0) g.done();
+        return;
+      }
+    }
+  };
+
+  const fork = (slot: Omit<Slot, 'worker'> & { worker?: Worker }): Slot => {
+    const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index) });
+    const s = slot as Slot;
+    s.worker = worker;
+    s.ready = false;
+    s.startedAt = Date.now();
+    worker.on('message', (m: unknown) => {
+      if (isToPrimary(m)) onMessage(s, m);
+    });
+    worker.on('exit', (code, signal) => {
+      for (const g of gathering.values()) if (g.want.delete(worker.id) && g.want.size === 0) g.done();
+      for (const a of asking.values()) if (a.want.delete(worker.id) && a.want.size === 0) a.done(null);
+      if (closing) return;
+      if (!started) return settleStart(new Error(`router process ${s.index} exited during start-up (${signal ?? `code ${code}`})`));
+      // A process that dies is replaced; one that keeps dying waits longer each time (up to 30 s).
+      s.crashes = Date.now() - s.startedAt < 10_000 ? s.crashes + 1 : 0;
+      const delay = Math.min(30_000, s.crashes === 0 ? 0 : 500 * 2 ** (s.crashes - 1));
+      opts.log(`router process ${s.index} exited (${signal ?? `code ${code}`}); starting another${delay ? ` in ${delay} ms` : ''}`);
+      setTimeout(() => {
+        if (!closing) fork(s);
+      }, delay).unref();
+    });
+    return s;
+  };
+
+  let started = false;
+  for (let i = 0; i < opts.count; i++) slots.push(fork({ index: i, ready: false, startedAt: 0, crashes: 0 }));
+
+  const stopAll = async (): Promise<void> => {
+    closing = true;
+    const exits = slots.map((s) => (s.worker.isDead() ? Promise.resolve() : new Promise<void>((r) => s.worker.once('exit', () => r()))));
+    for (const s of slots) send(s.worker, { t: 'shutdown' });
+    // A process that does not finish within the grace period (and a margin to close) is killed.
+    const kill = setTimeout(() => {
+      for (const s of slots) if (!s.worker.isDead()) s.worker.process.kill('SIGKILL');
+    }, graceMs + 10_000);
+    await Promise.all(exits);
+    clearTimeout(kill);
+    await Promise.all(engines.map((e) => e.close()));
+  };
+
+  const failure = await allReady;
+  if (failure) {
+    await stopAll();
+    throw failure;
+  }
+  started = true;
+  return {
+    get url() {
+      return url;
+    },
+    count: opts.count,
+    reload() {
+      for (const s of slots) send(s.worker, { t: 'reload' });
+    },
+    close: stopAll,
+  };
+}

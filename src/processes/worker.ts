@@ -1,0 +1,157 @@
+// One router process of `serve --workers N`: a whole router (own index fed by the engines' KV
+// events, own scheduler) on the shared port, kept in step with the others through the primary.
+import type { LinkStatus, SyncLink } from '../cluster/nats-link.js';
+import type { RouterConfig } from '../config/schema.js';
+import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
+import { isToWorker, type ToPrimary, type ToWorker } from './messages.js';
+import { processMetrics } from './metrics.js';
+
+type Handler = (data: Uint8Array, subject: string) => void;
+
+const send = (m: ToPrimary): void => {
+  // The channel closes when the primary goes (and then this process exits): nothing to do.
+  if (process.connected) process.send!(m);
+};
+
+/** Replica sync between the processes of one router: the primary passes every message to the others. */
+export class ProcessLink implements SyncLink {
+  private readonly handlers: Array<{ subject: string; handler: Handler }> = [];
+  private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0 };
+
+  get connected(): boolean {
+    return process.connected;
+  }
+
+  publish(subject: string, data: Uint8Array): boolean {
+    if (!process.connected) return false;
+    send({ t: 'sync', subject, data });
+    return true;
+  }
+
+  subscribe(subject: string, handler: Handler): void {
+    this.handlers.push({ subject, handler });
+  }
+
+  status(): LinkStatus {
+    return { ...this.st, connected: process.connected };
+  }
+
+  deliver(subject: string, data: Uint8Array): void {
+    for (const h of this.handlers) if (h.subject === subject) h.handler(data, subject);
+  }
+}
+
+export interface ProcessServeOptions extends Omit<StartOptions, 'process'> {
+  /** Told once this process serves (or failed to start); the primary prints the failure. */
+  onStarted?: (router: RouterHandle) => void;
+}
+
+/**
+ * Serve as router process `index` until the primary says to stop: returns the exit code. The
+ * primary's engines arrive in its first message; start-up failures go to the primary as one line.
+ */
+export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOptions): Promise<number> {
+  const link = new ProcessLink();
+  const pendingMetrics = new Map<number, (text: string) => void>();
+  const pendingAsks = new Map<number, (a: ReplayAnswer | null) => void>();
+  let nextId = 0;
+  let router: RouterHandle | null = null;
+  let stopping = false;
+  let resolveStart!: (m: Extract<ToWorker, { t: 'start' }>) => void;
+  const started = new Promise<Extract<ToWorker, { t: 'start' }>>((r) => (resolveStart = r));
+  let resolveStop!: () => void;
+  const stopped = new Promise<void>((r) => (resolveStop = r));
+  const stop = () => {
+    stopping = true;
+    resolveStop();
+  };
+  // Replays that arrive while this process starts are applied once it serves, in order.
+  const early: Array<Extract<ToWorker, { t: 'replay' }>['req']> = [];
+  let replays = Promise.resolve();
+  const replay = (req: Extract<ToWorker, { t: 'replay' }>['req']) => {
+    const r = router;
+    if (!r) return void early.push(req);
+    replays = replays.then(() => r.replay(req).then(() => undefined, (err: unknown) => opts.log?.(`replayed ${req.path} failed: ${(err as Error).message}`)));
+  };
+  process.on('message', (m: unknown) => {
+    if (!isToWorker(m)) return;
+    switch (m.t) {
+      case 'start':
+        return resolveStart(m);
+      case 'sync':
+        return link.deliver(m.subject, m.data);
+      case 'replay':
+        return replay(m.req);
+      case 'ask':
+        // Another process's booking call: answered here only if this process made the booking.
+        if (!router) return send({ t: 'answer', id: m.id, answer: { status: 404, body: new Uint8Array(0) } });
+        void router.replay(m.req).then(
+          (answer) => send({ t: 'answer', id: m.id, answer }),
+          () => send({ t: 'answer', id: m.id, answer: { status: 500, body: new Uint8Array(0) } }),
+        );
+        return;
+      case 'answer':
+        pendingAsks.get(m.id)?.(m.answer);
+        pendingAsks.delete(m.id);
+        return;
+      case 'metrics-req':
+        if (router) void processMetrics(router.runtime.prom).then((json) => send({ t: 'metrics-res', id: m.id, json }));
+        else send({ t: 'metrics-res', id: m.id, json: [] });
+        return;
+      case 'metrics-text':
+        pendingMetrics.get(m.id)?.(m.text);
+        pendingMetrics.delete(m.id);
+        return;
+      case 'reload':
+        if (router && !stopping) void router.reload();
+        return;
+      case 'shutdown':
+        return stop();
+    }
+  });
+  // The primary owns the signals: a Ctrl-C reaches every process of the group, and the primary
+  // decides when each stops (after it stopped accepting, all drain together).
+  const ignore = () => undefined;
+  process.on('SIGINT', ignore);
+  process.on('SIGTERM', ignore);
+  process.on('SIGHUP', ignore);
+  process.once('disconnect', stop);
+  send({ t: 'hello' });
+
+  const start = await Promise.race([started, stopped.then(() => null)]);
+  if (start === null) return 0;
+  const role: ProcessRole = {
+    index: start.index,
+    count: start.count,
+    link,
+    engines: start.engines,
+    metrics: () =>
+      new Promise<string>((resolve) => {
+        const id = nextId++;
+        pendingMetrics.set(id, resolve);
+        send({ t: 'metrics', id });
+      }),
+    replay: (req) => send({ t: 'replay', req }),
+    ask: (req) =>
+      new Promise<ReplayAnswer | null>((resolve) => {
+        const id = nextId++;
+        pendingAsks.set(id, resolve);
+        send({ t: 'ask', id, req });
+      }),
+  };
+  try {
+    router = await startRouter(cfg, { ...opts, process: role });
+  } catch (err) {
+    send({ t: 'failed', message: err instanceof Error ? err.message : String(err) });
+    return 1;
+  }
+  for (const req of early.splice(0)) replay(req);
+  opts.onStarted?.(router);
+  send({ t: 'ready', url: router.url });
+  await stopped;
+  await replays;
+  await router.close();
+  for (const resolve of pendingMetrics.values()) resolve('');
+  for (const resolve of pendingAsks.values()) resolve(null);
+  return 0;
+}

