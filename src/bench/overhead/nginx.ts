@@ -1,11 +1,11 @@
 // nginx as the reference proxy: a round-robin reverse proxy on loopback, configured and run by the
 // benchmark as a child (`nginx -p <tmp> -c <conf>`, `daemon off`), one worker like the one-process router.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Child, processCpuSeconds, spawnChild } from '../procs/children.js';
+import { type Child, processTreeCpuSeconds, spawnChild } from '../procs/children.js';
 
 export function findNginx(): string | null {
   for (const p of ['/usr/sbin/nginx', '/usr/local/sbin/nginx', '/usr/local/nginx/sbin/nginx', '/usr/bin/nginx']) if (existsSync(p)) return p;
@@ -24,10 +24,10 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export function nginxConf(dir: string, port: number, upstreams: string[]): string {
+export function nginxConf(dir: string, port: number, upstreams: string[], workers = 1): string {
   const servers = upstreams.map((u) => `    server ${new URL(u).host};`).join('\n');
   return `# written by kvrouter bench overhead
-worker_processes 1;
+worker_processes ${workers};
 daemon off;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
@@ -84,41 +84,18 @@ async function waitListening(port: number, timeoutMs: number): Promise<void> {
   }
 }
 
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const s = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(d));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
-}
-
-export async function startNginx(bin: string, upstreams: string[]): Promise<NginxProc> {
+export async function startNginx(bin: string, upstreams: string[], workers = 1): Promise<NginxProc> {
   const dir = mkdtempSync(join(tmpdir(), 'kvrouter-nginx-'));
   for (const d of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
   const port = await freePort();
   const conf = join(dir, 'nginx.conf');
-  writeFileSync(conf, nginxConf(dir, port, upstreams));
+  writeFileSync(conf, nginxConf(dir, port, upstreams, workers));
   const child = await spawnChild(bin, ['-p', dir, '-c', conf], null);
   await waitListening(port, 10_000);
   return {
     url: `http://127.0.0.1:${port}`,
     child,
-    cpuSeconds() {
-      const pids = [child.pid, ...childrenOf(child.pid)];
-      let total = 0;
-      for (const p of pids) {
-        const c = processCpuSeconds(p);
-        if (c === null) return null;
-        total += c;
-      }
-      return total;
-    },
+    cpuSeconds: () => processTreeCpuSeconds(child.pid),
     async stop() {
       await child.stop(3000);
       rmSync(dir, { recursive: true, force: true });

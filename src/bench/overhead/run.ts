@@ -11,9 +11,9 @@ import { LoadGenerator, type LoadSpec } from './loadgen.js';
 import { type MeasureOptions, measureTargets, type Target, type TargetResult } from './measure.js';
 import { findNginx, startNginx } from './nginx.js';
 import type { RouterProc } from '../procs/router.js';
-import { cpuOf, startRouterOver, startStubs } from './targets.js';
+import { cpuOf, startNodeProxy, startRouterOver, startStubs } from './targets.js';
 
-export const TARGETS = ['direct', 'nginx', 'kv', 'round-robin'] as const;
+export const TARGETS = ['direct', 'nginx', 'node', 'kv', 'round-robin'] as const;
 export type TargetName = (typeof TARGETS)[number];
 
 const MODEL = 'Qwen/Qwen3-0.6B';
@@ -27,6 +27,7 @@ export function overheadOptions(defaultTargets: readonly TargetName[]): OptionTa
     'step-seconds': { type: 'string', arg: 'S', help: 'length of each concurrency step of the throughput ramp (default 4; quick 1.5)' },
     'max-concurrency': { type: 'string', default: '256', arg: 'N', help: 'highest concurrency of the ramp (it also stops once throughput stops growing)' },
     seed: { type: 'string', default: '0', arg: 'N', help: 'seed of the request bodies' },
+    workers: { type: 'string', default: '1', arg: 'N,M', help: 'worker processes of nginx and kvrouter (serve --workers), one set of targets per count, e.g. 1,2' },
     chunks: { type: 'string', default: '1', arg: 'N', help: 'streaming mode: SSE chunks per response (the stub sends one per output token); the report adds CPU per chunk' },
     out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/<name>-<time>)' },
     json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
@@ -62,14 +63,26 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   const targets: Target[] = [];
   const skipped: Array<{ target: string; reason: string }> = [];
   let results: TargetResult[];
+  let counts: number[] = [1];
   try {
     const stubs = await startStubs(UPSTREAMS);
     stops.push(() => stubs.stop());
     const spec = (urls: string[], headers: Record<string, string> = {}): LoadSpec => ({ urls: urls.map((u) => `${u}${path}`), bodies, headers });
+    counts = String(v.workers).split(',').map((x) => Number(x.trim()));
+    if (counts.some((w) => !Number.isInteger(w) || w < 1 || w > 64)) throw new Error('--workers takes counts 1..64, e.g. 1,2');
+    for (const w of counts) {
+    // Names carry the count when it is not 1 (nginx-w2, kv-w2): ratios pair targets of one count.
+    const named = (t: string) => (w === 1 ? t : `${t}-w${w}`);
     let router: RouterProc | null = null;
     for (const t of names) {
       if (t === 'direct') {
+        if (w > 1) continue; // one direct target whatever the counts
         targets.push({ name: t, description: `client-side rotation over the ${UPSTREAMS} stub upstreams (CPU column: the upstreams)`, spec: spec(stubs.urls), cpu: cpuOf(stubs.child.pid) });
+      } else if (t === 'node') {
+        if (w > 1) continue; // one process by design
+        const n = await startNodeProxy(stubs.urls);
+        stops.push(() => n.stop());
+        targets.push({ name: t, description: 'the floor of a Node proxy: node:http in, undici out, round-robin, nothing else (one process)', spec: spec([n.url]), cpu: cpuOf(n.child.pid) });
       } else if (t === 'nginx') {
         const bin = findNginx();
         if (!bin) {
@@ -77,17 +90,18 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
           log('nginx: not installed, skipped');
           continue;
         }
-        const n = await startNginx(bin, stubs.urls);
+        const n = await startNginx(bin, stubs.urls, w);
         stops.push(() => n.stop());
-        targets.push({ name: t, description: `nginx (${bin}), 1 worker, round-robin upstream with keepalive, proxy_buffering off`, spec: spec([n.url]), cpu: () => n.cpuSeconds() });
+        targets.push({ name: named(t), description: `nginx (${bin}), ${w} worker${w > 1 ? 's' : ''}, round-robin upstream with keepalive, proxy_buffering off`, spec: spec([n.url]), cpu: () => n.cpuSeconds() });
       } else {
         if (!router) {
-          const r = await startRouterOver(stubs.urls, MODEL);
+          const r = await startRouterOver(stubs.urls, MODEL, w);
           stops.push(() => r.stop());
           router = r;
         }
-        targets.push({ name: t, description: `kvrouter (one process), policy ${t} via x-kvrouter-policy`, spec: spec([router.url], { 'x-kvrouter-policy': t }), cpu: cpuOf(router.child.pid) });
+        targets.push({ name: named(t), description: `kvrouter (${w === 1 ? 'one process' : `serve --workers ${w}`}), policy ${t} via x-kvrouter-policy`, spec: spec([router.url], { 'x-kvrouter-policy': t }), cpu: cpuOf(router.child.pid) });
       }
+    }
     }
     const lg = await LoadGenerator.start();
     stops.push(() => lg.stop());
@@ -98,7 +112,11 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   }
 
   const direct = results.find((r) => r.name === 'direct');
-  const nginx = results.find((r) => r.name === 'nginx');
+  const countOf = (name: string) => Number(/-w(\d+)$/.exec(name)?.[1] ?? 1);
+  const baseOf = (name: string) => name.replace(/-w\d+$/, '');
+  // Each target is compared with nginx running the same number of worker processes.
+  const nginxFor = (r: TargetResult) => results.find((x) => baseOf(x.name) === 'nginx' && countOf(x.name) === countOf(r.name));
+  const nginx = results.find((r) => baseOf(r.name) === 'nginx');
   const added = (r: TargetResult, p: 'p50' | 'p99') => (direct ? r.latencyMs[p] - direct.latencyMs[p] : NaN);
   // A ratio to a difference at the noise floor (nginx adds tens of µs) is reported, but only when positive.
   const ratio = (a: number, b: number | undefined) => (b !== undefined && b > 0 && Number.isFinite(a) ? `${(a / b).toFixed(2)}x` : 'n/a');
@@ -110,7 +128,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
       rows: results.map((r) => [
         r.name, r2(r.latencyMs.p50), r2(r.latencyMs.p99), r2(added(r, 'p50')), r2(added(r, 'p99')),
         ...(nginx
-          ? [ratio(r.latencyMs.p50, nginx.latencyMs.p50), ratio(r.latencyMs.p99, nginx.latencyMs.p99), ratio(added(r, 'p50'), added(nginx, 'p50')), ratio(added(r, 'p99'), added(nginx, 'p99'))]
+          ? ((n) => (n ? [ratio(r.latencyMs.p50, n.latencyMs.p50), ratio(r.latencyMs.p99, n.latencyMs.p99), ratio(added(r, 'p50'), added(n, 'p50')), ratio(added(r, 'p99'), added(n, 'p99'))] : ['n/a', 'n/a', 'n/a', 'n/a']))(nginxFor(r))
           : []),
       ]),
     },
@@ -121,13 +139,28 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
         const at = r.steps.find((s) => s.concurrency === r.maxRpsConcurrency)!;
         return [
           r.name, Math.round(r.maxRps), r.maxRpsConcurrency,
-          ...(nginx ? [ratio(r.maxRps, nginx.maxRps)] : []), ...(direct ? [ratio(r.maxRps, direct.maxRps)] : []),
+          ...(nginx ? [ratio(r.maxRps, nginxFor(r)?.maxRps)] : []), ...(direct ? [ratio(r.maxRps, direct.maxRps)] : []),
           at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq),
           ...(chunks > 1 ? [at.proxyCpuUsPerReq === null ? 'n/a' : +(at.proxyCpuUsPerReq / chunks).toFixed(1)] : []),
           +at.loadgenCores.toFixed(2),
         ];
       }),
     },
+    ...(counts.length > 1
+      ? [
+          {
+            title: 'Worker processes: max req/s against the same target with one process',
+            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req'],
+            rows: results
+              .filter((r) => baseOf(r.name) !== 'direct')
+              .map((r) => {
+                const one = results.find((x) => x.name === baseOf(r.name));
+                const at = r.steps.find((x) => x.concurrency === r.maxRpsConcurrency)!;
+                return [r.name, countOf(r.name), Math.round(r.maxRps), ratio(r.maxRps, one?.maxRps), at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq)];
+              }),
+          },
+        ]
+      : []),
     {
       title: 'Throughput ramp (req/s at each concurrency)',
       columns: ['target', ...[...new Set(results.flatMap((r) => r.steps.map((s) => s.concurrency)))].sort((a, b) => a - b).map(String)],
@@ -148,7 +181,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
       path,
       chunks,
       upstreams: `${UPSTREAMS} stub upstreams in one node process (one token at once, streamed)`,
-      processes: 'load generator (forked node process), stub upstreams (one node process), the proxy under test (nginx with 1 worker, or a kvrouter process): all on the same 2 cores',
+      processes: `load generator (forked node process), stub upstreams (one node process), the proxy under test (nginx with ${counts.join(' or ')} worker process(es), or kvrouter with as many router processes): all on this machine's cores`,
       measure: mo,
       loadAverage: { before: load0.map((x) => +x.toFixed(2)), after: loadavg().map((x) => +x.toFixed(2)) },
     },

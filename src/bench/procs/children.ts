@@ -1,7 +1,7 @@
 // Child processes of the benchmarks (the kvrouter CLI, nginx, helpers): spawn, wait for a ready
 // line, read their CPU time, and make sure none outlives the benchmark.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** bin/kvrouter.js of this checkout (this file runs from dist/bench/procs/). */
@@ -114,6 +114,32 @@ export function processCpuSeconds(pid: number): number | null {
   } catch {
     return null;
   }
+}
+
+/** Child processes of `pid` (read from /proc). */
+export function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const s = readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/** CPU seconds of a process and its children (nginx's master and workers, `serve --workers`). */
+export function processTreeCpuSeconds(pid: number): number | null {
+  let total = 0;
+  for (const p of [pid, ...childrenOf(pid)]) {
+    const c = processCpuSeconds(p);
+    if (c === null) return null;
+    total += c;
+  }
+  return total;
 }
 
 /** CPU seconds of this process (user + system). */

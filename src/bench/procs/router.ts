@@ -27,6 +27,8 @@ export interface RouterProcOptions {
   extraYaml?: string[];
   /** Extra lines of the model (four-space indented), e.g. its disaggregation. */
   modelYaml?: string[];
+  /** Router processes (`serve --workers`; default 1). */
+  processes?: number;
 }
 
 export interface RouterProc {
@@ -66,7 +68,7 @@ export async function startRouterProc(o: RouterProcOptions): Promise<RouterProc>
   // BENCH_ROUTER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the router
   // process of any benchmark (NODE_OPTIONS refuses --cpu-prof).
   const nodeArgs = (process.env.BENCH_ROUTER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
-  const child = await spawnCli(['serve', '--config', file], LISTENING, { timeoutMs: 120_000, nodeArgs });
+  const child = await spawnCli(['serve', '--config', file, ...(o.processes && o.processes > 1 ? ['--workers', String(o.processes)] : [])], LISTENING, { timeoutMs: 120_000, nodeArgs });
   const url = LISTENING.exec(child.lines.find((l) => LISTENING.test(l))!)![1];
   const want = o.instances.filter((i) => i.kvEvents).length;
   const deadline = Date.now() + 30_000;
