@@ -6,7 +6,7 @@ import { type Table, writeReport } from '../report.js';
 import { barChart, lineChart } from '../svg.js';
 import type { OracleStats } from '../workloads/oracle.js';
 import type { Sizing } from './sizing.js';
-import type { PolicyResult } from './summary.js';
+import { type PolicyResult, WARMUP_MS } from './summary.js';
 
 /** Everything a cluster run records (the JSON report); the Markdown and charts derive from it. */
 export interface ClusterReport {
@@ -82,6 +82,13 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
     ]),
   };
   const tables = [main];
+  if (results.some((r) => r.steadyTtftMs && r.steadyTtftMs.requests > 0)) {
+    tables.push({
+      title: `TTFT without the warm-up: requests sent after the first ${WARMUP_MS / 1000} s (ms)`,
+      columns: ['policy', 'requests', 'TTFT p50', 'p90', 'p99'],
+      rows: results.map((r) => (r.steadyTtftMs ? [r.policy, r.steadyTtftMs.requests, ms(r.steadyTtftMs.p50), ms(r.steadyTtftMs.p90), ms(r.steadyTtftMs.p99)] : [r.policy, 'n/a', 'n/a', 'n/a', 'n/a'])),
+    });
+  }
   const base = results.find((r) => r.policy === 'round-robin') ?? results.find((r) => r.policy === 'random');
   if (base) {
     const x = (a: number, b: number) => (b > 0 && Number.isFinite(a) ? `${(a / b).toFixed(2)}x` : 'n/a');

@@ -46,9 +46,18 @@ export interface PolicyResult {
   /** The routers' closed-loop check of their cache predictions (null: not scraped). */
   hitCheck?: HitCheck | null;
   engines: EngineLoad[];
+  /**
+   * TTFT of requests sent after the first WARMUP_MS (absent in older reports). A run's first seconds
+   * carry start-up costs (JIT, first tokenizations, empty caches) that can decide a p99 of a few
+   * hundred requests; this is the same run without them.
+   */
+  steadyTtftMs?: Dist & { requests: number };
   /** 101 evenly spaced TTFT quantiles (ms) of successful requests. */
   ttftCdf: number[];
 }
+
+/** Sends in the first 5 s are the warm-up left out of `steadyTtftMs`. */
+export const WARMUP_MS = 5000;
 
 export function summarize(policy: string, summary: string, samples: readonly Sample[], engineIds: readonly string[], counters: readonly EngineCounters[], wallMs: number, cpu: CpuSeconds): PolicyResult {
   const ok = samples.filter((s) => s.error === null && s.ttftMs !== null);
@@ -74,6 +83,7 @@ export function summarize(policy: string, summary: string, samples: readonly Sam
     summary,
     requests: { sent: samples.length, ok: ok.length, errors: errs.length, firstErrors: [...new Set(errs.map((s) => s.error ?? 'no token'))].slice(0, 5) },
     ttftMs: dist(ttft),
+    steadyTtftMs: ((v) => ({ ...dist(v), requests: v.length }))(ok.filter((s) => s.sentAt >= WARMUP_MS).map((s) => s.ttftMs!)),
     e2eMs: dist(ok.map((s) => s.e2eMs)),
     tpotMs: dist(ok.filter((s) => s.completionTokens > 1).map((s) => (s.e2eMs - s.ttftMs!) / (s.completionTokens - 1))),
     maxLagMs: samples.reduce((a, s) => Math.max(a, s.lagMs), 0),
