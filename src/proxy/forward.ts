@@ -4,7 +4,6 @@
 // instance; after that the client gets a clean error instead.
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import type { Dispatcher } from 'undici';
 import { type Attributes, type Span, SpanKind } from '@opentelemetry/api';
 import { RequestTrace } from '../tracing/request-trace.js';
 import { sendError } from '../api/errors.js';
@@ -15,6 +14,7 @@ import { type EngineUsage, UsageTail } from '../feedback/usage-tail.js';
 import type { CapacityQueue } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
+import { type ExchangeHead, UpstreamExchange } from './exchange.js';
 
 export interface InstanceRuntime {
   readonly id: string;
@@ -143,20 +143,6 @@ export function cutResponse(res: ServerResponse, why: string, status: number): v
   res.destroy();
 }
 
-function waitDrain(res: ServerResponse): Promise<void> {
-  // 'close' may have fired already: never wait on a response that can no longer drain.
-  if (res.destroyed || res.writableEnded) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
-}
-
 export async function forward(res: ServerResponse, job: ForwardJob, opts: ForwardOptions, deps: ForwardDeps): Promise<void> {
   const { scheduler, queue, now, observer } = deps;
   const abort = new AbortController();
@@ -273,13 +259,20 @@ async function dispatch(
     upstreamSpan = job.trace?.child('upstream', { 'kvrouter.instance': inst.id, 'server.address': inst.upstream.url, 'kvrouter.attempt': attempt }, SpanKind.CLIENT);
     if (upstreamSpan) job.trace!.inject(upstreamSpan, headers);
     else if (job.traceContext) Object.assign(headers, job.traceContext);
-    let up: Dispatcher.ResponseData;
+    const signal = ctl?.signal ?? abort.signal;
+    let ex: UpstreamExchange | null = null;
+    const onAbort = () => ex?.abort();
+    let up: ExchangeHead;
     try {
       if (cutReason !== null) throw new Error(cutReason);
-      up = await inst.upstream.pool.request({ path: inst.upstream.basePath + job.path, method: 'POST', headers, body, signal: ctl?.signal ?? abort.signal });
+      ex = new UpstreamExchange(inst.upstream.pool, { path: inst.upstream.basePath + job.path, method: 'POST', headers, body });
+      if (signal.aborted) ex.abort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      up = await ex.head;
       responded = true;
       upstreamStatus = up.statusCode;
     } catch (err) {
+      signal.removeEventListener('abort', onAbort);
       upstreamError = cutReason ?? (err as Error).message;
       if (cutReason !== null && !abort.signal.aborted) {
         const msg = `${inst.id}: ${cutReason}`;
@@ -301,58 +294,73 @@ async function dispatch(
       observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
       return 'done';
     }
-    if (up.statusCode >= 500 && canRetry) {
-      const text = await up.body.text().catch(() => '');
-      const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
-      setError(msg);
-      return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
-    }
-
-    const out: Record<string, string | string[]> = {};
-    for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-    Object.assign(out, explanationHeaders(d, job.requestId, attempt), extra);
-    res.writeHead(up.statusCode, out);
-    if (job.stream) sseResponses.add(res);
-    let first = true;
-    // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
-    const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
+    const exchange = ex;
     try {
-      for await (const chunk of up.body) {
-        tail?.push(chunk as Buffer);
-        if (first) {
-          first = false;
-          // A stream's first chunk is its first token; a plain response's is its last, and an error's
-          // is no prefill at all: neither says anything about prefill speed.
-          scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 && (plan?.teachesRate ?? true) ? now() : undefined);
-          queue.notify(1);
-          observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
-        upstreamSpan?.addEvent('first_token');
+      if (up.statusCode >= 500 && canRetry) {
+        const text = await exchange.text().catch(() => '');
+        const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
+        setError(msg);
+        return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
+      }
+
+      const out: Record<string, string | string[]> = {};
+      for (const k in up.headers) {
+        const v = up.headers[k];
+        if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
+      }
+      Object.assign(out, explanationHeaders(d, job.requestId, attempt), extra);
+      res.writeHead(up.statusCode, out);
+      if (job.stream) sseResponses.add(res);
+      let first = true;
+      // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
+      const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
+      const resume = () => exchange.resume();
+      try {
+        await exchange.pipe((chunk) => {
+          tail?.push(chunk);
+          if (first) {
+            first = false;
+            // A stream's first chunk is its first token; a plain response's is its last, and an error's
+            // is no prefill at all: neither says anything about prefill speed.
+            scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 && (plan?.teachesRate ?? true) ? now() : undefined);
+            queue.notify(1);
+            observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
+            upstreamSpan?.addEvent('first_token');
+          }
+          if (res.destroyed) {
+            exchange.abort();
+            return false;
+          }
+          if (res.write(chunk)) return true;
+          // A client that closes instead of draining aborts the exchange (forward's close handler).
+          res.once('drain', resume);
+          return false;
+        });
+        if (abort.signal.aborted || res.destroyed) {
+          observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+          return 'done';
         }
-        if (!res.write(chunk)) await waitDrain(res);
-        if (res.destroyed) break;
+        res.end();
+        if (tail) {
+          const usage = tail.read();
+          if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
+          observer!.reported!(d, usage);
+        }
+        observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
+      } catch (err) {
+        if (abort.signal.aborted || res.destroyed) {
+          observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+          return 'done';
+        }
+        // The engine failed after bytes reached the client: no retry; end with a clean error.
+        const msg = `${inst.id}: ${(err as Error).message}`;
+        if (job.stream) {
+          res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
+        } else res.destroy(err as Error);
+        observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
       }
-      if (abort.signal.aborted || res.destroyed) {
-        observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-        return 'done';
-      }
-      res.end();
-      if (tail) {
-        const usage = tail.read();
-        if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
-        observer!.reported!(d, usage);
-      }
-      observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
-    } catch (err) {
-      if (abort.signal.aborted || res.destroyed) {
-        observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-        return 'done';
-      }
-      // The engine failed after bytes reached the client: no retry; end with a clean error.
-      const msg = `${inst.id}: ${(err as Error).message}`;
-      if (job.stream) {
-        res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
-      } else res.destroy(err as Error);
-      observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+    } finally {
+      signal.removeEventListener('abort', onAbort);
     }
     return 'done';
   } finally {
