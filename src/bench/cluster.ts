@@ -51,6 +51,7 @@ export const FLEET_OPTIONS: OptionTable = {
   'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'abort requests still running this long after the last open-loop arrival' },
   bypass: { type: 'string', default: '0', arg: 'X', help: 'share of the requests sent straight to engine e0, bypassing the router: load the router did not book' },
   routers: { type: 'string', default: '1', arg: 'N', help: 'independent routers (no sync) sharing the engines, requests alternating between them: predictions diverge from the truth' },
+  'router-processes': { type: 'string', default: '1', arg: 'N', help: 'processes of each router (kvrouter serve --workers N)' },
   pd: { type: 'string', default: '2P2D', arg: 'NPMD', help: 'engines of the disaggregated variants (pd, pd-no-bypass): N prefill + M decode, same sizing as one aggregated engine each' },
   ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: KNOB_HELP[k] }])),
   quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes (per policy and point)' },
@@ -90,6 +91,8 @@ export interface ClusterSetup {
   followUps: number;
   drainS: number;
   routers: number;
+  /** Processes per router (serve --workers). */
+  routerProcesses: number;
   bypass: number;
   pd: { prefill: number; decode: number };
 }
@@ -109,6 +112,8 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
   const cpuRatio = numberOption(v, 'cpu-ratio');
   const routers = intOption(v, 'routers');
   if (routers < 1) throw new Error('--routers must be at least 1');
+  const routerProcesses = intOption(v, 'router-processes');
+  if (routerProcesses < 1 || routerProcesses > 64) throw new Error('--router-processes must be 1..64');
   const bypass = numberOption(v, 'bypass');
   if (!(bypass >= 0 && bypass < 1)) throw new Error('--bypass must be in [0, 1)');
   const pdm = /^(\d+)P(\d+)D$/i.exec(String(v.pd ?? '2P2D'));
@@ -155,11 +160,12 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
       orc,
       size,
       fleet,
-      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL, routers, bypass, pd: `${pd.prefill}P${pd.decode}D` },
+      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL, routers, routerProcesses, bypass, pd: `${pd.prefill}P${pd.decode}D` },
       spanMs,
       followUps: workload.requests.filter((r) => r.after).length,
       drainS: intOption(v, 'drain-timeout'),
       routers,
+      routerProcesses,
       bypass,
       pd,
     };
@@ -181,7 +187,7 @@ export async function runVariants(setup: ClusterSetup, policies: readonly Policy
   for (const p of policies) {
     progress.setLabel(p.name);
     progress.log(`policy ${p.name}: starting engines and ${setup.routers > 1 ? `${setup.routers} routers` : 'router'} (arrivals over ${scheduleS.toFixed(0)} s)`);
-    const { result: r, samples } = await runPolicy(p, { fleet: setup.fleet, workload, rateScale, drainTimeoutMs, routers: setup.routers, bypass: setup.bypass, pd: setup.pd, onDone: () => progress.tick() });
+    const { result: r, samples } = await runPolicy(p, { fleet: setup.fleet, workload, rateScale, drainTimeoutMs, routers: setup.routers, routerProcesses: setup.routerProcesses, bypass: setup.bypass, pd: setup.pd, onDone: () => progress.tick() });
     results.push(r);
     for (const s of samples) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...s }));
     progress.log(

@@ -17,7 +17,7 @@ export interface ClusterReport {
   workload: { name: string; description: string; requests: number };
   oracle: OracleStats;
   sizing: Sizing;
-  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; bypass?: number; pd?: string };
+  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; routerProcesses?: number; bypass?: number; pd?: string };
   arrivals: { scheduleS: number; followUps: number };
   loadAverage: { before: number[]; after: number[] };
   runSeconds: number;
@@ -42,6 +42,7 @@ export function setupTable(d: ClusterReport): Table {
       ...(c.bypass ? [['bypass', `${(100 * c.bypass).toFixed(0)}% of the requests go straight to engine e0, not through the router (load it did not book)`]] : []),
       ...(d.results.some((r) => r.policy.startsWith('pd')) && c.pd ? [['disaggregated (pd variants)', `${c.pd}: engines e0.. prefill, then decode, each sized as one aggregated engine; vLLM connector protocol, KV transfer 25 GB/s`]] : []),
       ...(c.routers && c.routers > 1 ? [['routers', `${c.routers} independent routers, no sync between them; requests alternate (a plain L4 balancer)`]] : []),
+      ...(c.routerProcesses && c.routerProcesses > 1 ? [['router processes', `${c.routerProcesses} per router (kvrouter serve --workers ${c.routerProcesses})`]] : []),
       ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(0)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
       ['machine', JSON.stringify(d.machine)],
       ['load average (1, 5, 15 min) before / after', `${la(d.loadAverage.before)} / ${la(d.loadAverage.after)} (2 cores shared with other work)`],

