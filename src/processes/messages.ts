@@ -10,7 +10,7 @@ export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 /** Primary -> router process. */
 export type ToWorker =
   | { t: 'start'; index: number; count: number; engines: EngineRef[] }
-  | { t: 'sync'; subject: string; data: Uint8Array }
+  | { t: 'sync'; subject: string; data: Uint8Array[] }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }
   | { t: 'answer'; id: number; answer: ReplayAnswer | null }
@@ -24,7 +24,8 @@ export type ToPrimary =
   | { t: 'hello' }
   | { t: 'ready'; url: string }
   | { t: 'failed'; message: string }
-  | { t: 'sync'; subject: string; data: Uint8Array }
+  /** Replica-sync messages of one event-loop turn, in order (one IPC write instead of one each). */
+  | { t: 'sync'; subject: string; data: Uint8Array[] }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }
   | { t: 'answer'; id: number; answer: ReplayAnswer }

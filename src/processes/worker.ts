@@ -24,9 +24,25 @@ export class ProcessLink implements SyncLink {
 
   publish(subject: string, data: Uint8Array): boolean {
     if (!process.connected) return false;
-    send({ t: 'sync', subject, data });
+    // A request books, completes its prefill and frees within a few turns: one IPC message per
+    // turn carries all of a turn's messages (each IPC message costs a write and a relay).
+    let batch = this.outbox.get(subject);
+    if (!batch) this.outbox.set(subject, (batch = []));
+    batch.push(data);
+    if (!this.flushing) {
+      this.flushing = true;
+      setImmediate(this.flush);
+    }
     return true;
   }
+
+  private readonly outbox = new Map<string, Uint8Array[]>();
+  private flushing = false;
+  private readonly flush = () => {
+    this.flushing = false;
+    for (const [subject, data] of this.outbox) send({ t: 'sync', subject, data });
+    this.outbox.clear();
+  };
 
   subscribe(subject: string, handler: Handler): void {
     this.handlers.push({ subject, handler });
@@ -36,8 +52,8 @@ export class ProcessLink implements SyncLink {
     return { ...this.st, connected: process.connected };
   }
 
-  deliver(subject: string, data: Uint8Array): void {
-    for (const h of this.handlers) if (h.subject === subject) h.handler(data, subject);
+  deliver(subject: string, batch: readonly Uint8Array[]): void {
+    for (const data of batch) for (const h of this.handlers) if (h.subject === subject) h.handler(data, subject);
   }
 }
 
