@@ -37,8 +37,8 @@ const hrw = (key: bigint, c: CandidateScore): bigint => xxh3_64(`${c.instance}\u
 /**
  * The cheapest candidate, except that near-equals go by the prefix: among candidates crediting the
  * same cached prefix as the cheapest and within `prefixAffinity x its prefill time` of its cost, the
- * one the request's next `affinityBlocks` blocks hash to wins, unless it has more prefill queued than
- * the cheapest. Requests sharing a prefix nobody holds yet thus meet on one instance (bounded-load consistent hashing: a loaded preferred instance
+ * one the request's next `affinityBlocks` blocks hash to wins (while the cheapest has no prefill
+ * queued, only among those without). Requests sharing a prefix nobody holds yet thus meet on one instance (bounded-load consistent hashing: a loaded preferred instance
  * falls out of the slack, and its overflow lands on the prefix's next choice, not anywhere).
  */
 const byCostWithAffinity: Policy = (c, ctx) => {
@@ -60,10 +60,10 @@ const byCostWithAffinity: Policy = (c, ctx) => {
   for (let k = 0; k < c.length; k++) {
     const x = c[k];
     if (k === i || x.cost > limit || x.creditedBlocks !== best.creditedBlocks || x.load.activeRequests + 1 > cap) continue;
-    // Never behind more prefill than the cheapest has queued: a cold prefill waiting for another to
-    // finish is the tail of a light load (the groups' first prompts), and its siblings find it by
-    // its booking wherever it goes.
-    if (x.load.activePrefillTokens > best.load.activePrefillTokens) continue;
+    // While the cheapest has no prefill queued, neither has the pick: at light load a cold prefill
+    // waiting for another is the tail, and its siblings find it by its booking wherever it goes.
+    // Once every instance queues (saturation), the slack alone decides: meeting is worth more then.
+    if (best.load.activePrefillTokens === 0 && x.load.activePrefillTokens > 0) continue;
     const w = hrw(key, x);
     if (w > top) {
       top = w;

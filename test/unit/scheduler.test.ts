@@ -318,7 +318,7 @@ describe('prefix co-location', () => {
     expect(new Set(Array.from({ length: 5 }, (_, q) => route(s, prompt(1, q + 2), 0.5, 0).chosen!.instance))).toEqual(new Set([next]));
   });
 
-  it('never puts a prefix behind more queued prefill than the cheapest candidate has', () => {
+  it('never queues a prefix behind a prefill while an idle candidate is within the slack', () => {
     const s = new Scheduler(new TieredIndexer(), seeded(8));
     const first = route(s, prompt(2, 0), 0.5, 0).chosen!.instance;
     // 4 queued tokens (0.2 ms at the prior): well within half a 72-token prefill, so the slack alone
