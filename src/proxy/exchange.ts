@@ -24,6 +24,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
   private ended = false;
   private failure: Error | null = null;
   private settleBody: { resolve: () => void; reject: (e: Error) => void } | null = null;
+  private onEnd: (() => void) | null = null;
 
   constructor(dispatcher: Dispatcher, opts: Dispatcher.DispatchOptions) {
     this.head = new Promise<ExchangeHead>((resolve, reject) => {
@@ -53,6 +54,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onResponseEnd(): void {
     this.ended = true;
+    this.onEnd?.();
     this.settleBody?.resolve();
   }
 
@@ -66,14 +68,23 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.settleBody?.reject(err);
   }
 
-  /** Hand the body to `sink` chunk by chunk (false pauses until resume()); resolves at its end. */
-  pipe(sink: (chunk: Buffer) => boolean): Promise<void> {
+  /**
+   * Hand the body to `sink` chunk by chunk (false pauses until resume()); resolves at its end.
+   * `onEnd` runs at the end itself, in the same turn as the last chunk: a response ended there leaves
+   * in the same socket write as that chunk (a promise continuation would come after Node has written
+   * the turn's data, and cost a write of its own).
+   */
+  pipe(sink: (chunk: Buffer) => boolean, onEnd?: () => void): Promise<void> {
     this.sink = sink;
+    this.onEnd = onEnd ?? null;
     let paused = false;
     for (const c of this.early.splice(0)) if (!sink(c)) paused = true;
     if (paused) this.controller?.pause();
     if (this.failure) return Promise.reject(this.failure);
-    if (this.ended) return Promise.resolve();
+    if (this.ended) {
+      onEnd?.();
+      return Promise.resolve();
+    }
     return new Promise<void>((resolve, reject) => (this.settleBody = { resolve, reject }));
   }
 

@@ -335,12 +335,13 @@ async function dispatch(
           // A client that closes instead of draining aborts the exchange (forward's close handler).
           res.once('drain', resume);
           return false;
+        }, () => {
+          if (!abort.signal.aborted && !res.destroyed) res.end();
         });
-        if (abort.signal.aborted || res.destroyed) {
+        if (abort.signal.aborted || (res.destroyed && !res.writableEnded)) {
           observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
           return 'done';
         }
-        res.end();
         if (tail) {
           const usage = tail.read();
           if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);

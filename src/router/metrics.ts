@@ -25,6 +25,19 @@ export interface RouterMetrics extends ForwardObserver, DisaggObserver {
   hitJudged(instance: string, verdict: Verdict | 'unverified', errorTokens: number | null): void;
 }
 
+/**
+ * A labelled metric's child for these label values, made once: prom-client sorts and joins the label
+ * object on every observe(labels, v), and the request path observes several times per request.
+ */
+function byLabels<T>(make: (key: string) => T): (key: string) => T {
+  const children = new Map<string, T>();
+  return (key) => {
+    let c = children.get(key);
+    if (c === undefined) children.set(key, (c = make(key)));
+    return c;
+  };
+}
+
 export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
   const requests = new Counter({ name: 'kvrouter_requests_total', help: 'Proxied requests by model, policy, instance and status', labelNames: ['model', 'policy', 'instance', 'status'], registers: [reg] });
   const overhead = new Histogram({
@@ -143,21 +156,34 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
     },
   });
 
+  const overheadOf = byLabels((model) => overhead.labels({ model }));
+  const overlapOf = byLabels((model) => overlap.labels({ model }));
+  const promptTokensOf = byLabels((model) => promptTokens.labels({ model }));
+  const ttftOf = byLabels((instance) => ttft.labels({ instance }));
+  const tokenizeOf = byLabels((model) => tokenize.labels({ model }));
+  const durationOf = byLabels((key) => {
+    const [model, outcome] = key.split('\u0000');
+    return duration.labels({ model, outcome });
+  });
+  const requestsOf = byLabels((key) => {
+    const [model, policy, instance, status] = key.split('\u0000');
+    return requests.labels({ model, policy, instance, status });
+  });
   return {
     routed(d, attempt, routingMs) {
       if (attempt > 0) return; // a retry is the same request: count it once
       const model = modelOf(d.chosen!.instance);
-      overhead.observe({ model }, routingMs / 1000);
-      overlap.observe({ model }, Math.min(d.isl, Math.max(d.chosen!.disk, d.chosen!.shared) * d.blockSize));
-      promptTokens.observe({ model }, d.isl);
+      overheadOf(model).observe(routingMs / 1000);
+      overlapOf(model).observe(Math.min(d.isl, Math.max(d.chosen!.disk, d.chosen!.shared) * d.blockSize));
+      promptTokensOf(model).observe(d.isl);
     },
     firstByte(instance, ms, stream) {
-      if (stream) ttft.observe({ instance }, ms / 1000); // non-streaming bodies arrive at the end
+      if (stream) ttftOf(instance).observe(ms / 1000); // non-streaming bodies arrive at the end
     },
     finished(instance, status, outcome, ms, policy) {
       const model = instance ? modelOf(instance) : 'unknown';
-      requests.inc({ model, policy, instance: instance ?? 'none', status: String(status) });
-      duration.observe({ model, outcome }, ms / 1000);
+      requestsOf(`${model}\u0000${policy}\u0000${instance ?? 'none'}\u0000${status}`).inc();
+      durationOf(`${model}\u0000${outcome}`).observe(ms / 1000);
     },
     retried(instance) {
       retries.inc({ instance });
@@ -170,7 +196,7 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
       if (errorTokens !== null) predictionError.observe({ instance }, errorTokens);
     },
     tokenized(model, seconds) {
-      tokenize.observe({ model }, seconds);
+      tokenizeOf(model).observe(seconds);
     },
     staleFreed(n) {
       stale.inc(n);

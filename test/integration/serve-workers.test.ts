@@ -130,9 +130,21 @@ describe('kvrouter serve --workers 2', () => {
   });
 
   it('replaces a router process that dies', async () => {
-    const victim = childrenOf(router.proc.pid!)[0];
+    const living = (pid: number) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+      } catch {
+        return false;
+      }
+    };
+    const victim = childrenOf(router.proc.pid!).find(living)!;
+    expect(victim).toBeGreaterThan(0);
     process.kill(victim, 'SIGKILL');
-    await waitFor('the primary says so', () => router.lines.some((l) => /router process \d exited \(SIGKILL\); starting another/.test(l)), 30_000, 50);
+    const said = () => router.lines.some((l) => /^router process \d+ exited \(.*\); starting another/.test(l));
+    await waitFor('the primary says so', said, 30_000, 50).catch((err: Error) => {
+      throw new Error(`${err.message}; last lines:\n${router.lines.slice(-8).join('\n')}`);
+    });
     await waitFor('a replacement serves', () => router.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === 3, 60_000, 50);
     expect(childrenOf(router.proc.pid!)).toHaveLength(2);
     expect(childrenOf(router.proc.pid!)).not.toContain(victim);
