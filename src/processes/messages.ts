@@ -9,7 +9,7 @@ export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 
 /** Primary -> router process. */
 export type ToWorker =
-  | { t: 'start'; index: number; count: number; engines: EngineRef[] }
+  | { t: 'start'; index: number; engines: EngineRef[] }
   | { t: 'sync'; subject: string; data: Uint8Array[] }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }

@@ -12,7 +12,6 @@ import { aggregateMetrics } from './metrics.js';
 
 export interface PrimaryHandle {
   readonly url: string;
-  readonly count: number;
   /** Every router process re-reads the config (as SIGHUP does to one router). */
   reload(): void;
   /** Every process drains (up to the grace period) and exits; then the engines stop. */
@@ -23,7 +22,7 @@ export interface PrimaryOptions {
   count: number;
   log: (line: string) => void;
   /** How long a process answering /metrics (or a booking call) waits for the others. */
-  metricsTimeoutMs?: number;
+  replyTimeoutMs?: number;
 }
 
 /** Process slot i: its current worker and whether it has served. */
@@ -50,11 +49,9 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   const graceMs = cfg.server.shutdown_grace_ms;
   const slots: Slot[] = [];
   let closing = false;
-  let metricsId = 0;
   const applied: ReplayedRequest[] = [];
-  let askSeq = 0;
-  const asking = new Map<number, { want: Set<number>; done: (a: ReplayAnswer | null) => void }>();
-  const gathering = new Map<number, { want: Set<number>; got: MetricsJson[]; done: () => void }>();
+  let roundSeq = 0;
+  const rounds = new Map<number, { want: Set<number>; take: (reply: unknown) => void; end: () => void }>();
   let settleStart!: (err: Error | null) => void;
   const allReady = new Promise<Error | null>((r) => (settleStart = r));
   let url = '';
@@ -63,42 +60,62 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   const live = () => slots.filter((s) => s.ready && s.worker.isConnected());
 
+  /**
+   * One question to several processes: `take` sees each reply (true ends the round early); `finish`
+   * runs once, when every target answered or died, at `take`'s word, or at the timeout.
+   */
+  const startRound = (targets: Slot[], question: (id: number) => ToWorker, take: (reply: unknown) => boolean, finish: () => void) => {
+    const id = roundSeq++;
+    const end = () => {
+      if (!rounds.delete(id)) return;
+      clearTimeout(timer);
+      finish();
+    };
+    const timer = setTimeout(end, opts.replyTimeoutMs ?? 2000);
+    rounds.set(id, { want: new Set(targets.map((s) => s.worker.id)), take: (reply) => void (take(reply) && end()), end });
+    for (const s of targets) send(s.worker, question(id));
+    if (targets.length === 0) end();
+  };
+  const replied = (slot: Slot, id: number, reply: unknown) => {
+    const r = rounds.get(id);
+    if (!r || !r.want.delete(slot.worker.id)) return;
+    r.take(reply);
+    if (r.want.size === 0) r.end();
+  };
+
   /** The whole router's metrics for the process that asked (those that do not answer in time are left out). */
   const gatherMetrics = (asker: Worker, askId: number) => {
-    const id = metricsId++;
-    const targets = live();
-    const entry = { want: new Set(targets.map((s) => s.worker.id)), got: [] as MetricsJson[], done: () => undefined as void };
-    const finish = () => {
-      if (!gathering.delete(id)) return;
-      clearTimeout(timer);
-      void aggregateMetrics(entry.got).then((text) => send(asker, { t: 'metrics-text', id: askId, text }));
-    };
-    entry.done = finish;
-    const timer = setTimeout(finish, opts.metricsTimeoutMs ?? 2000);
-    gathering.set(id, entry);
-    for (const s of targets) send(s.worker, { t: 'metrics-req', id });
-    if (targets.length === 0) finish();
+    const got: MetricsJson[] = [];
+    startRound(
+      live(),
+      (id) => ({ t: 'metrics-req', id }),
+      (json) => {
+        got.push(json as MetricsJson);
+        return false;
+      },
+      () => void aggregateMetrics(got).then((text) => send(asker, { t: 'metrics-text', id: askId, text })),
+    );
   };
 
   /** A booking call the asking process could not answer: the first other process that can does. */
   const askOthers = (asker: Slot, askId: number, req: ReplayedRequest) => {
-    const id = askSeq++;
-    const targets = live().filter((s) => s !== asker);
-    const done = (answer: ReplayAnswer | null) => {
-      if (!asking.delete(id)) return;
-      clearTimeout(timer);
-      send(asker.worker, { t: 'answer', id: askId, answer });
-    };
-    const timer = setTimeout(() => done(null), opts.metricsTimeoutMs ?? 2000);
-    asking.set(id, { want: new Set(targets.map((s) => s.worker.id)), done });
-    for (const s of targets) send(s.worker, { t: 'ask', id, req });
-    if (targets.length === 0) done(null);
+    let answer: ReplayAnswer | null = null;
+    startRound(
+      live().filter((s) => s !== asker),
+      (id) => ({ t: 'ask', id, req }),
+      (a) => {
+        if ((a as ReplayAnswer).status >= 300) return false;
+        answer = a as ReplayAnswer;
+        return true;
+      },
+      () => send(asker.worker, { t: 'answer', id: askId, answer }),
+    );
   };
 
   const onMessage = (slot: Slot, m: ToPrimary) => {
     switch (m.t) {
       case 'hello':
-        send(slot.worker, { t: 'start', index: slot.index, count: opts.count, engines: refs });
+        send(slot.worker, { t: 'start', index: slot.index, engines: refs });
         // A replacement catches up on the registrations, peers and reloads the others applied.
         for (const req of applied) send(slot.worker, { t: 'replay', req });
         return;
@@ -120,22 +137,12 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         return;
       case 'ask':
         return askOthers(slot, m.id, m.req);
-      case 'answer': {
-        const a = asking.get(m.id);
-        if (!a || !a.want.delete(slot.worker.id)) return;
-        if (m.answer.status < 300) a.done(m.answer);
-        else if (a.want.size === 0) a.done(null);
-        return;
-      }
+      case 'answer':
+        return replied(slot, m.id, m.answer);
       case 'metrics':
         return gatherMetrics(slot.worker, m.id);
-      case 'metrics-res': {
-        const g = gathering.get(m.id);
-        if (!g || !g.want.delete(slot.worker.id)) return;
-        g.got.push(m.json);
-        if (g.want.size === 0) g.done();
-        return;
-      }
+      case 'metrics-res':
+        return replied(slot, m.id, m.json);
     }
   };
 
@@ -149,8 +156,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
       if (isToPrimary(m)) onMessage(s, m);
     });
     worker.on('exit', (code, signal) => {
-      for (const g of gathering.values()) if (g.want.delete(worker.id) && g.want.size === 0) g.done();
-      for (const a of asking.values()) if (a.want.delete(worker.id) && a.want.size === 0) a.done(null);
+      for (const r of [...rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
       if (closing) return;
       if (!started) return settleStart(new Error(`router process ${s.index} exited during start-up (${signal ?? `code ${code}`})`));
       // A process that dies is replaced; one that keeps dying waits longer each time (up to 30 s).
@@ -190,7 +196,6 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     get url() {
       return url;
     },
-    count: opts.count,
     reload() {
       for (const s of slots) send(s.worker, { t: 'reload' });
     },

@@ -57,10 +57,7 @@ export class ProcessLink implements SyncLink {
   }
 }
 
-export interface ProcessServeOptions extends Omit<StartOptions, 'process'> {
-  /** Told once this process serves (or failed to start); the primary prints the failure. */
-  onStarted?: (router: RouterHandle) => void;
-}
+export type ProcessServeOptions = Omit<StartOptions, 'process'>;
 
 /**
  * Serve as router process `index` until the primary says to stop: returns the exit code. The
@@ -68,9 +65,19 @@ export interface ProcessServeOptions extends Omit<StartOptions, 'process'> {
  */
 export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOptions): Promise<number> {
   const link = new ProcessLink();
-  const pendingMetrics = new Map<number, (text: string) => void>();
-  const pendingAsks = new Map<number, (a: ReplayAnswer | null) => void>();
+  // Questions to the primary (whole-router metrics, booking calls), answered by id.
+  const pending = new Map<number, (answer: string | ReplayAnswer | null) => void>();
   let nextId = 0;
+  const ask = <T extends string | ReplayAnswer | null>(question: (id: number) => ToPrimary): Promise<T> =>
+    new Promise<T>((resolve) => {
+      const id = nextId++;
+      pending.set(id, resolve as (answer: string | ReplayAnswer | null) => void);
+      send(question(id));
+    });
+  const answered = (id: number, answer: string | ReplayAnswer | null) => {
+    pending.get(id)?.(answer);
+    pending.delete(id);
+  };
   let router: RouterHandle | null = null;
   let stopping = false;
   let resolveStart!: (m: Extract<ToWorker, { t: 'start' }>) => void;
@@ -107,17 +114,13 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         );
         return;
       case 'answer':
-        pendingAsks.get(m.id)?.(m.answer);
-        pendingAsks.delete(m.id);
-        return;
+        return answered(m.id, m.answer);
       case 'metrics-req':
         if (router) void processMetrics(router.runtime.prom).then((json) => send({ t: 'metrics-res', id: m.id, json }));
         else send({ t: 'metrics-res', id: m.id, json: [] });
         return;
       case 'metrics-text':
-        pendingMetrics.get(m.id)?.(m.text);
-        pendingMetrics.delete(m.id);
-        return;
+        return answered(m.id, m.text);
       case 'reload':
         if (router && !stopping) void router.reload();
         return;
@@ -138,22 +141,11 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   if (start === null) return 0;
   const role: ProcessRole = {
     index: start.index,
-    count: start.count,
     link,
     engines: start.engines,
-    metrics: () =>
-      new Promise<string>((resolve) => {
-        const id = nextId++;
-        pendingMetrics.set(id, resolve);
-        send({ t: 'metrics', id });
-      }),
+    metrics: () => ask<string>((id) => ({ t: 'metrics', id })),
     replay: (req) => send({ t: 'replay', req }),
-    ask: (req) =>
-      new Promise<ReplayAnswer | null>((resolve) => {
-        const id = nextId++;
-        pendingAsks.set(id, resolve);
-        send({ t: 'ask', id, req });
-      }),
+    ask: (req) => ask<ReplayAnswer | null>((id) => ({ t: 'ask', id, req })),
   };
   try {
     router = await startRouter(cfg, { ...opts, process: role });
@@ -162,12 +154,11 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     return 1;
   }
   for (const req of early.splice(0)) replay(req);
-  opts.onStarted?.(router);
   send({ t: 'ready', url: router.url });
   await stopped;
   await replays;
   await router.close();
-  for (const resolve of pendingMetrics.values()) resolve('');
-  for (const resolve of pendingAsks.values()) resolve(null);
+  // Nobody is left to answer: metrics come back empty, booking calls unanswered.
+  for (const id of [...pending.keys()]) answered(id, null);
   return 0;
 }

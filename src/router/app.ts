@@ -85,9 +85,8 @@ export interface ReplayAnswer {
  * its users, so it shares bookings, state changes and metrics with the others.
  */
 export interface ProcessRole {
-  /** 0-based, and how many there are. */
+  /** 0-based (names this process's replica: `<router_id>-w<index>`). */
   index: number;
-  count: number;
   /** Replica sync with the other processes (unless cluster.nats.url makes each a NATS replica). */
   link: SyncLink;
   /** The primary's simulated engines (this process starts none). */
