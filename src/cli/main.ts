@@ -1,5 +1,14 @@
 // `kvrouter <subcommand>`: every subcommand lives in its own module, loaded on demand so
 // `kvrouter engine-sim` never pays for the router's imports and vice versa.
+import { setFlagsFromString } from 'node:v8';
+
+/**
+ * V8 gives up on an inline cache after 4 object shapes and goes megamorphic. @huggingface/jinja's
+ * runtime values are 11 subclasses whose `type` is a class field: past 4 shapes each of the ~200
+ * values of a chat render is defined through the runtime (~250 ns instead of ~30). At 16 the render
+ * of the overhead benchmark's chat request takes 34 us instead of 85 (docs/profile.md, round three).
+ */
+export const V8_FLAGS = '--max-valid-polymorphic-map-count=16';
 export interface Subcommand {
   summary: string;
   load: () => Promise<{ run: (argv: string[]) => Promise<number> }>;
@@ -24,6 +33,7 @@ export function usage(): string {
 }
 
 export async function runCli(argv: string[]): Promise<number> {
+  setFlagsFromString(V8_FLAGS);
   const [cmd, ...rest] = argv;
   if (!cmd || cmd === '--help' || cmd === '-h' || cmd === 'help') {
     process.stdout.write(usage());

@@ -132,6 +132,47 @@ export function explanationHeaders(d: Decision, requestId: string, attempt: numb
 }
 
 
+/**
+ * The client left: a flag and the few listeners of one request. Node's AbortController costs ~10 us
+ * per request to create and listen on; a real signal is made only for the APIs that take one (the
+ * capacity wait, a disaggregated plan's prefill leg), rarely on the hot path.
+ */
+export class ClientAbort {
+  aborted = false;
+  private listeners: Array<() => void> = [];
+  private ctl: AbortController | null = null;
+
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.ctl?.abort();
+    const ls = this.listeners;
+    this.listeners = [];
+    for (const l of ls) l();
+  }
+
+  /** Calls `fn` once when the client leaves (at once if it has); returns the cancellation. */
+  onAbort(fn: () => void): () => void {
+    if (this.aborted) {
+      fn();
+      return () => undefined;
+    }
+    this.listeners.push(fn);
+    return () => {
+      const i = this.listeners.indexOf(fn);
+      if (i >= 0) this.listeners.splice(i, 1);
+    };
+  }
+
+  get signal(): AbortSignal {
+    if (!this.ctl) {
+      this.ctl = new AbortController();
+      if (this.aborted) this.ctl.abort();
+    }
+    return this.ctl.signal;
+  }
+}
+
 /** Responses streaming SSE to their client: a cut at shutdown ends them with an error event. */
 export const sseResponses = new WeakSet<ServerResponse>();
 
@@ -145,7 +186,7 @@ export function cutResponse(res: ServerResponse, why: string, status: number): v
 
 export async function forward(res: ServerResponse, job: ForwardJob, opts: ForwardOptions, deps: ForwardDeps): Promise<void> {
   const { scheduler, queue, now, observer } = deps;
-  const abort = new AbortController();
+  const abort = new ClientAbort();
   const onClose = () => {
     if (!res.writableFinished) abort.abort();
   };
@@ -158,7 +199,7 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
   const deadline = job.receivedAt + opts.queueTimeoutMs;
   try {
     for (;;) {
-      if (abort.signal.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+      if (abort.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
       const t0 = now();
       const routeSpan = job.trace?.child('route', { 'kvrouter.attempt': attempt });
       const candidates = candidatesOf(job.instances, t0);
@@ -175,7 +216,7 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
         }
         // All busy or all down: wait for capacity (bounded), then decide again.
         const waited = await queue.wait(Math.min(deadline - now(), 1000), abort.signal);
-        if (abort.signal.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        if (abort.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
         if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) {
           const why = d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
           sendError(res, job.path, new OpenAIError(503, `${why}; retry later`, 'server_error'), { 'retry-after': '1' });
@@ -214,7 +255,7 @@ async function dispatch(
   attempt: number,
   opts: ForwardOptions,
   deps: ForwardDeps,
-  abort: AbortController,
+  abort: ClientAbort,
   bookingId: string,
   setError: (e: string) => void,
   plan?: LegPlan,
@@ -231,9 +272,9 @@ async function dispatch(
   let cutReason: string | null = null;
   let responded = false;
   let upstreamSpan: Span | undefined;
+  // A plan's attempt can also be cut by its other leg: then the exchange listens to both.
   const ctl = plan ? new AbortController() : null;
-  const onClientAbort = () => ctl?.abort();
-  if (ctl) abort.signal.addEventListener('abort', onClientAbort, { once: true });
+  const stopClientAbort = ctl ? abort.onAbort(() => ctl.abort()) : null;
   const fail = (reason: string) => {
     if (responded || cutReason !== null) return;
     cutReason = reason;
@@ -244,7 +285,7 @@ async function dispatch(
       try {
         ({ body, headers: extra } = await plan.prepare(abort.signal, fail));
       } catch (err) {
-        if (abort.signal.aborted) {
+        if (abort.aborted) {
           observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
           return 'done';
         }
@@ -259,22 +300,27 @@ async function dispatch(
     upstreamSpan = job.trace?.child('upstream', { 'kvrouter.instance': inst.id, 'server.address': inst.upstream.url, 'kvrouter.attempt': attempt }, SpanKind.CLIENT);
     if (upstreamSpan) job.trace!.inject(upstreamSpan, headers);
     else if (job.traceContext) Object.assign(headers, job.traceContext);
-    const signal = ctl?.signal ?? abort.signal;
     let ex: UpstreamExchange | null = null;
     const onAbort = () => ex?.abort();
+    let stopListening = (): void => undefined;
     let up: ExchangeHead;
     try {
       if (cutReason !== null) throw new Error(cutReason);
       ex = new UpstreamExchange(inst.upstream.pool, { path: inst.upstream.basePath + job.path, method: 'POST', headers, body });
-      if (signal.aborted) ex.abort();
-      else signal.addEventListener('abort', onAbort, { once: true });
+      if (ctl) {
+        if (ctl.signal.aborted) ex.abort();
+        else {
+          ctl.signal.addEventListener('abort', onAbort, { once: true });
+          stopListening = () => ctl.signal.removeEventListener('abort', onAbort);
+        }
+      } else stopListening = abort.onAbort(onAbort);
       up = await ex.head;
       responded = true;
       upstreamStatus = up.statusCode;
     } catch (err) {
-      signal.removeEventListener('abort', onAbort);
+      stopListening();
       upstreamError = cutReason ?? (err as Error).message;
-      if (cutReason !== null && !abort.signal.aborted) {
+      if (cutReason !== null && !abort.aborted) {
         const msg = `${inst.id}: ${cutReason}`;
         setError(msg);
         if (canRetry) return 'retry-leg';
@@ -282,7 +328,7 @@ async function dispatch(
         observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
         return 'done';
       }
-      if (abort.signal.aborted) {
+      if (abort.aborted) {
         observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
         return 'done';
       }
@@ -336,9 +382,9 @@ async function dispatch(
           res.once('drain', resume);
           return false;
         }, () => {
-          if (!abort.signal.aborted && !res.destroyed) res.end();
+          if (!abort.aborted && !res.destroyed) res.end();
         });
-        if (abort.signal.aborted || (res.destroyed && !res.writableEnded)) {
+        if (abort.aborted || (res.destroyed && !res.writableEnded)) {
           observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
           return 'done';
         }
@@ -349,7 +395,7 @@ async function dispatch(
         }
         observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
       } catch (err) {
-        if (abort.signal.aborted || res.destroyed) {
+        if (abort.aborted || res.destroyed) {
           observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
           return 'done';
         }
@@ -361,11 +407,11 @@ async function dispatch(
         observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
       }
     } finally {
-      signal.removeEventListener('abort', onAbort);
+      stopListening();
     }
     return 'done';
   } finally {
-    if (ctl) abort.signal.removeEventListener('abort', onClientAbort);
+    stopClientAbort?.();
     if (upstreamSpan) RequestTrace.finish(upstreamSpan, upstreamStatus, upstreamError);
   }
 }

@@ -5,10 +5,13 @@ import { readTokenizerFiles, type TokenizerFiles } from './files.js';
 import { NativeTokenizer } from './native.js';
 import { SegmentCache, segmentKey } from './segment-cache.js';
 import { SegmentSplitter } from './segments.js';
+import { chatSizeFloor } from './size-floor.js';
 import type { ChatRequestLike, LoadTokenizerOptions, PromptTokenizer, SegmentCacheStats, TokenizerSource } from './types.js';
 
 const DEFAULT_CACHE_ENTRIES = 65_536;
 const DEFAULT_CACHE_BYTES = 64 * 2 ** 20;
+/** Prompts up to this many characters render inline (~0.1 ms); longer ones one per event-loop turn. */
+const INLINE_RENDER_CHARS = 16_384;
 
 export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizerOptions = {}): Promise<PromptTokenizer> {
   const files = readTokenizerFiles(source);
@@ -49,7 +52,8 @@ class CachedPromptTokenizer implements PromptTokenizer {
 
   async encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
     this.assertOpen();
-    await this.nextTurn();
+    // A small render takes tens of microseconds: only a large one waits for a turn of its own.
+    if (chatSizeFloor(req, Infinity).chars > INLINE_RENDER_CHARS) await this.nextTurn();
     // Tokenized without special tokens added: the template already wrote them, as in vLLM's chat path.
     return this.encodeSegmented(this.renderer.render(req));
   }
@@ -79,7 +83,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
   }
 
   /**
-   * Rendering is the one CPU-bound step left on this thread (~2-3 ms per 10k tokens). Requests that
+   * Rendering is the one CPU-bound step left on this thread (~2-3 ms per 10k tokens). Large requests that
    * arrive together render one per turn of the event loop, not back to back in one long stall: each
    * caller's turn is a setImmediate scheduled only after the previous caller's turn has come.
    */
