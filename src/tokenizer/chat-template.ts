@@ -132,8 +132,34 @@ const LITERALS = { true: true, false: false, none: null, True: true, False: fals
 function renderWith(template: Template, context: Record<string, unknown>): string {
   const env = new Environment();
   for (const [k, v] of Object.entries({ range: pyRange, ...context, ...LITERALS })) env.set(k, v);
+  // The library answers a name nobody declared (`enable_thinking is defined`) by catching the Error
+  // its lookup throws, stack trace and all, several microseconds each; declared undefined, the lookup
+  // finds the same undefined without one. A `set` or loop variable still shadows it as before.
+  for (const name of identifiersOf(template)) if (!env.variables.has(name)) env.set(name, undefined);
   const out = new Interpreter(env).run(template.parsed);
   return String(out.value);
+}
+
+const identifiers = new WeakMap<Template, readonly string[]>();
+
+/** Every identifier a template's syntax tree names (variables, attributes, filters: a superset). */
+function identifiersOf(template: Template): readonly string[] {
+  let names = identifiers.get(template);
+  if (!names) {
+    const found = new Set<string>();
+    const walk = (node: unknown): void => {
+      if (Array.isArray(node)) for (const n of node) walk(n);
+      else if (node && typeof node === 'object') {
+        const n = node as { type?: unknown; value?: unknown };
+        if (n.type === 'Identifier' && typeof n.value === 'string') found.add(n.value);
+        for (const v of Object.values(node)) walk(v);
+      }
+    };
+    walk(template.parsed);
+    names = [...found];
+    identifiers.set(template, names);
+  }
+  return names;
 }
 
 function pyRange(start: number, stop?: number, step = 1): number[] {

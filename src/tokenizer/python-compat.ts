@@ -78,6 +78,7 @@ export function pyStrftime(d: Date, fmt: string): string {
 // - `{% break %}` / `{% continue %}` dropped the output the iteration had produced before them, and a
 //   loop left by them on its first item ran its `else` block.
 // - `{{ x }}` printed booleans as true/false and None as nothing; jinja2 prints True/False/None.
+// - A `set` in a loop body outlived its iteration (one scope for the whole loop).
 
 interface RuntimeValueLike {
   type: string;
@@ -202,6 +203,9 @@ function patchLoopControls(): void {
   iproto.evaluateBlock = function (this: InterpreterProto, statements, env) {
     const loop = loopBodies.has(statements) ? loops.at(-1) : undefined;
     if (loop?.breakDue) throw new Break();
+    // jinja2 runs each iteration in a scope of its own: a `set` in the body is gone at the next one
+    // (the library keeps one scope for the whole loop).
+    if (loop) env = new Environment(env as Environment);
     let out = '';
     try {
       for (const st of statements) {

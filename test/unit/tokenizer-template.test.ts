@@ -99,6 +99,14 @@ describe('rendering matches jinja2 + transformers', () => {
     ];
     expect(llama.render({ messages: parts, chat_template: STRESS })).toBe("<user:a\nb\nc>.<assistant:ok><user:\ttabbed\t>.EMPTYab|ab|ab|FELSENoneNone2user0True['a\\nb\\nc', 'ok', '\\ttabbed\\t']12ELSE12y[1.5, 2.0, None, True, {'k': [1]}]False");
   });
+  it('names nobody declared stay undefined; a set inside a loop does not leak out of it', () => {
+    // Every name of the template is declared undefined up front (a faster lookup than the library's
+    // throw and catch): the results must be jinja2's all the same.
+    const t = `{{ enable_thinking is defined }}|{{ nothing }}|{% for m in messages %}{% set last = m.role %}{{ content is defined }}{% set content = m.content %}{% endfor %}{{ last is defined }}{{ content is defined }}|{% set top = 'T' %}{{ top }}|{{ messages[0].missing is defined }}|{% if enable_thinking is defined and enable_thinking is false %}NOTHINK{% endif %}|{{ loop is defined }}`;
+    const messages: ChatMessage[] = [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }];
+    expect(qwen.render({ messages, chat_template: t })).toBe('False||FalseFalseFalseFalse|T|False||False');
+    expect(qwen.render({ messages, chat_template: t, chat_template_kwargs: { enable_thinking: false } })).toBe('True||FalseFalseFalseFalse|T|False|NOTHINK|False');
+  });
 });
 
 describe('vLLM message normalization', () => {
