@@ -34,6 +34,9 @@ const tooLargeMessage = (limit: number) => `request body exceeds ${limit} bytes`
 export function readRequestBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (Number.isFinite(declared) && declared > limit) return Promise.reject(tooLarge(limit));
+  // Read already (no event would come): the iterator gave an empty body, or the premature close.
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  if (req.destroyed) return Promise.reject(new OpenAIError(499, 'client closed the request', 'client_error'));
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -48,7 +51,7 @@ export function readRequestBody(req: IncomingMessage, limit: number): Promise<Bu
     const onData = (chunk: Buffer) => {
       size += chunk.byteLength;
       if (size <= limit) return void chunks.push(chunk);
-      // The rest flows on unread: the 413 goes out, and node:http discards what follows.
+      // The rest flows on unread until the 413 (sent with `connection: close`) ends the connection.
       chunks.length = 0;
       settle(tooLarge(limit));
     };

@@ -10,8 +10,20 @@ import type { ChatRequestLike, LoadTokenizerOptions, PromptTokenizer, SegmentCac
 
 const DEFAULT_CACHE_ENTRIES = 65_536;
 const DEFAULT_CACHE_BYTES = 64 * 2 ** 20;
-/** Prompts up to this many characters render inline (~0.1 ms); longer ones one per event-loop turn. */
+/** Chats up to this many characters and messages render inline (~0.1 ms); larger ones one per event-loop turn. */
 const INLINE_RENDER_CHARS = 16_384;
+const INLINE_RENDER_MESSAGES = 64;
+
+/**
+ * Whether a chat's render is certainly small. Template kwargs (documents, tools, anything) are not
+ * counted by the size floor, and empty messages still cost a loop iteration each: either sends the
+ * render to a turn of its own.
+ */
+function rendersInline(req: ChatRequestLike): boolean {
+  const kwargs = req.chat_template_kwargs;
+  if (kwargs && typeof kwargs === 'object' && Object.keys(kwargs).length > 0) return false;
+  return req.messages.length <= INLINE_RENDER_MESSAGES && chatSizeFloor(req, Infinity).chars <= INLINE_RENDER_CHARS;
+}
 
 export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizerOptions = {}): Promise<PromptTokenizer> {
   const files = readTokenizerFiles(source);
@@ -53,7 +65,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
   async encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
     this.assertOpen();
     // A small render takes tens of microseconds: only a large one waits for a turn of its own.
-    if (chatSizeFloor(req, Infinity).chars > INLINE_RENDER_CHARS) await this.nextTurn();
+    if (!rendersInline(req)) await this.nextTurn();
     // Tokenized without special tokens added: the template already wrote them, as in vLLM's chat path.
     return this.encodeSegmented(this.renderer.render(req));
   }
