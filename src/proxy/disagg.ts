@@ -137,7 +137,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
   /** Choose and book a prefill instance: null when none is left (failed or down), 'busy' when all are over their busy thresholds. */
   const pickPrefill = (): { d: Decision; inst: InstanceRuntime; bookingId: string } | null | 'busy' => {
     const now = deps.now();
-    const d = deps.scheduler.decide({ ...prefillLegRoute(job.route), ns: job.ns, candidates: candidatesOf(job.prefill, now), exclude: failedPrefill }, now);
+    const d = deps.scheduler.decide({ ns: job.ns, candidates: candidatesOf(job.prefill, now), exclude: failedPrefill, ...prefillLegRoute(job.route) }, now);
     if (!d.chosen) return d.reason === 'all_busy' ? 'busy' : null;
     const inst = job.prefill.find((i) => i.id === d.chosen!.instance)!;
     const bookingId = randomUUID();

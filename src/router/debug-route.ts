@@ -15,7 +15,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
     const { ns, route } = routeFields(p, deps.cfg, deps);
     const t = deps.now();
     const candidates = p.instances.filter((i) => i.health.available(t)).flatMap((i) => Array.from({ length: i.dpSize }, (_, r) => ({ instance: i.id, dpRank: r })));
-    const d = deps.scheduler.decide({ ...route, ns, candidates }, t);
+    const d = deps.scheduler.decide({ ns, candidates, ...route }, t);
     return json(c, {
       model: p.model.name,
       policy: d.policy,

@@ -107,7 +107,7 @@ export function decideMainLeg(p: PreparedRoute, deps: Pick<CompletionDeps, 'cfg'
   const legs = p.model.disaggregated ? splitLegs(p.instances, p.model.roles) : null;
   const side = legs?.decodeSide ?? p.instances;
   const pool = keep ? side.filter(keep) : side;
-  const d = deps.scheduler.decide({ ...(legs ? decodeLegRoute(fields.route) : fields.route), ns: fields.ns, candidates: candidatesOf(pool, t) }, t);
+  const d = deps.scheduler.decide({ ns: fields.ns, candidates: candidatesOf(pool, t), ...(legs ? decodeLegRoute(fields.route) : fields.route) }, t);
   return { d, fields, legs, pool, t };
 }
 
@@ -150,7 +150,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const candidates = candidatesOf(prefillSide, t);
     const path = pathFor(cfg, p.routing.disagg, d, candidates.length > 0);
     if (!path.remote) return { cfg, path, d: null };
-    const pd = scheduler.decide({ ...prefillLegRoute(fields.route), ns: fields.ns, candidates }, t);
+    const pd = scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t);
     return pd.chosen ? { cfg, path, d: pd } : { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null };
   };
 

@@ -49,10 +49,11 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   // Most requests carry none: share one frozen copy instead of building it each time.
   if (!OVERRIDE_HEADERS.some((n) => h[n] !== undefined)) {
     let r = plain.get(base);
-    if (!r) plain.set(base, (r = Object.freeze({ ...base, medium_weights: Object.freeze({ ...base.medium_weights }), target: null, disagg: 'auto' as const })));
+    if (!r) plain.set(base, (r = Object.freeze({ target: null, disagg: 'auto' as const, ...base, medium_weights: Object.freeze({ ...base.medium_weights }) })));
     return r;
   }
-  const out: RequestRouting = { ...base, medium_weights: { ...base.medium_weights }, target: null, disagg: 'auto' };
+  // New keys before the spread (V8's fast path; the config has neither key: unknown keys are refused).
+  const out: RequestRouting = { target: null, disagg: 'auto', ...base, medium_weights: { ...base.medium_weights } };
   const target = header(h, 'x-kvrouter-target');
   const touched = OVERRIDE_HEADERS.filter((n) => header(h, n) !== undefined);
   if (touched.length === 0) return out;

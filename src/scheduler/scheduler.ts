@@ -268,12 +268,14 @@ export class Scheduler {
   /** Choose a candidate (no booking). */
   decide(input: RouteInput, now: number): Decision {
     const { candidates, seq, isl } = this.score(input, now);
-    const base = { policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null };
+    // A literal per outcome, not a spread of shared fields plus these two: adding keys after a spread
+    // is V8's slow path (~1 us per decision on Node 20).
+    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null): Decision => ({ chosen, reason, policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null });
     const pool = input.exclude ? candidates.filter((c) => !input.exclude!.has(c.instance)) : candidates;
-    if (pool.length === 0) return { ...base, chosen: null, reason: 'no_candidates' };
+    if (pool.length === 0) return decision(null, 'no_candidates');
     // An explicit target bypasses busy gating (the operator asked for it).
     const eligible = input.policy === 'direct' ? pool : pool.filter((c) => !c.busy);
-    if (eligible.length === 0) return { ...base, chosen: null, reason: 'all_busy' };
+    if (eligible.length === 0) return decision(null, 'all_busy');
     const poolKey = input.ns.model;
     const idx = POLICY_IMPL[input.policy](eligible, {
       temperature: input.temperature,
@@ -290,8 +292,8 @@ export class Scheduler {
       loadBound: input.loadBound ?? 0,
       seq,
     });
-    if (idx < 0) return { ...base, chosen: null, reason: input.policy === 'direct' ? 'unknown_target' : 'no_candidates' };
-    return { ...base, chosen: eligible[idx], reason: null };
+    if (idx < 0) return decision(null, input.policy === 'direct' ? 'unknown_target' : 'no_candidates');
+    return decision(eligible[idx], null);
   }
 
   /** Book a decision: active load plus a speculative insert of its blocks. */

@@ -77,7 +77,7 @@ export class ChatTemplateRenderer {
     const { source, template, format } = this.select(req.chat_template, tools !== null);
 
     // transformers: render(messages=, tools=, documents=, add_generation_prompt=, **special_tokens, **kwargs)
-    const variables: Record<string, unknown> = { ...this.specialTokens };
+    const variables: Record<string, unknown> = Object.assign({}, this.specialTokens); // keys are added below: no spread
     for (const [k, v] of Object.entries(kwargs)) if (!OVERRIDABLE.has(k)) variables[k] = v;
     variables.messages = toTemplateMessages(req.messages, format);
     variables.tools = tools;

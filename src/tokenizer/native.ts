@@ -82,7 +82,7 @@ export class NativeTokenizer {
     return new Promise<NativeReply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       this.updateRef();
-      this.worker.postMessage({ ...msg, id });
+      this.worker.postMessage({ id, ...msg });
     });
   }
 
