@@ -40,19 +40,19 @@ function identity(e: StreamIdentity): Obj {
 }
 
 function eventToWire(e: KvEvent): Obj {
-  const base = { ...identity(e), type: e.event_type, event_id: e.event_id === null ? null : e.event_id.toString(), timestamp: e.timestamp };
+  // Object.assign onto a fresh literal, not a leading spread plus keys (V8's slow path on Node 20).
+  const base = Object.assign(identity(e), { type: e.event_type, event_id: e.event_id === null ? null : e.event_id.toString(), timestamp: e.timestamp });
   switch (e.event_type) {
     case 'stored':
-      return {
-        ...base,
+      return Object.assign(base, {
         seq_hashes: packU64(e.seq_hashes),
         base_block_idx: e.base_block_idx,
         parent_hash: e.parent_hash === null ? null : e.parent_hash.toString(),
         // Plain array: JSON would render a Uint32Array as an object.
         token_ids: e.token_ids === null || Array.isArray(e.token_ids) ? e.token_ids : Array.from(e.token_ids),
-      };
+      });
     case 'removed':
-      return { ...base, seq_hashes: packU64(e.seq_hashes), base_block_idx: e.base_block_idx };
+      return Object.assign(base, { seq_hashes: packU64(e.seq_hashes), base_block_idx: e.base_block_idx });
     case 'cleared':
       return base;
   }

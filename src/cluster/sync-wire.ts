@@ -44,12 +44,13 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 export function encodeSync(m: SyncMessage): Uint8Array {
-  const head = { v: 1, router: m.router, inc: m.incarnation, seq: m.seq };
+  // Object.assign onto the head, not `{ ...head, more }`: a literal that adds keys after a leading
+  // spread is V8's slow path (about a microsecond per message on Node 20). Same keys, same order.
+  const head = () => ({ v: 1, router: m.router, inc: m.incarnation, seq: m.seq });
   switch (m.kind) {
     case 'add':
       return enc.encode(
-        JSON.stringify({
-          ...head,
+        JSON.stringify(Object.assign(head(), {
           t: 'add',
           id: m.id,
           instance: m.instance,
@@ -58,15 +59,15 @@ export function encodeSync(m: SyncMessage): Uint8Array {
           blocks: packU64(m.blocks),
           prefill_tokens: m.prefillTokens,
           speculative_ttl_ms: m.speculativeTtlMs,
-        }),
+        })),
       );
     case 'prefill':
     case 'free':
-      return enc.encode(JSON.stringify({ ...head, t: m.kind, id: m.id }));
+      return enc.encode(JSON.stringify(Object.assign(head(), { t: m.kind, id: m.id })));
     case 'resend':
-      return enc.encode(JSON.stringify({ ...head, t: 'resend', target: m.target }));
+      return enc.encode(JSON.stringify(Object.assign(head(), { t: 'resend', target: m.target })));
     case 'heartbeat':
-      return enc.encode(JSON.stringify({ ...head, t: 'hb', url: m.url, bookings: m.bookings }));
+      return enc.encode(JSON.stringify(Object.assign(head(), { t: 'hb', url: m.url, bookings: m.bookings })));
   }
 }
 
@@ -74,11 +75,15 @@ export function encodeSync(m: SyncMessage): Uint8Array {
 export function decodeSync(data: Uint8Array): SyncMessage {
   const o = asObj(JSON.parse(dec.decode(data)), 'message');
   if (o.v !== 1) throw new Error(`unsupported sync message version ${String(o.v)}`);
-  const head: Sender = { router: str(o, 'router'), incarnation: str(o, 'inc'), seq: int(o, 'seq', 1) };
+  const router = str(o, 'router');
+  const incarnation = str(o, 'inc');
+  const seq = int(o, 'seq', 1);
   switch (o.t) {
     case 'add':
       return {
-        ...head,
+        router,
+        incarnation,
+        seq,
         kind: 'add',
         id: str(o, 'id'),
         instance: str(o, 'instance'),
@@ -90,11 +95,11 @@ export function decodeSync(data: Uint8Array): SyncMessage {
       };
     case 'prefill':
     case 'free':
-      return { ...head, kind: o.t, id: str(o, 'id') };
+      return { router, incarnation, seq, kind: o.t, id: str(o, 'id') };
     case 'resend':
-      return { ...head, kind: 'resend', target: str(o, 'target') };
+      return { router, incarnation, seq, kind: 'resend', target: str(o, 'target') };
     case 'hb':
-      return { ...head, kind: 'heartbeat', url: optStr(o, 'url'), bookings: int(o, 'bookings') };
+      return { router, incarnation, seq, kind: 'heartbeat', url: optStr(o, 'url'), bookings: int(o, 'bookings') };
     default:
       throw new Error(`unknown sync message type ${String(o.t)}`);
   }
