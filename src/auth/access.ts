@@ -3,10 +3,8 @@
 // Tenants get allowed models (wildcards), a token-bucket rate limit and a concurrency cap.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import { TokenBucket } from './rate-limit.js';
+import { TenantUsage } from './tenant-usage.js';
 
-
-/** A tenant as configured (`auth.tenants[]`). */
 /** A tenant as configured under `auth.tenants` (the schema in src/config validates it). */
 export interface TenantSpec {
   id: string;
@@ -32,10 +30,10 @@ function globToRegExp(glob: string): RegExp {
   return new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
 }
 
+const NO_SLOT = { release: (): void => {} };
+
 export class Access {
   private readonly byKey = new Map<string, TenantSpec>();
-  private readonly buckets = new Map<string, TokenBucket>();
-  private readonly inflight = new Map<string, number>();
   private readonly models = new Map<string, RegExp[]>();
   /** Every tenant's configured cache salt. */
   private readonly salts = new Set<string>();
@@ -44,14 +42,17 @@ export class Access {
   constructor(
     readonly spec: AccessSpec,
     private readonly now: () => number = Date.now,
+    /** Limits' use, shared with the other replicas and kept across reloads (pass the previous Access's). */
+    readonly usage: TenantUsage = new TenantUsage(),
   ) {
     this.adminDigest = spec.admin_token ? createHash('sha256').update(spec.admin_token).digest() : null;
     for (const t of spec.tenants) {
       for (const k of t.api_keys_sha256) this.byKey.set(k.toLowerCase(), t);
       this.models.set(t.id, t.allowed_models.map(globToRegExp));
       if (t.cache_salt) this.salts.add(t.cache_salt);
-      if (t.rate_limit.requests_per_second > 0) this.buckets.set(t.id, new TokenBucket(t.rate_limit.requests_per_second, Math.max(1, t.rate_limit.burst), now()));
     }
+    const limited = spec.tenants.filter((t) => t.rate_limit.requests_per_second > 0);
+    usage.configure(limited.map((t) => ({ tenant: t.id, ratePerSec: t.rate_limit.requests_per_second, burst: Math.max(1, t.rate_limit.burst) })), now());
   }
 
   /** Auth is on when there is an admin token or at least one tenant. */
@@ -100,27 +101,30 @@ export class Access {
    * to call exactly once when the request ends.
    */
   admit(p: Principal): { release: () => void } | Denial {
-    if (p.kind !== 'tenant') return { release: () => {} };
+    if (p.kind !== 'tenant') return NO_SLOT;
     const t = p.tenant;
-    const bucket = this.buckets.get(t.id);
-    if (bucket) {
-      const wait = bucket.take(this.now());
+    const rate = t.rate_limit.requests_per_second;
+    if (rate > 0) {
+      const wait = this.usage.take(t.id, rate, Math.max(1, t.rate_limit.burst), this.now());
       if (wait > 0) return { status: 429, code: 'rate_limit_exceeded', message: `tenant ${t.id} is over its rate limit`, retryAfterSec: Math.ceil(wait / 1000) };
     }
     if (t.max_concurrency > 0) {
-      const n = this.inflight.get(t.id) ?? 0;
+      // Every replica's requests count (the others report theirs through replica sync).
+      const n = this.usage.inflightOf(t.id);
       if (n >= t.max_concurrency) return { status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 };
-      this.inflight.set(t.id, n + 1);
+      this.usage.acquire(t.id);
       let released = false;
+      const usage = this.usage;
       return {
         release: () => {
           if (released) return;
           released = true;
-          this.inflight.set(t.id, (this.inflight.get(t.id) ?? 1) - 1);
+          usage.release(t.id);
         },
       };
     }
-    return { release: () => {} };
+    if (rate > 0) this.usage.admittedOnly(t.id);
+    return NO_SLOT;
   }
 
   /**
@@ -137,9 +141,5 @@ export class Access {
     }
     if (requested !== null && this.salts.has(requested)) return { status: 403, code: 'cache_salt_not_allowed', message: 'that cache_salt belongs to another tenant' };
     return { salt: requested };
-  }
-
-  inFlight(tenant: string): number {
-    return this.inflight.get(tenant) ?? 0;
   }
 }

@@ -3,6 +3,7 @@
 // Nothing here blocks routing: NATS may be down at start and come back later.
 import { randomBytes } from 'node:crypto';
 import type { Registry as PromRegistry } from 'prom-client';
+import type { TenantUsage } from '../auth/tenant-usage.js';
 import type { IndexWriter } from '../indexer/writer.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { DEFAULT_STREAM_MAX_AGE_MS } from './jetstream.js';
@@ -32,6 +33,8 @@ export interface ClusterDeps {
    * protocol). With cluster.nats.url set, every process is a NATS replica instead.
    */
   localLink?: SyncLink;
+  /** Tenant limits' use, shared with the other replicas (each enforces the whole router's). */
+  tenants?: TenantUsage;
 }
 
 export interface ClusterStatus {
@@ -68,7 +71,7 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
   const syncLink: SyncLink | null = link ?? deps.localLink ?? null;
   const sync =
     syncLink && o.sync.enabled
-      ? new ReplicaSync(syncLink, { scheduler: deps.scheduler, indexer: deps.writer.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}) }, {
+      ? new ReplicaSync(syncLink, { scheduler: deps.scheduler, indexer: deps.writer.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}), ...(deps.tenants ? { tenants: deps.tenants } : {}) }, {
           routerId,
           subject: syncSubject(o),
           heartbeatMs: o.sync.heartbeatMs,

@@ -8,6 +8,7 @@
 //   to ask the sender to re-announce what it holds, which ends the under-count.
 // - Remote ids (`peer/<router>/<incarnation>/<id>`) cannot collide with local ones: local request
 //   ids never contain '/'.
+import type { TenantUsage } from '../auth/tenant-usage.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { ActiveSequences } from '../scheduler/active-sequences.js';
 import type { SyncMessage } from './sync-wire.js';
@@ -15,6 +16,8 @@ import type { SyncMessage } from './sync-wire.js';
 export interface RemoteTarget {
   active: ActiveSequences;
   indexer: TieredIndexer;
+  /** Tenant limits' use: peers' reports apply here (none: tenant reports are ignored). */
+  tenants?: TenantUsage;
 }
 
 export type PeerReset = 'gap' | 'restarted' | 'expired';
@@ -106,6 +109,7 @@ export class RemoteBookings {
     let n = 0;
     for (const p of this.peers.values()) n += this.drop(p);
     this.peers.clear();
+    this.target.tenants?.dropPeers();
     return n;
   }
 
@@ -155,12 +159,16 @@ export class RemoteBookings {
         p.url = m.url;
         p.reportedBookings = m.bookings;
         return false;
+      case 'tenants':
+        this.target.tenants?.applyPeer(p.router, m.uses, now);
+        return false;
       case 'resend':
         return false; // addressed to the adapter of its target
     }
   }
 
   private drop(p: PeerState): number {
+    this.target.tenants?.dropPeer(p.router);
     let n = 0;
     for (const id of p.ids) if (this.target.active.free(id)) n++;
     p.ids.clear();

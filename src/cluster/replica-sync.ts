@@ -4,6 +4,7 @@
 // to re-announce its in-flight bookings (`resend`), so its load view converges instead of waiting
 // for those requests to finish. Routing never waits on NATS: hooks publish or drop.
 import { randomBytes } from 'node:crypto';
+import type { TenantUsage } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
@@ -20,6 +21,8 @@ export interface ReplicaSyncDeps {
   onReleased?: () => void;
   metrics?: ClusterMetrics;
   log?: (line: string) => void;
+  /** Tenant limits' use: this router's is published (once per event-loop turn with changes, and with each heartbeat), the peers' applied. */
+  tenants?: TenantUsage;
 }
 
 export interface ReplicaSyncOptions {
@@ -59,6 +62,12 @@ export class ReplicaSync {
   private readonly asked = new Map<string, number>();
   private announceTimer: NodeJS.Timeout | null = null;
   private lastAnnounceAt = -Infinity;
+  private tenantsPending = false;
+  private readonly sendTenants = () => {
+    this.tenantsPending = false;
+    const uses = this.deps.tenants?.local() ?? [];
+    if (uses.length > 0) this.send({ kind: 'tenants', uses });
+  };
   private published = 0;
   private received = 0;
   private dropped = 0;
@@ -70,7 +79,12 @@ export class ReplicaSync {
   ) {
     this.now = deps.now ?? Date.now;
     this.metrics = deps.metrics ?? NOOP_CLUSTER_METRICS;
-    this.remote = new RemoteBookings({ active: deps.scheduler.active, indexer: deps.indexer }, { router: opts.routerId, incarnation: this.incarnation });
+    this.remote = new RemoteBookings({ active: deps.scheduler.active, indexer: deps.indexer, ...(deps.tenants ? { tenants: deps.tenants } : {}) }, { router: opts.routerId, incarnation: this.incarnation });
+    deps.tenants?.onChange(() => {
+      if (this.tenantsPending || this.closed) return;
+      this.tenantsPending = true;
+      setImmediate(this.sendTenants);
+    });
     deps.scheduler.addHooks({
       // Remote bookings never go through the Scheduler, but the stale sweep may free them: skip those.
       booked: (b, ns, ttl) => {
@@ -197,6 +211,8 @@ export class ReplicaSync {
 
   private tick(): void {
     this.send({ kind: 'heartbeat', url: this.opts.advertiseUrl, bookings: this.localBookings() });
+    // Reports are absolute: repeating the last one with each heartbeat repairs a lost one and informs a joiner.
+    this.sendTenants();
     const gone = this.remote.expire(this.now(), this.opts.peerTimeoutMs);
     for (const g of gone) {
       this.metrics.peerReset('expired', g.freed);

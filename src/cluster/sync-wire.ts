@@ -1,6 +1,7 @@
 // Replica-sync messages (NATS core, one subject, JSON). Every message names its sender (router id
 // + incarnation, new at each process start) and a per-incarnation sequence number, so a receiver
 // ignores its own messages, tells a restart from a reorder, and detects lost messages as gaps.
+import type { TenantUse } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { asObj, int, nsFromWire, nsToWire, optStr, packU64, str, unpackU64, wireNs } from './codec.js';
 
@@ -30,6 +31,11 @@ export type SyncBody =
       /** Ask `target` to re-announce its in-flight bookings (we joined late or lost messages). */
       kind: 'resend';
       target: string;
+    }
+  | {
+      /** The sender's use of tenant limits (absolute: in flight now, admitted since it started). */
+      kind: 'tenants';
+      uses: TenantUse[];
     }
   | {
       kind: 'heartbeat';
@@ -66,6 +72,8 @@ export function encodeSync(m: SyncMessage): Uint8Array {
       return enc.encode(JSON.stringify(Object.assign(head(), { t: m.kind, id: m.id })));
     case 'resend':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: 'resend', target: m.target })));
+    case 'tenants':
+      return enc.encode(JSON.stringify(Object.assign(head(), { t: 'tenants', uses: m.uses })));
     case 'heartbeat':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: 'hb', url: m.url, bookings: m.bookings })));
   }
@@ -98,9 +106,24 @@ export function decodeSync(data: Uint8Array): SyncMessage {
       return { router, incarnation, seq, kind: o.t, id: str(o, 'id') };
     case 'resend':
       return { router, incarnation, seq, kind: 'resend', target: str(o, 'target') };
+    case 'tenants':
+      return { router, incarnation, seq, kind: 'tenants', uses: tenantUses(o.uses) };
     case 'hb':
       return { router, incarnation, seq, kind: 'heartbeat', url: optStr(o, 'url'), bookings: int(o, 'bookings') };
     default:
       throw new Error(`unknown sync message type ${String(o.t)}`);
   }
+}
+
+/** At most this many tenants per report (a configuration has far fewer). */
+const MAX_TENANT_USES = 100_000;
+
+function tenantUses(v: unknown): TenantUse[] {
+  if (!Array.isArray(v) || v.length > MAX_TENANT_USES) throw new Error(`uses must be an array of at most ${MAX_TENANT_USES} entries`);
+  return v.map((e: unknown) => {
+    if (!Array.isArray(e) || e.length !== 3) throw new Error('a tenant use must be [tenant, inflight, admitted]');
+    const [tenant, inflight, admitted] = e as unknown[];
+    if (typeof tenant !== 'string' || !Number.isSafeInteger(inflight) || !Number.isSafeInteger(admitted) || (inflight as number) < 0 || (admitted as number) < 0) throw new Error('a tenant use must be [string, integer >= 0, integer >= 0]');
+    return [tenant, inflight as number, admitted as number] as const;
+  });
 }

@@ -62,11 +62,11 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
         id: str('Tenant id.', { pattern: /^[\w.-]{1,64}$/, patternDoc: '1-64 characters of [A-Za-z0-9_.-]' }),
         api_keys_sha256: arr('SHA-256 hex digests of the tenant\'s API keys (`printf %s KEY | sha256sum`): plaintext keys are never stored.', str('A SHA-256 hex digest.', { pattern: /^[0-9a-fA-F]{64}$/, patternDoc: '64 hex digits' }), { minItems: 1 }),
         allowed_models: arr('Model names (or aliases) the tenant may use; `*` and `?` wildcards.', str('A model pattern.'), { default: ['*'] }),
-        rate_limit: obj('Token-bucket request rate limit (429 with Retry-After above it).', {
+        rate_limit: obj('Token-bucket request rate limit (429 with Retry-After above it), for the whole router: replicas and --workers processes share it through replica sync.', {
           requests_per_second: num('Sustained requests per second (0: unlimited).', { min: 0, default: 0 }),
           burst: int('Bucket size.', { min: 0, default: 0 }),
         }),
-        max_concurrency: int('Requests in flight at once (0: unlimited; 429 above it).', { min: 0, default: 0 }),
+        max_concurrency: int('Requests in flight at once over the whole router (0: unlimited; 429 above it): replicas and --workers processes share it through replica sync.', { min: 0, default: 0 }),
         cache_salt: str('Injected as `cache_salt` into the tenant\'s requests that carry none, so engines never share KV blocks across tenants (and the index keeps a separate namespace).', { optional: true }),
       }),
       { default: [] },

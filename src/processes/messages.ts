@@ -1,6 +1,7 @@
 // What the `serve --workers` primary and its router processes say to each other over the IPC
 // channel (node:cluster, 'advanced' serialization: byte arrays travel as bytes).
 import type { Registry } from 'prom-client';
+import type { IndexSnapshot } from '../indexer/snapshot.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
 import type { EngineRef } from '../router/engines.js';
 
@@ -9,13 +10,17 @@ export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 
 /** Primary -> router process. */
 export type ToWorker =
-  | { t: 'start'; index: number; engines: EngineRef[] }
+  /** `recover`: a replacement process, which first copies another process's index. */
+  | { t: 'start'; index: number; engines: EngineRef[]; recover: boolean }
   | { t: 'sync'; subject: string; data: Uint8Array[] }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }
   | { t: 'answer'; id: number; answer: ReplayAnswer | null }
   | { t: 'metrics-req'; id: number }
   | { t: 'metrics-text'; id: number; text: string }
+  | { t: 'snapshot-req'; id: number }
+  /** Another process's index for a replacement (null: none answered). */
+  | { t: 'snapshot'; id: number; snap: IndexSnapshot | null }
   | { t: 'reload' }
   | { t: 'shutdown' };
 
@@ -30,7 +35,9 @@ export type ToPrimary =
   | { t: 'ask'; id: number; req: ReplayedRequest }
   | { t: 'answer'; id: number; answer: ReplayAnswer }
   | { t: 'metrics'; id: number }
-  | { t: 'metrics-res'; id: number; json: MetricsJson };
+  | { t: 'metrics-res'; id: number; json: MetricsJson }
+  | { t: 'snapshot'; id: number }
+  | { t: 'snapshot-res'; id: number; snap: IndexSnapshot | null };
 
 /** Environment variable that marks a forked router process (its value: the process index); not KVROUTER_*, which are config overrides. */
 export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
@@ -38,9 +45,9 @@ export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
 const has = (m: unknown, t: string): boolean => typeof m === 'object' && m !== null && (m as { t?: unknown }).t === t;
 
 export function isToWorker(m: unknown): m is ToWorker {
-  return ['start', 'sync', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'reload', 'shutdown'].some((t) => has(m, t));
+  return ['start', 'sync', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'reload', 'shutdown'].some((t) => has(m, t));
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {
-  return ['hello', 'ready', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res'].some((t) => has(m, t));
+  return ['hello', 'ready', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res'].some((t) => has(m, t));
 }

@@ -7,6 +7,7 @@ import type { RouterConfig } from '../config/schema.js';
 import { type EngineRef, engineRef, startEmbeddedEngines } from '../router/engines.js';
 import type { EngineHandle } from '../engine-sim/index.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
+import type { IndexSnapshot } from '../indexer/snapshot.js';
 import { isToPrimary, PROCESS_INDEX_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
 import { aggregateMetrics } from './metrics.js';
 
@@ -34,6 +35,9 @@ interface Slot {
   /** Quick deaths in a row (each waits longer before the next start). */
   crashes: number;
 }
+
+/** How long a replacement waits for another process's index before it starts empty. */
+const SNAPSHOT_TIMEOUT_MS = 30_000;
 
 /** State changes kept for a replacement process (the oldest go first). */
 const MAX_KEPT_REPLAYS = 1000;
@@ -64,14 +68,14 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
    * One question to several processes: `take` sees each reply (true ends the round early); `finish`
    * runs once, when every target answered or died, at `take`'s word, or at the timeout.
    */
-  const startRound = (targets: Slot[], question: (id: number) => ToWorker, take: (reply: unknown) => boolean, finish: () => void) => {
+  const startRound = (targets: Slot[], question: (id: number) => ToWorker, take: (reply: unknown) => boolean, finish: () => void, timeoutMs = opts.replyTimeoutMs ?? 2000) => {
     const id = roundSeq++;
     const end = () => {
       if (!rounds.delete(id)) return;
       clearTimeout(timer);
       finish();
     };
-    const timer = setTimeout(end, opts.replyTimeoutMs ?? 2000);
+    const timer = setTimeout(end, timeoutMs);
     rounds.set(id, { want: new Set(targets.map((s) => s.worker.id)), take: (reply) => void (take(reply) && end()), end });
     for (const s of targets) send(s.worker, question(id));
     if (targets.length === 0) end();
@@ -112,10 +116,26 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     );
   };
 
+  /** A replacement's index: a copy of the first other process's that answers (a whole index may take a while to copy). */
+  const copyIndex = (asker: Slot, askId: number) => {
+    let snap: IndexSnapshot | null = null;
+    startRound(
+      live().filter((s) => s !== asker),
+      (id) => ({ t: 'snapshot-req', id }),
+      (reply) => {
+        if (reply === null) return false;
+        snap = reply as IndexSnapshot;
+        return true;
+      },
+      () => send(asker.worker, { t: 'snapshot', id: askId, snap }),
+      SNAPSHOT_TIMEOUT_MS,
+    );
+  };
+
   const onMessage = (slot: Slot, m: ToPrimary) => {
     switch (m.t) {
       case 'hello':
-        send(slot.worker, { t: 'start', index: slot.index, engines: refs });
+        send(slot.worker, { t: 'start', index: slot.index, engines: refs, recover: started });
         // A replacement catches up on the registrations, peers and reloads the others applied.
         for (const req of applied) send(slot.worker, { t: 'replay', req });
         return;
@@ -143,6 +163,10 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         return gatherMetrics(slot.worker, m.id);
       case 'metrics-res':
         return replied(slot, m.id, m.json);
+      case 'snapshot':
+        return copyIndex(slot, m.id);
+      case 'snapshot-res':
+        return replied(slot, m.id, m.snap);
     }
   };
 

@@ -2,6 +2,7 @@
 // events, own scheduler) on the shared port, kept in step with the others through the primary.
 import type { LinkStatus, SyncLink } from '../cluster/nats-link.js';
 import type { RouterConfig } from '../config/schema.js';
+import { dumpIndex, type IndexSnapshot } from '../indexer/snapshot.js';
 import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
 import { isToWorker, type ToPrimary, type ToWorker } from './messages.js';
 import { processMetrics } from './metrics.js';
@@ -66,15 +67,16 @@ export type ProcessServeOptions = Omit<StartOptions, 'process'>;
 export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOptions): Promise<number> {
   const link = new ProcessLink();
   // Questions to the primary (whole-router metrics, booking calls), answered by id.
-  const pending = new Map<number, (answer: string | ReplayAnswer | null) => void>();
+  type Answer = string | ReplayAnswer | IndexSnapshot | null;
+  const pending = new Map<number, (answer: Answer) => void>();
   let nextId = 0;
-  const ask = <T extends string | ReplayAnswer | null>(question: (id: number) => ToPrimary): Promise<T> =>
+  const ask = <T extends Answer>(question: (id: number) => ToPrimary): Promise<T> =>
     new Promise<T>((resolve) => {
       const id = nextId++;
-      pending.set(id, resolve as (answer: string | ReplayAnswer | null) => void);
+      pending.set(id, resolve as (answer: Answer) => void);
       send(question(id));
     });
-  const answered = (id: number, answer: string | ReplayAnswer | null) => {
+  const answered = (id: number, answer: Answer) => {
     pending.get(id)?.(answer);
     pending.delete(id);
   };
@@ -121,6 +123,10 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         return;
       case 'metrics-text':
         return answered(m.id, m.text);
+      case 'snapshot-req':
+        return send({ t: 'snapshot-res', id: m.id, snap: router ? dumpIndex(router.indexer, Date.now()) : null });
+      case 'snapshot':
+        return answered(m.id, m.snap);
       case 'reload':
         if (router && !stopping) void router.reload();
         return;
@@ -146,6 +152,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     metrics: () => ask<string>((id) => ({ t: 'metrics', id })),
     replay: (req) => send({ t: 'replay', req }),
     ask: (req) => ask<ReplayAnswer | null>((id) => ({ t: 'ask', id, req })),
+    ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
   };
   try {
     router = await startRouter(cfg, { ...opts, process: role });

@@ -21,6 +21,7 @@ import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { IndexWriter } from '../indexer/writer.js';
+import type { IndexSnapshot } from '../indexer/snapshot.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { dashboardSource } from './dashboard-source.js';
 import { mountDebugRoute } from './debug-route.js';
@@ -97,6 +98,8 @@ export interface ProcessRole {
   replay(req: ReplayedRequest): void;
   /** Ask the other processes (the first 2xx answer, else null): for a booking another process made. */
   ask(req: ReplayedRequest): Promise<ReplayAnswer | null>;
+  /** A replacement process: a copy of another process's index (null: none answered in time). */
+  recoverIndex?(): Promise<IndexSnapshot | null>;
 }
 
 /** What belongs to the client's connection, not to a request passed to another process. */
@@ -233,6 +236,17 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const rt = await createRuntime(cfg0, opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)), opts.now ?? Date.now, role?.engines);
   const reload = createReloader(rt, opts);
   const app = routes(rt, reload, role);
+  if (role?.recoverIndex) {
+    // A replacement process: before it takes connections, a copy of a living process's index (its
+    // own KV-event listeners are already connected, so nothing published since is missed).
+    const snap = await role.recoverIndex();
+    try {
+      if (snap) rt.log(`recovered ${rt.writer.restore(snap, rt.now())} blocks in ${snap.namespaces.length} namespaces from another router process`);
+      else rt.log('no other router process sent its index in time; starting with an empty one');
+    } catch (err) {
+      rt.log(`could not restore another router process's index (${(err as Error).message}); starting with an empty one`);
+    }
+  }
   let server: RunningServer;
   try {
     const s = cfg0.server;
@@ -252,7 +266,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     const o = clusterOptionsFromConfig(cfg0.cluster);
     // Each process is a replica of its own: over NATS with cluster.nats.url, else over the primary.
     if (role) o.routerId = `${o.routerId ?? `r-${process.ppid}`}-w${role.index}`;
-    rt.cluster = attachCluster({ scheduler: rt.scheduler, writer: rt.writer, url: server.url, peers: rt.peers, metrics: rt.prom, now: rt.now, onReleased: () => rt.queue.notify(), log: rt.log, ...(role ? { localLink: role.link } : {}) }, o);
+    rt.cluster = attachCluster({ scheduler: rt.scheduler, writer: rt.writer, url: server.url, peers: rt.peers, metrics: rt.prom, now: rt.now, onReleased: () => rt.queue.notify(), log: rt.log, tenants: rt.deps.access.usage, ...(role ? { localLink: role.link } : {}) }, o);
   }
   const stopTimers = startTimers(rt);
   rt.log(`kvrouter listening on ${server.url} (models: ${rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`);

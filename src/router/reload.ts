@@ -39,7 +39,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections };
   next.engine_sim = cur.engine_sim;
   next.hashing = cur.hashing;
-  const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now);
+  const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now, deps.access.usage);
   try {
     checkAuth(next, access);
   } catch (err) {

@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { decodeBatch, encodeBatch, encodeOp, type RelayedOp } from '../../src/cluster/event-wire.js';
 import { RemoteBookings, isRemoteId } from '../../src/cluster/remote-bookings.js';
+import { type TenantUse, TenantUsage } from '../../src/auth/tenant-usage.js';
 import { RelayedIndex } from '../../src/cluster/relayed-index.js';
 import { decodeRelaySnapshot, encodeRelaySnapshot } from '../../src/cluster/relay-snapshot.js';
 import { RelayTap } from '../../src/cluster/relay-taps.js';
@@ -24,9 +25,15 @@ describe('sync wire', () => {
       { router: 'a', incarnation: 'i1', seq: 3, kind: 'free', id: 'r1' },
       { router: 'a', incarnation: 'i1', seq: 4, kind: 'heartbeat', url: 'http://x:1', bookings: 3 },
       { router: 'a', incarnation: 'i1', seq: 5, kind: 'resend', target: 'b' },
+      { router: 'a', incarnation: 'i1', seq: 6, kind: 'tenants', uses: [['acme', 2, 17], ['__proto__', 0, 1]] },
     ];
     for (const m of msgs) expect(decodeSync(encodeSync(m))).toEqual(m);
     expect(() => decodeSync(new TextEncoder().encode('{"v":2}'))).toThrow(/version/);
+    const bad = (uses: unknown) => () => decodeSync(new TextEncoder().encode(JSON.stringify({ v: 1, router: 'a', inc: 'i', seq: 1, t: 'tenants', uses })));
+    expect(bad([['acme', -1, 0]])).toThrow(/tenant use/);
+    expect(bad([['acme', 1.5, 0]])).toThrow(/tenant use/);
+    expect(bad([['acme', 1]])).toThrow(/tenant use/);
+    expect(bad({ acme: 1 })).toThrow(/array/);
   });
 });
 
@@ -80,6 +87,27 @@ describe('RemoteBookings', () => {
     expect(rb.expire(6001, 5000)).toEqual([{ router: 'p', freed: 1 }]);
     expect(active.size).toBe(0);
     expect(rb.list()).toEqual([]);
+  });
+
+  it("applies peers' tenant use, and forgets it on a restart, silence or close", () => {
+    const active = new ActiveSequences();
+    const tenants = new TenantUsage();
+    const rb = new RemoteBookings({ active, indexer: new TieredIndexer(), tenants }, { router: 'me', incarnation: 'x' });
+    const use = (router: string, inc: string, seq: number, uses: TenantUse[]): SyncMessage => ({ router, incarnation: inc, seq, kind: 'tenants', uses });
+    tenants.acquire('acme');
+    rb.handle(use('p', 'i', 1, [['acme', 2, 5]]), 0);
+    rb.handle(use('q', 'k', 1, [['acme', 1, 1], ['beta', 4, 4]]), 0);
+    expect([tenants.inflightOf('acme'), tenants.inflightOf('beta')]).toEqual([4, 4]);
+    rb.handle(use('p', 'i', 2, [['acme', 0, 6]]), 0); // absolute: replaces p's count
+    expect(tenants.inflightOf('acme')).toBe(2);
+    rb.handle(use('q', 'k2', 1, []), 0); // q restarted: its old counts are gone
+    expect([tenants.inflightOf('acme'), tenants.inflightOf('beta')]).toEqual([1, 0]);
+    rb.handle(use('p', 'i', 3, [['acme', 3, 9]]), 0);
+    expect(rb.expire(10_000, 5000).map((g) => g.router).sort()).toEqual(['p', 'q']);
+    expect(tenants.inflightOf('acme')).toBe(1); // only this router's own request
+    rb.handle(use('p', 'i2', 1, [['acme', 3, 9]]), 0);
+    rb.clear();
+    expect(tenants.inflightOf('acme')).toBe(1);
   });
 });
 

