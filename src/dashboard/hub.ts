@@ -123,7 +123,24 @@ export class DashboardHub {
     }
   }
 
+  private refreshing = false;
+
   private tick(): void {
+    const refresh = this.source.refresh;
+    if (!refresh) return this.broadcast();
+    // The other processes answer asynchronously; a tick that finds the last question still out is skipped.
+    if (this.refreshing) return;
+    this.refreshing = true;
+    void refresh
+      .call(this.source)
+      .catch(() => undefined)
+      .finally(() => {
+        this.refreshing = false;
+        if (this.clients.size > 0) this.broadcast();
+      });
+  }
+
+  private broadcast(): void {
     const json = this.snapshotJson();
     for (const c of [...this.clients]) {
       if ((c.controller.desiredSize ?? 0) < -3 * this.opts.maxBufferedBytes) {

@@ -63,6 +63,8 @@ export interface DecisionRecord {
 }
 
 export interface DashboardSource {
+  /** Fetch what other processes of the router hold (`serve --workers`); called before a snapshot is taken. */
+  refresh?(): Promise<void>;
   snapshot(): DashboardSnapshot;
   /** Most recent decisions, newest last. */
   recentDecisions(limit: number): DecisionRecord[];

@@ -2,6 +2,7 @@
 // channel (node:cluster, 'advanced' serialization: byte arrays travel as bytes).
 import type { Registry } from 'prom-client';
 import type { IndexSnapshot } from '../indexer/snapshot.js';
+import type { DashboardPart } from '../dashboard/whole-router.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
 import type { EngineRef } from '../router/engines.js';
 
@@ -21,6 +22,9 @@ export type ToWorker =
   | { t: 'snapshot-req'; id: number }
   /** Another process's index for a replacement (null: none answered). */
   | { t: 'snapshot'; id: number; snap: IndexSnapshot | null }
+  | { t: 'dashboard-req'; id: number; cursors: Record<string, number> }
+  /** The other processes' dashboard parts. */
+  | { t: 'dashboard'; id: number; parts: DashboardPart[] }
   | { t: 'reload' }
   | { t: 'shutdown' };
 
@@ -37,7 +41,9 @@ export type ToPrimary =
   | { t: 'metrics'; id: number }
   | { t: 'metrics-res'; id: number; json: MetricsJson }
   | { t: 'snapshot'; id: number }
-  | { t: 'snapshot-res'; id: number; snap: IndexSnapshot | null };
+  | { t: 'snapshot-res'; id: number; snap: IndexSnapshot | null }
+  | { t: 'dashboard'; id: number; cursors: Record<string, number> }
+  | { t: 'dashboard-res'; id: number; part: DashboardPart | null };
 
 /** Environment variable that marks a forked router process (its value: the process index); not KVROUTER_*, which are config overrides. */
 export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
@@ -45,9 +51,9 @@ export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
 const has = (m: unknown, t: string): boolean => typeof m === 'object' && m !== null && (m as { t?: unknown }).t === t;
 
 export function isToWorker(m: unknown): m is ToWorker {
-  return ['start', 'sync', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'reload', 'shutdown'].some((t) => has(m, t));
+  return ['start', 'sync', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'dashboard-req', 'dashboard', 'reload', 'shutdown'].some((t) => has(m, t));
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {
-  return ['hello', 'ready', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res'].some((t) => has(m, t));
+  return ['hello', 'ready', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res'].some((t) => has(m, t));
 }

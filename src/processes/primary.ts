@@ -8,6 +8,7 @@ import { type EngineRef, engineRef, startEmbeddedEngines } from '../router/engin
 import type { EngineHandle } from '../engine-sim/index.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
 import type { IndexSnapshot } from '../indexer/snapshot.js';
+import type { DashboardPart } from '../dashboard/whole-router.js';
 import { isToPrimary, PROCESS_INDEX_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
 import { aggregateMetrics } from './metrics.js';
 
@@ -132,6 +133,20 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     );
   };
 
+  /** The other processes' dashboard parts for the process that asked (those that do not answer in time are left out). */
+  const gatherDashboard = (asker: Slot, askId: number, cursors: Record<string, number>) => {
+    const parts: DashboardPart[] = [];
+    startRound(
+      live().filter((s) => s !== asker),
+      (id) => ({ t: 'dashboard-req', id, cursors }),
+      (part) => {
+        if (part !== null) parts.push(part as DashboardPart);
+        return false;
+      },
+      () => send(asker.worker, { t: 'dashboard', id: askId, parts }),
+    );
+  };
+
   const onMessage = (slot: Slot, m: ToPrimary) => {
     switch (m.t) {
       case 'hello':
@@ -167,6 +182,10 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         return copyIndex(slot, m.id);
       case 'snapshot-res':
         return replied(slot, m.id, m.snap);
+      case 'dashboard':
+        return gatherDashboard(slot, m.id, m.cursors);
+      case 'dashboard-res':
+        return replied(slot, m.id, m.part);
     }
   };
 

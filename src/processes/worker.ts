@@ -3,6 +3,8 @@
 import type { LinkStatus, SyncLink } from '../cluster/nats-link.js';
 import type { RouterConfig } from '../config/schema.js';
 import { dumpIndex, type IndexSnapshot } from '../indexer/snapshot.js';
+import type { DashboardPart } from '../dashboard/whole-router.js';
+import { dashboardPart } from '../router/dashboard-source.js';
 import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
 import { isToWorker, type ToPrimary, type ToWorker } from './messages.js';
 import { processMetrics } from './metrics.js';
@@ -67,7 +69,7 @@ export type ProcessServeOptions = Omit<StartOptions, 'process'>;
 export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOptions): Promise<number> {
   const link = new ProcessLink();
   // Questions to the primary (whole-router metrics, booking calls), answered by id.
-  type Answer = string | ReplayAnswer | IndexSnapshot | null;
+  type Answer = string | ReplayAnswer | IndexSnapshot | DashboardPart[] | null;
   const pending = new Map<number, (answer: Answer) => void>();
   let nextId = 0;
   const ask = <T extends Answer>(question: (id: number) => ToPrimary): Promise<T> =>
@@ -127,6 +129,10 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         return send({ t: 'snapshot-res', id: m.id, snap: router ? dumpIndex(router.indexer, Date.now()) : null });
       case 'snapshot':
         return answered(m.id, m.snap);
+      case 'dashboard-req':
+        return send({ t: 'dashboard-res', id: m.id, part: router ? dashboardPart(router.runtime, process.pid, m.cursors[String(process.pid)]) : null });
+      case 'dashboard':
+        return answered(m.id, m.parts);
       case 'reload':
         if (router && !stopping) void router.reload();
         return;
@@ -152,6 +158,8 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     metrics: () => ask<string>((id) => ({ t: 'metrics', id })),
     replay: (req) => send({ t: 'replay', req }),
     ask: (req) => ask<ReplayAnswer | null>((id) => ({ t: 'ask', id, req })),
+    // Nobody left to answer (shutting down): an empty list.
+    dashboard: async (cursors) => (await ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
     ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
   };
   try {

@@ -15,7 +15,7 @@ import { mountPeerRoutes } from '../api/peer-routes.js';
 import { ListenError } from '../common/listen.js';
 import type { LoadOptions } from '../config/load.js';
 import type { RouterConfig } from '../config/schema.js';
-import { mountDashboard } from '../dashboard/index.js';
+import { type DashboardPart, mountDashboard, wholeRouterSource } from '../dashboard/index.js';
 import type { EngineHandle } from '../engine-sim/index.js';
 import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
@@ -98,6 +98,8 @@ export interface ProcessRole {
   replay(req: ReplayedRequest): void;
   /** Ask the other processes (the first 2xx answer, else null): for a booking another process made. */
   ask(req: ReplayedRequest): Promise<ReplayAnswer | null>;
+  /** The other processes' dashboard parts (`cursors`: the last decision seq seen per pid). */
+  dashboard(cursors: Record<string, number>): Promise<DashboardPart[]>;
   /** A replacement process: a copy of another process's index (null: none answered in time). */
   recoverIndex?(): Promise<IndexSnapshot | null>;
 }
@@ -186,7 +188,9 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
   mountOpsRoutes(app, rt, reload);
   mountDecisionRoutes(app, deps);
   mountPeerRoutes(app, { peers: rt.peers });
-  mountDashboard(app, dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: () => rt.feedback.verifier, engineLoad: (id, dp) => engineLoadOf(rt, id, dp) }));
+  const dashboard = dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: () => rt.feedback.verifier, engineLoad: (id, dp) => engineLoadOf(rt, id, dp) });
+  // One of `--workers` processes: its dashboard merges in what only the others hold (decisions, counts).
+  mountDashboard(app, role ? wholeRouterSource(dashboard, (cursors) => role.dashboard(cursors)) : dashboard);
   mountDebugRoute(app, deps);
   installErrorHandling(app, HOT_ROUTES);
   return app;

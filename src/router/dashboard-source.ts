@@ -1,6 +1,8 @@
 // Builds the dashboard's view of a running router.
 import { roleOf } from './models.js';
 import type { DashboardSnapshot, DashboardSource, InstanceView } from '../dashboard/source.js';
+import type { DashboardPart } from '../dashboard/whole-router.js';
+import type { RouterRuntime } from './runtime.js';
 import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
@@ -90,5 +92,27 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
     },
     recentDecisions: (limit) => d.log.recent(limit),
     onDecision: (l) => d.log.subscribe(l),
+  };
+}
+
+/** Decisions a process sends another's dashboard at most per ask (the hub's backfill size). */
+const PART_DECISIONS = 50;
+
+/**
+ * What this `serve --workers` process adds to another's dashboard: its decisions after `cursor`
+ * (undefined: its most recent ones) and its own counts.
+ */
+export function dashboardPart(rt: RouterRuntime, pid: number, cursor: number | undefined): DashboardPart {
+  const log = rt.decisions;
+  const hit: DashboardPart['hit_check'] = {};
+  for (const m of rt.all) for (const i of m.instances) hit[i.id] = rt.feedback.verifier.totals(i.id);
+  return {
+    pid,
+    seq: log.logged,
+    decisions: cursor === undefined || cursor > log.logged ? log.recent(25) : log.since(cursor, PART_DECISIONS),
+    prefix: { prompt_tokens: log.promptTokens, overlap_tokens: log.overlapTokens },
+    requests: { total: log.total, errors: log.errors },
+    queue_depth: rt.queue.depth,
+    hit_check: hit,
   };
 }

@@ -17,6 +17,8 @@ export class DecisionLog implements ForwardObserver {
   private readonly ring: Array<Entry | undefined>;
   private next = 0;
   private count = 0;
+  /** Decisions logged since start (the sequence number of the last one). */
+  logged = 0;
   private readonly listeners = new Set<(d: DecisionRecord) => void>();
   promptTokens = 0;
   overlapTokens = 0;
@@ -43,6 +45,7 @@ export class DecisionLog implements ForwardObserver {
     this.ring[this.next] = e;
     this.next = (this.next + 1) % this.capacity;
     if (this.count < this.capacity) this.count++;
+    this.logged++;
     if (this.listeners.size > 0) {
       const rec = this.record(e);
       for (const l of this.listeners) l(rec);
@@ -85,6 +88,11 @@ export class DecisionLog implements ForwardObserver {
     const out: DecisionRecord[] = [];
     for (let k = n; k > 0; k--) out.push(this.record(this.ring[(this.next - k + this.capacity) % this.capacity]!));
     return out;
+  }
+
+  /** The decisions logged after sequence number `seq` (the last `limit` of them), oldest first. */
+  since(seq: number, limit: number): DecisionRecord[] {
+    return this.recent(Math.min(limit, Math.max(0, this.logged - seq)));
   }
 
   subscribe(l: (d: DecisionRecord) => void): () => void {

@@ -46,6 +46,16 @@ async function call(c: Client, method: 'GET' | 'POST', path: string, body?: unkn
 
 const routerId = async (c: Client): Promise<string> => (await call(c, 'GET', '/ready')).json().cluster.router_id as string;
 
+/** A new connection that reached the process with this router id. */
+async function connectionTo(id: string): Promise<Client> {
+  for (let i = 0; i < 20; i++) {
+    const c = new Client(base);
+    clients.push(c);
+    if ((await routerId(c)) === id) return c;
+  }
+  throw new Error(`no connection reached ${id}`);
+}
+
 beforeAll(async () => {
   file = join(mkdtempSync(join(tmpdir(), 'kvr-workers-')), 'r.yaml');
   writeFileSync(file, config([]));
@@ -106,15 +116,8 @@ describe('kvrouter serve --workers 2', () => {
     const [a, b] = pair();
     // A connection of its own on A's process (the held stream must not block A's client, and
     // aborting it must not move A's client to another process).
-    const idA = await routerId(a);
-    let own: Client | undefined;
-    for (let i = 0; i < 20 && !own; i++) {
-      const c = new Client(base);
-      clients.push(c);
-      if ((await routerId(c)) === idA) own = c;
-    }
-    expect(own).toBeDefined();
-    const held = await own!.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${SOLO}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: 4000, stream: true }) });
+    const own = await connectionTo(await routerId(a));
+    const held = await own.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${SOLO}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: 4000, stream: true }) });
     expect(held.statusCode).toBe(200);
     const small = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 };
     try {
@@ -156,6 +159,30 @@ describe('kvrouter serve --workers 2', () => {
     // Both processes see both engines healthy: 1 each, not 2.
     const healthy = [...after.text.matchAll(/^kvrouter_instance_healthy\{[^}]*\} (\S+)$/gm)].map((m) => Number(m[1]));
     expect(healthy).toEqual([1, 1]);
+  });
+
+  it("shows the whole router on any process's dashboard: the others' decisions and counts", async () => {
+    const [a, b] = pair();
+    const snap = async () => (await call(a, 'GET', '/dashboard/snapshot')).json() as { snapshot: { requests: { total: number } }; decisions: Array<{ prompt_tokens: number }> };
+    const before = (await snap()).snapshot.requests.total;
+    const stream = await (await connectionTo(await routerId(a))).request({ method: 'GET', path: `/dashboard/stream?token=${ADMIN}` });
+    expect(stream.statusCode).toBe(200);
+    try {
+      // Only B serves prompts of 11 tokens.
+      for (let i = 0; i < 2; i++) expect((await call(b, 'POST', '/v1/completions', { model: MODEL, prompt: [5, 5, 5, 5, 5, 5, 5, 5, 5, 5, i], max_tokens: 1 })).status).toBe(200);
+      const after = await snap();
+      expect(after.snapshot.requests.total - before).toBe(2);
+      expect(after.decisions.filter((d) => d.prompt_tokens === 11)).toHaveLength(2);
+      // A's live stream carries B's decisions too (read until one arrives; the loop ends with the stream).
+      let text = '';
+      for await (const chunk of stream.body) {
+        text += String(chunk);
+        if (/event: decision\ndata: \{[^\n]*"prompt_tokens":11/.test(text)) break;
+      }
+      expect(text).toMatch(/event: decision\ndata: \{[^\n]*"prompt_tokens":11/);
+    } finally {
+      stream.body.destroy();
+    }
   });
 
   it('reloads every process on SIGHUP', async () => {
