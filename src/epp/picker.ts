@@ -94,9 +94,9 @@ async function decideWithin(rt: PickerRuntime, p: PreparedRoute, keep: (i: Insta
       const why = req.subset ? "no instance of this model is in the gateway's candidate subset (envoy.lb.subset_hint)" : 'no instance of this model has an address the gateway can reach (ip:port)';
       throw new Refused(503, why, 'server_error', 'no_eligible_endpoint');
     }
-    const waited = await queue.wait(Math.min(deadline - now(), 1000), signal);
-    if (signal.aborted) throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
-    if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) {
+    const turn = await queue.turn(deadline, now, signal);
+    if (turn === 'aborted') throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
+    if (turn === 'gave_up') {
       if (m.d.reason === 'all_busy') throw new Refused(429, 'every instance is over its busy threshold; retry later', 'rate_limit_error', 'pool_over_limit', RETRY);
       throw new Refused(503, 'no healthy instance is available; retry later', 'server_error', 'no_healthy_endpoint', RETRY);
     }

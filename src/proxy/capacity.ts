@@ -39,6 +39,17 @@ export class CapacityQueue {
     });
   }
 
+  /**
+   * One turn of a request's wait for capacity (the proxy's and the gateway picker's), bounded by
+   * its deadline and at most a second long: 'again' to decide again, 'aborted' when the signal
+   * fired, 'gave_up' when the queue is full or the deadline has passed.
+   */
+  async turn(deadline: number, now: () => number, signal: AbortSignal): Promise<'again' | 'aborted' | 'gave_up'> {
+    const waited = await this.wait(Math.min(deadline - now(), 1000), signal);
+    if (signal.aborted) return 'aborted';
+    return waited === 'full' || (waited === 'timeout' && now() >= deadline) ? 'gave_up' : 'again';
+  }
+
   /** Wake up to `n` waiters (oldest first). */
   notify(n = Infinity): void {
     const woken = this.waiters.splice(0, Math.min(n, this.waiters.length));

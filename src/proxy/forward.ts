@@ -217,9 +217,9 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
           return observer?.finished?.(null, 502, 'failed', now() - job.receivedAt, job.route.policy);
         }
         // All busy or all down: wait for capacity (bounded), then decide again.
-        const waited = await queue.wait(Math.min(deadline - now(), 1000), abort.signal);
-        if (abort.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-        if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) {
+        const turn = await queue.turn(deadline, now, abort.signal);
+        if (turn === 'aborted') return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        if (turn === 'gave_up') {
           const why = d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
           sendError(res, job.path, new OpenAIError(503, `${why}; retry later`, 'server_error'), { 'retry-after': '1' });
           return observer?.finished?.(null, 503, 'no_capacity', now() - job.receivedAt, job.route.policy);
