@@ -4,9 +4,10 @@
 // and rate limit hold for the whole router, not per process. Pure: the caller passes `now`.
 //
 // Invariants
-// - A peer's report is absolute (its in-flight count and its admissions since it started), so a
-//   lost or repeated report is corrected by the next one; a peer's first report only sets the
-//   baseline (admissions before it are not charged twice after a gap or restart).
+// - A peer's report is absolute per tenant (its in-flight count and its admissions since it
+//   started), so a lost or repeated report is corrected by the next one naming that tenant, and
+//   every heartbeat carries a full report; a peer's first report only sets the baseline
+//   (admissions before it are not charged twice after a gap or restart).
 // - A peer that restarts, leaves or falls silent has its in-flight counts dropped (under-count,
 //   never a tenant locked out by a dead process).
 // - Buckets and counts outlive a configuration reload: a tenant whose limits did not change keeps
@@ -32,6 +33,8 @@ export class TenantUsage {
   private readonly admitted = new Map<string, number>();
   private readonly buckets = new Map<string, Bucket>();
   private readonly peers = new Map<string, PeerUse>();
+  /** Tenants whose use changed since the last report (a turn's report names only these). */
+  private readonly dirty = new Set<string>();
   private readonly changeListeners: Array<() => void> = [];
 
   /** Called after every local change (admission or release): replica sync publishes `local()`. */
@@ -72,37 +75,47 @@ export class TenantUsage {
   acquire(tenant: string): void {
     this.inflight.set(tenant, (this.inflight.get(tenant) ?? 0) + 1);
     this.admitted.set(tenant, (this.admitted.get(tenant) ?? 0) + 1);
-    this.changed();
+    this.changed(tenant);
   }
 
   /** An admission that holds no concurrency slot (the tenant has no cap): still charged to the others' buckets. */
   admittedOnly(tenant: string): void {
     this.admitted.set(tenant, (this.admitted.get(tenant) ?? 0) + 1);
-    this.changed();
+    this.changed(tenant);
   }
 
   release(tenant: string): void {
     const n = (this.inflight.get(tenant) ?? 1) - 1;
     if (n > 0) this.inflight.set(tenant, n);
     else this.inflight.delete(tenant);
-    this.changed();
+    this.changed(tenant);
   }
 
-  /** This replica's use, for every tenant it has admitted a request of. */
-  local(): TenantUse[] {
+  /**
+   * This replica's use: of every tenant it has admitted a request of (`full`, a heartbeat's
+   * report), or of those changed since the last report (a turn's).
+   */
+  report(full: boolean): TenantUse[] {
     const out: TenantUse[] = [];
-    for (const [t, admitted] of this.admitted) out.push([t, this.inflight.get(t) ?? 0, admitted]);
+    const use = (t: string): void => void out.push([t, this.inflight.get(t) ?? 0, this.admitted.get(t) ?? 0]);
+    if (full) for (const t of this.admitted.keys()) use(t);
+    else for (const t of this.dirty) use(t);
+    this.dirty.clear();
     return out;
   }
 
-  /** A peer's report: its in-flight counts replace the previous ones; new admissions are charged to the buckets. */
-  applyPeer(peer: string, uses: readonly TenantUse[], now: number): void {
+  /**
+   * A peer's report: the in-flight counts of the tenants it names replace the previous ones (a full
+   * report: of every tenant); their new admissions are charged to the buckets.
+   */
+  applyPeer(peer: string, uses: readonly TenantUse[], full: boolean, now: number): void {
     let p = this.peers.get(peer);
     const first = !p;
     if (!p) this.peers.set(peer, (p = { inflight: new Map(), admitted: new Map() }));
-    p.inflight.clear();
+    if (full) p.inflight.clear();
     for (const [tenant, inflight, admitted] of uses) {
       if (inflight > 0) p.inflight.set(tenant, inflight);
+      else p.inflight.delete(tenant);
       const before = p.admitted.get(tenant);
       p.admitted.set(tenant, admitted);
       // A tenant first seen in a known peer's report was admitted there since the last report.
@@ -120,7 +133,8 @@ export class TenantUsage {
     this.peers.clear();
   }
 
-  private changed(): void {
+  private changed(tenant: string): void {
+    this.dirty.add(tenant);
     for (const l of this.changeListeners) l();
   }
 }

@@ -160,7 +160,7 @@ export class RemoteBookings {
         p.reportedBookings = m.bookings;
         return false;
       case 'tenants':
-        this.target.tenants?.applyPeer(p.router, m.uses, now);
+        this.target.tenants?.applyPeer(p.router, m.uses, m.full, now);
         return false;
       case 'resend':
         return false; // addressed to the adapter of its target

@@ -63,10 +63,11 @@ export class ReplicaSync {
   private announceTimer: NodeJS.Timeout | null = null;
   private lastAnnounceAt = -Infinity;
   private tenantsPending = false;
-  private readonly sendTenants = () => {
-    this.tenantsPending = false;
-    const uses = this.deps.tenants?.local() ?? [];
-    if (uses.length > 0) this.send({ kind: 'tenants', uses });
+  /** A turn's report names the tenants changed in it; a heartbeat's names every tenant admitted so far. */
+  private readonly sendTenants = (full = false) => {
+    if (!full) this.tenantsPending = false;
+    const uses = this.deps.tenants?.report(full) ?? [];
+    if (uses.length > 0) this.send({ kind: 'tenants', uses, full });
   };
   private published = 0;
   private received = 0;
@@ -83,7 +84,7 @@ export class ReplicaSync {
     deps.tenants?.onChange(() => {
       if (this.tenantsPending || this.closed) return;
       this.tenantsPending = true;
-      setImmediate(this.sendTenants);
+      setImmediate(() => this.sendTenants());
     });
     deps.scheduler.addHooks({
       // Remote bookings never go through the Scheduler, but the stale sweep may free them: skip those.
@@ -211,8 +212,8 @@ export class ReplicaSync {
 
   private tick(): void {
     this.send({ kind: 'heartbeat', url: this.opts.advertiseUrl, bookings: this.localBookings() });
-    // Reports are absolute: repeating the last one with each heartbeat repairs a lost one and informs a joiner.
-    this.sendTenants();
+    // Reports are absolute: a full one with each heartbeat repairs a lost one and informs a joiner.
+    this.sendTenants(true);
     const gone = this.remote.expire(this.now(), this.opts.peerTimeoutMs);
     for (const g of gone) {
       this.metrics.peerReset('expired', g.freed);

@@ -36,6 +36,8 @@ export type SyncBody =
       /** The sender's use of tenant limits (absolute: in flight now, admitted since it started). */
       kind: 'tenants';
       uses: TenantUse[];
+      /** Every tenant the sender has admitted (a heartbeat's report), not only those changed this turn. */
+      full: boolean;
     }
   | {
       kind: 'heartbeat';
@@ -73,7 +75,7 @@ export function encodeSync(m: SyncMessage): Uint8Array {
     case 'resend':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: 'resend', target: m.target })));
     case 'tenants':
-      return enc.encode(JSON.stringify(Object.assign(head(), { t: 'tenants', uses: m.uses })));
+      return enc.encode(JSON.stringify(Object.assign(head(), { t: 'tenants', uses: m.uses, full: m.full })));
     case 'heartbeat':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: 'hb', url: m.url, bookings: m.bookings })));
   }
@@ -107,7 +109,8 @@ export function decodeSync(data: Uint8Array): SyncMessage {
     case 'resend':
       return { router, incarnation, seq, kind: 'resend', target: str(o, 'target') };
     case 'tenants':
-      return { router, incarnation, seq, kind: 'tenants', uses: tenantUses(o.uses) };
+      if (typeof o.full !== 'boolean') throw new Error('full must be a boolean');
+      return { router, incarnation, seq, kind: 'tenants', uses: tenantUses(o.uses), full: o.full };
     case 'hb':
       return { router, incarnation, seq, kind: 'heartbeat', url: optStr(o, 'url'), bookings: int(o, 'bookings') };
     default:

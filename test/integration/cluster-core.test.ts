@@ -25,11 +25,11 @@ describe('sync wire', () => {
       { router: 'a', incarnation: 'i1', seq: 3, kind: 'free', id: 'r1' },
       { router: 'a', incarnation: 'i1', seq: 4, kind: 'heartbeat', url: 'http://x:1', bookings: 3 },
       { router: 'a', incarnation: 'i1', seq: 5, kind: 'resend', target: 'b' },
-      { router: 'a', incarnation: 'i1', seq: 6, kind: 'tenants', uses: [['acme', 2, 17], ['__proto__', 0, 1]] },
+      { router: 'a', incarnation: 'i1', seq: 6, kind: 'tenants', uses: [['acme', 2, 17], ['__proto__', 0, 1]], full: true },
     ];
     for (const m of msgs) expect(decodeSync(encodeSync(m))).toEqual(m);
     expect(() => decodeSync(new TextEncoder().encode('{"v":2}'))).toThrow(/version/);
-    const bad = (uses: unknown) => () => decodeSync(new TextEncoder().encode(JSON.stringify({ v: 1, router: 'a', inc: 'i', seq: 1, t: 'tenants', uses })));
+    const bad = (uses: unknown) => () => decodeSync(new TextEncoder().encode(JSON.stringify({ v: 1, router: 'a', inc: 'i', seq: 1, t: 'tenants', uses, full: false })));
     expect(bad([['acme', -1, 0]])).toThrow(/tenant use/);
     expect(bad([['acme', 1.5, 0]])).toThrow(/tenant use/);
     expect(bad([['acme', 1]])).toThrow(/tenant use/);
@@ -93,7 +93,7 @@ describe('RemoteBookings', () => {
     const active = new ActiveSequences();
     const tenants = new TenantUsage();
     const rb = new RemoteBookings({ active, indexer: new TieredIndexer(), tenants }, { router: 'me', incarnation: 'x' });
-    const use = (router: string, inc: string, seq: number, uses: TenantUse[]): SyncMessage => ({ router, incarnation: inc, seq, kind: 'tenants', uses });
+    const use = (router: string, inc: string, seq: number, uses: TenantUse[]): SyncMessage => ({ router, incarnation: inc, seq, kind: 'tenants', uses, full: true });
     tenants.acquire('acme');
     rb.handle(use('p', 'i', 1, [['acme', 2, 5]]), 0);
     rb.handle(use('q', 'k', 1, [['acme', 1, 1], ['beta', 4, 4]]), 0);

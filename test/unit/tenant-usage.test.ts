@@ -24,32 +24,34 @@ describe('Access over shared TenantUsage', () => {
     const access = new Access({ tenants: [t] }, () => 0);
     const first = access.admit(as(t));
     expect(admitted(first)).toBe(true);
-    access.usage.applyPeer('w1', [['acme', 1, 1]], 0);
+    access.usage.applyPeer('w1', [['acme', 1, 1]], true, 0);
     const over = access.admit(as(t));
     expect(over).toMatchObject({ status: 429, code: 'concurrency_limit_exceeded' });
     expect((over as { message: string }).message).toContain('2 requests in flight');
-    access.usage.applyPeer('w1', [['acme', 0, 1]], 0);
+    access.usage.applyPeer('w1', [['acme', 0, 1]], false, 0);
     expect(admitted(access.admit(as(t)))).toBe(true);
-    expect(access.usage.local()).toEqual([['acme', 2, 2]]);
+    expect(access.usage.report(false)).toEqual([['acme', 2, 2]]);
+    expect(access.usage.report(false)).toEqual([]); // nothing changed since
     if ('release' in first) {
       first.release();
       first.release(); // idempotent
     }
-    expect(access.usage.local()).toEqual([['acme', 1, 2]]);
+    expect(access.usage.report(false)).toEqual([['acme', 1, 2]]);
+    expect(access.usage.report(true)).toEqual([['acme', 1, 2]]);
   });
 
   it("charges the peers' admissions to the rate limit (a peer's first report is only its baseline)", () => {
     const t = tenant({ rate_limit: { requests_per_second: 1, burst: 3 } });
     const access = new Access({ tenants: [t] }, () => 0);
-    access.usage.applyPeer('w1', [['acme', 0, 100]], 0); // baseline: not charged
-    access.usage.applyPeer('w1', [['acme', 0, 102]], 0); // two new admissions there
+    access.usage.applyPeer('w1', [['acme', 0, 100]], true, 0); // baseline: not charged
+    access.usage.applyPeer('w1', [['acme', 0, 102]], false, 0); // two new admissions there
     expect(admitted(access.admit(as(t)))).toBe(true);
     expect(access.admit(as(t))).toMatchObject({ status: 429, code: 'rate_limit_exceeded' });
     // A tenant first named in a known peer's later report was admitted there since.
     const b = tenant({ id: 'beta', rate_limit: { requests_per_second: 1, burst: 1 } });
     const two = new Access({ tenants: [b] }, () => 0);
-    two.usage.applyPeer('w1', [], 0);
-    two.usage.applyPeer('w1', [['beta', 0, 1]], 0);
+    two.usage.applyPeer('w1', [], true, 0);
+    two.usage.applyPeer('w1', [['beta', 0, 1]], false, 0);
     expect(two.admit(as(b))).toMatchObject({ status: 429 });
   });
 
@@ -78,6 +80,15 @@ describe('Access over shared TenantUsage', () => {
     access.admit(as(free));
     if ('release' in r) r.release();
     expect(changes).toBe(2);
-    expect(access.usage.local()).toEqual([['acme', 0, 1]]);
+    expect(access.usage.report(true)).toEqual([['acme', 0, 1]]);
+  });
+
+  it('takes a partial report for the tenants it names, a full one for all', () => {
+    const usage = new TenantUsage();
+    usage.applyPeer('w1', [['a', 2, 2], ['b', 1, 1]], true, 0);
+    usage.applyPeer('w1', [['a', 1, 2]], false, 0);
+    expect([usage.inflightOf('a'), usage.inflightOf('b')]).toEqual([1, 1]);
+    usage.applyPeer('w1', [['a', 1, 2]], true, 0); // b is no longer in flight there
+    expect([usage.inflightOf('a'), usage.inflightOf('b')]).toEqual([1, 0]);
   });
 });
