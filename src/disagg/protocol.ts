@@ -14,12 +14,11 @@ export type OpenAIBody = Record<string, unknown>;
  * prefill engine does not support with max_tokens 1 (min_tokens) are dropped, as vLLM's proxy does.
  */
 export function vllmPrefillBody(body: OpenAIBody): OpenAIBody {
-  const out: OpenAIBody = {
-    ...body,
-    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
-    stream: false,
-    max_tokens: 1,
-  };
+  // A clone, then assignments: keys added after a spread in one literal are V8's slow path.
+  const out: OpenAIBody = { ...body };
+  out.kv_transfer_params = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+  out.stream = false;
+  out.max_tokens = 1;
   if ('max_completion_tokens' in out) out.max_completion_tokens = 1;
   delete out.stream_options;
   delete out.min_tokens;
@@ -36,7 +35,10 @@ export function transferParamsOf(response: unknown): OpenAIBody | null {
 
 /** The decode leg of the vLLM protocol: the client's request, with the prefill's params passed through untouched. */
 export function vllmDecodeBody(body: OpenAIBody, params: OpenAIBody | null): OpenAIBody {
-  return params ? { ...body, kv_transfer_params: params } : body;
+  if (!params) return body;
+  const out: OpenAIBody = { ...body };
+  out.kv_transfer_params = params;
+  return out;
 }
 
 export interface Bootstrap {
@@ -53,11 +55,18 @@ export function bootstrapRoom(rand: () => number): number {
 
 /** Both legs of the SGLang protocol carry the same bootstrap fields (a batch prompt gets one room per item). */
 export function sglangBody(body: OpenAIBody, b: Bootstrap, batch = 0, rand: () => number = Math.random): OpenAIBody {
+  const out: OpenAIBody = { ...body };
   if (batch > 1) {
     const rooms = [b.room, ...Array.from({ length: batch - 1 }, () => bootstrapRoom(rand))];
-    return { ...body, bootstrap_host: rooms.map(() => b.host), bootstrap_port: rooms.map(() => b.port), bootstrap_room: rooms };
+    out.bootstrap_host = rooms.map(() => b.host);
+    out.bootstrap_port = rooms.map(() => b.port);
+    out.bootstrap_room = rooms;
+    return out;
   }
-  return { ...body, bootstrap_host: b.host, bootstrap_port: b.port, bootstrap_room: b.room };
+  out.bootstrap_host = b.host;
+  out.bootstrap_port = b.port;
+  out.bootstrap_room = b.room;
+  return out;
 }
 
 export type PathReason = 'remote' | 'header' | 'cached_tail' | 'short_prompt' | 'no_prefill_instance' | 'prefill_failed' | 'prefill_busy' | 'untokenized';

@@ -37,13 +37,13 @@ export function createUpstream(id: string, url: string, o: UpstreamOptions, h: U
   };
   if (url.startsWith('unix://')) {
     const socketPath = url.slice('unix://'.length);
-    return { id, url, basePath: '', pool: watched(new Pool('http://localhost', { ...common, connect: { socketPath, timeout: o.connectTimeoutMs } })) };
+    return { id, url, basePath: '', pool: watched(new Pool('http://localhost', { connect: { socketPath, timeout: o.connectTimeoutMs }, ...common })) };
   }
   const u = new URL(url);
   return {
     id,
     url,
     basePath: u.pathname.replace(/\/+$/, ''),
-    pool: watched(new Pool(u.origin, { ...common, connect: { timeout: o.connectTimeoutMs } })),
+    pool: watched(new Pool(u.origin, { connect: { timeout: o.connectTimeoutMs }, ...common })),
   };
 }
