@@ -1,7 +1,7 @@
 // The two measurements of the proxy targets, interleaved so that a noisy neighbour on the shared
 // cores hits every target alike: latency one request at a time (in rounds), and the highest
 // sustained request rate of a closed loop at doubling concurrency (a target drops out once its
-// throughput has stopped growing for two steps).
+// throughput has stopped growing for two steps at or past minConcurrency).
 import { type Dist, dist } from '../stats.js';
 import type { LoadGenerator, LoadSpec } from './loadgen.js';
 
@@ -42,6 +42,18 @@ export interface MeasureOptions {
   stepMs: number;
   stepWarmupMs: number;
   maxConcurrency: number;
+  /** Below this concurrency a step that does not grow does not count toward stopping (a dip at 2 or 4 ended ramps early). */
+  minConcurrency: number;
+}
+
+/**
+ * Steps in a row without growth after one more step at concurrency `c`: a step more than 3 % above
+ * the best so far resets the count; below `minConcurrency` a step without growth does not count.
+ * The ramp stops a target at 2.
+ */
+export function rampFlatSteps(flat: number, rps: number, bestRps: number, c: number, minConcurrency: number): number {
+  if (rps > bestRps * 1.03) return 0;
+  return c >= minConcurrency ? flat + 1 : flat;
 }
 
 export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void): Promise<TargetResult[]> {
@@ -91,8 +103,7 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
       });
       note(t, r.errors, r.firstError);
       log(`${t.name}: concurrency ${c}: ${rps.toFixed(0)} req/s, p50 ${d.p50.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`);
-      if (rps > out.maxRps * 1.03) flat.set(t.name, 0);
-      else flat.set(t.name, flat.get(t.name)! + 1);
+      flat.set(t.name, rampFlatSteps(flat.get(t.name)!, rps, out.maxRps, c, o.minConcurrency));
       if (rps > out.maxRps) {
         out.maxRps = rps;
         out.maxRpsConcurrency = c;

@@ -26,6 +26,7 @@ export function overheadOptions(defaultTargets: readonly TargetName[]): OptionTa
     requests: { type: 'string', arg: 'N', help: 'requests per target of the one-at-a-time latency phase (default 4000; quick 500)' },
     'step-seconds': { type: 'string', arg: 'S', help: 'length of each concurrency step of the throughput ramp (default 4; quick 1.5)' },
     'max-concurrency': { type: 'string', default: '256', arg: 'N', help: 'highest concurrency of the ramp (it also stops once throughput stops growing)' },
+    'min-concurrency': { type: 'string', default: '16', arg: 'N', help: 'the ramp runs every target at least up to this concurrency (a dip below it does not stop it)' },
     seed: { type: 'string', default: '0', arg: 'N', help: 'seed of the request bodies' },
     workers: { type: 'string', default: '1', arg: 'N,M', help: 'worker processes of nginx and kvrouter (serve --workers), one set of targets per count, e.g. 1,2' },
     chunks: { type: 'string', default: '1', arg: 'N', help: 'streaming mode: SSE chunks per response (the stub sends one per output token); the report adds CPU per chunk' },
@@ -51,6 +52,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
     stepMs: (v['step-seconds'] !== undefined ? Number(v['step-seconds']) : quick ? 1.5 : 4) * 1000,
     stepWarmupMs: quick ? 300 : 700,
     maxConcurrency: intOption(v, 'max-concurrency'),
+    minConcurrency: intOption(v, 'min-concurrency'),
   };
   const chunks = intOption(v, 'chunks');
   if (chunks < 1 || chunks > 10_000) throw new Error('--chunks must be 1..10000');
