@@ -23,6 +23,8 @@ export const DEFAULT_HUB_OPTIONS: HubOptions = { intervalMs: 1000, maxClients: 3
 
 interface Client {
   controller: ReadableStreamDefaultController<Uint8Array>;
+  /** Its first snapshot and backfill are sent (decisions before them are in the backfill). */
+  ready: boolean;
   budget: number;
   refilledAt: number;
   dropped: number;
@@ -54,12 +56,22 @@ export class DashboardHub {
     return new ReadableStream<Uint8Array>(
       {
         start: (controller) => {
-          client = { controller, budget: this.opts.maxDecisionsPerSecond, refilledAt: this.now(), dropped: 0 };
+          client = { controller, ready: false, budget: this.opts.maxDecisionsPerSecond, refilledAt: this.now(), dropped: 0 };
           this.clients.add(client);
           signal?.addEventListener('abort', onAbort, { once: true });
           this.send(client, sseComment('kvrouter dashboard stream'));
-          this.send(client, this.snapshotFrame(this.snapshotJson(), 0));
-          this.send(client, sseFrame('decisions', this.source.recentDecisions(this.opts.backfill)));
+          const c = client;
+          const first = () => {
+            if (!this.clients.has(c)) return;
+            this.send(c, this.snapshotFrame(this.snapshotJson(), 0));
+            this.send(c, sseFrame('decisions', this.source.recentDecisions(this.opts.backfill)));
+            c.ready = true;
+          };
+          // Other processes to ask: the first snapshot and the backfill wait for their answer (else
+          // they would show what was fetched when a stream was last open).
+          const refresh = this.source.refresh;
+          if (refresh) void refresh.call(this.source).catch(() => undefined).finally(first);
+          else first();
           this.ensureRunning();
         },
         cancel: () => {
@@ -143,6 +155,7 @@ export class DashboardHub {
   private broadcast(): void {
     const json = this.snapshotJson();
     for (const c of [...this.clients]) {
+      if (!c.ready) continue;
       if ((c.controller.desiredSize ?? 0) < -3 * this.opts.maxBufferedBytes) {
         this.drop(c, true); // far behind: a stuck or very slow reader
         continue;
@@ -157,6 +170,7 @@ export class DashboardHub {
     const frame = sseFrame('decision', d);
     const t = this.now();
     for (const c of [...this.clients]) {
+      if (!c.ready) continue;
       const rate = this.opts.maxDecisionsPerSecond;
       c.budget = Math.min(rate, c.budget + ((t - c.refilledAt) / 1000) * rate);
       c.refilledAt = t;

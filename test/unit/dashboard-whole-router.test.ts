@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { DashboardSnapshot, DashboardSource, DecisionRecord } from '../../src/dashboard/source.js';
 import { type DashboardPart, wholeRouterSource } from '../../src/dashboard/whole-router.js';
+import { DashboardHub } from '../../src/dashboard/hub.js';
 
 const decision = (time: number, prompt: number): DecisionRecord => ({ time, model: 'm', policy: 'kv', prompt_tokens: prompt, chosen: 'e0', chosen_dp_rank: 0, overlap_tokens: 0, attempt: 0, candidates: [] });
 
@@ -53,5 +54,26 @@ describe('wholeRouterSource', () => {
     off();
     await src.refresh!();
     expect(seen).toEqual([2, 3, 4]);
+  });
+});
+
+describe('DashboardHub over a source with other processes', () => {
+  it('sends the first snapshot and backfill after asking them, without the same decisions again as events', async () => {
+    let answer!: (parts: DashboardPart[]) => void;
+    const src = wholeRouterSource(localSource(), () => new Promise<DashboardPart[]>((r) => (answer = r)));
+    const hub = new DashboardHub(src, { intervalMs: 60_000, maxClients: 4, maxDecisionsPerSecond: 50, maxBufferedBytes: 1 << 20, backfill: 25 });
+    const reader = hub.open()!.getReader();
+    const frames: string[] = [];
+    const read = async () => frames.push(new TextDecoder().decode((await reader.read()).value));
+    await read(); // the comment: nothing else until the other processes answer
+    answer([part(7, 2, [decision(5, 2), decision(12, 3)])]);
+    await read();
+    await read();
+    expect(frames[1]).toMatch(/^event: snapshot\n/);
+    expect(frames[1]).toContain('"total":5'); // 3 here + 2 there
+    expect(frames[2]).toMatch(/^event: decisions\n/);
+    expect([...frames[2].matchAll(/"prompt_tokens":(\d+)/g)].map((m) => Number(m[1]))).toEqual([2, 1, 3]);
+    hub.close();
+    expect((await reader.read()).done).toBe(true); // no `decision` event repeated the backfill
   });
 });
