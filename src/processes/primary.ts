@@ -198,6 +198,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     worker.on('message', (m: unknown) => {
       if (isToPrimary(m)) onMessage(s, m);
     });
+    // A failed send to a process that is going away: its exit is handled below, this must not stop the primary.
+    worker.on('error', (err: Error) => opts.log(`router process ${s.index}: ${err.message}`));
     worker.on('exit', (code, signal) => {
       for (const r of [...rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
       if (closing) return;

@@ -8,13 +8,15 @@ export const ROOT = REPO_ROOT;
 export interface Proc {
   proc: ChildProcess;
   lines: string[];
+  /** Its stderr so far (last 64 KiB): for failure messages. */
+  stderr(): string;
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
 /** Spawn `kvrouter <args>` and resolve once `ready` matches `count` stdout lines. */
 export async function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
   const c = await spawnChildCli(args, ready, { timeoutMs: 120_000, ...opts });
-  return { proc: c.proc, lines: c.lines, kill: (signal = 'SIGTERM') => c.stop(10_000, signal) };
+  return { proc: c.proc, lines: c.lines, stderr: () => c.stderr(), kill: (signal = 'SIGTERM') => c.stop(10_000, signal) };
 }
 
 export interface EngineProc extends Proc {

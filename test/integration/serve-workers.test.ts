@@ -196,7 +196,8 @@ describe('kvrouter serve --workers 2', () => {
     const living = (pid: number) => {
       try {
         const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+        // A router process (forked with its index in the environment), not yet a zombie.
+        return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z' && readFileSync(`/proc/${pid}/environ`, 'latin1').includes('KVR_ROUTER_PROCESS=');
       } catch {
         return false;
       }
@@ -206,7 +207,7 @@ describe('kvrouter serve --workers 2', () => {
     process.kill(victim, 'SIGKILL');
     const said = () => router.lines.some((l) => /^router process \d+ exited \(.*\); starting another/.test(l));
     await waitFor('the primary says so', said, 30_000, 50).catch((err: Error) => {
-      throw new Error(`${err.message}; last lines:\n${router.lines.slice(-8).join('\n')}`);
+      throw new Error(`${err.message}; killed ${victim}, primary ${router.proc.pid} (exit code ${router.proc.exitCode}); last lines:\n${router.lines.slice(-8).join('\n')}\nstderr:\n${router.stderr().slice(-2000)}`);
     });
     await waitFor('a replacement serves', () => router.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === 3, 60_000, 50);
     expect(childrenOf(router.proc.pid!)).toHaveLength(2);
