@@ -9,6 +9,7 @@ import { honoListener, type RunningServer, startHttpServer } from '../../src/api
 import { loadConfigText } from '../../src/config/load.js';
 import { type DashboardHub, mountDashboard } from '../../src/dashboard/index.js';
 import type { DashboardSnapshot, DashboardSource, DecisionRecord } from '../../src/dashboard/source.js';
+import { emptySnapshot } from '../helpers/dashboard.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 import { ROOT, waitFor } from '../helpers/procs.js';
 import { chromiumBinary } from '../helpers/tools.js';
@@ -139,18 +140,7 @@ describe('dashboard in a browser', () => {
 describe('dashboard stream bounds', () => {
   const decisionListeners = new Set<(d: DecisionRecord) => void>();
   const source: DashboardSource = {
-    snapshot: () => ({
-      time: Date.now(),
-      models: [],
-      instances: [],
-      events: { ok: 1 },
-      listeners: {},
-      prefix: { prompt_tokens: 0, overlap_tokens: 0 },
-      requests: { total: 0, errors: 0 },
-      bookings: 0,
-      queue_depth: 0,
-      index: { namespaces: 0, blocks: 0, records: 0, bytes: 0 },
-    }),
+    snapshot: () => emptySnapshot({ time: Date.now(), events: { ok: 1 } }),
     recentDecisions: () => [],
     onDecision: (l) => {
       decisionListeners.add(l);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { DashboardSnapshot, DashboardSource, DecisionRecord } from '../../src/dashboard/source.js';
 import { type DashboardPart, wholeRouterSource } from '../../src/dashboard/whole-router.js';
 import { DashboardHub } from '../../src/dashboard/hub.js';
+import { emptySnapshot } from '../helpers/dashboard.js';
 
 const decision = (time: number, prompt: number): DecisionRecord => ({ time, model: 'm', policy: 'kv', prompt_tokens: prompt, chosen: 'e0', chosen_dp_rank: 0, overlap_tokens: 0, attempt: 0, candidates: [] });
 
@@ -10,18 +11,13 @@ function localSource(): DashboardSource & { emit(d: DecisionRecord): void } {
   const listeners = new Set<(d: DecisionRecord) => void>();
   const own = [decision(10, 1)];
   return {
-    snapshot: (): DashboardSnapshot => ({
-      time: 0,
-      models: [],
-      instances: [{ id: 'e0', url: '', model: 'm', state: 'healthy', dp_size: 1, role: 'both', last_error: null, load: { active_prefill_tokens: 0, active_blocks: 0, active_requests: 0 }, cached_blocks: { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 }, listeners: [], engine_load: null, hit_check: { agree: 1, over: 0, under: 0, alarm: null, distrusted: false } }],
-      events: {},
-      listeners: {},
-      prefix: { prompt_tokens: 100, overlap_tokens: 50 },
-      requests: { total: 3, errors: 1 },
-      bookings: 0,
-      queue_depth: 1,
-      index: { namespaces: 0, blocks: 0, records: 0, bytes: 0 },
-    }),
+    snapshot: (): DashboardSnapshot =>
+      emptySnapshot({
+        instances: [{ id: 'e0', url: '', model: 'm', state: 'healthy', dp_size: 1, role: 'both', last_error: null, load: { active_prefill_tokens: 0, active_blocks: 0, active_requests: 0 }, cached_blocks: { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 }, listeners: [], engine_load: null, hit_check: { agree: 1, over: 0, under: 0, alarm: null, distrusted: false } }],
+        prefix: { prompt_tokens: 100, overlap_tokens: 50 },
+        requests: { total: 3, errors: 1 },
+        queue_depth: 1,
+      }),
     recentDecisions: (limit) => own.slice(-limit),
     onDecision: (l) => {
       listeners.add(l);
