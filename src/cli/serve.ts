@@ -42,10 +42,6 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     process.stderr.write(`kvrouter ${command}: ${processes}\n`);
     return 2;
   }
-  if (processes > 1 && epp !== null) {
-    process.stderr.write(`kvrouter ${command}: the gateway endpoint picker runs in one process: use --workers 1 with --epp\n`);
-    return 2;
-  }
   const file = (v.config as string | undefined) ?? process.env.KVROUTER_CONFIG ?? 'router.example.yaml';
   const set = [...((v.set as string[] | undefined) ?? [])];
   if (typeof v.host === 'string') set.push(`server.host=${v.host}`);
@@ -69,7 +65,8 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
   if (cluster.isWorker && index !== undefined) {
     // A router process of `--workers N`: the primary watches the file, handles signals and stops it.
     const { serveAsProcess } = await import('../processes/worker.js');
-    const code = await serveAsProcess(cfg, { configFile: file, loadOptions, log: (l) => process.stdout.write(`[process ${index}] ${l}\n`) });
+    // With --epp each process also serves the picker's gRPC ports (node:cluster shares them too).
+    const code = await serveAsProcess(cfg, { configFile: file, loadOptions, epp, log: (l) => process.stdout.write(`[process ${index}] ${l}\n`) });
     // The IPC channel to the primary would keep this process alive: it is done once drained.
     process.exit(code);
   }

@@ -8,6 +8,7 @@ import { dashboardPart } from '../router/dashboard-source.js';
 import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
 import { isToWorker, type ToPrimary, type ToWorker } from './messages.js';
 import { processMetrics } from './metrics.js';
+import type { EppHandle, EppOptions } from '../epp/server.js';
 
 type Handler = (data: Uint8Array, subject: string) => void;
 
@@ -60,7 +61,10 @@ export class ProcessLink implements SyncLink {
   }
 }
 
-export type ProcessServeOptions = Omit<StartOptions, 'process'>;
+export type ProcessServeOptions = Omit<StartOptions, 'process'> & {
+  /** The gateway endpoint picker's options (`--epp`), served by every process on shared ports; null: none. */
+  epp?: Omit<EppOptions, 'host'> | null;
+};
 
 /**
  * Serve as router process `index` until the primary says to stop: returns the exit code. The
@@ -162,9 +166,16 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     dashboard: async (cursors) => (await ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
     ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
   };
+  let picker: EppHandle | null = null;
   try {
-    router = await startRouter(cfg, { ...opts, process: role });
+    const { epp, ...start } = opts;
+    router = await startRouter(cfg, { ...start, process: role });
+    if (epp) {
+      const { startEpp } = await import('../epp/server.js');
+      picker = await startEpp(router.runtime, { host: router.config.server.host, ...epp });
+    }
   } catch (err) {
+    await router?.close();
     send({ t: 'failed', message: err instanceof Error ? err.message : String(err) });
     return 1;
   }
@@ -172,6 +183,8 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   send({ t: 'ready', url: router.url });
   await stopped;
   await replays;
+  // Gateway streams drain first: their requests may still need the tokenizers the router closes.
+  await picker?.close(router.config.server.shutdown_grace_ms);
   await router.close();
   // Nobody is left to answer: metrics come back empty, booking calls unanswered.
   for (const id of [...pending.keys()]) answered(id, null);

