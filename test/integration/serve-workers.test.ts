@@ -275,6 +275,15 @@ describe('kvrouter serve --workers start-up failures', () => {
     expect(lines[0]).toMatch(/^kvrouter serve: .*router HTTP server.*--port/);
   });
 
+  it('with --epp, a gRPC port taken is one line too', async () => {
+    const port = (holder.address() as { port: number }).port;
+    const r = await run(['--config', file, '--no-watch', '--workers', '2', '--epp', '--grpc-port', String(port), '--grpc-health-port', '0']);
+    expect(r.code).toBe(1);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^kvrouter serve: cannot listen on .* EPP ext_proc gRPC server.*--grpc-port/);
+  });
+
   it('a bad --workers value is refused', async () => {
     const r = await run(['--config', file, '--workers', 'many']);
     expect(r.code).toBe(2);
