@@ -37,7 +37,7 @@ export class TenantUsage {
   private readonly dirty = new Set<string>();
   private readonly changeListeners: Array<() => void> = [];
 
-  /** Called after every local change (admission or release): replica sync publishes `local()`. */
+  /** Called after every local change (admission or release): replica sync then publishes `report()`. */
   onChange(listener: () => void): void {
     this.changeListeners.push(listener);
   }

@@ -2,6 +2,7 @@
 import { roleOf } from './models.js';
 import type { DashboardSnapshot, DashboardSource, InstanceView } from '../dashboard/source.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
+import { DEFAULT_HUB_OPTIONS } from '../dashboard/hub.js';
 import type { RouterRuntime } from './runtime.js';
 import type { ListenerPool } from '../events/listener-pool.js';
 import type { Registry } from '../events/registry.js';
@@ -95,8 +96,6 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
   };
 }
 
-/** Decisions a process sends another's dashboard at most per ask (the hub's backfill size). */
-const PART_DECISIONS = 50;
 
 /**
  * What this `serve --workers` process adds to another's dashboard: its decisions after `cursor`
@@ -109,7 +108,8 @@ export function dashboardPart(rt: RouterRuntime, pid: number, cursor: number | u
   return {
     pid,
     seq: log.logged,
-    decisions: cursor === undefined || cursor > log.logged ? log.recent(25) : log.since(cursor, PART_DECISIONS),
+    // A new asker gets a backfill's worth; later asks what a stream can take per tick (the hub drops the rest).
+    decisions: cursor === undefined || cursor > log.logged ? log.recent(DEFAULT_HUB_OPTIONS.backfill) : log.since(cursor, DEFAULT_HUB_OPTIONS.maxDecisionsPerSecond),
     prefix: { prompt_tokens: log.promptTokens, overlap_tokens: log.overlapTokens },
     requests: { total: log.total, errors: log.errors },
     queue_depth: rt.queue.depth,
