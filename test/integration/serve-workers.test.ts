@@ -26,6 +26,9 @@ let byProcess: Map<string, Client>;
 
 const config = (aliases: string[]) => `server: { host: 127.0.0.1, port: 0 }
 health: { probe_interval_ms: 0 }
+# No replay of the engines' buffered events at connect: a replacement's index can then only come
+# from the copy of a living process's (else the replay may fill it first and the copy adds nothing).
+kv_events: { bootstrap_replay: false }
 auth:
   admin_token: ${ADMIN}
   tenants:
