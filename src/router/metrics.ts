@@ -1,5 +1,6 @@
 // Router metrics: a ForwardObserver plus gauges read at scrape time. Core code stays metrics-free.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { LeanCounter, LeanHistogram } from '../common/lean-metrics.js';
 import type { ForwardObserver } from '../proxy/forward.js';
 import type { DisaggObserver } from '../proxy/disagg.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
@@ -26,8 +27,8 @@ export interface RouterMetrics extends ForwardObserver, DisaggObserver {
 }
 
 /**
- * A labelled metric's child for these label values, made once: prom-client sorts and joins the label
- * object on every observe(labels, v), and the request path observes several times per request.
+ * A labelled metric's child for these label values, made once per key: the request path observes
+ * several times per request (lean children: no label hashing per call, src/common/lean-metrics.ts).
  */
 function byLabels<T>(make: (key: string) => T): (key: string) => T {
   const children = new Map<string, T>();
@@ -39,19 +40,19 @@ function byLabels<T>(make: (key: string) => T): (key: string) => T {
 }
 
 export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
-  const requests = new Counter({ name: 'kvrouter_requests_total', help: 'Proxied requests by model, policy, instance and status', labelNames: ['model', 'policy', 'instance', 'status'], registers: [reg] });
-  const overhead = new Histogram({
+  const requests = new LeanCounter({ name: 'kvrouter_requests_total', help: 'Proxied requests by model, policy, instance and status', labelNames: ['model', 'policy', 'instance', 'status'], registers: [reg] });
+  const overhead = new LeanHistogram({
     name: 'kvrouter_routing_seconds',
     help: 'Time from request receipt to a booked routing decision (body read, tokenization, index walk, selection)',
     labelNames: ['model'],
     buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
     registers: [reg],
   });
-  const tokenize = new Histogram({ name: 'kvrouter_tokenize_seconds', help: 'Chat template rendering and tokenization time', labelNames: ['model'], buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5], registers: [reg] });
-  const ttft = new Histogram({ name: 'kvrouter_upstream_ttft_seconds', help: 'Time from dispatch to the first upstream byte', labelNames: ['instance'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [reg] });
-  const duration = new Histogram({ name: 'kvrouter_request_duration_seconds', help: 'Whole request time through the router', labelNames: ['model', 'outcome'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300], registers: [reg] });
-  const overlap = new Histogram({ name: 'kvrouter_overlap_tokens', help: 'Cached prefix tokens on the chosen instance (any own tier)', labelNames: ['model'], buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
-  const promptTokens = new Histogram({ name: 'kvrouter_prompt_tokens', help: 'Prompt length in tokens', labelNames: ['model'], buckets: [16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
+  const tokenize = new LeanHistogram({ name: 'kvrouter_tokenize_seconds', help: 'Chat template rendering and tokenization time', labelNames: ['model'], buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5], registers: [reg] });
+  const ttft = new LeanHistogram({ name: 'kvrouter_upstream_ttft_seconds', help: 'Time from dispatch to the first upstream byte', labelNames: ['instance'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [reg] });
+  const duration = new LeanHistogram({ name: 'kvrouter_request_duration_seconds', help: 'Whole request time through the router', labelNames: ['model', 'outcome'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300], registers: [reg] });
+  const overlap = new LeanHistogram({ name: 'kvrouter_overlap_tokens', help: 'Cached prefix tokens on the chosen instance (any own tier)', labelNames: ['model'], buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
+  const promptTokens = new LeanHistogram({ name: 'kvrouter_prompt_tokens', help: 'Prompt length in tokens', labelNames: ['model'], buckets: [16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
   const retries = new Counter({ name: 'kvrouter_retries_total', help: 'Attempts retried on another instance, by the instance that failed', labelNames: ['instance'], registers: [reg] });
   const health = new Counter({ name: 'kvrouter_instance_health_events_total', help: 'Ejections and readmissions', labelNames: ['instance', 'event'], registers: [reg] });
   const stale = new Counter({ name: 'kvrouter_stale_bookings_freed_total', help: 'Bookings released by the stale sweep (a caller never freed them)', registers: [reg] });
@@ -99,14 +100,14 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   perInstance('kvrouter_active_blocks', 'KV blocks held by in-flight requests (shared prefixes once)', (l) => l.activeBlocks);
   perInstance('kvrouter_active_requests', 'In-flight requests', (l) => l.activeRequests);
   const ERR = [16, 64, 256, 1024, 4096, 16384];
-  const predictionError = new Histogram({
+  const predictionError = new LeanHistogram({
     name: 'kvrouter_hit_prediction_error_tokens',
     help: 'Engine-reported cached tokens minus the router\'s prediction, per response with usage (negative: the router over-predicted)',
     labelNames: ['instance'],
     buckets: [...ERR.map((x) => -x).reverse(), 0, ...ERR],
     registers: [reg],
   });
-  const predictions = new Counter({ name: 'kvrouter_hit_predictions_total', help: 'Responses judged by the closed-loop hit check: agree, over (predicted more than reported), under, unverified (no cached count in the usage)', labelNames: ['instance', 'verdict'], registers: [reg] });
+  const predictions = new LeanCounter({ name: 'kvrouter_hit_predictions_total', help: 'Responses judged by the closed-loop hit check: agree, over (predicted more than reported), under, unverified (no cached count in the usage)', labelNames: ['instance', 'verdict'], registers: [reg] });
   new Gauge({
     name: 'kvrouter_hit_prediction_alarm',
     help: '1 while the instance\'s cache predictions are persistently wrong in this direction (see the log line and /health)',
@@ -156,18 +157,23 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
     },
   });
 
-  const overheadOf = byLabels((model) => overhead.labels({ model }));
-  const overlapOf = byLabels((model) => overlap.labels({ model }));
-  const promptTokensOf = byLabels((model) => promptTokens.labels({ model }));
-  const ttftOf = byLabels((instance) => ttft.labels({ instance }));
-  const tokenizeOf = byLabels((model) => tokenize.labels({ model }));
+  const overheadOf = byLabels((model) => overhead.child({ model }));
+  const overlapOf = byLabels((model) => overlap.child({ model }));
+  const promptTokensOf = byLabels((model) => promptTokens.child({ model }));
+  const ttftOf = byLabels((instance) => ttft.child({ instance }));
+  const tokenizeOf = byLabels((model) => tokenize.child({ model }));
   const durationOf = byLabels((key) => {
     const [model, outcome] = key.split('\u0000');
-    return duration.labels({ model, outcome });
+    return duration.child({ model, outcome });
   });
+  const predictionsOf = byLabels((key) => {
+    const [instance, verdict] = key.split('\u0000');
+    return predictions.child({ instance, verdict });
+  });
+  const predictionErrorOf = byLabels((instance) => predictionError.child({ instance }));
   const requestsOf = byLabels((key) => {
     const [model, policy, instance, status] = key.split('\u0000');
-    return requests.labels({ model, policy, instance, status });
+    return requests.child({ model, policy, instance, status });
   });
   return {
     routed(d, attempt, routingMs) {
@@ -192,8 +198,8 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
       health.inc({ instance, event });
     },
     hitJudged(instance, verdict, errorTokens) {
-      predictions.inc({ instance, verdict });
-      if (errorTokens !== null) predictionError.observe({ instance }, errorTokens);
+      predictionsOf(`${instance}\u0000${verdict}`).inc();
+      if (errorTokens !== null) predictionErrorOf(instance).observe(errorTokens);
     },
     tokenized(model, seconds) {
       tokenizeOf(model).observe(seconds);
