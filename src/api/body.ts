@@ -5,6 +5,7 @@ import type { Context } from 'hono';
 import { type JsonValue, parseJson } from '../common/json.js';
 import { ApiError } from './errors.js';
 import { OpenAIError } from './openai.js';
+import { parseTokenIdBody } from './token-body.js';
 
 /**
  * The body's bytes, or null as soon as it passes `limit` (declared or received): reading stops
@@ -80,8 +81,15 @@ export async function readOpenAIJson(c: Context, maxBytes: number): Promise<Reco
   return parseOpenAIBody(buf);
 }
 
-/** Parse an OpenAI request body (token ids are small: plain JSON). */
+/** Where a body holds a token-id prompt, the scanner reads it (src/api/token-body.ts). */
+const PROMPT_KEY = Buffer.from('"prompt"');
+
+/** Parse an OpenAI request body (token ids are small: plain JSON; a token-id prompt comes as TokenIds). */
 export function parseOpenAIBody(buf: Buffer): Record<string, unknown> {
+  if (buf.indexOf(PROMPT_KEY) >= 0) {
+    const fast = parseTokenIdBody(buf);
+    if (fast !== null) return fast;
+  }
   let raw: unknown;
   try {
     raw = JSON.parse(buf.toString('utf8'));

@@ -1,6 +1,7 @@
 // OpenAI request parsing for the proxy path: just what routing needs (model, prompt, stream, user);
 // the body itself is forwarded untouched.
 import type { ChatMessage, ChatRequestLike } from '../tokenizer/index.js';
+import { TokenIds } from './token-body.js';
 
 export type CompletionKind = 'chat' | 'completion';
 
@@ -80,6 +81,8 @@ export function parseCompletion(kind: CompletionKind, raw: unknown, maxMessages 
   } else {
     const p = body.prompt;
     if (typeof p === 'string') prompt = { kind: 'text', text: p };
+    // Read from the bytes already (parseOpenAIBody): a plain view of the same ids, no copy.
+    else if (p instanceof TokenIds) prompt = { kind: 'tokens', tokens: new Uint32Array(p.buffer, p.byteOffset, p.length) };
     else if (Array.isArray(p) && p.length > 0) {
       // A batch of prompts routes by its first one; token-id prompts are used as they are.
       const first = p[0];
