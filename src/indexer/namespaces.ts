@@ -59,13 +59,15 @@ export class TieredIndexer {
 
   /** The hash space a namespace uses (without creating the namespace). */
   spaceFor(id: Parameters<typeof normalizeNamespace>[0]): HashSpace {
+    const found = this.find(id);
+    if (found) return found.space;
     const nid = normalizeNamespace(id);
-    return this.find(nid)?.space ?? hashSpace({ seed: this.modelSeeds.get(nid.model) ?? this.defaultSeed, loraName: nid.loraName, salt: nid.salt });
+    return hashSpace({ seed: this.modelSeeds.get(nid.model) ?? this.defaultSeed, loraName: nid.loraName, salt: nid.salt });
   }
 
   /** Existing namespace or undefined (queries never create namespaces). */
   find(id: Parameters<typeof normalizeNamespace>[0]): Namespace | undefined {
-    return this.spaces.get(namespaceKey(normalizeNamespace(id)));
+    return this.spaces.get(namespaceKey(id));
   }
 
   namespaces(): Namespace[] {

@@ -174,7 +174,7 @@ export class Scheduler {
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
     const bs = input.ns.blockSize;
     const ns = this.indexer.find(input.ns);
-    const space = this.indexer.spaceFor(input.ns);
+    const space = ns ? ns.space : this.indexer.spaceFor(input.ns);
     const seq = input.seq ?? seqHashes(input.tokens ?? [], bs, space);
     const isl = input.isl ?? input.tokens?.length ?? seq.length * bs;
     const overlap = ns && seq.length > 0 ? ns.index.query(seq, now, new Set(input.candidates.map((c) => c.instance))) : null;
