@@ -76,6 +76,8 @@ function plainKey(b: Buffer, start: number, end: number): string | null {
   return b.toString('latin1', start + 1, end - 1);
 }
 
+/** Ids kept between bodies (256 KB); a longer prompt grows a scratch that is dropped after it. */
+const SCRATCH_KEPT = 65_536;
 let scratch = new Uint32Array(4096);
 
 /** The ids of a flat array of u32 integers starting at `i` (a bracket) and the index after it, or null. */
@@ -136,6 +138,8 @@ export function parseTokenIdBody(b: Buffer): Record<string, unknown> | null {
       if (b[i] !== COLON) return null;
       i = skipSpace(b, i + 1);
       const ids = key === 'prompt' && b[i] === OPEN_ARRAY ? tokenIds(b, i) : null;
+      // One huge prompt (read whole or not) must not keep its scratch for the life of the process.
+      if (scratch.length > SCRATCH_KEPT) scratch = new Uint32Array(SCRATCH_KEPT);
       if (ids) {
         body[key] = ids.ids;
         sawIds = true;

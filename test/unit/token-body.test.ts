@@ -97,3 +97,15 @@ describe('parseOpenAIBody with a token-id prompt', () => {
     expect(() => parseOpenAIBody(Buffer.from('{"model":"m","prompt":[1,]}'))).toThrow(/not valid JSON/);
   });
 });
+
+describe('parseTokenIdBody on long prompts', () => {
+  it('reads prompts longer than its kept scratch, twice in a row', () => {
+    for (const n of [100_000, 70_000]) {
+      const ids = Array.from({ length: n }, (_, i) => (i * 7919) % 151_936);
+      const b = parseTokenIdBody(Buffer.from(JSON.stringify({ model: 'm', prompt: ids })));
+      expect(b).not.toBeNull();
+      expect((b!.prompt as TokenIds).length).toBe(n);
+      expect(Array.from(b!.prompt as TokenIds)).toEqual(ids);
+    }
+  });
+});
