@@ -44,34 +44,41 @@ const OVERRIDE_HEADERS = [
 /** A model's routing without overrides, built once per config object (frozen: shared by its requests). */
 const plain = new WeakMap<RoutingConfig, RequestRouting>();
 
-/** Apply the request's override headers to the model's routing (throws 400 on bad values). */
+/** A model's routing without overrides (frozen, one per config object). */
+function plainRouting(base: RoutingConfig): RequestRouting {
+  let r = plain.get(base);
+  if (!r) plain.set(base, (r = Object.freeze({ target: null, disagg: 'auto' as const, ...base, medium_weights: Object.freeze({ ...base.medium_weights }) })));
+  return r;
+}
+
+/**
+ * Apply the request's override headers to the model's routing (throws 400 on bad values). Headers
+ * that only restate the configuration share the plain routing: a copy is made for a real change.
+ */
 export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allowed: boolean): RequestRouting {
   // Most requests carry none: share one frozen copy instead of building it each time.
-  if (!OVERRIDE_HEADERS.some((n) => h[n] !== undefined)) {
-    let r = plain.get(base);
-    if (!r) plain.set(base, (r = Object.freeze({ target: null, disagg: 'auto' as const, ...base, medium_weights: Object.freeze({ ...base.medium_weights }) })));
-    return r;
-  }
-  // New keys before the spread (V8's fast path; the config has neither key: unknown keys are refused).
-  const out: RequestRouting = { target: null, disagg: 'auto', ...base, medium_weights: { ...base.medium_weights } };
-  const target = header(h, 'x-kvrouter-target');
+  if (!OVERRIDE_HEADERS.some((n) => h[n] !== undefined)) return plainRouting(base);
   const touched = OVERRIDE_HEADERS.filter((n) => header(h, n) !== undefined);
-  if (touched.length === 0) return out;
+  if (touched.length === 0) return plainRouting(base);
   if (!allowed) throw new OpenAIError(400, `routing override headers are disabled on this router (${touched.join(', ')})`, 'invalid_request_error', touched[0]);
+  let copy: RequestRouting | null = null;
+  // New keys before the spread (V8's fast path; the config has neither key: unknown keys are refused).
+  const edit = (): RequestRouting => (copy ??= { target: null, disagg: 'auto', ...base, medium_weights: { ...base.medium_weights } });
+  const target = header(h, 'x-kvrouter-target');
   const w = bounded(h, 'x-kvrouter-overlap-weight', 0, 100);
-  if (w !== undefined) out.overlap_weight = w;
+  if (w !== undefined && w !== base.overlap_weight) edit().overlap_weight = w;
   const t = bounded(h, 'x-kvrouter-temperature', 0, 100);
-  if (t !== undefined) out.temperature = t;
+  if (t !== undefined && t !== base.temperature) edit().temperature = t;
   const di = bounded(h, 'x-kvrouter-decode-interference', 0, 100);
-  if (di !== undefined) out.decode_interference = di;
+  if (di !== undefined && di !== base.decode_interference) edit().decode_interference = di;
   const pa = bounded(h, 'x-kvrouter-prefix-affinity', 0, 100);
-  if (pa !== undefined) out.prefix_affinity = pa;
+  if (pa !== undefined && pa !== base.prefix_affinity) edit().prefix_affinity = pa;
   const lb = bounded(h, 'x-kvrouter-load-bound', 0, 100);
-  if (lb !== undefined) out.load_bound = lb;
+  if (lb !== undefined && lb !== base.load_bound) edit().load_bound = lb;
   const cm = header(h, 'x-kvrouter-cost-model');
   if (cm !== undefined) {
     if (!(COST_MODELS as readonly string[]).includes(cm)) throw new OpenAIError(400, `header x-kvrouter-cost-model must be one of ${COST_MODELS.join(', ')}, got "${cm}"`, 'invalid_request_error', 'x-kvrouter-cost-model');
-    out.cost_model = cm as CostModel;
+    if (cm !== base.cost_model) edit().cost_model = cm as CostModel;
   }
   const mw = header(h, 'x-kvrouter-medium-weights');
   if (mw !== undefined) {
@@ -81,23 +88,26 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
       if (!m || !Number.isFinite(v) || v < 0 || v > 1) {
         throw new OpenAIError(400, `header x-kvrouter-medium-weights: "${part}" is not cpu|disk|shared=<0..1> (e.g. "cpu=0.5,disk=0.1")`, 'invalid_request_error', 'x-kvrouter-medium-weights');
       }
-      out.medium_weights[m[1] as 'cpu' | 'disk' | 'shared'] = v;
+      const medium = m[1] as 'cpu' | 'disk' | 'shared';
+      if (v !== (copy ?? base).medium_weights[medium]) edit().medium_weights[medium] = v;
     }
   }
   const dm = header(h, 'x-kvrouter-disagg');
   if (dm !== undefined) {
     if (!(DISAGG_MODES as readonly string[]).includes(dm)) throw new OpenAIError(400, `header x-kvrouter-disagg must be one of ${DISAGG_MODES.join(', ')}, got "${dm}"`, 'invalid_request_error', 'x-kvrouter-disagg');
-    out.disagg = dm as DisaggMode;
+    if (dm !== 'auto') edit().disagg = dm as DisaggMode;
   }
   const p = header(h, 'x-kvrouter-policy');
   if (p !== undefined) {
     if (!isPolicy(p)) throw new OpenAIError(400, `header x-kvrouter-policy: unknown policy "${p}"`, 'invalid_request_error', 'x-kvrouter-policy');
-    out.policy = p as PolicyName;
+    if (p !== base.policy) edit().policy = p as PolicyName;
   }
   if (target !== undefined) {
+    const out = edit();
     out.target = target;
     if (p === undefined) out.policy = 'direct';
   }
+  const out: RequestRouting = copy ?? plainRouting(base);
   if (out.policy === 'direct' && !out.target) throw new OpenAIError(400, 'the direct policy needs an x-kvrouter-target header naming the instance', 'invalid_request_error', 'x-kvrouter-target');
   return out;
 }
