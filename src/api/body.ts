@@ -22,7 +22,8 @@ export async function readCapped(source: AsyncIterable<Uint8Array> | null, limit
     if (size > limit) return null;
     chunks.push(chunk);
   }
-  return Buffer.concat(chunks, size);
+  // One read is the common case: its buffer is the body already, no copy.
+  return chunks.length === 1 && Buffer.isBuffer(chunks[0]) ? chunks[0] : Buffer.concat(chunks, size);
 }
 
 const tooLargeMessage = (limit: number) => `request body exceeds ${limit} bytes`;

@@ -91,11 +91,14 @@ export class ActiveSequences {
     return w ? blocks.length - w.heldPrefix(blocks) : blocks.length;
   }
 
-  /** Book a request. Throws if the id is already booked (ids must be unique per router). */
+  /**
+   * Book a request. Throws if the id is already booked (ids must be unique per router). The booking
+   * keeps `blocks` itself (a decision's seq hashes, a decoded sync message's): nobody changes them after.
+   */
   book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number, pool = ''): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks: blocks.slice(), prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false };
+    const b: Booking = { id, instance, dpRank, blocks, prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.requests++;
