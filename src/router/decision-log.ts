@@ -1,20 +1,42 @@
 // A bounded log of recent routing decisions (for the dashboard), fed as a forward observer.
 import type { DecisionRecord } from '../dashboard/source.js';
 import type { ForwardObserver } from '../proxy/forward.js';
-import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
+import { overlapTokens } from '../scheduler/scheduler.js';
 
-const EMPTY_SEQ = new BigUint64Array(0);
+/** Numbers kept per candidate row. */
+const C_DP = 0;
+const C_DEVICE = 1;
+const C_HOST = 2;
+const C_DISK = 3;
+const C_SHARED = 4;
+const C_CREDITED = 5;
+const C_PREFILL = 6;
+const C_DECODE = 7;
+const C_COST = 8;
+const C_ACTIVE_PREFILL = 9;
+const C_ACTIVE_BLOCKS = 10;
+const C_BUSY = 11;
+const C_FIELDS = 12;
+/** Candidate rows kept per decision slot on average: more candidates per decision keep fewer decisions. */
+const ROWS_PER_SLOT = 16;
 
-/** What a decision leaves behind: the few fields a record needs, made into one only when read. */
-interface Entry {
-  time: number;
-  d: Decision;
-  attempt: number;
-}
-
+/**
+ * A ring of the last decisions in preallocated columns: a decision's numbers are copied into typed
+ * arrays and its strings (instance ids, policy names: the router's own, long-lived) into plain
+ * arrays, so the request path allocates nothing here. Keeping the Decision objects instead made
+ * each request's candidates survive a few young-generation collections and be promoted, then die
+ * in the old generation: most of the router's GC copying (docs/profile.md, round five).
+ */
 export class DecisionLog implements ForwardObserver {
-  /** A ring of the last `capacity` decisions: `next` is where the next one goes. */
-  private readonly ring: Array<Entry | undefined>;
+  private readonly time: Float64Array;
+  private readonly nums: Float64Array; // per slot: attempt, isl, blockSize, first row, row count, chosen dp rank, overlap tokens
+  private readonly policy: string[];
+  private readonly chosen: string[];
+  private readonly rowNums: Float64Array;
+  private readonly rowInstance: string[];
+  private readonly rowCapacity: number;
+  /** Candidate rows written since start (a slot's first row is an absolute row number). */
+  private rows = 0;
   private next = 0;
   private count = 0;
   /** Decisions logged since start (the sequence number of the last one). */
@@ -30,50 +52,103 @@ export class DecisionLog implements ForwardObserver {
     private readonly modelOf: (instance: string) => string,
     private readonly now: () => number,
   ) {
-    this.ring = new Array<Entry | undefined>(capacity);
+    this.time = new Float64Array(capacity);
+    this.nums = new Float64Array(capacity * 7);
+    this.policy = new Array<string>(capacity).fill('');
+    this.chosen = new Array<string>(capacity).fill('');
+    this.rowCapacity = Math.max(1, capacity * ROWS_PER_SLOT);
+    this.rowNums = new Float64Array(this.rowCapacity * C_FIELDS);
+    this.rowInstance = new Array<string>(this.rowCapacity).fill('');
   }
 
   routed: NonNullable<ForwardObserver['routed']> = (d, attempt) => {
     const c = d.chosen!;
+    const overlap = Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize);
     if (attempt === 0) {
       this.promptTokens += d.isl;
-      this.overlapTokens += Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize);
+      this.overlapTokens += overlap;
     }
-    // Records are built when the dashboard reads them, not on the request path. The entry keeps the
-    // decision's candidates (made for this request, never changed after), not its block hashes.
-    const e: Entry = { time: this.now(), d: { ...d, seq: EMPTY_SEQ }, attempt };
-    this.ring[this.next] = e;
-    this.next = (this.next + 1) % this.capacity;
+    const slot = this.next;
+    const n = this.nums;
+    const at = slot * 7;
+    const cands = d.candidates;
+    const kept = Math.min(cands.length, this.rowCapacity);
+    this.time[slot] = this.now();
+    n[at] = attempt;
+    n[at + 1] = d.isl;
+    n[at + 2] = d.blockSize;
+    n[at + 3] = this.rows;
+    n[at + 4] = kept;
+    n[at + 5] = c.dpRank;
+    n[at + 6] = overlap;
+    this.policy[slot] = d.policy;
+    this.chosen[slot] = c.instance;
+    const rn = this.rowNums;
+    for (let k = 0; k < kept; k++) {
+      const x = cands[k];
+      const row = this.rows++ % this.rowCapacity;
+      const r = row * C_FIELDS;
+      this.rowInstance[row] = x.instance;
+      rn[r + C_DP] = x.dpRank;
+      rn[r + C_DEVICE] = x.device;
+      rn[r + C_HOST] = x.host;
+      rn[r + C_DISK] = x.disk;
+      rn[r + C_SHARED] = x.shared;
+      rn[r + C_CREDITED] = x.creditedBlocks;
+      rn[r + C_PREFILL] = x.prefillBlocks;
+      rn[r + C_DECODE] = x.decodeBlocks;
+      rn[r + C_COST] = x.cost;
+      rn[r + C_ACTIVE_PREFILL] = x.load.activePrefillTokens;
+      rn[r + C_ACTIVE_BLOCKS] = x.load.activeBlocks;
+      rn[r + C_BUSY] = x.busy ? 1 : 0;
+    }
+    this.next = (slot + 1) % this.capacity;
     if (this.count < this.capacity) this.count++;
     this.logged++;
     if (this.listeners.size > 0) {
-      const rec = this.record(e);
+      const rec = this.record(slot);
       for (const l of this.listeners) l(rec);
     }
   };
 
-  private record({ time, d, attempt }: Entry): DecisionRecord {
-    const c = d.chosen!;
+  /** Whether a slot's candidate rows are still all there (newer decisions may have reused them). */
+  private intact(slot: number): boolean {
+    return this.rows - this.nums[slot * 7 + 3] <= this.rowCapacity;
+  }
+
+  private record(slot: number): DecisionRecord {
+    const n = this.nums;
+    const at = slot * 7;
+    const bs = n[at + 2];
+    const first = n[at + 3];
+    const candidates: DecisionRecord['candidates'] = [];
+    for (let k = 0; k < n[at + 4]; k++) {
+      const row = (first + k) % this.rowCapacity;
+      const r = row * C_FIELDS;
+      const rn = this.rowNums;
+      candidates.push({
+        instance: this.rowInstance[row],
+        dp_rank: rn[r + C_DP],
+        overlap: overlapTokens({ device: rn[r + C_DEVICE], host: rn[r + C_HOST], disk: rn[r + C_DISK], shared: rn[r + C_SHARED] }, bs),
+        credited_blocks: rn[r + C_CREDITED],
+        prefill_blocks: rn[r + C_PREFILL],
+        decode_blocks: rn[r + C_DECODE],
+        cost: rn[r + C_COST],
+        load: { active_prefill_tokens: rn[r + C_ACTIVE_PREFILL], active_blocks: rn[r + C_ACTIVE_BLOCKS] },
+        busy: rn[r + C_BUSY] === 1,
+      });
+    }
+    const chosen = this.chosen[slot];
     return {
-      time,
-      model: this.modelOf(c.instance),
-      policy: d.policy,
-      prompt_tokens: d.isl,
-      chosen: c.instance,
-      chosen_dp_rank: c.dpRank,
-      overlap_tokens: Math.min(d.isl, Math.max(c.disk, c.shared) * d.blockSize),
-      attempt,
-      candidates: d.candidates.map((x) => ({
-        instance: x.instance,
-        dp_rank: x.dpRank,
-        overlap: overlapTokens(x, d.blockSize),
-        credited_blocks: x.creditedBlocks,
-        prefill_blocks: x.prefillBlocks,
-        decode_blocks: x.decodeBlocks,
-        cost: x.cost,
-        load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks },
-        busy: x.busy,
-      })),
+      time: this.time[slot],
+      model: this.modelOf(chosen),
+      policy: this.policy[slot],
+      prompt_tokens: n[at + 1],
+      chosen,
+      chosen_dp_rank: n[at + 5],
+      overlap_tokens: n[at + 6],
+      attempt: n[at],
+      candidates,
     };
   }
 
@@ -82,11 +157,13 @@ export class DecisionLog implements ForwardObserver {
     if (status >= 400) this.errors++;
   };
 
-  /** The last `limit` decisions, oldest first. */
+  /** The last `limit` decisions, oldest first (fewer when many candidates each used up the rows). */
   recent(limit: number): DecisionRecord[] {
     const n = Math.max(0, Math.min(limit, this.count));
+    let kept = 0;
+    while (kept < n && this.intact((this.next - kept - 1 + this.capacity) % this.capacity)) kept++;
     const out: DecisionRecord[] = [];
-    for (let k = n; k > 0; k--) out.push(this.record(this.ring[(this.next - k + this.capacity) % this.capacity]!));
+    for (let k = kept; k > 0; k--) out.push(this.record((this.next - k + this.capacity) % this.capacity));
     return out;
   }
 

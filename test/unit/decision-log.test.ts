@@ -33,4 +33,21 @@ describe('DecisionLog', () => {
     expect([log.promptTokens, log.overlapTokens]).toEqual([5 * 64 + 32, 5 * 32 + 32]);
     expect(new DecisionLog(4, () => 'm', () => 0).recent(4)).toEqual([]);
   });
+
+  it("keeps each candidate's numbers, and fewer decisions when many candidates use up the rows", () => {
+    const cand = (instance: string, i: number) => ({ instance, dpRank: i % 2, device: i, host: i + 1, disk: i + 2, shared: 0, creditedBlocks: i, prefillBlocks: 10 - i, decodeBlocks: 3, cost: i / 4, load: { activePrefillTokens: 100 * i, activeBlocks: 7, activeRequests: 1, decodingRequests: 0 }, busy: i === 1 });
+    const many = (n: number, tag: string): Decision => ({ ...decision(`${tag}0`, 64), candidates: Array.from({ length: n }, (_, i) => cand(`${tag}${i}`, i)) }) as unknown as Decision;
+    const log = new DecisionLog(2, () => 'm', () => 0); // 2 slots, 32 candidate rows
+    log.routed!(many(3, 'a'), 0, 0);
+    const [r] = log.recent(1);
+    expect(r.candidates).toEqual([0, 1, 2].map((i) => ({ instance: `a${i}`, dp_rank: i % 2, overlap: { gpu: 16 * i, cpu: 16 * (i + 1), disk: 16 * (i + 2), shared: 0 }, credited_blocks: i, prefill_blocks: 10 - i, decode_blocks: 3, cost: i / 4, load: { active_prefill_tokens: 100 * i, active_blocks: 7 }, busy: i === 1 })));
+    // 20 then 20 candidates: the second reuses rows of the first, which is no longer returned.
+    log.routed!(many(20, 'b'), 0, 0);
+    log.routed!(many(20, 'c'), 0, 0);
+    expect(log.recent(2).map((x) => [x.chosen, x.candidates.length, x.candidates[19].instance])).toEqual([['c0', 20, 'c19']]);
+    // More candidates than rows: the first 32 are kept.
+    log.routed!(many(40, 'd'), 0, 0);
+    expect(log.recent(5).map((x) => [x.chosen, x.candidates.length])).toEqual([['d0', 32]]);
+    expect(log.since(0, 10)).toHaveLength(1);
+  });
 });

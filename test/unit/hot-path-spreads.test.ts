@@ -18,7 +18,6 @@ const HOT = ['api/body.ts', 'api/openai.ts', 'api/token-body.ts', 'common/lean-m
 /** Keys after a leading spread that the spread object always has (overrides: the fast path). */
 const OVERRIDES: Record<string, string[]> = {
   'router/completions.ts': ['model'], // a validated body always has `model`
-  'router/decision-log.ts': ['seq'],
   'epp/exchange.ts': ['subset', 'chosen'],
   'proxy/disagg.ts': ['weights', 'model', 'trackActiveBlocks', 'prefixAffinity', 'loadBound', 'policy', 'target'],
 };
