@@ -85,9 +85,12 @@ export async function readOpenAIJson(c: Context, maxBytes: number): Promise<Reco
 /** Where a body holds a token-id prompt, the scanner reads it (src/api/token-body.ts). */
 const PROMPT_KEY = Buffer.from('"prompt"');
 
-/** Parse an OpenAI request body (token ids are small: plain JSON; a token-id prompt comes as TokenIds). */
-export function parseOpenAIBody(buf: Buffer): Record<string, unknown> {
-  if (buf.indexOf(PROMPT_KEY) >= 0) {
+/**
+ * Parse an OpenAI request body (token ids are small: plain JSON; a token-id prompt comes as
+ * TokenIds). `completion`: false for chat bodies, which have no prompt to scan for.
+ */
+export function parseOpenAIBody(buf: Buffer, completion = true): Record<string, unknown> {
+  if (completion && buf.indexOf(PROMPT_KEY) >= 0) {
     const fast = parseTokenIdBody(buf);
     if (fast !== null) return fast;
   }

@@ -137,10 +137,12 @@ export function parseTokenIdBody(b: Buffer): Record<string, unknown> | null {
       i = skipSpace(b, keyEnd);
       if (b[i] !== COLON) return null;
       i = skipSpace(b, i + 1);
-      const ids = key === 'prompt' && b[i] === OPEN_ARRAY ? tokenIds(b, i) : null;
-      // One huge prompt (read whole or not) must not keep its scratch for the life of the process.
-      if (scratch.length > SCRATCH_KEPT) scratch = new Uint32Array(SCRATCH_KEPT);
-      if (ids) {
+      if (key === 'prompt') {
+        // Any other prompt (text, a batch, a float) is JSON.parse's: stop here, not at the end.
+        const ids = b[i] === OPEN_ARRAY ? tokenIds(b, i) : null;
+        // One huge prompt (read whole or not) must not keep its scratch for the life of the process.
+        if (scratch.length > SCRATCH_KEPT) scratch = new Uint32Array(SCRATCH_KEPT);
+        if (ids === null) return null;
         body[key] = ids.ids;
         sawIds = true;
         i = ids.end;
@@ -148,7 +150,6 @@ export function parseTokenIdBody(b: Buffer): Record<string, unknown> | null {
         const end = valueEnd(b, i);
         if (end <= i) return null;
         body[key] = JSON.parse(b.toString('utf8', i, end));
-        if (key === 'prompt') sawIds = false; // a later prompt replaces the ids
         i = end;
       }
       i = skipSpace(b, i);

@@ -4,7 +4,9 @@
 // the router observes five histograms and one counter per request). A child here is an index into
 // plain arrays, bound once per label set. Exposition, JSON (the `--workers` aggregation) and reset
 // stay prom-client's: these classes only add their children's values to what prom-client exports
-// (test/unit/lean-metrics.test.ts compares the text and JSON with prom-client's own metrics).
+// (test/unit/lean-metrics.test.ts compares the text and JSON with prom-client's own metrics). After
+// a reset, the series keep the order they were first made in (prom-client's follow the next
+// observations): the same series and values, possibly in another order.
 import { Counter, Histogram } from 'prom-client';
 
 export interface HistogramChild {
@@ -61,7 +63,8 @@ interface ExportedValue {
 /** Label values in the metric's label order: the key of a child. */
 function keyOf(labelNames: readonly string[], labels: Labels): string {
   let k = '';
-  for (const n of labelNames) k += `${labels[n] ?? ''}\u0000`;
+  // (a missing label is not the empty string: prom-client exports them as two series)
+  for (const n of labelNames) k += labels[n] === undefined ? '\u0001\u0000' : `${labels[n]}\u0000`;
   return k;
 }
 

@@ -116,7 +116,7 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
     throw new Refused(admitted.status, admitted.message, 'rate_limit_error', admitted.code, admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {});
   }
   try {
-    const raw = parseOpenAIBody(bytes);
+    const raw = parseOpenAIBody(bytes, kind === 'completion');
     const p = await prepareRoute(kind, raw, req.headers, deps, principal, false, trace);
     trace?.root.setAttribute('gen_ai.request.model', p.model.name);
     await addresses.refresh(p.instances.map((i) => i.upstream.url));

@@ -224,7 +224,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
   const trace = deps.tracing?.request(req.headers, `POST ${path}`, { 'http.request.method': 'POST', 'url.path': path, 'kvrouter.request_id': requestId }) ?? null;
   try {
     const bodyBuf = await readRequestBody(req, deps.cfg.server.max_body_bytes);
-    const raw = parseOpenAIBody(bodyBuf);
+    const raw = parseOpenAIBody(bodyBuf, kind === 'completion');
     const p = await prepareRoute(kind, raw, req.headers, deps, principal, false, trace);
     modelName = p.model.name;
     trace?.root.setAttribute('gen_ai.request.model', modelName);

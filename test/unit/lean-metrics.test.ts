@@ -73,6 +73,15 @@ describe('LeanHistogram and LeanCounter', () => {
     expect(text).toContain('kvr_seconds_count{model="qwen",outcome="done"} 1');
   });
 
+  it('keeps a missing label apart from an empty one, as prom-client does', async () => {
+    const p = pair();
+    p.lib.observe({ model: 'q' }, 0.5);
+    p.lib.observe({ model: 'q', outcome: '' }, 0.5);
+    p.lean.child({ model: 'q' }).observe(0.5);
+    p.lean.child({ model: 'q', outcome: '' }).observe(0.5);
+    expect(await p.leanReg.metrics()).toBe(await p.libReg.metrics());
+  });
+
   it('refuses what prom-client refuses', () => {
     const p = pair();
     expect(() => p.lean.child({ model: 'q', outcome: 'done' }).observe(Number.NaN)).toThrow(TypeError);

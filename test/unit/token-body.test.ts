@@ -65,7 +65,9 @@ describe('parseTokenIdBody', () => {
     ];
     const verdicts = cases.map((c) => agrees(c));
     // The scanner did take the valid ones it is meant for:
-    expect(verdicts[cases.indexOf('{"prompt":"text","prompt":[7]}')]).toBe('fast');
+    // A prompt it does not take ends the scan at once (text prompts are not parsed twice over):
+    expect(verdicts[cases.indexOf('{"prompt":"text","prompt":[7]}')]).toBe('fallback');
+    expect(parseTokenIdBody(Buffer.from('{"model":"m","prompt":"hi [1, 2]","max_tokens":1}'))).toBeNull();
     expect(verdicts[cases.indexOf('{"pro\\u006dpt":[5,6]}')]).toBe('fast');
     expect(verdicts[cases.indexOf('{"prompt":[1],"x":1e400}')]).toBe('fast');
     expect(verdicts[cases.indexOf('{"prompt":[1],"__proto__":{"x":1}}')]).toBe('fallback');
@@ -95,6 +97,8 @@ describe('parseOpenAIBody with a token-id prompt', () => {
     // Bodies without a prompt key, and prompts JSON.parse reads, are unchanged:
     expect(parseOpenAIBody(Buffer.from('{"model":"m","prompt":[1.0]}')).prompt).toEqual([1]);
     expect(() => parseOpenAIBody(Buffer.from('{"model":"m","prompt":[1,]}'))).toThrow(/not valid JSON/);
+    // Chat bodies are not scanned (a tool may have a "prompt" parameter): plain JSON.parse.
+    expect(parseOpenAIBody(Buffer.from('{"model":"m","prompt":[1,2]}'), false).prompt).toEqual([1, 2]);
   });
 });
 
