@@ -3,6 +3,15 @@ import type { DecisionRecord } from '../dashboard/source.js';
 import type { ForwardObserver } from '../proxy/forward.js';
 import { overlapTokens } from '../scheduler/scheduler.js';
 
+/** Numbers kept per decision slot. */
+const S_ATTEMPT = 0;
+const S_ISL = 1;
+const S_BLOCK_SIZE = 2;
+const S_FIRST_ROW = 3;
+const S_ROWS = 4;
+const S_DP_RANK = 5;
+const S_OVERLAP = 6;
+const S_FIELDS = 7;
 /** Numbers kept per candidate row. */
 const C_DP = 0;
 const C_DEVICE = 1;
@@ -29,7 +38,7 @@ const ROWS_PER_SLOT = 16;
  */
 export class DecisionLog implements ForwardObserver {
   private readonly time: Float64Array;
-  private readonly nums: Float64Array; // per slot: attempt, isl, blockSize, first row, row count, chosen dp rank, overlap tokens
+  private readonly nums: Float64Array; // S_FIELDS per slot
   private readonly policy: string[];
   private readonly chosen: string[];
   private readonly rowNums: Float64Array;
@@ -53,7 +62,7 @@ export class DecisionLog implements ForwardObserver {
     private readonly now: () => number,
   ) {
     this.time = new Float64Array(capacity);
-    this.nums = new Float64Array(capacity * 7);
+    this.nums = new Float64Array(capacity * S_FIELDS);
     this.policy = new Array<string>(capacity).fill('');
     this.chosen = new Array<string>(capacity).fill('');
     this.rowCapacity = Math.max(1, capacity * ROWS_PER_SLOT);
@@ -70,17 +79,17 @@ export class DecisionLog implements ForwardObserver {
     }
     const slot = this.next;
     const n = this.nums;
-    const at = slot * 7;
+    const at = slot * S_FIELDS;
     const cands = d.candidates;
     const kept = Math.min(cands.length, this.rowCapacity);
     this.time[slot] = this.now();
-    n[at] = attempt;
-    n[at + 1] = d.isl;
-    n[at + 2] = d.blockSize;
-    n[at + 3] = this.rows;
-    n[at + 4] = kept;
-    n[at + 5] = c.dpRank;
-    n[at + 6] = overlap;
+    n[at + S_ATTEMPT] = attempt;
+    n[at + S_ISL] = d.isl;
+    n[at + S_BLOCK_SIZE] = d.blockSize;
+    n[at + S_FIRST_ROW] = this.rows;
+    n[at + S_ROWS] = kept;
+    n[at + S_DP_RANK] = c.dpRank;
+    n[at + S_OVERLAP] = overlap;
     this.policy[slot] = d.policy;
     this.chosen[slot] = c.instance;
     const rn = this.rowNums;
@@ -113,16 +122,16 @@ export class DecisionLog implements ForwardObserver {
 
   /** Whether a slot's candidate rows are still all there (newer decisions may have reused them). */
   private intact(slot: number): boolean {
-    return this.rows - this.nums[slot * 7 + 3] <= this.rowCapacity;
+    return this.rows - this.nums[slot * S_FIELDS + S_FIRST_ROW] <= this.rowCapacity;
   }
 
   private record(slot: number): DecisionRecord {
     const n = this.nums;
-    const at = slot * 7;
-    const bs = n[at + 2];
-    const first = n[at + 3];
+    const at = slot * S_FIELDS;
+    const bs = n[at + S_BLOCK_SIZE];
+    const first = n[at + S_FIRST_ROW];
     const candidates: DecisionRecord['candidates'] = [];
-    for (let k = 0; k < n[at + 4]; k++) {
+    for (let k = 0; k < n[at + S_ROWS]; k++) {
       const row = (first + k) % this.rowCapacity;
       const r = row * C_FIELDS;
       const rn = this.rowNums;
@@ -143,11 +152,11 @@ export class DecisionLog implements ForwardObserver {
       time: this.time[slot],
       model: this.modelOf(chosen),
       policy: this.policy[slot],
-      prompt_tokens: n[at + 1],
+      prompt_tokens: n[at + S_ISL],
       chosen,
-      chosen_dp_rank: n[at + 5],
-      overlap_tokens: n[at + 6],
-      attempt: n[at],
+      chosen_dp_rank: n[at + S_DP_RANK],
+      overlap_tokens: n[at + S_OVERLAP],
+      attempt: n[at + S_ATTEMPT],
       candidates,
     };
   }
