@@ -104,7 +104,8 @@ export async function prepareRoute(
   if (needTokens) {
     const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
     try {
-      tokens = await promptTokens(model.tokenizer, parsed.prompt);
+      // Token ids need no tokenizer, nor a turn through a promise.
+      tokens = parsed.prompt.kind === 'tokens' ? parsed.prompt.tokens : await promptTokens(model.tokenizer, parsed.prompt);
     } finally {
       span?.setAttribute('gen_ai.usage.input_tokens', tokens?.length ?? 0);
       span?.end();
