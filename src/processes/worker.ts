@@ -6,7 +6,7 @@ import { dumpIndex, type IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
 import { dashboardPart } from '../router/dashboard-source.js';
 import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
-import { isToWorker, type ToPrimary, type ToWorker } from './messages.js';
+import { frameBatch, isToWorker, type ToPrimary, type ToWorker, unframeBatch } from './messages.js';
 import { processMetrics } from './metrics.js';
 import type { EppHandle, EppOptions } from '../epp/server.js';
 
@@ -44,7 +44,7 @@ export class ProcessLink implements SyncLink {
   private flushing = false;
   private readonly flush = () => {
     this.flushing = false;
-    for (const [subject, data] of this.outbox) send({ t: 'sync', subject, data });
+    for (const [subject, data] of this.outbox) send({ t: 'sync', subject, data: frameBatch(data) });
     this.outbox.clear();
   };
 
@@ -56,8 +56,14 @@ export class ProcessLink implements SyncLink {
     return { ...this.st, connected: process.connected };
   }
 
-  deliver(subject: string, batch: readonly Uint8Array[]): void {
-    for (const data of batch) for (const h of this.handlers) if (h.subject === subject) h.handler(data, subject);
+  deliver(subject: string, batch: Uint8Array): void {
+    let messages: Uint8Array[];
+    try {
+      messages = unframeBatch(batch);
+    } catch {
+      return; // dropped whole: the receivers see the sequence gap and reset that process's bookings
+    }
+    for (const data of messages) for (const h of this.handlers) if (h.subject === subject) h.handler(data, subject);
   }
 }
 

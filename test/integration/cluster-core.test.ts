@@ -1,6 +1,7 @@
 // The socket-free cores of src/cluster: wire codecs (u64 exact), remote booking bookkeeping, and
 // relayed ops rebuilding exactly the index their source built.
 import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
 import { decodeBatch, encodeBatch, encodeOp, type RelayedOp } from '../../src/cluster/event-wire.js';
 import { RemoteBookings, isRemoteId } from '../../src/cluster/remote-bookings.js';
 import { type TenantUse, TenantUsage } from '../../src/auth/tenant-usage.js';
@@ -9,6 +10,7 @@ import { decodeRelaySnapshot, encodeRelaySnapshot } from '../../src/cluster/rela
 import { RelayTap } from '../../src/cluster/relay-taps.js';
 import { KvIndexWriter } from '../../src/indexer/writer.js';
 import { decodeSync, encodeSync, type SyncMessage } from '../../src/cluster/sync-wire.js';
+import { packU64, unpackU64 } from '../../src/cluster/codec.js';
 import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { dumpIndex } from '../../src/indexer/snapshot.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
@@ -34,6 +36,35 @@ describe('sync wire', () => {
     expect(bad([['acme', 1.5, 0]])).toThrow(/tenant use/);
     expect(bad([['acme', 1]])).toThrow(/tenant use/);
     expect(bad({ acme: 1 })).toThrow(/array/);
+  });
+});
+
+describe('u64 packing', () => {
+  // The reference: every value written as little-endian bytes, one at a time (the wire's definition).
+  const reference = (values: readonly bigint[]) => {
+    const buf = Buffer.alloc(values.length * 8);
+    values.forEach((v, i) => buf.writeBigUInt64LE(v, i * 8));
+    return buf.toString('base64');
+  };
+
+  it('packs typed arrays, views into larger buffers and plain arrays to the same bytes, and unpacks them', () => {
+    const rand = mulberry32(18);
+    const big = () => (BigInt(Math.floor(rand() * 2 ** 32)) << 32n) | BigInt(Math.floor(rand() * 2 ** 32));
+    for (const n of [0, 1, 2, 7, 64, 1000]) {
+      const values = Array.from({ length: n }, big);
+      values[0] ??= 0n;
+      if (n > 1) values[1] = 0xffffffffffffffffn;
+      const typed = BigUint64Array.from(values.slice(0, n));
+      const padded = new BigUint64Array(n + 3);
+      padded.set(typed, 2);
+      const view = padded.subarray(2, 2 + n);
+      const want = reference(values.slice(0, n));
+      expect(packU64(typed)).toBe(want);
+      expect(packU64(view)).toBe(want);
+      expect(packU64(values.slice(0, n))).toBe(want);
+      expect([...unpackU64(want)]).toEqual(values.slice(0, n));
+    }
+    expect(() => unpackU64(Buffer.alloc(12).toString('base64'))).toThrow(/multiple of 8/);
   });
 });
 

@@ -1,0 +1,29 @@
+// The `serve --workers` channel's sync batches (src/processes/messages.ts): a turn's replica-sync
+// messages travel as one framed byte array and come back as the same messages, in order.
+import { describe, expect, it } from 'vitest';
+import { frameBatch, unframeBatch } from '../../src/processes/messages.js';
+import { mulberry32 } from '../../src/common/prng.js';
+
+describe('sync batch framing', () => {
+  it('gives back every message, byte for byte and in order', () => {
+    const rand = mulberry32(6);
+    for (const count of [0, 1, 2, 5, 40]) {
+      const messages = Array.from({ length: count }, (_, i) => Uint8Array.from({ length: i % 3 === 0 ? 0 : Math.floor(rand() * 2000) }, () => Math.floor(rand() * 256)));
+      const back = unframeBatch(frameBatch(messages));
+      expect(back.map((m) => Buffer.from(m).toString('hex'))).toEqual(messages.map((m) => Buffer.from(m).toString('hex')));
+    }
+  });
+
+  it('reads a batch that sits inside a larger buffer (as the channel may hand it over)', () => {
+    const framed = frameBatch([Uint8Array.of(1, 2, 3), Uint8Array.of(), Uint8Array.of(9)]);
+    const host = new Uint8Array(framed.byteLength + 7);
+    host.set(framed, 5);
+    expect(unframeBatch(host.subarray(5, 5 + framed.byteLength)).map((m) => [...m])).toEqual([[1, 2, 3], [], [9]]);
+  });
+
+  it('refuses a cut frame', () => {
+    const framed = frameBatch([Uint8Array.of(1, 2, 3, 4), Uint8Array.of(5, 6)]);
+    expect(() => unframeBatch(framed.subarray(0, framed.byteLength - 1))).toThrow(/passes the end/);
+    expect(() => unframeBatch(framed.subarray(0, 10))).toThrow(/header is cut/);
+  });
+});
