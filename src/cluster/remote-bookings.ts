@@ -11,10 +11,13 @@
 import type { TenantUsage } from '../auth/tenant-usage.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { ActiveSequences } from '../scheduler/active-sequences.js';
+import type { PrefillRates } from '../scheduler/rates.js';
 import type { SyncMessage } from './sync-wire.js';
 
 export interface RemoteTarget {
   active: ActiveSequences;
+  /** Prefill rates: a peer's samples are learned here too (none: they are ignored). */
+  rates?: PrefillRates;
   indexer: TieredIndexer;
   /** Tenant limits' use: peers' reports apply here (none: tenant reports are ignored). */
   tenants?: TenantUsage;
@@ -153,6 +156,8 @@ export class RemoteBookings {
       case 'free': {
         const id = remoteId(p.router, p.incarnation, m.id);
         p.ids.delete(id);
+        const b = m.rate ? active.get(id) : undefined;
+        if (b && m.rate) this.target.rates?.observe(b.instance, b.dpRank, m.rate.workTokens, m.rate.decoding, m.rate.ttftMs, m.rate.pool);
         return active.free(id);
       }
       case 'heartbeat':

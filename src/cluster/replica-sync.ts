@@ -80,7 +80,7 @@ export class ReplicaSync {
   ) {
     this.now = deps.now ?? Date.now;
     this.metrics = deps.metrics ?? NOOP_CLUSTER_METRICS;
-    this.remote = new RemoteBookings({ active: deps.scheduler.active, indexer: deps.indexer, ...(deps.tenants ? { tenants: deps.tenants } : {}) }, { router: opts.routerId, incarnation: this.incarnation });
+    this.remote = new RemoteBookings({ active: deps.scheduler.active, rates: deps.scheduler.rates, indexer: deps.indexer, ...(deps.tenants ? { tenants: deps.tenants } : {}) }, { router: opts.routerId, incarnation: this.incarnation });
     deps.tenants?.onChange(() => {
       if (this.tenantsPending || this.closed) return;
       this.tenantsPending = true;
@@ -96,10 +96,12 @@ export class ReplicaSync {
       prefillCompleted: (id) => {
         if (!isRemoteId(id)) this.send({ kind: 'prefill', id });
       },
-      freed: (id) => {
+      freed: (id, rate) => {
         if (isRemoteId(id)) return;
         this.local.delete(id);
-        this.send({ kind: 'free', id });
+        // The first token's rate sample travels with the free: every replica learns every
+        // instance's prefill rate from all requests, not from its own share.
+        this.send(rate ? { kind: 'free', id, rate } : { kind: 'free', id });
       },
     });
     link.subscribe(opts.subject, (data) => this.onMessage(data));

@@ -3,6 +3,7 @@
 // ignores its own messages, tells a restart from a reorder, and detects lost messages as gaps.
 import type { TenantUse } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
+import type { RateSample } from '../scheduler/rates.js';
 import { asObj, int, nsFromWire, nsToWire, optStr, packU64, str, unpackU64, wireNs } from './codec.js';
 
 export interface Sender {
@@ -26,7 +27,12 @@ export type SyncBody =
       speculativeTtlMs: number;
     }
   | { kind: 'prefill'; id: string }
-  | { kind: 'free'; id: string }
+  | {
+      kind: 'free';
+      id: string;
+      /** The sender's prefill-rate sample from this booking's first token, repeated by receivers (absent: none). */
+      rate?: RateSample;
+    }
   | {
       /** Ask `target` to re-announce its in-flight bookings (we joined late or lost messages). */
       kind: 'resend';
@@ -70,8 +76,10 @@ export function encodeSync(m: SyncMessage): Uint8Array {
         })),
       );
     case 'prefill':
-    case 'free':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: m.kind, id: m.id })));
+    case 'free':
+      // A receiver before this field ignores it (it reads only the id): the change is compatible.
+      return enc.encode(JSON.stringify(Object.assign(head(), m.rate ? { t: m.kind, id: m.id, rate: { work_tokens: m.rate.workTokens, decoding: m.rate.decoding, ttft_ms: m.rate.ttftMs, pool: m.rate.pool } } : { t: m.kind, id: m.id })));
     case 'resend':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: 'resend', target: m.target })));
     case 'tenants':
@@ -104,8 +112,9 @@ export function decodeSync(data: Uint8Array): SyncMessage {
         speculativeTtlMs: int(o, 'speculative_ttl_ms'),
       };
     case 'prefill':
+      return { router, incarnation, seq, kind: 'prefill', id: str(o, 'id') };
     case 'free':
-      return { router, incarnation, seq, kind: o.t, id: str(o, 'id') };
+      return o.rate === undefined ? { router, incarnation, seq, kind: 'free', id: str(o, 'id') } : { router, incarnation, seq, kind: 'free', id: str(o, 'id'), rate: rateSample(o.rate) };
     case 'resend':
       return { router, incarnation, seq, kind: 'resend', target: str(o, 'target') };
     case 'tenants':
@@ -116,6 +125,16 @@ export function decodeSync(data: Uint8Array): SyncMessage {
     default:
       throw new Error(`unknown sync message type ${String(o.t)}`);
   }
+}
+
+function rateSample(v: unknown): RateSample {
+  const o = asObj(v, 'rate');
+  const num = (k: string): number => {
+    const x = o[k];
+    if (typeof x !== 'number' || !Number.isFinite(x) || x < 0) throw new Error(`rate.${k} must be a finite number >= 0`);
+    return x;
+  };
+  return { workTokens: num('work_tokens'), decoding: num('decoding'), ttftMs: num('ttft_ms'), pool: str(o, 'pool') };
 }
 
 /** At most this many tenants per report (a configuration has far fewer). */

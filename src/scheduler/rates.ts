@@ -6,6 +6,14 @@
 // one odd sample cannot swing it. Pure: callers pass every observation; no clocks.
 import type { PrefillRate } from './cost.js';
 
+/** One booking's first-token observation: PrefillRates.observe's arguments beyond the worker. */
+export interface RateSample {
+  workTokens: number;
+  decoding: number;
+  ttftMs: number;
+  pool: string;
+}
+
 export interface RatePrior {
   /** Prefill tokens per second assumed before data. */
   tokensPerS: number;

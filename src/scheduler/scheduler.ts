@@ -6,7 +6,7 @@ import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
 import { type CostWeights, cost } from './cost.js';
 import { POLICY_IMPL, type PolicyName } from './policies.js';
-import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior } from './rates.js';
+import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample } from './rates.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 
 export interface Candidate {
@@ -142,7 +142,8 @@ export interface BookOptions {
 export interface SchedulerHooks {
   booked?(b: Booking, ns: NamespaceId, speculativeTtlMs: number, now: number): void;
   prefillCompleted?(id: string): void;
-  freed?(id: string): void;
+  /** `rate`: the prefill-rate sample its first token gave (what replicas learn from too). */
+  freed?(id: string, rate?: RateSample): void;
 }
 
 export class Scheduler {
@@ -367,9 +368,13 @@ export class Scheduler {
   free(requestId: string): boolean {
     const b = this.active.get(requestId);
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
-    if (b?.firstTokenAt !== undefined) this.rates.observe(b.instance, b.dpRank, b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), b.decodingAhead, b.firstTokenAt - b.createdAt, b.pool);
+    let rate: RateSample | undefined;
+    if (b?.firstTokenAt !== undefined) {
+      rate = { workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), decoding: b.decodingAhead, ttftMs: b.firstTokenAt - b.createdAt, pool: b.pool };
+      this.rates.observe(b.instance, b.dpRank, rate.workTokens, rate.decoding, rate.ttftMs, rate.pool);
+    }
     const ok = this.active.free(requestId);
-    if (ok) for (const h of this.hooks) h.freed?.(requestId);
+    if (ok) for (const h of this.hooks) h.freed?.(requestId, rate);
     return ok;
   }
 }

@@ -15,6 +15,7 @@ import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { dumpIndex } from '../../src/indexer/snapshot.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
+import { PrefillRates } from '../../src/scheduler/rates.js';
 
 const BIG = (1n << 64n) - 3n;
 const NS = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
@@ -28,6 +29,7 @@ describe('sync wire', () => {
       { router: 'a', incarnation: 'i1', seq: 4, kind: 'heartbeat', url: 'http://x:1', bookings: 3 },
       { router: 'a', incarnation: 'i1', seq: 5, kind: 'resend', target: 'b' },
       { router: 'a', incarnation: 'i1', seq: 6, kind: 'tenants', uses: [['acme', 2, 17], ['__proto__', 0, 1]], full: true },
+      { router: 'a', incarnation: 'i1', seq: 7, kind: 'free', id: 'r2', rate: { workTokens: 2048, decoding: 3, ttftMs: 41.5, pool: 'm' } },
     ];
     for (const m of msgs) expect(decodeSync(encodeSync(m))).toEqual(m);
     expect(() => decodeSync(new TextEncoder().encode('{"v":2}'))).toThrow(/version/);
@@ -36,6 +38,12 @@ describe('sync wire', () => {
     expect(bad([['acme', 1.5, 0]])).toThrow(/tenant use/);
     expect(bad([['acme', 1]])).toThrow(/tenant use/);
     expect(bad({ acme: 1 })).toThrow(/array/);
+    const badRate = (rate: unknown) => () => decodeSync(new TextEncoder().encode(JSON.stringify({ v: 1, router: 'a', inc: 'i', seq: 1, t: 'free', id: 'r', rate })));
+    expect(badRate({ work_tokens: -1, decoding: 0, ttft_ms: 1, pool: '' })).toThrow(/rate.work_tokens/);
+    expect(badRate({ work_tokens: 1, decoding: 0, ttft_ms: 1 })).toThrow(/pool/);
+    expect(badRate(null)).toThrow(/rate/);
+    // A free without a sample is what senders before the field send, and stays one.
+    expect(decodeSync(new TextEncoder().encode(JSON.stringify({ v: 1, router: 'a', inc: 'i', seq: 1, t: 'free', id: 'r' })))).not.toHaveProperty('rate');
   });
 });
 
@@ -72,7 +80,8 @@ describe('RemoteBookings', () => {
   const setup = () => {
     const active = new ActiveSequences();
     const indexer = new TieredIndexer();
-    return { active, indexer, rb: new RemoteBookings({ active, indexer }, { router: 'me', incarnation: 'x' }) };
+    const rates = new PrefillRates();
+    return { active, indexer, rates, rb: new RemoteBookings({ active, indexer, rates }, { router: 'me', incarnation: 'x' }) };
   };
   const add = (router: string, inc: string, seq: number, id: string, ttl = 0): SyncMessage => ({ router, incarnation: inc, seq, kind: 'add', id, instance: 'e0', dpRank: 0, ns: NS, blocks: BigUint64Array.of(7n, 8n), prefillTokens: 8, speculativeTtlMs: ttl });
 
@@ -88,6 +97,26 @@ describe('RemoteBookings', () => {
     expect(rb.handle({ router: 'p', incarnation: 'i', seq: 3, kind: 'free', id: 'r1' }, 0).released).toBe(true);
     expect(active.size).toBe(0);
     expect(rb.handle(add('p', 'i', 3, 'late'), 0).outcome).toBe('stale');
+  });
+
+  it("learns prefill rates from peers' samples, as the peer itself learned them", () => {
+    const { rates, rb } = setup();
+    const own = new PrefillRates();
+    const samples = [
+      { workTokens: 1024, decoding: 0, ttftMs: 60, pool: 'm' },
+      { workTokens: 4096, decoding: 2, ttftMs: 230, pool: 'm' },
+      { workTokens: 512, decoding: 1, ttftMs: 35, pool: 'm' },
+    ];
+    samples.forEach((rate, i) => {
+      rb.handle(add('p', 'i', 2 * i + 1, `r${i}`), 0);
+      rb.handle({ router: 'p', incarnation: 'i', seq: 2 * i + 2, kind: 'free', id: `r${i}`, rate }, 0);
+      own.observe('e0', 0, rate.workTokens, rate.decoding, rate.ttftMs, rate.pool);
+    });
+    expect(rates.rate('e0', 0, undefined, 'm')).toEqual(own.rate('e0', 0, undefined, 'm'));
+    expect(rates.rate('e0', 0, undefined, 'm')).not.toEqual(new PrefillRates().rate('e0', 0, undefined, 'm'));
+    // A free for a booking it never saw teaches nothing.
+    rb.handle({ router: 'p', incarnation: 'i', seq: 7, kind: 'free', id: 'unknown', rate: { workTokens: 1, decoding: 0, ttftMs: 9999, pool: 'm' } }, 0);
+    expect(rates.rate('e0', 0, undefined, 'm')).toEqual(own.rate('e0', 0, undefined, 'm'));
   });
 
   it('says when it may have missed a peer\'s bookings: first heard mid-stream, or after a gap', () => {

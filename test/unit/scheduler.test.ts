@@ -4,6 +4,7 @@ import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
 import { cost, type CostWeights, creditedBlocks, pickByCost } from '../../src/scheduler/cost.js';
 import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
+import { PrefillRates, type RateSample } from '../../src/scheduler/rates.js';
 
 // The Dynamo block cost: these tests hold kvrouter to the seed's worked examples.
 const W: CostWeights = { model: 'blocks', overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
@@ -258,6 +259,9 @@ describe('PrefillRates', () => {
 
   it('the scheduler learns from prefill completions that carry a time, not from those without', () => {
     const s = new Scheduler(new TieredIndexer(), seeded(4));
+    // What replica sync publishes: every freed booking's sample, the same ones the scheduler learned.
+    const published: Array<RateSample | undefined> = [];
+    s.addHooks({ freed: (_id, rate) => published.push(rate) });
     const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
     const tokens = (n: number, salt: number) => Array.from({ length: n }, (_, i) => salt * 100_000 + i + 1);
     const base: RouteInput = { ns, candidates: [{ instance: 'a', dpRank: 0 }], tokens: tokens(400, 0), policy: 'kv', weights: { ...W, model: 'time' }, temperature: 0 };
@@ -270,7 +274,13 @@ describe('PrefillRates', () => {
     }
     s.book(s.decide(base, 0), ns, { requestId: 'late', now: 0, speculativeTtlMs: 0 });
     s.prefillComplete('late'); // a gateway's report: no timing
+    s.free('late');
     expect(s.rates.snapshot()[0].samples).toBe(50);
+    expect(published).toHaveLength(51);
+    expect(published[50]).toBeUndefined();
+    const replica = new PrefillRates();
+    for (const r of published.slice(0, 50)) replica.observe('a', 0, r!.workTokens, r!.decoding, r!.ttftMs, r!.pool);
+    expect(replica.rate('a', 0, undefined, 'm')).toEqual(s.rates.rate('a', 0, undefined, 'm'));
     const d = s.decide(base, 0);
     expect(d.chosen!.ttftMs).toBeLessThan(10);
     expect(d.chosen!.tokensPerS).toBeGreaterThan(20_000);
