@@ -36,6 +36,8 @@ const whole = (chunks: Uint8Array[], size: number): Buffer => (chunks.length ===
  * Same rules as the loop above: over the limit reading stops (another stream is destroyed, as the
  * loop's early return does), a failure or an early close throws.
  */
+const ignore = (): void => undefined;
+
 function readStream(source: Readable, limit: number): Promise<Buffer | null> {
   if (source.readableEnded) return Promise.resolve(Buffer.alloc(0));
   if (source.destroyed) return Promise.reject(new Error('the stream closed before its end'));
@@ -55,7 +57,12 @@ function readStream(source: Readable, limit: number): Promise<Buffer | null> {
         // A request's socket must stay for its 413: the rest of the body is left unread, and the
         // answer closes the connection (Node's own iterator keeps the socket the same way).
         if (source instanceof IncomingMessage) source.pause();
-        else source.destroy();
+        else {
+          // A destroyed body may still emit an error (undici's: "Request aborted"): with no listener
+          // left, that would be an uncaught exception. The loop's iterator kept one for the same reason.
+          source.on('error', ignore);
+          source.destroy();
+        }
         resolve(null);
       } else chunks.push(chunk);
     };

@@ -3,7 +3,7 @@
 // ignores its own messages, tells a restart from a reorder, and detects lost messages as gaps.
 import type { TenantUse } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import type { RateSample } from '../scheduler/rates.js';
+import { type RateSample, validSample } from '../scheduler/rates.js';
 import { asObj, int, nsFromWire, nsToWire, optStr, packU64, str, unpackU64, wireNs } from './codec.js';
 
 export interface Sender {
@@ -114,7 +114,11 @@ export function decodeSync(data: Uint8Array): SyncMessage {
     case 'prefill':
       return { router, incarnation, seq, kind: 'prefill', id: str(o, 'id') };
     case 'free':
-      return o.rate === undefined ? { router, incarnation, seq, kind: 'free', id: str(o, 'id') } : { router, incarnation, seq, kind: 'free', id: str(o, 'id'), rate: rateSample(o.rate) };
+    {
+      // A sample this receiver cannot use is left out; the free itself still applies.
+      const rate = o.rate === undefined ? null : rateSample(o.rate);
+      return rate === null ? { router, incarnation, seq, kind: 'free', id: str(o, 'id') } : { router, incarnation, seq, kind: 'free', id: str(o, 'id'), rate };
+    }
     case 'resend':
       return { router, incarnation, seq, kind: 'resend', target: str(o, 'target') };
     case 'tenants':
@@ -127,14 +131,14 @@ export function decodeSync(data: Uint8Array): SyncMessage {
   }
 }
 
-function rateSample(v: unknown): RateSample {
-  const o = asObj(v, 'rate');
-  const num = (k: string): number => {
-    const x = o[k];
-    if (typeof x !== 'number' || !Number.isFinite(x) || x < 0) throw new Error(`rate.${k} must be a finite number >= 0`);
-    return x;
-  };
-  return { workTokens: num('work_tokens'), decoding: num('decoding'), ttftMs: num('ttft_ms'), pool: str(o, 'pool') };
+/** The sample of a `free`, or null when it is not one PrefillRates would take. */
+function rateSample(v: unknown): RateSample | null {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
+  const o = v as Record<string, unknown>;
+  const { work_tokens: workTokens, decoding, ttft_ms: ttftMs, pool } = o;
+  if (typeof workTokens !== 'number' || typeof decoding !== 'number' || typeof ttftMs !== 'number' || typeof pool !== 'string') return null;
+  const sample = { workTokens, decoding, ttftMs, pool };
+  return validSample(sample) ? sample : null;
 }
 
 /** At most this many tenants per report (a configuration has far fewer). */

@@ -57,9 +57,11 @@ export class ProcessLink implements SyncLink {
   }
 
   deliver(subject: string, batch: Uint8Array): void {
-    let messages: Uint8Array[];
+    let messages: readonly Uint8Array[];
     try {
-      messages = unframeBatch(batch);
+      // An array of messages is what a process from before the framing sends (a replacement
+      // forked while the code on disk changed): still understood.
+      messages = Array.isArray(batch) ? (batch as readonly Uint8Array[]) : unframeBatch(batch);
     } catch {
       return; // dropped whole: the receivers see the sequence gap and reset that process's bookings
     }

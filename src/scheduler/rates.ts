@@ -14,6 +14,13 @@ export interface RateSample {
   pool: string;
 }
 
+const finiteNonNegative = (x: number): boolean => Number.isFinite(x) && x >= 0;
+
+/** A sample PrefillRates learns from: finite, non-negative work, decoding count and TTFT. */
+export function validSample(s: Pick<RateSample, 'workTokens' | 'decoding' | 'ttftMs'>): boolean {
+  return finiteNonNegative(s.workTokens) && finiteNonNegative(s.decoding) && finiteNonNegative(s.ttftMs);
+}
+
 export interface RatePrior {
   /** Prefill tokens per second assumed before data. */
   tokensPerS: number;
@@ -133,7 +140,7 @@ export class PrefillRates {
    * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model.
    */
   observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number, pool = ''): void {
-    if (!(workTokens >= 0) || !Number.isFinite(workTokens) || !(decoding >= 0) || !Number.isFinite(decoding) || !(ttftMs >= 0) || !Number.isFinite(ttftMs)) return;
+    if (!validSample({ workTokens, decoding, ttftMs })) return;
     const k = `${instance}\u0000${dpRank}`;
     let f = this.fits.get(k);
     if (!f) this.fits.set(k, (f = { instance, dpRank, pool, fit: new Fit() }));

@@ -6,7 +6,7 @@ import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
 import { type CostWeights, cost } from './cost.js';
 import { POLICY_IMPL, type PolicyName } from './policies.js';
-import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample } from './rates.js';
+import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 
 export interface Candidate {
@@ -370,8 +370,12 @@ export class Scheduler {
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
     let rate: RateSample | undefined;
     if (b?.firstTokenAt !== undefined) {
-      rate = { workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), decoding: b.decodingAhead, ttftMs: b.firstTokenAt - b.createdAt, pool: b.pool };
-      this.rates.observe(b.instance, b.dpRank, rate.workTokens, rate.decoding, rate.ttftMs, rate.pool);
+      const sample = { workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), decoding: b.decodingAhead, ttftMs: b.firstTokenAt - b.createdAt, pool: b.pool };
+      // Only a sample PrefillRates takes goes to the hooks (a clock stepped back makes a negative TTFT).
+      if (validSample(sample)) {
+        rate = sample;
+        this.rates.observe(b.instance, b.dpRank, sample.workTokens, sample.decoding, sample.ttftMs, sample.pool);
+      }
     }
     const ok = this.active.free(requestId);
     if (ok) for (const h of this.hooks) h.freed?.(requestId, rate);

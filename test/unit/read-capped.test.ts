@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough, Readable } from 'node:stream';
+import { Pool } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { readCapped, readRequestBody } from '../../src/api/body.js';
 import { OpenAIError } from '../../src/api/openai.js';
@@ -38,7 +39,39 @@ describe('readCapped', () => {
     s.write(bytes(6, 2));
     expect(await read).toBeNull();
     expect(s.destroyed).toBe(true);
-    expect(s.listenerCount('data') + s.listenerCount('end') + s.listenerCount('error')).toBe(0);
+    // Only a no-op error listener stays (for an error the destroy may still bring).
+    expect(s.listenerCount('data') + s.listenerCount('end') + s.listenerCount('close')).toBe(0);
+    expect(s.listenerCount('error')).toBe(1);
+  });
+
+  it('survives a stream that errors when destroyed over the limit (as an undici body does)', async () => {
+    // Without a listener left, this error would be an uncaught exception (the test run fails on it).
+    const s = new Readable({ read() {}, destroy: (_err, cb) => cb(new Error('Request aborted')) });
+    const read = readCapped(s, 10);
+    s.push(bytes(20, 3));
+    expect(await read).toBeNull();
+    await new Promise((r) => setImmediate(r));
+    expect(s.closed).toBe(true);
+  });
+
+  it('reads an undici response body, and stops one over the limit', async () => {
+    const server = createServer((req, res) => res.end(req.url === '/big' ? 'x'.repeat(100_000) : 'small'));
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    const pool = new Pool(`http://127.0.0.1:${port}`);
+    try {
+      const small = await pool.request({ path: '/', method: 'GET' });
+      expect((await readCapped(small.body, 100))?.toString()).toBe('small');
+      const big = await pool.request({ path: '/big', method: 'GET' });
+      expect(await readCapped(big.body, 1000)).toBeNull();
+      await new Promise((r) => setImmediate(r));
+      expect(big.body.destroyed).toBe(true);
+    } finally {
+      await pool.close();
+      server.closeAllConnections();
+      server.close();
+    }
   });
 
   it('refuses a declared length over the limit without reading', async () => {

@@ -275,9 +275,13 @@ describe('PrefillRates', () => {
     s.book(s.decide(base, 0), ns, { requestId: 'late', now: 0, speculativeTtlMs: 0 });
     s.prefillComplete('late'); // a gateway's report: no timing
     s.free('late');
+    // A first token "before" the booking (the clock stepped back) teaches nothing, here or to replicas.
+    s.book(s.decide(base, 5000), ns, { requestId: 'back', now: 5000, speculativeTtlMs: 0 });
+    s.prefillComplete('back', 4990);
+    s.free('back');
     expect(s.rates.snapshot()[0].samples).toBe(50);
-    expect(published).toHaveLength(51);
-    expect(published[50]).toBeUndefined();
+    expect(published).toHaveLength(52);
+    expect(published.slice(50)).toEqual([undefined, undefined]);
     const replica = new PrefillRates();
     for (const r of published.slice(0, 50)) replica.observe('a', 0, r!.workTokens, r!.decoding, r!.ttftMs, r!.pool);
     expect(replica.rate('a', 0, undefined, 'm')).toEqual(s.rates.rate('a', 0, undefined, 'm'));
