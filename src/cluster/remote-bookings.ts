@@ -139,6 +139,10 @@ export class RemoteBookings {
         if (active.get(id)) return false;
         active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now);
         p.ids.add(id);
+        // As Scheduler.book: the prefix the engine is about to use becomes the newest in the LRU
+        // model (without it, eviction-aware scoring here saw that prefix as the oldest, and
+        // routed away from it: two processes lost 2-3 points of hit rate, docs/benchmarks.md).
+        if (m.touchedBlocks) indexer.find(m.ns)?.index.touch(m.instance, m.dpRank, m.blocks, m.touchedBlocks);
         if (m.speculativeTtlMs > 0 && m.blocks.length > 0) {
           // Same speculative insert as Scheduler.book: the prompt's blocks are about to be cached there.
           const space = indexer.namespace(m.ns);

@@ -88,10 +88,10 @@ export class ReplicaSync {
     });
     deps.scheduler.addHooks({
       // Remote bookings never go through the Scheduler, but the stale sweep may free them: skip those.
-      booked: (b, ns, ttl) => {
+      booked: (b, ns, ttl, _now, touchedBlocks) => {
         if (isRemoteId(b.id)) return;
         this.local.set(b.id, ns);
-        this.send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl });
+        this.send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl, touchedBlocks });
       },
       prefillCompleted: (id) => {
         if (!isRemoteId(id)) this.send({ kind: 'prefill', id });

@@ -25,6 +25,11 @@ export type SyncBody =
       prefillTokens: number;
       /** The sender's speculative insert of the blocks (0 = none), repeated by receivers. */
       speculativeTtlMs: number;
+      /**
+       * The cached GPU prefix (blocks) the sender's booking made the newest in its index's LRU
+       * model, repeated by receivers (absent or 0: none; a re-announce sends none).
+       */
+      touchedBlocks?: number;
     }
   | { kind: 'prefill'; id: string }
   | {
@@ -73,6 +78,8 @@ export function encodeSync(m: SyncMessage): Uint8Array {
           blocks: packU64(m.blocks),
           prefill_tokens: m.prefillTokens,
           speculative_ttl_ms: m.speculativeTtlMs,
+          // Receivers from before this field ignore it.
+          ...(m.touchedBlocks ? { touched_blocks: m.touchedBlocks } : {}),
         })),
       );
     case 'prefill':
@@ -110,6 +117,7 @@ export function decodeSync(data: Uint8Array): SyncMessage {
         blocks: unpackU64(str(o, 'blocks')),
         prefillTokens: int(o, 'prefill_tokens'),
         speculativeTtlMs: int(o, 'speculative_ttl_ms'),
+        ...(o.touched_blocks === undefined ? {} : { touchedBlocks: int(o, 'touched_blocks') }),
       };
     case 'prefill':
       return { router, incarnation, seq, kind: 'prefill', id: str(o, 'id') };

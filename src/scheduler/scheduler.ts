@@ -140,7 +140,8 @@ export interface BookOptions {
 
 /** Observers of booking changes (replica sync, decision logs). Called synchronously, after the change. */
 export interface SchedulerHooks {
-  booked?(b: Booking, ns: NamespaceId, speculativeTtlMs: number, now: number): void;
+  /** `touchedBlocks`: the cached GPU prefix the booking touched in the index's LRU model (replicas repeat it). */
+  booked?(b: Booking, ns: NamespaceId, speculativeTtlMs: number, now: number, touchedBlocks: number): void;
   prefillCompleted?(id: string): void;
   /** `rate`: the prefill-rate sample its first token gave (what replicas learn from too). */
   freed?(id: string, rate?: RateSample): void;
@@ -317,7 +318,7 @@ export class Scheduler {
       const holder = space.index.speculativeHolder(c.instance, c.dpRank, opts.speculativeTtlMs);
       space.index.store(holder, d.seq, null, opts.now + opts.speculativeTtlMs);
     }
-    for (const h of this.hooks) h.booked?.(booking, ns, opts.speculativeTtlMs, opts.now);
+    for (const h of this.hooks) h.booked?.(booking, ns, opts.speculativeTtlMs, opts.now, c.device > 0 ? c.device : 0);
     return booking;
   }
 

@@ -24,6 +24,7 @@ describe('sync wire', () => {
   it('round-trips every message with u64 hashes intact', () => {
     const msgs: SyncMessage[] = [
       { router: 'a', incarnation: 'i1', seq: 1, kind: 'add', id: 'r1', instance: 'e0', dpRank: 2, ns: NS, blocks: BigUint64Array.of(1n, BIG, 1n << 53n), prefillTokens: 12, speculativeTtlMs: 2000 },
+      { router: 'a', incarnation: 'i1', seq: 8, kind: 'add', id: 'r3', instance: 'e0', dpRank: 0, ns: NS, blocks: BigUint64Array.of(5n, 6n), prefillTokens: 0, speculativeTtlMs: 0, touchedBlocks: 2 },
       { router: 'a', incarnation: 'i1', seq: 2, kind: 'prefill', id: 'r1' },
       { router: 'a', incarnation: 'i1', seq: 3, kind: 'free', id: 'r1' },
       { router: 'a', incarnation: 'i1', seq: 4, kind: 'heartbeat', url: 'http://x:1', bookings: 3 },
@@ -99,6 +100,27 @@ describe('RemoteBookings', () => {
     expect(rb.handle({ router: 'p', incarnation: 'i', seq: 3, kind: 'free', id: 'r1' }, 0).released).toBe(true);
     expect(active.size).toBe(0);
     expect(rb.handle(add('p', 'i', 3, 'late'), 0).outcome).toBe('stale');
+  });
+
+  it("repeats the sender's touch of the cached prefix in the LRU model (eviction-aware scoring)", () => {
+    // The block-index eviction scenario: A stored first (oldest), then B, two evicted; five more
+    // allocations leave 5 of A's 10 blocks, unless A was just routed to (touched).
+    const seqA = BigUint64Array.from({ length: 10 }, (_, i) => BigInt(100 + i));
+    const seqB = BigUint64Array.from({ length: 10 }, (_, i) => BigInt(200 + i));
+    const surviving = (touchedBlocks: number | undefined) => {
+      const { indexer, rb } = setup();
+      const idx = indexer.namespace(NS).index;
+      const h = idx.holder('e0', 0, 'GPU');
+      idx.store(h, seqA);
+      idx.store(h, seqB);
+      idx.remove(h, BigUint64Array.of(208n, 209n));
+      const m = { ...add('p', 'i', 1, 'r1'), blocks: seqA, ...(touchedBlocks === undefined ? {} : { touchedBlocks }) };
+      expect(rb.handle(m, 0).outcome).toBe('applied');
+      return idx.survivingPrefix('e0', 0, seqA, 10, 5);
+    };
+    expect(surviving(undefined)).toBe(5); // a sender from before the field
+    expect(surviving(10)).toBe(10);
+    expect(surviving(3)).toBe(5); // only the touched prefix is renewed: the tail still goes first
   });
 
   it("learns prefill rates from peers' samples, as the peer itself learned them", () => {
