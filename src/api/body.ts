@@ -27,6 +27,8 @@ export async function readCapped(source: AsyncIterable<Uint8Array> | Readable | 
   return whole(chunks, size);
 }
 
+const ignore = (): void => undefined;
+
 // One read is the common case: its buffer is the body already, no copy.
 const whole = (chunks: Uint8Array[], size: number): Buffer => (chunks.length === 1 && Buffer.isBuffer(chunks[0]) ? chunks[0] : Buffer.concat(chunks, size));
 
@@ -36,8 +38,6 @@ const whole = (chunks: Uint8Array[], size: number): Buffer => (chunks.length ===
  * Same rules as the loop above: over the limit reading stops (another stream is destroyed, as the
  * loop's early return does), a failure or an early close throws.
  */
-const ignore = (): void => undefined;
-
 function readStream(source: Readable, limit: number): Promise<Buffer | null> {
   if (source.readableEnded) return Promise.resolve(Buffer.alloc(0));
   if (source.destroyed) return Promise.reject(new Error('the stream closed before its end'));

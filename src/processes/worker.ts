@@ -56,12 +56,12 @@ export class ProcessLink implements SyncLink {
     return { ...this.st, connected: process.connected };
   }
 
-  deliver(subject: string, batch: Uint8Array): void {
+  /** `batch`: framed; an array of messages is what a process from before the framing sends. */
+  deliver(subject: string, batch: Uint8Array | readonly Uint8Array[]): void {
     let messages: readonly Uint8Array[];
     try {
-      // An array of messages is what a process from before the framing sends (a replacement
-      // forked while the code on disk changed): still understood.
-      messages = Array.isArray(batch) ? (batch as readonly Uint8Array[]) : unframeBatch(batch);
+      // (A replacement forked while the code on disk changed may still send the array.)
+      messages = Array.isArray(batch) ? batch : unframeBatch(batch as Uint8Array);
     } catch {
       return; // dropped whole: the receivers see the sequence gap and reset that process's bookings
     }

@@ -2,6 +2,7 @@
 // messages travel as one framed byte array and come back as the same messages, in order.
 import { describe, expect, it } from 'vitest';
 import { frameBatch, unframeBatch } from '../../src/processes/messages.js';
+import { ProcessLink } from '../../src/processes/worker.js';
 import { mulberry32 } from '../../src/common/prng.js';
 
 describe('sync batch framing', () => {
@@ -25,5 +26,17 @@ describe('sync batch framing', () => {
     const framed = frameBatch([Uint8Array.of(1, 2, 3, 4), Uint8Array.of(5, 6)]);
     expect(() => unframeBatch(framed.subarray(0, framed.byteLength - 1))).toThrow(/passes the end/);
     expect(() => unframeBatch(framed.subarray(0, 10))).toThrow(/header is cut/);
+  });
+
+  it('a process link delivers a framed batch, the array an older process sends, and drops a cut one whole', () => {
+    const link = new ProcessLink();
+    const got: string[] = [];
+    link.subscribe('s', (data) => got.push(Buffer.from(data).toString()));
+    const msgs = ['a', 'bc', ''].map((t) => new TextEncoder().encode(t));
+    link.deliver('s', frameBatch(msgs));
+    link.deliver('s', msgs);
+    link.deliver('s', frameBatch(msgs).subarray(0, 7));
+    link.deliver('other', frameBatch(msgs));
+    expect(got).toEqual(['a', 'bc', '', 'a', 'bc', '']);
   });
 });
