@@ -15,6 +15,11 @@ export type ToWorker =
   | { t: 'start'; index: number; engines: EngineRef[]; recover: boolean }
   /** Replica-sync messages of one turn of another process, framed (`frameBatch`). */
   | { t: 'sync'; subject: string; data: Uint8Array }
+  /**
+   * The processes' replica-sync sockets, each's own included (src/processes/mesh.ts), sent whenever
+   * they change; null: some process has none, so all sync goes through the primary.
+   */
+  | { t: 'peers'; paths: string[] | null }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }
   | { t: 'answer'; id: number; answer: ReplayAnswer | null }
@@ -31,10 +36,11 @@ export type ToWorker =
 
 /** Router process -> primary. */
 export type ToPrimary =
-  | { t: 'hello' }
+  /** `sync`: this process's replica-sync socket (none: it could not make one, or predates the mesh). */
+  | { t: 'hello'; sync?: string }
   | { t: 'ready'; url: string }
   | { t: 'failed'; message: string }
-  /** Replica-sync messages of one event-loop turn, in order, framed (`frameBatch`): one IPC write, one byte array. */
+  /** Replica-sync messages of one event-loop turn, in order, framed (`frameBatch`): one IPC write, one byte array (only while the primary relays). */
   | { t: 'sync'; subject: string; data: Uint8Array }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }
@@ -49,10 +55,13 @@ export type ToPrimary =
 /** Environment variable that marks a forked router process (its value: the process index); not KVROUTER_*, which are config overrides. */
 export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
 
+/** The primary's private directory (mode 0700) where each router process puts its replica-sync socket. */
+export const SYNC_DIR_ENV = 'KVR_SYNC_DIR';
+
 const has = (m: unknown, t: string): boolean => typeof m === 'object' && m !== null && (m as { t?: unknown }).t === t;
 
 export function isToWorker(m: unknown): m is ToWorker {
-  return ['start', 'sync', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'dashboard-req', 'dashboard', 'reload', 'shutdown'].some((t) => has(m, t));
+  return ['start', 'sync', 'peers', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'dashboard-req', 'dashboard', 'reload', 'shutdown'].some((t) => has(m, t));
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {

@@ -3,13 +3,16 @@
 // changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
 // process that dies. It serves no request itself.
 import cluster, { type Worker } from 'node:cluster';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { RouterConfig } from '../config/schema.js';
 import { type EngineRef, engineRef, startEmbeddedEngines } from '../router/engines.js';
 import type { EngineHandle } from '../engine-sim/index.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
 import type { IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
-import { isToPrimary, PROCESS_INDEX_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
+import { isToPrimary, PROCESS_INDEX_ENV, SYNC_DIR_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
 import { aggregateMetrics } from './metrics.js';
 
 export interface PrimaryHandle {
@@ -35,6 +38,8 @@ interface Slot {
   startedAt: number;
   /** Quick deaths in a row (each waits longer before the next start). */
   crashes: number;
+  /** Its replica-sync socket: undefined until its hello, null if it has none. */
+  syncPath?: string | null;
 }
 
 /** How long a replacement waits for another process's index before it starts empty. */
@@ -62,6 +67,15 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   let url = '';
 
   cluster.setupPrimary({ serialization: 'advanced' });
+  // The processes' replica-sync sockets live here: only this user can reach them.
+  const syncDir = mkdtempSync(join(tmpdir(), 'kvrouter-'));
+
+  /** Every process that said hello learns the others' sockets (or that the primary relays). */
+  const announcePeers = () => {
+    const known = slots.filter((s) => s.syncPath !== undefined && s.worker.isConnected());
+    const paths = known.every((s) => s.syncPath) ? known.map((s) => s.syncPath!) : null;
+    for (const s of known) send(s.worker, { t: 'peers', paths });
+  };
 
   const live = () => slots.filter((s) => s.ready && s.worker.isConnected());
 
@@ -151,6 +165,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     switch (m.t) {
       case 'hello':
         send(slot.worker, { t: 'start', index: slot.index, engines: refs, recover: started });
+        slot.syncPath = m.sync ?? null;
+        announcePeers();
         // A replacement catches up on the registrations, peers and reloads the others applied.
         for (const req of applied) send(slot.worker, { t: 'replay', req });
         return;
@@ -168,6 +184,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         for (const s of slots) if (s !== slot) send(s.worker, m);
         return;
       case 'sync':
+        // From a process without a socket (or one older than the mesh); the others use theirs.
         for (const s of slots) if (s !== slot) send(s.worker, m);
         return;
       case 'ask':
@@ -190,9 +207,10 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   };
 
   const fork = (slot: Omit<Slot, 'worker'> & { worker?: Worker }): Slot => {
-    const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index) });
+    const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index), [SYNC_DIR_ENV]: syncDir });
     const s = slot as Slot;
     s.worker = worker;
+    s.syncPath = undefined;
     s.ready = false;
     s.startedAt = Date.now();
     worker.on('message', (m: unknown) => {
@@ -203,6 +221,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     worker.on('exit', (code, signal) => {
       for (const r of [...rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
       if (closing) return;
+      s.syncPath = undefined;
+      announcePeers();
       if (!started) return settleStart(new Error(`router process ${s.index} exited during start-up (${signal ?? `code ${code}`})`));
       // A process that dies is replaced; one that keeps dying waits longer each time (up to 30 s).
       s.crashes = Date.now() - s.startedAt < 10_000 ? s.crashes + 1 : 0;
@@ -228,6 +248,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     }, graceMs + 10_000);
     await Promise.all(exits);
     clearTimeout(kill);
+    rmSync(syncDir, { recursive: true, force: true });
     await Promise.all(engines.map((e) => e.close()));
   };
 

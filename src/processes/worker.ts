@@ -6,7 +6,9 @@ import { dumpIndex, type IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
 import { dashboardPart } from '../router/dashboard-source.js';
 import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
-import { frameBatch, isToWorker, type ToPrimary, type ToWorker, unframeBatch } from './messages.js';
+import { join } from 'node:path';
+import { frameBatch, isToWorker, PROCESS_INDEX_ENV, SYNC_DIR_ENV, type ToPrimary, type ToWorker, unframeBatch } from './messages.js';
+import { SyncMesh } from './mesh.js';
 import { processMetrics } from './metrics.js';
 import type { EppHandle, EppOptions } from '../epp/server.js';
 
@@ -17,19 +19,33 @@ const send = (m: ToPrimary): void => {
   if (process.connected) process.send!(m);
 };
 
-/** Replica sync between the processes of one router: the primary passes every message to the others. */
+/**
+ * Replica sync between the processes of one router: straight to the other processes over the
+ * mesh once the primary names them (`usePeers`), through the primary until then (or when a process
+ * has no socket: its start-up said so, or it is older than the mesh).
+ */
 export class ProcessLink implements SyncLink {
   private readonly handlers: Array<{ subject: string; handler: Handler }> = [];
   private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0 };
+  private viaMesh = false;
+  /** This process's end of the mesh (null: none, the primary relays). */
+  mesh: SyncMesh | null = null;
 
   get connected(): boolean {
     return process.connected;
   }
 
+  /** The primary's word on the processes: their socket paths, or null (some process has none: relay). */
+  usePeers(paths: readonly string[] | null): void {
+    this.viaMesh = paths !== null && this.mesh !== null;
+    this.mesh?.setPeers(this.viaMesh ? paths! : []);
+    this.st.url = this.viaMesh ? `unix://${this.mesh!.path}` : 'ipc://primary';
+  }
+
   publish(subject: string, data: Uint8Array): boolean {
     if (!process.connected) return false;
-    // A request books, completes its prefill and frees within a few turns: one IPC message per
-    // turn carries all of a turn's messages (each IPC message costs a write and a relay).
+    // A request books, completes its prefill and frees within a few turns: one write per turn
+    // carries all of a turn's messages.
     let batch = this.outbox.get(subject);
     if (!batch) this.outbox.set(subject, (batch = []));
     batch.push(data);
@@ -44,7 +60,10 @@ export class ProcessLink implements SyncLink {
   private flushing = false;
   private readonly flush = () => {
     this.flushing = false;
-    for (const [subject, data] of this.outbox) send({ t: 'sync', subject, data: frameBatch(data) });
+    for (const [subject, data] of this.outbox) {
+      if (this.viaMesh) this.mesh!.send(subject, data);
+      else send({ t: 'sync', subject, data: frameBatch(data) });
+    }
     this.outbox.clear();
   };
 
@@ -56,7 +75,10 @@ export class ProcessLink implements SyncLink {
     return { ...this.st, connected: process.connected };
   }
 
-  /** `batch`: framed; an array of messages is what a process from before the framing sends. */
+  /**
+   * A turn of another process through the primary: framed (`frameBatch`); an array of messages is
+   * what a process from before the framing sends.
+   */
   deliver(subject: string, batch: Uint8Array | readonly Uint8Array[]): void {
     let messages: readonly Uint8Array[];
     try {
@@ -65,7 +87,27 @@ export class ProcessLink implements SyncLink {
     } catch {
       return; // dropped whole: the receivers see the sequence gap and reset that process's bookings
     }
+    this.deliverMessages(subject, messages);
+  }
+
+  /** A turn of another process's messages on `subject`, in order (the mesh's and the relay's). */
+  deliverMessages(subject: string, messages: readonly Uint8Array[]): void {
     for (const data of messages) for (const h of this.handlers) if (h.subject === subject) h.handler(data, subject);
+  }
+}
+
+/**
+ * This process's end of the mesh, in the directory the primary made (`SYNC_DIR_ENV`); null
+ * (the primary relays) when there is none or the socket cannot be made, which is said once.
+ */
+async function openMesh(index: number, deliver: (subject: string, messages: Buffer[]) => void, log?: (line: string) => void): Promise<SyncMesh | null> {
+  const dir = process.env[SYNC_DIR_ENV];
+  if (!dir) return null;
+  try {
+    return await SyncMesh.listen({ path: join(dir, `${index}-${process.pid}.sock`), deliver, log });
+  } catch (err) {
+    log?.(`router process ${index}: no replica sync socket (${(err as Error).message}); the primary relays`);
+    return null;
   }
 }
 
@@ -79,7 +121,10 @@ export type ProcessServeOptions = Omit<StartOptions, 'process'> & {
  * primary's engines arrive in its first message; start-up failures go to the primary as one line.
  */
 export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOptions): Promise<number> {
+  const index = Number(process.env[PROCESS_INDEX_ENV] ?? 0);
   const link = new ProcessLink();
+  const mesh = await openMesh(index, (subject, messages) => link.deliverMessages(subject, messages), opts.log);
+  link.mesh = mesh;
   // Questions to the primary (whole-router metrics, booking calls), answered by id.
   type Answer = string | ReplayAnswer | IndexSnapshot | DashboardPart[] | null;
   const pending = new Map<number, (answer: Answer) => void>();
@@ -119,6 +164,8 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         return resolveStart(m);
       case 'sync':
         return link.deliver(m.subject, m.data);
+      case 'peers':
+        return link.usePeers(m.paths);
       case 'replay':
         return replay(m.req);
       case 'ask':
@@ -159,10 +206,13 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   process.on('SIGTERM', ignore);
   process.on('SIGHUP', ignore);
   process.once('disconnect', stop);
-  send({ t: 'hello' });
+  send(mesh ? { t: 'hello', sync: mesh.path } : { t: 'hello' });
 
   const start = await Promise.race([started, stopped.then(() => null)]);
-  if (start === null) return 0;
+  if (start === null) {
+    await mesh?.close();
+    return 0;
+  }
   const role: ProcessRole = {
     index: start.index,
     link,
@@ -184,6 +234,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     }
   } catch (err) {
     await router?.close();
+    await mesh?.close();
     send({ t: 'failed', message: err instanceof Error ? err.message : String(err) });
     return 1;
   }
@@ -194,6 +245,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   // Gateway streams drain first: their requests may still need the tokenizers the router closes.
   await picker?.close(router.config.server.shutdown_grace_ms);
   await router.close();
+  await mesh?.close();
   // Nobody is left to answer: metrics come back empty, booking calls unanswered.
   for (const id of [...pending.keys()]) answered(id, null);
   return 0;

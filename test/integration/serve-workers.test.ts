@@ -92,8 +92,10 @@ describe('kvrouter serve --workers 2', () => {
   it('serves the port from two processes, each a replica of the other', async () => {
     expect([...byProcess.keys()].map((id) => id.slice(-3)).sort()).toEqual(['-w0', '-w1']);
     const [a, b] = pair();
-    // Each hears the other's heartbeats over the primary.
+    // Each hears the other's heartbeats.
     for (const c of [a, b]) await waitFor('a peer', async () => (await call(c, 'GET', '/ready')).json().cluster.sync.peers.length === 1, 30_000, 100);
+    // Straight to each other over the replica-sync sockets, not through the primary.
+    for (const c of [a, b]) expect((await call(c, 'GET', '/ready')).json().cluster.sync.nats.url).toMatch(/^unix:\/\/.*\/[01]-\d+\.sock$/);
     for (const c of [a, b]) {
       const r = await call(c, 'POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 2 });
       expect(r.status).toBe(200);
@@ -124,7 +126,7 @@ describe('kvrouter serve --workers 2', () => {
     expect(held.statusCode).toBe(200);
     const small = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 };
     try {
-      // The other process learns of it through the primary: each try until then is admitted there.
+      // The other process learns of it through replica sync: each try until then is admitted there.
       const refused = await waitFor('B refuses the tenant', async () => {
         const r = await call(b, 'POST', '/v1/chat/completions', small, SOLO);
         return r.status === 429 ? r.json() : undefined;
@@ -216,13 +218,21 @@ describe('kvrouter serve --workers 2', () => {
     expect(childrenOf(router.proc.pid!)).toHaveLength(2);
     expect(childrenOf(router.proc.pid!)).not.toContain(victim);
     // Both processes serve again: fresh connections reach both ids.
-    const seen = new Set<string>();
+    const seen = new Map<string, Client>();
     for (let i = 0; i < 20 && seen.size < 2; i++) {
       const c = new Client(base);
       clients.push(c);
-      seen.add(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100));
+      seen.set(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100), c);
     }
     expect(seen.size).toBe(2);
+    // The survivor connected to the replacement's socket: bookings cross both ways again.
+    const [x, y] = [...seen.values()];
+    for (const [from, to, id] of [[x, y, 'after-1'], [y, x, 'after-2']] as const) {
+      const before = await potential(to);
+      expect((await call(from, 'POST', '/v1/route', routeBody(id))).json().booked).toBe(true);
+      await waitFor(`a booking on one process counted by the other (${id})`, async () => (await potential(to)) > before, 30_000, 50);
+      expect((await call(from, 'POST', `/v1/route/${id}/free`)).status).toBe(200);
+    }
     // It copied a living process's index before serving: both hold the blocks cached so far,
     // though no request (and so no KV event) has arrived since.
     const recovered = router.lines.map((l) => /^\[process \d\] recovered (\d+) blocks/.exec(l)).find(Boolean);

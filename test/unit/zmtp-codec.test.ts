@@ -1,7 +1,7 @@
 // ZMTP frame reader: messages come out identical however the byte stream is chunked, limits are
 // enforced before buffering, and arbitrary bytes never throw.
 import { describe, expect, it } from 'vitest';
-import { command, FrameReader, greeting, messageFrame, parseCommand, parseGreeting, parseProperties, ping, ready, subscription } from '../../src/events/zmtp/codec.js';
+import { command, FrameReader, greeting, messageFrame, multipartMessage, parseCommand, parseGreeting, parseProperties, ping, ready, subscription } from '../../src/events/zmtp/codec.js';
 import { mulberry32 } from '../../src/common/prng.js';
 
 function multipart(frames: Uint8Array[]): Buffer {
@@ -48,6 +48,16 @@ describe('ZMTP codec', () => {
   const messages = [[bytes(0)], [Buffer.from('kv'), bytes(8), bytes(300)], [bytes(255)], [bytes(256), bytes(70_000)], [bytes(1), bytes(1), bytes(1), bytes(1)]];
   const stream = Buffer.concat([...messages.slice(0, 2).map(multipart), ping(1500, Buffer.from('ctx')), ...messages.slice(2).map(multipart)]);
   const expected = messages.map((m) => m.map((f) => f.toString('hex')));
+
+  it('multipartMessage writes the bytes of this file\'s reference encoder, and the reader gives its frames back', () => {
+    for (const m of messages) {
+      expect(multipartMessage(m).equals(multipart(m))).toBe(true);
+      const { r, seen } = reader();
+      r.push(multipartMessage(m));
+      expect(seen.messages).toEqual([m.map((f) => f.toString('hex'))]);
+    }
+    expect(() => multipartMessage([])).toThrow(/at least one frame/);
+  });
 
   it('reassembles the same messages and commands for every chunking of the stream', () => {
     const cuts = [1, 2, 3, 7, 9, 64, 1000, 65_536, stream.length];

@@ -86,6 +86,35 @@ export function messageFrame(body: Uint8Array): Buffer {
   return Buffer.concat([frameHeader(0, body.length), body]);
 }
 
+/**
+ * One message of several frames (MORE on all but the last) in one buffer. The subscriber never
+ * sends these; `serve --workers` processes speak this framing to each other (src/processes/mesh.ts).
+ */
+export function multipartMessage(parts: readonly Uint8Array[]): Buffer {
+  if (parts.length === 0) throw new Error('a ZMTP message has at least one frame');
+  let size = 0;
+  for (const p of parts) size += (p.length <= 255 ? 2 : 9) + p.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (let i = 0; i < parts.length; i++) {
+    const p = parts[i];
+    const more = i < parts.length - 1 ? FLAG_MORE : 0;
+    if (p.length <= 255) {
+      out[at] = more;
+      out[at + 1] = p.length;
+      at += 2;
+    } else {
+      out[at] = more | FLAG_LONG;
+      out.writeUInt32BE(Math.floor(p.length / 0x1_0000_0000), at + 1);
+      out.writeUInt32BE(p.length >>> 0, at + 5);
+      at += 9;
+    }
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
 export function subscription(topic: string, subscribe = true): Buffer {
   return messageFrame(Buffer.concat([Buffer.from([subscribe ? 1 : 0]), Buffer.from(topic, 'utf8')]));
 }

@@ -1,0 +1,133 @@
+// Replica sync between the processes of `serve --workers N`, process to process: each listens on a
+// Unix socket in the primary's private directory and connects to every other's. Before this, the
+// primary relayed every turn's messages (one deserialize and one serialize per receiver in a third
+// process: about 55-60 µs of CPU per request with two processes; docs/profile.md, round seven).
+// The bytes are ZMTP 3.0 frames without the handshake (one multipart message per turn and subject:
+// the subject, then each message), read with the subscriber's own FrameReader.
+import net from 'node:net';
+import { FrameReader, multipartMessage } from '../events/zmtp/codec.js';
+
+export interface SyncMeshOptions {
+  /** Where this process listens (a path in a directory only this user can enter). */
+  path: string;
+  /** One turn's messages on a subject from another process, in order (views into the read). */
+  deliver: (subject: string, messages: Buffer[]) => void;
+  log?: (line: string) => void;
+  /** A peer that lets this much pile up unread is cut off (it sees a gap and asks for a resend). */
+  maxBufferedBytes?: number;
+}
+
+/** Largest turn accepted from a peer: a whole re-announce of a busy process fits many times over. */
+const MAX_TURN_BYTES = 256 * 1024 * 1024;
+const RECONNECT_MS = 200;
+
+export class SyncMesh {
+  /** Peer path -> the connection this process writes to (connecting or open). */
+  private readonly out = new Map<string, net.Socket>();
+  private readonly inbound = new Set<net.Socket>();
+  private wanted = new Set<string>();
+  private closed = false;
+  private readonly maxBuffered: number;
+
+  private constructor(
+    private readonly server: net.Server,
+    private readonly opts: SyncMeshOptions,
+  ) {
+    this.maxBuffered = opts.maxBufferedBytes ?? 64 * 1024 * 1024;
+    server.on('connection', (sock) => this.accept(sock));
+  }
+
+  /** Listens on `opts.path`; rejects (and the caller keeps the primary's relay) if it cannot. */
+  static listen(opts: SyncMeshOptions): Promise<SyncMesh> {
+    const server = net.createServer();
+    return new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.path, () => {
+        server.off('error', reject);
+        // A failing accept must not stop the process; the peer reconnects.
+        server.on('error', (err) => opts.log?.(`replica sync socket: ${err.message}`));
+        resolve(new SyncMesh(server, opts));
+      });
+    });
+  }
+
+  get path(): string {
+    return this.opts.path;
+  }
+
+  /** The other processes now: connect to the new ones, let go of those gone. */
+  setPeers(paths: readonly string[]): void {
+    this.wanted = new Set(paths.filter((p) => p !== this.opts.path));
+    for (const [path, sock] of this.out) {
+      if (!this.wanted.has(path)) {
+        this.out.delete(path);
+        sock.destroy();
+      }
+    }
+    for (const path of this.wanted) if (!this.out.has(path)) this.connect(path);
+  }
+
+  /** One write per peer: the subject, then the messages. A connection still opening queues it. */
+  send(subject: string, messages: readonly Uint8Array[]): void {
+    if (this.out.size === 0) return;
+    const parts: Uint8Array[] = [Buffer.from(subject, 'latin1')];
+    for (const m of messages) parts.push(m);
+    const bytes = multipartMessage(parts);
+    for (const [path, sock] of this.out) {
+      if (sock.writableLength > this.maxBuffered) {
+        this.opts.log?.(`replica sync: the process at ${path} reads too slowly (${sock.writableLength} bytes queued); reconnecting`);
+        sock.destroy();
+        continue;
+      }
+      sock.write(bytes);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const sock of this.out.values()) sock.destroy();
+    this.out.clear();
+    for (const sock of this.inbound) sock.destroy();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  private connect(path: string): void {
+    const sock = net.createConnection(path);
+    this.out.set(path, sock);
+    sock.on('error', () => undefined); // 'close' follows
+    sock.on('data', () => undefined); // peers never write back
+    sock.on('close', () => {
+      if (this.out.get(path) !== sock) return;
+      this.out.delete(path);
+      // Still a peer (it may be starting, or it cut a slow writer off): try again shortly.
+      if (this.closed || !this.wanted.has(path)) return;
+      setTimeout(() => {
+        if (!this.closed && this.wanted.has(path) && !this.out.has(path)) this.connect(path);
+      }, RECONNECT_MS).unref();
+    });
+  }
+
+  private accept(sock: net.Socket): void {
+    this.inbound.add(sock);
+    const reader = new FrameReader(
+      {
+        message: (frames) => this.opts.deliver(frames[0].toString('latin1'), frames.slice(1)),
+        command: () => {
+          reader.stop();
+          sock.destroy();
+        },
+        error: (reason) => {
+          this.opts.log?.(`replica sync: a process sent ${reason}; connection dropped`);
+          sock.destroy();
+        },
+      },
+      MAX_TURN_BYTES,
+    );
+    sock.on('data', (chunk: Buffer) => reader.push(chunk));
+    sock.on('error', () => undefined);
+    sock.on('close', () => {
+      reader.stop();
+      this.inbound.delete(sock);
+    });
+  }
+}
