@@ -20,6 +20,8 @@ export interface SyncMeshOptions {
 /** Largest turn accepted from a peer: a whole re-announce of a busy process fits many times over. */
 const MAX_TURN_BYTES = 256 * 1024 * 1024;
 const RECONNECT_MS = 200;
+/** sockaddr_un's sun_path less its terminating NUL: 108 bytes on Linux, 104 on macOS. */
+const MAX_PATH_BYTES = process.platform === 'linux' ? 107 : 103;
 
 export class SyncMesh {
   /** Peer path -> the connection this process writes to (connecting or open). */
@@ -39,6 +41,10 @@ export class SyncMesh {
 
   /** Listens on `opts.path`; rejects (and the caller keeps the primary's relay) if it cannot. */
   static listen(opts: SyncMeshOptions): Promise<SyncMesh> {
+    // Node 20's libuv silently cuts a longer path (at bind and at connect alike): the socket would
+    // land outside its private directory, or on another process's.
+    const bytes = Buffer.byteLength(opts.path);
+    if (bytes > MAX_PATH_BYTES) return Promise.reject(new Error(`socket path of ${bytes} bytes exceeds ${MAX_PATH_BYTES} (a shorter TMPDIR fixes it)`));
     const server = net.createServer();
     return new Promise((resolve, reject) => {
       server.once('error', reject);

@@ -1,5 +1,6 @@
 // The primary of `serve --workers N`: runs the simulated engines, forks N router processes onto
-// one port (node:cluster hands connections out round-robin), relays replica sync, replayed state
+// one port (node:cluster hands connections out round-robin), names their replica-sync sockets to
+// each other (relaying the sync itself only for a process without one), relays replayed state
 // changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
 // process that dies. It serves no request itself.
 import cluster, { type Worker } from 'node:cluster';
@@ -69,6 +70,9 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   cluster.setupPrimary({ serialization: 'advanced' });
   // The processes' replica-sync sockets live here: only this user can reach them.
   const syncDir = mkdtempSync(join(tmpdir(), 'kvrouter-'));
+  const removeSyncDir = () => rmSync(syncDir, { recursive: true, force: true });
+  // Also when the primary ends without its close (a second Ctrl-C, an uncaught error); not SIGKILL.
+  process.once('exit', removeSyncDir);
 
   /** Every process that said hello learns the others' sockets (or that the primary relays). */
   const announcePeers = () => {
@@ -248,7 +252,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     }, graceMs + 10_000);
     await Promise.all(exits);
     clearTimeout(kill);
-    rmSync(syncDir, { recursive: true, force: true });
+    removeSyncDir();
+    process.off('exit', removeSyncDir);
     await Promise.all(engines.map((e) => e.close()));
   };
 

@@ -1,11 +1,13 @@
 // One router process of `serve --workers N`: a whole router (own index fed by the engines' KV
-// events, own scheduler) on the shared port, kept in step with the others through the primary.
+// events, own scheduler) on the shared port, kept in step with the others: replica sync straight
+// to them (the mesh), the rest through the primary.
 import type { LinkStatus, SyncLink } from '../cluster/nats-link.js';
 import type { RouterConfig } from '../config/schema.js';
 import { dumpIndex, type IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
 import { dashboardPart } from '../router/dashboard-source.js';
 import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { frameBatch, isToWorker, PROCESS_INDEX_ENV, SYNC_DIR_ENV, type ToPrimary, type ToWorker, unframeBatch } from './messages.js';
 import { SyncMesh } from './mesh.js';
@@ -103,8 +105,11 @@ export class ProcessLink implements SyncLink {
 async function openMesh(index: number, deliver: (subject: string, messages: Buffer[]) => void, log?: (line: string) => void): Promise<SyncMesh | null> {
   const dir = process.env[SYNC_DIR_ENV];
   if (!dir) return null;
+  const path = join(dir, `${index}-${process.pid}.sock`);
   try {
-    return await SyncMesh.listen({ path: join(dir, `${index}-${process.pid}.sock`), deliver, log });
+    // Left by a process that died with this pid (the directory is the primary's own: nothing else is there).
+    rmSync(path, { force: true });
+    return await SyncMesh.listen({ path, deliver, log });
   } catch (err) {
     log?.(`router process ${index}: no replica sync socket (${(err as Error).message}); the primary relays`);
     return null;
@@ -123,7 +128,8 @@ export type ProcessServeOptions = Omit<StartOptions, 'process'> & {
 export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOptions): Promise<number> {
   const index = Number(process.env[PROCESS_INDEX_ENV] ?? 0);
   const link = new ProcessLink();
-  const mesh = await openMesh(index, (subject, messages) => link.deliverMessages(subject, messages), opts.log);
+  // With NATS, each process is a NATS replica and the link below goes unused.
+  const mesh = cfg.cluster.nats.url === undefined ? await openMesh(index, (subject, messages) => link.deliverMessages(subject, messages), opts.log) : null;
   link.mesh = mesh;
   // Questions to the primary (whole-router metrics, booking calls), answered by id.
   type Answer = string | ReplayAnswer | IndexSnapshot | DashboardPart[] | null;

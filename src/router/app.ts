@@ -268,7 +268,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   }
   if (role || clusterEnabled(cfg0.cluster)) {
     const o = clusterOptionsFromConfig(cfg0.cluster);
-    // Each process is a replica of its own: over NATS with cluster.nats.url, else over the primary.
+    // Each process is a replica of its own: over NATS with cluster.nats.url, else over the processes' mesh.
     if (role) o.routerId = `${o.routerId ?? `r-${process.ppid}`}-w${role.index}`;
     rt.cluster = attachCluster({ scheduler: rt.scheduler, writer: rt.writer, url: server.url, peers: rt.peers, metrics: rt.prom, now: rt.now, onReleased: () => rt.queue.notify(), log: rt.log, tenants: rt.deps.access.usage, ...(role ? { localLink: role.link } : {}) }, o);
   }

@@ -4,7 +4,7 @@
 // each new connection to the next process, so clients are sorted by the process that answers.
 import { createServer, type Server } from 'node:net';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'undici';
@@ -227,6 +227,7 @@ describe('kvrouter serve --workers 2', () => {
     expect(seen.size).toBe(2);
     // The survivor connected to the replacement's socket: bookings cross both ways again.
     const [x, y] = [...seen.values()];
+    for (const c of [x, y]) expect((await call(c, 'GET', '/ready')).json().cluster.sync.nats.url).toMatch(/^unix:\/\//);
     for (const [from, to, id] of [[x, y, 'after-1'], [y, x, 'after-2']] as const) {
       const before = await potential(to);
       expect((await call(from, 'POST', '/v1/route', routeBody(id))).json().booked).toBe(true);
@@ -253,6 +254,8 @@ describe('kvrouter serve --workers 2', () => {
     expect(r.statusCode).toBe(200);
     const it = r.body[Symbol.asyncIterator]();
     let text = String((await it.next()).value);
+    const syncDir = /^unix:\/\/(.*)\/[01]-\d+\.sock$/.exec((await call(pair()[0], 'GET', '/ready')).json().cluster.sync.nats.url)![1];
+    expect(existsSync(syncDir)).toBe(true);
     const exited = new Promise<number | null>((res) => router.proc.once('exit', (code) => res(code)));
     router.proc.kill('SIGTERM');
     for (let x = await it.next(); !x.done; x = await it.next()) text += String(x.value);
@@ -260,6 +263,39 @@ describe('kvrouter serve --workers 2', () => {
     expect(await exited).toBe(0);
     expect(router.lines.some((l) => l.includes('shutting down'))).toBe(true);
     expect(childrenOf(router.proc.pid!)).toEqual([]);
+    // The primary removed the replica-sync sockets' directory.
+    expect(existsSync(syncDir)).toBe(false);
+  });
+});
+
+describe('kvrouter serve --workers where a socket path would be too long', () => {
+  it('says so in one line per process, and replica sync goes through the primary', async () => {
+    // A TMPDIR this long leaves no room for the socket's name (Node 20 would silently cut it).
+    const longTmp = join(mkdtempSync(join(tmpdir(), 'kvr-long-')), 'x'.repeat(90));
+    mkdirSync(longTmp);
+    const cfgFile = join(longTmp, 'r.yaml');
+    writeFileSync(cfgFile, config([]));
+    const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/, { env: { TMPDIR: longTmp } });
+    const own: Client[] = [];
+    try {
+      expect(r.lines.filter((l) => /no replica sync socket \(socket path of \d+ bytes exceeds \d+.*\); the primary relays/.test(l))).toHaveLength(2);
+      const url = /listening on (http:\/\/\S+) \(2/.exec(r.lines.find((l) => l.includes('router processes'))!)![1];
+      const byId = new Map<string, Client>();
+      for (let i = 0; i < 20 && byId.size < 2; i++) {
+        const c = new Client(url);
+        own.push(c);
+        byId.set(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100), c);
+      }
+      expect(byId.size).toBe(2);
+      const [x, y] = [...byId.values()];
+      for (const c of [x, y]) expect((await call(c, 'GET', '/ready')).json().cluster.sync.nats.url).toBe('ipc://primary');
+      const before = await potential(y);
+      expect((await call(x, 'POST', '/v1/route', routeBody('relayed-1'))).json().booked).toBe(true);
+      await waitFor('the booking relayed to the other process', async () => (await potential(y)) > before, 30_000, 50);
+    } finally {
+      await Promise.all(own.map((c) => c.close().catch(() => undefined)));
+      await r.kill();
+    }
   });
 });
 

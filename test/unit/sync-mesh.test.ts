@@ -93,6 +93,8 @@ describe('SyncMesh', () => {
     await waitFor('connected', () => accepted === 1, 30_000, 10);
     a.mesh.setPeers([a.mesh.path]);
     await waitFor('closed', () => closed === 1, 30_000, 10);
+    // Nor does it come back: a reconnect would follow within 200 ms.
+    await new Promise((r) => setTimeout(r, 600));
     expect(accepted).toBe(1);
   });
 
@@ -130,6 +132,11 @@ describe('SyncMesh', () => {
     a.mesh.send('s', [bytes(5, 9)]);
     await waitFor('a good turn', () => b.got.length === 1, 30_000, 10);
     expect(b.got).toEqual([{ subject: 's', messages: [bytes(5, 9).toString('hex')] }]);
+  });
+
+  it('refuses a path longer than a Unix socket takes, which Node 20 would cut silently', async () => {
+    const path = join(dir, `${'y'.repeat(120)}.sock`);
+    await expect(SyncMesh.listen({ path, deliver: () => undefined })).rejects.toThrow(/socket path of \d+ bytes exceeds 10[37]/);
   });
 
   it('refuses to listen where it cannot (the caller falls back to the relay)', async () => {
