@@ -1,6 +1,7 @@
-// The overhead benchmark's ramp: when a target counts as no longer growing.
+// The overhead benchmark's ramp: when a target counts as no longer growing; and how a step's CPU
+// splits over the processes of a target.
 import { describe, expect, it } from 'vitest';
-import { rampFlatSteps } from '../../src/bench/overhead/measure.js';
+import { cpuSplitUsPerReq, rampFlatSteps } from '../../src/bench/overhead/measure.js';
 
 describe('rampFlatSteps', () => {
   it('resets on more than 3 % growth, counts flat steps only from minConcurrency on', () => {
@@ -23,5 +24,19 @@ describe('rampFlatSteps', () => {
     }
     expect(best).toBe(1800);
     expect(ran).toEqual([1, 2, 4, 8, 16, 32, 64]);
+  });
+});
+
+describe('cpuSplitUsPerReq', () => {
+  const at = (...xs: Array<[number, number]>) => xs.map(([pid, seconds]) => ({ pid, seconds }));
+  it('gives each process its µs per request over the measured part of the step', () => {
+    // 1,000 requests, the CPU window 1.5 times the measured part: 0.3 s of a worker = 200 µs/req.
+    expect(cpuSplitUsPerReq(at([10, 1], [11, 2], [12, 3]), at([10, 1.003], [11, 2.3], [12, 3.015]), 1000, 1.5)!.map((x) => +x.toFixed(3))).toEqual([2, 200, 10]);
+  });
+  it('is null when the processes changed between the readings, or nothing completed', () => {
+    expect(cpuSplitUsPerReq(at([10, 1], [11, 2]), at([10, 1.1], [13, 0.1]), 1000, 1)).toBeNull();
+    expect(cpuSplitUsPerReq(at([10, 1], [11, 2]), at([10, 1.1]), 1000, 1)).toBeNull();
+    expect(cpuSplitUsPerReq(at([10, 1]), at([10, 1.1]), 0, 1)).toBeNull();
+    expect(cpuSplitUsPerReq(null, at([10, 1.1]), 10, 1)).toBeNull();
   });
 });

@@ -11,6 +11,28 @@ export interface Target {
   spec: LoadSpec;
   /** CPU seconds so far of the process(es) doing the proxying (the upstreams, for direct). */
   cpu: () => number | null;
+  /** The same, per process (several workers: the parent first, then each worker by pid). */
+  cpuByProcess?: () => ProcessCpu[] | null;
+}
+
+export interface ProcessCpu {
+  pid: number;
+  seconds: number;
+}
+
+/**
+ * µs per request of each process between two readings, in the order of `after` (null when the set
+ * of processes changed: a worker replaced mid-step). Shows how the work was split: node:cluster may
+ * give one process most of a load generator's connections.
+ */
+export function cpuSplitUsPerReq(before: readonly ProcessCpu[] | null, after: readonly ProcessCpu[] | null, requests: number, covered: number): number[] | null {
+  if (!before || !after || requests === 0 || before.length !== after.length) return null;
+  const out: number[] = [];
+  for (let i = 0; i < after.length; i++) {
+    if (before[i].pid !== after[i].pid) return null;
+    out.push(((after[i].seconds - before[i].seconds) * 1e6) / (requests * covered));
+  }
+  return out;
 }
 
 export interface Step {
@@ -20,6 +42,8 @@ export interface Step {
   errors: number;
   /** CPU of the proxy (the upstreams, for direct) per completed request, µs. */
   proxyCpuUsPerReq: number | null;
+  /** The same per process, for targets of several processes (`cpuSplitUsPerReq`). */
+  processCpuUsPerReq?: number[] | null;
   /** The load generator's CPU, in cores, during the step. */
   loadgenCores: number;
 }
@@ -86,8 +110,10 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
     if (active.length === 0) break;
     for (const t of active) {
       const c0 = t.cpu();
+      const p0 = t.cpuByProcess?.() ?? null;
       const r = await lg.run({ type: 'closed', spec: t.spec, concurrency: c, warmupMs: o.stepWarmupMs, durationMs: o.stepMs });
       const c1 = t.cpu();
+      const p1 = t.cpuByProcess?.() ?? null;
       const rps = r.completed / r.seconds;
       // The CPU window also spans the step's warm-up and tail: scale it to the measured part.
       const covered = (o.stepWarmupMs + o.stepMs) / o.stepMs;
@@ -99,6 +125,7 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
         latencyMs: d,
         errors: r.errors,
         proxyCpuUsPerReq: c0 === null || c1 === null || r.completed === 0 ? null : ((c1 - c0) * 1e6) / (r.completed * covered),
+        ...(t.cpuByProcess ? { processCpuUsPerReq: cpuSplitUsPerReq(p0, p1, r.completed, covered) } : {}),
         loadgenCores: r.cpuSeconds / r.seconds,
       });
       note(t, r.errors, r.firstError);

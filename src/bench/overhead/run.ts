@@ -11,7 +11,7 @@ import { LoadGenerator, type LoadSpec } from './loadgen.js';
 import { type MeasureOptions, measureTargets, type Target, type TargetResult } from './measure.js';
 import { findNginx, startNginx } from './nginx.js';
 import type { RouterProc } from '../procs/router.js';
-import { cpuOf, startNodeProxy, startRouterOver, startStubs } from './targets.js';
+import { cpuByProcessOf, cpuOf, startNodeProxy, startRouterOver, startStubs } from './targets.js';
 
 export const TARGETS = ['direct', 'nginx', 'node', 'kv', 'round-robin'] as const;
 export type TargetName = (typeof TARGETS)[number];
@@ -94,14 +94,14 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
         }
         const n = await startNginx(bin, stubs.urls, w);
         stops.push(() => n.stop());
-        targets.push({ name: named(t), description: `nginx (${bin}), ${w} worker${w > 1 ? 's' : ''}, round-robin upstream with keepalive, proxy_buffering off`, spec: spec([n.url]), cpu: () => n.cpuSeconds() });
+        targets.push({ name: named(t), description: `nginx (${bin}), ${w} worker${w > 1 ? 's' : ''}, round-robin upstream with keepalive, proxy_buffering off`, spec: spec([n.url]), cpu: () => n.cpuSeconds(), ...(w > 1 ? { cpuByProcess: cpuByProcessOf(n.child.pid) } : {}) });
       } else {
         if (!router) {
           const r = await startRouterOver(stubs.urls, MODEL, w);
           stops.push(() => r.stop());
           router = r;
         }
-        targets.push({ name: named(t), description: `kvrouter (${w === 1 ? 'one process' : `serve --workers ${w}`}), policy ${t} via x-kvrouter-policy`, spec: spec([router.url], { 'x-kvrouter-policy': t }), cpu: cpuOf(router.child.pid) });
+        targets.push({ name: named(t), description: `kvrouter (${w === 1 ? 'one process' : `serve --workers ${w}`}), policy ${t} via x-kvrouter-policy`, spec: spec([router.url], { 'x-kvrouter-policy': t }), cpu: cpuOf(router.child.pid), ...(w > 1 ? { cpuByProcess: cpuByProcessOf(router.child.pid) } : {}) });
       }
     }
     }
@@ -152,13 +152,16 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
       ? [
           {
             title: 'Worker processes: max req/s against the same target with one process',
-            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req'],
+            // The split shows how the load reached the processes: node:cluster may hand one of
+            // them most of the load generator's connections, which moves both rate and CPU.
+            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req', 'µs/req by process (parent; workers)'],
             rows: results
               .filter((r) => baseOf(r.name) !== 'direct')
               .map((r) => {
                 const one = results.find((x) => x.name === baseOf(r.name));
                 const at = r.steps.find((x) => x.concurrency === r.maxRpsConcurrency)!;
-                return [r.name, countOf(r.name), Math.round(r.maxRps), ratio(r.maxRps, one?.maxRps), at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq)];
+                const split = at.processCpuUsPerReq ? `${Math.round(at.processCpuUsPerReq[0])}; ${at.processCpuUsPerReq.slice(1).map(Math.round).join(' / ')}` : countOf(r.name) > 1 ? 'n/a' : '';
+                return [r.name, countOf(r.name), Math.round(r.maxRps), ratio(r.maxRps, one?.maxRps), at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq), split];
               }),
           },
         ]

@@ -1,7 +1,7 @@
 // What the overhead benchmarks put in front of the stub upstreams: nothing (direct), nginx, or a
 // kvrouter process; each exposes URLs for the load generator and a CPU probe for the proxy.
 import { fileURLToPath } from 'node:url';
-import { type Child, processTreeCpuSeconds, spawnChild } from '../procs/children.js';
+import { type Child, processTreeCpuByPid, processTreeCpuSeconds, spawnChild } from '../procs/children.js';
 import { type RouterProc, startRouterProc } from '../procs/router.js';
 
 export interface Upstreams {
@@ -38,3 +38,6 @@ export async function startRouterOver(upstreams: string[], model: string, proces
 
 /** CPU of a process and its children (the router processes of `serve --workers`). */
 export const cpuOf = (pid: number) => () => processTreeCpuSeconds(pid);
+
+/** The same, per process: the parent first, then its children by pid. */
+export const cpuByProcessOf = (pid: number) => () => processTreeCpuByPid(pid);

@@ -142,6 +142,17 @@ export function processTreeCpuSeconds(pid: number): number | null {
   return total;
 }
 
+/** CPU seconds of a process and of each of its children, the process first, children by pid (null if one is unreadable). */
+export function processTreeCpuByPid(pid: number): Array<{ pid: number; seconds: number }> | null {
+  const out: Array<{ pid: number; seconds: number }> = [];
+  for (const p of [pid, ...childrenOf(pid).sort((a, b) => a - b)]) {
+    const seconds = processCpuSeconds(p);
+    if (seconds === null) return null;
+    out.push({ pid: p, seconds });
+  }
+  return out;
+}
+
 /** CPU seconds of this process (user + system). */
 export function selfCpuSeconds(): number {
   const u = process.cpuUsage();
