@@ -39,6 +39,8 @@ export type ToPrimary =
   /** `sync`: this process's replica-sync socket (none: it could not make one, or predates the mesh). */
   | { t: 'hello'; sync?: string }
   | { t: 'ready'; url: string }
+  /** The event loop turns (every quarter of `server.stall_timeout_ms`, at most every second). */
+  | { t: 'alive' }
   | { t: 'failed'; message: string }
   /** Replica-sync messages of one event-loop turn, in order, framed (`frameBatch`): one IPC write, one byte array (only while the primary relays). */
   | { t: 'sync'; subject: string; data: Uint8Array }
@@ -65,7 +67,7 @@ export function isToWorker(m: unknown): m is ToWorker {
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {
-  return ['hello', 'ready', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res'].some((t) => has(m, t));
+  return ['hello', 'ready', 'alive', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res'].some((t) => has(m, t));
 }
 
 /**

@@ -41,6 +41,8 @@ interface Slot {
   crashes: number;
   /** Its replica-sync socket: undefined until its hello, null if it has none. */
   syncPath?: string | null;
+  /** When its event loop last spoke (any message; `alive` when idle), from its ready on. */
+  heardAt: number;
 }
 
 /** How long a replacement waits for another process's index before it starts empty. */
@@ -166,7 +168,10 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   };
 
   const onMessage = (slot: Slot, m: ToPrimary) => {
+    slot.heardAt = Date.now();
     switch (m.t) {
+      case 'alive':
+        return;
       case 'hello':
         send(slot.worker, { t: 'start', index: slot.index, engines: refs, recover: started });
         slot.syncPath = m.sync ?? null;
@@ -240,10 +245,27 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   };
 
   let started = false;
-  for (let i = 0; i < opts.count; i++) slots.push(fork({ index: i, ready: false, startedAt: 0, crashes: 0 }));
+  for (let i = 0; i < opts.count; i++) slots.push(fork({ index: i, ready: false, startedAt: 0, crashes: 0, heardAt: 0 }));
+
+  // A process whose loop is blocked (or that is stopped) still gets connections from node:cluster,
+  // and holds them unanswered: it is killed, and the exit handler starts another.
+  const stallMs = cfg.server.stall_timeout_ms;
+  const watchdog = stallMs > 0
+    ? setInterval(() => {
+        const now = Date.now();
+        for (const s of slots) {
+          if (closing || !s.ready || s.worker.isDead() || now - s.heardAt <= stallMs) continue;
+          opts.log(`router process ${s.index} has not answered for ${now - s.heardAt} ms (server.stall_timeout_ms ${stallMs}); replacing it`);
+          s.ready = false;
+          s.worker.process.kill('SIGKILL');
+        }
+      }, Math.max(100, Math.min(1000, stallMs / 4)))
+    : null;
+  watchdog?.unref();
 
   const stopAll = async (): Promise<void> => {
     closing = true;
+    if (watchdog) clearInterval(watchdog);
     const exits = slots.map((s) => (s.worker.isDead() ? Promise.resolve() : new Promise<void>((r) => s.worker.once('exit', () => r()))));
     for (const s of slots) send(s.worker, { t: 'shutdown' });
     // A process that does not finish within the grace period (and a margin to close) is killed.

@@ -268,6 +268,50 @@ describe('kvrouter serve --workers 2', () => {
   });
 });
 
+describe('kvrouter serve --workers with a router process that stops answering', () => {
+  it('kills and replaces it, and fresh connections reach a process that answers', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvr-stall-'));
+    const cfgFile = join(dir, 'r.yaml');
+    writeFileSync(cfgFile, config([]).replace('server: { host: 127.0.0.1, port: 0 }', 'server: { host: 127.0.0.1, port: 0, stall_timeout_ms: 1500 }'));
+    const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/);
+    const own: Client[] = [];
+    let stopped = 0;
+    try {
+      const url = /listening on (http:\/\/\S+) \(2/.exec(r.lines.find((l) => l.includes('router processes'))!)![1];
+      const routers = () => childrenOf(r.proc.pid!).filter((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/environ`, 'latin1').includes('KVR_ROUTER_PROCESS=');
+        } catch {
+          return false;
+        }
+      });
+      await waitFor('two router processes', () => routers().length === 2, 30_000, 50);
+      // SIGSTOP: its event loop no longer turns, as when it is blocked, but the process lives on.
+      stopped = routers()[0];
+      process.kill(stopped, 'SIGSTOP');
+      await waitFor('the primary replaces it', () => r.lines.some((l) => /^router process \d has not answered for \d+ ms \(server\.stall_timeout_ms 1500\); replacing it$/.test(l)), 60_000, 50);
+      await waitFor('a replacement serves', () => r.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === 3, 60_000, 50);
+      expect(routers()).not.toContain(stopped);
+      expect(routers()).toHaveLength(2);
+      // Every fresh connection is answered.
+      for (let i = 0; i < 6; i++) {
+        const c = new Client(url);
+        own.push(c);
+        expect((await call(c, 'GET', '/ready')).status).toBe(200);
+      }
+    } finally {
+      // (A stopped process that was not killed must not outlive the test.)
+      try {
+        if (stopped) process.kill(stopped, 'SIGKILL');
+      } catch {
+        // gone, as it should be
+      }
+      await Promise.all(own.map((c) => c.close().catch(() => undefined)));
+      await r.kill();
+    }
+  });
+});
+
 describe('kvrouter serve --workers where a socket path would be too long', () => {
   it('says so in one line per process, and replica sync goes through the primary', async () => {
     // A TMPDIR this long leaves no room for the socket's name (Node 20 would silently cut it).
