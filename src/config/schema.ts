@@ -52,7 +52,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
     request_timeout_ms: int('A request (headers and body) must arrive completely within this time (408 and closed otherwise). Responses, streamed or not, are not limited by it.', { min: 100, max: 3_600_000, default: 60_000 }),
     keep_alive_timeout_ms: int('An idle keep-alive connection is closed after this time.', { min: 100, max: 3_600_000, default: 65_000 }),
     max_connections: int('Open client connections at most; further ones are closed at once (and logged, at most once a minute). Keep it under the process file-descriptor limit.', { min: 1, max: 1_000_000, default: 10_000 }),
-    stall_timeout_ms: int('serve --workers: a router process whose event loop has not answered the primary for this long (a blocked loop, a stopped process) is killed and replaced, so that node:cluster stops handing it connections (0: never). Read at start.', { min: 0, max: 3_600_000, default: 30_000 }),
+    stall_timeout_ms: int('serve --workers: a router process whose event loop has not answered the primary for this long (a blocked loop, a stopped process) is killed and replaced: the connections it holds would hang (0: never; under 1000, 1000 is used). Read by the primary at start, for every process it starts; a reload that changes it needs a restart.', { min: 0, max: 3_600_000, default: 30_000 }),
   }),
   auth: obj('Access control. Off (no admin token, no tenants) is allowed only on a loopback listen address unless allow_unauthenticated is set.', {
     admin_token: str('Bearer token for admin routes (/register, /unregister, /events, /admin/*, /debug/*, /dump, /workers, the direct policy). Prefer the KVROUTER_ADMIN_TOKEN environment variable.', { optional: true, secret: true }),

@@ -11,8 +11,11 @@ export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 
 /** Primary -> router process. */
 export type ToWorker =
-  /** `recover`: a replacement process, which first copies another process's index. */
-  | { t: 'start'; index: number; engines: EngineRef[]; recover: boolean }
+  /**
+   * `recover`: a replacement process, which first copies another process's index. `aliveMs`: how
+   * often to send `alive` once ready (0 or absent: never), the primary's word, not the file's.
+   */
+  | { t: 'start'; index: number; engines: EngineRef[]; recover: boolean; aliveMs?: number }
   /** Replica-sync messages of one turn of another process, framed (`frameBatch`). */
   | { t: 'sync'; subject: string; data: Uint8Array }
   /**
@@ -39,7 +42,7 @@ export type ToPrimary =
   /** `sync`: this process's replica-sync socket (none: it could not make one, or predates the mesh). */
   | { t: 'hello'; sync?: string }
   | { t: 'ready'; url: string }
-  /** The event loop turns (every quarter of `server.stall_timeout_ms`, at most every second). */
+  /** The event loop turns (every `start.aliveMs`). */
   | { t: 'alive' }
   | { t: 'failed'; message: string }
   /** Replica-sync messages of one event-loop turn, in order, framed (`frameBatch`): one IPC write, one byte array (only while the primary relays). */
@@ -56,6 +59,20 @@ export type ToPrimary =
 
 /** Environment variable that marks a forked router process (its value: the process index); not KVROUTER_*, which are config overrides. */
 export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
+
+/**
+ * The stall watch of `server.stall_timeout_ms` (0: off): a process sends `alive` every `everyMs`,
+ * and one the primary has not heard from for `missedTicks` of its own ticks (as often) is stalled.
+ * Counting ticks, not wall time, a pause of the primary itself (Ctrl-Z, a VM resumed, a clock
+ * step) counts once. Under 1 s the timeout is taken as 1 s: timer jitter and a GC pause alone
+ * would otherwise kill healthy processes.
+ */
+export function stallWatch(stallTimeoutMs: number): { everyMs: number; missedTicks: number } | null {
+  if (stallTimeoutMs <= 0) return null;
+  const timeout = Math.max(1000, stallTimeoutMs);
+  const everyMs = Math.min(1000, timeout / 4);
+  return { everyMs, missedTicks: Math.round(timeout / everyMs) };
+}
 
 /** The primary's private directory (mode 0700) where each router process puts its replica-sync socket. */
 export const SYNC_DIR_ENV = 'KVR_SYNC_DIR';

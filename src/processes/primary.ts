@@ -13,7 +13,7 @@ import type { EngineHandle } from '../engine-sim/index.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
 import type { IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
-import { isToPrimary, PROCESS_INDEX_ENV, SYNC_DIR_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
+import { isToPrimary, PROCESS_INDEX_ENV, stallWatch, SYNC_DIR_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
 import { aggregateMetrics } from './metrics.js';
 
 export interface PrimaryHandle {
@@ -41,8 +41,8 @@ interface Slot {
   crashes: number;
   /** Its replica-sync socket: undefined until its hello, null if it has none. */
   syncPath?: string | null;
-  /** When its event loop last spoke (any message; `alive` when idle), from its ready on. */
-  heardAt: number;
+  /** The primary's ticks since its event loop last spoke (any message; `alive` when idle). */
+  silentTicks: number;
 }
 
 /** How long a replacement waits for another process's index before it starts empty. */
@@ -60,6 +60,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   const engines: EngineHandle[] = await startEmbeddedEngines(cfg, opts.log);
   const refs: EngineRef[] = engines.map(engineRef);
   const graceMs = cfg.server.shutdown_grace_ms;
+  const watch = stallWatch(cfg.server.stall_timeout_ms);
   const slots: Slot[] = [];
   let closing = false;
   const applied: ReplayedRequest[] = [];
@@ -124,6 +125,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   /** A booking call the asking process could not answer: the first other process that can does. */
   const askOthers = (asker: Slot, askId: number, req: ReplayedRequest) => {
+    // The asker's process now: if it dies meanwhile, its replacement (same slot) must not get the answer.
+    const askerWorker = asker.worker;
     let answer: ReplayAnswer | null = null;
     startRound(
       live().filter((s) => s !== asker),
@@ -133,12 +136,14 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         answer = a as ReplayAnswer;
         return true;
       },
-      () => send(asker.worker, { t: 'answer', id: askId, answer }),
+      () => send(askerWorker, { t: 'answer', id: askId, answer }),
     );
   };
 
   /** A replacement's index: a copy of the first other process's that answers (a whole index may take a while to copy). */
   const copyIndex = (asker: Slot, askId: number) => {
+    // The asker's process now: if it dies meanwhile, its replacement (same slot) must not get the answer.
+    const askerWorker = asker.worker;
     let snap: IndexSnapshot | null = null;
     startRound(
       live().filter((s) => s !== asker),
@@ -148,13 +153,15 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         snap = reply as IndexSnapshot;
         return true;
       },
-      () => send(asker.worker, { t: 'snapshot', id: askId, snap }),
+      () => send(askerWorker, { t: 'snapshot', id: askId, snap }),
       SNAPSHOT_TIMEOUT_MS,
     );
   };
 
   /** The other processes' dashboard parts for the process that asked (those that do not answer in time are left out). */
   const gatherDashboard = (asker: Slot, askId: number, cursors: Record<string, number>) => {
+    // The asker's process now: if it dies meanwhile, its replacement (same slot) must not get the answer.
+    const askerWorker = asker.worker;
     const parts: DashboardPart[] = [];
     startRound(
       live().filter((s) => s !== asker),
@@ -163,17 +170,17 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         if (part !== null) parts.push(part as DashboardPart);
         return false;
       },
-      () => send(asker.worker, { t: 'dashboard', id: askId, parts }),
+      () => send(askerWorker, { t: 'dashboard', id: askId, parts }),
     );
   };
 
   const onMessage = (slot: Slot, m: ToPrimary) => {
-    slot.heardAt = Date.now();
+    slot.silentTicks = 0;
     switch (m.t) {
       case 'alive':
         return;
       case 'hello':
-        send(slot.worker, { t: 'start', index: slot.index, engines: refs, recover: started });
+        send(slot.worker, { t: 'start', index: slot.index, engines: refs, recover: started, aliveMs: watch?.everyMs ?? 0 });
         slot.syncPath = m.sync ?? null;
         announcePeers();
         // A replacement catches up on the registrations, peers and reloads the others applied.
@@ -220,6 +227,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     const s = slot as Slot;
     s.worker = worker;
     s.syncPath = undefined;
+    s.silentTicks = 0;
     s.ready = false;
     s.startedAt = Date.now();
     worker.on('message', (m: unknown) => {
@@ -245,21 +253,19 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   };
 
   let started = false;
-  for (let i = 0; i < opts.count; i++) slots.push(fork({ index: i, ready: false, startedAt: 0, crashes: 0, heardAt: 0 }));
+  for (let i = 0; i < opts.count; i++) slots.push(fork({ index: i, ready: false, startedAt: 0, crashes: 0, silentTicks: 0 }));
 
-  // A process whose loop is blocked (or that is stopped) still gets connections from node:cluster,
-  // and holds them unanswered: it is killed, and the exit handler starts another.
-  const stallMs = cfg.server.stall_timeout_ms;
-  const watchdog = stallMs > 0
+  // A process whose loop is blocked (or that is stopped) holds its connections unanswered, and
+  // node:cluster hands it one more: it is killed, and the exit handler starts another.
+  const watchdog = watch
     ? setInterval(() => {
-        const now = Date.now();
         for (const s of slots) {
-          if (closing || !s.ready || s.worker.isDead() || now - s.heardAt <= stallMs) continue;
-          opts.log(`router process ${s.index} has not answered for ${now - s.heardAt} ms (server.stall_timeout_ms ${stallMs}); replacing it`);
+          if (closing || !s.ready || s.worker.isDead() || ++s.silentTicks <= watch.missedTicks) continue;
+          opts.log(`router process ${s.index} has not answered for ${Math.round(s.silentTicks * watch.everyMs)} ms (server.stall_timeout_ms ${cfg.server.stall_timeout_ms}); replacing it`);
           s.ready = false;
           s.worker.process.kill('SIGKILL');
         }
-      }, Math.max(100, Math.min(1000, stallMs / 4)))
+      }, watch.everyMs)
     : null;
   watchdog?.unref();
 

@@ -247,8 +247,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   for (const req of early.splice(0)) replay(req);
   send({ t: 'ready', url: router.url });
   // Only a turning event loop sends this: the primary replaces a process that stops sending it.
-  const stallMs = cfg.server.stall_timeout_ms;
-  const alive = stallMs > 0 ? setInterval(() => send({ t: 'alive' }), Math.max(100, Math.min(1000, stallMs / 4))) : null;
+  const alive = start.aliveMs ? setInterval(() => send({ t: 'alive' }), start.aliveMs) : null;
   await stopped;
   if (alive) clearInterval(alive);
   await replays;

@@ -24,6 +24,8 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
   ['server.request_timeout_ms', (c) => c.server.request_timeout_ms],
   ['server.keep_alive_timeout_ms', (c) => c.server.keep_alive_timeout_ms],
   ['server.max_connections', (c) => c.server.max_connections],
+  // The serve --workers primary reads it once, and tells each process it starts.
+  ['server.stall_timeout_ms', (c) => c.server.stall_timeout_ms],
   ['engine_sim', (c) => JSON.stringify(c.engine_sim)],
   ['hashing.seed', (c) => c.hashing.seed],
   ['cluster', (c) => JSON.stringify(c.cluster)],
@@ -35,8 +37,8 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   const cur = deps.cfg;
   fillEngineInstances(next, rt.engineRefs);
   const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
-  const { host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections } = cur.server;
-  next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections };
+  const { host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections, stall_timeout_ms } = cur.server;
+  next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections, stall_timeout_ms };
   next.engine_sim = cur.engine_sim;
   next.hashing = cur.hashing;
   const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now, deps.access.usage);

@@ -74,9 +74,9 @@ describe('hot reload', () => {
     expect(bad.status).toBe(400);
     expect(JSON.parse(bad.text).errors[0]).toMatchObject({ path: 'routing.policy' });
     expect((await post(router.url, '/v1/chat/completions', chat('still kv'))).headers['x-kvrouter-policy']).toBe('kv');
-    writeFileSync(file, yaml([1, 2], 'round-robin').replace('port: 0', 'port: 1'));
+    writeFileSync(file, yaml([1, 2], 'round-robin').replace('port: 0', 'port: 1, stall_timeout_ms: 5000'));
     const ok = JSON.parse((await post(router.url, '/admin/reload', '')).text);
-    expect(ok).toMatchObject({ status: 'reloaded', restart_required: ['server.port'] });
+    expect(ok).toMatchObject({ status: 'reloaded', restart_required: ['server.port', 'server.stall_timeout_ms'] });
     expect(ok.changes).toContain('routing settings');
     const seen = new Set<string>();
     for (let i = 0; i < 4; i++) {

@@ -272,7 +272,7 @@ describe('kvrouter serve --workers with a router process that stops answering', 
   it('kills and replaces it, and fresh connections reach a process that answers', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvr-stall-'));
     const cfgFile = join(dir, 'r.yaml');
-    writeFileSync(cfgFile, config([]).replace('server: { host: 127.0.0.1, port: 0 }', 'server: { host: 127.0.0.1, port: 0, stall_timeout_ms: 1500 }'));
+    writeFileSync(cfgFile, config([]).replace('server: { host: 127.0.0.1, port: 0 }', 'server: { host: 127.0.0.1, port: 0, stall_timeout_ms: 3000 }'));
     const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/);
     const own: Client[] = [];
     let stopped = 0;
@@ -289,7 +289,7 @@ describe('kvrouter serve --workers with a router process that stops answering', 
       // SIGSTOP: its event loop no longer turns, as when it is blocked, but the process lives on.
       stopped = routers()[0];
       process.kill(stopped, 'SIGSTOP');
-      await waitFor('the primary replaces it', () => r.lines.some((l) => /^router process \d has not answered for \d+ ms \(server\.stall_timeout_ms 1500\); replacing it$/.test(l)), 60_000, 50);
+      await waitFor('the primary replaces it', () => r.lines.some((l) => /^router process \d has not answered for \d+ ms \(server\.stall_timeout_ms 3000\); replacing it$/.test(l)), 60_000, 50);
       await waitFor('a replacement serves', () => r.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === 3, 60_000, 50);
       expect(routers()).not.toContain(stopped);
       expect(routers()).toHaveLength(2);

@@ -1,7 +1,7 @@
 // The `serve --workers` channel's sync batches (src/processes/messages.ts): a turn's replica-sync
 // messages travel as one framed byte array and come back as the same messages, in order.
 import { describe, expect, it } from 'vitest';
-import { frameBatch, unframeBatch } from '../../src/processes/messages.js';
+import { frameBatch, stallWatch, unframeBatch } from '../../src/processes/messages.js';
 import { ProcessLink } from '../../src/processes/worker.js';
 import { mulberry32 } from '../../src/common/prng.js';
 
@@ -38,5 +38,15 @@ describe('sync batch framing', () => {
     link.deliver('s', frameBatch(msgs).subarray(0, 7));
     link.deliver('other', frameBatch(msgs));
     expect(got).toEqual(['a', 'bc', '', 'a', 'bc', '']);
+  });
+});
+
+describe('stallWatch', () => {
+  it('counts ticks: a quarter of the timeout (at most a second), and the timeout in ticks', () => {
+    expect(stallWatch(0)).toBeNull();
+    expect(stallWatch(30_000)).toEqual({ everyMs: 1000, missedTicks: 30 });
+    expect(stallWatch(3000)).toEqual({ everyMs: 750, missedTicks: 4 });
+    // Under a second, a second: jitter alone would kill healthy processes.
+    expect(stallWatch(100)).toEqual({ everyMs: 250, missedTicks: 4 });
   });
 });

@@ -154,13 +154,13 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
             title: 'Worker processes: max req/s against the same target with one process',
             // The split shows how the load reached the processes: node:cluster may hand one of
             // them most of the load generator's connections, which moves both rate and CPU.
-            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req', 'µs/req by process (parent; workers)'],
+            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req', 'µs per request of the target, by process (parent; workers)'],
             rows: results
               .filter((r) => baseOf(r.name) !== 'direct')
               .map((r) => {
                 const one = results.find((x) => x.name === baseOf(r.name));
                 const at = r.steps.find((x) => x.concurrency === r.maxRpsConcurrency)!;
-                const split = at.processCpuUsPerReq ? `${Math.round(at.processCpuUsPerReq[0])}; ${at.processCpuUsPerReq.slice(1).map(Math.round).join(' / ')}` : countOf(r.name) > 1 ? 'n/a' : '';
+                const split = at.processCpuUsPerReq && at.processCpuUsPerReq.length > 1 ? `${Math.round(at.processCpuUsPerReq[0])}; ${at.processCpuUsPerReq.slice(1).map(Math.round).join(' / ')}` : countOf(r.name) > 1 ? 'n/a' : '';
                 return [r.name, countOf(r.name), Math.round(r.maxRps), ratio(r.maxRps, one?.maxRps), at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq), split];
               }),
           },
