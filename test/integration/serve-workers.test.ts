@@ -59,21 +59,27 @@ async function connectionTo(id: string): Promise<Client> {
   throw new Error(`no connection reached ${id}`);
 }
 
+/** New connections to `url` until one reached each of the two processes, by router id (kept in `own` to close). */
+async function oneConnectionEach(url: string, own: Client[]): Promise<Map<string, Client>> {
+  const byId = new Map<string, Client>();
+  for (let i = 0; i < 20 && byId.size < 2; i++) {
+    const c = new Client(url);
+    own.push(c);
+    const id = await waitFor('a process answers /ready', async () => {
+      const r = await call(c, 'GET', '/ready');
+      return r.status === 200 ? (r.json().cluster.router_id as string) : undefined;
+    }, 60_000, 100);
+    if (!byId.has(id)) byId.set(id, c);
+  }
+  return byId;
+}
+
 beforeAll(async () => {
   file = join(mkdtempSync(join(tmpdir(), 'kvr-workers-')), 'r.yaml');
   writeFileSync(file, config([]));
   router = await spawnCli(['serve', '--config', file, '--workers', '2'], /kvrouter listening on \S+ \(2 router processes\)/);
   base = /listening on (http:\/\/\S+) \(2/.exec(router.lines.find((l) => l.includes('router processes'))!)![1];
-  byProcess = new Map();
-  for (let i = 0; i < 20 && byProcess.size < 2; i++) {
-    const c = new Client(base);
-    clients.push(c);
-    const id = await waitFor('a process answers /ready', async () => {
-      const r = await call(c, 'GET', '/ready');
-      return r.status === 200 ? (r.json().cluster.router_id as string) : undefined;
-    }, 60_000, 100);
-    if (!byProcess.has(id)) byProcess.set(id, c);
-  }
+  byProcess = await oneConnectionEach(base, clients);
 }, 180_000);
 
 afterAll(async () => {
@@ -218,12 +224,7 @@ describe('kvrouter serve --workers 2', () => {
     expect(childrenOf(router.proc.pid!)).toHaveLength(2);
     expect(childrenOf(router.proc.pid!)).not.toContain(victim);
     // Both processes serve again: fresh connections reach both ids.
-    const seen = new Map<string, Client>();
-    for (let i = 0; i < 20 && seen.size < 2; i++) {
-      const c = new Client(base);
-      clients.push(c);
-      seen.set(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100), c);
-    }
+    const seen = await oneConnectionEach(base, clients);
     expect(seen.size).toBe(2);
     // The survivor connected to the replacement's socket: bookings cross both ways again.
     const [x, y] = [...seen.values()];
@@ -324,12 +325,7 @@ describe('kvrouter serve --workers where a socket path would be too long', () =>
     try {
       expect(r.lines.filter((l) => /no replica sync socket \(socket path of \d+ bytes exceeds \d+.*\); the primary relays/.test(l))).toHaveLength(2);
       const url = /listening on (http:\/\/\S+) \(2/.exec(r.lines.find((l) => l.includes('router processes'))!)![1];
-      const byId = new Map<string, Client>();
-      for (let i = 0; i < 20 && byId.size < 2; i++) {
-        const c = new Client(url);
-        own.push(c);
-        byId.set(await waitFor('it answers', async () => ((await call(c, 'GET', '/ready')).status === 200 ? routerId(c) : undefined), 60_000, 100), c);
-      }
+      const byId = await oneConnectionEach(url, own);
       expect(byId.size).toBe(2);
       const [x, y] = [...byId.values()];
       for (const c of [x, y]) expect((await call(c, 'GET', '/ready')).json().cluster.sync.nats.url).toBe('ipc://primary');
