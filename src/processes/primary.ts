@@ -4,7 +4,7 @@
 // changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
 // process that dies. It serves no request itself.
 import cluster, { type Worker } from 'node:cluster';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RouterConfig } from '../config/schema.js';
@@ -55,6 +55,37 @@ const send = (w: Worker, m: ToWorker): void => {
   if (w.isConnected()) w.send(m);
 };
 
+/** The sockets' directory is `<tmpdir>/kvrouter-sync-<primary pid>-XXXXXX`. */
+const SYNC_DIR_PREFIX = 'kvrouter-sync-';
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'; // alive, another user's
+  }
+};
+
+/** Directories left by primaries that are gone (killed with SIGKILL: no exit handler ran). */
+function removeOrphanSyncDirs(dir: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const m = /^kvrouter-sync-(\d+)-/.exec(name);
+    if (!m || Number(m[1]) === process.pid || isAlive(Number(m[1]))) continue;
+    try {
+      rmSync(join(dir, name), { recursive: true, force: true });
+    } catch {
+      // another user's (the directory is 0700), or gone meanwhile
+    }
+  }
+}
+
 /** Resolves once every process serves; rejects with the first start-up failure (all stopped). */
 export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Promise<PrimaryHandle> {
   const engines: EngineHandle[] = await startEmbeddedEngines(cfg, opts.log);
@@ -72,7 +103,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   cluster.setupPrimary({ serialization: 'advanced' });
   // The processes' replica-sync sockets live here: only this user can reach them.
-  const syncDir = mkdtempSync(join(tmpdir(), 'kvrouter-'));
+  removeOrphanSyncDirs(tmpdir());
+  const syncDir = mkdtempSync(join(tmpdir(), `${SYNC_DIR_PREFIX}${process.pid}-`));
   const removeSyncDir = () => rmSync(syncDir, { recursive: true, force: true });
   // Also when the primary ends without its close (a second Ctrl-C, an uncaught error); not SIGKILL.
   process.once('exit', removeSyncDir);

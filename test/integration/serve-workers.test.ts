@@ -270,11 +270,19 @@ describe('kvrouter serve --workers 2', () => {
 });
 
 describe('kvrouter serve --workers with a router process that stops answering', () => {
-  it('kills and replaces it, and fresh connections reach a process that answers', async () => {
+  it('kills and replaces it, and fresh connections reach a process that answers (and a gone primary\'s socket directory is removed at start)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvr-stall-'));
     const cfgFile = join(dir, 'r.yaml');
     writeFileSync(cfgFile, config([]).replace('server: { host: 127.0.0.1, port: 0 }', 'server: { host: 127.0.0.1, port: 0, stall_timeout_ms: 3000 }'));
-    const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/);
+    // (Also: the sockets' directory of a primary that is gone is removed at start; a living one's is not.)
+    const gone = spawn(process.execPath, ['-e', '']);
+    await new Promise((res) => gone.once('exit', res));
+    mkdirSync(join(dir, `kvrouter-sync-${gone.pid}-abcdef`));
+    writeFileSync(join(dir, `kvrouter-sync-${gone.pid}-abcdef`, '0-1.sock'), '');
+    mkdirSync(join(dir, `kvrouter-sync-${process.pid}-abcdef`));
+    const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/, { env: { TMPDIR: dir } });
+    expect(existsSync(join(dir, `kvrouter-sync-${gone.pid}-abcdef`))).toBe(false);
+    expect(existsSync(join(dir, `kvrouter-sync-${process.pid}-abcdef`))).toBe(true);
     const own: Client[] = [];
     let stopped = 0;
     try {
