@@ -4,7 +4,8 @@
 // changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
 // process that dies. It serves no request itself.
 import cluster, { type Worker } from 'node:cluster';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RouterConfig } from '../config/schema.js';
@@ -58,30 +59,48 @@ const send = (w: Worker, m: ToWorker): void => {
 /** The sockets' directory is `<tmpdir>/kvrouter-sync-<primary pid>-XXXXXX`. */
 const SYNC_DIR_PREFIX = 'kvrouter-sync-';
 
-const isAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'; // alive, another user's
-  }
-};
+/** A directory this young may be a primary's that is still starting (its sockets not yet listening). */
+const ORPHAN_MIN_AGE_MS = 60_000;
 
-/** Directories left by primaries that are gone (killed with SIGKILL: no exit handler ran). */
-function removeOrphanSyncDirs(dir: string): void {
+/** Whether something listens on this Unix socket (a live router process). */
+const listening = (path: string): Promise<boolean> =>
+  new Promise((resolve) => {
+    const sock = net.createConnection(path);
+    const done = (yes: boolean) => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(yes);
+    };
+    const timer = setTimeout(() => done(true), 1000); // slow to answer: alive, keep it
+    sock.once('connect', () => done(true));
+    sock.once('error', () => done(false));
+  });
+
+/**
+ * Directories left by primaries killed with SIGKILL (no exit handler ran). Only a directory that is
+ * this user's own and 0700 (nobody else can have written in it, so its removal cannot be raced), at
+ * least a minute old, and where no socket accepts a connection, is removed. Not by pid: a primary
+ * in another PID namespace sharing this TMPDIR looks dead from here, and in a container every
+ * primary is pid 1.
+ */
+async function removeOrphanSyncDirs(dir: string): Promise<void> {
   let names: string[];
   try {
-    names = readdirSync(dir);
+    names = readdirSync(dir).filter((n) => n.startsWith(SYNC_DIR_PREFIX));
   } catch {
     return;
   }
+  const uid = process.getuid?.();
   for (const name of names) {
-    const m = /^kvrouter-sync-(\d+)-/.exec(name);
-    if (!m || Number(m[1]) === process.pid || isAlive(Number(m[1]))) continue;
+    const path = join(dir, name);
     try {
-      rmSync(join(dir, name), { recursive: true, force: true });
+      const st = lstatSync(path);
+      if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o777) !== 0o700 || Date.now() - st.mtimeMs < ORPHAN_MIN_AGE_MS) continue;
+      const sockets = readdirSync(path).filter((f) => f.endsWith('.sock'));
+      if ((await Promise.all(sockets.map((f) => listening(join(path, f))))).some(Boolean)) continue;
+      rmSync(path, { recursive: true, force: true });
     } catch {
-      // another user's (the directory is 0700), or gone meanwhile
+      // gone meanwhile, or unreadable: left as it is
     }
   }
 }
@@ -103,7 +122,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   cluster.setupPrimary({ serialization: 'advanced' });
   // The processes' replica-sync sockets live here: only this user can reach them.
-  removeOrphanSyncDirs(tmpdir());
+  await removeOrphanSyncDirs(tmpdir());
   const syncDir = mkdtempSync(join(tmpdir(), `${SYNC_DIR_PREFIX}${process.pid}-`));
   const removeSyncDir = () => rmSync(syncDir, { recursive: true, force: true });
   // Also when the primary ends without its close (a second Ctrl-C, an uncaught error); not SIGKILL.
@@ -293,7 +312,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     ? setInterval(() => {
         for (const s of slots) {
           if (closing || !s.ready || s.worker.isDead() || ++s.silentTicks <= watch.missedTicks) continue;
-          opts.log(`router process ${s.index} has not answered for ${Math.round(s.silentTicks * watch.everyMs)} ms (server.stall_timeout_ms ${cfg.server.stall_timeout_ms}); replacing it`);
+          opts.log(`router process ${s.index} has not answered for over ${Math.round(watch.missedTicks * watch.everyMs)} ms (server.stall_timeout_ms ${cfg.server.stall_timeout_ms}); replacing it`);
           s.ready = false;
           s.worker.process.kill('SIGKILL');
         }

@@ -4,7 +4,7 @@
 // each new connection to the next process, so clients are sorted by the process that answers.
 import { createServer, type Server } from 'node:net';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'undici';
@@ -274,15 +274,29 @@ describe('kvrouter serve --workers with a router process that stops answering', 
     const dir = mkdtempSync(join(tmpdir(), 'kvr-stall-'));
     const cfgFile = join(dir, 'r.yaml');
     writeFileSync(cfgFile, config([]).replace('server: { host: 127.0.0.1, port: 0 }', 'server: { host: 127.0.0.1, port: 0, stall_timeout_ms: 3000 }'));
-    // (Also: the sockets' directory of a primary that is gone is removed at start; a living one's is not.)
-    const gone = spawn(process.execPath, ['-e', '']);
-    await new Promise((res) => gone.once('exit', res));
-    mkdirSync(join(dir, `kvrouter-sync-${gone.pid}-abcdef`));
-    writeFileSync(join(dir, `kvrouter-sync-${gone.pid}-abcdef`, '0-1.sock'), '');
-    mkdirSync(join(dir, `kvrouter-sync-${process.pid}-abcdef`));
-    const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/, { env: { TMPDIR: dir } });
-    expect(existsSync(join(dir, `kvrouter-sync-${gone.pid}-abcdef`))).toBe(false);
-    expect(existsSync(join(dir, `kvrouter-sync-${process.pid}-abcdef`))).toBe(true);
+    // (Also, at start: a sockets' directory that is this user's, 0700, over a minute old and with no
+    // socket listening is removed; one with a listening socket, a fresh one, or another mode is not.)
+    const old = new Date(Date.now() - 3_600_000);
+    const syncDirAt = (name: string, mode: number, age: Date | null) => {
+      const d = join(dir, name);
+      mkdirSync(d, { mode });
+      return { d, age };
+    };
+    const orphan = syncDirAt('kvrouter-sync-4000001-orphan', 0o700, old);
+    writeFileSync(join(orphan.d, '0-1.sock'), ''); // a socket file nobody listens on any more
+    const live = syncDirAt('kvrouter-sync-4000002-alive', 0o700, old);
+    const listener = createServer();
+    await new Promise<void>((res) => listener.listen(join(live.d, '0-2.sock'), () => res()));
+    const fresh = syncDirAt('kvrouter-sync-4000003-fresh', 0o700, null);
+    const open = syncDirAt('kvrouter-sync-4000004-open', 0o755, old);
+    for (const x of [orphan, live, open]) utimesSync(x.d, x.age!, x.age!);
+    let r: Proc;
+    try {
+      r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/, { env: { TMPDIR: dir } });
+    } finally {
+      await new Promise<void>((res) => listener.close(() => res()));
+    }
+    expect([orphan, live, fresh, open].map((x) => existsSync(x.d))).toEqual([false, true, true, true]);
     const own: Client[] = [];
     let stopped = 0;
     try {
@@ -298,7 +312,7 @@ describe('kvrouter serve --workers with a router process that stops answering', 
       // SIGSTOP: its event loop no longer turns, as when it is blocked, but the process lives on.
       stopped = routers()[0];
       process.kill(stopped, 'SIGSTOP');
-      await waitFor('the primary replaces it', () => r.lines.some((l) => /^router process \d has not answered for \d+ ms \(server\.stall_timeout_ms 3000\); replacing it$/.test(l)), 60_000, 50);
+      await waitFor('the primary replaces it', () => r.lines.some((l) => /^router process \d has not answered for over \d+ ms \(server\.stall_timeout_ms 3000\); replacing it$/.test(l)), 60_000, 50);
       await waitFor('a replacement serves', () => r.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === 3, 60_000, 50);
       expect(routers()).not.toContain(stopped);
       expect(routers()).toHaveLength(2);
