@@ -3,8 +3,12 @@
 // primary relayed every turn's messages (one deserialize and one serialize per receiver in a third
 // process: about 55-60 µs of CPU per request with two processes; docs/profile.md, round seven).
 // The bytes are ZMTP 3.0 frames without the handshake (one multipart message per turn and subject:
-// the subject, then each message), read with the subscriber's own FrameReader.
+// the subject, then each message), read with the subscriber's own FrameReader. The sockets live in
+// a directory the primary makes (`openSyncDir`).
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { FrameReader, multipartMessage } from '../events/zmtp/codec.js';
 
 export interface SyncMeshOptions {
@@ -136,4 +140,80 @@ export class SyncMesh {
       this.inbound.delete(sock);
     });
   }
+}
+
+/** The sockets' directory is `<tmpdir>/kvrouter-sync-<primary pid>-XXXXXX`. */
+const SYNC_DIR_PREFIX = 'kvrouter-sync-';
+
+/** A directory this young may be a primary's that is still starting (its sockets not yet listening). */
+const ORPHAN_MIN_AGE_MS = 60_000;
+
+/** Whether something listens on this Unix socket (a live router process). */
+const listening = (path: string): Promise<boolean> =>
+  new Promise((resolve) => {
+    const sock = net.createConnection(path);
+    const done = (yes: boolean) => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(yes);
+    };
+    const timer = setTimeout(() => done(true), 1000); // slow to answer: alive, keep it
+    sock.once('connect', () => done(true));
+    sock.once('error', () => done(false));
+  });
+
+/**
+ * Directories left by primaries killed with SIGKILL (no exit handler ran). Only a directory that is
+ * this user's own and 0700 (nobody else can have written in it, so its removal cannot be raced), at
+ * least a minute old, and where no socket accepts a connection, is removed. Not by pid: a primary
+ * in another PID namespace sharing this TMPDIR looks dead from here, and in a container every
+ * primary is pid 1.
+ */
+async function removeOrphanSyncDirs(dir: string): Promise<void> {
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((n) => n.startsWith(SYNC_DIR_PREFIX));
+  } catch {
+    return;
+  }
+  const uid = process.getuid?.();
+  for (const name of names) {
+    const path = join(dir, name);
+    try {
+      const st = lstatSync(path);
+      if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o777) !== 0o700 || Date.now() - st.mtimeMs < ORPHAN_MIN_AGE_MS) continue;
+      const sockets = readdirSync(path).filter((f) => f.endsWith('.sock'));
+      if ((await Promise.all(sockets.map((f) => listening(join(path, f))))).some(Boolean)) continue;
+      rmSync(path, { recursive: true, force: true });
+    } catch {
+      // gone meanwhile, or unreadable: left as it is
+    }
+  }
+}
+
+/**
+ * The primary's directory for the processes' sockets, `<tmpdir>/kvrouter-sync-<pid>-XXXXXX` (mode
+ * 0700: only this user reaches the sockets), after removing what killed primaries left. Removed by
+ * `remove()` and, failing that, when this process exits (not on SIGKILL). Null, said in one line,
+ * when it cannot be made: every process then syncs through the primary.
+ */
+export async function openSyncDir(log: (line: string) => void): Promise<{ path: string; remove(): void } | null> {
+  await removeOrphanSyncDirs(tmpdir());
+  let path: string;
+  try {
+    path = mkdtempSync(join(tmpdir(), `${SYNC_DIR_PREFIX}${process.pid}-`));
+  } catch (err) {
+    log(`no directory for the replica sync sockets (${(err as Error).message}); the primary relays`);
+    return null;
+  }
+  const remove = () => rmSync(path, { recursive: true, force: true });
+  // Also when the primary ends without its close (a second Ctrl-C, an uncaught error).
+  process.once('exit', remove);
+  return {
+    path,
+    remove() {
+      remove();
+      process.off('exit', remove);
+    },
+  };
 }

@@ -4,10 +4,6 @@
 // changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
 // process that dies. It serves no request itself.
 import cluster, { type Worker } from 'node:cluster';
-import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import net from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { RouterConfig } from '../config/schema.js';
 import { type EngineRef, engineRef, startEmbeddedEngines } from '../router/engines.js';
 import type { EngineHandle } from '../engine-sim/index.js';
@@ -16,6 +12,7 @@ import type { IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
 import { isToPrimary, PROCESS_INDEX_ENV, stallWatch, SYNC_DIR_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
 import { aggregateMetrics } from './metrics.js';
+import { openSyncDir } from './mesh.js';
 
 export interface PrimaryHandle {
   readonly url: string;
@@ -56,55 +53,6 @@ const send = (w: Worker, m: ToWorker): void => {
   if (w.isConnected()) w.send(m);
 };
 
-/** The sockets' directory is `<tmpdir>/kvrouter-sync-<primary pid>-XXXXXX`. */
-const SYNC_DIR_PREFIX = 'kvrouter-sync-';
-
-/** A directory this young may be a primary's that is still starting (its sockets not yet listening). */
-const ORPHAN_MIN_AGE_MS = 60_000;
-
-/** Whether something listens on this Unix socket (a live router process). */
-const listening = (path: string): Promise<boolean> =>
-  new Promise((resolve) => {
-    const sock = net.createConnection(path);
-    const done = (yes: boolean) => {
-      clearTimeout(timer);
-      sock.destroy();
-      resolve(yes);
-    };
-    const timer = setTimeout(() => done(true), 1000); // slow to answer: alive, keep it
-    sock.once('connect', () => done(true));
-    sock.once('error', () => done(false));
-  });
-
-/**
- * Directories left by primaries killed with SIGKILL (no exit handler ran). Only a directory that is
- * this user's own and 0700 (nobody else can have written in it, so its removal cannot be raced), at
- * least a minute old, and where no socket accepts a connection, is removed. Not by pid: a primary
- * in another PID namespace sharing this TMPDIR looks dead from here, and in a container every
- * primary is pid 1.
- */
-async function removeOrphanSyncDirs(dir: string): Promise<void> {
-  let names: string[];
-  try {
-    names = readdirSync(dir).filter((n) => n.startsWith(SYNC_DIR_PREFIX));
-  } catch {
-    return;
-  }
-  const uid = process.getuid?.();
-  for (const name of names) {
-    const path = join(dir, name);
-    try {
-      const st = lstatSync(path);
-      if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o777) !== 0o700 || Date.now() - st.mtimeMs < ORPHAN_MIN_AGE_MS) continue;
-      const sockets = readdirSync(path).filter((f) => f.endsWith('.sock'));
-      if ((await Promise.all(sockets.map((f) => listening(join(path, f))))).some(Boolean)) continue;
-      rmSync(path, { recursive: true, force: true });
-    } catch {
-      // gone meanwhile, or unreadable: left as it is
-    }
-  }
-}
-
 /** Resolves once every process serves; rejects with the first start-up failure (all stopped). */
 export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Promise<PrimaryHandle> {
   const engines: EngineHandle[] = await startEmbeddedEngines(cfg, opts.log);
@@ -121,12 +69,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   let url = '';
 
   cluster.setupPrimary({ serialization: 'advanced' });
-  // The processes' replica-sync sockets live here: only this user can reach them.
-  await removeOrphanSyncDirs(tmpdir());
-  const syncDir = mkdtempSync(join(tmpdir(), `${SYNC_DIR_PREFIX}${process.pid}-`));
-  const removeSyncDir = () => rmSync(syncDir, { recursive: true, force: true });
-  // Also when the primary ends without its close (a second Ctrl-C, an uncaught error); not SIGKILL.
-  process.once('exit', removeSyncDir);
+  // The processes' replica-sync sockets live here (none: every process's sync goes through the primary).
+  const syncDir = await openSyncDir(opts.log);
 
   /** Every process that said hello learns the others' sockets (or that the primary relays). */
   const announcePeers = () => {
@@ -274,7 +218,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   };
 
   const fork = (slot: Omit<Slot, 'worker'> & { worker?: Worker }): Slot => {
-    const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index), [SYNC_DIR_ENV]: syncDir });
+    const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index), ...(syncDir ? { [SYNC_DIR_ENV]: syncDir.path } : {}) });
     const s = slot as Slot;
     s.worker = worker;
     s.syncPath = undefined;
@@ -331,8 +275,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     }, graceMs + 10_000);
     await Promise.all(exits);
     clearTimeout(kill);
-    removeSyncDir();
-    process.off('exit', removeSyncDir);
+    syncDir?.remove();
     await Promise.all(engines.map((e) => e.close()));
   };
 

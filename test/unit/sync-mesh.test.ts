@@ -1,12 +1,12 @@
 // The `serve --workers` replica-sync mesh over real Unix sockets: turns arrive whole and in order,
 // a peer that comes back is reached again, a slow reader is cut off, and bad bytes drop only their
 // connection.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { SyncMesh } from '../../src/processes/mesh.js';
+import { openSyncDir, SyncMesh } from '../../src/processes/mesh.js';
 import { waitFor } from '../helpers/procs.js';
 
 interface Got {
@@ -141,5 +141,24 @@ describe('SyncMesh', () => {
 
   it('refuses to listen where it cannot (the caller falls back to the relay)', async () => {
     await expect(SyncMesh.listen({ path: join(dir, 'no-such-dir', 'x.sock'), deliver: () => undefined })).rejects.toThrow(/ENOENT|EACCES/);
+  });
+
+  it('openSyncDir makes a 0700 directory and removes it; where it cannot, says so and gives none', async () => {
+    const saved = process.env.TMPDIR;
+    const log: string[] = [];
+    try {
+      process.env.TMPDIR = dir;
+      const made = await openSyncDir((l) => log.push(l));
+      expect(made!.path.startsWith(join(dir, `kvrouter-sync-${process.pid}-`))).toBe(true);
+      expect(statSync(made!.path).mode & 0o777).toBe(0o700);
+      made!.remove();
+      expect(existsSync(made!.path)).toBe(false);
+      process.env.TMPDIR = join(dir, 'no-such-dir');
+      expect(await openSyncDir((l) => log.push(l))).toBeNull();
+      expect(log).toEqual([expect.stringMatching(/^no directory for the replica sync sockets \(ENOENT.*\); the primary relays$/)]);
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+    }
   });
 });
