@@ -45,6 +45,11 @@ export type ToPrimary =
   /** The event loop turns (every `start.aliveMs`). */
   | { t: 'alive' }
   | { t: 'failed'; message: string }
+  /**
+   * The answer to `shutdown`: the grace this process drains with now (`server.shutdown_grace_ms`
+   * after any reload), so the primary waits that long for it, not its start-up value.
+   */
+  | { t: 'draining'; graceMs: number }
   /** Replica-sync messages of one event-loop turn, in order, framed (`frameBatch`): one IPC write, one byte array (only while the primary relays). */
   | { t: 'sync'; subject: string; data: Uint8Array }
   | { t: 'replay'; req: ReplayedRequest }
@@ -84,7 +89,7 @@ export function isToWorker(m: unknown): m is ToWorker {
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {
-  return ['hello', 'ready', 'alive', 'failed', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res'].some((t) => has(m, t));
+  return ['hello', 'ready', 'alive', 'failed', 'draining', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res'].some((t) => has(m, t));
 }
 
 /**

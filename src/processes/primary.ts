@@ -46,6 +46,9 @@ interface Slot {
 /** How long a replacement waits for another process's index before it starts empty. */
 const SNAPSHOT_TIMEOUT_MS = 30_000;
 
+/** After its grace, what a draining process may take to close (tokenizers, sockets) before it is killed. */
+const CLOSE_MARGIN_MS = 10_000;
+
 /** State changes kept for a replacement process (the oldest go first). */
 const MAX_KEPT_REPLAYS = 1000;
 
@@ -188,6 +191,10 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         return;
       case 'failed':
         return settleStart(new Error(m.message));
+      case 'draining':
+        // Its grace now (a reload may have raised or lowered it since start).
+        if (closing && Number.isFinite(m.graceMs) && m.graceMs >= 0) killAfter(slot, m.graceMs);
+        return;
       case 'replay':
         // Index writes (/events) are not kept: the engines' events rebuild a replacement's index.
         if (m.req.path.split('?')[0] !== '/events') applied.push(m.req);
@@ -252,6 +259,18 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   // A process whose loop is blocked (or that is stopped) holds its connections unanswered, and
   // node:cluster hands it one more: it is killed, and the exit handler starts another.
+  /** Draining processes' kill timers: one that does not finish within its grace (and a margin to close) is killed. */
+  const killTimers = new Map<Slot, NodeJS.Timeout>();
+  const killAfter = (s: Slot, graceMs: number) => {
+    clearTimeout(killTimers.get(s));
+    const worker = s.worker;
+    killTimers.set(s, setTimeout(() => {
+      if (worker.isDead()) return;
+      opts.log(`router process ${s.index} did not finish within its grace (${graceMs} ms) and ${CLOSE_MARGIN_MS / 1000} s to close; killing it`);
+      worker.process.kill('SIGKILL');
+    }, graceMs + CLOSE_MARGIN_MS));
+  };
+
   const watchdog = watch
     ? setInterval(() => {
         for (const s of slots) {
@@ -268,13 +287,11 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     closing = true;
     if (watchdog) clearInterval(watchdog);
     const exits = slots.map((s) => (s.worker.isDead() ? Promise.resolve() : new Promise<void>((r) => s.worker.once('exit', () => r()))));
+    // Until a process answers with the grace it drains with (`draining`), the start-up value holds.
+    for (const s of slots) killAfter(s, graceMs);
     for (const s of slots) send(s.worker, { t: 'shutdown' });
-    // A process that does not finish within the grace period (and a margin to close) is killed.
-    const kill = setTimeout(() => {
-      for (const s of slots) if (!s.worker.isDead()) s.worker.process.kill('SIGKILL');
-    }, graceMs + 10_000);
     await Promise.all(exits);
-    clearTimeout(kill);
+    for (const t of killTimers.values()) clearTimeout(t);
     syncDir?.remove();
     await Promise.all(engines.map((e) => e.close()));
   };

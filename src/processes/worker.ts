@@ -202,6 +202,8 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         if (router && !stopping) void router.reload();
         return;
       case 'shutdown':
+        // A reload may have changed the grace since start: the primary's kill timer follows ours.
+        if (router) send({ t: 'draining', graceMs: router.config.server.shutdown_grace_ms });
         return stop();
     }
   });

@@ -19,7 +19,8 @@ import { type ExchangeHead, UpstreamExchange } from './exchange.js';
 export interface InstanceRuntime {
   readonly id: string;
   readonly dpSize: number;
-  readonly upstream: Upstream;
+  /** Renewed by a reload that changes the proxy settings (requests in flight keep the old pool). */
+  upstream: Upstream;
   readonly health: InstanceHealth;
 }
 

@@ -16,7 +16,12 @@ export class InstanceHealth {
   private state: HealthState = 'healthy';
   lastError: string | null = null;
 
-  constructor(private readonly opts: HealthOptions) {}
+  constructor(private opts: HealthOptions) {}
+
+  /** New thresholds (a reload); the record so far is kept and judged by them from now on. */
+  configure(opts: HealthOptions): void {
+    this.opts = opts;
+  }
 
   status(now: number): HealthState {
     if (this.state === 'ejected' && now >= this.ejectedUntil) this.state = 'probation';

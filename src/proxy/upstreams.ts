@@ -15,6 +15,8 @@ export interface Upstream {
   readonly id: string;
   readonly url: string;
   readonly pool: Dispatcher;
+  /** What the pool was made with (a reload that changes them renews the pool). */
+  readonly options: UpstreamOptions;
   /** Path prefix of the base URL ('' for http://host:port). */
   readonly basePath: string;
 }
@@ -25,6 +27,9 @@ export interface UpstreamHealth {
   now: () => number;
   onChange: (event: HealthEvent) => void;
 }
+
+export const sameUpstreamOptions = (a: UpstreamOptions, b: UpstreamOptions): boolean =>
+  a.connectTimeoutMs === b.connectTimeoutMs && a.headersTimeoutMs === b.headersTimeoutMs && a.bodyTimeoutMs === b.bodyTimeoutMs && a.connections === b.connections;
 
 export function createUpstream(id: string, url: string, o: UpstreamOptions, h: UpstreamHealth): Upstream {
   const watched = (pool: Pool): Dispatcher => pool.compose(healthInterceptor(h.health, h.now, h.onChange));
@@ -37,12 +42,13 @@ export function createUpstream(id: string, url: string, o: UpstreamOptions, h: U
   };
   if (url.startsWith('unix://')) {
     const socketPath = url.slice('unix://'.length);
-    return { id, url, basePath: '', pool: watched(new Pool('http://localhost', { connect: { socketPath, timeout: o.connectTimeoutMs }, ...common })) };
+    return { id, url, basePath: '', options: o, pool: watched(new Pool('http://localhost', { connect: { socketPath, timeout: o.connectTimeoutMs }, ...common })) };
   }
   const u = new URL(url);
   return {
     id,
     url,
+    options: o,
     basePath: u.pathname.replace(/\/+$/, ''),
     pool: watched(new Pool(u.origin, { connect: { timeout: o.connectTimeoutMs }, ...common })),
   };

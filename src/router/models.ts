@@ -7,7 +7,7 @@ import { effectiveRouting } from '../config/load.js';
 import { InstanceHealth } from '../proxy/health.js';
 import type { InstanceRuntime } from '../proxy/forward.js';
 import type { HealthEvent } from '../proxy/health-interceptor.js';
-import { createUpstream } from '../proxy/upstreams.js';
+import { createUpstream, sameUpstreamOptions, type Upstream } from '../proxy/upstreams.js';
 import { loadTokenizer, type PromptTokenizer } from '../tokenizer/index.js';
 
 export interface ModelRuntime {
@@ -33,6 +33,8 @@ export interface ModelSet {
 export interface Reconciled extends ModelSet {
   addedInstances: InstanceRuntime[];
   removedInstances: InstanceRuntime[];
+  /** Kept instances' pools replaced for new proxy settings: the caller closes them (in-flight requests finish first). */
+  renewedUpstreams: Upstream[];
   unusedTokenizers: PromptTokenizer[];
 }
 
@@ -59,6 +61,9 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
   const all: ModelRuntime[] = [];
   const kept = new Set<InstanceRuntime>();
   const added: InstanceRuntime[] = [];
+  const renewed: Upstream[] = [];
+  const healthOptions = { failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms };
+  const upstreamOptions = { connectTimeoutMs: cfg.proxy.connect_timeout_ms, headersTimeoutMs: cfg.proxy.headers_timeout_ms, bodyTimeoutMs: cfg.proxy.body_timeout_ms, connections: cfg.proxy.connections };
   for (const m of cfg.models) {
     const key = tokenizerKey(m);
     if (!tokenizers.has(key)) tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
@@ -67,10 +72,15 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
       const old = oldInst.get(c.id);
       if (old && sameInstance(old, c)) {
         kept.add(old);
+        // Kept instances take the new settings too: health thresholds at once, proxy settings with a new pool.
+        old.health.configure(healthOptions);
+        if (!sameUpstreamOptions(old.upstream.options, upstreamOptions)) {
+          renewed.push(old.upstream);
+          old.upstream = createUpstream(c.id, c.url, upstreamOptions, { health: old.health, now, onChange: (ev) => onHealth(c.id, ev) });
+        }
         return old;
       }
-      const health = new InstanceHealth({ failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms });
-      const upstreamOptions = { connectTimeoutMs: cfg.proxy.connect_timeout_ms, headersTimeoutMs: cfg.proxy.headers_timeout_ms, bodyTimeoutMs: cfg.proxy.body_timeout_ms, connections: cfg.proxy.connections };
+      const health = new InstanceHealth(healthOptions);
       const rt: InstanceRuntime = {
         id: c.id,
         dpSize: c.dp_size,
@@ -92,6 +102,7 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
     all,
     addedInstances: added,
     removedInstances: [...oldInst.values()].filter((i) => !kept.has(i)),
+    renewedUpstreams: renewed,
     unusedTokenizers: [...new Set(oldTok.values())].filter((t) => !usedTok.has(t)),
   };
 }

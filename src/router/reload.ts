@@ -30,7 +30,12 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
   ['hashing.seed', (c) => c.hashing.seed],
   ['cluster', (c) => JSON.stringify(c.cluster)],
   ['kv_events', (c) => JSON.stringify(c.kv_events)],
+  // The tracer is made once, at start (runtime.ts).
+  ['tracing', (c) => JSON.stringify(c.tracing)],
 ];
+
+/** Sections whose change a reload applies as a whole, named in its changes (routing and auth are named below). */
+const APPLIED_SECTIONS = ['health', 'engine_metrics', 'lora', 'verification'] as const;
 
 async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<ReloadResult> {
   const { deps, now, writer } = rt;
@@ -41,6 +46,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections, stall_timeout_ms };
   next.engine_sim = cur.engine_sim;
   next.hashing = cur.hashing;
+  next.tracing = cur.tracing;
   const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now, deps.access.usage);
   try {
     checkAuth(next, access);
@@ -69,12 +75,19 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
     changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
     void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
   }
+  for (const u of r.renewedUpstreams) void u.pool.close().catch(() => undefined); // the same
   for (const i of r.addedInstances) changes.push(`added instance ${i.id}`);
   for (const k of regs.added) changes.push(`listening to KV events of ${k}`);
   indexInstances(rt);
   for (const t of r.unusedTokenizers) void t.close();
   if (JSON.stringify(cur.routing) !== JSON.stringify(next.routing) || JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))) changes.push('routing settings');
   if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
+  // Every other setting that took effect is named too (a raised shutdown grace, say, is not 'no changes').
+  for (const k of Object.keys(next.server) as Array<keyof RouterConfig['server']>) if (cur.server[k] !== next.server[k]) changes.push(`server.${k}`);
+  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy)) changes.push(`proxy settings${r.renewedUpstreams.length ? ` (new connection pools for ${r.renewedUpstreams.length} instance(s))` : ''}`);
+  for (const s of APPLIED_SECTIONS) if (JSON.stringify(cur[s]) !== JSON.stringify(next[s])) changes.push(`${s} settings`);
+  const modelSettings = (c: RouterConfig) => JSON.stringify(c.models.map(({ instances: _i, routing: _r, ...rest }) => rest));
+  if (modelSettings(cur) !== modelSettings(next)) changes.push('model settings');
   rt.queue.notify();
   return { ok: true, changes, restartRequired, errors: [] };
 }

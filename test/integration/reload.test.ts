@@ -86,6 +86,31 @@ describe('hot reload', () => {
     }
     expect(seen).toEqual(new Set(['e1', 'e2']));
   });
+  it('applies health, proxy and server settings to the instances it keeps, names each change, and reports tracing as restart-only', async () => {
+    const e1 = router.runtime.all[0].instances.find((i) => i.id === 'e1')!;
+    const poolBefore = e1.upstream.pool;
+    const healthBefore = e1.health;
+    writeFileSync(
+      file,
+      yaml([1, 2], 'round-robin')
+        .replace('shutdown_grace_ms: 20000', 'shutdown_grace_ms: 25000')
+        .replace('health: { probe_interval_ms: 0 }', 'health: { probe_interval_ms: 0, failure_threshold: 1 }\nproxy: { headers_timeout_ms: 45000 }\ntracing: { sample_ratio: 0.5 }'),
+    );
+    const body = JSON.parse((await post(router.url, '/admin/reload', '')).text);
+    expect(body.status).toBe('reloaded');
+    expect(body.changes).toEqual(expect.arrayContaining(['server.shutdown_grace_ms', 'health settings', 'proxy settings (new connection pools for 2 instance(s))']));
+    expect(body.changes).not.toContain('routing settings');
+    expect(body.restart_required).toEqual(['tracing']);
+    expect(router.config.server.shutdown_grace_ms).toBe(25_000);
+    // The kept instance has a new pool with the new settings, and the same health record.
+    expect(e1.upstream.pool).not.toBe(poolBefore);
+    expect(e1.upstream.options.headersTimeoutMs).toBe(45_000);
+    expect(e1.health).toBe(healthBefore);
+    for (const target of ['e1', 'e2']) expect((await post(router.url, '/v1/chat/completions', chat(`new pool ${target}`), { 'x-kvrouter-target': target })).status).toBe(200);
+    // The new threshold holds for it: one failure ejects it now (the default takes three).
+    e1.health.failure(Date.now(), 'a test failure');
+    expect(e1.health.status(Date.now())).toBe('ejected');
+  });
 });
 
 describe('the serve process', () => {

@@ -335,6 +335,48 @@ describe('kvrouter serve --workers with a router process that stops answering', 
   });
 });
 
+describe('kvrouter serve --workers after a reload that raises server.shutdown_grace_ms', () => {
+  it('waits out the new grace for a stream in flight at SIGTERM (not the grace it started with), and exits 0', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvr-grace-'));
+    const cfgFile = join(dir, 'r.yaml');
+    // Real-time engines (speedup 1): a stream of 1,800 tokens takes over 10 s, longer than the
+    // start-up grace (0) and the primary's margin to close (10 s) together.
+    const withGrace = (ms: number, aliases: string[]) =>
+      config(aliases).replace('server: { host: 127.0.0.1, port: 0 }', `server: { host: 127.0.0.1, port: 0, shutdown_grace_ms: ${ms} }`).replace('speedup: 20', 'speedup: 1');
+    writeFileSync(cfgFile, withGrace(0, []));
+    const r = await spawnCli(['serve', '--config', cfgFile, '--workers', '2', '--no-watch'], /kvrouter listening on \S+ \(2 router processes\)/);
+    const own: Client[] = [];
+    try {
+      const url = /listening on (http:\/\/\S+) \(2/.exec(r.lines.find((l) => l.includes('router processes'))!)![1];
+      writeFileSync(cfgFile, withGrace(120_000, ['grace-reloaded']));
+      r.proc.kill('SIGHUP');
+      // Both processes applied the reload (the alias is in both's model list).
+      const each = await oneConnectionEach(url, own);
+      expect(each.size).toBe(2);
+      for (const c of each.values()) await waitFor('reload applied', async () => (await call(c, 'GET', '/v1/models')).text.includes('"grace-reloaded"'), 30_000, 100);
+      const c = [...each.values()][0];
+      const res = await c.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'a long answer, please' }], max_tokens: 1800, stream: true }) });
+      expect(res.statusCode).toBe(200);
+      const it = res.body[Symbol.asyncIterator]();
+      let text = String((await it.next()).value);
+      const exited = new Promise<number | null>((done) => r.proc.once('exit', (code) => done(code)));
+      r.proc.kill('SIGTERM');
+      try {
+        for (let x = await it.next(); !x.done; x = await it.next()) text += String(x.value);
+      } catch (err) {
+        throw new Error(`the stream was cut after ${text.split('data: ').length - 1} events (${(err as Error).message}); primary said:\n${r.lines.slice(-6).join('\n')}`);
+      }
+      expect(text).toContain('data: [DONE]');
+      expect(text.split('data: ').length - 1).toBeGreaterThan(1800);
+      expect(await exited).toBe(0);
+      expect(r.lines.some((l) => l.includes('did not finish within its grace'))).toBe(false);
+    } finally {
+      await Promise.all(own.map((x) => x.close().catch(() => undefined)));
+      await r.kill();
+    }
+  }, 120_000);
+});
+
 describe('kvrouter serve --workers where a socket path would be too long', () => {
   it('says so in one line per process, and replica sync goes through the primary', async () => {
     // A TMPDIR this long leaves no room for the socket's name (Node 20 would silently cut it).
