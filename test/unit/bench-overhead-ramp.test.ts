@@ -1,7 +1,7 @@
 // The overhead benchmark's ramp: when a target counts as no longer growing; and how a step's CPU
 // splits over the processes of a target.
 import { describe, expect, it } from 'vitest';
-import { cpuSplitUsPerReq, rampFlatSteps } from '../../src/bench/overhead/measure.js';
+import { busyCores, cpuSplitUsPerReq, rampFlatSteps, type Step } from '../../src/bench/overhead/measure.js';
 
 describe('rampFlatSteps', () => {
   it('resets on more than 3 % growth, counts flat steps only from minConcurrency on', () => {
@@ -38,5 +38,19 @@ describe('cpuSplitUsPerReq', () => {
     expect(cpuSplitUsPerReq(at([10, 1], [11, 2]), at([10, 1.1]), 1000, 1)).toBeNull();
     expect(cpuSplitUsPerReq(at([10, 1]), at([10, 1.1]), 0, 1)).toBeNull();
     expect(cpuSplitUsPerReq(null, at([10, 1.1]), 10, 1)).toBeNull();
+  });
+});
+
+describe('busyCores', () => {
+  const step = (over: Partial<Step>): Step => ({ concurrency: 16, rps: 4000, latencyMs: { n: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 }, errors: 0, proxyCpuUsPerReq: 200, loadgenCores: 0.4, upstreamCpuUsPerReq: 60, ...over });
+  it('adds the proxy, the upstreams (per request, at the step rate) and the load generator', () => {
+    // 4,000 req/s x (200 + 60) µs = 1.04 cores, + 0.4 of the load generator.
+    expect(busyCores(step({}))).toBeCloseTo(1.44, 10);
+    expect(busyCores(step({ rps: 8000, loadgenCores: 0.8 }))).toBeCloseTo(2.88, 10);
+  });
+  it('is null when a part was not measured', () => {
+    expect(busyCores(step({ upstreamCpuUsPerReq: null }))).toBeNull();
+    expect(busyCores(step({ upstreamCpuUsPerReq: undefined }))).toBeNull();
+    expect(busyCores(step({ proxyCpuUsPerReq: null }))).toBeNull();
   });
 });

@@ -46,6 +46,19 @@ export interface Step {
   processCpuUsPerReq?: number[] | null;
   /** The load generator's CPU, in cores, during the step. */
   loadgenCores: number;
+  /** The stub upstreams' CPU per completed request, µs (null: not measured). */
+  upstreamCpuUsPerReq?: number | null;
+}
+
+/**
+ * Cores of this machine a step kept busy: the proxy, the load generator and the upstreams (null:
+ * a part not measured). Everything shares the machine's cores, so a target that kept `busy` of
+ * `cores` busy at its best rate can reach at most `cores / busy` times that rate with more worker
+ * processes, even if they cost nothing extra per request.
+ */
+export function busyCores(s: Step): number | null {
+  if (s.proxyCpuUsPerReq === null || s.upstreamCpuUsPerReq === null || s.upstreamCpuUsPerReq === undefined) return null;
+  return (s.rps * (s.proxyCpuUsPerReq + s.upstreamCpuUsPerReq)) / 1e6 + s.loadgenCores;
 }
 
 export interface TargetResult {
@@ -80,7 +93,7 @@ export function rampFlatSteps(flat: number, rps: number, bestRps: number, c: num
   return c >= minConcurrency ? flat + 1 : flat;
 }
 
-export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void): Promise<TargetResult[]> {
+export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void, upstreamCpu?: () => number | null): Promise<TargetResult[]> {
   const lat = new Map<string, number[]>(targets.map((t) => [t.name, []]));
   const res = new Map<string, TargetResult>(
     targets.map((t) => [t.name, { name: t.name, description: t.description, latencyMs: dist([]), steps: [], maxRps: 0, maxRpsConcurrency: 1, errors: 0, firstError: null }]),
@@ -111,9 +124,11 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
     for (const t of active) {
       const c0 = t.cpu();
       const p0 = t.cpuByProcess?.() ?? null;
+      const u0 = upstreamCpu?.() ?? null;
       const r = await lg.run({ type: 'closed', spec: t.spec, concurrency: c, warmupMs: o.stepWarmupMs, durationMs: o.stepMs });
       const c1 = t.cpu();
       const p1 = t.cpuByProcess?.() ?? null;
+      const u1 = upstreamCpu?.() ?? null;
       const rps = r.completed / r.seconds;
       // The CPU window also spans the step's warm-up and tail: scale it to the measured part.
       const covered = (o.stepWarmupMs + o.stepMs) / o.stepMs;
@@ -127,6 +142,7 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
         proxyCpuUsPerReq: c0 === null || c1 === null || r.completed === 0 ? null : ((c1 - c0) * 1e6) / (r.completed * covered),
         ...(t.cpuByProcess ? { processCpuUsPerReq: cpuSplitUsPerReq(p0, p1, r.completed, covered) } : {}),
         loadgenCores: r.cpuSeconds / r.seconds,
+        ...(upstreamCpu ? { upstreamCpuUsPerReq: u0 === null || u1 === null || r.completed === 0 ? null : ((u1 - u0) * 1e6) / (r.completed * covered) } : {}),
       });
       note(t, r.errors, r.firstError);
       log(`${t.name}: concurrency ${c}: ${rps.toFixed(0)} req/s, p50 ${d.p50.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`);

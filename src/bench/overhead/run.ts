@@ -1,14 +1,14 @@
 // Shared driver of `bench overhead` and `bench router`: start the stub upstreams, the load
 // generator and each target in turn, measure, and report added latency and max RPS as ratios.
 import { writeFileSync } from 'node:fs';
-import { loadavg } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { intOption, type OptionTable, parseCommand } from '../../common/args.js';
 import { machine, type Table, writeReport } from '../report.js';
 import { lineChart } from '../svg.js';
 import { type BodyKind, requestBodies } from './bodies.js';
 import { LoadGenerator, type LoadSpec } from './loadgen.js';
-import { type MeasureOptions, measureTargets, type Target, type TargetResult } from './measure.js';
+import { busyCores, type MeasureOptions, measureTargets, type Target, type TargetResult } from './measure.js';
 import { findNginx, startNginx } from './nginx.js';
 import type { RouterProc } from '../procs/router.js';
 import { cpuByProcessOf, cpuOf, startNodeProxy, startRouterOver, startStubs } from './targets.js';
@@ -59,6 +59,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   const { path, bodies } = requestBodies(kind, MODEL, intOption(v, 'seed'), chunks);
   const log = (l: string) => process.stderr.write(`${l}\n`);
   const load0 = loadavg();
+  const cores = availableParallelism();
 
   // Everything runs at once (idle targets cost next to nothing) so measurements can interleave.
   const stops: Array<() => Promise<void>> = [];
@@ -66,8 +67,9 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   const skipped: Array<{ target: string; reason: string }> = [];
   let results: TargetResult[];
   let counts: number[] = [1];
+  let stubs: Awaited<ReturnType<typeof startStubs>>;
   try {
-    const stubs = await startStubs(UPSTREAMS);
+    stubs = await startStubs(UPSTREAMS);
     stops.push(() => stubs.stop());
     const spec = (urls: string[], headers: Record<string, string> = {}): LoadSpec => ({ urls: urls.map((u) => `${u}${path}`), bodies, headers });
     counts = String(v.workers).split(',').map((x) => Number(x.trim()));
@@ -108,7 +110,8 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
     const lg = await LoadGenerator.start();
     stops.push(() => lg.stop());
     log(`targets: ${targets.map((t) => t.name).join(', ')}; latency ${mo.latencyRequests} requests each in ${mo.latencyRounds} interleaved rounds, then the throughput ramp`);
-    results = await measureTargets(targets, lg, mo, log);
+    // The upstreams' CPU too: with the proxy's and the load generator's, what the machine had left.
+    results = await measureTargets(targets, lg, mo, log, cpuOf(stubs.child.pid));
   } finally {
     for (const stop of stops.reverse()) await stop();
   }
@@ -154,14 +157,18 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
             title: 'Worker processes: max req/s against the same target with one process',
             // The split shows how the load reached the processes: node:cluster may hand one of
             // them most of the load generator's connections, which moves both rate and CPU.
-            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req', 'µs per request of the target, by process (parent; workers)'],
+            // The ceiling: the proxy, the load generator and the stubs share this machine's cores, so
+            // more processes can raise the rate at most by cores / (cores the one-process target kept busy).
+            columns: ['target', 'processes', 'max req/s', '/ one process', 'proxy CPU µs/req', 'µs per request of the target, by process (parent; workers)', `cores busy of ${cores} (proxy, load generator, upstreams)`, 'ceiling on this machine (/ one process)'],
             rows: results
               .filter((r) => baseOf(r.name) !== 'direct')
               .map((r) => {
                 const one = results.find((x) => x.name === baseOf(r.name));
                 const at = r.steps.find((x) => x.concurrency === r.maxRpsConcurrency)!;
                 const split = at.processCpuUsPerReq && at.processCpuUsPerReq.length > 1 ? `${Math.round(at.processCpuUsPerReq[0])}; ${at.processCpuUsPerReq.slice(1).map(Math.round).join(' / ')}` : countOf(r.name) > 1 ? 'n/a' : '';
-                return [r.name, countOf(r.name), Math.round(r.maxRps), ratio(r.maxRps, one?.maxRps), at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq), split];
+                const busy = busyCores(at);
+                const oneBusy = one ? busyCores(one.steps.find((x) => x.concurrency === one.maxRpsConcurrency)!) : null;
+                return [r.name, countOf(r.name), Math.round(r.maxRps), ratio(r.maxRps, one?.maxRps), at.proxyCpuUsPerReq === null ? 'n/a' : Math.round(at.proxyCpuUsPerReq), split, busy === null ? 'n/a' : +busy.toFixed(2), countOf(r.name) > 1 && oneBusy ? `${(cores / oneBusy).toFixed(2)}x` : ''];
               }),
           },
         ]
