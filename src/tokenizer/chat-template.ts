@@ -42,16 +42,9 @@ export class ChatTemplateRenderer {
 
   render(req: ChatRequestLike): string {
     const p = this.prepare(req);
-    const context: Record<string, unknown> = {
-      raise_exception: (msg: unknown) => {
-        throw new ChatTemplateError(String(msg), 'template');
-      },
-      strftime_now: (fmt: unknown) => pyStrftime(new Date(), String(fmt)),
-      ...p.variables,
-    };
     let rendered: string;
     try {
-      rendered = renderWith(p.template, context);
+      rendered = renderWith(p.template, p.variables);
     } catch (e) {
       if (e instanceof ChatTemplateError) throw e;
       throw new ChatTemplateError(`chat template failed: ${e instanceof Error ? e.message : String(e)}`, 'template', { cause: e });
@@ -125,17 +118,45 @@ export class ChatTemplateRenderer {
 /** Literals @huggingface/jinja defines as globals; jinja2 has them as keywords, so nothing overrides them. */
 const LITERALS = { true: true, false: false, none: null, True: true, False: false, None: null };
 
+const GLOBALS: Record<string, unknown> = {
+  range: pyRange,
+  raise_exception: (msg: unknown) => {
+    throw new ChatTemplateError(String(msg), 'template');
+  },
+  strftime_now: (fmt: unknown) => pyStrftime(new Date(), String(fmt)),
+};
+
+const scopes = new WeakMap<Template, Environment>();
+
+/**
+ * A template's outer scope, made once: our globals, the literals, and every identifier the template
+ * names declared undefined. The library answers a name nobody declared (`enable_thinking is
+ * defined`) by catching the Error its lookup throws, stack trace and all, several microseconds
+ * each; declared undefined, the lookup finds the same undefined without one. A render's own
+ * variables go in a scope of its own below this one (a `set` or loop variable shadows them as
+ * before, and nothing a render does writes here: the interpreter sets names in the scope it runs
+ * in). Declaring them all on every render cost about 3 µs of a 19 µs render.
+ */
+function outerScope(template: Template): Environment {
+  let env = scopes.get(template);
+  if (!env) {
+    env = new Environment();
+    for (const [k, v] of Object.entries(GLOBALS)) env.set(k, v);
+    for (const [k, v] of Object.entries(LITERALS)) env.set(k, v);
+    for (const name of identifiersOf(template)) if (!env.variables.has(name)) env.set(name, undefined);
+    scopes.set(template, env);
+  }
+  return env;
+}
+
 /**
  * Template.render, but with our globals: the library declares its own raise_exception (a plain Error)
  * and strftime_now (host locale, few directives) and refuses redeclaration, so build the scope here.
+ * A variable may replace a global (chat_template_kwargs may pass its own `range`), never a literal.
  */
-function renderWith(template: Template, context: Record<string, unknown>): string {
-  const env = new Environment();
-  for (const [k, v] of Object.entries({ range: pyRange, ...context, ...LITERALS })) env.set(k, v);
-  // The library answers a name nobody declared (`enable_thinking is defined`) by catching the Error
-  // its lookup throws, stack trace and all, several microseconds each; declared undefined, the lookup
-  // finds the same undefined without one. A `set` or loop variable still shadows it as before.
-  for (const name of identifiersOf(template)) if (!env.variables.has(name)) env.set(name, undefined);
+function renderWith(template: Template, variables: Record<string, unknown>): string {
+  const env = new Environment(outerScope(template));
+  for (const k of Object.keys(variables)) if (!Object.prototype.hasOwnProperty.call(LITERALS, k)) env.set(k, variables[k]);
   const out = new Interpreter(env).run(template.parsed);
   return String(out.value);
 }

@@ -107,6 +107,18 @@ describe('rendering matches jinja2 + transformers', () => {
     expect(qwen.render({ messages, chat_template: t })).toBe('False||FalseFalseFalseFalse|T|False||False');
     expect(qwen.render({ messages, chat_template: t, chat_template_kwargs: { enable_thinking: false } })).toBe('True||FalseFalseFalseFalse|T|False|NOTHINK|False');
   });
+  it('starts every render afresh: what one render sets is not there in the next; kwargs replace globals, never literals', () => {
+    // The template's outer scope (globals, literals, its names declared undefined) is made once and
+    // shared by its renders; each render's variables and sets live in a scope of their own.
+    const t = `{{ top is defined }}{% set top = 'T' %}{{ top }}|{{ true }}|{{ messages | length }}`;
+    const one: ChatMessage[] = [{ role: 'user', content: 'a' }];
+    expect(qwen.render({ messages: one, chat_template: t })).toBe('FalseT|True|1');
+    expect(qwen.render({ messages: [...one, ...one], chat_template: t, chat_template_kwargs: { top: 'K', true: 'no' } })).toBe('TrueT|True|2');
+    expect(qwen.render({ messages: one, chat_template: t })).toBe('FalseT|True|1');
+    expect(qwen.render({ messages: one, chat_template: '{{ range(2) | list }}' })).toBe('[0, 1]');
+    expect(qwen.render({ messages: one, chat_template: '{{ range }}', chat_template_kwargs: { range: 3 } })).toBe('3');
+    expect(() => qwen.render({ messages: one, chat_template: "{{ raise_exception('stop') }}" })).toThrow(/stop/);
+  });
 });
 
 describe('vLLM message normalization', () => {
