@@ -284,7 +284,8 @@ function mountInspectRoutes(app: Hono, x: RouteContext): void {
 }
 
 export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
-  const limits = { ...DEFAULT_INDEXER_LIMITS, ...deps.limits };
+  // Descriptors, not a spread: a limit given as a getter (the router's, which a reload changes) stays one.
+  const limits = Object.defineProperties({ ...DEFAULT_INDEXER_LIMITS }, Object.getOwnPropertyDescriptors(deps.limits ?? {})) as IndexerLimits;
   const x: RouteContext = {
     deps,
     limits,

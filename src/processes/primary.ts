@@ -84,6 +84,18 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   const live = () => slots.filter((s) => s.ready && s.worker.isConnected());
 
+  /** Draining processes' kill timers: one that does not finish within its grace (and a margin to close) is killed. */
+  const killTimers = new Map<Slot, NodeJS.Timeout>();
+  const killAfter = (s: Slot, graceMs: number) => {
+    clearTimeout(killTimers.get(s));
+    const worker = s.worker;
+    killTimers.set(s, setTimeout(() => {
+      if (worker.isDead()) return;
+      opts.log(`router process ${s.index} did not finish within its grace (${graceMs} ms) and ${CLOSE_MARGIN_MS / 1000} s to close; killing it`);
+      worker.process.kill('SIGKILL');
+    }, graceMs + CLOSE_MARGIN_MS));
+  };
+
   /**
    * One question to several processes: `take` sees each reply (true ends the round early); `finish`
    * runs once, when every target answered or died, at `take`'s word, or at the timeout.
@@ -193,7 +205,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         return settleStart(new Error(m.message));
       case 'draining':
         // Its grace now (a reload may have raised or lowered it since start).
-        if (closing && Number.isFinite(m.graceMs) && m.graceMs >= 0) killAfter(slot, m.graceMs);
+        if (closing && !slot.worker.isDead() && Number.isFinite(m.graceMs) && m.graceMs >= 0) killAfter(slot, m.graceMs);
         return;
       case 'replay':
         // Index writes (/events) are not kept: the engines' events rebuild a replacement's index.
@@ -239,6 +251,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     worker.on('error', (err: Error) => opts.log(`router process ${s.index}: ${err.message}`));
     worker.on('exit', (code, signal) => {
       for (const r of [...rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
+      clearTimeout(killTimers.get(s));
+      killTimers.delete(s);
       if (closing) return;
       s.syncPath = undefined;
       announcePeers();
@@ -259,18 +273,6 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   // A process whose loop is blocked (or that is stopped) holds its connections unanswered, and
   // node:cluster hands it one more: it is killed, and the exit handler starts another.
-  /** Draining processes' kill timers: one that does not finish within its grace (and a margin to close) is killed. */
-  const killTimers = new Map<Slot, NodeJS.Timeout>();
-  const killAfter = (s: Slot, graceMs: number) => {
-    clearTimeout(killTimers.get(s));
-    const worker = s.worker;
-    killTimers.set(s, setTimeout(() => {
-      if (worker.isDead()) return;
-      opts.log(`router process ${s.index} did not finish within its grace (${graceMs} ms) and ${CLOSE_MARGIN_MS / 1000} s to close; killing it`);
-      worker.process.kill('SIGKILL');
-    }, graceMs + CLOSE_MARGIN_MS));
-  };
-
   const watchdog = watch
     ? setInterval(() => {
         for (const s of slots) {

@@ -146,6 +146,9 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     pending.delete(id);
   };
   let router: RouterHandle | null = null;
+  let picker: EppHandle | null = null;
+  /** The grace this process drains with, fixed when the primary says to stop. */
+  let drainGraceMs: number | null = null;
   let stopping = false;
   let resolveStart!: (m: Extract<ToWorker, { t: 'start' }>) => void;
   const started = new Promise<Extract<ToWorker, { t: 'start' }>>((r) => (resolveStart = r));
@@ -202,8 +205,13 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         if (router && !stopping) void router.reload();
         return;
       case 'shutdown':
-        // A reload may have changed the grace since start: the primary's kill timer follows ours.
-        if (router) send({ t: 'draining', graceMs: router.config.server.shutdown_grace_ms });
+        if (router && drainGraceMs === null) {
+          // Read once, here: a reload replayed during the drain does not change it. The primary's kill
+          // timer follows it (a reload may have changed it since start); with gateway streams, they drain
+          // first, each for up to the grace.
+          drainGraceMs = router.config.server.shutdown_grace_ms;
+          send({ t: 'draining', graceMs: picker ? 2 * drainGraceMs : drainGraceMs });
+        }
         return stop();
     }
   });
@@ -232,7 +240,6 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     dashboard: async (cursors) => (await ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
     ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
   };
-  let picker: EppHandle | null = null;
   try {
     const { epp, ...start } = opts;
     router = await startRouter(cfg, { ...start, process: role });
@@ -254,8 +261,9 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   if (alive) clearInterval(alive);
   await replays;
   // Gateway streams drain first: their requests may still need the tokenizers the router closes.
-  await picker?.close(router.config.server.shutdown_grace_ms);
-  await router.close();
+  const graceMs = drainGraceMs ?? router.config.server.shutdown_grace_ms;
+  await picker?.close(graceMs);
+  await router.close(graceMs);
   await mesh?.close();
   // Nobody is left to answer: metrics come back empty, booking calls unanswered.
   for (const id of [...pending.keys()]) answered(id, null);

@@ -61,8 +61,11 @@ export interface RouterHandle {
   readonly runtime: RouterRuntime;
   /** Apply a new configuration (or re-read the config file) without dropping in-flight requests. */
   reload(next?: RouterConfig): Promise<ReloadResult>;
-  /** Stop accepting, let in-flight requests finish (up to the grace period), close everything. */
-  close(): Promise<void>;
+  /**
+   * Stop accepting, let in-flight requests finish (up to `graceMs`, by default the running config's
+   * `server.shutdown_grace_ms`), close everything.
+   */
+  close(graceMs?: number): Promise<void>;
   /** Apply a request another `--workers` process passed on (not passed on again). */
   replay(req: ReplayedRequest): Promise<ReplayAnswer>;
 }
@@ -179,7 +182,11 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
     maxRegistrations: () => deps.cfg.auth.max_listeners,
     onQuery: (route, r) => rt.indexMetrics.observeQuery(route, r),
     scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked),
-    limits: { maxBodyBytes: deps.cfg.server.max_body_bytes },
+    limits: {
+      get maxBodyBytes() {
+        return deps.cfg.server.max_body_bytes; // the running config's (a reload changes it)
+      },
+    },
     roleOf: (id) => {
       for (const m of rt.all) if (m.roles.has(id)) return roleOf(m, id);
       return null;
@@ -301,12 +308,12 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       const res = await app.fetch(new Request(`http://kvrouter${r.path}`, { method: r.method, headers: r.headers, body: new Uint8Array(r.body) }), { replayed: true });
       return { status: res.status, body: new Uint8Array(await res.arrayBuffer()) };
     },
-    close() {
+    close(graceMs) {
       closing ??= (async () => {
         // Keep listening while in-flight requests drain: probes get /live 503 and new completions a
         // 503 with Retry-After, instead of a refused connection.
         rt.shuttingDown = true;
-        await closeRuntime(rt, rt.deps.cfg.server.shutdown_grace_ms, () => {
+        await closeRuntime(rt, graceMs ?? rt.deps.cfg.server.shutdown_grace_ms, () => {
           server.server.close();
           server.server.closeAllConnections();
           stopTimers();

@@ -33,8 +33,15 @@ export interface ModelSet {
 export interface Reconciled extends ModelSet {
   addedInstances: InstanceRuntime[];
   removedInstances: InstanceRuntime[];
-  /** Kept instances' pools replaced for new proxy settings: the caller closes them (in-flight requests finish first). */
-  renewedUpstreams: Upstream[];
+  /**
+   * Gives the kept instances the new health thresholds and, when the proxy settings changed, a new
+   * pool; returns the pools replaced, for the caller to close (in-flight requests finish first).
+   * Nothing is changed before this runs, at the caller's swap: a reload that fails on the way changes
+   * no instance.
+   */
+  applyToKept(): Upstream[];
+  /** The config is not used after all (a later step of the reload failed): close what it opened. */
+  discard(): void;
   unusedTokenizers: PromptTokenizer[];
 }
 
@@ -59,42 +66,46 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
   const tokenizers = new Map<string, Promise<PromptTokenizer>>();
   const byName = new Map<string, ModelRuntime>();
   const all: ModelRuntime[] = [];
-  const kept = new Set<InstanceRuntime>();
   const added: InstanceRuntime[] = [];
-  const renewed: Upstream[] = [];
+  /** Kept instances and their URL. */
+  const kept = new Map<InstanceRuntime, string>();
+  /** Nothing of this config is used (it failed here or later): its new pools and tokenizers go. */
+  const discard = () => {
+    for (const i of added) void i.upstream.pool.close().catch(() => undefined);
+    for (const [key, t] of tokenizers) if (!oldTok.has(key)) void t.then((tok) => tok.close(), () => undefined);
+  };
   const healthOptions = { failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms };
   const upstreamOptions = { connectTimeoutMs: cfg.proxy.connect_timeout_ms, headersTimeoutMs: cfg.proxy.headers_timeout_ms, bodyTimeoutMs: cfg.proxy.body_timeout_ms, connections: cfg.proxy.connections };
-  for (const m of cfg.models) {
-    const key = tokenizerKey(m);
-    if (!tokenizers.has(key)) tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
-    const tokenizer = await tokenizers.get(key)!;
-    const instances = m.instances.map((c) => {
-      const old = oldInst.get(c.id);
-      if (old && sameInstance(old, c)) {
-        kept.add(old);
-        // Kept instances take the new settings too: health thresholds at once, proxy settings with a new pool.
-        old.health.configure(healthOptions);
-        if (!sameUpstreamOptions(old.upstream.options, upstreamOptions)) {
-          renewed.push(old.upstream);
-          old.upstream = createUpstream(c.id, c.url, upstreamOptions, { health: old.health, now, onChange: (ev) => onHealth(c.id, ev) });
+  try {
+    for (const m of cfg.models) {
+      const key = tokenizerKey(m);
+      if (!tokenizers.has(key)) tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
+      const tokenizer = await tokenizers.get(key)!;
+      const instances = m.instances.map((c) => {
+        const old = oldInst.get(c.id);
+        if (old && sameInstance(old, c)) {
+          kept.set(old, c.url);
+          return old;
         }
-        return old;
-      }
-      const health = new InstanceHealth(healthOptions);
-      const rt: InstanceRuntime = {
-        id: c.id,
-        dpSize: c.dp_size,
-        upstream: createUpstream(c.id, c.url, upstreamOptions, { health, now, onChange: (ev) => onHealth(c.id, ev) }),
-        health,
-      };
-      added.push(rt);
-      return rt;
-    });
-    const roles = new Map(m.instances.map((i) => [i.id, i.role]));
-    const disaggregated = m.instances.some((i) => i.role === 'prefill');
-    const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances, roles, disaggregated };
-    all.push(rt);
-    for (const n of [m.name, ...m.aliases]) byName.set(n, rt);
+        const health = new InstanceHealth(healthOptions);
+        const rt: InstanceRuntime = {
+          id: c.id,
+          dpSize: c.dp_size,
+          upstream: createUpstream(c.id, c.url, upstreamOptions, { health, now, onChange: (ev) => onHealth(c.id, ev) }),
+          health,
+        };
+        added.push(rt);
+        return rt;
+      });
+      const roles = new Map(m.instances.map((i) => [i.id, i.role]));
+      const disaggregated = m.instances.some((i) => i.role === 'prefill');
+      const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances, roles, disaggregated };
+      all.push(rt);
+      for (const n of [m.name, ...m.aliases]) byName.set(n, rt);
+    }
+  } catch (err) {
+    discard();
+    throw err;
   }
   const usedTok = new Set(all.map((m) => m.tokenizer));
   return {
@@ -102,7 +113,17 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
     all,
     addedInstances: added,
     removedInstances: [...oldInst.values()].filter((i) => !kept.has(i)),
-    renewedUpstreams: renewed,
+    discard,
+    applyToKept() {
+      const replaced: Upstream[] = [];
+      for (const [old, url] of kept) {
+        old.health.configure(healthOptions);
+        if (sameUpstreamOptions(old.upstream.options, upstreamOptions)) continue;
+        replaced.push(old.upstream);
+        old.upstream = createUpstream(old.id, url, upstreamOptions, { health: old.health, now, onChange: (ev) => onHealth(old.id, ev) });
+      }
+      return replaced;
+    },
     unusedTokenizers: [...new Set(oldTok.values())].filter((t) => !usedTok.has(t)),
   };
 }

@@ -55,7 +55,13 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   }
   next.cluster = cur.cluster;
   const r = await reconcileModels(next, { byName: deps.models, all: rt.all }, rt.onHealth, now);
-  const regs = rt.relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());
+  let regs: Awaited<ReturnType<typeof reconcileRegistrations>>;
+  try {
+    regs = rt.relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());
+  } catch (err) {
+    r.discard();
+    throw err;
+  }
   const changes: string[] = [];
   for (const spec of regs.removed) writer.purge({ backend: spec.backendId, dpRank: spec.dpRank, tenant: spec.tenant });
   // Swap: new requests see the new config from here on; in-flight ones keep what they hold.
@@ -75,7 +81,8 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
     changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
     void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
   }
-  for (const u of r.renewedUpstreams) void u.pool.close().catch(() => undefined); // the same
+  const renewed = r.applyToKept();
+  for (const u of renewed) void u.pool.close().catch(() => undefined); // the same
   for (const i of r.addedInstances) changes.push(`added instance ${i.id}`);
   for (const k of regs.added) changes.push(`listening to KV events of ${k}`);
   indexInstances(rt);
@@ -84,10 +91,17 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
   // Every other setting that took effect is named too (a raised shutdown grace, say, is not 'no changes').
   for (const k of Object.keys(next.server) as Array<keyof RouterConfig['server']>) if (cur.server[k] !== next.server[k]) changes.push(`server.${k}`);
-  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy)) changes.push(`proxy settings${r.renewedUpstreams.length ? ` (new connection pools for ${r.renewedUpstreams.length} instance(s))` : ''}`);
+  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy)) changes.push(`proxy settings${renewed.length ? ` (new connection pools for ${renewed.length} instance(s))` : ''}`);
   for (const s of APPLIED_SECTIONS) if (JSON.stringify(cur[s]) !== JSON.stringify(next[s])) changes.push(`${s} settings`);
   const modelSettings = (c: RouterConfig) => JSON.stringify(c.models.map(({ instances: _i, routing: _r, ...rest }) => rest));
   if (modelSettings(cur) !== modelSettings(next)) changes.push('model settings');
+  // A kept instance's own settings (role, adapters, KV events...); a new URL or dp_size made it a new instance above.
+  const instancesOf = (c: RouterConfig) => new Map(c.models.flatMap((m) => m.instances.map((i) => [i.id, i] as const)));
+  const before = instancesOf(cur);
+  for (const [id, i] of instancesOf(next)) {
+    const was = before.get(id);
+    if (was && was.url === i.url && was.dp_size === i.dp_size && JSON.stringify(was) !== JSON.stringify(i)) changes.push(`instance ${id} settings`);
+  }
   rt.queue.notify();
   return { ok: true, changes, restartRequired, errors: [] };
 }
@@ -108,8 +122,8 @@ export function createReloader(rt: RouterRuntime, source: { configFile?: string;
           cfg ??= loadConfigFile(source.configFile!, source.loadOptions);
           res = await applyConfig(rt, cfg);
         } catch (err) {
-          if (!(err instanceof ConfigInvalidError)) throw err;
-          res = { ok: false, changes: [], restartRequired: [], errors: err.errors };
+          // Anything else that fails before the swap (a tokenizer that does not load) keeps the running config too.
+          res = { ok: false, changes: [], restartRequired: [], errors: err instanceof ConfigInvalidError ? err.errors : [{ path: '(reload)', message: (err as Error).message }] };
         }
       }
       rt.log(

@@ -90,6 +90,20 @@ describe('hot reload', () => {
     const e1 = router.runtime.all[0].instances.find((i) => i.id === 'e1')!;
     const poolBefore = e1.upstream.pool;
     const healthBefore = e1.health;
+    // A reload that fails on the way (a second model whose tokenizer does not load) changes nothing,
+    // not even the instances the first model keeps.
+    writeFileSync(
+      file,
+      yaml([1, 2], 'round-robin').replace('health: { probe_interval_ms: 0 }', 'health: { probe_interval_ms: 0, failure_threshold: 1 }\nproxy: { headers_timeout_ms: 45000 }') +
+        `  - name: other-model\n    tokenizer: { package: "@lenml/no-such-tokenizer" }\n    instances: [{ id: e9, url: "http://127.0.0.1:9" }]\n`,
+    );
+    const failed = await post(router.url, '/admin/reload', '');
+    expect(failed.status).toBe(400);
+    expect(JSON.parse(failed.text)).toMatchObject({ status: 'rejected', errors: [{ path: '(reload)' }] });
+    expect(e1.upstream.pool).toBe(poolBefore);
+    e1.health.failure(Date.now(), 'a test failure');
+    expect(e1.health.status(Date.now())).toBe('healthy'); // still three failures to eject
+    e1.health.success();
     writeFileSync(
       file,
       yaml([1, 2], 'round-robin')
@@ -110,6 +124,20 @@ describe('hot reload', () => {
     // The new threshold holds for it: one failure ejects it now (the default takes three).
     e1.health.failure(Date.now(), 'a test failure');
     expect(e1.health.status(Date.now())).toBe('ejected');
+    // Probes, off since start, start with a reload that sets an interval: an instance nobody sends
+    // requests to (adapter discovery, which asks every instance, is off) is found dead by them alone.
+    writeFileSync(file, yaml([1, 2], 'round-robin').replace('health: { probe_interval_ms: 0 }', 'health: { probe_interval_ms: 100, failure_threshold: 1 }\nlora: { discover: false }') + '      - { id: e9, url: "http://127.0.0.1:9" }\n');
+    const probed = JSON.parse((await post(router.url, '/admin/reload', '')).text);
+    expect(probed.changes).toEqual(expect.arrayContaining(['added instance e9', 'health settings', 'lora settings']));
+    const e9 = router.runtime.all[0].instances.find((i) => i.id === 'e9')!;
+    expect(e9.health.status(Date.now())).toBe('healthy');
+    await waitFor('a probe ejects e9', () => e9.health.status(Date.now()) === 'ejected', 30_000, 50);
+    // The body limit a reload sets holds on the indexer routes too, not only on completions.
+    const query = JSON.stringify({ model: MODEL, block_size: 16, token_ids: Array.from({ length: 1500 }, (_, i) => i) });
+    expect((await post(router.url, '/query', query)).status).toBe(200);
+    writeFileSync(file, yaml([1, 2], 'round-robin').replace('shutdown_grace_ms: 20000', 'shutdown_grace_ms: 20000, max_body_bytes: 2048').replace('{ id: e1, ', '{ id: e1, lora_adapters: [sql-lora], '));
+    expect(JSON.parse((await post(router.url, '/admin/reload', '')).text).changes).toEqual(expect.arrayContaining(['server.max_body_bytes', 'instance e1 settings', 'removed instance e9']));
+    expect((await post(router.url, '/query', query)).status).toBe(413);
   });
 });
 
