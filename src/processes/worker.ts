@@ -146,9 +146,18 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     pending.delete(id);
   };
   let router: RouterHandle | null = null;
-  let picker: EppHandle | null = null;
   /** The grace this process drains with, fixed when the primary says to stop. */
   let drainGraceMs: number | null = null;
+  /**
+   * Read once, when told to stop: a reload replayed during the drain does not change it. The
+   * primary's kill timer follows it (a reload may have changed it since start); gateway streams
+   * (`--epp`) drain first, each part for up to the grace.
+   */
+  const fixDrainGrace = (r: RouterHandle) => {
+    if (drainGraceMs !== null) return;
+    drainGraceMs = r.config.server.shutdown_grace_ms;
+    send({ t: 'draining', graceMs: opts.epp ? 2 * drainGraceMs : drainGraceMs });
+  };
   let stopping = false;
   let resolveStart!: (m: Extract<ToWorker, { t: 'start' }>) => void;
   const started = new Promise<Extract<ToWorker, { t: 'start' }>>((r) => (resolveStart = r));
@@ -205,13 +214,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         if (router && !stopping) void router.reload();
         return;
       case 'shutdown':
-        if (router && drainGraceMs === null) {
-          // Read once, here: a reload replayed during the drain does not change it. The primary's kill
-          // timer follows it (a reload may have changed it since start); with gateway streams, they drain
-          // first, each for up to the grace.
-          drainGraceMs = router.config.server.shutdown_grace_ms;
-          send({ t: 'draining', graceMs: picker ? 2 * drainGraceMs : drainGraceMs });
-        }
+        if (router) fixDrainGrace(router);
         return stop();
     }
   });
@@ -240,6 +243,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     dashboard: async (cursors) => (await ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
     ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
   };
+  let picker: EppHandle | null = null;
   try {
     const { epp, ...start } = opts;
     router = await startRouter(cfg, { ...start, process: role });
@@ -254,6 +258,8 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     return 1;
   }
   for (const req of early.splice(0)) replay(req);
+  // Told to stop while starting: the primary still hears what this process drains with.
+  if (stopping) fixDrainGrace(router);
   send({ t: 'ready', url: router.url });
   // Only a turning event loop sends this: the primary replaces a process that stops sending it.
   const alive = start.aliveMs ? setInterval(() => send({ t: 'alive' }), start.aliveMs) : null;

@@ -67,11 +67,12 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
   const byName = new Map<string, ModelRuntime>();
   const all: ModelRuntime[] = [];
   const added: InstanceRuntime[] = [];
-  /** Kept instances and their URL. */
-  const kept = new Map<InstanceRuntime, string>();
+  /** Kept instances, and the pool each takes at the swap when the proxy settings changed (null: its own). */
+  const kept = new Map<InstanceRuntime, Upstream | null>();
   /** Nothing of this config is used (it failed here or later): its new pools and tokenizers go. */
   const discard = () => {
     for (const i of added) void i.upstream.pool.close().catch(() => undefined);
+    for (const u of kept.values()) if (u) void u.pool.close().catch(() => undefined);
     for (const [key, t] of tokenizers) if (!oldTok.has(key)) void t.then((tok) => tok.close(), () => undefined);
   };
   const healthOptions = { failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms };
@@ -84,7 +85,8 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
       const instances = m.instances.map((c) => {
         const old = oldInst.get(c.id);
         if (old && sameInstance(old, c)) {
-          kept.set(old, c.url);
+          // A new pool is made now (it opens no connection until used), so the swap itself cannot fail.
+          kept.set(old, sameUpstreamOptions(old.upstream.options, upstreamOptions) ? null : createUpstream(c.id, c.url, upstreamOptions, { health: old.health, now, onChange: (ev) => onHealth(c.id, ev) }));
           return old;
         }
         const health = new InstanceHealth(healthOptions);
@@ -116,11 +118,11 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
     discard,
     applyToKept() {
       const replaced: Upstream[] = [];
-      for (const [old, url] of kept) {
+      for (const [old, upstream] of kept) {
         old.health.configure(healthOptions);
-        if (sameUpstreamOptions(old.upstream.options, upstreamOptions)) continue;
+        if (!upstream) continue;
         replaced.push(old.upstream);
-        old.upstream = createUpstream(old.id, url, upstreamOptions, { health: old.health, now, onChange: (ev) => onHealth(old.id, ev) });
+        old.upstream = upstream;
       }
       return replaced;
     },

@@ -3,23 +3,20 @@
 import type { RouterConfig } from '../config/schema.js';
 import type { ModelRuntime } from './models.js';
 
-/** While probes are off (`probe_interval_ms` 0), how often a reload turning them on is noticed. */
-const OFF_RECHECK_MS = 1000;
+/** Longest sleep between looks at the running config: a reload's new interval (or probes turned on) is seen this soon. */
+const RECHECK_MS = 1000;
 
-/** Probes every `probe_interval_ms` as the running config says it (a reload changes, starts or stops them). */
+/**
+ * Probes every `probe_interval_ms` as the running config says it, counted from the end of the last
+ * round (rounds never overlap): a reload changes, starts or stops them within a second.
+ */
 export function startProbes(
   models: () => ModelRuntime[],
   health: () => RouterConfig['health'],
 ): { stop(): void } {
   let timer: NodeJS.Timeout | null = null;
   let stopped = false;
-  const schedule = () => {
-    if (stopped) return;
-    const every = health().probe_interval_ms;
-    // The next round is timed from the end of this one: rounds never overlap.
-    timer = setTimeout(() => void (every === 0 ? Promise.resolve() : probeAll()).catch(() => undefined).finally(schedule), every === 0 ? OFF_RECHECK_MS : every);
-    timer.unref();
-  };
+  let lastEnd = performance.now();
   const probeAll = async () => {
     const cfg = health();
     await Promise.all(
@@ -31,6 +28,22 @@ export function startProbes(
         }),
       ),
     );
+  };
+  const schedule = () => {
+    if (stopped) return;
+    const every = health().probe_interval_ms;
+    const due = every > 0 ? every - (performance.now() - lastEnd) : Infinity;
+    timer = setTimeout(() => {
+      if (stopped) return;
+      if (due > RECHECK_MS) return schedule(); // not yet (or off): look at the config again
+      void probeAll()
+        .catch(() => undefined)
+        .finally(() => {
+          lastEnd = performance.now();
+          schedule();
+        });
+    }, Math.max(0, Math.min(RECHECK_MS, due)));
+    timer.unref();
   };
   schedule();
   return {

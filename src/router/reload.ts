@@ -55,6 +55,11 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   }
   next.cluster = cur.cluster;
   const r = await reconcileModels(next, { byName: deps.models, all: rt.all }, rt.onHealth, now);
+  if (rt.shuttingDown) {
+    // Closing while the tokenizers loaded: the listeners may be gone; nothing is changed.
+    r.discard();
+    return { ok: false, changes: [], restartRequired, errors: [{ path: '(reload)', message: 'the router is shutting down' }] };
+  }
   let regs: Awaited<ReturnType<typeof reconcileRegistrations>>;
   try {
     regs = rt.relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());

@@ -100,7 +100,9 @@ describe('replica sync', () => {
     const s = clusters[0].status().sync!;
     expect(s.remote_bookings).toBe(0);
     expect(s.peers.map((p) => p.router).sort()).toEqual(['replica-1', 'replica-2']);
-    expect(s.peers.every((p) => p.url?.startsWith('http://127.0.0.1:'))).toBe(true);
+    // A peer first heard from by another message (a resend) has its URL from its next heartbeat.
+    await waitFor('every peer heard in a heartbeat', () => clusters[0].status().sync!.peers.every((p) => p.url !== null), 60_000);
+    expect(clusters[0].status().sync!.peers.every((p) => p.url?.startsWith('http://127.0.0.1:'))).toBe(true);
     const m = await proms[0].metrics();
     expect(m).toMatch(/kvrouter_cluster_connected\{link="sync"\} 1/);
     expect(m).toMatch(/kvrouter_cluster_messages_received_total\{kind="add"\} [1-9]/);
