@@ -67,9 +67,8 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   const skipped: Array<{ target: string; reason: string }> = [];
   let results: TargetResult[];
   let counts: number[] = [1];
-  let stubs: Awaited<ReturnType<typeof startStubs>>;
   try {
-    stubs = await startStubs(UPSTREAMS);
+    const stubs = await startStubs(UPSTREAMS);
     stops.push(() => stubs.stop());
     const spec = (urls: string[], headers: Record<string, string> = {}): LoadSpec => ({ urls: urls.map((u) => `${u}${path}`), bodies, headers });
     counts = String(v.workers).split(',').map((x) => Number(x.trim()));
