@@ -5,7 +5,9 @@
 //     and standardized events (router seq hashes, nothing to re-hash);
 //   - the CPU share of ingestion at a steady 100k block-events/s (built-in client) (process CPU incl. libzmq threads,
 //     and main-thread event-loop utilization);
-//   - in-process decode-only and decode+apply costs per batch, which show where the time goes.
+//   - in-process decode-only and decode+apply costs per batch, which show where the time goes, and
+//     the same for the vLLM batch in the relay's normalized form (what decoding once and forwarding
+//     would cost the other processes of `serve --workers`).
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,6 +18,8 @@ import { performance } from 'node:perf_hooks';
 import { encode } from '@msgpack/msgpack';
 import { Publisher } from 'zeromq';
 import { intOption, type OptionTable, parseCommand } from '../common/args.js';
+import { decodeBatch, encodeBatch, encodeOp } from '../cluster/event-wire.js';
+import { RelayedIndex } from '../cluster/relayed-index.js';
 import { KvIndexWriter } from '../indexer/writer.js';
 import { decodeContext, decodePayload } from '../events/decode/index.js';
 import { StreamIngest } from '../events/listener-ingest.js';
@@ -313,37 +317,72 @@ async function steady(rate: number, seconds: number): Promise<Steady> {
 }
 
 interface Stage {
-  kind: Kind;
+  kind: Kind | 'relayed';
+  /** What the relaying process spends to encode the batch for the others (relayed only). */
+  encodeUsPerBatch: number | null;
   decodeUsPerBatch: number;
   decodeApplyUsPerBatch: number;
   decodeApplyBlockEventsPerSec: number;
 }
 
+const WARM = 5_000;
+const ROUNDS = 3;
+
+/** µs per call of f(0), f(1), ...: best of a few rounds after a long warm-up (this machine is shared, single runs jump around). */
+function bestOf(batches: number, f: (i: number) => void): number {
+  let k = 0;
+  for (let i = 0; i < WARM; i++) f(k++);
+  let best = Infinity;
+  for (let r = 0; r < ROUNDS; r++) {
+    const t = performance.now();
+    for (let i = 0; i < batches; i++) f(k++);
+    best = Math.min(best, ((performance.now() - t) * 1000) / batches);
+  }
+  return best;
+}
+
+const STAGE_NAMES: Record<Stage['kind'], string> = {
+  vllm: 'vLLM (re-hash tokens)',
+  standard: 'standardized (router hashes)',
+  relayed: 'the vLLM batch relayed (normalized ops, JSON)',
+};
+
 /** Without sockets: where the per-batch time goes. */
 function stages(kind: Kind, batches: number): Stage {
   // Standardized events carry consecutive event ids: one payload per applied batch (warm-up
   // included), or the applier would see regressions and purge.
-  const WARM = 5_000;
-  const ROUNDS = 3;
   const payloads = kind === 'vllm' ? buildPayloads('vllm') : Array.from({ length: WARM + ROUNDS * batches }, (_, i) => standardPayload(i));
   const type: PublisherType = kind === 'vllm' ? 'vLLM' : 'Mooncake';
   const ctx = decodeContext(registration(type, 'tcp://x:1', 'stage'));
-  // Best of a few rounds after a long warm-up: this machine is shared, single runs jump around.
-  const time = (f: (i: number) => void): number => {
-    let k = 0;
-    for (let i = 0; i < WARM; i++) f(k++);
-    let best = Infinity;
-    for (let r = 0; r < ROUNDS; r++) {
-      const t = performance.now();
-      for (let i = 0; i < batches; i++) f(k++);
-      best = Math.min(best, ((performance.now() - t) * 1000) / batches);
-    }
-    return best;
-  };
+  const time = (f: (i: number) => void): number => bestOf(batches, f);
   const decodeUs = time((i) => decodePayload(payloads[i % payloads.length], ctx));
   const ingest = new StreamIngest(registration(type, 'tcp://x:1', 'stage'), { writer: new KvIndexWriter(new TieredIndexer()), metrics: NOOP_METRICS, now: Date.now });
   const applyUs = time((i) => ingest.applyPayload(payloads[kind === 'vllm' ? i % RING : i], false));
-  return { kind, decodeUsPerBatch: decodeUs, decodeApplyUsPerBatch: applyUs, decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs };
+  return { kind, encodeUsPerBatch: null, decodeUsPerBatch: decodeUs, decodeApplyUsPerBatch: applyUs, decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs };
+}
+
+/**
+ * The vLLM batches as `kvrouter relay` forwards them (normalized ops, event-wire.ts): what a process
+ * that receives events decoded by another would spend instead of decoding the engine's msgpack,
+ * and what the decoding process spends to encode them. Decides whether `serve --workers` should
+ * decode once and forward (docs/scale-out.md).
+ */
+function relayedStage(batches: number): Stage {
+  const ctx = decodeContext(registration('vLLM', 'tcp://x:1', 'stage'));
+  const events = buildPayloads('vllm').map((p) => {
+    const r = decodePayload(p, ctx);
+    if (!r.ok) throw new Error(r.error);
+    return r.batch.events;
+  });
+  const forward = (i: number) => encodeBatch('bench', events[i % RING].map((event) => encodeOp({ op: 'event', event })));
+  const wire = events.map((_, i) => forward(i));
+  const relayed = new RelayedIndex(new KvIndexWriter(new TieredIndexer()));
+  const encodeUs = bestOf(batches, forward);
+  const decodeUs = bestOf(batches, (i) => decodeBatch(wire[i % RING]));
+  const applyUs = bestOf(batches, (i) => {
+    for (const op of decodeBatch(wire[i % RING]).ops) relayed.apply(op);
+  });
+  return { kind: 'relayed', encodeUsPerBatch: encodeUs, decodeUsPerBatch: decodeUs, decodeApplyUsPerBatch: applyUs, decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs };
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -354,7 +393,7 @@ export async function run(argv: string[]): Promise<number> {
   const rate = intOption(v, 'rate');
   const seconds = intOption(v, 'seconds');
 
-  const stageRows = [stages('vllm', 20_000), stages('standard', 20_000)];
+  const stageRows = [stages('vllm', 20_000), stages('standard', 20_000), relayedStage(20_000)];
   const tp: Throughput[] = [];
   for (const mode of ['backlog', 'live'] as const) {
     for (const client of ['builtin', 'libzmq'] as const) {
@@ -388,8 +427,8 @@ export async function run(argv: string[]): Promise<number> {
     },
     {
       title: 'In process, no sockets (per 16-block batch)',
-      columns: ['events', 'decode us', 'decode + apply us', 'block-events/s (decode + apply)'],
-      rows: stageRows.map((r) => [r.kind === 'vllm' ? 'vLLM (re-hash tokens)' : 'standardized (router hashes)', r.decodeUsPerBatch, r.decodeApplyUsPerBatch, Math.round(r.decodeApplyBlockEventsPerSec)]),
+      columns: ['events', 'decode us', 'decode + apply us', 'block-events/s (decode + apply)', 'encode us (the relaying process)'],
+      rows: stageRows.map((r) => [STAGE_NAMES[r.kind], r.decodeUsPerBatch, r.decodeApplyUsPerBatch, Math.round(r.decodeApplyBlockEventsPerSec), r.encodeUsPerBatch ?? '-']),
     },
   ];
   writeReport('events', { throughput: tp, steady: st, stages: stageRows }, tables, v.out as string | undefined);
