@@ -46,7 +46,9 @@ export interface Reconciled extends ModelSet {
 }
 
 const tokenizerKey = (m: ModelConfig) => (m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`);
-const sameInstance = (rt: InstanceRuntime & { url?: string }, c: InstanceConfig) => rt.upstream.url === c.url && rt.dpSize === c.dp_size;
+/** A reload keeps an instance (its bookings, health and pool) when its URL and DP size stay the same. */
+export const keepsInstance = (url: string, dpSize: number, c: InstanceConfig): boolean => url === c.url && dpSize === c.dp_size;
+const sameInstance = (rt: InstanceRuntime, c: InstanceConfig) => keepsInstance(rt.upstream.url, rt.dpSize, c);
 
 /** An instance's serving role (both unless the config says prefill or decode). */
 export function roleOf(m: ModelRuntime, instance: string): InstanceRole {

@@ -4,7 +4,7 @@ import { Access } from '../auth/access.js';
 import { ConfigInvalidError, loadConfigFile, type LoadOptions } from '../config/load.js';
 import type { RouterConfig } from '../config/schema.js';
 import { fillEngineInstances } from './engines.js';
-import { reconcileModels } from './models.js';
+import { keepsInstance, reconcileModels } from './models.js';
 import { reconcileRegistrations } from './registrations.js';
 import { checkAuth, feedbackOptions, indexInstances, type RouterRuntime } from './runtime.js';
 
@@ -105,7 +105,7 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   const before = instancesOf(cur);
   for (const [id, i] of instancesOf(next)) {
     const was = before.get(id);
-    if (was && was.url === i.url && was.dp_size === i.dp_size && JSON.stringify(was) !== JSON.stringify(i)) changes.push(`instance ${id} settings`);
+    if (was && keepsInstance(was.url, was.dp_size, i) && JSON.stringify(was) !== JSON.stringify(i)) changes.push(`instance ${id} settings`);
   }
   rt.queue.notify();
   return { ok: true, changes, restartRequired, errors: [] };
