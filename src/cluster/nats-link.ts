@@ -22,6 +22,8 @@ export interface LinkStatus {
   lastError: string | null;
   connects: number;
   disconnects: number;
+  /** The form of add, prefill and free on this link (absent: json). */
+  wire?: 'json' | 'binary';
 }
 
 type Handler = (data: Uint8Array, subject: string) => void;
@@ -32,6 +34,8 @@ type Handler = (data: Uint8Array, subject: string) => void;
  */
 export interface SyncLink {
   readonly connected: boolean;
+  /** Every reader on this link takes the binary form of add, prefill and free (absent: JSON for all). */
+  readonly binaryWire?: boolean;
   publish(subject: string, data: Uint8Array): boolean;
   subscribe(subject: string, handler: Handler): void;
   status(): LinkStatus;

@@ -11,7 +11,7 @@ import type { Scheduler } from '../scheduler/scheduler.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
 import type { LinkStatus, SyncLink } from './nats-link.js';
 import { isRemoteId, type PeerView, RemoteBookings } from './remote-bookings.js';
-import { decodeSync, encodeSync, type SyncBody } from './sync-wire.js';
+import { decodeSync, encodeSync, encodeSyncBinary, isBinaryKind, type SyncBody } from './sync-wire.js';
 
 export interface ReplicaSyncDeps {
   scheduler: Scheduler;
@@ -136,7 +136,7 @@ export class ReplicaSync {
     if (this.closed) return;
     // Every message takes a sequence number, sent or not: receivers see the hole and reset us.
     const msg = { router: this.opts.routerId, incarnation: this.incarnation, seq: ++this.seq, ...body };
-    if (this.link.publish(this.opts.subject, encodeSync(msg))) {
+    if (this.link.publish(this.opts.subject, this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : encodeSync(msg))) {
       this.published++;
       this.metrics.published(body.kind);
     } else {

@@ -22,7 +22,12 @@ export type ToWorker =
    * The processes' replica-sync sockets, each's own included (src/processes/mesh.ts), sent whenever
    * they change; null: some process has none, so all sync goes through the primary.
    */
-  | { t: 'peers'; paths: string[] | null }
+  | {
+      t: 'peers';
+      paths: string[] | null;
+      /** Every process reads the binary sync wire (each said `wire: 2`): add, prefill and free travel in it. */
+      binary?: boolean;
+    }
   | { t: 'replay'; req: ReplayedRequest }
   | { t: 'ask'; id: number; req: ReplayedRequest }
   | { t: 'answer'; id: number; answer: ReplayAnswer | null }
@@ -40,7 +45,8 @@ export type ToWorker =
 /** Router process -> primary. */
 export type ToPrimary =
   /** `sync`: this process's replica-sync socket (none: it could not make one, or predates the mesh). */
-  | { t: 'hello'; sync?: string }
+  /** `wire`: 2 when this process reads the binary sync wire (absent: JSON only, a process from before it). */
+  | { t: 'hello'; sync?: string; wire?: number }
   | { t: 'ready'; url: string }
   /** The event loop turns (every `start.aliveMs`). */
   | { t: 'alive' }

@@ -37,6 +37,8 @@ interface Slot {
   startedAt: number;
   /** Quick deaths in a row (each waits longer before the next start). */
   crashes: number;
+  /** The sync wire versions it reads (its hello's `wire`; 1: JSON only). */
+  wire?: number;
   /** Its replica-sync socket: undefined until its hello, null if it has none. */
   syncPath?: string | null;
   /** The primary's ticks since its event loop last spoke (any message; `alive` when idle). */
@@ -79,7 +81,9 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   const announcePeers = () => {
     const known = slots.filter((s) => s.syncPath !== undefined && s.worker.isConnected());
     const paths = known.every((s) => s.syncPath) ? known.map((s) => s.syncPath!) : null;
-    for (const s of known) send(s.worker, { t: 'peers', paths });
+    // Binary only when every process reads it: a replacement forked from older code on disk keeps all on JSON.
+    const binary = known.every((s) => (s.wire ?? 1) >= 2);
+    for (const s of known) send(s.worker, { t: 'peers', paths, binary });
   };
 
   const live = () => slots.filter((s) => s.ready && s.worker.isConnected());
@@ -192,6 +196,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
       case 'hello':
         send(slot.worker, { t: 'start', index: slot.index, engines: refs, recover: started, aliveMs: watch?.everyMs ?? 0 });
         slot.syncPath = m.sync ?? null;
+        slot.wire = m.wire ?? 1;
         announcePeers();
         // A replacement catches up on the registrations, peers and reloads the others applied.
         for (const req of applied) send(slot.worker, { t: 'replay', req });
@@ -241,6 +246,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     const s = slot as Slot;
     s.worker = worker;
     s.syncPath = undefined;
+    s.wire = undefined;
     s.silentTicks = 0;
     s.ready = false;
     s.startedAt = Date.now();

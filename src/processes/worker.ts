@@ -28,17 +28,21 @@ const send = (m: ToPrimary): void => {
  */
 export class ProcessLink implements SyncLink {
   private readonly handlers: Array<{ subject: string; handler: Handler }> = [];
-  private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0 };
+  private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0, wire: 'json' };
   private viaMesh = false;
   /** This process's end of the mesh (null: none, the primary relays). */
   mesh: SyncMesh | null = null;
+  /** The primary's word: every process reads the binary wire (until it says so, JSON). */
+  binaryWire = false;
 
   get connected(): boolean {
     return process.connected;
   }
 
-  /** The primary's word on the processes: their socket paths, or null (some process has none: relay). */
-  usePeers(paths: readonly string[] | null): void {
+  /** The primary's word on the processes: their socket paths, or null (some process has none: relay), and whether all read the binary wire. */
+  usePeers(paths: readonly string[] | null, binary = false): void {
+    this.binaryWire = binary;
+    this.st.wire = binary ? 'binary' : 'json';
     this.viaMesh = paths !== null && this.mesh !== null;
     this.mesh?.setPeers(this.viaMesh ? paths! : []);
     this.st.url = this.viaMesh ? `unix://${this.mesh!.path}` : 'ipc://primary';
@@ -183,7 +187,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
       case 'sync':
         return link.deliver(m.subject, m.data);
       case 'peers':
-        return link.usePeers(m.paths);
+        return link.usePeers(m.paths, m.binary === true);
       case 'replay':
         return replay(m.req);
       case 'ask':
@@ -225,7 +229,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   process.on('SIGTERM', ignore);
   process.on('SIGHUP', ignore);
   process.once('disconnect', stop);
-  send(mesh ? { t: 'hello', sync: mesh.path } : { t: 'hello' });
+  send(mesh ? { t: 'hello', sync: mesh.path, wire: 2 } : { t: 'hello', wire: 2 });
 
   const start = await Promise.race([started, stopped.then(() => null)]);
   if (start === null) {

@@ -228,7 +228,7 @@ describe('kvrouter serve --workers 2', () => {
     expect(seen.size).toBe(2);
     // The survivor connected to the replacement's socket: bookings cross both ways again.
     const [x, y] = [...seen.values()];
-    for (const c of [x, y]) expect((await call(c, 'GET', '/ready')).json().cluster.sync.nats.url).toMatch(/^unix:\/\//);
+    for (const c of [x, y]) expect((await call(c, 'GET', '/ready')).json().cluster.sync.nats).toMatchObject({ url: expect.stringMatching(/^unix:\/\//), wire: 'binary' });
     for (const [from, to, id] of [[x, y, 'after-1'], [y, x, 'after-2']] as const) {
       const before = await potential(to);
       expect((await call(from, 'POST', '/v1/route', routeBody(id))).json().booked).toBe(true);
