@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// First step of `npm test`: make sure the two programs the integration tests run exist.
+// First step of `npm test`: make sure the programs the integration tests run exist.
 // - nats-server (replica sync, relay and lease tests): NATS_SERVER_BIN, else `nats-server` on PATH;
-// - chromium (dashboard test, driven by playwright-core): CHROMIUM_BIN, else chromium on PATH.
+// - chromium (dashboard test, driven by playwright-core): CHROMIUM_BIN, else chromium on PATH;
+// - wrk (`bench overhead --loadgen wrk`, bench-wrk.test.ts): WRK_BIN, else `wrk` on PATH.
 // What is missing is installed from Debian's packages when we are root with apt-get; otherwise we
 // stop with one line naming what to install, before any test runs. Plain JS: it runs before tsc.
 import { spawnSync } from 'node:child_process';
@@ -11,6 +12,7 @@ import { delimiter, join } from 'node:path';
 const TOOLS = [
   { name: 'nats-server', env: 'NATS_SERVER_BIN', commands: ['nats-server'], pkg: 'nats-server' },
   { name: 'chromium', env: 'CHROMIUM_BIN', commands: ['chromium', 'chromium-browser'], pkg: 'chromium' },
+  { name: 'wrk', env: 'WRK_BIN', commands: ['wrk'], pkg: 'wrk' },
 ];
 
 const executable = (p) => {

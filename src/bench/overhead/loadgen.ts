@@ -5,6 +5,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
+import type { Dist } from '../stats.js';
 
 export interface LoadSpec {
   urls: string[];
@@ -12,9 +13,13 @@ export interface LoadSpec {
   headers: Record<string, string>;
 }
 
-export type LoadCommand =
-  | { type: 'latency'; spec: LoadSpec; requests: number; warmup: number }
-  | { type: 'closed'; spec: LoadSpec; concurrency: number; warmupMs: number; durationMs: number };
+export type ClosedCommand = { type: 'closed'; spec: LoadSpec; concurrency: number; warmupMs: number; durationMs: number };
+export type LoadCommand = { type: 'latency'; spec: LoadSpec; requests: number; warmup: number } | ClosedCommand;
+
+/** What runs the throughput ramp's steps: this generator, or wrk (wrk.ts). */
+export interface ClosedLoop {
+  run(cmd: ClosedCommand): Promise<LoadResult>;
+}
 
 export interface LoadResult {
   /** Latencies (ms) of the measured requests, to the last byte of the response. */
@@ -25,6 +30,10 @@ export interface LoadResult {
   seconds: number;
   /** The load generator's own CPU over the measured period. */
   cpuSeconds: number;
+  /** Percentiles when the generator reports no samples (wrk); else from `latencies`. */
+  latencyDist?: Dist;
+  /** Wall time of warm-up and measurement together, when not warmupMs + durationMs (wrk runs whole seconds). */
+  spanSeconds?: number;
 }
 
 const FLAG = '--overhead-loadgen';

@@ -3,7 +3,7 @@
 // sustained request rate of a closed loop at doubling concurrency (a target drops out once its
 // throughput has stopped growing for two steps at or past minConcurrency).
 import { type Dist, dist } from '../stats.js';
-import type { LoadGenerator, LoadSpec } from './loadgen.js';
+import type { ClosedLoop, LoadGenerator, LoadSpec } from './loadgen.js';
 
 export interface Target {
   name: string;
@@ -93,7 +93,8 @@ export function rampFlatSteps(flat: number, rps: number, bestRps: number, c: num
   return c >= minConcurrency ? flat + 1 : flat;
 }
 
-export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void, upstreamCpu?: () => number | null): Promise<TargetResult[]> {
+/** `closed` runs the ramp's steps (default: `lg`, which always measures the one-at-a-time latency). */
+export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void, upstreamCpu?: () => number | null, closed: ClosedLoop = lg): Promise<TargetResult[]> {
   const lat = new Map<string, number[]>(targets.map((t) => [t.name, []]));
   const res = new Map<string, TargetResult>(
     targets.map((t) => [t.name, { name: t.name, description: t.description, latencyMs: dist([]), steps: [], maxRps: 0, maxRpsConcurrency: 1, errors: 0, firstError: null }]),
@@ -125,14 +126,14 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
       const c0 = t.cpu();
       const p0 = t.cpuByProcess?.() ?? null;
       const u0 = upstreamCpu?.() ?? null;
-      const r = await lg.run({ type: 'closed', spec: t.spec, concurrency: c, warmupMs: o.stepWarmupMs, durationMs: o.stepMs });
+      const r = await closed.run({ type: 'closed', spec: t.spec, concurrency: c, warmupMs: o.stepWarmupMs, durationMs: o.stepMs });
       const c1 = t.cpu();
       const p1 = t.cpuByProcess?.() ?? null;
       const u1 = upstreamCpu?.() ?? null;
       const rps = r.completed / r.seconds;
       // The CPU window also spans the step's warm-up and tail: scale it to the measured part.
-      const covered = (o.stepWarmupMs + o.stepMs) / o.stepMs;
-      const d = dist(r.latencies);
+      const covered = r.spanSeconds !== undefined && r.seconds > 0 ? r.spanSeconds / r.seconds : (o.stepWarmupMs + o.stepMs) / o.stepMs;
+      const d = r.latencyDist ?? dist(r.latencies);
       const out = res.get(t.name)!;
       out.steps.push({
         concurrency: c,

@@ -60,6 +60,74 @@ ${servers}
 `;
 }
 
+/** A string for an nginx `return`: double-quoted, with `"`, `\\` and newlines escaped (no `$` may occur: it would name a variable). */
+function nginxString(text: string): string {
+  if (text.includes('$')) throw new Error('an nginx return string cannot hold $');
+  return `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
+}
+
+/** The one-token streamed answers of stub-upstream.ts (usage included), fixed: what `--upstream nginx` returns. */
+export function stubAnswers(model: string): { completions: string; chat: string } {
+  const head = { id: 'cmpl-1', created: 1_700_000_000, model };
+  const sse = (object: string, choice: object) =>
+    `data: ${JSON.stringify({ ...head, object, choices: [choice] })}\n\ndata: ${JSON.stringify({ ...head, object, choices: [], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
+  return {
+    completions: sse('text_completion', { index: 0, text: ' hello', finish_reason: 'length' }),
+    chat: sse('chat.completion.chunk', { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: 'length' }),
+  };
+}
+
+/**
+ * nginx as the stub upstreams (`--upstream nginx`): every completion answered at once with one
+ * streamed token, as stub-upstream.ts does for max_tokens 1, for a fraction of a Node server's CPU.
+ */
+export function nginxStubConf(dir: string, ports: readonly number[], model: string): string {
+  const a = stubAnswers(model);
+  return `# written by kvrouter bench overhead (--upstream nginx)
+worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+${process.getuid?.() === 0 ? 'user root;' : ''}
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  client_max_body_size 32m;
+  client_body_buffer_size 1m;
+  keepalive_requests 1000000;
+  keepalive_timeout 60s;
+  server {
+${ports.map((p) => `    listen 127.0.0.1:${p} backlog=4096;`).join('\n')}
+    location = /v1/completions { default_type text/event-stream; return 200 ${nginxString(a.completions)}; }
+    location = /v1/chat/completions { default_type text/event-stream; return 200 ${nginxString(a.chat)}; }
+    location = /v1/models { default_type application/json; return 200 '{"object":"list","data":[]}'; }
+    location / { default_type application/json; return 200 '{"status":"ok"}'; }
+  }
+}
+`;
+}
+
+/** The stub upstreams served by one nginx worker on `count` ports (Upstreams of targets.ts). */
+export async function startNginxStubs(bin: string, count: number, model: string): Promise<{ child: Child; urls: string[]; stop(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'kvrouter-nginx-stubs-'));
+  mkdirSync(join(dir, 'body'));
+  const ports: number[] = [];
+  for (let i = 0; i < count; i++) ports.push(await freePort());
+  const conf = join(dir, 'nginx.conf');
+  writeFileSync(conf, nginxStubConf(dir, ports, model));
+  const child = await spawnChild(bin, ['-p', dir, '-c', conf], null);
+  for (const p of ports) await waitListening(p, 10_000);
+  return {
+    child,
+    urls: ports.map((p) => `http://127.0.0.1:${p}`),
+    async stop() {
+      await child.stop(3000);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
 export interface NginxProc {
   url: string;
   child: Child;

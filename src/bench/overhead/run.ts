@@ -9,7 +9,8 @@ import { lineChart } from '../svg.js';
 import { type BodyKind, requestBodies } from './bodies.js';
 import { LoadGenerator, type LoadSpec } from './loadgen.js';
 import { busyCores, type MeasureOptions, measureTargets, type Target, type TargetResult } from './measure.js';
-import { findNginx, startNginx } from './nginx.js';
+import { findNginx, startNginx, startNginxStubs } from './nginx.js';
+import { findWrk, WrkLoad } from './wrk.js';
 import type { RouterProc } from '../procs/router.js';
 import { cpuByProcessOf, cpuOf, startNodeProxy, startRouterOver, startStubs } from './targets.js';
 
@@ -30,6 +31,8 @@ export function overheadOptions(defaultTargets: readonly TargetName[]): OptionTa
     seed: { type: 'string', default: '0', arg: 'N', help: 'seed of the request bodies' },
     workers: { type: 'string', default: '1', arg: 'N,M', help: 'worker processes of nginx and kvrouter (serve --workers), one set of targets per count, e.g. 1,2' },
     chunks: { type: 'string', default: '1', arg: 'N', help: 'streaming mode: SSE chunks per response (the stub sends one per output token); the report adds CPU per chunk' },
+    upstream: { type: 'string', default: 'node', arg: 'U', help: 'stub upstreams: node (one Node process) | nginx (nginx returning the same one-token answer, a fraction of the CPU; --chunks 1 only)' },
+    loadgen: { type: 'string', default: 'node', arg: 'L', help: 'the throughput ramp\'s closed loop: node (a forked Node process) | wrk (Debian\'s wrk, about a third of the CPU per request); latency is always measured by node' },
     out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/<name>-<time>)' },
     json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
     quick: { type: 'boolean', help: 'short run (about a minute)' },
@@ -56,6 +59,15 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   };
   const chunks = intOption(v, 'chunks');
   if (chunks < 1 || chunks > 10_000) throw new Error('--chunks must be 1..10000');
+  const upstream = String(v.upstream);
+  const loadgen = String(v.loadgen);
+  if (upstream !== 'node' && upstream !== 'nginx') throw new Error('--upstream must be node or nginx');
+  if (loadgen !== 'node' && loadgen !== 'wrk') throw new Error('--loadgen must be node or wrk');
+  if (upstream === 'nginx' && chunks > 1) throw new Error('--upstream nginx answers with one token: use --upstream node with --chunks');
+  const stubNginx = upstream === 'nginx' ? findNginx() : null;
+  if (upstream === 'nginx' && !stubNginx) throw new Error('--upstream nginx needs nginx (apt-get install -y nginx)');
+  const wrkBin = loadgen === 'wrk' ? findWrk() : null;
+  if (loadgen === 'wrk' && !wrkBin) throw new Error('--loadgen wrk needs wrk (apt-get install -y wrk)');
   const { path, bodies } = requestBodies(kind, MODEL, intOption(v, 'seed'), chunks);
   const log = (l: string) => process.stderr.write(`${l}\n`);
   const load0 = loadavg();
@@ -68,7 +80,7 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
   let results: TargetResult[];
   let counts: number[] = [1];
   try {
-    const stubs = await startStubs(UPSTREAMS);
+    const stubs = stubNginx ? await startNginxStubs(stubNginx, UPSTREAMS, MODEL) : await startStubs(UPSTREAMS);
     stops.push(() => stubs.stop());
     const spec = (urls: string[], headers: Record<string, string> = {}): LoadSpec => ({ urls: urls.map((u) => `${u}${path}`), bodies, headers });
     counts = String(v.workers).split(',').map((x) => Number(x.trim()));
@@ -108,9 +120,11 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
     }
     const lg = await LoadGenerator.start();
     stops.push(() => lg.stop());
+    const wrk = wrkBin ? new WrkLoad(wrkBin) : null;
+    if (wrk) stops.push(async () => wrk.stop());
     log(`targets: ${targets.map((t) => t.name).join(', ')}; latency ${mo.latencyRequests} requests each in ${mo.latencyRounds} interleaved rounds, then the throughput ramp`);
     // The upstreams' CPU too: with the proxy's and the load generator's, what the machine had left.
-    results = await measureTargets(targets, lg, mo, log, cpuOf(stubs.child.pid));
+    results = await measureTargets(targets, lg, mo, log, cpuOf(stubs.child.pid), wrk ?? lg);
   } finally {
     for (const stop of stops.reverse()) await stop();
   }
@@ -191,8 +205,8 @@ export async function runOverhead(bench: 'overhead' | 'router', summary: string,
       kind,
       path,
       chunks,
-      upstreams: `${UPSTREAMS} stub upstreams in one node process (one token at once, streamed)`,
-      processes: `load generator (forked node process), stub upstreams (one node process), the proxy under test (nginx with ${counts.join(' or ')} worker process(es), or kvrouter with as many router processes): all on this machine's cores`,
+      upstreams: `${UPSTREAMS} stub upstreams in one ${upstream} process (one token at once, streamed)`,
+      processes: `load generator (forked node process${loadgen === 'wrk' ? '; wrk, one thread per upstream URL, for the throughput ramp' : ''}), stub upstreams (one ${upstream === 'nginx' ? 'nginx worker' : 'node process'}), the proxy under test (nginx with ${counts.join(' or ')} worker process(es), or kvrouter with as many router processes): all on this machine's cores`,
       measure: mo,
       loadAverage: { before: load0.map((x) => +x.toFixed(2)), after: loadavg().map((x) => +x.toFixed(2)) },
     },
