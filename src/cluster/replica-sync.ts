@@ -136,7 +136,8 @@ export class ReplicaSync {
     if (this.closed) return;
     // Every message takes a sequence number, sent or not: receivers see the hole and reset us.
     const msg = { router: this.opts.routerId, incarnation: this.incarnation, seq: ++this.seq, ...body };
-    if (this.link.publish(this.opts.subject, this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : encodeSync(msg))) {
+    const data = (this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : null) ?? encodeSync(msg);
+    if (this.link.publish(this.opts.subject, data)) {
       this.published++;
       this.metrics.published(body.kind);
     } else {

@@ -220,7 +220,7 @@ class Writer {
       return;
     }
     const n = Buffer.byteLength(v);
-    if (n >= NULL_STR) throw new Error(`a ${n}-byte string does not fit the binary sync wire`);
+    if (n >= NULL_STR) throw new TooLong();
     this.room(2 + n);
     this.buf.writeUInt16LE(n, this.at);
     this.buf.write(v, this.at + 2, 'utf8');
@@ -239,9 +239,24 @@ class Writer {
   }
 }
 
-/** Encode an add, prefill or free in the binary form (other kinds: encodeSync). */
-export function encodeSyncBinary(m: SyncMessage): Uint8Array {
+/** A string of 64 KiB or more (a request's `cache_salt` can be one): the message goes as JSON. */
+class TooLong extends Error {}
+
+/**
+ * Encode an add, prefill or free in the binary form (other kinds: encodeSync); null when a string
+ * does not fit its 16-bit length, and the caller sends the JSON form, which any reader takes.
+ */
+export function encodeSyncBinary(m: SyncMessage): Uint8Array | null {
   if (!isBinaryMessage(m)) throw new Error(`${m.kind} has no binary form`);
+  try {
+    return writeBinary(m);
+  } catch (err) {
+    if (err instanceof TooLong) return null;
+    throw err;
+  }
+}
+
+function writeBinary(m: BinaryMessage): Uint8Array {
   const w = new Writer();
   w.u8(BINARY_MAGIC);
   w.u8(KIND_CODE[m.kind]);

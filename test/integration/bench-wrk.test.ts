@@ -29,7 +29,7 @@ Transfer/sec:      3.27MB
 describe('wrk output', () => {
   it('reads requests, time, errors, percentiles and wrk\'s own CPU', () => {
     expect(parseWrk(SAMPLE)).toEqual({ requests: 13836, seconds: 2.1, non2xx: 4, socketErrors: 3, p50Ms: 2.12, p90Ms: 3.03, p99Ms: 1200, cpuSeconds: 1.52 });
-    expect(() => parseWrk('unable to connect to 127.0.0.1:1 Connection refused')).toThrow(/no summary/);
+    expect(() => parseWrk('0m0.000s 0m0.000s\n0m0.001s 0m0.000s\n')).toThrow(/no summary/);
   });
 
   it('holds any body verbatim in the script', () => {
@@ -98,6 +98,23 @@ describe.skipIf(!bin)('WrkLoad against local servers', () => {
       expect(r.seconds).toBeGreaterThanOrEqual(0.9);
       expect(r.cpuSeconds).toBeGreaterThan(0);
       expect(r.latencyDist!.p50).toBeGreaterThan(0);
+    } finally {
+      wrk.stop();
+    }
+  });
+
+  it('says why wrk failed, and keeps one connection per step of one', async () => {
+    const wrk = new WrkLoad(bin!);
+    const seen: Parameters<typeof serve>[1] = [];
+    const free = await serve(200, seen);
+    await new Promise((r) => servers.pop()!.close(r)); // nothing listens there now
+    try {
+      await expect(wrk.run({ type: 'closed', spec: { urls: [`${free}/x`], bodies: ['{}'], headers: {} }, concurrency: 1, warmupMs: 0, durationMs: 1000 })).rejects.toThrow(/wrk failed .*(connect|refused)/i);
+      const a: Parameters<typeof serve>[1] = [];
+      const b: Parameters<typeof serve>[1] = [];
+      const r = await wrk.run({ type: 'closed', spec: { urls: [`${await serve(200, a)}/x`, `${await serve(200, b)}/x`], bodies: ['{}'], headers: {} }, concurrency: 1, warmupMs: 0, durationMs: 1000 });
+      expect(r.completed).toBeGreaterThan(0);
+      expect(b).toHaveLength(0); // one connection: the first origin only
     } finally {
       wrk.stop();
     }

@@ -235,6 +235,13 @@ describe('kvrouter serve --workers 2', () => {
       await waitFor(`a booking on one process counted by the other (${id})`, async () => (await potential(to)) > before, 30_000, 50);
       expect((await call(from, 'POST', `/v1/route/${id}/free`)).status).toBe(200);
     }
+    // A booking whose cache_salt is too long for the binary form crosses as JSON (it threw once).
+    {
+      const before = await potential(y);
+      expect((await call(x, 'POST', '/v1/route', { ...routeBody('long-salt'), cache_salt: 's'.repeat(70_000) })).json().booked).toBe(true);
+      await waitFor('a long-salted booking counted by the other process', async () => (await potential(y)) > before, 30_000, 50);
+      expect((await call(x, 'POST', '/v1/route/long-salt/free')).status).toBe(200);
+    }
     // It copied a living process's index before serving: both hold the blocks cached so far,
     // though no request (and so no KV event) has arrived since.
     const recovered = router.lines.map((l) => /^\[process \d\] recovered (\d+) blocks/.exec(l)).find(Boolean);

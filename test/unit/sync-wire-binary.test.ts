@@ -32,7 +32,7 @@ describe('binary sync wire', () => {
   it('decodes to exactly what the JSON form decodes to', () => {
     for (let seq = 1; seq <= 2000; seq++) {
       const m = randomMessage(seq);
-      const bin = encodeSyncBinary(m);
+      const bin = encodeSyncBinary(m)!;
       expect(bin[0]).not.toBe('{'.charCodeAt(0));
       expect(decodeSync(bin)).toEqual(decodeSync(encodeSync(m)));
     }
@@ -41,15 +41,15 @@ describe('binary sync wire', () => {
   it('keeps u64 hashes past 2^53 exact, and is smaller than JSON for a booking', () => {
     const blocks = BigUint64Array.from({ length: 64 }, (_, i) => (1n << 63n) + BigInt(i) * 0x9e3779b97f4a7c15n % (1n << 63n));
     const m: SyncMessage = { router: 'p0', incarnation: 'i', seq: 1, kind: 'add', id: 'b', instance: 'e1', dpRank: 0, ns: { model: 'm', blockSize: 16, loraName: null, salt: null, tenant: 'default' }, blocks, prefillTokens: 1024, speculativeTtlMs: 2000, touchedBlocks: 3 };
-    const out = decodeSync(encodeSyncBinary(m));
+    const out = decodeSync(encodeSyncBinary(m)!);
     expect(out.kind === 'add' && [...out.blocks]).toEqual([...blocks]);
-    expect(encodeSyncBinary(m).byteLength).toBeLessThan(encodeSync(m).byteLength);
+    expect(encodeSyncBinary(m)!.byteLength).toBeLessThan(encodeSync(m).byteLength);
   });
 
   it('refuses or decodes corrupted bytes, and refuses every cut', () => {
     let refused = 0;
     for (let k = 0; k < 20_000; k++) {
-      const bin = Uint8Array.from(encodeSyncBinary(randomMessage(1 + int(1000))));
+      const bin = Uint8Array.from(encodeSyncBinary(randomMessage(1 + int(1000)))!);
       bin[int(bin.length)] ^= 1 << int(8);
       try {
         const m = decodeSync(bin);
@@ -61,9 +61,17 @@ describe('binary sync wire', () => {
     }
     expect(refused).toBeGreaterThan(1000);
     for (let k = 0; k < 500; k++) {
-      const bin = encodeSyncBinary(randomMessage(1 + k));
+      const bin = encodeSyncBinary(randomMessage(1 + k))!;
       expect(() => decodeSync(bin.subarray(0, int(bin.length)))).toThrow();
     }
+  });
+
+  it('leaves a message with a string of 64 KiB or more to JSON (a request\'s cache_salt can be one)', () => {
+    const ns = { model: 'm', blockSize: 16, loraName: null, salt: 's'.repeat(65_535), tenant: 'default' };
+    const m: SyncMessage = { router: 'p0', incarnation: 'i', seq: 1, kind: 'add', id: 'b', instance: 'e1', dpRank: 0, ns, blocks: BigUint64Array.of(1n), prefillTokens: 1, speculativeTtlMs: 0 };
+    expect(encodeSyncBinary(m)).toBeNull();
+    expect(encodeSyncBinary({ ...m, ns: { ...ns, salt: 's'.repeat(65_534) } })).not.toBeNull();
+    expect(decodeSync(encodeSync(m))).toEqual(m);
   });
 
   it('has no form for the other kinds, which stay JSON', () => {

@@ -93,6 +93,10 @@ events { worker_connections 4096; }
 http {
   access_log off;
   client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
   client_max_body_size 32m;
   client_body_buffer_size 1m;
   keepalive_requests 1000000;
@@ -111,18 +115,25 @@ ${ports.map((p) => `    listen 127.0.0.1:${p} backlog=4096;`).join('\n')}
 /** The stub upstreams served by one nginx worker on `count` ports (Upstreams of targets.ts). */
 export async function startNginxStubs(bin: string, count: number, model: string): Promise<{ child: Child; urls: string[]; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'kvrouter-nginx-stubs-'));
-  mkdirSync(join(dir, 'body'));
+  for (const d of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
   const ports: number[] = [];
   for (let i = 0; i < count; i++) ports.push(await freePort());
   const conf = join(dir, 'nginx.conf');
   writeFileSync(conf, nginxStubConf(dir, ports, model));
-  const child = await spawnChild(bin, ['-p', dir, '-c', conf], null);
-  for (const p of ports) await waitListening(p, 10_000);
+  let child: Child | null = null;
+  try {
+    child = await spawnChild(bin, ['-p', dir, '-c', conf], null);
+    for (const p of ports) await waitListening(p, 10_000);
+  } catch (err) {
+    await child?.stop(3000);
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   return {
-    child,
+    child: child!,
     urls: ports.map((p) => `http://127.0.0.1:${p}`),
     async stop() {
-      await child.stop(3000);
+      await child!.stop(3000);
       rmSync(dir, { recursive: true, force: true });
     },
   };
