@@ -136,8 +136,18 @@ export class ReplicaSync {
     if (this.closed) return;
     // Every message takes a sequence number, sent or not: receivers see the hole and reset us.
     const msg = { router: this.opts.routerId, incarnation: this.incarnation, seq: ++this.seq, ...body };
-    const data = (this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : null) ?? encodeSync(msg);
-    if (this.link.publish(this.opts.subject, data)) {
+    let sent: boolean;
+    try {
+      sent = this.link.publish(this.opts.subject, (this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : null) ?? encodeSync(msg));
+    } catch (err) {
+      // Hooks never throw into the request path (its booking would stay held): a message that
+      // cannot go is dropped and counted, and the receivers' gap check asks for a re-announce.
+      this.dropped++;
+      this.metrics.dropped('publish_failed');
+      this.deps.log?.(`cluster: a ${body.kind} message could not be sent: ${(err as Error).message}`);
+      return;
+    }
+    if (sent) {
       this.published++;
       this.metrics.published(body.kind);
     } else {
