@@ -1,5 +1,6 @@
-// Replica-sync messages (NATS core, one subject, JSON). Every message names its sender (router id
-// + incarnation, new at each process start) and a per-incarnation sequence number, so a receiver
+// Replica-sync messages (NATS core, one subject, JSON; between `serve --workers` processes, add,
+// prefill and free in a binary form, below). Every message names its sender (router id +
+// incarnation, new at each process start) and a per-incarnation sequence number, so a receiver
 // ignores its own messages, tells a restart from a reorder, and detects lost messages as gaps.
 import type { TenantUse } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
@@ -167,7 +168,7 @@ function tenantUses(v: unknown): TenantUse[] {
 // every reader knows it (the `serve --workers` processes say so to their primary); NATS replicas
 // keep JSON, which replicas of any version read. `decodeSync` takes either: a binary message starts
 // with BINARY_MAGIC, a JSON one with '{'. Measured in the router under load (docs/profile.md, round
-// nine): a request's three messages cost 14-17 µs to encode and 8.5-12 µs to decode in JSON, 6.7-9
+// nine, "`--workers`: what the second process costs"): a request's three messages cost 14-17 µs to encode and 8.5-12 µs to decode in JSON, 6.7-9
 // and 4-8 µs in this form; in a loop 7-9 and 5-7 µs against 2.7-3.3 and 2.6-3.3 µs.
 // Little-endian: the sender's kind, then router, incarnation (u16 length + UTF-8), seq (f64), id;
 // an add: instance, dp rank, the namespace (model, block size, LoRA and salt with 0xffff for null,
