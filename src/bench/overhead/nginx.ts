@@ -24,9 +24,11 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export function nginxConf(dir: string, port: number, upstreams: string[], workers = 1): string {
-  const servers = upstreams.map((u) => `    server ${new URL(u).host};`).join('\n');
-  return `# written by kvrouter bench overhead
+const TEMP_DIRS = ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'];
+
+/** Everything of a benchmark nginx.conf up to its `http` block's own directives: files in `dir` only. */
+function confHead(dir: string, workers: number, what: string): string {
+  return `# written by kvrouter bench overhead (${what})
 worker_processes ${workers};
 daemon off;
 pid ${dir}/nginx.pid;
@@ -35,15 +37,16 @@ ${process.getuid?.() === 0 ? 'user root;' : ''}
 events { worker_connections 4096; }
 http {
   access_log off;
-  client_body_temp_path ${dir}/body;
-  proxy_temp_path ${dir}/proxy;
-  fastcgi_temp_path ${dir}/fastcgi;
-  uwsgi_temp_path ${dir}/uwsgi;
-  scgi_temp_path ${dir}/scgi;
+${TEMP_DIRS.map((d) => `  ${d === 'body' ? 'client_body' : d}_temp_path ${dir}/${d};`).join('\n')}
   client_max_body_size 32m;
   client_body_buffer_size 1m;
   keepalive_requests 1000000;
-  upstream engines {
+`;
+}
+
+export function nginxConf(dir: string, port: number, upstreams: string[], workers = 1): string {
+  const servers = upstreams.map((u) => `    server ${new URL(u).host};`).join('\n');
+  return `${confHead(dir, workers, 'the proxy')}  upstream engines {
 ${servers}
     keepalive 512;
   }
@@ -83,24 +86,7 @@ export function stubAnswers(model: string): { completions: string; chat: string 
  */
 export function nginxStubConf(dir: string, ports: readonly number[], model: string): string {
   const a = stubAnswers(model);
-  return `# written by kvrouter bench overhead (--upstream nginx)
-worker_processes 1;
-daemon off;
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-${process.getuid?.() === 0 ? 'user root;' : ''}
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path ${dir}/body;
-  proxy_temp_path ${dir}/proxy;
-  fastcgi_temp_path ${dir}/fastcgi;
-  uwsgi_temp_path ${dir}/uwsgi;
-  scgi_temp_path ${dir}/scgi;
-  client_max_body_size 32m;
-  client_body_buffer_size 1m;
-  keepalive_requests 1000000;
-  keepalive_timeout 60s;
+  return `${confHead(dir, 1, '--upstream nginx')}  keepalive_timeout 60s;
   server {
 ${ports.map((p) => `    listen 127.0.0.1:${p} backlog=4096;`).join('\n')}
     location = /v1/completions { default_type text/event-stream; return 200 ${nginxString(a.completions)}; }
@@ -112,31 +98,33 @@ ${ports.map((p) => `    listen 127.0.0.1:${p} backlog=4096;`).join('\n')}
 `;
 }
 
-/** The stub upstreams served by one nginx worker on `count` ports (Upstreams of targets.ts). */
-export async function startNginxStubs(bin: string, count: number, model: string): Promise<{ child: Child; urls: string[]; stop(): Promise<void> }> {
-  const dir = mkdtempSync(join(tmpdir(), 'kvrouter-nginx-stubs-'));
-  for (const d of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
-  const ports: number[] = [];
-  for (let i = 0; i < count; i++) ports.push(await freePort());
-  const conf = join(dir, 'nginx.conf');
-  writeFileSync(conf, nginxStubConf(dir, ports, model));
+/** nginx on `conf(dir, ports)` in a fresh temporary directory, listening on `count` free ports; all of it removed on stop or on a failed start. */
+async function runNginx(bin: string, prefix: string, count: number, conf: (dir: string, ports: number[]) => string): Promise<{ child: Child; ports: number[]; stop(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
   let child: Child | null = null;
-  try {
-    child = await spawnChild(bin, ['-p', dir, '-c', conf], null);
-    for (const p of ports) await waitListening(p, 10_000);
-  } catch (err) {
+  const stop = async () => {
     await child?.stop(3000);
     rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (const d of TEMP_DIRS) mkdirSync(join(dir, d));
+    const ports: number[] = [];
+    for (let i = 0; i < count; i++) ports.push(await freePort());
+    const file = join(dir, 'nginx.conf');
+    writeFileSync(file, conf(dir, ports));
+    child = await spawnChild(bin, ['-p', dir, '-c', file], null);
+    for (const p of ports) await waitListening(p, 10_000);
+    return { child, ports, stop };
+  } catch (err) {
+    await stop();
     throw err;
   }
-  return {
-    child: child!,
-    urls: ports.map((p) => `http://127.0.0.1:${p}`),
-    async stop() {
-      await child!.stop(3000);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+}
+
+/** The stub upstreams served by one nginx worker on `count` ports (Upstreams of targets.ts). */
+export async function startNginxStubs(bin: string, count: number, model: string): Promise<{ child: Child; urls: string[]; stop(): Promise<void> }> {
+  const n = await runNginx(bin, 'kvrouter-nginx-stubs-', count, (dir, ports) => nginxStubConf(dir, ports, model));
+  return { child: n.child, urls: n.ports.map((p) => `http://127.0.0.1:${p}`), stop: n.stop };
 }
 
 export interface NginxProc {
@@ -164,20 +152,6 @@ async function waitListening(port: number, timeoutMs: number): Promise<void> {
 }
 
 export async function startNginx(bin: string, upstreams: string[], workers = 1): Promise<NginxProc> {
-  const dir = mkdtempSync(join(tmpdir(), 'kvrouter-nginx-'));
-  for (const d of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
-  const port = await freePort();
-  const conf = join(dir, 'nginx.conf');
-  writeFileSync(conf, nginxConf(dir, port, upstreams, workers));
-  const child = await spawnChild(bin, ['-p', dir, '-c', conf], null);
-  await waitListening(port, 10_000);
-  return {
-    url: `http://127.0.0.1:${port}`,
-    child,
-    cpuSeconds: () => processTreeCpuSeconds(child.pid),
-    async stop() {
-      await child.stop(3000);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  const n = await runNginx(bin, 'kvrouter-nginx-', 1, (dir, [port]) => nginxConf(dir, port, upstreams, workers));
+  return { url: `http://127.0.0.1:${n.ports[0]}`, child: n.child, cpuSeconds: () => processTreeCpuSeconds(n.child.pid), stop: n.stop };
 }
