@@ -141,7 +141,9 @@ export class ReplicaSync {
       sent = this.link.publish(this.opts.subject, (this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : null) ?? encodeSync(msg));
     } catch (err) {
       // Hooks never throw into the request path (its booking would stay held): a message that
-      // cannot go is dropped and counted, and the receivers' gap check asks for a re-announce.
+      // cannot go is dropped and counted. Its sequence number is spent, so the receivers see a gap,
+      // drop this router's bookings and ask for a re-announce (a message that failed every time
+      // would repeat that at each announce; nothing known fails since long strings go as JSON).
       this.dropped++;
       this.metrics.dropped('publish_failed');
       this.deps.log?.(`cluster: a ${body.kind} message could not be sent: ${(err as Error).message}`);

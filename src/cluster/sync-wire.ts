@@ -240,7 +240,7 @@ class Writer {
   }
 }
 
-/** A string of 64 KiB or more (a request's `cache_salt` can be one): the message goes as JSON. */
+/** A string of 65,535 UTF-8 bytes or more (a request's `cache_salt` can be one): the message goes as JSON. */
 class TooLong extends Error {}
 
 /**

@@ -1,10 +1,13 @@
 // `bench overhead --loadgen wrk`: the real wrk against real local servers (it rotates the bodies,
 // sends the headers, splits the connections over the URLs' origins, counts non-2xx as errors), and
 // the parser on wrk's own output.
+import { chmodSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { nginxStubConf, stubAnswers } from '../../src/bench/overhead/nginx.js';
+import { startNginxStubs, nginxStubConf, stubAnswers } from '../../src/bench/overhead/nginx.js';
 import { findWrk, luaLong, parseWrk, WrkLoad, wrkScript } from '../../src/bench/overhead/wrk.js';
 
 const SAMPLE = `Running 2s test @ http://127.0.0.1:40123
@@ -52,6 +55,21 @@ describe('nginx stub upstreams', () => {
     expect(conf).toContain('listen 127.0.0.1:2 backlog=4096;');
     expect(conf).toContain('return 200 "data: {\\"id\\":\\"cmpl-1\\"');
     expect(conf).not.toMatch(/return 200 "[^"]*\n/); // no raw newline inside a string
+    // Every temporary file nginx may write stays in the run's directory.
+    for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) expect(conf).toMatch(new RegExp(`^  ${d}_temp_path /tmp/x/`, 'm'));
+  });
+
+  it('a start that fails says why and leaves no directory behind', async () => {
+    const bin = join(mkdtempSync(join(tmpdir(), 'fake-nginx-')), 'nginx');
+    writeFileSync(bin, '#!/bin/sh\necho "nginx: [emerg] something is wrong" >&2\nexit 1\n');
+    chmodSync(bin, 0o755);
+    const before = readdirSync(tmpdir()).filter((f) => f.startsWith('kvrouter-nginx-stubs-')).length;
+    try {
+      await expect(startNginxStubs(bin, 2, 'm')).rejects.toThrow(/exited \(1\).*something is wrong/s);
+      expect(readdirSync(tmpdir()).filter((f) => f.startsWith('kvrouter-nginx-stubs-')).length).toBe(before);
+    } finally {
+      rmSync(join(bin, '..'), { recursive: true, force: true });
+    }
   });
 });
 

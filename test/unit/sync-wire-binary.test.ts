@@ -66,7 +66,7 @@ describe('binary sync wire', () => {
     }
   });
 
-  it('leaves a message with a string of 64 KiB or more to JSON (a request\'s cache_salt can be one)', () => {
+  it('leaves a message with a string of 65,535 bytes or more to JSON (a request\'s cache_salt can be one)', () => {
     const ns = { model: 'm', blockSize: 16, loraName: null, salt: 's'.repeat(65_535), tenant: 'default' };
     const m: SyncMessage = { router: 'p0', incarnation: 'i', seq: 1, kind: 'add', id: 'b', instance: 'e1', dpRank: 0, ns, blocks: BigUint64Array.of(1n), prefillTokens: 1, speculativeTtlMs: 0 };
     expect(encodeSyncBinary(m)).toBeNull();

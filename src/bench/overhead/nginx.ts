@@ -1,7 +1,8 @@
 // nginx as the reference proxy: a round-robin reverse proxy on loopback, configured and run by the
 // benchmark as a child (`nginx -p <tmp> -c <conf>`, `daemon off`), one worker like the one-process router.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { once } from 'node:events';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -113,11 +114,17 @@ async function runNginx(bin: string, prefix: string, count: number, conf: (dir: 
     const file = join(dir, 'nginx.conf');
     writeFileSync(file, conf(dir, ports));
     child = await spawnChild(bin, ['-p', dir, '-c', file], null);
-    for (const p of ports) await waitListening(p, 10_000);
+    for (const p of ports) await waitListening(p, 10_000, child);
     return { child, ports, stop };
   } catch (err) {
+    // nginx says why in its error log (and on stderr before it has opened it): keep that, not just
+    // the timeout. Its stderr is whole once the process has closed its pipes.
+    await child?.stop(3000);
+    const proc = child?.proc;
+    if (proc?.stderr && !proc.stderr.destroyed) await Promise.race([once(proc, 'close'), new Promise((r) => setTimeout(r, 1000))]);
+    const why = [child?.stderr().trim(), existsSync(join(dir, 'error.log')) ? readFileSync(join(dir, 'error.log'), 'utf8').trim() : ''].filter(Boolean).join('\n').slice(-600);
     await stop();
-    throw err;
+    throw why ? new Error(`${(err as Error).message}: ${why}`) : err;
   }
 }
 
@@ -135,9 +142,11 @@ export interface NginxProc {
   stop(): Promise<void>;
 }
 
-async function waitListening(port: number, timeoutMs: number): Promise<void> {
+/** Until `port` accepts a connection; throws at the deadline, or at once when `child` has exited. */
+async function waitListening(port: number, timeoutMs: number, child: Child): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (child.proc.exitCode !== null || child.proc.signalCode !== null) throw new Error(`nginx exited (${child.proc.exitCode ?? child.proc.signalCode}) before listening on ${port}`);
     const ok = await new Promise<boolean>((r) => {
       const s = connect(port, '127.0.0.1', () => {
         s.destroy();
