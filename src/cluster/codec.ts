@@ -6,23 +6,34 @@ import type { NamespaceId } from '../indexer/namespace.js';
 // On a little-endian host a BigUint64Array's bytes are the wire's: copied whole, without making a
 // bigint per value (measured: 9 -> 0.3 µs to pack, 6 -> 1.7 µs to unpack 64 hashes, the blocks of
 // one 1,024-token booking in every replica-sync `add`).
-export const LITTLE_ENDIAN = endianness() === 'LE';
+const LITTLE_ENDIAN = endianness() === 'LE';
 
-export function packU64(values: BigUint64Array | readonly bigint[]): string {
-  if (LITTLE_ENDIAN && values instanceof BigUint64Array) return Buffer.from(values.buffer, values.byteOffset, values.byteLength).toString('base64');
+/** The values as little-endian bytes (on a little-endian host, a view of the array itself: no copy). */
+export function u64Bytes(values: BigUint64Array | readonly bigint[]): Uint8Array {
+  if (LITTLE_ENDIAN && values instanceof BigUint64Array) return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
   const buf = Buffer.alloc(values.length * 8);
   for (let i = 0; i < values.length; i++) buf.writeBigUInt64LE(values[i], i * 8);
-  return buf.toString('base64');
+  return buf;
 }
 
-export function unpackU64(text: string): BigUint64Array {
-  const buf = Buffer.from(text, 'base64');
-  if (buf.length % 8 !== 0) throw new Error(`packed u64 array has ${buf.length} bytes, not a multiple of 8`);
-  const out = new BigUint64Array(buf.length / 8);
-  if (LITTLE_ENDIAN) new Uint8Array(out.buffer).set(buf);
-  else for (let i = 0; i < out.length; i++) out[i] = buf.readBigUInt64LE(i * 8);
+/** Little-endian bytes (a multiple of 8) as a new array of their values. */
+export function u64FromBytes(bytes: Uint8Array): BigUint64Array {
+  if (bytes.byteLength % 8 !== 0) throw new Error(`packed u64 array has ${bytes.byteLength} bytes, not a multiple of 8`);
+  const out = new BigUint64Array(bytes.byteLength / 8);
+  if (LITTLE_ENDIAN) new Uint8Array(out.buffer).set(bytes);
+  else {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let i = 0; i < out.length; i++) out[i] = view.getBigUint64(i * 8, true);
+  }
   return out;
 }
+
+export function packU64(values: BigUint64Array | readonly bigint[]): string {
+  const bytes = u64Bytes(values);
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64');
+}
+
+export const unpackU64 = (text: string): BigUint64Array => u64FromBytes(Buffer.from(text, 'base64'));
 
 export interface WireNamespace {
   model: string;

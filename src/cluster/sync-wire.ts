@@ -5,7 +5,7 @@
 import type { TenantUse } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { type RateSample, validSample } from '../scheduler/rates.js';
-import { asObj, int, LITTLE_ENDIAN, nsFromWire, nsToWire, optStr, packU64, str, unpackU64, wireNs } from './codec.js';
+import { asObj, int, nsFromWire, nsToWire, optStr, packU64, str, u64Bytes, u64FromBytes, unpackU64, wireNs } from './codec.js';
 
 export interface Sender {
   router: string;
@@ -168,8 +168,9 @@ function tenantUses(v: unknown): TenantUse[] {
 // every reader knows it (the `serve --workers` processes say so to their primary); NATS replicas
 // keep JSON, which replicas of any version read. `decodeSync` takes either: a binary message starts
 // with BINARY_MAGIC, a JSON one with '{'. Measured in the router under load (docs/profile.md, round
-// nine, "`--workers`: what the second process costs"): a request's three messages cost 14-17 µs to encode and 8.5-12 µs to decode in JSON, 6.7-9
-// and 4-8 µs in this form; in a loop 7-9 and 5-7 µs against 2.7-3.3 and 2.6-3.3 µs.
+// nine, "`--workers`: what the second process costs"): a request's three messages cost 14-17 µs to
+// encode and 8.5-12 µs to decode in JSON, 6.7-9 and 4-8 µs in this form; in a loop 7-9 and 5-7 µs
+// against 2.7-3.3 and 2.6-3.3 µs.
 // Little-endian: the sender's kind, then router, incarnation (u16 length + UTF-8), seq (f64), id;
 // an add: instance, dp rank, the namespace (model, block size, LoRA and salt with 0xffff for null,
 // tenant), prefill tokens, speculative TTL, touched blocks (f64 each; 0 touched = none), the block
@@ -230,8 +231,7 @@ class Writer {
 
   u64s(v: BigUint64Array): void {
     this.room(v.byteLength);
-    if (LITTLE_ENDIAN) this.buf.set(new Uint8Array(v.buffer, v.byteOffset, v.byteLength), this.at);
-    else for (let i = 0; i < v.length; i++) this.buf.writeBigUInt64LE(v[i], this.at + i * 8);
+    this.buf.set(u64Bytes(v), this.at);
     this.at += v.byteLength;
   }
 
@@ -352,9 +352,7 @@ class Reader {
 
   u64s(count: number, what: string): BigUint64Array {
     this.need(count * 8, what);
-    const out = new BigUint64Array(count);
-    if (LITTLE_ENDIAN) new Uint8Array(out.buffer).set(this.b.subarray(this.at, this.at + count * 8));
-    else for (let i = 0; i < count; i++) out[i] = this.view.getBigUint64(this.at + i * 8, true);
+    const out = u64FromBytes(this.b.subarray(this.at, this.at + count * 8));
     this.at += count * 8;
     return out;
   }

@@ -28,7 +28,7 @@ const send = (m: ToPrimary): void => {
  */
 export class ProcessLink implements SyncLink {
   private readonly handlers: Array<{ subject: string; handler: Handler }> = [];
-  private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0, wire: 'json' };
+  private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0 };
   private viaMesh = false;
   /** This process's end of the mesh (null: none, the primary relays). */
   mesh: SyncMesh | null = null;
@@ -42,7 +42,6 @@ export class ProcessLink implements SyncLink {
   /** The primary's word on the processes: their socket paths, or null (some process has none: relay), and whether all read the binary wire. */
   usePeers(paths: readonly string[] | null, binary = false): void {
     this.binaryWire = binary;
-    this.st.wire = binary ? 'binary' : 'json';
     this.viaMesh = paths !== null && this.mesh !== null;
     this.mesh?.setPeers(this.viaMesh ? paths! : []);
     this.st.url = this.viaMesh ? `unix://${this.mesh!.path}` : 'ipc://primary';
@@ -78,7 +77,7 @@ export class ProcessLink implements SyncLink {
   }
 
   status(): LinkStatus {
-    return { ...this.st, connected: process.connected };
+    return { ...this.st, connected: process.connected, wire: this.binaryWire ? 'binary' : 'json' };
   }
 
   /**

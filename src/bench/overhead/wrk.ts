@@ -85,7 +85,9 @@ export function parseWrk(out: string): WrkRun {
 /** Runs the ramp's closed-loop steps with wrk: one wrk per origin (the direct target has two), one thread each. */
 export class WrkLoad {
   private readonly dir = mkdtempSync(join(tmpdir(), 'kvrouter-wrk-'));
-  private scripts = 0;
+  /** Script files by bodies (the benchmark's one array), path and headers: written once, not per step. */
+  private readonly scripts = new WeakMap<readonly string[], Map<string, string>>();
+  private written = 0;
 
   constructor(private readonly bin: string) {}
 
@@ -98,11 +100,7 @@ export class WrkLoad {
     // Fewer connections than origins (the direct target's first step): only as many origins, so the
     // step keeps exactly `concurrency` requests in flight, as the Node generator does.
     const origins = [...byOrigin.keys()].slice(0, Math.max(1, cmd.concurrency));
-    const scripts = origins.map((o) => {
-      const file = join(this.dir, `s${this.scripts++}.lua`);
-      writeFileSync(file, wrkScript(byOrigin.get(o)!, cmd.spec.bodies, cmd.spec.headers));
-      return file;
-    });
+    const scripts = origins.map((o) => this.script(byOrigin.get(o)!, cmd.spec));
     const conns = (i: number) => Math.floor(cmd.concurrency / origins.length) + (i < cmd.concurrency % origins.length ? 1 : 0);
     const all = (seconds: number) => Promise.all(origins.map((o, i) => this.once(o, scripts[i], conns(i), seconds)));
     const t0 = performance.now();
@@ -126,6 +124,20 @@ export class WrkLoad {
       cpuSeconds: runs.reduce((a, r) => a + r.cpuSeconds, 0),
     };
   }
+
+  private script(path: string, spec: LoadSpec): string {
+    let files = this.scripts.get(spec.bodies);
+    if (!files) this.scripts.set(spec.bodies, (files = new Map()));
+    const key = `${path}\n${JSON.stringify(spec.headers)}`;
+    let file = files.get(key);
+    if (!file) {
+      file = join(this.dir, `s${this.written++}.lua`);
+      writeFileSync(file, wrkScript(path, spec.bodies, spec.headers));
+      files.set(key, file);
+    }
+    return file;
+  }
+
 
   private once(origin: string, script: string, connections: number, seconds: number): Promise<WrkRun> {
     // bash's `times` gives wrk's CPU; the exit status stays wrk's. A response slower than wrk's
