@@ -1,21 +1,17 @@
-// Request bodies: bounded read, parsed as JSON whatever the content-type (curl -d sends a form
-// type), objects only.
+// Request bodies: read through the project's one capped reader (src/api/body.ts), parsed as JSON
+// whatever the content-type (curl -d sends a form type), objects only.
 import type { IncomingMessage } from 'node:http';
+import { readCapped } from '../../api/body.js';
 import { HttpError, badRequest } from './errors.js';
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
 export async function readJsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY_BYTES) throw new HttpError(413, `request body exceeds ${MAX_BODY_BYTES} bytes`);
-    chunks.push(chunk as Buffer);
-  }
+  const bytes = await readCapped(req, MAX_BODY_BYTES, req.headers['content-length']);
+  if (bytes === null) throw new HttpError(413, `request body exceeds ${MAX_BODY_BYTES} bytes`);
   let value: unknown;
   try {
-    value = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    value = JSON.parse(bytes.toString('utf8'));
   } catch (err) {
     throw badRequest(`invalid JSON body: ${(err as Error).message}`);
   }

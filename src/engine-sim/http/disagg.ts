@@ -11,7 +11,7 @@
 // Timing of the passes stays the mocker's; the transfer wait is blocks x bytes / bandwidth.
 import { request } from 'undici';
 import type { EngineBackend } from './backend.js';
-import { badRequest, HttpError } from './errors.js';
+import { badRequest, errorObject, HttpError } from './errors.js';
 import type { Body } from './params.js';
 
 export const ENGINE_SIM_ROLES = ['both', 'prefill', 'decode'] as const;
@@ -158,5 +158,5 @@ export async function disaggregate(backend: EngineBackend, body: Body, requestId
 /** GET /kvsim/kv/<key>?timeout_ms=N: a prefilled prompt's handoff (long poll), 504 when it does not come. */
 export async function serveHandoff(backend: EngineBackend, key: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
   const h = await backend.disagg.board.wait(key, Math.min(Math.max(0, timeoutMs), 600_000));
-  return h ? { status: 200, body: { prompt_tokens: h.promptTokens } } : { status: 504, body: { error: { message: `no prefilled KV for ${key}`, type: 'Timeout', code: 504 } } };
+  return h ? { status: 200, body: { prompt_tokens: h.promptTokens } } : { status: 504, body: errorObject(504, `no prefilled KV for ${key}`) };
 }

@@ -9,6 +9,7 @@ const TYPES: Record<number, string> = {
   413: 'RequestEntityTooLarge',
   500: 'InternalServerError',
   503: 'ServiceUnavailableError',
+  504: 'Timeout',
 };
 
 export class HttpError extends Error {
@@ -23,8 +24,13 @@ export class HttpError extends Error {
 
 export const badRequest = (message: string, param: string | null = null): HttpError => new HttpError(400, message, param);
 
+/** The one error shape of the engine's answers (JSON bodies and SSE error events). */
+export function errorObject(status: number, message: string, param: string | null = null): { error: { message: string; type: string; param: string | null; code: number } } {
+  return { error: { message, type: TYPES[status] ?? 'Error', param, code: status } };
+}
+
 export function errorBody(status: number, message: string, param: string | null = null): string {
-  return JSON.stringify({ error: { message, type: TYPES[status] ?? 'Error', param, code: status } });
+  return JSON.stringify(errorObject(status, message, param));
 }
 
 export function sendError(res: ServerResponse, err: HttpError): void {

@@ -1,7 +1,7 @@
 // Runs a Generation and writes it out: one JSON body, or vLLM-style SSE chunks (optionally with a
 // final usage chunk). Endpoint-specific shapes come from a ResponseShape.
 import type { ServerResponse } from 'node:http';
-import { sendError, type HttpError } from './errors.js';
+import { errorObject, sendError } from './errors.js';
 import type { ChoiceDelta, ChoiceState, Generation, Usage } from './generation.js';
 import type { SamplingParams } from './params.js';
 import { endSse, sendEvent, startSse } from './sse.js';
@@ -51,7 +51,7 @@ export function respond(res: ServerResponse, gen: Generation, params: SamplingPa
       (err) => {
         done = true;
         meta.onFinished?.(err === null);
-        if (err) sendEvent(res, JSON.parse(errorJson(err)));
+        if (err) sendEvent(res, errorObject(err.status, err.message, err.param));
         else if (params.includeUsage) sendEvent(res, { ...head, choices: [], usage: gen.usage() });
         endSse(res);
       },
@@ -84,8 +84,4 @@ export function respond(res: ServerResponse, gen: Generation, params: SamplingPa
 
 function plainUsage(u: Usage): Omit<Usage, 'prompt_tokens_details'> {
   return { prompt_tokens: u.prompt_tokens, total_tokens: u.total_tokens, completion_tokens: u.completion_tokens };
-}
-
-function errorJson(err: HttpError): string {
-  return JSON.stringify({ error: { message: err.message, type: 'ServiceUnavailableError', param: err.param, code: err.status } });
 }
