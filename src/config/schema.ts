@@ -3,8 +3,8 @@ import { DEFAULT_REGISTER_ALLOWLIST } from '../auth/allowlist.js';
 import { CLUSTER_SCHEMA } from '../cluster/config.js';
 import { KV_EVENTS_SCHEMA } from '../events/config.js';
 import { arr, bool, type Infer, int, num, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
+import { DEFAULT_POLICY, POLICY_NAMES, policiesDoc } from '../scheduler/policies/registry.js';
 
-const POLICY_NAMES = ['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct'] as const;
 const PUBLISHERS = ['vLLM', 'SGLang', 'LMCache', 'Mooncake'] as const;
 const ZMQ = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
 const URL_RE = /^(https?:\/\/[^\s/]+(:\d+)?(\/[^\s]*)?|unix:\/\/\/?[^\s]+)$/;
@@ -13,7 +13,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
   // Defaults at the top level; per-model overrides leave unset keys to them (optional, no default).
   const d = <const T>(v: T) => (withDefaults ? { default: v } : { optional: true }) as W extends true ? { default: T } : { optional: true };
   return {
-    policy: str('Routing policy: kv (cache-aware cost), approx (cost on router-predicted blocks, for engines without KV events), round-robin, random, least-loaded, power-of-two, session (rendezvous hash on the session header or `user`), direct (admin picks the instance).', { enum: POLICY_NAMES, ...d('kv') }),
+    policy: str(`Routing policy: ${policiesDoc()}.`, { enum: POLICY_NAMES, ...d(DEFAULT_POLICY) }),
     cost_model: str('How kv and approx price an instance: time (predicted time to first token in ms, from the prefill work queued there, the request\'s uncached tokens and the instance\'s prefill rate learned online, plus the stall it adds to running decodes) or blocks (Dynamo\'s overlap_weight x prefill_blocks + decode_blocks). See docs/tuning.md.', { enum: ['time', 'blocks'] as const, ...d('time') }),
     overlap_weight: num('blocks cost model: weight of prefill blocks against decode blocks (Dynamo overlap_score_weight). 0 ignores cached prefixes and prefill load.', { min: 0, max: 100, ...d(1) }),
     prefill_tokens_per_s: num('time cost model: prefill speed assumed for an instance until the router has learned its own from first-token times.', { min: 1, max: 1e9, ...d(20_000) }),
@@ -190,7 +190,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
   ),
 }) satisfies ObjectSpec;
 
-export type PolicyName = (typeof POLICY_NAMES)[number];
+export type { PolicyName } from '../scheduler/policies/registry.js';
 
 /** The validated configuration (defaults applied): derived from ROUTER_SCHEMA, never written by hand. */
 export type RouterConfig = Infer<typeof ROUTER_SCHEMA>;

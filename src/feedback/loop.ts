@@ -5,6 +5,7 @@ import type { IndexWriter } from '../indexer/writer.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import type { EngineUsage } from './usage-tail.js';
 import { type Alarm, HitVerifier, type Verdict } from './verifier.js';
+import { predictsHits } from '../scheduler/policies/registry.js';
 
 export const VERIFY_ACTIONS = ['warn', 'resync', 'distrust'] as const;
 export type VerifyAction = (typeof VERIFY_ACTIONS)[number];
@@ -81,7 +82,7 @@ export class FeedbackLoop {
    * a router without KV events its empty view would raise alarms nobody can act on.
    */
   reported(d: Decision, usage: EngineUsage | null): void {
-    if (d.policy !== 'kv' && d.policy !== 'approx') return;
+    if (!predictsHits(d.policy)) return;
     const p = predictionOf(d);
     if (p) this.check(p, usage);
   }

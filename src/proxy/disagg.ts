@@ -23,6 +23,7 @@ import type { Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js'
 import { candidatesOf, type InstanceRuntime, type LegPlan } from './forward.js';
 import { SpanKind } from '@opentelemetry/api';
 import { RequestTrace } from '../tracing/request-trace.js';
+import { DEFAULT_POLICY, policySpec } from '../scheduler/policies/registry.js';
 
 export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
 export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 1024, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
@@ -86,7 +87,7 @@ export function decodeLegRoute(route: Route): Route {
 
 /** The prefill leg is priced on prefill alone (it holds no decode); an admin's target names the decode leg. */
 export function prefillLegRoute(route: Route): Route {
-  return { ...route, policy: route.policy === 'direct' ? 'kv' : route.policy, target: null, weights: { ...route.weights, trackActiveBlocks: false } };
+  return { ...route, policy: policySpec(route.policy).needs.target ? DEFAULT_POLICY : route.policy, target: null, weights: { ...route.weights, trackActiveBlocks: false } };
 }
 
 /** A model's eligible instances: decode and aggregated ones serve the decode leg, prefill ones the prefill leg. */

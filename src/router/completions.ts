@@ -20,6 +20,7 @@ import { decodeLegRoute, DEFAULT_DISAGG, disaggPlanner, splitLegs } from '../pro
 import { RequestTrace } from '../tracing/request-trace.js';
 import { combineObservers } from './decision-log.js';
 import type { Tracing } from '../tracing/tracing.js';
+import { policySpec, servingPolicy } from '../scheduler/policies/registry.js';
 
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
@@ -82,8 +83,8 @@ export async function prepareRoute(
     throw new OpenAIError(403, `this API key may not use the model \`${parsed.model}\``, 'invalid_request_error', 'model', 'model_not_allowed');
   }
   const routing = applyOverrides(headers, model.routing, deps.cfg.routing.header_overrides);
-  if (routing.policy === 'direct' && principal.kind === 'tenant') {
-    throw new OpenAIError(403, 'the direct policy (x-kvrouter-target) needs the admin token', 'invalid_request_error', 'x-kvrouter-target', 'forbidden');
+  if (policySpec(routing.policy).adminOnly && principal.kind === 'tenant') {
+    throw new OpenAIError(403, `the ${routing.policy} policy (x-kvrouter-target) needs the admin token`, 'invalid_request_error', 'x-kvrouter-target', 'forbidden');
   }
   // A tenant with a cache salt never shares KV blocks with other tenants (engine and index), and
   // no tenant runs under another's salt.
@@ -97,9 +98,9 @@ export async function prepareRoute(
   }
   refuseOversized(parsed.prompt, deps.cfg.server, kind);
   const t0 = performance.now();
-  // Only cache-aware policies read the tokens; the others route without paying for tokenization
+  // Only policies that declare tokens read them; the others route without paying for tokenization
   // (token-id prompts are free either way).
-  const needTokens = alwaysTokenize || model.disaggregated || routing.policy === 'kv' || routing.policy === 'approx' || parsed.prompt.kind === 'tokens';
+  const needTokens = alwaysTokenize || model.disaggregated || policySpec(routing.policy).needs.tokens || parsed.prompt.kind === 'tokens';
   let tokens: Uint32Array | null = null;
   if (needTokens) {
     const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
@@ -155,8 +156,8 @@ function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: Co
 
 export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<CompletionDeps, 'engineLoads' | 'now'>): Pick<ForwardJob, 'ns' | 'route'> {
   const r = p.routing;
-  // Without tokens (content the router cannot tokenize) there is no affinity to score: spread load.
-  const policy = p.tokens === null && (r.policy === 'kv' || r.policy === 'approx') ? 'least-loaded' : r.policy;
+  // Without tokens (content the router cannot tokenize) a policy that needs them gives way to its fallback.
+  const policy = servingPolicy(r.policy, { tokens: p.tokens !== null });
   return {
     ns: { model: p.model.name, blockSize: p.model.cfg.block_size, loraName: p.adapter, salt: p.cacheSalt, tenant: 'default' },
     route: {
@@ -189,7 +190,7 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<Comp
 
 /** How long the routed prompt's blocks stay speculatively in the index (approx has nothing else). */
 export function speculativeTtl(p: PreparedRoute, route: Pick<ForwardJob['route'], 'policy'>): number {
-  return route.policy === 'approx' ? p.routing.approx_ttl_ms : p.routing.speculative_ttl_ms;
+  return p.routing[policySpec(route.policy).predictionTtlKey];
 }
 
 /**

@@ -20,6 +20,7 @@ import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from '.
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
 import { candidatesOf, type InstanceRuntime } from '../proxy/forward.js';
 import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
+import { predictsHits } from '../scheduler/policies/registry.js';
 
 interface PrefillAnswer {
   cfg: DisaggConfig;
@@ -215,7 +216,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       const remote = prefill?.d?.chosen ? prefill.d : null;
       scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl, prefillTokens: remote ? 0 : undefined });
       if (remote) scheduler.book(remote, fields.ns, { requestId: prefillKey(rid), now: now(), speculativeTtlMs: ttl });
-      const pred = deps.cfg.verification.enabled && (d.policy === 'kv' || d.policy === 'approx') ? predictionOf(d) : null;
+      const pred = deps.cfg.verification.enabled && predictsHits(d.policy) ? predictionOf(d) : null;
       if (pred) booked.set(rid, pred);
       isBooked = true;
     }

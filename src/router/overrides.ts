@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { OpenAIError } from '../api/openai.js';
 import type { RoutingConfig } from '../config/schema.js';
 import { COST_MODELS, type CostModel } from '../scheduler/cost.js';
-import { isPolicy, type PolicyName } from '../scheduler/policies.js';
+import { isPolicy, type PolicyName, policySpec, TARGET_POLICY } from '../scheduler/policies/registry.js';
 import { DISAGG_MODES, type DisaggMode } from '../disagg/protocol.js';
 
 
@@ -105,9 +105,9 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   if (target !== undefined) {
     const out = edit();
     out.target = target;
-    if (p === undefined) out.policy = 'direct';
+    if (p === undefined) out.policy = TARGET_POLICY;
   }
   const out: RequestRouting = copy ?? plainRouting(base);
-  if (out.policy === 'direct' && !out.target) throw new OpenAIError(400, 'the direct policy needs an x-kvrouter-target header naming the instance', 'invalid_request_error', 'x-kvrouter-target');
+  if (policySpec(out.policy).needs.target && !out.target) throw new OpenAIError(400, `the ${out.policy} policy needs an x-kvrouter-target header naming the instance`, 'invalid_request_error', 'x-kvrouter-target');
   return out;
 }

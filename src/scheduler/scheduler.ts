@@ -5,7 +5,7 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
 import { type CostWeights, cost } from './cost.js';
-import { POLICY_IMPL, type PolicyName } from './policies.js';
+import { type PolicyName, policySpec } from './policies/registry.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 
@@ -275,11 +275,11 @@ export class Scheduler {
     const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null): Decision => ({ chosen, reason, policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null });
     const pool = input.exclude ? candidates.filter((c) => !input.exclude!.has(c.instance)) : candidates;
     if (pool.length === 0) return decision(null, 'no_candidates');
-    // An explicit target bypasses busy gating (the operator asked for it).
-    const eligible = input.policy === 'direct' ? pool : pool.filter((c) => !c.busy);
+    const spec = policySpec(input.policy);
+    const eligible = spec.busyFilter ? pool.filter((c) => !c.busy) : pool;
     if (eligible.length === 0) return decision(null, 'all_busy');
     const poolKey = input.ns.model;
-    const idx = POLICY_IMPL[input.policy](eligible, {
+    const idx = spec.pick(eligible, {
       temperature: input.temperature,
       rand: this.rand,
       nextTurn: () => {
@@ -294,7 +294,7 @@ export class Scheduler {
       loadBound: input.loadBound ?? 0,
       seq,
     });
-    if (idx < 0) return decision(null, input.policy === 'direct' ? 'unknown_target' : 'no_candidates');
+    if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
     return decision(eligible[idx], null);
   }
 

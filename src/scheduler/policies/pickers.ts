@@ -1,35 +1,13 @@
-// Routing policies: strategies behind one function type. Each picks among eligible candidates
-// (healthy, not over their busy threshold) that already carry their cost breakdown.
-import { xxh3_64 } from '../hashing/index.js';
-import { pickByCost } from './cost.js';
-import type { CandidateScore } from './scheduler.js';
+// The pick step: how a policy chooses among the candidates the filters kept, each already carrying
+// its cost breakdown. Argmin / softmax over cost, rendezvous co-location, bounded load, rotation,
+// random, least load, power of two, rendezvous by session, and a named target.
+import { xxh3_64 } from '../../hashing/index.js';
+import { pickByCost } from '../cost.js';
+import type { CandidateScore } from '../scheduler.js';
+import type { Picker } from './types.js';
 
-export const POLICIES = ['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct'] as const;
-export type PolicyName = (typeof POLICIES)[number];
-
-export interface PolicyContext {
-  temperature: number;
-  rand: () => number;
-  /** Monotonic counter for round-robin, owned by the caller per pool. */
-  nextTurn: () => number;
-  sessionKey: string | null;
-  target: string | null;
-  /** Sibling co-location slack (fraction of the cheapest candidate's prefill time; 0 = off). */
-  prefixAffinity: number;
-  affinityBlocks: number;
-  /**
-   * Bounded load (kv/approx): a candidate whose in-flight requests would exceed this factor x the
-   * mean loses to the cheapest one within the bound unless its cache saves at least half of the
-   * prefill there. 0 = off.
-   */
-  loadBound: number;
-  /** The request's seq hashes (names its prefixes). */
-  seq: BigUint64Array;
-}
-
-export type Policy = (eligible: readonly CandidateScore[], ctx: PolicyContext) => number;
-
-const byCost: Policy = (c, ctx) => pickByCost(c.map((x) => x.cost), ctx.temperature, ctx.rand);
+/** Argmin of cost with uniform ties, or a softmax over range-normalised costs above temperature 0. */
+export const byCost: Picker = (c, ctx) => pickByCost(c.map((x) => x.cost), ctx.temperature, ctx.rand);
 
 /** Rendezvous weight of a worker for a key (highest wins): stable as workers come and go. */
 const hrw = (key: bigint, c: CandidateScore): bigint => xxh3_64(`${c.instance}\u0000${c.dpRank}`, key);
@@ -38,10 +16,11 @@ const hrw = (key: bigint, c: CandidateScore): bigint => xxh3_64(`${c.instance}\u
  * The cheapest candidate, except that near-equals go by the prefix: among candidates crediting the
  * same cached prefix as the cheapest and within `prefixAffinity x its prefill time` of its cost, the
  * one the request's next `affinityBlocks` blocks hash to wins (while the cheapest has no prefill
- * queued, only among those without). Requests sharing a prefix nobody holds yet thus meet on one instance (bounded-load consistent hashing: a loaded preferred instance
- * falls out of the slack, and its overflow lands on the prefix's next choice, not anywhere).
+ * queued, only among those without). Requests sharing a prefix nobody holds yet thus meet on one
+ * instance (bounded-load consistent hashing: a loaded preferred instance falls out of the slack, and
+ * its overflow lands on the prefix's next choice, not anywhere).
  */
-const byCostWithAffinity: Policy = (c, ctx) => {
+export const byCostWithAffinity: Picker = (c, ctx) => {
   let i = byCost(c, ctx);
   let cap = Infinity;
   // Only for a request with something cached on its cheapest candidate: a prefix nobody holds yet
@@ -105,9 +84,10 @@ function withinBound(c: readonly CandidateScore[], i: number, cap: number): numb
 /** Load without cache credit: what least-loaded and power-of-two compare. */
 const loadOf = (c: CandidateScore) => c.load.activeRequests * 1e9 + c.load.activePrefillTokens / 16 + c.load.activeBlocks;
 
-const leastLoaded: Policy = (c, ctx) => pickByCost(c.map(loadOf), 0, ctx.rand);
+export const leastLoad: Picker = (c, ctx) => pickByCost(c.map(loadOf), 0, ctx.rand);
 
-const powerOfTwo: Policy = (c, ctx) => {
+/** The less loaded of two candidates drawn at random. */
+export const powerOfTwoChoices: Picker = (c, ctx) => {
   if (c.length < 2) return c.length - 1;
   const a = Math.floor(ctx.rand() * c.length);
   let b = Math.floor(ctx.rand() * (c.length - 1));
@@ -115,8 +95,8 @@ const powerOfTwo: Policy = (c, ctx) => {
   return loadOf(c[a]) <= loadOf(c[b]) ? a : b;
 };
 
-/** Rendezvous (highest random weight) hashing: a session sticks to one instance while it is eligible. */
-const session: Policy = (c, ctx) => {
+/** Rendezvous (highest random weight) hashing of the session key: a session sticks while its instance is eligible. */
+export const rendezvousBySession: Picker = (c, ctx) => {
   if (!ctx.sessionKey) return byCost(c, ctx);
   let best = -1;
   let bestW = -1n;
@@ -130,23 +110,13 @@ const session: Policy = (c, ctx) => {
   return best;
 };
 
-const direct: Policy = (c, ctx) => {
+export const rotation: Picker = (c, ctx) => (c.length === 0 ? -1 : ctx.nextTurn() % c.length);
+
+export const uniform: Picker = (c, ctx) => (c.length === 0 ? -1 : Math.floor(ctx.rand() * c.length));
+
+/** The named instance (the cheapest of its DP ranks), or -1 when it is not among the candidates. */
+export const namedTarget: Picker = (c, ctx) => {
   const idx = c.map((x, i) => [x, i] as const).filter(([x]) => x.instance === ctx.target);
   if (idx.length === 0) return -1;
   return idx[pickByCost(idx.map(([x]) => x.cost), 0, ctx.rand)][1];
 };
-
-export const POLICY_IMPL: Readonly<Record<PolicyName, Policy>> = {
-  kv: byCostWithAffinity,
-  approx: byCostWithAffinity,
-  'round-robin': (c, ctx) => (c.length === 0 ? -1 : ctx.nextTurn() % c.length),
-  random: (c, ctx) => (c.length === 0 ? -1 : Math.floor(ctx.rand() * c.length)),
-  'least-loaded': leastLoaded,
-  'power-of-two': powerOfTwo,
-  session,
-  direct,
-};
-
-export function isPolicy(name: string): name is PolicyName {
-  return (POLICIES as readonly string[]).includes(name);
-}

@@ -1,0 +1,56 @@
+// Every routing policy, once. The config schema, the router and the benchmarks read this list;
+// nothing outside scheduler/ knows a policy by name. Adding a policy: one file beside this one
+// (a `definePolicy` literal), one line below, its unit test in test/unit/.
+import { approx } from './approx.js';
+import { direct } from './direct.js';
+import { kv } from './kv.js';
+import { leastLoaded } from './least-loaded.js';
+import { powerOfTwo } from './power-of-two.js';
+import { random } from './random.js';
+import { roundRobin } from './round-robin.js';
+import { session } from './session.js';
+import type { PolicySpec } from './types.js';
+
+export const POLICIES = [kv, approx, roundRobin, random, leastLoaded, powerOfTwo, session, direct] as const;
+
+export type PolicyName = (typeof POLICIES)[number]['name'];
+
+export const POLICY_NAMES: readonly PolicyName[] = POLICIES.map((p) => p.name);
+
+export const DEFAULT_POLICY: PolicyName = 'kv';
+
+/** The policy an x-kvrouter-target header selects when the request names no policy. */
+export const TARGET_POLICY: PolicyName = 'direct';
+
+const BY_NAME: ReadonlyMap<string, PolicySpec<PolicyName>> = new Map(POLICIES.map((p) => [p.name, p]));
+
+export function isPolicy(name: string): name is PolicyName {
+  return BY_NAME.has(name);
+}
+
+export function policySpec(name: PolicyName): PolicySpec<PolicyName> {
+  const p = BY_NAME.get(name);
+  if (!p) throw new Error(`unknown policy ${name}`);
+  return p;
+}
+
+/**
+ * The policy that serves a request: the chosen one, or its fallback (transitively) while the
+ * request lacks an input it needs (no tokens: content the router cannot tokenize).
+ */
+export function servingPolicy(name: PolicyName, has: { tokens: boolean }): PolicyName {
+  let p = policySpec(name);
+  for (let hops = 0; p.needs.tokens && !has.tokens && p.fallback !== null && hops < POLICIES.length; hops++) p = policySpec(p.fallback as PolicyName);
+  return p.name;
+}
+
+/** Whether a decision by this policy predicts cache hits (what the closed-loop check can judge). */
+export function predictsHits(name: PolicyName): boolean {
+  const n = policySpec(name).needs;
+  return n.index || n.predictions;
+}
+
+/** The configuration reference's line for `routing.policy`. */
+export function policiesDoc(): string {
+  return POLICIES.map((p) => `${p.name} (${p.summary})`).join(', ');
+}
