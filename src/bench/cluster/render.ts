@@ -17,7 +17,7 @@ export interface ClusterReport {
   workload: { name: string; description: string; requests: number };
   oracle: OracleStats;
   sizing: Sizing;
-  config: { engines: number; blockSize: number; speedup: number; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; routerProcesses?: number; bypass?: number; pd?: string };
+  config: { engines: number; blockSize: number; speedup: number; perfModel?: string; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; routerProcesses?: number; bypass?: number; pd?: string };
   arrivals: { scheduleS: number; followUps: number };
   loadAverage: { before: number[]; after: number[] };
   runSeconds: number;
@@ -37,7 +37,7 @@ export function setupTable(d: ClusterReport): Table {
       ['requests', d.workload.requests],
       ['oracle hit rate (infinite cache)', `${(100 * d.oracle.hitRate).toFixed(1)}%`],
       ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens = ${((d.oracle.distinctBlocks * c.blockSize) / 1e6).toFixed(2)} M tokens`],
-      ['engines', `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, speedup ${c.speedup}, max_model_len ${z.maxModelLen}`],
+      ['engines', `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, pass times ${c.perfModel ?? 'mocker'} (${c.model}), speedup ${c.speedup}, max_model_len ${z.maxModelLen}`],
       ['cache sizing', `working set = ${z.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${z.clusterRatio.toFixed(2)}x working set`],
       ...(c.bypass ? [['bypass', `${(100 * c.bypass).toFixed(0)}% of the requests go straight to engine e0, not through the router (load it did not book)`]] : []),
       ...(d.results.some((r) => r.policy.startsWith('pd')) && c.pd ? [['disaggregated (pd variants)', `${c.pd}: engines e0.. prefill, then decode, each sized as one aggregated engine; vLLM connector protocol, KV transfer 25 GB/s`]] : []),

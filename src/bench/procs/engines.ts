@@ -1,6 +1,18 @@
 // A fleet of simulated engines in one child process (`kvrouter engine-sim --count N`), so the
 // engines' CPU is apart from the load generator's and the router's.
+import { loadPerfModel } from '../../engine-sim/perf-models.js';
 import { type Child, spawnCli } from './children.js';
+
+/**
+ * The benchmarks' engines take their pass times from Qwen3-8B measured on an H200 (engine-sim
+ * --perf-model); their KV capacity stays what each benchmark sizes (--num-gpu-blocks wins).
+ */
+export const BENCH_PERF_MODEL = 'h200-qwen3-8b';
+
+/** The served model name that goes with a perf model (the mocker's engines have always served Qwen3-0.6B). */
+export function benchModelName(perfModel: string): string {
+  return loadPerfModel(perfModel).servedModel ?? 'Qwen/Qwen3-0.6B';
+}
 
 export interface FleetOptions {
   count: number;
@@ -9,6 +21,8 @@ export interface FleetOptions {
   numCpuBlocks: number;
   maxModelLen: number;
   speedup: number;
+  /** engine-sim --perf-model. */
+  perfModel: string;
   seed: number;
   tokenizer: string;
   model: string;
@@ -35,7 +49,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     'engine-sim', '--count', String(o.count), '--port', '0', '--zmq-port', '0', '--replay-port', '0',
     '--model', o.model, '--tokenizer', o.tokenizer, '--block-size', String(o.blockSize),
     '--num-gpu-blocks', String(o.numGpuBlocks), '--num-cpu-blocks', String(o.numCpuBlocks),
-    '--max-model-len', String(o.maxModelLen), '--speedup', String(o.speedup), '--seed', String(o.seed),
+    '--max-model-len', String(o.maxModelLen), '--speedup', String(o.speedup), '--perf-model', o.perfModel, '--seed', String(o.seed),
     ...(o.extra ?? []),
   ];
   const child = await spawnCli(args, LINE, { count: o.count, timeoutMs: 120_000 });

@@ -1,5 +1,7 @@
 // Knobs of one engine core (one DP rank). Defaults follow vLLM / Dynamo's mocker where they exist.
 import type { HashFlavor } from './engine-hash.js';
+import { mockerModel } from './mocker-model.js';
+import type { PerfModel } from './perf-model.js';
 
 export interface CoreConfig {
   blockSize: number;
@@ -10,6 +12,8 @@ export interface CoreConfig {
   maxNumBatchedTokens: number;
   enableChunkedPrefill: boolean;
   enablePrefixCaching: boolean;
+  /** Time of a pass from its contents (default: the Dynamo mocker's polynomials). */
+  perfModel: PerfModel;
   speedup: number;
   decodeSpeedup: number;
   cpuLoadFraction: number;
@@ -31,6 +35,7 @@ export const CORE_DEFAULTS: Omit<CoreConfig, 'outputVocab'> = {
   maxNumBatchedTokens: 8192,
   enableChunkedPrefill: true,
   enablePrefixCaching: true,
+  perfModel: mockerModel,
   speedup: 1,
   decodeSpeedup: 1,
   cpuLoadFraction: 0.2,

@@ -11,7 +11,7 @@ import type { CoreKvEvent } from './kv-events.js';
 import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
 import { Rng } from './rng.js';
 import { Scheduler, type Admission } from './scheduler.js';
-import { passMs } from './timing.js';
+import { passMs, type PrefillChunk } from './perf-model.js';
 
 export interface TokenOutput {
   requestId: string;
@@ -141,13 +141,23 @@ export class EngineCore {
     const plan = this.scheduler.schedule();
     let prefillTokens = 0;
     let decodeRequests = 0;
+    let decodeContextTokens = 0;
+    const prefills: PrefillChunk[] = [];
     for (const w of plan.work) {
-      if (w.decode) decodeRequests++;
-      else prefillTokens += w.tokens;
+      // req.computed is still the KV before this pass: what the new tokens attend to.
+      if (w.decode) {
+        decodeRequests++;
+        decodeContextTokens += w.req.computed;
+      } else {
+        prefillTokens += w.tokens;
+        prefills.push({ newTokens: w.tokens, contextTokens: w.req.computed });
+      }
     }
     const kvUsage = this.cache.activeBlocks / this.cfg.numGpuBlocks;
     const duration = passMs(
-      { prefillTokens, loadedTokens: plan.loadedTokens, decodeRequests, kvUsage },
+      this.cfg.perfModel,
+      { prefills, decodes: decodeRequests, decodeContextTokens, kvUsage },
+      plan.loadedTokens,
       { speedup: this.cfg.speedup, decodeSpeedup: this.cfg.decodeSpeedup, cpuLoadFraction: this.cfg.cpuLoadFraction },
     );
     const endMs = startMs + duration;
