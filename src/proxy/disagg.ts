@@ -178,9 +178,10 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     }
   };
 
-  const releasePrefill = (bookingId: string) => {
+  /** A prefill leg is over; `failed`: the engine did not compute the prompt, so its speculative insert goes too. */
+  const releasePrefill = (bookingId: string, failed: boolean) => {
     deps.scheduler.prefillComplete(bookingId);
-    deps.scheduler.free(bookingId);
+    deps.scheduler.free(bookingId, { failed, now: deps.now() });
   };
 
   /** Every prefill attempt failed: the configured fallback (an overload, `prefill_busy`, is not a failure). */
@@ -196,8 +197,10 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
         const p = pickPrefill();
         if (p === 'busy') return goLocal('prefill_busy');
         if (!p) break;
+        let served = false;
         try {
           const response = await sendPrefill(p, vllmPrefillBody(job.body), signal);
+          served = true;
           transfer = { params: transferParamsOf(response), instance: p.inst.id, attempts: a + 1 };
         } catch (err) {
           if (signal.aborted) throw err;
@@ -207,7 +210,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
           failedPrefill.add(p.inst.id);
           deps.observer?.prefillFailed?.(model, p.inst.id, lastError);
         } finally {
-          releasePrefill(p.bookingId);
+          releasePrefill(p.bookingId, !served);
         }
       }
       if (!transfer) return fallback(lastError);
@@ -257,8 +260,11 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).
     const ctl = new AbortController();
     const mine: { ctl: AbortController; settled: Promise<void>; failed: boolean } = { ctl, failed: false, settled: Promise.resolve() };
+    let served = false;
     mine.settled = sendPrefill(p, body, AbortSignal.any([signal, ctl.signal]))
-      .then(() => undefined)
+      .then(() => {
+        served = true;
+      })
       .catch((err: unknown) => {
         // Aborted on purpose (client gone, attempt over), or refused like the decode leg will be: no blame.
         if (signal.aborted || ctl.signal.aborted || err instanceof PrefillRefused) return;
@@ -268,7 +274,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
         deps.observer?.prefillFailed?.(model, p.inst.id, why);
         fail(why);
       })
-      .finally(() => releasePrefill(p.bookingId));
+      .finally(() => releasePrefill(p.bookingId, !served));
     leg = mine;
     return {
       body: json(body),

@@ -239,12 +239,17 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     if (!ID_RE.test(id)) throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
     const key = bookingKey(id);
     // A free may carry the engine's response usage (as the engine sent it): it is checked against
-    // the prediction like a proxied response's. A body that cannot be read never keeps a booking.
-    const usage = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).then(usageOf, () => null) : null;
+    // the prediction like a proxied response's; and `failed: true` when the engine never computed the
+    // prompt (the attempt failed): the booking's speculative insert is withdrawn, as the proxy's is.
+    // A body that cannot be read never keeps a booking.
+    const freeBody = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).catch(() => null) : null;
+    const usage = freeBody ? usageOf(freeBody) : null;
+    const failed = freeBody?.failed === true;
     const p = action === 'free' ? booked.get(id) : undefined;
     // The prefill leg (disaggregated) is over once the decode leg's first token is out.
-    scheduler.free(prefillKey(id));
-    const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
+    const outcome = { failed, now: now() };
+    scheduler.free(prefillKey(id), outcome);
+    const ok = action === 'free' ? scheduler.free(key, outcome) : scheduler.prefillComplete(key);
     if (ok) {
       if (action === 'free') {
         freed.add(id);
