@@ -19,13 +19,15 @@ import type { CompletionDeps } from './completions.js';
 import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from './completions.js';
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
 import { candidatesOf, type InstanceRuntime } from '../proxy/forward.js';
-import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
+import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, noPrefillLeg, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
 
 interface PrefillAnswer {
   cfg: DisaggConfig;
   path: { remote: boolean; reason: PathReason };
   /** The prefill leg's decision when remote. */
   d: Decision | null;
+  /** A prefill leg is needed and none is available, and `prefill_fallback: fail` says so: /v1/route answers this. */
+  refused?: OpenAIError | null;
 }
 
 const ID_RE = /^[\w.:-]{1,128}$/;
@@ -144,14 +146,16 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     return { d, p, body, fields, prefill: legs && d.chosen ? prefillLeg(d, p, legs.prefill, fields, t) : null };
   };
 
-  /** The prefill leg of a disaggregated model's request: remote or local, and where. */
+  /** The prefill leg of a disaggregated model's request: remote or local, and where (`prefill_fallback` as the proxy applies it). */
   const prefillLeg = (d: Decision, p: PreparedRoute, prefillSide: readonly InstanceRuntime[], fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer => {
     const cfg = p.model.cfg.disaggregation ?? DEFAULT_DISAGG;
     const candidates = candidatesOf(prefillSide, t);
     const path = pathFor(cfg, p.routing.disagg, d, candidates.length > 0);
-    if (!path.remote) return { cfg, path, d: null };
-    const pd = scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t);
-    return pd.chosen ? { cfg, path, d: pd } : { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null };
+    const pd = path.remote ? scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t) : null;
+    if (pd?.chosen) return { cfg, path, d: pd };
+    if (pd?.reason === 'all_busy') return { cfg, path: { remote: false, reason: 'prefill_busy' }, d: null };
+    if (path.remote || path.reason === 'no_prefill_instance') return { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null, refused: noPrefillLeg(cfg, 'no prefill instance is available') };
+    return { cfg, path, d: null };
   };
 
   const candidateView = (d: Decision, x: Decision['candidates'][number]) => ({
@@ -202,6 +206,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       const status = d.reason === 'unknown_target' ? 400 : 503;
       return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
     }
+    if (prefill?.refused) throw prefill.refused;
     let isBooked = false;
     const tenant = deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant';
     if (typeof rid === 'string' && tenant) {
