@@ -12,6 +12,7 @@ import type { TenantUsage } from '../auth/tenant-usage.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { ActiveSequences } from '../scheduler/active-sequences.js';
 import type { PrefillRates } from '../scheduler/rates.js';
+import { speculate, withdrawSpeculation } from '../scheduler/speculation.js';
 import type { SyncMessage } from './sync-wire.js';
 
 export interface RemoteTarget {
@@ -137,18 +138,14 @@ export class RemoteBookings {
       case 'add': {
         const id = remoteId(p.router, p.incarnation, m.id);
         if (active.get(id)) return false;
-        active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now);
+        const b = active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now);
         p.ids.add(id);
         // As Scheduler.book: the prefix the engine is about to use becomes the newest in the LRU
         // model (without it, eviction-aware scoring here saw that prefix as the oldest, and
         // routed away from it: two processes lost 2-3 points of hit rate, docs/benchmarks.md).
         if (m.touchedBlocks) indexer.find(m.ns)?.index.touch(m.instance, m.dpRank, m.blocks, m.touchedBlocks);
-        if (m.speculativeTtlMs > 0 && m.blocks.length > 0) {
-          // Same speculative insert as Scheduler.book: the prompt's blocks are about to be cached there.
-          const space = indexer.namespace(m.ns);
-          const holder = space.index.speculativeHolder(m.instance, m.dpRank, m.speculativeTtlMs);
-          space.index.store(holder, m.blocks, null, now + m.speculativeTtlMs);
-        }
+        // Same speculative insert as Scheduler.book: the prompt's blocks are about to be cached there.
+        speculate(indexer, m.ns, b, m.speculativeTtlMs, now);
         return false;
       }
       case 'prefill': {
@@ -160,9 +157,12 @@ export class RemoteBookings {
       case 'free': {
         const id = remoteId(p.router, p.incarnation, m.id);
         p.ids.delete(id);
-        const b = m.rate ? active.get(id) : undefined;
+        const b = active.get(id);
         if (b && m.rate) this.target.rates?.observe(b.instance, b.dpRank, m.rate.workTokens, m.rate.decoding, m.rate.ttftMs, m.rate.pool);
-        return active.free(id);
+        if (!active.free(id)) return false;
+        // The sender's attempt failed: its speculative insert is withdrawn here too.
+        if (m.failed) withdrawSpeculation(indexer, b!, now);
+        return true;
       }
       case 'heartbeat':
         p.url = m.url;

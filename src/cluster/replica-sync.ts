@@ -96,12 +96,13 @@ export class ReplicaSync {
       prefillCompleted: (id) => {
         if (!isRemoteId(id)) this.send({ kind: 'prefill', id });
       },
-      freed: (id, rate) => {
+      freed: (id, rate, failed) => {
         if (isRemoteId(id)) return;
         this.local.delete(id);
         // The first token's rate sample travels with the free: every replica learns every
-        // instance's prefill rate from all requests, not from its own share.
-        this.send(rate ? { kind: 'free', id, rate } : { kind: 'free', id });
+        // instance's prefill rate from all requests, not from its own share. A failed attempt's
+        // free says so: every replica withdraws the speculative insert it repeated.
+        this.send({ kind: 'free', id, rate, failed });
       },
     });
     link.subscribe(opts.subject, (data) => this.onMessage(data));

@@ -38,6 +38,8 @@ export type SyncBody =
       id: string;
       /** The sender's prefill-rate sample from this booking's first token, repeated by receivers (absent: none). */
       rate?: RateSample;
+      /** The booking's attempt failed: receivers withdraw the speculative insert they repeated (absent: false). */
+      failed?: boolean;
     }
   | {
       /** Ask `target` to re-announce its in-flight bookings (we joined late or lost messages). */
@@ -85,9 +87,13 @@ export function encodeSync(m: SyncMessage): Uint8Array {
       );
     case 'prefill':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: m.kind, id: m.id })));
-    case 'free':
-      // A receiver before this field ignores it (it reads only the id): the change is compatible.
-      return enc.encode(JSON.stringify(Object.assign(head(), m.rate ? { t: m.kind, id: m.id, rate: { work_tokens: m.rate.workTokens, decoding: m.rate.decoding, ttft_ms: m.rate.ttftMs, pool: m.rate.pool } } : { t: m.kind, id: m.id })));
+    case 'free': {
+      // Receivers before these fields ignore them (they read only the id): the change is compatible.
+      const o: Record<string, unknown> = Object.assign(head(), { t: m.kind, id: m.id });
+      if (m.rate) o.rate = { work_tokens: m.rate.workTokens, decoding: m.rate.decoding, ttft_ms: m.rate.ttftMs, pool: m.rate.pool };
+      if (m.failed) o.failed = true;
+      return enc.encode(JSON.stringify(o));
+    }
     case 'resend':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: 'resend', target: m.target })));
     case 'tenants':
@@ -127,7 +133,8 @@ export function decodeSync(data: Uint8Array): SyncMessage {
     {
       // A sample this receiver cannot use is left out; the free itself still applies.
       const rate = o.rate === undefined ? null : rateSample(o.rate);
-      return rate === null ? { router, incarnation, seq, kind: 'free', id: str(o, 'id') } : { router, incarnation, seq, kind: 'free', id: str(o, 'id'), rate };
+      if (o.failed !== undefined && typeof o.failed !== 'boolean') throw new Error('failed must be a boolean');
+      return freeMessage(router, incarnation, seq, str(o, 'id'), rate, o.failed === true);
     }
     case 'resend':
       return { router, incarnation, seq, kind: 'resend', target: str(o, 'target') };
@@ -164,6 +171,14 @@ function tenantUses(v: unknown): TenantUse[] {
   });
 }
 
+/** A decoded free, keys present only when set (as senders before `failed` wrote them). */
+function freeMessage(router: string, incarnation: string, seq: number, id: string, rate: RateSample | null, failed: boolean): SyncMessage {
+  const m: SyncMessage = { router, incarnation, seq, kind: 'free', id };
+  if (rate) m.rate = rate;
+  if (failed) m.failed = true;
+  return m;
+}
+
 // A binary form of the three messages every request sends (add, prefill, free), for links whose
 // every reader knows it (the `serve --workers` processes say so to their primary); NATS replicas
 // keep JSON, which replicas of any version read. `decodeSync` takes either: a binary message starts
@@ -174,10 +189,13 @@ function tenantUses(v: unknown): TenantUse[] {
 // Little-endian: the sender's kind, then router, incarnation (u16 length + UTF-8), seq (f64), id;
 // an add: instance, dp rank, the namespace (model, block size, LoRA and salt with 0xffff for null,
 // tenant), prefill tokens, speculative TTL, touched blocks (f64 each; 0 touched = none), the block
-// count (u32) and the blocks (u64 each); a free: 1 and the rate sample (work tokens, decoding,
-// TTFT as f64, pool), or 0.
+// count (u32) and the blocks (u64 each); a free: a flags byte (1: the rate sample follows, as work
+// tokens, decoding, TTFT as f64, pool; 2: the attempt failed), then the sample if flagged.
 
 const BINARY_MAGIC = 0xb2;
+/** A free's flags byte: a rate sample follows; the attempt failed. */
+const FREE_RATE = 1;
+const FREE_FAILED = 2;
 const KIND_CODE = { add: 1, prefill: 2, free: 3 } as const;
 const NULL_STR = 0xffff;
 
@@ -279,13 +297,13 @@ function writeBinary(m: BinaryMessage): Uint8Array {
     w.u32(m.blocks.length);
     w.u64s(m.blocks);
   } else if (m.kind === 'free') {
+    w.u8((m.rate ? FREE_RATE : 0) | (m.failed ? FREE_FAILED : 0));
     if (m.rate) {
-      w.u8(1);
       w.f64(m.rate.workTokens);
       w.f64(m.rate.decoding);
       w.f64(m.rate.ttftMs);
       w.str(m.rate.pool);
-    } else w.u8(0);
+    }
   }
   return w.bytes();
 }
@@ -386,13 +404,15 @@ function decodeSyncBinary(data: Uint8Array): SyncMessage {
   } else if (code === KIND_CODE.prefill) {
     m = { router, incarnation, seq, kind: 'prefill', id };
   } else if (code === KIND_CODE.free) {
-    const has = r.u8('rate');
-    if (has > 1) throw new Error('rate flag must be 0 or 1');
-    if (has === 1) {
+    const flags = r.u8('flags');
+    if ((flags & ~(FREE_RATE | FREE_FAILED)) !== 0) throw new Error(`unknown free flags ${flags}`);
+    let rate: RateSample | null = null;
+    if (flags & FREE_RATE) {
       const sample = { workTokens: r.num('rate.work_tokens'), decoding: r.num('rate.decoding'), ttftMs: r.num('rate.ttft_ms'), pool: r.str('rate.pool') };
       // As in JSON: a sample this receiver cannot use is left out; the free itself still applies.
-      m = validSample(sample) ? { router, incarnation, seq, kind: 'free', id, rate: sample } : { router, incarnation, seq, kind: 'free', id };
-    } else m = { router, incarnation, seq, kind: 'free', id };
+      if (validSample(sample)) rate = sample;
+    }
+    m = freeMessage(router, incarnation, seq, id, rate, (flags & FREE_FAILED) !== 0);
   } else throw new Error(`unknown binary sync message kind ${code}`);
   r.end();
   return m;

@@ -85,10 +85,19 @@ export interface PathInput {
   prefillAvailable: boolean;
 }
 
-/** Remote prefill, or local on the decode instance, and why. */
+/**
+ * Remote prefill, or local on the decode instance, and why. Whether the request needs a prefill
+ * leg is decided first; `no_prefill_instance` means it needs one and none is available (what
+ * `prefill_fallback` then decides), never that a request the bypass would keep local lacked one.
+ */
 export function choosePath(p: PathInput): { remote: boolean; reason: PathReason } {
+  const need = needsPrefillLeg(p);
+  if (!need.remote || p.prefillAvailable) return need;
+  return { remote: false, reason: 'no_prefill_instance' };
+}
+
+function needsPrefillLeg(p: PathInput): { remote: boolean; reason: PathReason } {
   if (p.mode === 'local') return { remote: false, reason: 'header' };
-  if (!p.prefillAvailable) return { remote: false, reason: 'no_prefill_instance' };
   if (p.mode === 'remote') return { remote: true, reason: 'header' };
   if (p.isl === 0) return { remote: true, reason: 'untokenized' };
   if (!p.bypass) return { remote: true, reason: 'remote' };

@@ -308,7 +308,9 @@ export class ExtProcExchange {
         observer?.reported?.(b.d, usage);
       }
     } finally {
-      deps.scheduler.free(b.bookingId);
+      // An engine's error answer computed no prompt: its speculative insert goes (an unknown status,
+      // 0, when the gateway skips the response phases, says nothing either way: it stays).
+      deps.scheduler.free(b.bookingId, { failed: (this.response?.status ?? 0) >= 400, now: now() });
       queue.notify(1);
       b.admission.release();
     }
@@ -330,7 +332,8 @@ export class ExtProcExchange {
     }
     const { scheduler } = this.ctx.rt.deps;
     const prefillDone = scheduler.active.get(b.bookingId)?.prefillDone === true;
-    scheduler.free(b.bookingId);
+    // The endpoint first chosen did not serve it: nothing is computed there.
+    scheduler.free(b.bookingId, { failed: true, now: this.ctx.rt.now() });
     b.d = { ...b.d, chosen: c };
     b.bookingId = `epp:${randomUUID()}`;
     b.instance = inst;

@@ -7,6 +7,7 @@
 //   records Int32Array rows of 8: [hashLo, hashHi, holder, nextInEntry, prevInHolder, nextInHolder,
 //           engineLo, engineHi] + Float64Array expiry (speculative records only) + Float64Array
 //           touch (the holder's allocation clock when the block was last stored or routed to)
+//           + Int32Array claims (speculative records only: the bookings' inserts that claim it)
 //   holders (backend, dp rank, medium, owner) with a doubly linked list of their records, so a
 //           `cleared` event or an unregister purges in O(records of that holder)
 //   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> seq hash
@@ -85,6 +86,12 @@ export interface DumpedBlock {
   expiresAt: number;
 }
 
+/** One speculative insert (a booking's), so that a failed attempt can take it back (`withdrawSpeculative`). */
+export interface SpeculativeInsert {
+  ttlMs: number;
+  expiresAt: number;
+}
+
 export interface IndexStats {
   blocks: number;
   records: number;
@@ -117,6 +124,8 @@ interface Candidate {
   dpRank: number;
 }
 
+/** A speculative holder's key: one per (instance, dp rank, TTL class). */
+const specKey = (instance: string, dpRank: number, ttlMs: number): string => `s\u0000${instance}\u0000${dpRank}\u0000${ttlMs}`;
 const hashView = (a: BigUint64Array): Int32Array => new Int32Array(a.buffer, a.byteOffset, a.length * 2);
 const splitScratch = new BigUint64Array(1);
 const keyOut = new Int32Array(2);
@@ -132,6 +141,8 @@ export class BlockIndex {
   private rec: Int32Array;
   private recExp: Float64Array;
   private recTouch: Float64Array;
+  /** Speculative records only: the inserts that claim the record and have not been withdrawn. */
+  private recClaims: Int32Array;
   private recFree = NONE;
   private recTop = 0;
   private liveRecords = 0;
@@ -173,6 +184,7 @@ export class BlockIndex {
     this.rec = new Int32Array(cap * R);
     this.recExp = new Float64Array(cap);
     this.recTouch = new Float64Array(cap);
+    this.recClaims = new Int32Array(cap);
   }
 
   // ---------------------------------------------------------------- holders and ownership
@@ -201,7 +213,7 @@ export class BlockIndex {
 
   /** Holder for router-predicted blocks of an instance (device tier, expiring). One per TTL class. */
   speculativeHolder(instance: string, dpRank: number, ttlMs: number): number {
-    const key = `s\u0000${instance}\u0000${dpRank}\u0000${ttlMs}`;
+    const key = specKey(instance, dpRank, ttlMs);
     const found = this.holderKeys.get(key);
     if (found !== undefined) return found;
     const g = this.group(`s\u0000${instance}\u0000${dpRank}`);
@@ -292,7 +304,8 @@ export class BlockIndex {
   /**
    * Store consecutive blocks for a holder. `seq` are router seq hashes; `engine` the engine's own
    * hashes for the same blocks (dual key) or null when the engine uses the router's hashes.
-   * `expiresAt` > 0 marks speculative entries. Returns the number of newly added (block, holder) pairs.
+   * `expiresAt` > 0 marks speculative entries; each store of one counts as a claim on its records
+   * (`withdrawSpeculative`). Returns the number of newly added (block, holder) pairs.
    */
   store(holder: number, seq: BigUint64Array, engine: BigUint64Array | null = null, expiresAt = 0): number {
     const h = this.holders[holder];
@@ -327,10 +340,14 @@ export class BlockIndex {
       if (r === NONE) {
         r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt);
         added++;
-      } else if (this.recExp[r] !== expiresAt) {
-        tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
-        this.recExp[r] = expiresAt;
-        if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
+        if (h.speculative) this.recClaims[r] = 1;
+      } else {
+        if (h.speculative) this.recClaims[r]++;
+        if (this.recExp[r] !== expiresAt) {
+          tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
+          this.recExp[r] = expiresAt;
+          if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
+        }
       }
       // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
       this.recTouch[r] = clock0 + n - i;
@@ -345,6 +362,40 @@ export class BlockIndex {
     }
     h.clock = clock0 + n;
     return added;
+  }
+
+  /**
+   * Speculative insert of a routed prompt's blocks on an instance (device tier, until now + ttlMs):
+   * the engine is about to compute them. Each block's record counts the inserts that claim it.
+   */
+  speculate(instance: string, dpRank: number, seq: BigUint64Array, ttlMs: number, now: number): SpeculativeInsert {
+    const ins: SpeculativeInsert = { ttlMs, expiresAt: now + ttlMs };
+    this.store(this.speculativeHolder(instance, dpRank, ttlMs), seq, null, ins.expiresAt);
+    return ins;
+  }
+
+  /**
+   * Take back a speculative insert whose attempt failed (the engine did not compute the prompt): its
+   * claim on each record goes, and a record no other insert claims goes with it. Claims of inserts
+   * still in flight or served stay, and so do their records (until their TTL or a confirmation);
+   * event-confirmed records are never touched. At or past its own expiry the insert has lapsed and
+   * withdraws nothing: a record alive now is a later insert's (renewed, or made anew).
+   */
+  withdrawSpeculative(instance: string, dpRank: number, seq: BigUint64Array, ins: SpeculativeInsert, now: number): number {
+    if (now >= ins.expiresAt) return 0;
+    const holder = this.holderKeys.get(specKey(instance, dpRank, ins.ttlMs));
+    if (holder === undefined) return 0;
+    const sv = hashView(seq);
+    let n = 0;
+    for (let i = 0; i < seq.length; i++) {
+      const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
+      if (slot === NONE) continue;
+      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      if (r === NONE || --this.recClaims[r] > 0) continue;
+      this.freeRecord(r);
+      n++;
+    }
+    return n;
   }
 
   /** Remove blocks named by engine hashes (or router hashes for standard publishers). */
@@ -709,6 +760,7 @@ export class BlockIndex {
         this.rec = grow(this.rec, this.rec.length * 2);
         this.recExp = grow(this.recExp, this.recExp.length * 2);
         this.recTouch = grow(this.recTouch, this.recTouch.length * 2);
+        this.recClaims = grow(this.recClaims, this.recClaims.length * 2);
       }
     }
     const rec = this.rec;

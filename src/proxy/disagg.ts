@@ -111,6 +111,17 @@ export function pathFor(cfg: DisaggConfig, mode: DisaggMode, d: Decision, prefil
   });
 }
 
+/**
+ * `prefill_fallback`, one rule for the proxy and the decision API: a request whose path needs a
+ * prefill leg (it is not bypassed, nor local by header) and cannot get one, because no prefill
+ * instance is available (down, ejected) or every one tried failed, is refused with a 502 under
+ * `fail` (returned here), and prefilled on the decode instance under `local` (null). Every prefill
+ * instance being busy is an overload, not a missing leg: it goes local under either setting.
+ */
+export function noPrefillLeg(cfg: DisaggConfig, why: string): OpenAIError | null {
+  return cfg.prefill_fallback === 'fail' ? new OpenAIError(502, `no prefill leg (prefill_fallback: fail): ${why}`, 'server_error') : null;
+}
+
 /** Host of an instance's URL as SGLang's bootstrap_host wants it (IPv6 without brackets). */
 export function hostOf(url: string): string {
   try {
@@ -179,15 +190,17 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     }
   };
 
-  const releasePrefill = (bookingId: string) => {
+  /** A prefill leg is over; `failed`: the engine did not compute the prompt, so its speculative insert goes too. */
+  const releasePrefill = (bookingId: string, failed: boolean) => {
     deps.scheduler.prefillComplete(bookingId);
-    deps.scheduler.free(bookingId);
+    deps.scheduler.free(bookingId, { failed, now: deps.now() });
   };
 
-  /** Every prefill attempt failed: the configured fallback (an overload, `prefill_busy`, is not a failure). */
+  /** The request needs a prefill leg and can get none: the configured fallback (`noPrefillLeg`). */
   const fallback = (why: string): { body: Buffer; headers: Record<string, string> } => {
-    if (job.cfg.prefill_fallback === 'fail') throw new OpenAIError(502, `every prefill attempt failed; last error: ${why}`, 'server_error');
-    return goLocal('prefill_failed');
+    const refused = noPrefillLeg(job.cfg, why);
+    if (refused) throw refused;
+    return goLocal(failedPrefill.size > 0 ? 'prefill_failed' : 'no_prefill_instance');
   };
 
   const vllmPrepare = async (signal: AbortSignal): Promise<{ body: Buffer; headers: Record<string, string> }> => {
@@ -197,8 +210,10 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
         const p = pickPrefill();
         if (p === 'busy') return goLocal('prefill_busy');
         if (!p) break;
+        let served = false;
         try {
           const response = await sendPrefill(p, vllmPrefillBody(job.body), signal);
+          served = true;
           transfer = { params: transferParamsOf(response), instance: p.inst.id, attempts: a + 1 };
         } catch (err) {
           if (signal.aborted) throw err;
@@ -208,10 +223,10 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
           failedPrefill.add(p.inst.id);
           deps.observer?.prefillFailed?.(model, p.inst.id, lastError);
         } finally {
-          releasePrefill(p.bookingId);
+          releasePrefill(p.bookingId, !served);
         }
       }
-      if (!transfer) return fallback(lastError);
+      if (!transfer) return fallback(failedPrefill.size > 0 ? `every prefill attempt failed; last error: ${lastError}` : lastError);
     }
     const t = transfer;
     return {
@@ -251,15 +266,18 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
     leg?.ctl.abort();
     const p = pickPrefill();
     if (p === 'busy') return goLocal('prefill_busy');
-    if (!p) return fallback('no prefill instance is available');
+    if (!p) return fallback(failedPrefill.size > 0 ? `prefill instances failed: ${[...failedPrefill].join(', ')}` : 'no prefill instance is available');
     const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPort(p.inst.id), room: bootstrapRoom(rand) };
     const body = sglangBody(job.body, bootstrap, batch, rand);
     // Both legs at once: the decode engine waits for the KV the prefill engine sends to the room.
     // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).
     const ctl = new AbortController();
     const mine: { ctl: AbortController; settled: Promise<void>; failed: boolean } = { ctl, failed: false, settled: Promise.resolve() };
+    let served = false;
     mine.settled = sendPrefill(p, body, AbortSignal.any([signal, ctl.signal]))
-      .then(() => undefined)
+      .then(() => {
+        served = true;
+      })
       .catch((err: unknown) => {
         // Aborted on purpose (client gone, attempt over), or refused like the decode leg will be: no blame.
         if (signal.aborted || ctl.signal.aborted || err instanceof PrefillRefused) return;
@@ -269,7 +287,7 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
         deps.observer?.prefillFailed?.(model, p.inst.id, why);
         fail(why);
       })
-      .finally(() => releasePrefill(p.bookingId));
+      .finally(() => releasePrefill(p.bookingId, !served));
     leg = mine;
     return {
       body: json(body),
@@ -284,9 +302,10 @@ export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, a
 
   return (d: Decision) => {
     const path = pathFor(job.cfg, job.mode, d, candidatesOf(job.prefill, deps.now()).some((x) => !failedPrefill.has(x.instance)) || transfer !== null);
-    // No prefill instance left because they failed: the configured fallback decides.
-    if (!path.remote && path.reason === 'no_prefill_instance' && failedPrefill.size > 0) {
-      return { teachesRate: true, prepare: async () => fallback(`prefill instances failed: ${[...failedPrefill].join(', ')}`) };
+    // A prefill leg is needed and no prefill instance is left (down, ejected or failed): the configured fallback decides.
+    if (!path.remote && path.reason === 'no_prefill_instance') {
+      const why = failedPrefill.size > 0 ? `prefill instances failed: ${[...failedPrefill].join(', ')}` : 'no prefill instance is available';
+      return { teachesRate: true, prepare: async () => fallback(why) };
     }
     if (!path.remote) return local(path.reason);
     deps.observer?.disaggPath?.(model, true, path.reason);

@@ -233,10 +233,13 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
       scheduler.book(d, job.ns, { requestId: bookingId, now: t0, speculativeTtlMs: opts.speculativeTtlMs, prefillTokens: plan?.prefillTokens });
       observer?.routed?.(d, attempt, now() - job.receivedAt);
       let outcome: Outcome = 'done';
+      // The engine computed the prompt once a successful response's first byte arrived; an attempt
+      // that ends before (failed, cut, refused, abandoned) withdraws the prompt's speculative insert.
+      const attemptState = { served: false };
       try {
-        outcome = await dispatch(res, job, d, inst, attempt, opts, deps, abort, bookingId, (e) => (lastError = e), plan);
+        outcome = await dispatch(res, job, d, inst, attempt, opts, deps, abort, bookingId, (e) => (lastError = e), attemptState, plan);
       } finally {
-        scheduler.free(bookingId);
+        scheduler.free(bookingId, { failed: !attemptState.served, now: now() });
         queue.notify(1);
       }
       if (outcome === 'done') return;
@@ -261,6 +264,7 @@ async function dispatch(
   abort: ClientAbort,
   bookingId: string,
   setError: (e: string) => void,
+  state: { served: boolean },
   plan?: LegPlan,
 ): Promise<Outcome> {
   const { scheduler, queue, now, observer } = deps;
@@ -369,6 +373,7 @@ async function dispatch(
           tail?.push(chunk);
           if (first) {
             first = false;
+            if (up.statusCode < 400) state.served = true;
             // A stream's first chunk is its first token; a plain response's is its last, and an error's
             // is no prefill at all: neither says anything about prefill speed.
             scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 && (plan?.teachesRate ?? true) ? now() : undefined);

@@ -19,7 +19,7 @@ import type { CompletionDeps } from './completions.js';
 import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from './completions.js';
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
 import { candidatesOf, type InstanceRuntime } from '../proxy/forward.js';
-import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
+import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, noPrefillLeg, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
 import { predictsHits } from '../scheduler/policies/registry.js';
 
 interface PrefillAnswer {
@@ -27,6 +27,8 @@ interface PrefillAnswer {
   path: { remote: boolean; reason: PathReason };
   /** The prefill leg's decision when remote. */
   d: Decision | null;
+  /** A prefill leg is needed and none is available, and `prefill_fallback: fail` says so: /v1/route answers this. */
+  refused?: OpenAIError | null;
 }
 
 const ID_RE = /^[\w.:-]{1,128}$/;
@@ -145,14 +147,16 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     return { d, p, body, fields, prefill: legs && d.chosen ? prefillLeg(d, p, legs.prefill, fields, t) : null };
   };
 
-  /** The prefill leg of a disaggregated model's request: remote or local, and where. */
+  /** The prefill leg of a disaggregated model's request: remote or local, and where (`prefill_fallback` as the proxy applies it). */
   const prefillLeg = (d: Decision, p: PreparedRoute, prefillSide: readonly InstanceRuntime[], fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer => {
     const cfg = p.model.cfg.disaggregation ?? DEFAULT_DISAGG;
     const candidates = candidatesOf(prefillSide, t);
     const path = pathFor(cfg, p.routing.disagg, d, candidates.length > 0);
-    if (!path.remote) return { cfg, path, d: null };
-    const pd = scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t);
-    return pd.chosen ? { cfg, path, d: pd } : { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null };
+    const pd = path.remote ? scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t) : null;
+    if (pd?.chosen) return { cfg, path, d: pd };
+    if (pd?.reason === 'all_busy') return { cfg, path: { remote: false, reason: 'prefill_busy' }, d: null };
+    if (path.remote || path.reason === 'no_prefill_instance') return { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null, refused: noPrefillLeg(cfg, 'no prefill instance is available') };
+    return { cfg, path, d: null };
   };
 
   const candidateView = (d: Decision, x: Decision['candidates'][number]) => ({
@@ -203,6 +207,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       const status = d.reason === 'unknown_target' ? 400 : 503;
       return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
     }
+    if (prefill?.refused) throw prefill.refused;
     let isBooked = false;
     const tenant = deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant';
     if (typeof rid === 'string' && tenant) {
@@ -240,12 +245,17 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     if (!ID_RE.test(id)) throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
     const key = bookingKey(id);
     // A free may carry the engine's response usage (as the engine sent it): it is checked against
-    // the prediction like a proxied response's. A body that cannot be read never keeps a booking.
-    const usage = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).then(usageOf, () => null) : null;
+    // the prediction like a proxied response's; and `failed: true` when the engine never computed the
+    // prompt (the attempt failed): the booking's speculative insert is withdrawn, as the proxy's is.
+    // A body that cannot be read never keeps a booking.
+    const freeBody = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).catch(() => null) : null;
+    const usage = freeBody ? usageOf(freeBody) : null;
+    const failed = freeBody?.failed === true;
     const p = action === 'free' ? booked.get(id) : undefined;
     // The prefill leg (disaggregated) is over once the decode leg's first token is out.
-    scheduler.free(prefillKey(id));
-    const ok = action === 'free' ? scheduler.free(key) : scheduler.prefillComplete(key);
+    const outcome = { failed, now: now() };
+    scheduler.free(prefillKey(id), outcome);
+    const ok = action === 'free' ? scheduler.free(key, outcome) : scheduler.prefillComplete(key);
     if (ok) {
       if (action === 'free') {
         freed.add(id);

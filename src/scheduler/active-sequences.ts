@@ -2,6 +2,8 @@
 // running requests. A prompt block shared by several in-flight requests on the same worker counts
 // once (refcounted). Every booking is released exactly once: prefill at the first token, blocks at
 // completion, error or abort; a stale sweep frees bookings a caller never released.
+import type { SpeculativeInsert } from '../indexer/block-index.js';
+import type { NamespaceId } from '../indexer/namespace.js';
 import { U64Table } from '../indexer/u64-table.js';
 
 const RC = 4; // table row: [lo, hi, used, refcount]
@@ -32,6 +34,8 @@ export interface Booking {
   firstTokenAt?: number;
   /** Prompt tokens the engine reported it computed (prompt - cached), once the response ended. */
   reportedUncached?: number;
+  /** Its speculative insert in the index (null: none), withdrawn if its attempt fails (speculation.ts). */
+  speculative: { ns: NamespaceId; insert: SpeculativeInsert } | null;
 }
 
 class WorkerLoad {
@@ -98,7 +102,7 @@ export class ActiveSequences {
   book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number, pool = ''): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks, prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false };
+    const b: Booking = { id, instance, dpRank, blocks, prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false, speculative: null };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.requests++;

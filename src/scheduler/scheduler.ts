@@ -7,6 +7,7 @@ import { ActiveSequences, type Booking, type Load } from './active-sequences.js'
 import { type CostWeights, cost } from './cost.js';
 import { type PolicyName, policySpec } from './policies/registry.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
+import { speculate, withdrawSpeculation } from './speculation.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 
 export interface Candidate {
@@ -143,8 +144,11 @@ export interface SchedulerHooks {
   /** `touchedBlocks`: the cached GPU prefix the booking touched in the index's LRU model (replicas repeat it). */
   booked?(b: Booking, ns: NamespaceId, speculativeTtlMs: number, now: number, touchedBlocks: number): void;
   prefillCompleted?(id: string): void;
-  /** `rate`: the prefill-rate sample its first token gave (what replicas learn from too). */
-  freed?(id: string, rate?: RateSample): void;
+  /**
+   * `rate`: the prefill-rate sample its first token gave (what replicas learn from too); `failed`:
+   * its attempt failed and its speculative insert was withdrawn (replicas withdraw theirs).
+   */
+  freed?(id: string, rate: RateSample | undefined, failed: boolean): void;
 }
 
 export class Scheduler {
@@ -313,11 +317,7 @@ export class Scheduler {
     }
     // The engine is about to use the cached prefix: it becomes the newest in the instance's LRU.
     if (c.device > 0) this.indexer.find(ns)?.index.touch(c.instance, c.dpRank, d.seq, c.device);
-    if (opts.speculativeTtlMs > 0 && d.seq.length > 0) {
-      const space = this.indexer.namespace(ns);
-      const holder = space.index.speculativeHolder(c.instance, c.dpRank, opts.speculativeTtlMs);
-      space.index.store(holder, d.seq, null, opts.now + opts.speculativeTtlMs);
-    }
+    speculate(this.indexer, ns, booking, opts.speculativeTtlMs, opts.now);
     for (const h of this.hooks) h.booked?.(booking, ns, opts.speculativeTtlMs, opts.now, c.device > 0 ? c.device : 0);
     return booking;
   }
@@ -366,7 +366,12 @@ export class Scheduler {
     return stale;
   }
 
-  free(requestId: string): boolean {
+  /**
+   * Release a booking. `failed` (at `now`): the engine did not compute the prompt (the attempt
+   * failed, was cut by its other leg, refused or abandoned before its first token): its speculative
+   * insert is withdrawn, so nothing counts the prompt as cached there on its account.
+   */
+  free(requestId: string, outcome?: { failed: boolean; now: number }): boolean {
     const b = this.active.get(requestId);
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
     let rate: RateSample | undefined;
@@ -379,7 +384,10 @@ export class Scheduler {
       }
     }
     const ok = this.active.free(requestId);
-    if (ok) for (const h of this.hooks) h.freed?.(requestId, rate);
-    return ok;
+    if (!ok) return false;
+    const failed = outcome?.failed === true;
+    if (failed) withdrawSpeculation(this.indexer, b!, outcome!.now);
+    for (const h of this.hooks) h.freed?.(requestId, rate, failed);
+    return true;
   }
 }

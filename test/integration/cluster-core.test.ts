@@ -31,6 +31,7 @@ describe('sync wire', () => {
       { router: 'a', incarnation: 'i1', seq: 5, kind: 'resend', target: 'b' },
       { router: 'a', incarnation: 'i1', seq: 6, kind: 'tenants', uses: [['acme', 2, 17], ['__proto__', 0, 1]], full: true },
       { router: 'a', incarnation: 'i1', seq: 7, kind: 'free', id: 'r2', rate: { workTokens: 2048, decoding: 3, ttftMs: 41.5, pool: 'm' } },
+      { router: 'a', incarnation: 'i1', seq: 9, kind: 'free', id: 'r4', failed: true },
     ];
     for (const m of msgs) expect(decodeSync(encodeSync(m))).toEqual(m);
     expect(() => decodeSync(new TextEncoder().encode('{"v":2}'))).toThrow(/version/);
@@ -100,6 +101,19 @@ describe('RemoteBookings', () => {
     expect(rb.handle({ router: 'p', incarnation: 'i', seq: 3, kind: 'free', id: 'r1' }, 0).released).toBe(true);
     expect(active.size).toBe(0);
     expect(rb.handle(add('p', 'i', 3, 'late'), 0).outcome).toBe('stale');
+  });
+
+  it("withdraws a failed attempt's speculative insert as its sender did; a served one's stays", () => {
+    const { indexer, rb } = setup();
+    const device = (now: number) => indexer.queryHashes(NS, BigUint64Array.of(7n, 8n), now).candidates[0]?.device ?? 0;
+    rb.handle(add('p', 'i', 1, 'served', 1000), 0);
+    rb.handle({ router: 'p', incarnation: 'i', seq: 2, kind: 'free', id: 'served' }, 5);
+    expect(device(10)).toBe(2);
+    const other = setup();
+    other.rb.handle(add('p', 'i', 1, 'cut', 1000), 0);
+    expect(other.rb.handle({ router: 'p', incarnation: 'i', seq: 2, kind: 'free', id: 'cut', failed: true }, 5).released).toBe(true);
+    expect(other.indexer.queryHashes(NS, BigUint64Array.of(7n, 8n), 10).candidates).toEqual([]);
+    expect(other.active.size).toBe(0);
   });
 
   it("repeats the sender's touch of the cached prefix in the LRU model (eviction-aware scoring)", () => {

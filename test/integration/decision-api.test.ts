@@ -92,6 +92,20 @@ describe('/v1/route', () => {
     expect(router.scheduler.active.totals().activeRequests).toBe(0);
   });
 
+  it("a gateway's free with failed: true withdraws what the booking predicted cached; a plain free keeps it", async () => {
+    // approx has nothing but its bookings' speculative inserts: what a booking predicts is what it credits.
+    const approx = (q: string, extra: Record<string, unknown> = {}) => call(router.url, 'POST', '/v1/route', { ...chatBody(q, `${q} `.repeat(40)), router_config_override: { policy: 'approx' }, ...extra });
+    const gpu = async (q: string, inst: string) => ((await call(router.url, 'POST', '/v1/route/loads', { ...chatBody(q, `${q} `.repeat(40)), router_config_override: { policy: 'approx' } })).body.loads as Array<{ instance_id: string; overlap_tokens: { gpu: number } }>).find((l) => l.instance_id === inst)!.overlap_tokens.gpu;
+    const failed = await approx('failed gateway attempt', { request_id: 'gw-failed' });
+    expect(await gpu('failed gateway attempt', failed.body.instance_id)).toBeGreaterThan(0);
+    expect(await call(router.url, 'POST', '/v1/route/gw-failed/free', { failed: true })).toMatchObject({ status: 200, body: { status: 'freed' } });
+    expect(await gpu('failed gateway attempt', failed.body.instance_id)).toBe(0);
+    const served = await approx('served gateway attempt', { request_id: 'gw-served' });
+    await call(router.url, 'POST', '/v1/route/gw-served/free');
+    expect(await gpu('served gateway attempt', served.body.instance_id)).toBeGreaterThan(0);
+    expect(router.scheduler.active.totals().activeRequests).toBe(0);
+  });
+
   it('validates token ids, overrides and request ids', async () => {
     expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, -2] })).status).toBe(400);
     expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, 2], router_config_override: { router_temperature: -1 } })).status).toBe(400);

@@ -17,7 +17,7 @@ let decode: EngineProc[] = [];
 const routers: RouterHandle[] = [];
 
 /** A router over the engines; `extra` goes into the model (disaggregation settings); dead instances point at a closed port. */
-async function routerFor(protocol: 'vllm' | 'sglang', p: Array<EngineProc | 'dead'>, d: Array<EngineProc | 'dead'>, extra = ''): Promise<RouterHandle> {
+async function routerFor(protocol: 'vllm' | 'sglang', p: Array<EngineProc | 'dead'>, d: Array<EngineProc | 'dead'>, extra = '', health = 'failure_threshold: 100'): Promise<RouterHandle> {
   const inst = (role: string, e: EngineProc | 'dead', i: number) =>
     e === 'dead'
       ? `      - { id: ${role[0]}dead${i}, role: ${role}, url: "http://127.0.0.1:9", bootstrap_port: 9 }`
@@ -26,7 +26,7 @@ async function routerFor(protocol: 'vllm' | 'sglang', p: Array<EngineProc | 'dea
     `
 server: { host: 127.0.0.1, port: 0 }
 proxy: { max_retries: 2 }
-health: { failure_threshold: 100 }
+health: { ${health} }
 models:
   - name: ${MODEL}
     block_size: 16
@@ -205,6 +205,83 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     const s = await chat(strict.url, `(${protocol}) strict: where is crane 13? ${'detail '.repeat(40)}`);
     expect(s.status).toBe(502);
     await drained(strict);
+  });
+
+  it('a failed prefill leg books nothing as cached: the retry takes the live prefill engine, then the fallback applies', async () => {
+    // Fresh prefill engines (they are killed here); the decode engines are the shared ones.
+    const pe = await Promise.all([startEngineProc([...FAST, '--role', 'prefill']), startEngineProc([...FAST, '--role', 'prefill'])]);
+    try {
+      const r = await routerFor(protocol, pe, decode);
+      const strict = await routerFor(protocol, pe, decode, ', prefill_fallback: fail');
+      const half = `(${protocol}) phantom: the harbour log of berth seven records every crane move and reefer plug. `.repeat(12);
+      const q = (w: string) => `${half} Question ${w}: ${`list every ${w} crane and ${w} berth with its shift; `.repeat(8)}`;
+      const a = await chat(r.url, q('alpha'));
+      expect([a.status, a.headers['x-kvrouter-disagg']]).toEqual([200, 'remote']);
+      const served = Number(a.headers['x-kvrouter-prefill-instance'].slice(1));
+      const decodeInstance = a.headers['x-kvrouter-instance'];
+      await pe[served].kill('SIGKILL');
+
+      // Its first half is cached on A's decode and prefill instances; the dead prefill engine is tried
+      // first (it holds that half), fails, and the retry must not take the failed attempt's own
+      // booking of the prompt for a cached tail: it goes remote on the live prefill engine.
+      const b = await chat(r.url, q('bravo'));
+      expect(b.status).toBe(200);
+      expect([b.headers['x-kvrouter-disagg'], b.headers['x-kvrouter-disagg-reason'], b.headers['x-kvrouter-instance']]).toEqual(['remote', 'remote', decodeInstance]);
+      expect(b.headers['x-kvrouter-prefill-instance']).toBe(`p${1 - served}`);
+      expect(protocol === 'vllm' ? b.headers['x-kvrouter-prefill-attempts'] : b.headers['x-kvrouter-attempts']).toBe('2');
+      // The overlap credited is the shared half, not the phantom whole prompt; the decode engine got the rest by transfer.
+      const overlap = Number(b.headers['x-kvrouter-overlap-tokens']);
+      expect(overlap).toBeGreaterThanOrEqual(160);
+      expect(overlap).toBeLessThanOrEqual(b.prompt - 64);
+      expect(b.cached).toBe(Math.floor((b.prompt - 1) / 16) * 16);
+      expect(b.text).toBe((await chat(agg.url, q('bravo'))).text);
+
+      // No prefill engine left: the decode instance prefills (local) what its cache lacks, and the
+      // router's overlap is what that engine really had; under `fail` the request is refused.
+      await pe[1 - served].kill('SIGKILL');
+      const c = await chat(r.url, q('charlie'));
+      expect([c.status, c.headers['x-kvrouter-disagg'], c.headers['x-kvrouter-disagg-reason'], c.headers['x-kvrouter-instance']]).toEqual([200, 'local', 'prefill_failed', decodeInstance]);
+      expect(Number(c.headers['x-kvrouter-overlap-tokens'])).toBe(c.cached);
+      expect(c.cached).toBeLessThanOrEqual(c.prompt - 64);
+      const d = await chat(strict.url, q('delta'));
+      expect(d.status).toBe(502);
+      expect(d.raw).toMatch(/prefill_fallback: fail/);
+      await drained(r);
+      await drained(strict);
+    } finally {
+      await Promise.all(pe.map((e) => e.kill('SIGKILL')));
+    }
+  });
+
+  it('prefill_fallback: fail refuses a request that needs a prefill leg when probes have ejected every prefill instance', async () => {
+    const health = 'probe_interval_ms: 50, failure_threshold: 1, ejection_base_ms: 600000, ejection_max_ms: 600000';
+    const strict = await routerFor(protocol, ['dead', 'dead'], [decode[0]], ', prefill_fallback: fail', health);
+    const local = await routerFor(protocol, ['dead', 'dead'], [decode[0]], '', health);
+    for (const x of [strict, local]) {
+      await waitFor('prefill instances ejected', async () => {
+        const h = (await (await request(`${x.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ role: string; state: string }> }> };
+        return h.models[0].instances.filter((i) => i.role === 'prefill').every((i) => i.state === 'ejected');
+      }, 10_000);
+    }
+    const q = `(${protocol}) ejected: where is crane 14? ${'detail '.repeat(40)}`;
+    // Before ejection the same outage answers 502 (the test above); after it, too.
+    const s = await chat(strict.url, q);
+    expect(s.status).toBe(502);
+    expect(s.raw).toMatch(/no prefill instance is available/);
+    const l = await chat(local.url, q);
+    expect([l.status, l.headers['x-kvrouter-disagg'], l.headers['x-kvrouter-disagg-reason']]).toEqual([200, 'local', 'no_prefill_instance']);
+    // A request that needs no prefill leg is served under either setting.
+    const forced = await chat(strict.url, q, { 'x-kvrouter-disagg': 'local' });
+    expect([forced.status, forced.headers['x-kvrouter-disagg-reason']]).toEqual([200, 'header']);
+    // The decision API applies the same rule.
+    const route = async (url: string) => {
+      const res = await request(`${url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: q }] }) });
+      return { status: res.statusCode, body: (await res.body.json()) as { disaggregation?: { path: string; reason: string } } };
+    };
+    expect((await route(strict.url)).status).toBe(502);
+    expect((await route(local.url)).body.disaggregation).toMatchObject({ path: 'local', reason: 'no_prefill_instance' });
+    await drained(strict);
+    await drained(local);
   });
 
   // vLLM only: an SGLang prefill leg runs beside the decode leg, whose own answer the client gets.

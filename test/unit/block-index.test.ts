@@ -144,6 +144,34 @@ describe('BlockIndex writes', () => {
     expect(overlap(idx, H(1, 2, 3), 500)).toEqual({ 'w/0': [3, 3, 3] });
   });
 
+  it("a withdrawn speculative insert takes only its own claims: served and in-flight inserts' blocks stay, and so do confirmed ones", () => {
+    const idx = new BlockIndex();
+    const q = H(1, 2, 3, 4, 5, 6);
+    // A served request claimed blocks 1-2; a later attempt claims 1-4 and fails: 3-4 go, 1-2 stay.
+    idx.speculate('w', 0, H(1, 2), 1000, 0);
+    const failed = idx.speculate('w', 0, H(1, 2, 3, 4), 1000, 10);
+    expect(overlap(idx, q, 20)).toEqual({ 'w/0': [4, 4, 4] });
+    expect(idx.withdrawSpeculative('w', 0, H(1, 2, 3, 4), failed, 20)).toBe(2);
+    expect(overlap(idx, q, 20)).toEqual({ 'w/0': [2, 2, 2] });
+    // Two in flight with the same prompt: the first failure leaves the other's claim; the second removes it.
+    const x = idx.speculate('w', 0, H(1, 2, 3, 4, 5, 6), 1000, 30);
+    const y = idx.speculate('w', 0, H(1, 2, 3, 4, 5, 6), 1000, 31);
+    expect(idx.withdrawSpeculative('w', 0, H(1, 2, 3, 4, 5, 6), x, 40)).toBe(0);
+    expect(overlap(idx, q, 40)).toEqual({ 'w/0': [6, 6, 6] });
+    expect(idx.withdrawSpeculative('w', 0, H(1, 2, 3, 4, 5, 6), y, 40)).toBe(4);
+    expect(overlap(idx, q, 40)).toEqual({ 'w/0': [2, 2, 2] });
+    // The engine confirmed block 3 meanwhile: the failed insert cannot take it back.
+    const z = idx.speculate('w', 0, H(1, 2, 3, 4), 1000, 50);
+    idx.store(idx.holder('w', 0, 'GPU'), H(1, 2, 3));
+    idx.withdrawSpeculative('w', 0, H(1, 2, 3, 4), z, 60);
+    expect(overlap(idx, q, 60)).toEqual({ 'w/0': [3, 3, 3] });
+    // Past its own expiry an insert has lapsed: what is alive then is a later insert's.
+    const lapsed = idx.speculate('v', 0, H(1, 2), 100, 0);
+    idx.speculate('v', 0, H(1, 2), 100, 90);
+    expect(idx.withdrawSpeculative('v', 0, H(1, 2), lapsed, 100)).toBe(0);
+    expect(overlap(idx, H(1, 2), 150)['v/0']).toEqual([2, 2, 2]);
+  });
+
   it('long runs of blocks with the same holders still end exactly where a holder drops', () => {
     const idx = new BlockIndex();
     const run = Array.from({ length: 500 }, (_, i) => BigInt(i + 1));

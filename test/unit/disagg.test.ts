@@ -64,6 +64,11 @@ describe('choosePath', () => {
     expect(choosePath({ ...base, mode: 'local' })).toEqual({ remote: false, reason: 'header' });
     expect(choosePath({ ...base, mode: 'remote', uncachedOnDecode: 0 })).toEqual({ remote: true, reason: 'header' });
     expect(choosePath({ ...base, prefillAvailable: false, mode: 'remote' })).toEqual({ remote: false, reason: 'no_prefill_instance' });
+    // no_prefill_instance (which prefill_fallback judges) only for a request that needs a prefill leg.
+    expect(choosePath({ ...base, prefillAvailable: false })).toEqual({ remote: false, reason: 'no_prefill_instance' });
+    expect(choosePath({ ...base, prefillAvailable: false, uncachedOnDecode: 256 })).toEqual({ remote: false, reason: 'cached_tail' });
+    expect(choosePath({ ...base, prefillAvailable: false, minPromptTokens: 1001 })).toEqual({ remote: false, reason: 'short_prompt' });
+    expect(choosePath({ ...base, prefillAvailable: false, mode: 'local' })).toEqual({ remote: false, reason: 'header' });
     // Without tokens nothing can be judged: the prefill pool does the work it exists for.
     expect(choosePath({ ...base, isl: 0, uncachedOnDecode: 0 })).toEqual({ remote: true, reason: 'untokenized' });
   });

@@ -143,6 +143,28 @@ describe('Scheduler', () => {
     expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
   });
 
+  it("a failed attempt's free withdraws its speculative insert, a served one's keeps it, and hooks hear which", () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(5));
+    const freed: Array<[string, boolean]> = [];
+    s.addHooks({ freed: (id, _rate, failed) => void freed.push([id, failed]) });
+    const onA = input({ policy: 'direct', target: 'a' });
+    const deviceOnA = (now: number) => s.decide(input(), now).candidates.find((c) => c.instance === 'a')!.device;
+    s.book(s.decide(onA, 0), ns, { requestId: 'cut', now: 0, speculativeTtlMs: 2000 });
+    expect(deviceOnA(1)).toBe(16);
+    s.free('cut', { failed: true, now: 5 });
+    // The retry (or the next request) sees what the engine has: nothing.
+    expect(deviceOnA(6)).toBe(0);
+    s.book(s.decide(onA, 10), ns, { requestId: 'served', now: 10, speculativeTtlMs: 2000 });
+    s.free('served', { failed: false, now: 20 });
+    expect(deviceOnA(21)).toBe(16);
+    // A failure after a served request's insert takes back only its own claim.
+    s.book(s.decide(onA, 30), ns, { requestId: 'cut2', now: 30, speculativeTtlMs: 2000 });
+    s.free('cut2', { failed: true, now: 35 });
+    expect(deviceOnA(36)).toBe(16);
+    expect(freed).toEqual([['cut', true], ['served', false], ['cut2', true]]);
+    expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+  });
+
   it('reports all_busy, skips excluded candidates, and honours direct targets', () => {
     const s = new Scheduler(withCache(), seeded(9));
     const d = s.decide(input(), 0);

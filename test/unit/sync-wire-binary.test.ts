@@ -21,10 +21,12 @@ function randomMessage(seq: number): SyncMessage {
     }
     case 'prefill':
       return { ...head, kind: 'prefill', id: pick(STRINGS) };
-    case 'free':
+    case 'free': {
+      const failed = rand() < 0.3 ? { failed: true } : {};
       return rand() < 0.5
-        ? { ...head, kind: 'free', id: pick(STRINGS) }
-        : { ...head, kind: 'free', id: pick(STRINGS), rate: { workTokens: int(50_000), decoding: int(30), ttftMs: pick([0, 0.25, 41.5, 1e6]), pool: pick(STRINGS) } };
+        ? { ...head, kind: 'free', id: pick(STRINGS), ...failed }
+        : { ...head, kind: 'free', id: pick(STRINGS), rate: { workTokens: int(50_000), decoding: int(30), ttftMs: pick([0, 0.25, 41.5, 1e6]), pool: pick(STRINGS) }, ...failed };
+    }
   }
 }
 
@@ -36,6 +38,23 @@ describe('binary sync wire', () => {
       expect(bin[0]).not.toBe('{'.charCodeAt(0));
       expect(decodeSync(bin)).toEqual(decodeSync(encodeSync(m)));
     }
+  });
+
+  it("carries a failed attempt's free in both forms, with or without a rate sample", () => {
+    const rate = { workTokens: 100, decoding: 1, ttftMs: 12, pool: 'm' };
+    for (const m of [
+      { router: 'p0', incarnation: 'i', seq: 1, kind: 'free', id: 'b', failed: true },
+      { router: 'p0', incarnation: 'i', seq: 2, kind: 'free', id: 'b', rate, failed: true },
+      { router: 'p0', incarnation: 'i', seq: 3, kind: 'free', id: 'b', rate },
+    ] as SyncMessage[]) {
+      expect(decodeSync(encodeSyncBinary(m)!)).toEqual(m);
+      expect(decodeSync(encodeSync(m))).toEqual(m);
+    }
+    // A reader before the field sees a plain free; a flag byte it does not know is refused.
+    expect(JSON.parse(new TextDecoder().decode(encodeSync({ router: 'p0', incarnation: 'i', seq: 1, kind: 'free', id: 'b', failed: true })))).toMatchObject({ t: 'free', id: 'b', failed: true });
+    const bin = Uint8Array.from(encodeSyncBinary({ router: 'p0', incarnation: 'i', seq: 1, kind: 'free', id: 'b' })!);
+    bin[bin.length - 1] = 4;
+    expect(() => decodeSync(bin)).toThrow(/unknown free flags 4/);
   });
 
   it('keeps u64 hashes past 2^53 exact, and is smaller than JSON for a booking', () => {
