@@ -93,7 +93,7 @@ export async function run(argv: string[]): Promise<number> {
       progress.log(`rate scale ${scale}: ${variants.length} variants`);
       const { data } = await runVariants(setup, variants.map((x) => x.v), scale, progress);
       reports.push(data);
-      data.results.forEach((r, i) => rows.push({ rateScale: scale, name: variants[i].v.name, at: variants[i].at, result: r }));
+      data.results.forEach((r, i) => { rows.push({ rateScale: scale, name: variants[i].v.name, at: variants[i].at, result: r }); });
     }
     progress.finish();
     const score = OBJECTIVES[objective];

@@ -146,7 +146,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`kvrouter engine-sim: ${e.message}\n`);
     return 1;
   }
-  engines.forEach((h, i) => process.stdout.write(`${describeEngine(i, h)}\n`));
+  engines.forEach((h, i) => { process.stdout.write(`${describeEngine(i, h)}\n`); });
   await new Promise<void>((resolve) => {
     const stop = (): void => {
       process.off('SIGINT', stop);

@@ -56,7 +56,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write('kvrouter indexer: --hash-seed must be an integer\n');
     return 2;
   }
-  let listenerOptions;
+  let listenerOptions: ReturnType<typeof listenerOptionsFromFlags>;
   try {
     listenerOptions = listenerOptionsFromFlags(v);
   } catch (err) {

@@ -84,7 +84,7 @@ export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('query', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
-  let q;
+  let q: Awaited<ReturnType<typeof buildQuery>>;
   try {
     q = await buildQuery(v);
   } catch (err) {

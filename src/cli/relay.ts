@@ -83,7 +83,7 @@ export async function run(argv: string[]): Promise<number> {
   const v = parsed.values;
   const fail = (msg: string) => (process.stderr.write(`kvrouter relay: ${msg}\n`), 2);
   let src: Sources;
-  let opts;
+  let opts: Parameters<typeof EventRelay.start>[2];
   let url: string | undefined;
   try {
     src = sources(v);

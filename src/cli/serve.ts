@@ -49,8 +49,8 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
   if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
   if (typeof v.nats === 'string') set.push(`cluster.nats.url=${v.nats}`);
   if (typeof v['router-id'] === 'string') set.push(`cluster.router_id=${v['router-id']}`);
-  if (typeof v.peers === 'string') v.peers.split(',').filter(Boolean).forEach((p, i) => set.push(`cluster.peers.${i}=${p}`));
-  let cfg;
+  if (typeof v.peers === 'string') v.peers.split(',').filter(Boolean).forEach((p, i) => { set.push(`cluster.peers.${i}=${p}`); });
+  let cfg: ReturnType<typeof loadConfigFile>;
   const loadOptions = { set, env: process.env };
   try {
     cfg = loadConfigFile(file, loadOptions);

@@ -263,7 +263,7 @@ export class EventConsumer {
   }
 
   private async applyMessage(data: Uint8Array, seq: number, os: ObjectStore): Promise<void> {
-    let batch;
+    let batch: ReturnType<typeof decodeBatch>;
     try {
       batch = decodeBatch(data);
     } catch (err) {

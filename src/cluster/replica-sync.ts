@@ -161,7 +161,7 @@ export class ReplicaSync {
 
   private onMessage(data: Uint8Array): void {
     if (this.closed) return;
-    let msg;
+    let msg: ReturnType<typeof decodeSync>;
     try {
       msg = decodeSync(data);
     } catch (err) {

@@ -38,7 +38,7 @@ export function parseCommand(
   for (const [k, o] of Object.entries(options)) {
     spec[k] = { type: o.type, ...(o.short ? { short: o.short } : {}), ...(o.multiple ? { multiple: true } : {}) };
   }
-  let parsed;
+  let parsed: ReturnType<typeof parseArgs>;
   try {
     parsed = parseArgs({ args: argv, options: spec, allowPositionals: true, strict: true });
   } catch (err) {

@@ -190,11 +190,11 @@ export class DecisionLog implements ForwardObserver {
 /** Fan one observer call out to several observers. */
 export function combineObservers(...obs: ForwardObserver[]): ForwardObserver {
   return {
-    routed: (...a) => obs.forEach((o) => o.routed?.(...a)),
-    firstByte: (...a) => obs.forEach((o) => o.firstByte?.(...a)),
-    finished: (...a) => obs.forEach((o) => o.finished?.(...a)),
-    retried: (...a) => obs.forEach((o) => o.retried?.(...a)),
-    healthChanged: (...a) => obs.forEach((o) => o.healthChanged?.(...a)),
-    reported: (...a) => obs.forEach((o) => o.reported?.(...a)),
+    routed: (...a) => obs.forEach((o) => { o.routed?.(...a); }),
+    firstByte: (...a) => obs.forEach((o) => { o.firstByte?.(...a); }),
+    finished: (...a) => obs.forEach((o) => { o.finished?.(...a); }),
+    retried: (...a) => obs.forEach((o) => { o.retried?.(...a); }),
+    healthChanged: (...a) => obs.forEach((o) => { o.healthChanged?.(...a); }),
+    reported: (...a) => obs.forEach((o) => { o.reported?.(...a); }),
   };
 }

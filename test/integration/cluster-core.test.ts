@@ -55,7 +55,7 @@ describe('u64 packing', () => {
   // The reference: every value written as little-endian bytes, one at a time (the wire's definition).
   const reference = (values: readonly bigint[]) => {
     const buf = Buffer.alloc(values.length * 8);
-    values.forEach((v, i) => buf.writeBigUInt64LE(v, i * 8));
+    values.forEach((v, i) => { buf.writeBigUInt64LE(v, i * 8); });
     return buf.toString('base64');
   };
 

@@ -482,8 +482,8 @@ describe.each<EventFormat>(['map', 'array', 'sglang', 'mooncake'])('KV events (%
     for (const b of stream)
       for (const raw of (unpack(b.payload) as [number, unknown[]])[1]) {
         const ev = normalize(format, raw);
-        if (ev.kind === 'stored' && ev.medium === 'CPU') ev.hashes.forEach((x) => onCpu.add(x));
-        if (ev.kind === 'removed' && ev.medium === 'CPU') ev.hashes.forEach((x) => onCpu.delete(x));
+        if (ev.kind === 'stored' && ev.medium === 'CPU') ev.hashes.forEach((x) => { onCpu.add(x); });
+        if (ev.kind === 'removed' && ev.medium === 'CPU') ev.hashes.forEach((x) => { onCpu.delete(x); });
         if (ev.kind === 'removed' && ev.medium === 'GPU') {
           removedGpu++;
           for (const x of ev.hashes) expect(onCpu.has(x)).toBe(true);

@@ -18,7 +18,7 @@ describe('U64Table', () => {
     });
     expect(t.size).toBe(5000);
     expect(t.insert(keys[9][0], keys[9][1]) >= 0 && t.created).toBe(false);
-    keys.forEach(([lo, hi], i) => expect(t.data[t.find(lo, hi) * 4 + 3]).toBe(i));
+    keys.forEach(([lo, hi], i) => { expect(t.data[t.find(lo, hi) * 4 + 3]).toBe(i); });
     for (let i = 0; i < 5000; i += 2) t.removeSlot(t.find(keys[i][0], keys[i][1]));
     expect(t.size).toBe(2500);
     keys.forEach(([lo, hi], i) => {

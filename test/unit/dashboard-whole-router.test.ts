@@ -23,7 +23,7 @@ function localSource(): DashboardSource & { emit(d: DecisionRecord): void } {
       listeners.add(l);
       return () => listeners.delete(l);
     },
-    emit: (d) => listeners.forEach((l) => l(d)),
+    emit: (d) => listeners.forEach((l) => { l(d); }),
   };
 }
 

@@ -35,7 +35,7 @@ describe('calibrated perf model: single-sequence prefill', () => {
     for (const name of MODELS) {
       const m = model(name);
       const got = [m.prefillFit.a, m.prefillFit.b, m.prefillFit.c, m.decodeFit.d, m.decodeFit.e, m.decodeFit.f];
-      got.forEach((v, i) => expect(relErr(v, readme[name][i]), `${name} coefficient ${i}`).toBeLessThan(0.01));
+      got.forEach((v, i) => { expect(relErr(v, readme[name][i]), `${name} coefficient ${i}`).toBeLessThan(0.01); });
     }
   });
 

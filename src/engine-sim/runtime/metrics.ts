@@ -50,7 +50,7 @@ export class EngineMetrics {
         labelNames,
         registers,
         collect() {
-          ranks.forEach((stats, rank) => this.set({ model_name: model, engine: String(rank) }, pick(stats())));
+          ranks.forEach((stats, rank) => { this.set({ model_name: model, engine: String(rank) }, pick(stats())); });
         },
       });
     };
