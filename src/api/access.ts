@@ -31,8 +31,8 @@ export function installAccess(app: Hono, getAccess: Access | (() => Access), onD
     let denial: Denial | null = null;
     if (cls === 'admin') denial = access.requireAdmin(headers);
     else {
-      const principal = access.identify(headers);
-      if (principal === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+      const principal = access.authenticate(headers);
+      if ('status' in principal) denial = principal;
       else {
         // Every API route spends the tenant's rate and concurrency, as the completion routes do.
         const admitted = access.admit(principal);

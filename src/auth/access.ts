@@ -1,5 +1,6 @@
 // Who is calling: the admin (constant-time token check), a tenant (API key looked up by its
-// SHA-256; plaintext keys are never stored or logged), or anonymous when auth is off.
+// SHA-256; plaintext keys are never stored or logged), or anonymous: when auth is off, or a request
+// without a key that something in front (the gateway, `epp.keyless: trusted`) authenticated.
 // Tenants get allowed models (wildcards), a token-bucket rate limit and a concurrency cap.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -23,6 +24,13 @@ export interface AccessSpec {
 export type Principal = { kind: 'admin' } | { kind: 'anonymous' } | { kind: 'tenant'; tenant: TenantSpec };
 
 export type Denial = { status: 401 | 403 | 429; code: string; message: string; retryAfterSec?: number };
+
+/**
+ * What a request carrying no key at all is while auth is on: refused (401), or anonymous because
+ * whoever sent it authenticated the client (the endpoint picker's `epp.keyless`).
+ */
+export const KEYLESS_POLICIES = ['refuse', 'trusted'] as const;
+export type KeylessPolicy = (typeof KEYLESS_POLICIES)[number];
 
 export const sha256Hex = (s: string): string => createHash('sha256').update(s).digest('hex');
 
@@ -83,12 +91,28 @@ export class Access {
     return t ? { kind: 'tenant', tenant: t } : null;
   }
 
+  /**
+   * An API caller, or the 401 for it. A wrong key is always refused; a missing one too, unless
+   * `keyless` is 'trusted': then the caller is anonymous.
+   */
+  authenticate(h: IncomingHttpHeaders, keyless: KeylessPolicy = 'refuse'): Principal | Denial {
+    const p = this.identify(h);
+    if (p !== null) return p;
+    if (keyless === 'trusted' && !this.bearer(h)) return { kind: 'anonymous' };
+    return { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+  }
+
   /** Admin-only routes: open only when auth is off entirely. */
   requireAdmin(h: IncomingHttpHeaders): Denial | null {
     const p = this.identify(h);
     if (p === null) return { status: 401, code: 'invalid_api_key', message: 'missing or invalid credentials' };
     if (p.kind === 'tenant') return { status: 403, code: 'forbidden', message: 'this route needs the admin token' };
     return null;
+  }
+
+  /** The direct policy (x-kvrouter-target) places a request by hand: the admin's, or anyone's when auth is off. */
+  mayTarget(p: Principal): boolean {
+    return p.kind === 'admin' || !this.enabled;
   }
 
   modelAllowed(p: Principal, model: string): boolean {
@@ -129,12 +153,12 @@ export class Access {
 
   /**
    * The cache salt a request of `p` runs under. A tenant's configured salt always wins over the
-   * body's; a tenant without one may name its own, never another tenant's (that would read and
-   * reuse that tenant's KV blocks).
+   * body's; anyone else but the admin may name a salt of their own, never a tenant's (that would
+   * read and reuse that tenant's KV blocks).
    */
   saltFor(p: Principal, requested: string | null): { salt: string | null } | Denial {
-    if (p.kind !== 'tenant') return { salt: requested };
-    const own = p.tenant.cache_salt ?? null;
+    if (p.kind === 'admin') return { salt: requested };
+    const own = p.kind === 'tenant' ? (p.tenant.cache_salt ?? null) : null;
     if (own !== null) {
       if (requested !== null && requested !== own) return { status: 403, code: 'cache_salt_not_allowed', message: 'this API key runs under its configured cache_salt; another one may not be named' };
       return { salt: own };

@@ -1,6 +1,7 @@
 // The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
 import { DEFAULT_REGISTER_ALLOWLIST } from '../auth/allowlist.js';
 import { CLUSTER_SCHEMA } from '../cluster/config.js';
+import { EPP_SCHEMA } from '../epp/config.js';
 import { KV_EVENTS_SCHEMA } from '../events/config.js';
 import { arr, bool, type Infer, int, num, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { DEFAULT_POLICY, POLICY_NAMES, policiesDoc } from '../scheduler/policies/registry.js';
@@ -134,6 +135,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
   }),
   kv_events: KV_EVENTS_SCHEMA,
   cluster: CLUSTER_SCHEMA,
+  epp: EPP_SCHEMA,
   engine_sim: obj('Simulated engines started inside the router process (laptop demo, `npm start`). Models without instances get these engines.', {
     count: int('Number of simulated engines (0: none).', { min: 0, max: 64, default: 0 }),
     port: int('HTTP port of the first engine (engine i uses port + i; 0 picks free ports).', { min: 0, max: 65535, default: 8001 }),

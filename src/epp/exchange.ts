@@ -1,14 +1,16 @@
 // One ext_proc stream = one gateway request, as GIE's reference picker runs it: remember the request
-// headers, buffer the body (capped), pick at its end, answer the request headers (endpoint header,
-// envoy.lb metadata) and hand the body back; then pass the response through, watching its first
-// token and usage. The booking is released exactly once: at the response's end, its trailers, or
-// whenever the stream ends or fails (`close`). Transport-free: it maps messages to messages.
+// headers, buffer the body (capped per stream and, with every other stream's, by the BodyBudget),
+// pick at its end, answer the request headers (endpoint header, envoy.lb metadata) and hand the body
+// back; then pass the response through, watching its first token and usage. The booking is released
+// exactly once: at the response's end, its trailers, or whenever the stream ends, fails or runs out
+// of time (`close`, `expire`). Transport-free: it maps messages to messages; the clocks are the server's.
 import { randomUUID } from 'node:crypto';
 import { errorBody } from '../api/errors.js';
 import { OpenAIError } from '../api/openai.js';
 import { UsageTail } from '../feedback/usage-tail.js';
 import { explanationHeaders, type ForwardObserver } from '../proxy/forward.js';
 import { RequestTrace } from '../tracing/request-trace.js';
+import type { BodyBudget } from './body-budget.js';
 import type { EndpointAddresses } from './endpoints.js';
 import { type EppMetrics, type EppResult, resultOf } from './metrics.js';
 import { type Booked, DESTINATION, type GatewayRequest, pickByLoad, pickForBody, type PickerRuntime, Refused } from './picker.js';
@@ -26,6 +28,8 @@ export interface ExchangeContext {
   rt: PickerRuntime;
   addresses: EndpointAddresses;
   metrics: EppMetrics;
+  /** The request-body bytes every stream may hold at once (epp.max_buffered_bytes). */
+  bodies: BodyBudget;
   /** Shutting down: new requests get 503. */
   draining: () => boolean;
   /** A served endpoint other than the pick (logged at most once a minute by the caller). */
@@ -52,10 +56,13 @@ export class ExtProcExchange {
   private req: GatewayRequest | null = null;
   private chunks: Buffer[] = [];
   private size = 0;
+  /** Bytes of `chunks` taken from the shared BodyBudget. */
+  private held = 0;
   private subset: ReadonlySet<string> | null = null;
   /** The picker has answered the request (a pick or an ImmediateResponse): later request messages are ignored. */
   private answered = false;
-  private booked: Booked | null = null;
+  /** The pick, without the body it handed back (not held for the response's life). */
+  private booked: Omit<Booked, 'body'> | null = null;
   private finished = false;
   /** The booking and the tenant's slot were given back. */
   private released = false;
@@ -114,9 +121,25 @@ export class ExtProcExchange {
     return this.finished || (this.answered && this.booked === null);
   }
 
+  /** No message has arrived yet. */
+  get silent(): boolean {
+    return this.first;
+  }
+
   /** The gateway cancelled the stream: stop waiting for capacity. */
   cancel(): void {
     this.abort.abort();
+  }
+
+  /**
+   * The stream outlived one of its bounds (`why` says which): a request not yet answered gets a 408;
+   * what the stream holds is released as when the gateway closes it (a picked request may still be
+   * running: it counts with the status its response showed, 0 for none).
+   */
+  expire(why: string): ProcessingResponse[] {
+    const out = !this.observe && !this.answered && this.req ? this.refuse(new Refused(408, why, 'invalid_request_error', 'request_timeout')) : [];
+    this.close(true);
+    return out;
   }
 
   /**
@@ -126,6 +149,7 @@ export class ExtProcExchange {
    */
   close(graceful: boolean): void {
     this.abort.abort();
+    this.dropBody();
     if (!this.answered && !this.observe && this.req) {
       this.answered = true;
       this.ctx.metrics.result('cancelled');
@@ -176,15 +200,15 @@ export class ExtProcExchange {
     this.size += chunk.length;
     const limit = this.ctx.rt.deps.cfg.server.max_body_bytes;
     // Refused from its size alone, before any of it is parsed or tokenized.
-    if (this.size > limit) {
-      this.chunks = [];
-      return this.refuse(tooLarge(limit));
-    }
+    if (this.size > limit) return this.refuse(tooLarge(limit));
     // A cut body cannot be routed (its JSON is incomplete): say it is too large for the gateway's buffer.
-    if (this.partial && !b.end_of_stream) {
-      this.chunks = [];
-      return this.refuse(new OpenAIError(413, "request body exceeds the gateway's ext_proc buffer (BUFFERED_PARTIAL sent only part of it)", 'invalid_request_error', null, 'body_too_large'));
+    if (this.partial && !b.end_of_stream) return this.refuse(new OpenAIError(413, "request body exceeds the gateway's ext_proc buffer (BUFFERED_PARTIAL sent only part of it)", 'invalid_request_error', null, 'body_too_large'));
+    const { bodies } = this.ctx;
+    if (!bodies.take(chunk.length)) {
+      this.ctx.metrics.limited('max_buffered_bytes');
+      return this.refuse(new Refused(503, `the picker holds ${bodies.bytes} bytes of request bodies, the most epp.max_buffered_bytes allows; retry later`, 'server_error', 'buffer_full', { 'retry-after': '1' }));
     }
+    this.held += chunk.length;
     this.chunks.push(chunk);
     // BUFFERED sends the body in one message; FULL_DUPLEX_STREAMED flags its last chunk.
     if (this.requestMode === 'duplex' && !b.end_of_stream) return [];
@@ -203,8 +227,12 @@ export class ExtProcExchange {
       b = await pickForBody(rt, this.ctx.addresses, { ...req, subset: this.subset }, bytes, this.abort.signal, this.trace);
     } catch (err) {
       return this.refuse(err);
+    } finally {
+      // The body is parsed and tokenized; the answer below carries it off.
+      this.dropBody();
     }
-    this.booked = b;
+    const { body, ...held } = b;
+    this.booked = held;
     this.answered = true;
     this.sentAt = rt.now();
     this.ctx.metrics.result('routed');
@@ -217,10 +245,10 @@ export class ExtProcExchange {
     if (this.abort.signal.aborted) return [];
     const metadata = toStruct({ [LB_NS]: { [DESTINATION]: b.endpoint } });
     if (this.requestMode === 'buffered') {
-      return [{ request_body: { response: { header_mutation: setHeaders(b.upstreamHeaders), body_mutation: { body: b.body }, clear_route_cache: true } }, dynamic_metadata: metadata }];
+      return [{ request_body: { response: { header_mutation: setHeaders(b.upstreamHeaders), body_mutation: { body }, clear_route_cache: true } }, dynamic_metadata: metadata }];
     }
     // Full duplex: the request headers' answer carries the pick; the body follows in chunks.
-    return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders(b.upstreamHeaders) } }, dynamic_metadata: metadata }, ...streamedBody('request_body', b.body, !trailersFollow)];
+    return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders(b.upstreamHeaders) } }, dynamic_metadata: metadata }, ...streamedBody('request_body', body, !trailersFollow)];
   }
 
   private async pickHeadersOnly(): Promise<ProcessingResponse[]> {
@@ -235,10 +263,18 @@ export class ExtProcExchange {
     return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders({ [DESTINATION]: endpoint }) } }, dynamic_metadata: toStruct({ [LB_NS]: { [DESTINATION]: endpoint } }) }];
   }
 
+  /** Let go of the body's chunks and give their bytes back to the budget (idempotent). */
+  private dropBody(): void {
+    this.chunks = [];
+    this.ctx.bodies.give(this.held);
+    this.held = 0;
+  }
+
   private refuse(err: unknown): ProcessingResponse[] {
     const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
     if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`);
     this.answered = true;
+    this.dropBody();
     const result: EppResult = resultOf(e.status);
     this.ctx.metrics.result(result);
     if (e.status !== 499) this.ctx.rt.deps.metrics.rejected('unknown', e.status);

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { parseOpenAIBody } from '../api/body.js';
 import { type CompletionKind, OpenAIError } from '../api/openai.js';
-import type { Principal } from '../auth/access.js';
+import type { Denial, Principal } from '../auth/access.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { explanationHeaders, type InstanceRuntime } from '../proxy/forward.js';
 import { engineBody, type PreparedRoute, prepareRoute, speculativeTtl } from '../router/completions.js';
@@ -62,13 +62,23 @@ export interface Booked {
 
 const RETRY = { 'retry-after': '1' };
 
+/** A denial of the access rules, as the gateway answers it (the HTTP API's status, type and code). */
+function refusal(d: Denial): Refused {
+  return new Refused(d.status, d.message, d.status === 429 ? 'rate_limit_error' : 'invalid_request_error', d.code, d.retryAfterSec ? { 'retry-after': String(d.retryAfterSec) } : {});
+}
+
 /**
- * Who is calling. The gateway authenticates its clients and is trusted on the gRPC port: a request
- * carrying a kvrouter key gets that tenant's models, limits and cache salt (or the admin's rights);
- * any other is anonymous, as on the decision API (a gateway's own Authorization is not ours to judge).
+ * Who is calling, by the HTTP API's rules: a kvrouter key is that tenant's (its models, limits and
+ * cache salt) or the admin's; a wrong key is a 401. A request without one is a 401 too, unless
+ * `epp.keyless` is 'trusted' (the gateway authenticated it): then it is anonymous.
  */
 function principalOf(rt: PickerRuntime, req: GatewayRequest): Principal {
-  return rt.deps.access.identify(req.headers) ?? { kind: 'anonymous' };
+  const p = rt.deps.access.authenticate(req.headers, rt.deps.cfg.epp.keyless);
+  if ('status' in p) {
+    rt.deps.metrics.denied('api', p.status);
+    throw refusal(p);
+  }
+  return p;
 }
 
 /** The instances the gateway may reach and allows. */
@@ -113,7 +123,7 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
   const admitted = deps.access.admit(principal);
   if ('status' in admitted) {
     deps.metrics.denied('api', admitted.status);
-    throw new Refused(admitted.status, admitted.message, 'rate_limit_error', admitted.code, admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {});
+    throw refusal(admitted);
   }
   try {
     const raw = parseOpenAIBody(bytes, kind === 'completion');
@@ -146,9 +156,11 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
 
 /**
  * A request without a body (GET /v1/models, a health check through the gateway): the least-loaded
- * healthy instance the gateway allows, of any model; nothing is booked.
+ * healthy instance the gateway allows, of any model; nothing is booked. The caller is authenticated
+ * as for a completion (its limits are not spent: it holds nothing).
  */
 export async function pickByLoad(rt: PickerRuntime, addresses: EndpointAddresses, req: GatewayRequest): Promise<string> {
+  principalOf(rt, req);
   const all = rt.all.flatMap((m) => m.instances);
   await addresses.refresh(all.map((i) => i.upstream.url));
   const keep = keeper(addresses, req.subset);

@@ -5,6 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
 import { asListenError, ListenError } from '../common/listen.js';
 import type { RouterRuntime } from '../router/runtime.js';
+import { BodyBudget } from './body-budget.js';
 import { EndpointAddresses } from './endpoints.js';
 import { type ExchangeContext, ExtProcExchange } from './exchange.js';
 import { createEppMetrics } from './metrics.js';
@@ -59,12 +60,46 @@ function bind(server: grpc.Server, host: string, port: number, role: string, fla
   });
 }
 
-async function writeAll(call: Duplex, out: ProcessingResponse[]): Promise<void> {
+type Bound = 'idle_timeout' | 'stream_timeout';
+
+/**
+ * A stream's two clocks (epp.idle_timeout_ms, epp.stream_timeout_ms): the gateway's silence while
+ * the picker waits for its next message, and the stream's whole life. The picker's own work on a
+ * message (a pick waiting for capacity) has its own bound (routing.busy.queue_timeout_ms).
+ */
+class StreamClock {
+  private readonly endsAt: number;
+
+  constructor(
+    private readonly idleMs: number,
+    totalMs: number,
+  ) {
+    this.endsAt = Date.now() + totalMs;
+  }
+
+  /** `p`, or the bound that ran out first while waiting for it (`idle`: the gateway's silence counts). */
+  async race<T>(p: Promise<T>, idle: boolean): Promise<T | Bound> {
+    p.catch(() => undefined); // a read left behind by a bound ends with the call
+    const left = Math.max(0, this.endsAt - Date.now());
+    const bound: Bound = idle && this.idleMs < left ? 'idle_timeout' : 'stream_timeout';
+    let timer: NodeJS.Timeout | undefined;
+    const out = new Promise<Bound>((resolve) => (timer = setTimeout(resolve, bound === 'idle_timeout' ? this.idleMs : left, bound)));
+    try {
+      return await Promise.race([p, out]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** Send `out` in order; false when the stream's life ran out while the gateway was not reading. */
+async function writeAll(call: Duplex, out: ProcessingResponse[], clock: StreamClock): Promise<boolean> {
   for (const m of out) {
     if (call.write(m)) continue;
     // Backpressure: wait for the gateway to read (or for the stream to go away).
-    await new Promise<void>((resolve) => {
-      const done = () => {
+    let done = (): void => undefined;
+    const drained = new Promise<void>((resolve) => {
+      done = () => {
         call.off('drain', done);
         call.off('close', done);
         call.off('cancelled', done);
@@ -74,7 +109,13 @@ async function writeAll(call: Duplex, out: ProcessingResponse[]): Promise<void> 
       call.on('close', done);
       call.on('cancelled', done);
     });
+    const r = await clock.race(drained, false);
+    if (r === 'stream_timeout') {
+      done();
+      return false;
+    }
   }
+  return true;
 }
 
 export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<EppHandle> {
@@ -82,14 +123,17 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
   const pool = `${opts.poolNamespace}/${opts.poolName}`;
   const addresses = new EndpointAddresses(rt.now);
   const open = new Set<ExtProcExchange>();
+  // One body of the largest size always fits, whatever the cap says.
+  const bodies = new BodyBudget(() => Math.max(rt.deps.cfg.epp.max_buffered_bytes, rt.deps.cfg.server.max_body_bytes));
   let draining = false;
   const ready = () => !draining && !rt.shuttingDown && rt.all.some((m) => m.instances.some((i) => i.health.available(rt.now())));
-  const metrics = createEppMetrics(rt.prom, pool, { streams: () => open.size, ready });
+  const metrics = createEppMetrics(rt.prom, pool, { streams: () => open.size, buffered: () => bodies.bytes, ready });
   let mismatchLoggedAt = -Infinity;
   const ctx: ExchangeContext = {
     rt,
     addresses,
     metrics,
+    bodies,
     draining: () => draining || rt.shuttingDown,
     mismatch: (picked, served) => {
       if (rt.now() - mismatchLoggedAt < 60_000) return;
@@ -99,23 +143,53 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
   };
 
   const handleStream = async (call: Duplex): Promise<void> => {
+    const limits = rt.deps.cfg.epp;
+    if (open.size >= limits.max_streams) {
+      metrics.limited('max_streams');
+      // The status a server-streaming handler reports an error with (grpc-js ends the call with it).
+      call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `kvrouter epp: ${open.size} ext_proc streams are open, the most epp.max_streams allows; retry later` });
+      return;
+    }
     const x = new ExtProcExchange(ctx);
     open.add(x);
+    const clock = new StreamClock(limits.idle_timeout_ms, limits.stream_timeout_ms);
     let graceful = true;
     let failed = false;
+    let expired: Bound | null = null;
     let onCancel = (): void => undefined;
     call.on('cancelled', () => {
       graceful = false;
       x.cancel();
       onCancel();
     });
+    // Leaving the loop must not destroy the call: the status still has to go out (end below).
+    const messages = (call.iterator({ destroyOnReturn: false }) as AsyncIterable<ProcessingRequest>)[Symbol.asyncIterator]();
     try {
-      // Leaving the loop must not destroy the call: the status still has to go out (end below).
-      for await (const msg of call.iterator({ destroyOnReturn: false }) as AsyncIterable<ProcessingRequest>) {
-        const out = await x.onMessage(msg);
-        if (out.length > 0) await writeAll(call, out);
+      for (;;) {
+        const next = await clock.race(messages.next(), true);
+        if (typeof next === 'string') {
+          expired = next;
+          break;
+        }
+        if (next.done) break;
+        const out = await x.onMessage(next.value);
+        if (out.length > 0 && !(await writeAll(call, out, clock))) {
+          expired = 'stream_timeout';
+          break;
+        }
         // An ImmediateResponse ends the exchange: Envoy sends nothing more for this request.
         if (out.some((m) => 'immediate_response' in m)) break;
+      }
+      if (expired !== null && !call.cancelled) {
+        metrics.limited(expired);
+        const ms = expired === 'idle_timeout' ? limits.idle_timeout_ms : limits.stream_timeout_ms;
+        const why = expired === 'idle_timeout' ? `the gateway sent nothing on this stream for ${ms} ms (epp.idle_timeout_ms)` : `the stream was open for ${ms} ms (epp.stream_timeout_ms)`;
+        // A request not yet picked gets its 408; a picked one is released, and the stream ends with
+        // OK: the gateway carries on without the picker (its request may still be running). A
+        // stream that never said anything ends with DEADLINE_EXCEEDED.
+        const silent = x.silent;
+        for (const m of x.expire(why)) call.write(m);
+        if (silent) call.emit('error', { code: grpc.status.DEADLINE_EXCEEDED, details: `kvrouter epp: ${why}` });
       }
     } catch (err) {
       graceful = false; // the gateway reset the stream (or a bug: say so, and end the call with INTERNAL)
@@ -137,7 +211,9 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
       }
       x.close(graceful);
       open.delete(x);
-      if (!call.cancelled && !call.destroyed) {
+      // Stop listening; a read still pending (a bound ran out) settles when the call ends.
+      void messages.return?.().catch(() => undefined);
+      if (!call.cancelled && !call.destroyed && !call.writableEnded) {
         if (failed) call.destroy(Object.assign(new Error('kvrouter epp: internal error'), { code: grpc.status.INTERNAL }));
         else call.end();
       }
@@ -180,6 +256,7 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
   timer.unref();
   const models = rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ');
   rt.log(`kvrouter epp: ext_proc on ${opts.host}:${grpcPort}, gRPC health on ${opts.host}:${healthPort}, pool ${pool} (models: ${models})`);
+  if (rt.deps.access.enabled && rt.deps.cfg.epp.keyless === 'refuse') rt.log('kvrouter epp: auth is on: gateway requests without a kvrouter key get 401 (epp.keyless: refuse); set epp.keyless: trusted when the gateway authenticates its clients');
 
   let closing: Promise<void> | null = null;
   return {

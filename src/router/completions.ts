@@ -83,7 +83,7 @@ export async function prepareRoute(
     throw new OpenAIError(403, `this API key may not use the model \`${parsed.model}\``, 'invalid_request_error', 'model', 'model_not_allowed');
   }
   const routing = applyOverrides(headers, model.routing, deps.cfg.routing.header_overrides);
-  if (policySpec(routing.policy).adminOnly && principal.kind === 'tenant') {
+  if (policySpec(routing.policy).adminOnly && !deps.access.mayTarget(principal)) {
     throw new OpenAIError(403, `the ${routing.policy} policy (x-kvrouter-target) needs the admin token`, 'invalid_request_error', 'x-kvrouter-target', 'forbidden');
   }
   // A tenant with a cache salt never shares KV blocks with other tenants (engine and index), and

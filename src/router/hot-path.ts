@@ -21,10 +21,10 @@ export function hotPathHandler(rt: RouterRuntime, rest: NodeHandler): NodeHandle
       req.resume();
       return;
     }
-    const principal = rt.deps.access.identify(req.headers);
-    if (principal === null) {
-      rt.metrics.denied('api', 401);
-      sendError(res, path, { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' });
+    const principal = rt.deps.access.authenticate(req.headers);
+    if ('status' in principal) {
+      rt.metrics.denied('api', principal.status);
+      sendError(res, path, principal);
       req.resume();
       return;
     }

@@ -35,7 +35,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
 ];
 
 /** Sections whose change a reload applies as a whole, named in its changes (routing and auth are named below). */
-const APPLIED_SECTIONS = ['health', 'engine_metrics', 'lora', 'verification'] as const;
+const APPLIED_SECTIONS = ['health', 'engine_metrics', 'lora', 'verification', 'epp'] as const;
 
 async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<ReloadResult> {
   const { deps, now, writer } = rt;

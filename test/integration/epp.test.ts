@@ -88,6 +88,17 @@ class Stream {
     return this.inbox.length;
   }
 
+  /** The call's status, within 30 s. */
+  async ended(): Promise<grpc.StatusObject> {
+    let t: NodeJS.Timeout | undefined;
+    const bound = new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error('the stream did not end within 30 s')), 30_000)));
+    try {
+      return await Promise.race([this.status, bound]);
+    } finally {
+      clearTimeout(t);
+    }
+  }
+
   end(): void {
     this.call.end();
   }
@@ -200,7 +211,7 @@ async function immediateFor(spec: RequestSpec): Promise<{ status: number; body: 
   return immediateOf(r);
 }
 
-const CODES: Record<string, number> = { BadRequest: 400, NotFound: 404, PayloadTooLarge: 413, TooManyRequests: 429, ServiceUnavailable: 503, Unauthorized: 401 };
+const CODES: Record<string, number> = { BadRequest: 400, NotFound: 404, PayloadTooLarge: 413, TooManyRequests: 429, ServiceUnavailable: 503, Unauthorized: 401, Forbidden: 403, RequestTimeout: 408 };
 function immediateOf(r: Reply) {
   const i = r.immediate_response!;
   return { status: CODES[i.status.code] ?? Number(i.status.code), body: JSON.parse(i.body!.toString()), headers: mutations(i.headers), details: i.details };
@@ -633,8 +644,11 @@ describe('kvrouter epp: health and lifecycle', () => {
   });
 });
 
-describe('kvrouter epp: a tenant\'s limits (round-robin)', () => {
+describe('kvrouter epp: tenants, keys and keyless requests (round-robin, epp.keyless: trusted)', () => {
   const KEY = 'sk-epp-tenant-one';
+  const LIMITED = 'sk-epp-tenant-limited';
+  const SALTED = 'sk-epp-tenant-salted';
+  const ADMIN = 'epp-admin-token-0123456789';
   let proc: Proc;
   let url: string;
   let tenantClient: grpc.Client;
@@ -644,9 +658,12 @@ describe('kvrouter epp: a tenant\'s limits (round-robin)', () => {
     const file = join(dir, 'router.yaml');
     writeFileSync(file, `${yaml(engines)}
 auth:
-  admin_token: epp-admin-token-0123456789
+  admin_token: ${ADMIN}
   tenants:
     - { id: solo, api_keys_sha256: [${sha256Hex(KEY)}], max_concurrency: 1 }
+    - { id: limited, api_keys_sha256: [${sha256Hex(LIMITED)}], allowed_models: ["${MODEL}"] }
+    - { id: salted, api_keys_sha256: [${sha256Hex(SALTED)}], cache_salt: salt-of-b }
+epp: { keyless: trusted }
 `.replace('routing: { speculative_ttl_ms: 0,', 'routing: { policy: round-robin, speculative_ttl_ms: 0,'));
     proc = await spawnCli(['epp', '--config', file, '--no-watch', '--grpc-port', '0', '--grpc-health-port', '0', '--pool-name', 'tenant-pool'], /^kvrouter epp: ext_proc on /);
     url = /kvrouter listening on (http:\/\/\S+)/.exec(proc.lines.join('\n'))![1];
@@ -695,6 +712,182 @@ auth:
     d.end();
     expect((await d.status).code).toBe(grpc.status.OK);
     await waitFor('zero bookings', async () => (await bookings()) === 0);
+  });
+
+  /** The picker's answer to one request: its ImmediateResponse, or the endpoint it picked (the stream is then cancelled). */
+  const answer = async (spec: RequestSpec): Promise<{ status: number; code?: unknown; endpoint?: string }> => {
+    const s = new Stream(tenantClient);
+    sendRequest(s, spec);
+    const r = await s.next();
+    if (r.immediate_response) {
+      const i = immediateOf(r);
+      return { status: i.status, code: i.body.error.code };
+    }
+    s.cancel();
+    return { status: 200, endpoint: mutations(r.request_headers?.response?.header_mutation)['x-gateway-destination-endpoint'] };
+  };
+
+  it('the HTTP API\'s access rules: a wrong key is refused, a keyless request (trusted) is anonymous, no salt of a tenant, x-kvrouter-target for the admin only', async () => {
+    const body = chat('whiskey: who may ask?');
+    // A key that is not a kvrouter key is refused, even though keyless requests are trusted.
+    for (const headers of [{ authorization: 'Bearer sk-not-a-key' }, { 'x-api-key': 'sk-not-a-key' }] as Record<string, string>[]) expect(await answer({ body, headers })).toEqual({ status: 401, code: 'invalid_api_key' });
+    // Keyless (the gateway authenticated it): picked, as anonymous.
+    expect(engines.map(endpointOf)).toContain((await answer({ body })).endpoint);
+    // Nobody but the salted tenant runs under its salt: keyless, another tenant, nor a tenant with a salt of its own.
+    for (const headers of [{}, { authorization: `Bearer ${LIMITED}` }] as Record<string, string>[]) expect(await answer({ body: { ...body, cache_salt: 'salt-of-b' }, headers })).toEqual({ status: 403, code: 'cache_salt_not_allowed' });
+    expect(await answer({ body: { ...body, cache_salt: 'a-salt-of-my-own' }, headers: { authorization: `Bearer ${SALTED}` } })).toEqual({ status: 403, code: 'cache_salt_not_allowed' });
+    expect((await answer({ body: { ...body, cache_salt: 'salt-of-b' }, headers: { authorization: `Bearer ${SALTED}` } })).status).toBe(200);
+    // A keyless request may still name a salt of its own.
+    expect((await answer({ body: { ...body, cache_salt: 'a-salt-of-my-own' } })).status).toBe(200);
+    // x-kvrouter-target (the direct policy) is the admin's.
+    const [e0, e1] = engines.map(endpointOf);
+    for (const headers of [{}, { authorization: `Bearer ${LIMITED}` }] as Record<string, string>[]) expect(await answer({ body, headers: { ...headers, 'x-kvrouter-target': 'e1' } })).toEqual({ status: 403, code: 'forbidden' });
+    for (const [target, endpoint] of [['e0', e0], ['e1', e1]]) expect(await answer({ body, headers: { authorization: `Bearer ${ADMIN}`, 'x-kvrouter-target': target } })).toEqual({ status: 200, endpoint });
+    // A tenant's allowed_models apply.
+    expect(await answer({ body: { model: 'dead-model', prompt: 'hi', max_tokens: 1 }, path: '/v1/completions', headers: { authorization: `Bearer ${LIMITED}` } })).toEqual({ status: 403, code: 'model_not_allowed' });
+    // A request without a body is authenticated too.
+    const s = new Stream(tenantClient);
+    s.send({ request_headers: { headers: headerMap({ ':method': 'GET', ':path': '/v1/models', authorization: 'Bearer sk-not-a-key' }), end_of_stream: true } });
+    expect(immediateOf(await s.next()).status).toBe(401);
+    await waitFor('zero bookings', async () => (await bookings()) === 0);
+  });
+});
+
+describe('kvrouter epp: a stream\'s bounds (idle, total, open streams, buffered bytes) and keyless requests refused', () => {
+  const ADMIN = 'epp-admin-token-bounds-0123';
+  const admin = { authorization: `Bearer ${ADMIN}` };
+  const POOL = '{pool="default/bounds-pool"}';
+  let proc: Proc;
+  let url: string;
+  let file: string;
+  let boundsClient: grpc.Client;
+
+  const value = async (name: string, labels = ''): Promise<number> => {
+    const text = await (await request(`${url}/metrics`)).body.text();
+    const m = new RegExp(`^${name}${labels.replace(/[{}]/g, '\\$&')}\\s+(\\S+)$`, 'm').exec(text);
+    return m ? Number(m[1]) : NaN;
+  };
+  const limited = (limit: string) => value('kvrouter_epp_stream_limits_total', `{pool="default/bounds-pool",limit="${limit}"}`);
+  /** Rewrite the `epp:` section and reload it (it applies to streams opened after). */
+  const setEpp = async (epp: string) => {
+    writeFileSync(file, `${yaml(engines)}\nauth: { admin_token: ${ADMIN} }\nepp: ${epp}\n`);
+    const r = await request(`${url}/admin/reload`, { method: 'POST', headers: admin });
+    expect(r.statusCode).toBe(200);
+    expect(await r.body.json()).toMatchObject({ status: 'reloaded' });
+  };
+  const settled = () => waitFor('no bookings, streams or buffered bytes', async () => (await value('kvrouter_bookings')) === 0 && (await value('kvrouter_epp_streams', POOL)) === 0 && (await value('kvrouter_epp_buffered_bytes', POOL)) === 0, 30_000);
+
+  beforeAll(async () => {
+    file = join(mkdtempSync(join(tmpdir(), 'kvr-epp-bounds-')), 'router.yaml');
+    writeFileSync(file, `${yaml(engines)}\nauth: { admin_token: ${ADMIN} }\n`);
+    proc = await spawnCli(['epp', '--config', file, '--no-watch', '--grpc-port', '0', '--grpc-health-port', '0', '--pool-name', 'bounds-pool'], /^kvrouter epp: auth is on/);
+    url = /kvrouter listening on (http:\/\/\S+)/.exec(proc.lines.join('\n'))![1];
+    const port = Number(/kvrouter epp: ext_proc on 127\.0\.0\.1:(\d+)/.exec(proc.lines.join('\n'))![1]);
+    boundsClient = new ExtProcClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  });
+
+  afterAll(async () => {
+    boundsClient?.close();
+    await proc?.kill();
+  });
+
+  it('by default (epp.keyless: refuse, auth on) a request without a key is a 401, and the log says how to trust the gateway', async () => {
+    expect(proc.lines.join('\n')).toMatch(/kvrouter epp: auth is on: gateway requests without a kvrouter key get 401 \(epp\.keyless: refuse\); set epp\.keyless: trusted/);
+    const s = new Stream(boundsClient);
+    sendRequest(s, { body: chat('xray: no key') });
+    const r = immediateOf(await s.next());
+    expect([r.status, r.body.error.code]).toEqual([401, 'invalid_api_key']);
+    expect((await s.ended()).code).toBe(grpc.status.OK);
+    await settled();
+  });
+
+  it('a stream that goes quiet is ended after epp.idle_timeout_ms: a picked one releases its booking, a half-sent body gets 408, a silent one DEADLINE_EXCEEDED', async () => {
+    await setEpp('{ idle_timeout_ms: 300 }');
+    const idle = await limited('idle_timeout');
+    const routed = await value('kvrouter_epp_requests_total', '{pool="default/bounds-pool",result="routed"}');
+    // Picked (and booked), then the gateway never sends the response phase: released, and the
+    // stream ends with OK (the gateway would carry on without the picker).
+    const quiet = new Stream(boundsClient);
+    expect(engines.map(endpointOf)).toContain((await pick(quiet, { body: chat('yankee: then silence'), headers: admin })).endpoint);
+    expect(await value('kvrouter_epp_requests_total', '{pool="default/bounds-pool",result="routed"}')).toBe(routed + 1);
+    expect((await quiet.ended()).code).toBe(grpc.status.OK);
+    await settled();
+    // Headers and half a body, then nothing: a 408 for the client.
+    const half = new Stream(boundsClient);
+    half.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions', ...admin }) } });
+    half.send({ request_body: { body: Buffer.from('{"model": "') } });
+    const r = immediateOf(await half.next());
+    expect([r.status, r.body.error.code]).toEqual([408, 'request_timeout']);
+    expect(r.body.error.message).toMatch(/epp\.idle_timeout_ms/);
+    expect((await half.ended()).code).toBe(grpc.status.OK);
+    // Nothing at all.
+    const silent = new Stream(boundsClient);
+    const st = await silent.ended();
+    expect(st.code).toBe(grpc.status.DEADLINE_EXCEEDED);
+    expect(st.details).toMatch(/epp\.idle_timeout_ms/);
+    expect(await limited('idle_timeout')).toBe(idle + 3);
+    expect(await value('kvrouter_epp_requests_total', '{pool="default/bounds-pool",result="timeout"}')).toBe(1);
+    await settled();
+  });
+
+  it('a stream is ended after epp.stream_timeout_ms however lively, its booking released', async () => {
+    await setEpp('{ idle_timeout_ms: 600000, stream_timeout_ms: 2000 }');
+    const s = new Stream(boundsClient);
+    await pick(s, { body: chat('zulu: a long answer'), headers: admin });
+    s.send({ response_headers: { headers: headerMap({ ':status': '200', 'content-type': 'text/event-stream' }) } });
+    expect((await s.next()).response).toBe('response_headers');
+    expect((await s.ended()).code).toBe(grpc.status.OK);
+    expect(await limited('stream_timeout')).toBe(1);
+    expect(await limited('idle_timeout')).toBe(3);
+    await settled();
+  });
+
+  it('streams beyond epp.max_streams are refused with RESOURCE_EXHAUSTED', async () => {
+    await setEpp('{ max_streams: 2 }');
+    const held = [new Stream(boundsClient), new Stream(boundsClient)];
+    for (const s of held) s.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions', ...admin }) } });
+    await waitFor('two streams open', async () => (await value('kvrouter_epp_streams', POOL)) === 2);
+    const third = new Stream(boundsClient);
+    third.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions', ...admin }) } });
+    const st = await third.ended();
+    expect(st.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(st.details).toMatch(/2 ext_proc streams are open, the most epp\.max_streams allows/);
+    expect(await limited('max_streams')).toBe(1);
+    for (const s of held) s.cancel();
+    await settled();
+    // Room again: a whole request goes through.
+    const s = new Stream(boundsClient);
+    const p = await pick(s, { body: chat('alfa: room again'), headers: admin });
+    expect((await serve(s, p)).status).toBe(200);
+    s.end();
+    expect((await s.ended()).code).toBe(grpc.status.OK);
+    await settled();
+  });
+
+  it('request bodies past epp.max_buffered_bytes (all streams together) get 503; the bytes come back when a stream ends', async () => {
+    // 1024 asks for less than one body of server.max_body_bytes (65,536): the cap is 65,536.
+    await setEpp('{ max_buffered_bytes: 1024 }');
+    const first = new Stream(boundsClient);
+    first.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions', ...admin }) } });
+    first.send({ request_body: { body: Buffer.alloc(40_000, 0x20) } });
+    await waitFor('40,000 bytes held', async () => (await value('kvrouter_epp_buffered_bytes', POOL)) === 40_000);
+    const second = new Stream(boundsClient);
+    second.send({ request_headers: { headers: headerMap({ ':method': 'POST', ':path': '/v1/chat/completions', ...admin }) } });
+    second.send({ request_body: { body: Buffer.alloc(30_000, 0x20) } });
+    const r = immediateOf(await second.next());
+    expect([r.status, r.body.error.code, r.headers['retry-after']]).toEqual([503, 'buffer_full', '1']);
+    expect(r.body.error.message).toMatch(/epp\.max_buffered_bytes/);
+    expect((await second.ended()).code).toBe(grpc.status.OK);
+    expect(await limited('max_buffered_bytes')).toBe(1);
+    expect(await value('kvrouter_epp_buffered_bytes', POOL)).toBe(40_000);
+    first.cancel();
+    await settled();
+    // The bytes are back: the same body fits now, and a picked body holds none.
+    const third = new Stream(boundsClient);
+    await pick(third, { body: { ...chat('bravo: fits now'), pad: ' '.repeat(30_000) }, headers: admin });
+    expect(await value('kvrouter_epp_buffered_bytes', POOL)).toBe(0);
+    third.cancel();
+    await settled();
   });
 });
 
