@@ -363,7 +363,13 @@ async function dispatch(
       let first = true;
       // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
       const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
-      const resume = () => exchange.resume();
+      // One wait for 'drain' at a time: chunks that came with the head are written in one go, and
+      // each may find the (corked) socket full; a listener per chunk would pile up until the drain.
+      let draining = false;
+      const resume = () => {
+        draining = false;
+        exchange.resume();
+      };
       try {
         await exchange.pipe((chunk) => {
           tail?.push(chunk);
@@ -382,7 +388,10 @@ async function dispatch(
           }
           if (res.write(chunk)) return true;
           // A client that closes instead of draining aborts the exchange (forward's close handler).
-          res.once('drain', resume);
+          if (!draining) {
+            draining = true;
+            res.once('drain', resume);
+          }
           return false;
         }, () => {
           if (!abort.aborted && !res.destroyed) res.end();
@@ -408,6 +417,8 @@ async function dispatch(
           res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
         } else res.destroy(err as Error);
         observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+      } finally {
+        if (draining) res.off('drain', resume);
       }
     } finally {
       stopListening();
