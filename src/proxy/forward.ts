@@ -15,6 +15,7 @@ import type { CapacityQueue } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
 import { type ExchangeHead, UpstreamExchange } from './exchange.js';
+import { engineResponseHeaders } from './hop-by-hop.js';
 
 export interface InstanceRuntime {
   readonly id: string;
@@ -84,8 +85,6 @@ export interface ForwardDeps {
   now: () => number;
   observer?: ForwardObserver;
 }
-
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade']);
 
 /** Every healthy (instance, dp rank) of a pool. */
 export function candidatesOf(instances: readonly InstanceRuntime[], now: number): Candidate[] {
@@ -352,11 +351,7 @@ async function dispatch(
         return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
       }
 
-      const out: Record<string, string | string[]> = {};
-      for (const k in up.headers) {
-        const v = up.headers[k];
-        if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-      }
+      const out = engineResponseHeaders(up.headers);
       Object.assign(out, explanationHeaders(d, job.requestId, attempt), extra);
       res.writeHead(up.statusCode, out);
       if (job.stream) sseResponses.add(res);

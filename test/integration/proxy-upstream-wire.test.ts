@@ -1,7 +1,8 @@
 // The proxy against a stub engine that writes raw HTTP/1.1, to pin what crosses the router on the
-// wire: a burst of chunks that arrives with the response head (backpressure without piling up
+// wire: the headers of one connection (RFC 9110 §7.6.1) and cookies, which stay on their side of the
+// router; a burst of chunks that arrives with the response head (backpressure without piling up
 // listeners). A real router over loopback; the stub answers each request with the bytes a test sets.
-import { createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfigText } from '../../src/config/load.js';
@@ -76,7 +77,57 @@ const chat = (stream: boolean, headers: Record<string, string> = {}) =>
     body: JSON.stringify({ model: MODEL, stream, max_tokens: 4, messages: [{ role: 'user', content: 'hello' }] }),
   });
 
+const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+
+/** A request written by hand (undici refuses a Connection header that names fields): the response's raw text. */
+function rawRequest(head: string, body: string): Promise<string> {
+  const u = new URL(router.url);
+  return new Promise((resolve, reject) => {
+    const sock = connect(Number(u.port), u.hostname);
+    let text = '';
+    sock.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    sock.on('end', () => resolve(text));
+    sock.on('error', reject);
+    sock.write(`${head}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  });
+}
+
 describe('the proxy on the wire', () => {
+  it("drops the engine's connection fields, those its Connection header names, and set-cookie; passes the rest", async () => {
+    const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [] });
+    answer = () =>
+      Buffer.from(
+        'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nConnection: keep-alive, X-Foo\r\nx-foo: 1\r\nset-cookie: engine=1; Path=/\r\n' +
+          `set-cookie: other=2\r\nproxy-connection: keep-alive\r\nx-bar: 2\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+      );
+    const r = await chat(false);
+    expect(r.statusCode).toBe(200);
+    expect(await r.body.text()).toBe(body);
+    expect(r.headers['x-bar']).toBe('2');
+    expect(r.headers['x-kvrouter-instance']).toBe('stub');
+    expect(r.headers['x-foo']).toBeUndefined();
+    expect(r.headers['set-cookie']).toBeUndefined();
+    expect(r.headers['proxy-connection']).toBeUndefined();
+    // The router's own connection header, not the engine's list.
+    expect(String(r.headers.connection ?? '')).not.toMatch(/x-foo/i);
+  });
+
+  it("passes a client's trace context on, unless its Connection header names it", async () => {
+    const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [] });
+    answer = () => Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+    const req = JSON.stringify({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'hello' }] });
+    const head = (connection: string) => `POST /v1/chat/completions HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ntraceparent: ${TRACEPARENT}\r\ntracestate: k=v\r\nconnection: ${connection}`;
+    seen.length = 0;
+    expect(await rawRequest(head('close'), req)).toMatch(/^HTTP\/1\.1 200 /);
+    expect(seen).toHaveLength(1);
+    expect(seen[0].head).toContain(`traceparent: ${TRACEPARENT}`);
+    expect(seen[0].head).toContain('tracestate: k=v');
+    seen.length = 0;
+    expect(await rawRequest(head('close, TraceParent, tracestate'), req)).toMatch(/^HTTP\/1\.1 200 /);
+    expect(seen).toHaveLength(1);
+    expect(seen[0].head).not.toMatch(/traceparent|tracestate/i);
+  });
+
   it('waits for one drain at a time when a burst of chunks arrives with the head (no pile of drain listeners)', async () => {
     // 48 SSE events of 1 KiB in the same write as the head: they reach the proxy before it starts
     // piping, and after the first 16 KiB every write to the client's (corked) socket says wait.
