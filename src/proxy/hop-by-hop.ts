@@ -7,21 +7,23 @@ import type { IncomingHttpHeaders } from 'node:http';
 /** Connection-specific fields, whatever the Connection header says (`proxy-connection`: the old non-standard one). */
 const CONNECTION_FIELDS: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate', 'proxy-authorization']);
 
-/** Fields of an engine's answer the client never gets, besides the connection's. */
-const ENGINE_ONLY: ReadonlySet<string> = new Set(['set-cookie']);
+/** The field of an engine's answer the client never gets, besides the connection's. */
+const ENGINE_ONLY = 'set-cookie';
 
 /** The fields of one message (lower-case names, as Node and undici give them) that belong to its connection. */
 export function hopByHop(headers: IncomingHttpHeaders): ReadonlySet<string> {
   const c = headers.connection;
-  if (c === undefined) return CONNECTION_FIELDS;
-  const out = new Set(CONNECTION_FIELDS);
+  // `connection: keep-alive` (every Node engine's answer) names nothing new: the fixed set, unparsed.
+  if (c === undefined || c === 'keep-alive') return CONNECTION_FIELDS;
+  // A set is made only when the header names a field beyond the fixed ones.
+  let out: Set<string> | null = null;
   for (const line of Array.isArray(c) ? c : [c]) {
     for (const name of line.split(',')) {
       const n = name.trim().toLowerCase();
-      if (n !== '') out.add(n);
+      if (n !== '' && !CONNECTION_FIELDS.has(n)) (out ??= new Set(CONNECTION_FIELDS)).add(n);
     }
   }
-  return out;
+  return out ?? CONNECTION_FIELDS;
 }
 
 /** An engine's response headers as the client gets them: without the connection's fields or `set-cookie`. */
@@ -30,7 +32,7 @@ export function engineResponseHeaders(headers: IncomingHttpHeaders): Record<stri
   const out: Record<string, string | string[]> = {};
   for (const k in headers) {
     const v = headers[k];
-    if (v !== undefined && !drop.has(k) && !ENGINE_ONLY.has(k)) out[k] = v;
+    if (v !== undefined && !drop.has(k) && k !== ENGINE_ONLY) out[k] = v;
   }
   return out;
 }
