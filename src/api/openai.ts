@@ -2,6 +2,7 @@
 // the body itself is forwarded untouched.
 import type { ChatMessage, ChatRequestLike } from '../tokenizer/index.js';
 import { TokenIds } from './token-body.js';
+import { routerOwnedField } from '../disagg/protocol.js';
 
 export type CompletionKind = 'chat' | 'completion';
 
@@ -38,6 +39,18 @@ export interface ParsedCompletion {
 
 const bad = (message: string, param: string) => new OpenAIError(400, message, 'invalid_request_error', param);
 
+/**
+ * Refuse a body that carries a field the router owns (src/disagg/protocol.ts): refused rather than
+ * dropped, so that a client (or gateway) that means to steer a KV transfer learns it cannot, and one
+ * path (the decision API) that forwards nothing itself holds the same rule as those that do.
+ */
+export function refuseRouterOwned(body: Record<string, unknown>): void {
+  const f = routerOwnedField(body);
+  if (f !== null) {
+    throw new OpenAIError(400, `\`${f}\` is set by the router (it steers the KV transfer of disaggregated serving), never by a client: remove it`, 'invalid_request_error', f, 'router_owned_field');
+  }
+}
+
 function asTokens(v: unknown[], param: string): Uint32Array {
   const out = new Uint32Array(v.length);
   for (let i = 0; i < v.length; i++) {
@@ -53,6 +66,7 @@ export function parseCompletion(kind: CompletionKind, raw: unknown, maxMessages 
   const body = raw as Record<string, unknown>;
   const model = body.model;
   if (typeof model !== 'string' || model === '') throw bad('`model` is required and must be a string', 'model');
+  refuseRouterOwned(body);
   if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw bad('`stream` must be a boolean', 'stream');
   const user = typeof body.user === 'string' ? body.user : null;
   const cacheSalt = typeof body.cache_salt === 'string' && body.cache_salt !== '' ? body.cache_salt : null;

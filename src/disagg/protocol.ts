@@ -10,6 +10,23 @@ export type DisaggMode = (typeof DISAGG_MODES)[number];
 export type OpenAIBody = Record<string, unknown>;
 
 /**
+ * Body fields that steer a KV transfer between engines: which engine a decode engine fetches KV
+ * from (host, port, engine id, block ids, room) and which request's. The router owns them end to
+ * end: it sets them on the legs it sends (the rewrites below), and a client's body that carries any
+ * of them is refused, on every path (proxy, decision API, gateway picker). Passed through, they would
+ * send a decode engine to an address the client chose, for KV the client names (another request's).
+ * vLLM's connectors read `kv_transfer_params`; SGLang's disaggregation the `bootstrap_*` fields and
+ * the two after them (its router sets those too).
+ */
+export const ROUTER_OWNED_FIELDS = ['kv_transfer_params', 'bootstrap_host', 'bootstrap_port', 'bootstrap_room', 'bootstrap_pair_key', 'decode_tp_size', 'disagg_prefill_dp_rank'] as const;
+
+/** The first router-owned field a client's body carries (whatever its value, null included), or null. */
+export function routerOwnedField(body: OpenAIBody): string | null {
+  for (const f of ROUTER_OWNED_FIELDS) if (Object.hasOwn(body, f)) return f;
+  return null;
+}
+
+/**
  * The prefill leg of the vLLM protocol: ask for remote decode, one token, no streaming. Options the
  * prefill engine does not support with max_tokens 1 (min_tokens) are dropped, as vLLM's proxy does.
  */

@@ -13,6 +13,7 @@ import type { DashboardPart } from '../dashboard/whole-router.js';
 import { isToPrimary, PROCESS_INDEX_ENV, stallWatch, SYNC_DIR_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
 import { aggregateMetrics } from './metrics.js';
 import { openSyncDir } from './mesh.js';
+import { trackHandoffs } from './handoff.js';
 
 export interface PrimaryHandle {
   readonly url: string;
@@ -243,6 +244,7 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
 
   const fork = (slot: Omit<Slot, 'worker'> & { worker?: Worker }): Slot => {
     const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index), ...(syncDir ? { [SYNC_DIR_ENV]: syncDir.path } : {}) });
+    const handoffs = trackHandoffs(worker.process);
     const s = slot as Slot;
     s.worker = worker;
     s.syncPath = undefined;
@@ -256,6 +258,9 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
     // A failed send to a process that is going away: its exit is handled below, this must not stop the primary.
     worker.on('error', (err: Error) => opts.log(`router process ${s.index}: ${err.message}`));
     worker.on('exit', (code, signal) => {
+      // A connection handed to it that it never took would stay open in the primary, its client waiting.
+      const dropped = handoffs.closeUnacknowledged();
+      if (dropped > 0) opts.log(`router process ${s.index} died holding ${dropped} connection${dropped > 1 ? 's' : ''} it had not taken; closed`);
       for (const r of [...rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
       clearTimeout(killTimers.get(s));
       killTimers.delete(s);

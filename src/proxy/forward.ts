@@ -15,6 +15,7 @@ import type { CapacityQueue } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
 import { type ExchangeHead, UpstreamExchange } from './exchange.js';
+import { engineResponseHeaders } from './hop-by-hop.js';
 
 export interface InstanceRuntime {
   readonly id: string;
@@ -84,8 +85,6 @@ export interface ForwardDeps {
   now: () => number;
   observer?: ForwardObserver;
 }
-
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade']);
 
 /** Every healthy (instance, dp rank) of a pool. */
 export function candidatesOf(instances: readonly InstanceRuntime[], now: number): Candidate[] {
@@ -356,18 +355,20 @@ async function dispatch(
         return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
       }
 
-      const out: Record<string, string | string[]> = {};
-      for (const k in up.headers) {
-        const v = up.headers[k];
-        if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-      }
+      const out = engineResponseHeaders(up.headers);
       Object.assign(out, explanationHeaders(d, job.requestId, attempt), extra);
       res.writeHead(up.statusCode, out);
       if (job.stream) sseResponses.add(res);
       let first = true;
       // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
       const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
-      const resume = () => exchange.resume();
+      // One wait for 'drain' at a time: chunks that came with the head are written in one go, and
+      // each may find the (corked) socket full; a listener per chunk would pile up until the drain.
+      let draining = false;
+      const resume = () => {
+        draining = false;
+        exchange.resume();
+      };
       try {
         await exchange.pipe((chunk) => {
           tail?.push(chunk);
@@ -387,7 +388,10 @@ async function dispatch(
           }
           if (res.write(chunk)) return true;
           // A client that closes instead of draining aborts the exchange (forward's close handler).
-          res.once('drain', resume);
+          if (!draining) {
+            draining = true;
+            res.once('drain', resume);
+          }
           return false;
         }, () => {
           if (!abort.aborted && !res.destroyed) res.end();
@@ -413,6 +417,8 @@ async function dispatch(
           res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
         } else res.destroy(err as Error);
         observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
+      } finally {
+        if (draining) res.off('drain', resume);
       }
     } finally {
       stopListening();

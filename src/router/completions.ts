@@ -6,6 +6,7 @@ import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } fr
 import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
+import { passesOn } from '../proxy/hop-by-hop.js';
 import type { Access, Principal } from '../auth/access.js';
 import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
@@ -124,9 +125,9 @@ export async function prepareRoute(
 /** An incoming W3C trace context (to pass on unchanged when the router itself does not trace). */
 function traceContextOf(h: IncomingHttpHeaders): { traceparent: string; tracestate?: string } | null {
   const tp = h.traceparent;
-  if (typeof tp !== 'string' || !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/.test(tp)) return null;
+  if (typeof tp !== 'string' || !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/.test(tp) || !passesOn(h, 'traceparent')) return null;
   const ts = h.tracestate;
-  return typeof ts === 'string' && ts.length <= 512 ? { traceparent: tp, tracestate: ts } : { traceparent: tp };
+  return typeof ts === 'string' && ts.length <= 512 && passesOn(h, 'tracestate') ? { traceparent: tp, tracestate: ts } : { traceparent: tp };
 }
 
 /** A model name or alias, else a LoRA adapter some instance serves (routed to those instances only); else 404. */

@@ -11,7 +11,7 @@ import { type EngineUsage, parseUsage } from '../feedback/usage-tail.js';
 import { type FeedbackLoop, type Prediction, predictionOf } from '../feedback/loop.js';
 import { errorResponse } from '../api/errors.js';
 import { json } from '../api/indexer-routes.js';
-import { OpenAIError } from '../api/openai.js';
+import { OpenAIError, refuseRouterOwned } from '../api/openai.js';
 import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
@@ -134,6 +134,9 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
 
   const decide = async (c: Context): Promise<{ d: Decision; p: PreparedRoute; body: Body; fields: ReturnType<typeof routeFields>; prefill: PrefillAnswer | null }> => {
     const body = (await readOpenAIJson(c, deps.cfg.server.max_body_bytes)) as Body;
+    // The gateway forwards the body itself: one that would steer a KV transfer is refused here too
+    // (the token_ids form reaches the parser without the rest of the body).
+    refuseRouterOwned(body);
     let kind: 'chat' | 'completion' = 'chat';
     let raw: Body = body;
     if (body.token_ids !== undefined) {

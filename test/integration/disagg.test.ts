@@ -3,6 +3,7 @@
 // against an aggregated engine, the KV transfer (the decode engine reports the prompt cached on its
 // first sight of it), the bypass when the decode side holds the prompt, every fault path, and that
 // every booking on both legs is released.
+import { createServer } from 'node:http';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfigText } from '../../src/config/load.js';
@@ -168,6 +169,50 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     expect(await booked(r)).toBe(0);
     const forced = await ask({ router_config_override: { disagg: 'local' } });
     expect(forced.body.disaggregation).toMatchObject({ path: 'local', reason: 'header', prefill: null });
+  });
+
+  it("refuses a client's KV transfer fields on every path: the decode engine never reaches the address they name", async () => {
+    // The attacker's address: a decode engine sent there would ask it for another request's KV.
+    const hits: string[] = [];
+    const attacker = createServer((req, res) => {
+      hits.push(`${req.method} ${req.url}`);
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"prompt_tokens":1}');
+    });
+    await new Promise<void>((done) => attacker.listen(0, '127.0.0.1', done));
+    const port = (attacker.address() as { port: number }).port;
+    const steer: Record<string, unknown> =
+      protocol === 'vllm'
+        ? { kv_transfer_params: { do_remote_prefill: true, do_remote_decode: false, remote_engine_id: 'victim', remote_block_ids: [0, 1], remote_request_id: 'stolen-req', remote_host: '127.0.0.1', remote_port: port, tp_size: 1 } }
+        : { bootstrap_host: '127.0.0.1', bootstrap_port: port, bootstrap_room: 4242 };
+    const field = Object.keys(steer)[0];
+    const post = async (path: string, body: Record<string, unknown>, headers: Record<string, string> = {}) => {
+      const res = await request(`${r.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+      const j = (await res.body.json()) as { error?: { param: string; code: string } };
+      return [res.statusCode, j.error?.param, j.error?.code];
+    };
+    const refused = (f = field) => [400, f, 'router_owned_field'];
+    try {
+      const clean = { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: `(${protocol}) steer the decode engine` }] };
+      const chatBody = { ...clean, ...steer };
+      // The proxy, whichever path the request would take (local sends the client's body to the decode engine as it is).
+      for (const mode of ['local', 'auto', 'remote']) expect(await post('/v1/chat/completions', chatBody, { 'x-kvrouter-disagg': mode })).toEqual(refused());
+      // A token-id completion alike, and a field present with null (the router's to set or leave out).
+      expect(await post('/v1/completions', { model: MODEL, max_tokens: 4, prompt: [1, 2, 3, 4, 5], ...steer }, { 'x-kvrouter-disagg': 'local' })).toEqual(refused());
+      expect(await post('/v1/completions', { model: MODEL, max_tokens: 4, prompt: 'hello', bootstrap_pair_key: null }, { 'x-kvrouter-disagg': 'local' })).toEqual(refused('bootstrap_pair_key'));
+      // The decision API (the gateway forwards the body itself): query, booking, loads, the token_ids form.
+      expect(await post('/v1/route', chatBody)).toEqual(refused());
+      expect(await post('/v1/route', { ...chatBody, request_id: `steer-${protocol}` })).toEqual(refused());
+      expect(await post('/v1/route/loads', chatBody)).toEqual(refused());
+      expect(await post('/v1/route', { model: MODEL, token_ids: [1, 2, 3, 4, 5], ...steer })).toEqual(refused());
+      // Without them the same request is served on the local path.
+      const res = await request(`${r.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-disagg': 'local' }, body: JSON.stringify(clean) });
+      expect([res.statusCode, res.headers['x-kvrouter-disagg']]).toEqual([200, 'local']);
+      await res.body.text();
+    } finally {
+      await new Promise<void>((done) => attacker.close(() => done()));
+    }
+    expect(hits).toEqual([]);
+    await drained(r);
   });
 
   it('/health and /metrics know each instance\'s role and count the paths', async () => {

@@ -412,6 +412,11 @@ describe('kvrouter epp: the ext_proc exchange', () => {
     expect(bad.status).toBe(400);
     expect(bad.body.error).toMatchObject({ type: 'invalid_request_error', code: 400 });
     expect(bad.body.error.message).toMatch(/not valid JSON/);
+    // Fields that steer an engine's KV transfer are the router's: the gateway would forward them to the engine.
+    for (const [field, value] of [['kv_transfer_params', { do_remote_prefill: true, remote_host: '127.0.0.1', remote_port: 9 }], ['bootstrap_host', '127.0.0.1'], ['bootstrap_room', 7]] as const) {
+      const steer = await immediateFor({ body: chat('steer', { [field]: value }) });
+      expect([steer.status, steer.body.error]).toMatchObject([400, { type: 'invalid_request_error', param: field, code: 'router_owned_field' }]);
+    }
     const unknown = await immediateFor({ body: { model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] } });
     expect(unknown.status).toBe(404);
     expect(unknown.body.error.code).toBe('model_not_found');

@@ -255,6 +255,45 @@ describe('kvrouter serve --workers 2', () => {
     expect([...blocks].every((n) => n > 0)).toBe(true);
   });
 
+  it('closes a connection handed to a process that dies before taking it (its client fails instead of hanging)', async () => {
+    const routers = () => childrenOf(router.proc.pid!).filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z' && readFileSync(`/proc/${pid}/environ`, 'latin1').includes('KVR_ROUTER_PROCESS=');
+      } catch {
+        return false;
+      }
+    });
+    await waitFor('two router processes', () => routers().length === 2, 30_000, 50);
+    const listening = router.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length;
+    // Stopped, it cannot take the next connection node:cluster hands it: that one stays in flight,
+    // the others go to the living process.
+    const victim = routers()[0];
+    process.kill(victim, 'SIGSTOP');
+    const own = [0, 1, 2].map(() => new Client(base));
+    const outcomes: Array<string | null> = own.map(() => null);
+    own.forEach((c, i) => {
+      call(c, 'GET', '/ready').then((r) => (outcomes[i] = `HTTP ${r.status}`), (err: Error & { code?: string }) => (outcomes[i] = err.code ?? err.message));
+    });
+    try {
+      try {
+        await waitFor('the living process answers the others', () => outcomes.filter((o) => o !== null).length === 2, 30_000, 50);
+        expect(outcomes.filter((o) => o === 'HTTP 200')).toHaveLength(2);
+      } finally {
+        process.kill(victim, 'SIGKILL');
+      }
+      // The primary closes the connection the dead process never took: its client gets an error now,
+      // not at its own timeout (undici's: 300 s).
+      const failed = await waitFor('the held request fails', () => outcomes.find((o) => o !== null && o !== 'HTTP 200'), 30_000, 50);
+      expect(failed).toMatch(/^(ECONNRESET|UND_ERR_SOCKET)$/);
+    } finally {
+      // (close() would wait for a request that hangs.)
+      await Promise.all(own.map((c) => c.destroy()));
+    }
+    expect(router.lines.some((l) => /^router process \d died holding 1 connection it had not taken; closed$/.test(l))).toBe(true);
+    await waitFor('a replacement serves', () => router.lines.filter((l) => /^\[process \d\] kvrouter listening on/.test(l)).length === listening + 1, 60_000, 50);
+  });
+
   it('drains in-flight streams and exits 0 on SIGTERM', async () => {
     const c = new Client(base);
     clients.push(c);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { bootstrapRoom, choosePath, sglangBody, transferParamsOf, vllmDecodeBody, vllmPrefillBody } from '../../src/disagg/protocol.js';
+import { bootstrapRoom, choosePath, ROUTER_OWNED_FIELDS, routerOwnedField, sglangBody, transferParamsOf, vllmDecodeBody, vllmPrefillBody } from '../../src/disagg/protocol.js';
+import { OpenAIError, parseCompletion } from '../../src/api/openai.js';
 import { mulberry32 as seeded } from '../../src/common/prng.js';
 
 describe('vLLM connector protocol', () => {
@@ -49,6 +50,37 @@ describe('SGLang bootstrap protocol', () => {
     expect(new Set(rooms).size).toBe(1000);
     expect(Math.max(...rooms)).toBeGreaterThan(2 ** 52);
     expect(bootstrapRoom(() => 0.9999999999)).toBeLessThan(2 ** 53);
+  });
+});
+
+describe('router-owned fields', () => {
+  it('cover every field the rewrites set, so a client can send none of them', () => {
+    const body = { model: 'm', prompt: 'p' };
+    const added = new Set<string>();
+    for (const out of [vllmPrefillBody(body), vllmDecodeBody(body, { do_remote_prefill: true }), sglangBody(body, { host: 'h', port: 1, room: 2 }), sglangBody(body, { host: 'h', port: 1, room: 2 }, 3)]) {
+      for (const k of Object.keys(out)) if (!(k in body) && !['stream', 'max_tokens'].includes(k)) added.add(k);
+      expect(routerOwnedField(out)).not.toBeNull();
+    }
+    expect([...added].every((k) => (ROUTER_OWNED_FIELDS as readonly string[]).includes(k))).toBe(true);
+    expect(added.size).toBe(4);
+  });
+
+  it('are refused by the parser whatever their value (null included); other fields pass', () => {
+    for (const f of ROUTER_OWNED_FIELDS) {
+      for (const v of [null, 0, 'x', { remote_host: 'h' }]) {
+        let err: unknown = null;
+        try {
+          parseCompletion('completion', { model: 'm', prompt: 'p', [f]: v });
+        } catch (e) {
+          err = e;
+        }
+        expect(err).toBeInstanceOf(OpenAIError);
+        expect((err as OpenAIError).body().error).toEqual({ message: expect.stringContaining(`\`${f}\` is set by the router`), type: 'invalid_request_error', param: f, code: 'router_owned_field' });
+        expect((err as OpenAIError).status).toBe(400);
+      }
+    }
+    expect(routerOwnedField({ model: 'm', kv_transfer: 1, bootstrap: 2, room: 3 })).toBeNull();
+    expect(parseCompletion('completion', { model: 'm', prompt: 'p', cache_salt: 's' }).model).toBe('m');
   });
 });
 
