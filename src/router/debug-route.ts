@@ -23,6 +23,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
       block_size: d.blockSize,
       chosen: d.chosen ? { instance: d.chosen.instance, dp_rank: d.chosen.dpRank } : null,
       reason: d.reason,
+      steps: { filters: d.filtered.map((f) => ({ filter: f.filter, instance: f.instance, dp_rank: f.dpRank })), scorer: d.steps.scorer, picker: d.steps.picker },
       candidates: d.candidates.map((x) => ({
         instance: x.instance,
         dp_rank: x.dpRank,
@@ -35,6 +36,7 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
         cost: x.cost,
         load: { active_prefill_tokens: x.load.activePrefillTokens, active_blocks: x.load.activeBlocks, active_requests: x.load.activeRequests },
         busy: x.busy,
+        filtered_by: d.filtered.find((f) => f.instance === x.instance && f.dpRank === x.dpRank)?.filter ?? null,
         indexed_tokens: x.indexedBlocks * d.blockSize,
         unbooked_requests: x.unbookedRequests,
         adapter_load_ms: x.adapterLoadMs,

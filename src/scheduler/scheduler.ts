@@ -4,7 +4,8 @@ import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
-import { type CostWeights, cost } from './cost.js';
+import { type CostModel, type CostWeights, cost } from './cost.js';
+import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec } from './policies/registry.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
@@ -125,6 +126,10 @@ export interface Decision {
   reason: NoRouteReason | null;
   policy: PolicyName;
   candidates: CandidateScore[];
+  /** Candidates the filter step removed, and which filter did (in the order applied). */
+  filtered: Filtered[];
+  /** The steps that made the decision: the scorer (cost model) that ranked the candidates and the policy's pick step. */
+  steps: { scorer: CostModel; picker: string };
   seq: BigUint64Array;
   isl: number;
   blockSize: number;
@@ -276,12 +281,15 @@ export class Scheduler {
     const { candidates, seq, isl } = this.score(input, now);
     // A literal per outcome, not a spread of shared fields plus these two: adding keys after a spread
     // is V8's slow path (~1 us per decision on Node 20).
-    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null): Decision => ({ chosen, reason, policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null });
-    const pool = input.exclude ? candidates.filter((c) => !input.exclude!.has(c.instance)) : candidates;
-    if (pool.length === 0) return decision(null, 'no_candidates');
     const spec = policySpec(input.policy);
-    const eligible = spec.busyFilter ? pool.filter((c) => !c.busy) : pool;
-    if (eligible.length === 0) return decision(null, 'all_busy');
+    const filtered: Filtered[] = [];
+    const steps = { scorer: input.weights.model, picker: spec.pick.name };
+    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null): Decision => ({ chosen, reason, policy: input.policy, candidates, filtered, steps, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null });
+    const eligible = filterCandidates(candidates, input, spec, filtered);
+    if (eligible.length === 0) {
+      if (candidates.length === 0 || filtered.every((f) => f.filter === 'excluded')) return decision(null, 'no_candidates');
+      return decision(null, 'all_busy');
+    }
     const poolKey = input.ns.model;
     const idx = spec.pick(eligible, {
       temperature: input.temperature,

@@ -125,6 +125,25 @@ describe('Scheduler', () => {
     expect(s.decide(input({ weights: { ...W, medium: { ...W.medium, cpu: 0.25 } } }), 0).chosen?.instance).toBe('b');
   });
 
+  it('says which filter removed a candidate, which scorer ranked them and which pick step chose', () => {
+    const s = new Scheduler(withCache(), seeded(3));
+    // b is over a busy threshold once it holds a booking of 64 tokens; c was tried and failed.
+    s.book(s.decide(input({ policy: 'direct', target: 'b' }), 0), ns, { requestId: 'r0', now: 0, speculativeTtlMs: 0 });
+    const busy = { maxActivePrefillTokens: 10, maxActiveBlocks: 1000 };
+    const d = s.decide(input({ busy, exclude: new Set(['c']) }), 1);
+    expect(d.chosen?.instance).toBe('a');
+    expect(d.filtered).toEqual([
+      { filter: 'excluded', instance: 'c', dpRank: 0 },
+      { filter: 'busy', instance: 'b', dpRank: 0 },
+    ]);
+    expect(d.steps).toEqual({ scorer: 'blocks', picker: 'byCostWithAffinity' });
+    // The direct policy keeps a busy target (no busy filter); every candidate filtered: the reason says why.
+    expect(s.decide(input({ policy: 'direct', target: 'b', busy }), 1).filtered).toEqual([]);
+    expect(s.decide(input({ busy, exclude: new Set(['a', 'c']) }), 1).reason).toBe('all_busy');
+    expect(s.decide(input({ exclude: new Set(['a', 'b', 'c']) }), 1).reason).toBe('no_candidates');
+    expect(s.decide(input({ policy: 'round-robin' }), 1).steps).toEqual({ scorer: 'blocks', picker: 'rotation' });
+  });
+
   it('booking raises load and adds a speculative insert that steers the next identical request', () => {
     const s = new Scheduler(new TieredIndexer(), seeded(5));
     const d1 = s.decide(input(), 0);
