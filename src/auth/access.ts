@@ -91,6 +91,10 @@ export class Access {
     return null;
   }
 
+  /**
+   * May `p` use `model` (a model name, an alias, or a LoRA adapter's name)? The one check of every
+   * route: completions, /query, /v1/models. Admin and anonymous may use everything.
+   */
   modelAllowed(p: Principal, model: string): boolean {
     if (p.kind !== 'tenant') return true;
     return (this.models.get(p.tenant.id) ?? []).some((r) => r.test(model));
