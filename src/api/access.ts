@@ -35,7 +35,7 @@ export function installAccess(app: Hono, getAccess: Access | (() => Access), onD
       if (principal === null) denial = { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
       else {
         // Every API route spends the tenant's rate and concurrency, as the completion routes do.
-        const admitted = access.admit(principal);
+        const admitted = await access.admit(principal);
         if ('status' in admitted) denial = admitted;
         else {
           try {

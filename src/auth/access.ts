@@ -22,7 +22,12 @@ export interface AccessSpec {
 
 export type Principal = { kind: 'admin' } | { kind: 'anonymous' } | { kind: 'tenant'; tenant: TenantSpec };
 
-export type Denial = { status: 401 | 403 | 429; code: string; message: string; retryAfterSec?: number };
+export type Denial = { status: 401 | 403 | 429 | 503; code: string; message: string; retryAfterSec?: number };
+
+/** An admitted request's hold on its tenant's limits: `release` exactly once when it ends. */
+export interface Admission {
+  release(): void;
+}
 
 export const sha256Hex = (s: string): string => createHash('sha256').update(s).digest('hex');
 
@@ -30,7 +35,9 @@ function globToRegExp(glob: string): RegExp {
   return new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
 }
 
-const NO_SLOT = { release: (): void => {} };
+const overConcurrency = (t: TenantSpec, n: number): Denial => ({ status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 });
+
+const NO_SLOT: Admission = { release: (): void => {} };
 
 export class Access {
   private readonly byKey = new Map<string, TenantSpec>();
@@ -101,10 +108,12 @@ export class Access {
   }
 
   /**
-   * Admit a tenant request (rate limit, then concurrency). On success returns a release function
-   * to call exactly once when the request ends.
+   * Admit a tenant request (rate limit, then concurrency). On success returns the admission, to
+   * release exactly once when the request ends. A tenant with a concurrency cap waits for the
+   * owner's grant when there is one (`serve --workers`: one round trip to the primary); everyone
+   * else is answered at once.
    */
-  admit(p: Principal): { release: () => void } | Denial {
+  async admit(p: Principal): Promise<Admission | Denial> {
     if (p.kind !== 'tenant') return NO_SLOT;
     const t = p.tenant;
     const rate = t.rate_limit.requests_per_second;
@@ -112,23 +121,34 @@ export class Access {
       const wait = this.usage.take(t.id, rate, Math.max(1, t.rate_limit.burst), this.now());
       if (wait > 0) return { status: 429, code: 'rate_limit_exceeded', message: `tenant ${t.id} is over its rate limit`, retryAfterSec: Math.ceil(wait / 1000) };
     }
-    if (t.max_concurrency > 0) {
-      // Every replica's requests count (the others report theirs through replica sync).
-      const n = this.usage.inflightOf(t.id);
-      if (n >= t.max_concurrency) return { status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 };
-      this.usage.acquire(t.id);
-      let released = false;
-      const usage = this.usage;
-      return {
-        release: () => {
-          if (released) return;
-          released = true;
-          usage.release(t.id);
-        },
-      };
+    if (t.max_concurrency <= 0) {
+      if (rate > 0) this.usage.admittedOnly(t.id);
+      return NO_SLOT;
     }
-    if (rate > 0) this.usage.admittedOnly(t.id);
-    return NO_SLOT;
+    const usage = this.usage;
+    const owner = usage.owner;
+    let giveBack: (() => void) | null = null;
+    if (owner) {
+      // The one count of every process: exact, where the peers' reports lag by a turn.
+      const c = await owner.claim(t.id, t.max_concurrency);
+      if (c === null) return { status: 503, code: 'concurrency_unavailable', message: `tenant ${t.id}'s concurrency cap could not be checked (the process that counts it did not answer); retry`, retryAfterSec: 1 };
+      if ('held' in c) return overConcurrency(t, c.held);
+      giveBack = () => owner.free(c.grant);
+    } else {
+      // Every replica's requests count (the others report theirs through replica sync).
+      const n = usage.inflightOf(t.id);
+      if (n >= t.max_concurrency) return overConcurrency(t, n);
+    }
+    usage.acquire(t.id);
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        usage.release(t.id);
+        giveBack?.();
+      },
+    };
   }
 
   /**

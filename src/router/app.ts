@@ -7,6 +7,7 @@ import { ApiError, installErrorHandling } from '../api/errors.js';
 import { honoListener, type RunningServer, startHttpServer } from '../api/http-server.js';
 import { mountIndexerRoutes, type QueryScope } from '../api/indexer-routes.js';
 import type { Access } from '../auth/access.js';
+import type { SlotOwner } from '../auth/tenant-slots.js';
 import { endpointAllowed } from '../auth/allowlist.js';
 import { installAccess } from '../api/access.js';
 import { attachCluster, type ClusterHandle } from '../cluster/attach.js';
@@ -105,6 +106,8 @@ export interface ProcessRole {
   dashboard(cursors: Record<string, number>): Promise<DashboardPart[]>;
   /** A replacement process: a copy of another process's index (null: none answered in time). */
   recoverIndex?(): Promise<IndexSnapshot | null>;
+  /** Grants tenants' concurrency slots for every process (the primary); absent: admitted against replica sync's reports. */
+  slots?: SlotOwner;
 }
 
 /** What belongs to the client's connection, not to a request passed to another process. */
@@ -249,6 +252,8 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const cfg0 = structuredClone(cfgIn);
   const role = opts.process ?? null;
   const rt = await createRuntime(cfg0, opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)), opts.now ?? Date.now, role?.engines);
+  // Kept by reloads: the usage outlives every Access.
+  if (role?.slots) rt.deps.access.usage.owner = role.slots;
   const reload = createReloader(rt, opts);
   const app = routes(rt, reload, role);
   if (role?.recoverIndex) {
