@@ -37,6 +37,18 @@ function globToRegExp(glob: string): RegExp {
 
 const overConcurrency = (t: TenantSpec, n: number): Denial => ({ status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 });
 
+/** An admission whose release runs once, however often it is called. */
+function once(release: () => void): Admission {
+  let released = false;
+  return {
+    release: () => {
+      if (released) return;
+      released = true;
+      release();
+    },
+  };
+}
+
 const NO_SLOT: Admission = { release: (): void => {} };
 
 export class Access {
@@ -127,28 +139,20 @@ export class Access {
     }
     const usage = this.usage;
     const owner = usage.owner;
-    let giveBack: (() => void) | null = null;
     if (owner) {
-      // The one count of every process: exact, where the peers' reports lag by a turn.
+      // The owner's count is every process's in-flight count: exact, where the peers' reports lag
+      // by a turn. Only a rate-limited tenant's admission is reported to them.
       const c = await owner.claim(t.id, t.max_concurrency);
       if (c === null) return { status: 503, code: 'concurrency_unavailable', message: `tenant ${t.id}'s concurrency cap could not be checked (the process that counts it did not answer); retry`, retryAfterSec: 1 };
       if ('held' in c) return overConcurrency(t, c.held);
-      giveBack = () => owner.free(c.grant);
-    } else {
-      // Every replica's requests count (the others report theirs through replica sync).
-      const n = usage.inflightOf(t.id);
-      if (n >= t.max_concurrency) return overConcurrency(t, n);
+      if (rate > 0) usage.admittedOnly(t.id);
+      return once(() => owner.free(c.grant));
     }
+    // Every replica's requests count (the others report theirs through replica sync).
+    const n = usage.inflightOf(t.id);
+    if (n >= t.max_concurrency) return overConcurrency(t, n);
     usage.acquire(t.id);
-    let released = false;
-    return {
-      release: () => {
-        if (released) return;
-        released = true;
-        usage.release(t.id);
-        giveBack?.();
-      },
-    };
+    return once(() => usage.release(t.id));
   }
 
   /**

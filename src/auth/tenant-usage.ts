@@ -13,8 +13,8 @@
 // - Buckets and counts outlive a configuration reload: a tenant whose limits did not change keeps
 //   its bucket, and releases of requests admitted before the reload still count down.
 // - With an `owner` (the `serve --workers` primary, tenant-slots.ts), concurrency slots are granted
-//   by it alone and the peers' reported in-flight counts are not read for admission: they lag by a
-//   turn. The reports still carry admissions to the others' rate-limit buckets.
+//   by it alone: in-flight counts are neither kept here nor read from the peers' reports (they lag
+//   by a turn). The reports still carry admissions to the others' rate-limit buckets.
 import { TokenBucket } from './rate-limit.js';
 import type { SlotOwner } from './tenant-slots.js';
 
