@@ -35,7 +35,7 @@ export function installAccess(app: Hono, getAccess: Access | (() => Access), onD
       if ('status' in principal) denial = principal;
       else {
         // Every API route spends the tenant's rate and concurrency, as the completion routes do.
-        const admitted = access.admit(principal);
+        const admitted = await access.admit(principal);
         if ('status' in admitted) denial = admitted;
         else {
           try {

@@ -102,6 +102,8 @@ export interface QueryScope {
   model: string;
   tenant: string;
   salt: string | null;
+  /** The LoRA adapter (`lora_name`, or the deprecated `lora_id`); null: the base model. */
+  lora: string | null;
 }
 
 /** What every indexer route reads: its dependencies, limits, clock and body reader. */
@@ -179,15 +181,15 @@ function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
 function mountQueryRoutes(app: Hono, x: RouteContext): void {
   const { deps, limits, now, registry, indexer, body } = x;
   const queryCommon = (c: Context, o: JsonObject) => {
-    const asked = {
+    const asked: QueryScope = {
       model: str(o, ['model', 'model_name', 'modelname'], { required: true })!,
       tenant: str(o, 'tenant_id') || 'default',
       salt: str(o, ['cache_salt', 'additional_salt', 'additionalsalt']) || null,
+      lora: loraOf(o),
     };
     const blockSize = int(o, 'block_size', { required: true, min: 1, max: 1 << 20 })!;
-    const loraName = loraOf(o);
     const instance = id(o, 'instance_id') ?? null;
-    const { model, tenant, salt } = deps.scopeQuery ? deps.scopeQuery(c, asked) : asked;
+    const { model, tenant, salt, lora: loraName } = deps.scopeQuery ? deps.scopeQuery(c, asked) : asked;
     const nsId = { model, blockSize, loraName, salt, tenant };
     return { nsId, instance, ns: indexer.find(nsId) };
   };

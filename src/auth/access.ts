@@ -23,7 +23,12 @@ export interface AccessSpec {
 
 export type Principal = { kind: 'admin' } | { kind: 'anonymous' } | { kind: 'tenant'; tenant: TenantSpec };
 
-export type Denial = { status: 401 | 403 | 429; code: string; message: string; retryAfterSec?: number };
+export type Denial = { status: 401 | 403 | 429 | 503; code: string; message: string; retryAfterSec?: number };
+
+/** An admitted request's hold on its tenant's limits: `release` exactly once when it ends. */
+export interface Admission {
+  release(): void;
+}
 
 /**
  * What a request carrying no key at all is while auth is on: refused (401), or anonymous because
@@ -38,7 +43,21 @@ function globToRegExp(glob: string): RegExp {
   return new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
 }
 
-const NO_SLOT = { release: (): void => {} };
+const overConcurrency = (t: TenantSpec, n: number): Denial => ({ status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 });
+
+/** An admission whose release runs once, however often it is called. */
+function once(release: () => void): Admission {
+  let released = false;
+  return {
+    release: () => {
+      if (released) return;
+      released = true;
+      release();
+    },
+  };
+}
+
+const NO_SLOT: Admission = { release: (): void => {} };
 
 export class Access {
   private readonly byKey = new Map<string, TenantSpec>();
@@ -115,16 +134,22 @@ export class Access {
     return p.kind === 'admin' || !this.enabled;
   }
 
+  /**
+   * May `p` use `model` (a model name, an alias, or a LoRA adapter's name)? The one check of every
+   * route: completions, /query, /v1/models. Admin and anonymous may use everything.
+   */
   modelAllowed(p: Principal, model: string): boolean {
     if (p.kind !== 'tenant') return true;
     return (this.models.get(p.tenant.id) ?? []).some((r) => r.test(model));
   }
 
   /**
-   * Admit a tenant request (rate limit, then concurrency). On success returns a release function
-   * to call exactly once when the request ends.
+   * Admit a tenant request (rate limit, then concurrency). On success returns the admission, to
+   * release exactly once when the request ends. A tenant with a concurrency cap waits for the
+   * owner's grant when there is one (`serve --workers`: one round trip to the primary); everyone
+   * else is answered at once.
    */
-  admit(p: Principal): { release: () => void } | Denial {
+  async admit(p: Principal): Promise<Admission | Denial> {
     if (p.kind !== 'tenant') return NO_SLOT;
     const t = p.tenant;
     const rate = t.rate_limit.requests_per_second;
@@ -132,23 +157,26 @@ export class Access {
       const wait = this.usage.take(t.id, rate, Math.max(1, t.rate_limit.burst), this.now());
       if (wait > 0) return { status: 429, code: 'rate_limit_exceeded', message: `tenant ${t.id} is over its rate limit`, retryAfterSec: Math.ceil(wait / 1000) };
     }
-    if (t.max_concurrency > 0) {
-      // Every replica's requests count (the others report theirs through replica sync).
-      const n = this.usage.inflightOf(t.id);
-      if (n >= t.max_concurrency) return { status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 };
-      this.usage.acquire(t.id);
-      let released = false;
-      const usage = this.usage;
-      return {
-        release: () => {
-          if (released) return;
-          released = true;
-          usage.release(t.id);
-        },
-      };
+    if (t.max_concurrency <= 0) {
+      if (rate > 0) this.usage.admittedOnly(t.id);
+      return NO_SLOT;
     }
-    if (rate > 0) this.usage.admittedOnly(t.id);
-    return NO_SLOT;
+    const usage = this.usage;
+    const owner = usage.owner;
+    if (owner) {
+      // The owner's count is every process's in-flight count: exact, where the peers' reports lag
+      // by a turn. Only a rate-limited tenant's admission is reported to them.
+      const c = await owner.claim(t.id, t.max_concurrency);
+      if (c === null) return { status: 503, code: 'concurrency_unavailable', message: `tenant ${t.id}'s concurrency cap could not be checked (the process that counts it did not answer); retry`, retryAfterSec: 1 };
+      if ('held' in c) return overConcurrency(t, c.held);
+      if (rate > 0) usage.admittedOnly(t.id);
+      return once(() => owner.free(c.grant));
+    }
+    // Every replica's requests count (the others report theirs through replica sync).
+    const n = usage.inflightOf(t.id);
+    if (n >= t.max_concurrency) return overConcurrency(t, n);
+    usage.acquire(t.id);
+    return once(() => usage.release(t.id));
   }
 
   /**

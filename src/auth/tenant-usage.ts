@@ -12,7 +12,11 @@
 //   never a tenant locked out by a dead process).
 // - Buckets and counts outlive a configuration reload: a tenant whose limits did not change keeps
 //   its bucket, and releases of requests admitted before the reload still count down.
+// - With an `owner` (the `serve --workers` primary, tenant-slots.ts), concurrency slots are granted
+//   by it alone: in-flight counts are neither kept here nor read from the peers' reports (they lag
+//   by a turn). The reports still carry admissions to the others' rate-limit buckets.
 import { TokenBucket } from './rate-limit.js';
+import type { SlotOwner } from './tenant-slots.js';
 
 /** One tenant's use on one replica: [tenant id, requests in flight, admissions since start]. */
 export type TenantUse = readonly [tenant: string, inflight: number, admitted: number];
@@ -36,6 +40,8 @@ export class TenantUsage {
   /** Tenants whose use changed since the last report (a turn's report names only these). */
   private readonly dirty = new Set<string>();
   private readonly changeListeners: Array<() => void> = [];
+  /** Who grants concurrency slots for the whole router, when one owner sees every process (null: counted here against the peers' reports). */
+  owner: SlotOwner | null = null;
 
   /** Called after every local change (admission or release): replica sync then publishes `report()`. */
   onChange(listener: () => void): void {

@@ -68,7 +68,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
           requests_per_second: num('Sustained requests per second (0: unlimited).', { min: 0, default: 0 }),
           burst: int('Bucket size.', { min: 0, default: 0 }),
         }),
-        max_concurrency: int('Requests in flight at once over the whole router (0: unlimited; 429 above it): replicas and --workers processes share it through replica sync.', { min: 0, default: 0 }),
+        max_concurrency: int('Requests in flight at once over the whole router (0: unlimited; 429 above it): exact over --workers processes (the primary counts), best effort over NATS replicas (replica sync; docs/scale-out.md#tenant-limits).', { min: 0, default: 0 }),
         cache_salt: str('Injected as `cache_salt` into the tenant\'s requests that carry none, so engines never share KV blocks across tenants (and the index keeps a separate namespace).', { optional: true }),
       }),
       { default: [] },

@@ -120,7 +120,7 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
   if (req.method !== 'POST') throw new Refused(405, `${req.method} is not allowed on ${req.path}; use POST`, 'invalid_request_error', 'method_not_allowed');
   const { deps, now } = rt;
   const principal = principalOf(rt, req);
-  const admitted = deps.access.admit(principal);
+  const admitted = await deps.access.admit(principal);
   if ('status' in admitted) {
     deps.metrics.denied('api', admitted.status);
     throw refusal(admitted);

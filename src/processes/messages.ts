@@ -39,6 +39,8 @@ export type ToWorker =
   | { t: 'dashboard-req'; id: number; cursors: Record<string, number> }
   /** The other processes' dashboard parts. */
   | { t: 'dashboard'; id: number; parts: DashboardPart[] }
+  /** The answer to `slot-claim`: granted, or all `held` slots of the tenant are taken. */
+  | { t: 'slot'; id: number; granted: boolean; held: number }
   | { t: 'reload' }
   | { t: 'shutdown' };
 
@@ -66,7 +68,14 @@ export type ToPrimary =
   | { t: 'snapshot'; id: number }
   | { t: 'snapshot-res'; id: number; snap: IndexSnapshot | null }
   | { t: 'dashboard'; id: number; cursors: Record<string, number> }
-  | { t: 'dashboard-res'; id: number; part: DashboardPart | null };
+  | { t: 'dashboard-res'; id: number; part: DashboardPart | null }
+  /**
+   * A concurrency slot of a tenant with a cap (`limit`, this process's config), counted by the
+   * primary for every process (src/auth/tenant-slots.ts); `id` names the grant.
+   */
+  | { t: 'slot-claim'; id: number; tenant: string; limit: number }
+  /** A granted slot back (also sent for a claim this process stopped waiting for). */
+  | { t: 'slot-free'; id: number };
 
 /** Environment variable that marks a forked router process (its value: the process index); not KVROUTER_*, which are config overrides. */
 export const PROCESS_INDEX_ENV = 'KVR_ROUTER_PROCESS';
@@ -91,11 +100,11 @@ export const SYNC_DIR_ENV = 'KVR_SYNC_DIR';
 const has = (m: unknown, t: string): boolean => typeof m === 'object' && m !== null && (m as { t?: unknown }).t === t;
 
 export function isToWorker(m: unknown): m is ToWorker {
-  return ['start', 'sync', 'peers', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'dashboard-req', 'dashboard', 'reload', 'shutdown'].some((t) => has(m, t));
+  return ['start', 'sync', 'peers', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'dashboard-req', 'dashboard', 'slot', 'reload', 'shutdown'].some((t) => has(m, t));
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {
-  return ['hello', 'ready', 'alive', 'failed', 'draining', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res'].some((t) => has(m, t));
+  return ['hello', 'ready', 'alive', 'failed', 'draining', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res', 'slot-claim', 'slot-free'].some((t) => has(m, t));
 }
 
 /**

@@ -1,8 +1,8 @@
 // The primary of `serve --workers N`: runs the simulated engines, forks N router processes onto
 // one port (node:cluster hands connections out round-robin), names their replica-sync sockets to
 // each other (relaying the sync itself only for a process without one), relays replayed state
-// changes and metrics between them, passes reloads on, drains them all at shutdown and replaces a
-// process that dies. It serves no request itself.
+// changes and metrics between them, counts tenants' concurrency slots for all, passes reloads on,
+// drains them all at shutdown and replaces a process that dies. It serves no request itself.
 import cluster, { type Worker } from 'node:cluster';
 import type { RouterConfig } from '../config/schema.js';
 import { type EngineRef, engineRef, startEmbeddedEngines } from '../router/engines.js';
@@ -14,6 +14,7 @@ import { isToPrimary, PROCESS_INDEX_ENV, stallWatch, SYNC_DIR_ENV, type MetricsJ
 import { aggregateMetrics } from './metrics.js';
 import { openSyncDir } from './mesh.js';
 import { trackHandoffs } from './handoff.js';
+import { TenantSlots } from '../auth/tenant-slots.js';
 
 export interface PrimaryHandle {
   readonly url: string;
@@ -73,6 +74,9 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
   let settleStart!: (err: Error | null) => void;
   const allReady = new Promise<Error | null>((r) => (settleStart = r));
   let url = '';
+  // Tenants' concurrency slots, counted here for every process: reports between the processes
+  // lag by a turn, so simultaneous arrivals at two processes could pass a cap both.
+  const tenantSlots = new TenantSlots();
 
   cluster.setupPrimary({ serialization: 'advanced' });
   // The processes' replica-sync sockets live here (none: every process's sync goes through the primary).
@@ -239,6 +243,12 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
         return gatherDashboard(slot, m.id, m.cursors);
       case 'dashboard-res':
         return replied(slot, m.id, m.part);
+      case 'slot-claim': {
+        const c = tenantSlots.claim(slot.worker.id, m.id, m.tenant, m.limit);
+        return send(slot.worker, { t: 'slot', id: m.id, granted: c.granted, held: c.granted ? 0 : c.held });
+      }
+      case 'slot-free':
+        return tenantSlots.free(slot.worker.id, m.id);
     }
   };
 
@@ -262,6 +272,8 @@ export async function startPrimary(cfg: RouterConfig, opts: PrimaryOptions): Pro
       const dropped = handoffs.closeUnacknowledged();
       if (dropped > 0) opts.log(`router process ${s.index} died holding ${dropped} connection${dropped > 1 ? 's' : ''} it had not taken; closed`);
       for (const r of [...rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
+      // Its requests ended with it: their tenants' slots are free.
+      tenantSlots.dropHolder(worker.id);
       clearTimeout(killTimers.get(s));
       killTimers.delete(s);
       if (closing) return;

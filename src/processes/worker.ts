@@ -12,13 +12,16 @@ import { join } from 'node:path';
 import { frameBatch, isToWorker, PROCESS_INDEX_ENV, SYNC_DIR_ENV, type ToPrimary, type ToWorker, unframeBatch } from './messages.js';
 import { SyncMesh } from './mesh.js';
 import { processMetrics } from './metrics.js';
+import { PrimarySlots } from './slots.js';
 import type { EppHandle, EppOptions } from '../epp/server.js';
 
 type Handler = (data: Uint8Array, subject: string) => void;
 
-const send = (m: ToPrimary): void => {
+const send = (m: ToPrimary): boolean => {
   // The channel closes when the primary goes (and then this process exits): nothing to do.
-  if (process.connected) process.send!(m);
+  if (!process.connected) return false;
+  process.send!(m);
+  return true;
 };
 
 /**
@@ -134,6 +137,9 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   // With NATS, each process is a NATS replica and the link below goes unused.
   const mesh = cfg.cluster.nats.url === undefined ? await openMesh(index, (subject, messages) => link.deliverMessages(subject, messages), opts.log) : null;
   link.mesh = mesh;
+  // The primary counts tenants' concurrency for every process; with NATS, replicas elsewhere count
+  // too, which the primary does not see: each process admits against the reports instead.
+  const slots = cfg.cluster.nats.url === undefined ? new PrimarySlots(send) : null;
   // Questions to the primary (whole-router metrics, booking calls), answered by id.
   type Answer = string | ReplayAnswer | IndexSnapshot | DashboardPart[] | null;
   const pending = new Map<number, (answer: Answer) => void>();
@@ -213,6 +219,8 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
         return send({ t: 'dashboard-res', id: m.id, part: router ? dashboardPart(router.runtime, process.pid, m.cursors[String(process.pid)]) : null });
       case 'dashboard':
         return answered(m.id, m.parts);
+      case 'slot':
+        return slots?.answer(m);
       case 'reload':
         if (router && !stopping) void router.reload();
         return;
@@ -227,7 +235,10 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   process.on('SIGINT', ignore);
   process.on('SIGTERM', ignore);
   process.on('SIGHUP', ignore);
-  process.once('disconnect', stop);
+  process.once('disconnect', () => {
+    slots?.abandon();
+    stop();
+  });
   send(mesh ? { t: 'hello', sync: mesh.path, wire: 2 } : { t: 'hello', wire: 2 });
 
   const start = await Promise.race([started, stopped.then(() => null)]);
@@ -245,6 +256,7 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
     // Nobody left to answer (shutting down): an empty list.
     dashboard: async (cursors) => (await ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
     ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
+    ...(slots ? { slots } : {}),
   };
   let picker: EppHandle | null = null;
   try {

@@ -7,6 +7,7 @@ import { ApiError, installErrorHandling } from '../api/errors.js';
 import { honoListener, type RunningServer, startHttpServer } from '../api/http-server.js';
 import { mountIndexerRoutes, type QueryScope } from '../api/indexer-routes.js';
 import type { Access } from '../auth/access.js';
+import type { SlotOwner } from '../auth/tenant-slots.js';
 import { endpointAllowed } from '../auth/allowlist.js';
 import { installAccess } from '../api/access.js';
 import { attachCluster, type ClusterHandle } from '../cluster/attach.js';
@@ -105,6 +106,8 @@ export interface ProcessRole {
   dashboard(cursors: Record<string, number>): Promise<DashboardPart[]>;
   /** A replacement process: a copy of another process's index (null: none answered in time). */
   recoverIndex?(): Promise<IndexSnapshot | null>;
+  /** Grants tenants' concurrency slots for every process (the primary); absent: admitted against replica sync's reports. */
+  slots?: SlotOwner;
 }
 
 /** What belongs to the client's connection, not to a request passed to another process. */
@@ -127,13 +130,17 @@ export interface StartOptions {
 }
 
 /**
- * A tenant reads only the cache its own requests use: a model it may use, the router's namespace
- * ('default'), under its own salt. Admins (and everyone while auth is off) read what they ask.
+ * A tenant reads only the cache its own requests use: a model (or LoRA adapter) it may use, the
+ * router's namespace ('default'), under its own salt. Admins (and everyone while auth is off) read
+ * what they ask. The names go through the chat path's own check (`Access.modelAllowed`): a request
+ * names an adapter alone, so an allowed adapter's base model needs no listing of its own.
  */
-function scopeQuery(access: Access, headers: Headers, asked: QueryScope): QueryScope {
+function scopeQuery(access: Access, headers: Headers, asked: QueryScope, baseOf: (adapter: string) => string | null, servedName: (model: string) => string): QueryScope {
   const p = access.identify(Object.fromEntries(headers));
   if (p === null || p.kind !== 'tenant') return asked;
-  if (!access.modelAllowed(p, asked.model)) throw new ApiError(403, 'model_not_allowed', `this API key may not use the model ${asked.model}`, 'model');
+  if (asked.lora !== null && !access.modelAllowed(p, asked.lora)) throw new ApiError(403, 'model_not_allowed', `this API key may not use the adapter ${asked.lora}`, 'lora_name');
+  const adapterBase = asked.lora !== null && baseOf(asked.lora) === servedName(asked.model);
+  if (!adapterBase && !access.modelAllowed(p, asked.model)) throw new ApiError(403, 'model_not_allowed', `this API key may not use the model ${asked.model}`, 'model');
   if (asked.tenant !== 'default') throw new ApiError(403, 'forbidden', 'an API key reads only the namespace its own requests use (tenant_id default)', 'tenant_id');
   const s = access.saltFor(p, asked.salt);
   if ('status' in s) throw new ApiError(403, s.code, s.message, 'cache_salt');
@@ -181,7 +188,7 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
     allowEndpoint: (e) => endpointAllowed(e, deps.cfg.auth.register_allowlist),
     maxRegistrations: () => deps.cfg.auth.max_listeners,
     onQuery: (route, r) => rt.indexMetrics.observeQuery(route, r),
-    scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked),
+    scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked, (a) => rt.adapters.resolve(a)?.model ?? null, (m) => deps.models.get(m)?.name ?? m),
     limits: {
       get maxBodyBytes() {
         return deps.cfg.server.max_body_bytes; // the running config's (a reload changes it)
@@ -245,6 +252,8 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   const cfg0 = structuredClone(cfgIn);
   const role = opts.process ?? null;
   const rt = await createRuntime(cfg0, opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)), opts.now ?? Date.now, role?.engines);
+  // Kept by reloads: the usage outlives every Access.
+  if (role?.slots) rt.deps.access.usage.owner = role.slots;
   const reload = createReloader(rt, opts);
   const app = routes(rt, reload, role);
   if (role?.recoverIndex) {

@@ -205,7 +205,7 @@ export function engineBody(p: PreparedRoute, raw: unknown, bytes: Buffer): Buffe
 
 export async function handleCompletion(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps, principal: Principal): Promise<void> {
   const receivedAt = deps.now();
-  const admitted = deps.access.admit(principal);
+  const admitted = await deps.access.admit(principal);
   if ('status' in admitted) {
     deps.metrics.denied('api', admitted.status);
     sendError(res, req.url ?? '/v1/', new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code), admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {});

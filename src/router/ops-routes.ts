@@ -25,16 +25,19 @@ export function engineLoadOf(rt: RouterRuntime, id: string, dpSize: number): { r
 
 export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: RouterConfig) => Promise<ReloadResult>): void {
   const { deps, scheduler, now } = rt;
-  app.get('/v1/models', (c) =>
-    c.json({
+  app.get('/v1/models', (c) => {
+    // A tenant sees what it may use, by the chat path's own check (admin and anonymous: everything).
+    const p = deps.access.identify(Object.fromEntries(c.req.raw.headers));
+    const usable = (name: string) => p !== null && deps.access.modelAllowed(p, name);
+    return c.json({
       object: 'list',
       data: [
-        ...[...deps.models.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name, parent: null })),
+        ...[...deps.models.keys()].filter(usable).map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name, parent: null })),
         // LoRA adapters as vLLM lists them: the adapter's id with its base model as parent.
-        ...rt.adapters.list().filter((a) => !deps.models.has(a.adapter)).map((a) => ({ id: a.adapter, object: 'model', created: 0, owned_by: 'kvrouter', root: a.adapter, parent: a.model })),
+        ...rt.adapters.list().filter((a) => !deps.models.has(a.adapter) && usable(a.adapter)).map((a) => ({ id: a.adapter, object: 'model', created: 0, owned_by: 'kvrouter', root: a.adapter, parent: a.model })),
       ],
-    }),
-  );
+    });
+  });
   app.get('/health', (c) =>
     json(c, {
       status: 'ok',

