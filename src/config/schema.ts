@@ -1,7 +1,7 @@
 // The router's YAML configuration: schema (validation, defaults, docs) and the typed result.
 import { DEFAULT_REGISTER_ALLOWLIST } from '../auth/allowlist.js';
 import { CLUSTER_SCHEMA } from '../cluster/config.js';
-import { EPP_SCHEMA } from '../epp/config.js';
+import { EPP_SCHEMA } from './epp-schema.js';
 import { KV_EVENTS_SCHEMA } from '../events/config.js';
 import { arr, bool, type Infer, int, num, obj, type ObjectSpec, str } from '../common/schema-dsl.js';
 import { DEFAULT_POLICY, POLICY_NAMES, policiesDoc } from '../scheduler/policies/registry.js';
