@@ -44,6 +44,12 @@ export function servingPolicy(name: PolicyName, has: { tokens: boolean }): Polic
   return p.name;
 }
 
+/** How long the routed prompt's blocks stay speculatively in the index: the peer's own lifetime, else the routing key's. */
+export function predictionTtlMs(name: PolicyName, routing: Readonly<Record<PolicySpec['predictionTtlKey'], number>>): number {
+  const p = policySpec(name);
+  return p.predictionTtlMs ?? routing[p.predictionTtlKey];
+}
+
 /** Whether a decision by this policy predicts cache hits (what the closed-loop check can judge). */
 export function predictsHits(name: PolicyName): boolean {
   const n = policySpec(name).needs;
