@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { type ConfigError, validate } from '../common/schema-dsl.js';
 import { type RouterConfig, ROUTER_SCHEMA, ROUTING_KEYS, type RoutingConfig, type ModelConfig } from './schema.js';
+import { policySpec } from '../scheduler/policies/registry.js';
 
 export class ConfigInvalidError extends Error {
   constructor(
@@ -77,10 +78,13 @@ function crossCheck(cfg: RouterConfig, errors: ConfigError[]): void {
     if (m.disaggregation && prefill === 0) {
       errors.push({ path: `models[${i}].disaggregation`, message: 'is set but no instance has role prefill' });
     }
+    const policy = m.routing?.policy;
+    if (policy !== undefined && policySpec(policy).needs.engineMetrics && !cfg.engine_metrics.scrape) errors.push(needsScrape(`models[${i}].routing.policy`, policy));
     if (m.instances.length === 0 && cfg.engine_sim.count === 0) {
       errors.push({ path: `models[${i}].instances`, message: 'is empty and engine_sim.count is 0: nothing would serve this model' });
     }
   });
+  if (policySpec(cfg.routing.policy).needs.engineMetrics && !cfg.engine_metrics.scrape) errors.push(needsScrape('routing.policy', cfg.routing.policy));
   const tids = new Set<string>();
   cfg.auth.tenants.forEach((t, i) => {
     if (tids.has(t.id)) errors.push({ path: `auth.tenants[${i}].id`, message: `duplicate tenant id "${t.id}"` });
@@ -88,6 +92,11 @@ function crossCheck(cfg: RouterConfig, errors: ConfigError[]): void {
   });
   if (cfg.auth.admin_token !== undefined && cfg.auth.admin_token.length < 16) errors.push({ path: 'auth.admin_token', message: 'must be at least 16 characters' });
   if (cfg.health.ejection_max_ms < cfg.health.ejection_base_ms) errors.push({ path: 'health.ejection_max_ms', message: 'must be >= health.ejection_base_ms' });
+}
+
+/** A policy that scores the engines' own gauges (GIE's queue and KV utilisation) cannot run blind. */
+function needsScrape(path: string, policy: string): ConfigError {
+  return { path, message: `${policy} reads the engines' queue length and KV usage: set engine_metrics.scrape: true` };
 }
 
 export interface LoadOptions {

@@ -21,7 +21,9 @@ import { decodeLegRoute, DEFAULT_DISAGG, disaggPlanner, splitLegs } from '../pro
 import { RequestTrace } from '../tracing/request-trace.js';
 import { combineObservers } from './decision-log.js';
 import type { Tracing } from '../tracing/tracing.js';
-import { policySpec, servingPolicy } from '../scheduler/policies/registry.js';
+import { policySpec, predictionTtlMs, servingPolicy } from '../scheduler/policies/registry.js';
+import type { RequestText } from '../scheduler/policies/types.js';
+import { requestText } from './request-text.js';
 
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
@@ -60,6 +62,8 @@ export interface PreparedRoute {
   /** Instances that may serve it: the model's, or only those serving the adapter. */
   instances: readonly InstanceRuntime[];
   tokens: Uint32Array | null;
+  /** The request's text, when the policy routes on it (needs.text); null otherwise. */
+  text: RequestText | null;
   routing: RequestRouting;
   cacheSalt: string | null;
   stream: boolean;
@@ -119,7 +123,8 @@ export async function prepareRoute(
   }
   const sh = headers[deps.cfg.routing.session_header.toLowerCase()];
   const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
-  return { model, adapter, instances, tokens, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+  const text = policySpec(routing.policy).needs.text ? requestText(parsed.prompt) : null;
+  return { model, adapter, instances, tokens, text, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
 }
 
 /** An incoming W3C trace context (to pass on unchanged when the router itself does not trace). */
@@ -183,6 +188,7 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<Comp
           }
         : {}),
       sessionKey: p.sessionKey,
+      text: p.text,
       target: r.target,
       busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },
     },
@@ -191,7 +197,7 @@ export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<Comp
 
 /** How long the routed prompt's blocks stay speculatively in the index (approx has nothing else). */
 export function speculativeTtl(p: PreparedRoute, route: Pick<ForwardJob['route'], 'policy'>): number {
-  return p.routing[policySpec(route.policy).predictionTtlKey];
+  return predictionTtlMs(route.policy, p.routing);
 }
 
 /**

@@ -7,6 +7,8 @@ import { ActiveSequences, type Booking, type Load } from './active-sequences.js'
 import { type CostModel, type CostWeights, cost } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec } from './policies/registry.js';
+import { PolicyStates } from './policies/state.js';
+import type { RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
@@ -75,6 +77,8 @@ export interface RouteInput {
    */
   engineLoad?: ((instance: string, dpRank: number) => EngineLoad | null) | null;
   engineWeights?: EngineLoadWeights;
+  /** The request's text, for the policies that declare `needs.text`. */
+  text?: RequestText | null;
 }
 
 export interface EngineLoadWeights {
@@ -107,6 +111,8 @@ export interface CandidateScore extends Candidate {
   adapterLoadMs: number;
   /** Requests the engine reported beyond the router's bookings (0 without a fresh scrape). */
   unbookedRequests: number;
+  /** The engine's scraped gauges (null: not scraped, or the scrape is stale). */
+  engine: EngineLoad | null;
   cost: number;
   load: Load;
   busy: boolean;
@@ -133,6 +139,8 @@ export interface Decision {
   seq: BigUint64Array;
   isl: number;
   blockSize: number;
+  /** What the policy's pick left for its `booked` hook. */
+  memo: unknown;
 }
 
 export interface BookOptions {
@@ -170,6 +178,8 @@ export class Scheduler {
   /** Per worker, when a request for each LoRA adapter was last booked there (adapter affinity). */
   private readonly adapterUse = new Map<string, Map<string, number>>();
   private readonly turns = new Map<string, number>();
+  /** State of the policies that remember across requests (peers' approximate indexes), per pool. */
+  private readonly policyStates = new PolicyStates();
   private readonly hooks: SchedulerHooks[] = [];
 
   addHooks(h: SchedulerHooks): void {
@@ -193,6 +203,11 @@ export class Scheduler {
     for (const o of overlap?.candidates ?? []) byCand.set(`${o.instance}\u0000${o.dpRank}`, o);
     const shared = overlap?.sharedBlocks ?? 0;
     const busy = input.busy;
+    // A peer reads the index as it stands (no eviction-aware credit, distrust or engine blend, which
+    // are kvrouter's), and its own cost weights (Dynamo's blocks) replace routing's.
+    const spec = policySpec(input.policy);
+    const peer = spec.peer !== undefined;
+    const weights: CostWeights = spec.cost ? { ...input.weights, ...spec.cost } : input.weights;
     // The pool's rate once per request; each candidate's own fit shrinks toward it.
     const poolRate = this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model);
     // Plain object literals, no spreads: this runs for every candidate of every request.
@@ -200,12 +215,12 @@ export class Scheduler {
     for (const c of input.candidates) {
       const o = byCand.size > 0 ? byCand.get(`${c.instance}\u0000${c.dpRank}`) : undefined;
       const load = this.active.load(c.instance, c.dpRank);
-      const distrusted = this.distrusted.size > 0 && this.distrusted.has(c.instance);
+      const distrusted = !peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
       const indexedBlocks = Math.max(o?.disk ?? 0, shared);
       let device = distrusted ? 0 : (o?.device ?? 0);
       let host = distrusted ? 0 : (o?.host ?? 0);
       let disk = distrusted ? 0 : (o?.disk ?? 0);
-      if (device > 0 && input.evictionAware && load.activePrefillTokens > 0 && ns) {
+      if (device > 0 && input.evictionAware && !peer && load.activePrefillTokens > 0 && ns) {
         const indexed = device;
         device = ns.index.survivingPrefix(c.instance, c.dpRank, seq, device, Math.ceil(load.activePrefillTokens / bs));
         // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
@@ -220,8 +235,8 @@ export class Scheduler {
       let extraDecoding = 0;
       let unbooked = 0;
       let kvPenaltyMs = 0;
-      const seen = input.engineLoad?.(c.instance, c.dpRank);
-      if (seen && input.engineWeights) {
+      const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
+      if (seen && input.engineWeights && !peer) {
         // (kvUsage is 0..1 by the metric's definition; a percentage from a misconfigured exporter is clamped.)
         const ew = input.engineWeights;
         unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
@@ -244,7 +259,7 @@ export class Scheduler {
         },
         isl,
         bs,
-        input.weights,
+        weights,
         rate,
       );
       candidates.push({
@@ -267,8 +282,9 @@ export class Scheduler {
         distrusted,
         adapterLoadMs,
         unbookedRequests: unbooked,
+        engine: seen,
         // Only the time model's costs are milliseconds: the penalties join them there.
-        cost: input.weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
+        cost: weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
       });
@@ -284,14 +300,14 @@ export class Scheduler {
     const spec = policySpec(input.policy);
     const filtered: Filtered[] = [];
     const steps = { scorer: input.weights.model, picker: spec.pick.name };
-    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null): Decision => ({ chosen, reason, policy: input.policy, candidates, filtered, steps, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null });
+    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null, memo: unknown = null): Decision => ({ chosen, reason, policy: input.policy, candidates, filtered, steps, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null, memo });
     const eligible = filterCandidates(candidates, input, spec, filtered);
     if (eligible.length === 0) {
       if (candidates.length === 0 || filtered.every((f) => f.filter === 'excluded')) return decision(null, 'no_candidates');
       return decision(null, 'all_busy');
     }
     const poolKey = input.ns.model;
-    const idx = spec.pick(eligible, {
+    const ctx = {
       temperature: input.temperature,
       rand: this.rand,
       nextTurn: () => {
@@ -305,9 +321,17 @@ export class Scheduler {
       affinityBlocks: input.affinityBlocks ?? 4,
       loadBound: input.loadBound ?? 0,
       seq,
-    });
+      tokens: input.tokens ?? null,
+      isl,
+      ns: input.ns,
+      text: spec.needs.text ? (input.text ?? null) : null,
+      now,
+      state: this.policyStates.of(poolKey, spec),
+      memo: null as unknown,
+    };
+    const idx = spec.pick(eligible, ctx);
     if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
-    return decision(eligible[idx], null);
+    return decision(eligible[idx], null, ctx.memo);
   }
 
   /** Book a decision: active load plus a speculative insert of its blocks. */
@@ -326,6 +350,7 @@ export class Scheduler {
     // The engine is about to use the cached prefix: it becomes the newest in the instance's LRU.
     if (c.device > 0) this.indexer.find(ns)?.index.touch(c.instance, c.dpRank, d.seq, c.device);
     speculate(this.indexer, ns, booking, opts.speculativeTtlMs, opts.now);
+    this.policyStates.booked(ns.model, policySpec(d.policy), { requestId: opts.requestId, chosen: c, memo: d.memo, isl: d.isl, now: opts.now });
     for (const h of this.hooks) h.booked?.(booking, ns, opts.speculativeTtlMs, opts.now, c.device > 0 ? c.device : 0);
     return booking;
   }
@@ -342,6 +367,7 @@ export class Scheduler {
     const ok = this.active.prefillComplete(requestId);
     if (changed) {
       if (now !== undefined) b.firstTokenAt = now;
+      this.policyStates.prefillDone(requestId);
       for (const h of this.hooks) h.prefillCompleted?.(requestId);
     }
     return ok;
@@ -357,6 +383,7 @@ export class Scheduler {
     for (const k of this.adapterUse.keys()) if (k.startsWith(`${instance}\u0000`)) this.adapterUse.delete(k);
     this.rates.drop(instance);
     this.distrusted.delete(instance);
+    this.policyStates.dropInstance(instance, (name) => policySpec(name as PolicyName));
     return this.active.dropInstance(instance);
   }
 
@@ -392,6 +419,7 @@ export class Scheduler {
       }
     }
     const ok = this.active.free(requestId);
+    this.policyStates.freed(requestId);
     if (!ok) return false;
     const failed = outcome?.failed === true;
     if (failed) withdrawSpeculation(this.indexer, b!, outcome!.now);

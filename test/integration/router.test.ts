@@ -152,6 +152,25 @@ describe('routing', () => {
     expect((await post('/v1/chat/completions', { model: MODEL, messages: [] })).status).toBe(400);
   });
 
+  it("routes a peer's algorithm on the chat's text, without tokenizing (sglang)", async () => {
+    // (No tokenization yet, when this test runs alone: no series.)
+    const tokenized = async () => Number(/kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(await request(`${router.url}/metrics`).then((r) => r.body.text()))?.[1] ?? 0);
+    const before = await tokenized();
+    const sg = { 'x-kvrouter-policy': 'sglang' };
+    const system = 'A peer routes on characters. '.repeat(30);
+    const first = await post('/v1/chat/completions', chat('first question', system), sg);
+    expect(first.status).toBe(200);
+    expect(first.headers['x-kvrouter-policy']).toBe('sglang');
+    // The same system prompt: the text matches the first request's path far above 0.3, and nothing
+    // is in flight: the same instance.
+    const again = await post('/v1/chat/completions', chat('second question', system), sg);
+    expect(again.headers['x-kvrouter-instance']).toBe(first.headers['x-kvrouter-instance']);
+    // A text nobody was sent: the least loaded by (in flight, requests sent): not the one sent two.
+    const other = await post('/v1/chat/completions', chat('unrelated', 'Something else entirely.'), sg);
+    expect(other.headers['x-kvrouter-instance']).not.toBe(first.headers['x-kvrouter-instance']);
+    expect(await tokenized()).toBe(before);
+  });
+
   it('works with the official openai SDK, streaming and not', async () => {
     const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused' });
     const models = await client.models.list();

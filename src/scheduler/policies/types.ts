@@ -1,6 +1,11 @@
 // What a routing policy is: a value that says which inputs it reads, what stands in for it when an
-// input is missing, and how it picks among the candidates that passed the filters.
+// input is missing, and how it picks among the candidates that passed the filters. A policy that
+// remembers across requests (a peer's approximate prefix tree, its own load counters) declares a
+// state factory and hooks; the Scheduler keeps one state per model pool and calls the hooks when a
+// decision is booked, its first token arrives and it is freed. Time comes in as `now`: no clocks here.
+import type { NamespaceId } from '../../indexer/namespace.js';
 import type { CandidateScore } from '../scheduler.js';
+import type { CostWeights } from '../cost.js';
 
 /** The inputs a policy reads; the router computes only these (SMG's `needs_request_text`, Dynamo's `WorkerInputs`). */
 export interface PolicyInputs {
@@ -14,9 +19,26 @@ export interface PolicyInputs {
   readonly sessionKey: boolean;
   /** An instance named by the caller (x-kvrouter-target; admin only over HTTP). */
   readonly target: boolean;
+  /** The request's text (RequestText): what the peers that route on characters read. */
+  readonly text: boolean;
+  /**
+   * The engines' own scraped gauges per candidate (CandidateScore.engine: waiting and running
+   * requests, KV usage), null when stale or never scraped. Needs engine_metrics.scrape.
+   */
+  readonly engineMetrics: boolean;
 }
 
-export interface PolicyContext {
+/**
+ * The request as symbols: Unicode code points of its text (a prompt string; a chat's message
+ * contents joined by spaces, as SMG extracts them), or its token ids where the router has no text
+ * (a token-id prompt, the fleet simulator): SMG over gRPC and llm-d's tokenized path see tokens too.
+ */
+export interface RequestText {
+  readonly kind: 'chars' | 'tokens';
+  readonly symbols: Uint32Array;
+}
+
+export interface PolicyContext<S = unknown> {
   temperature: number;
   rand: () => number;
   /** Monotonic counter for round-robin, owned by the caller per pool. */
@@ -33,12 +55,47 @@ export interface PolicyContext {
   loadBound: number;
   /** The request's seq hashes (names its prefixes). */
   seq: BigUint64Array;
+  /** The prompt's token ids (null unless the router has them: `needs.tokens`, or precomputed seq hashes only). */
+  tokens: ArrayLike<number> | null;
+  /** Prompt length in tokens (0 when the router did not tokenize). */
+  isl: number;
+  /** The request's hash namespace (model, block size, adapter, salt). */
+  ns: NamespaceId;
+  /** Null unless the policy declares `needs.text` (and the request has any). */
+  text: RequestText | null;
+  now: number;
+  /** The policy's state for this pool (undefined for a stateless policy). */
+  state: S;
+  /**
+   * What the pick wants its `booked` hook to have (e.g. the prompt's block hashes, so that they are
+   * computed once): set by the pick, carried by the Decision.
+   */
+  memo: unknown;
 }
 
 /** Index of the chosen candidate among `eligible`, or -1 for none. */
 export type Picker = (eligible: readonly CandidateScore[], ctx: PolicyContext) => number;
 
-export interface PolicySpec<N extends string = string> {
+/** A decision being booked, as the `booked` hook sees it. */
+export interface BookedEvent {
+  readonly requestId: string;
+  readonly chosen: CandidateScore;
+  readonly memo: unknown;
+  readonly isl: number;
+  readonly now: number;
+}
+
+/** Where a peer's algorithm was read: a reimplementation names its source and the defaults it keeps. */
+export interface PeerSource {
+  /** Repository and file(s) read. */
+  readonly source: string;
+  /** Commit or release read. */
+  readonly version: string;
+  /** The defaults kept, in one line (docs/benchmarks.md's table). */
+  readonly defaults: string;
+}
+
+export interface PolicySpec<N extends string = string, S = unknown> {
   readonly name: N;
   /** One line for the configuration reference and the explanation. */
   readonly summary: string;
@@ -54,8 +111,33 @@ export interface PolicySpec<N extends string = string> {
   readonly adminOnly: boolean;
   /** Which routing key bounds the speculative insert of a routed prompt's blocks. */
   readonly predictionTtlKey: 'speculative_ttl_ms' | 'approx_ttl_ms';
-  readonly pick: Picker;
+  /**
+   * A peer's own lifetime for the speculative insert, whatever the routing keys say (0: it inserts
+   * nothing, as Dynamo without predict-on-route and the peers that keep their own tables).
+   */
+  readonly predictionTtlMs?: number;
+  /**
+   * A peer's own cost weights, applied over routing's (Dynamo's block cost): the cost is then the
+   * peer's alone, without the engine-load blend kv adds under engine_metrics.scrape.
+   */
+  readonly cost?: Partial<CostWeights>;
+  /**
+   * Set for a peer's algorithm reimplemented as a baseline. A peer reads the index as it stands:
+   * no eviction-aware credit, no closed-loop distrust and no engine-load blend (kvrouter's own).
+   */
+  readonly peer?: PeerSource;
+  /** The state kept per model pool across requests (made on first use). */
+  createState?(): S;
+  pick(eligible: readonly CandidateScore[], ctx: PolicyContext<S>): number;
+  /** The decision was booked (the router sends the request). */
+  booked?(state: S, e: BookedEvent): void;
+  /** The booked request's first token arrived. */
+  prefillDone?(state: S, requestId: string): void;
+  /** The booked request ended (or was swept). */
+  freed?(state: S, requestId: string): void;
+  /** An instance left the pool. */
+  dropInstance?(state: S, instance: string): void;
 }
 
 /** A policy literal with its name kept as a type (the registry derives `PolicyName` from it). */
-export const definePolicy = <const N extends string>(p: PolicySpec<N>): PolicySpec<N> => p;
+export const definePolicy = <const N extends string, S = unknown>(p: PolicySpec<N, S>): PolicySpec<N, S> => p;
