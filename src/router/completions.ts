@@ -7,7 +7,7 @@ import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import type { Access, Principal } from '../auth/access.js';
-import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, textSizeFloor } from '../tokenizer/index.js';
+import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, type SizeFloor, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { AdapterDirectory } from '../lora/directory.js';
 import type { EngineLoadView } from '../engine-load/load-view.js';
@@ -140,11 +140,20 @@ function resolveModel(name: string, deps: Pick<CompletionDeps, 'models' | 'adapt
   return { model: base, adapter: name, instances };
 }
 
-/** Refuse a prompt that is certainly over the limits before paying to tokenize it. */
+/**
+ * Refuse a prompt that is certainly over the limits before paying to render or tokenize it (and one
+ * whose structured inputs nest too deeply to render).
+ */
 function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: CompletionKind): void {
   if (p.kind === 'tokens') return; // counted exactly after parsing
   const param = kind === 'chat' ? 'messages' : 'prompt';
-  const size = p.kind === 'text' ? textSizeFloor(p.text, limits.max_prompt_tokens) : chatSizeFloor(p.chat, limits.max_prompt_tokens);
+  let size: SizeFloor;
+  try {
+    size = p.kind === 'text' ? textSizeFloor(p.text, limits.max_prompt_tokens) : chatSizeFloor(p.chat, limits.max_prompt_tokens);
+  } catch (err) {
+    if (err instanceof ChatTemplateError) throw new OpenAIError(400, err.message, 'invalid_request_error', param);
+    throw err;
+  }
   if (size.chars > limits.max_prompt_chars) {
     throw new OpenAIError(400, `the prompt has ${size.chars} characters, the limit is ${limits.max_prompt_chars} (server.max_prompt_chars)`, 'invalid_request_error', param, 'prompt_too_long');
   }

@@ -9,5 +9,5 @@ export type {
   TokenizerSource,
 } from './types.js';
 export { loadTokenizer } from './prompt-tokenizer.js';
-export { chatSizeFloor, type SizeFloor, textSizeFloor } from './size-floor.js';
+export { chatSizeFloor, MAX_INPUT_NESTING, type SizeFloor, textSizeFloor } from './size-floor.js';
 export { ChatTemplateError, type ChatTemplateErrorKind } from './errors.js';

@@ -15,13 +15,10 @@ const INLINE_RENDER_CHARS = 16_384;
 const INLINE_RENDER_MESSAGES = 64;
 
 /**
- * Whether a chat's render is certainly small. Template kwargs (documents, tools, anything) are not
- * counted by the size floor, and empty messages still cost a loop iteration each: either sends the
- * render to a turn of its own.
+ * Whether a chat's render is certainly small: few characters in all its inputs (the size floor counts
+ * them all), and few messages (an empty one still costs a loop iteration).
  */
 function rendersInline(req: ChatRequestLike): boolean {
-  const kwargs = req.chat_template_kwargs;
-  if (kwargs && typeof kwargs === 'object' && Object.keys(kwargs).length > 0) return false;
   return req.messages.length <= INLINE_RENDER_MESSAGES && chatSizeFloor(req, Infinity).chars <= INLINE_RENDER_CHARS;
 }
 
