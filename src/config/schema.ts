@@ -44,7 +44,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
     host: str('Listen address. Use 0.0.0.0 to listen on every interface.', { default: '127.0.0.1' }),
     port: int('Listen port (0 picks a free port).', { min: 0, max: 65535, default: 8080 }),
     max_body_bytes: int('Largest request body accepted (413 above).', { min: 1024, max: 1 << 30, default: 32 * 1024 * 1024 }),
-    max_prompt_tokens: int('Largest prompt after tokenization (400 above). Checked first without tokenizing: a prompt with more whitespace-separated words than this is refused at once.', { min: 1, max: 10_000_000, default: 1_000_000 }),
+    max_prompt_tokens: int('Largest prompt after tokenization (400 above). Checked first without tokenizing (a prompt with more whitespace-separated words than this is refused at once), then while tokenizing: counting stops as soon as the prompt is past it, so a longer prompt costs about what one at the limit costs.', { min: 1, max: 10_000_000, default: 1_000_000 }),
     max_prompt_chars: int('Largest prompt in characters (400 above, before rendering or tokenizing): message contents and every other input of the chat template (tool calls and results, reasoning, tools, chat_template_kwargs such as documents; structured values by their JSON length). About 3-4 characters make a token in prose and code; raise it with max_prompt_tokens for unusually sparse text.', { min: 1, max: 1 << 30, default: 4_000_000 }),
     max_messages: int('Most chat messages in one request (400 above).', { min: 1, max: 10_000_000, default: 10_000 }),
     shutdown_grace_ms: int('On SIGTERM, how long in-flight streams may finish before they are cut.', { min: 0, max: 3_600_000, default: 30_000 }),

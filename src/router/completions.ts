@@ -7,7 +7,7 @@ import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import type { Access, Principal } from '../auth/access.js';
-import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, type SizeFloor, textSizeFloor } from '../tokenizer/index.js';
+import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, PromptTooLongError, type SizeFloor, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { AdapterDirectory } from '../lora/directory.js';
 import type { EngineLoadView } from '../engine-load/load-view.js';
@@ -32,17 +32,21 @@ export interface CompletionDeps extends ForwardDeps {
   access: Access;
 }
 
-/** Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without affinity). */
-export async function promptTokens(tok: PromptTokenizer, p: PromptSpec): Promise<Uint32Array | null> {
+/**
+ * Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without
+ * affinity). Tokenizing stops once the prompt is certainly over `maxTokens` (a 400).
+ */
+export async function promptTokens(tok: PromptTokenizer, p: PromptSpec, maxTokens = Infinity): Promise<Uint32Array | null> {
   try {
     if (p.kind === 'tokens') return p.tokens;
-    if (p.kind === 'text') return await tok.encodeText(p.text);
-    return await tok.encodeChat(p.chat);
+    if (p.kind === 'text') return await tok.encodeText(p.text, { maxTokens });
+    return await tok.encodeChat(p.chat, { maxTokens });
   } catch (err) {
     if (err instanceof ChatTemplateError) {
       if (err.kind === 'unsupported') return null;
       throw new OpenAIError(400, err.message, 'invalid_request_error', 'messages');
     }
+    if (err instanceof PromptTooLongError) throw new OpenAIError(400, err.message, 'invalid_request_error', p.kind === 'chat' ? 'messages' : 'prompt', 'prompt_too_long');
     throw err;
   }
 }
@@ -105,7 +109,7 @@ export async function prepareRoute(
     const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
     try {
       // Token ids need no tokenizer, nor a turn through a promise.
-      tokens = parsed.prompt.kind === 'tokens' ? parsed.prompt.tokens : await promptTokens(model.tokenizer, parsed.prompt);
+      tokens = parsed.prompt.kind === 'tokens' ? parsed.prompt.tokens : await promptTokens(model.tokenizer, parsed.prompt, deps.cfg.server.max_prompt_tokens);
     } finally {
       span?.setAttribute('gen_ai.usage.input_tokens', tokens?.length ?? 0);
       span?.end();

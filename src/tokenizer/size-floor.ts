@@ -9,7 +9,8 @@
 // whitespace-respecting pre-tokenizer (GPT-2/4, Llama 3, Qwen, Mistral's tekken): their split regex
 // never puts non-space characters on both sides of a whitespace character into one piece, and a
 // token never spans two pieces, so every maximal run of non-whitespace is at least one token. Only
-// text the templates print as it is counts (contents and names).
+// text the templates print as it is counts (contents and names); text without whitespace is bounded
+// by the tokenizer itself, which stops counting at the limit (pieces.ts).
 import { ChatTemplateError } from './errors.js';
 import { TEXT_PART_FIELD } from './openai-messages.js';
 import type { ChatMessage, ChatRequestLike } from './types.js';

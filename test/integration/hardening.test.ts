@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256Hex } from '../../src/auth/access.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
-import { MAX_INPUT_NESTING } from '../../src/tokenizer/index.js';
+import { MAX_INPUT_NESTING, PIECE_CHARS } from '../../src/tokenizer/index.js';
 import { waitFor } from '../helpers/procs.js';
 
 const ADMIN = 'admin-token-hardening';
@@ -109,6 +109,23 @@ describe('work is bounded before tokenizing', () => {
       expect(r.body.error.message, String(i)).toMatch(/^the prompt has 2500\d\d characters, the limit is 200000/);
     }
     expect(await metric('kvrouter_tokenize_seconds_count')).toBe(tokenizedBefore);
+  });
+
+  it('stops tokenizing a prompt without whitespace once it is past max_prompt_tokens', async () => {
+    const encodedBefore = await metric('kvrouter_tokenizer_encoded_chars_total');
+    // 190,000 digits: under max_prompt_chars, one "word", 190,000 tokens.
+    for (const path of ['/v1/chat/completions', '/v1/route']) {
+      const r = await call('POST', path, { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(190_000) }] }, ADMIN);
+      expect(r.status, path).toBe(400);
+      expect(r.body.error.message, path).toMatch(/^the prompt has at least \d+ tokens, the limit is 20000$/);
+      expect(r.body.error.code, path).toBe('prompt_too_long');
+    }
+    // Counting stopped within a piece or two past the limit (plus the windows around its cuts), twice.
+    const encoded = (await metric('kvrouter_tokenizer_encoded_chars_total')) - encodedBefore;
+    expect(encoded).toBeGreaterThan(2 * 20_000);
+    expect(encoded).toBeLessThanOrEqual(2 * (20_000 + 2 * PIECE_CHARS));
+    // The control: digits under the limit are tokenized and routed.
+    expect((await call('POST', '/v1/route/loads', { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(15_000) }] }, ADMIN)).status).toBe(200);
   });
 
   it('answers 400 for tools nested 100,000 levels deep on every route that prepares a chat', async () => {
