@@ -8,7 +8,7 @@ import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import { passesOn } from '../proxy/hop-by-hop.js';
 import type { Access, Principal } from '../auth/access.js';
-import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, textSizeFloor } from '../tokenizer/index.js';
+import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, PromptTooLongError, type SizeFloor, textSizeFloor } from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { AdapterDirectory } from '../lora/directory.js';
 import type { EngineLoadView } from '../engine-load/load-view.js';
@@ -36,17 +36,21 @@ export interface CompletionDeps extends ForwardDeps {
   access: Access;
 }
 
-/** Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without affinity). */
-export async function promptTokens(tok: PromptTokenizer, p: PromptSpec): Promise<Uint32Array | null> {
+/**
+ * Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without
+ * affinity). Tokenizing stops once the prompt is certainly over `maxTokens` (a 400).
+ */
+export async function promptTokens(tok: PromptTokenizer, p: PromptSpec, maxTokens = Infinity): Promise<Uint32Array | null> {
   try {
     if (p.kind === 'tokens') return p.tokens;
-    if (p.kind === 'text') return await tok.encodeText(p.text);
-    return await tok.encodeChat(p.chat);
+    if (p.kind === 'text') return await tok.encodeText(p.text, { maxTokens });
+    return await tok.encodeChat(p.chat, { maxTokens });
   } catch (err) {
     if (err instanceof ChatTemplateError) {
       if (err.kind === 'unsupported') return null;
       throw new OpenAIError(400, err.message, 'invalid_request_error', 'messages');
     }
+    if (err instanceof PromptTooLongError) throw new OpenAIError(400, err.message, 'invalid_request_error', p.kind === 'chat' ? 'messages' : 'prompt', 'prompt_too_long');
     throw err;
   }
 }
@@ -111,7 +115,7 @@ export async function prepareRoute(
     const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
     try {
       // Token ids need no tokenizer, nor a turn through a promise.
-      tokens = parsed.prompt.kind === 'tokens' ? parsed.prompt.tokens : await promptTokens(model.tokenizer, parsed.prompt);
+      tokens = parsed.prompt.kind === 'tokens' ? parsed.prompt.tokens : await promptTokens(model.tokenizer, parsed.prompt, deps.cfg.server.max_prompt_tokens);
     } finally {
       span?.setAttribute('gen_ai.usage.input_tokens', tokens?.length ?? 0);
       span?.end();
@@ -147,11 +151,20 @@ function resolveModel(name: string, deps: Pick<CompletionDeps, 'models' | 'adapt
   return { model: base, adapter: name, instances };
 }
 
-/** Refuse a prompt that is certainly over the limits before paying to tokenize it. */
+/**
+ * Refuse a prompt that is certainly over the limits before paying to render or tokenize it (and one
+ * whose structured inputs nest too deeply to render).
+ */
 function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: CompletionKind): void {
   if (p.kind === 'tokens') return; // counted exactly after parsing
   const param = kind === 'chat' ? 'messages' : 'prompt';
-  const size = p.kind === 'text' ? textSizeFloor(p.text, limits.max_prompt_tokens) : chatSizeFloor(p.chat, limits.max_prompt_tokens);
+  let size: SizeFloor;
+  try {
+    size = p.kind === 'text' ? textSizeFloor(p.text, limits.max_prompt_tokens) : chatSizeFloor(p.chat, limits.max_prompt_tokens);
+  } catch (err) {
+    if (err instanceof ChatTemplateError) throw new OpenAIError(400, err.message, 'invalid_request_error', param);
+    throw err;
+  }
   if (size.chars > limits.max_prompt_chars) {
     throw new OpenAIError(400, `the prompt has ${size.chars} characters, the limit is ${limits.max_prompt_chars} (server.max_prompt_chars)`, 'invalid_request_error', param, 'prompt_too_long');
   }

@@ -10,7 +10,7 @@ export interface RouterMetricsSources {
   scheduler: Scheduler;
   instances: () => Array<{ id: string; model: string; healthy: boolean; dpSize: number; role: string }>;
   queueDepth: () => number;
-  tokenizerStats: () => { hits: number; misses: number };
+  tokenizerStats: () => { hits: number; misses: number; encodedChars: number };
   /** Open hit-prediction alarms (closed-loop check). */
   alarms: () => Alarm[];
 }
@@ -154,6 +154,15 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
       this.reset();
       this.inc({ result: 'hit' }, s.hits);
       this.inc({ result: 'miss' }, s.misses);
+    },
+  });
+  new Counter({
+    name: 'kvrouter_tokenizer_encoded_chars_total',
+    help: 'Characters the native tokenizer was given (segment-cache misses; a prompt over max_prompt_tokens only up to where counting stopped)',
+    registers: [reg],
+    collect() {
+      this.reset();
+      this.inc(src.tokenizerStats().encodedChars);
     },
   });
 

@@ -147,12 +147,14 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
       tokenizerStats: () => {
         let hits = 0;
         let misses = 0;
+        let encodedChars = 0;
         for (const t of new Set(rt.all.map((m) => m.tokenizer))) {
           const s = t.stats();
           hits += s.segmentCacheHits;
           misses += s.segmentCacheMisses;
+          encodedChars += s.encodedChars;
         }
-        return { hits, misses };
+        return { hits, misses, encodedChars };
       },
       alarms: () => feedback.verifier.alarms(),
     },

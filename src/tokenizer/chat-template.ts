@@ -41,9 +41,11 @@ export class ChatTemplateRenderer {
   }
 
   render(req: ChatRequestLike): string {
-    const p = this.prepare(req);
+    let p: PreparedRender;
     let rendered: string;
     try {
+      // Preparing copies tool calls (structuredClone recurses): nesting past the stack fails there too.
+      p = this.prepare(req);
       rendered = renderWith(p.template, p.variables);
     } catch (e) {
       if (e instanceof ChatTemplateError) throw e;

@@ -19,3 +19,15 @@ export class ChatTemplateError extends Error {
     super(message, options);
   }
 }
+
+/** Tokenizing stopped once the prompt was certainly over the caller's limit (`maxTokens`). */
+export class PromptTooLongError extends Error {
+  override readonly name = 'PromptTooLongError';
+  constructor(
+    /** A lower bound on the prompt's tokens, above `limit`. */
+    readonly atLeast: number,
+    readonly limit: number,
+  ) {
+    super(`the prompt has at least ${atLeast} tokens, the limit is ${limit}`);
+  }
+}

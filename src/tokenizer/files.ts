@@ -3,6 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, dirname, join } from 'node:path';
+import { cutsAreExact, type TokenizerShape } from './pieces.js';
 import type { TokenizerSource } from './types.js';
 
 /** An entry of tokenizer.json's `added_tokens`, with the flags that decide how the tokenizer splits on it. */
@@ -31,6 +32,8 @@ export interface TokenizerFiles {
   specialTokens: Record<string, string | string[]>;
   /** tokenizer_config.json's add_bos_token, when stated. */
   addBosToken: boolean | undefined;
+  /** Whether long texts may be cut into pieces that tokenize exactly as the whole (pieces.ts). */
+  cutsAreExact: boolean;
 }
 
 const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'] as const;
@@ -86,10 +89,11 @@ export function readTokenizerFiles(source: TokenizerSource): TokenizerFiles {
     chatTemplates: readChatTemplates(config, dir),
     specialTokens,
     addBosToken: typeof config.add_bos_token === 'boolean' ? config.add_bos_token : undefined,
+    cutsAreExact: cutsAreExact(tok),
   };
 }
 
-interface TokenizerJson {
+interface TokenizerJson extends TokenizerShape {
   added_tokens?: Array<{ id: number; content: string; special?: boolean; lstrip?: boolean; rstrip?: boolean; single_word?: boolean; normalized?: boolean }>;
   post_processor?: unknown;
 }

@@ -3,11 +3,13 @@ export type {
   ChatContentPart,
   ChatMessage,
   ChatRequestLike,
+  EncodeOptions,
   LoadTokenizerOptions,
   PromptTokenizer,
-  SegmentCacheStats,
+  TokenizerStats,
   TokenizerSource,
 } from './types.js';
 export { loadTokenizer } from './prompt-tokenizer.js';
-export { chatSizeFloor, type SizeFloor, textSizeFloor } from './size-floor.js';
-export { ChatTemplateError, type ChatTemplateErrorKind } from './errors.js';
+export { chatSizeFloor, MAX_INPUT_NESTING, type SizeFloor, textSizeFloor } from './size-floor.js';
+export { PIECE_CHARS } from './pieces.js';
+export { ChatTemplateError, type ChatTemplateErrorKind, PromptTooLongError } from './errors.js';

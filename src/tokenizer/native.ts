@@ -3,16 +3,28 @@
 // The binding encodes on libuv's thread pool, but hands ids back as a JS array built element by element
 // on the calling thread: ~0.3 us per token, 10-15 ms for a 32k-token prompt. The worker pays that and
 // the tokenizer.json load (~0.5 s), and transfers each result as one Uint32Array buffer, so the event
-// loop only ever posts a string and receives a buffer.
+// loop only ever posts a string and receives a buffer. Long texts go in pieces (pieces.ts): requests
+// take turns piece by piece, and one with `maxTokens` stops once it is certainly over it.
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { builtFile } from '../common/built-file.js';
+import { PromptTooLongError } from './errors.js';
 import type { NativeReady, NativeReply, NativeRequest, NativeWorkerData } from './native-worker.js';
+import type { PieceOptions } from './pieces.js';
+
+export interface NativeEncodeOptions {
+  /** Cut long texts into pieces (null or absent: each text whole, in one go). */
+  pieces?: PieceOptions | null;
+  /** Stop, and reject with PromptTooLongError, once the texts together certainly exceed this. */
+  maxTokens?: number;
+}
 
 export class NativeTokenizer {
   private nextId = 1;
   private readonly pending = new Map<number, { resolve: (r: NativeReply) => void; reject: (e: Error) => void }>();
   private failure: Error | null = null;
+  /** Characters handed to the native tokenizer so far (pieces counted and texts tokenized again included). */
+  encodedChars = 0;
 
   private constructor(private readonly worker: Worker) {
     worker.on('message', (r: NativeReply) => {
@@ -20,6 +32,7 @@ export class NativeTokenizer {
       if (!p) return;
       this.pending.delete(r.id);
       this.updateRef();
+      this.encodedChars += r.chars ?? 0;
       if (r.error !== undefined) p.reject(new Error(`tokenizer: ${r.error}`));
       else p.resolve(r);
     });
@@ -53,10 +66,15 @@ export class NativeTokenizer {
     return (await this.encodeBatch([text], addSpecialTokens))[0];
   }
 
-  /** One round trip for many texts. */
-  async encodeBatch(texts: string[], addSpecialTokens: boolean): Promise<Uint32Array[]> {
+  /**
+   * One round trip for many texts. Pieces need `addSpecialTokens: false` (the post-processor would
+   * add its tokens around every piece).
+   */
+  async encodeBatch(texts: string[], addSpecialTokens: boolean, opts: NativeEncodeOptions = {}): Promise<Uint32Array[]> {
     if (texts.length === 0) return [];
-    const r = await this.call({ op: 'encode', texts, addSpecialTokens });
+    const maxTokens = opts.maxTokens ?? Infinity;
+    const r = await this.call({ op: 'encode', texts, addSpecialTokens, pieces: addSpecialTokens ? null : (opts.pieces ?? null), maxTokens });
+    if (r.over !== undefined) throw new PromptTooLongError(r.over, maxTokens);
     const ids = r.ids as Uint32Array;
     const out: Uint32Array[] = [];
     let at = 0;

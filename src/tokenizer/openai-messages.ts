@@ -10,7 +10,8 @@ export type ContentFormat = 'string' | 'openai';
 
 export type TemplateMessage = Record<string, unknown>;
 
-const TEXT_PART_FIELD: Record<string, string> = { text: 'text', input_text: 'text', output_text: 'text', refusal: 'refusal', thinking: 'thinking' };
+/** Content part types the template sees as text, and the field holding it. */
+export const TEXT_PART_FIELD: Readonly<Record<string, string>> = { text: 'text', input_text: 'text', output_text: 'text', refusal: 'refusal', thinking: 'thinking' };
 const MEDIA_PART_TYPES = new Set(['image_url', 'input_image', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'image_pil', 'audio_url', 'input_audio', 'video_url']);
 
 export function toTemplateMessages(messages: readonly ChatMessage[], format: ContentFormat): TemplateMessage[] {

@@ -1,12 +1,14 @@
 // The PromptTokenizer: render (chat-template.ts), cut at special tokens (segments.ts), look segments up
-// (segment-cache.ts), encode only the misses natively (native.ts), concatenate.
+// (segment-cache.ts), encode only the misses natively (native.ts), in pieces (pieces.ts), concatenate.
 import { ChatTemplateRenderer } from './chat-template.js';
+import { PromptTooLongError } from './errors.js';
 import { readTokenizerFiles, type TokenizerFiles } from './files.js';
 import { NativeTokenizer } from './native.js';
+import { isExactCut, PIECE_CHARS, type PieceOptions } from './pieces.js';
 import { SegmentCache, segmentKey } from './segment-cache.js';
 import { SegmentSplitter } from './segments.js';
 import { chatSizeFloor } from './size-floor.js';
-import type { ChatRequestLike, LoadTokenizerOptions, PromptTokenizer, SegmentCacheStats, TokenizerSource } from './types.js';
+import type { ChatRequestLike, EncodeOptions, LoadTokenizerOptions, PromptTokenizer, TokenizerStats, TokenizerSource } from './types.js';
 
 const DEFAULT_CACHE_ENTRIES = 65_536;
 const DEFAULT_CACHE_BYTES = 64 * 2 ** 20;
@@ -15,13 +17,10 @@ const INLINE_RENDER_CHARS = 16_384;
 const INLINE_RENDER_MESSAGES = 64;
 
 /**
- * Whether a chat's render is certainly small. Template kwargs (documents, tools, anything) are not
- * counted by the size floor, and empty messages still cost a loop iteration each: either sends the
- * render to a turn of its own.
+ * Whether a chat's render is certainly small: few characters in all its inputs (the size floor counts
+ * them all), and few messages (an empty one still costs a loop iteration).
  */
 function rendersInline(req: ChatRequestLike): boolean {
-  const kwargs = req.chat_template_kwargs;
-  if (kwargs && typeof kwargs === 'object' && Object.keys(kwargs).length > 0) return false;
   return req.messages.length <= INLINE_RENDER_MESSAGES && chatSizeFloor(req, Infinity).chars <= INLINE_RENDER_CHARS;
 }
 
@@ -34,7 +33,8 @@ export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizer
   try {
     const affixes = await completionAffixes(native, files);
     const segmentingExact = await probeSegmenting(native, splitter, files);
-    return new CachedPromptTokenizer(files.name, native, renderer, splitter, segmentingExact ? cache : null, affixes);
+    const pieces: PieceOptions = { chars: PIECE_CHARS, exactCuts: files.cutsAreExact && (await probePieces(native)) };
+    return new CachedPromptTokenizer(files.name, native, renderer, splitter, segmentingExact ? cache : null, affixes, pieces);
   } catch (e) {
     await native.close();
     throw e;
@@ -42,7 +42,8 @@ export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizer
 }
 
 class CachedPromptTokenizer implements PromptTokenizer {
-  private readonly pending = new Map<bigint, Promise<Uint32Array>>();
+  /** Encodes in flight, by segment key: null when one stopped short (over its caller's limit, or failed). */
+  private readonly pending = new Map<bigint, Promise<Uint32Array | null>>();
   private hits = 0;
   private misses = 0;
   private closed = false;
@@ -56,24 +57,25 @@ class CachedPromptTokenizer implements PromptTokenizer {
     /** null when the load-time probe found segmenting unsafe for this tokenizer: encode whole texts. */
     private readonly cache: SegmentCache | null,
     private readonly affixes: { prefix: Uint32Array; suffix: Uint32Array },
+    private readonly pieces: PieceOptions,
   ) {}
 
   renderChat(req: ChatRequestLike): string {
     return this.renderer.render(req);
   }
 
-  async encodeChat(req: ChatRequestLike): Promise<Uint32Array> {
+  async encodeChat(req: ChatRequestLike, opts: EncodeOptions = {}): Promise<Uint32Array> {
     this.assertOpen();
     // A small render takes tens of microseconds: only a large one waits for a turn of its own.
     if (!rendersInline(req)) await this.nextTurn();
     // Tokenized without special tokens added: the template already wrote them, as in vLLM's chat path.
-    return this.encodeSegmented(this.renderer.render(req));
+    return this.encodeSegmented(this.renderer.render(req), opts.maxTokens ?? Infinity, 0);
   }
 
-  async encodeText(text: string): Promise<Uint32Array> {
+  async encodeText(text: string, opts: EncodeOptions = {}): Promise<Uint32Array> {
     this.assertOpen();
     const { prefix, suffix } = this.affixes;
-    const body = await this.encodeSegmented(text);
+    const body = await this.encodeSegmented(text, opts.maxTokens ?? Infinity, prefix.length + suffix.length);
     if (prefix.length === 0 && suffix.length === 0) return body;
     return concat([prefix, body, suffix]);
   }
@@ -83,8 +85,8 @@ class CachedPromptTokenizer implements PromptTokenizer {
     return this.native.decode(ids, opts?.skipSpecialTokens ?? false);
   }
 
-  stats(): SegmentCacheStats {
-    return { segmentCacheHits: this.hits, segmentCacheMisses: this.misses, segmentCacheEntries: this.cache?.size ?? 0 };
+  stats(): TokenizerStats {
+    return { segmentCacheHits: this.hits, segmentCacheMisses: this.misses, segmentCacheEntries: this.cache?.size ?? 0, encodedChars: this.native.encodedChars };
   }
 
   async close(): Promise<void> {
@@ -109,9 +111,24 @@ class CachedPromptTokenizer implements PromptTokenizer {
     if (this.closed) throw new Error(`tokenizer ${this.name} is closed`);
   }
 
-  private async encodeSegmented(text: string): Promise<Uint32Array> {
+  /**
+   * Natively, in pieces, within what is left of the limit once `known` tokens are counted; a stop
+   * over it is reported against the whole limit.
+   */
+  private async encodeMisses(texts: string[], maxTokens: number, known: number): Promise<Uint32Array[]> {
+    if (known > maxTokens) throw new PromptTooLongError(known, maxTokens);
+    try {
+      return await this.native.encodeBatch(texts, false, { pieces: this.pieces, maxTokens: maxTokens - known });
+    } catch (e) {
+      if (e instanceof PromptTooLongError) throw new PromptTooLongError(e.atLeast + known, maxTokens);
+      throw e;
+    }
+  }
+
+  /** `reserved`: tokens the caller adds around the text (completion affixes), counted against the limit. */
+  private async encodeSegmented(text: string, maxTokens: number, reserved: number): Promise<Uint32Array> {
     const cache = this.cache;
-    if (!cache || cache.maxEntries <= 0) return this.native.encode(text, false);
+    if (!cache || cache.maxEntries <= 0) return (await this.encodeMisses([text], maxTokens, reserved))[0];
     const segments = this.splitter.split(text);
     const parts = new Array<Uint32Array>(segments.length);
     const waits: Array<Promise<void>> = [];
@@ -120,11 +137,16 @@ class CachedPromptTokenizer implements PromptTokenizer {
     const missTexts: string[] = [];
     const missKeys: bigint[] = [];
     const missSlots = new Map<bigint, number[]>();
+    let known = reserved;
+    const waitFor = (inflight: Promise<Uint32Array | null>, i: number) =>
+      // An encode that stopped at its own caller's limit says nothing about this prompt: encode the segment here.
+      inflight.then(async (v) => void (parts[i] = v ?? (await this.encodeMisses([segments[i]], maxTokens, known))[0]));
     for (let i = 0; i < segments.length; i++) {
       const key = segmentKey(segments[i]);
       const ids = cache.get(key);
       if (ids) {
         parts[i] = ids;
+        known += ids.length;
         this.hits++;
         continue;
       }
@@ -137,7 +159,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
       const inflight = this.pending.get(key);
       if (inflight) {
         this.hits++;
-        waits.push(inflight.then((v) => void (parts[i] = v)));
+        waits.push(waitFor(inflight, i));
         continue;
       }
       this.misses++;
@@ -145,12 +167,19 @@ class CachedPromptTokenizer implements PromptTokenizer {
       missTexts.push(segments[i]);
       missKeys.push(key);
     }
+    // Handled now: should this request's own batch fail first, a wait failing later is no unhandled rejection.
+    const waited = Promise.all(waits);
+    waited.catch(() => undefined);
     if (missTexts.length) {
-      const batch = this.native.encodeBatch(missTexts, false);
+      const batch = this.encodeMisses(missTexts, maxTokens, known);
       missKeys.forEach((key, j) => {
-        const one = batch.then((all) => all[j]);
-        one.catch(() => undefined); // failures surface through `batch` below
-        this.pending.set(key, one);
+        this.pending.set(
+          key,
+          batch.then(
+            (all) => all[j],
+            () => null, // failures surface through `batch` below
+          ),
+        );
       });
       try {
         const encoded = await batch;
@@ -162,7 +191,7 @@ class CachedPromptTokenizer implements PromptTokenizer {
         for (const key of missKeys) this.pending.delete(key);
       }
     }
-    if (waits.length) await Promise.all(waits);
+    if (waits.length) await waited;
     return parts.length === 1 ? parts[0].slice() : concat(parts);
   }
 }
@@ -221,4 +250,21 @@ async function probeSegmenting(native: NativeTokenizer, splitter: SegmentSplitte
   const parts = await native.encodeBatch(splitter.split(text), false);
   const joined = concat(parts);
   return joined.length === whole.length && joined.every((v, i) => v === whole[i]);
+}
+
+/**
+ * Load-time check that text cut at every exact point of pieces.ts tokenizes exactly as the whole, on
+ * text that puts every kind of character on both sides of such points. `cutsAreExact` proves it for
+ * the tokenizers it recognises; this guards the argument.
+ */
+async function probePieces(native: NativeTokenizer): Promise<boolean> {
+  const sides = ['x', 'X1', '9', '.', "'s", '!?', 'é', 'e\u0301', '\u0301', '日本', '😀', '-', '\u00a0', '\t', '\r', '<|', '$'];
+  let text = '';
+  sides.forEach((a, i) => sides.forEach((b, j) => (text += `${a}${(i + j) % 3 === 0 ? ' ' : '\n'}${b}${j % 4 === 0 ? '  \n' : ' '}`)));
+  const cuts = [0];
+  for (let i = 1; i < text.length; i++) if (isExactCut(text, i)) cuts.push(i);
+  const pieces = cuts.map((c, k) => text.slice(c, cuts[k + 1] ?? text.length));
+  const whole = await native.encode(text, false);
+  const joined = concat(await native.encodeBatch(pieces, false));
+  return cuts.length > 100 && joined.length === whole.length && joined.every((v, i) => v === whole[i]);
 }

@@ -33,23 +33,33 @@ export interface TokenizerSource {
   path?: string;
 }
 
-export interface SegmentCacheStats {
+export interface TokenizerStats {
   segmentCacheHits: number;
   segmentCacheMisses: number;
   segmentCacheEntries: number;
+  /** Characters handed to the native tokenizer (cache misses; pieces counted and texts tokenized again included). */
+  encodedChars: number;
+}
+
+export interface EncodeOptions {
+  /**
+   * The caller's token limit: tokenizing stops, and the call rejects with PromptTooLongError, as
+   * soon as the prompt is certainly longer, so a prompt over it costs about what one at it costs.
+   */
+  maxTokens?: number;
 }
 
 export interface PromptTokenizer {
   readonly name: string;
   /** Render the chat template and tokenize (no extra special tokens added: the template has them). */
-  encodeChat(req: ChatRequestLike): Promise<Uint32Array>;
+  encodeChat(req: ChatRequestLike, opts?: EncodeOptions): Promise<Uint32Array>;
   /** Render only (for debugging / the engine's echo). */
   renderChat(req: ChatRequestLike): string;
   /** Tokenize a /v1/completions prompt the way vLLM does (add_special_tokens=true, e.g. BOS for Llama 3). */
-  encodeText(text: string): Promise<Uint32Array>;
+  encodeText(text: string, opts?: EncodeOptions): Promise<Uint32Array>;
   /** Special tokens are kept unless skipSpecialTokens is set (vLLM's output default is to skip them). */
   decode(ids: ArrayLike<number>, opts?: { skipSpecialTokens?: boolean }): Promise<string>;
-  stats(): SegmentCacheStats;
+  stats(): TokenizerStats;
   close(): Promise<void>;
 }
 

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256Hex } from '../../src/auth/access.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { type RouterHandle, startRouter } from '../../src/router/app.js';
+import { MAX_INPUT_NESTING, PIECE_CHARS } from '../../src/tokenizer/index.js';
 import { waitFor } from '../helpers/procs.js';
 
 const ADMIN = 'admin-token-hardening';
@@ -60,6 +61,14 @@ async function call(method: string, path: string, body: unknown, key: string | n
   return { status: r.statusCode, headers: r.headers, body: parsed };
 }
 
+/** A counter of the router's /metrics (summed over its label sets). */
+async function metric(name: string): Promise<number> {
+  const m = await request(`${router.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  let sum = 0;
+  for (const line of (await m.body.text()).split('\n')) if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  return sum;
+}
+
 const SYSTEM = 'You are the archivist of a river town; answer in one sentence. '.repeat(40);
 const chat = (q: string, extra: Record<string, unknown> = {}) => ({ model: MODEL, max_tokens: 2, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }], ...extra });
 
@@ -82,6 +91,53 @@ describe('work is bounded before tokenizing', () => {
     // The control: a prompt under the limits is tokenized (the counter moves).
     expect((await call('POST', '/v1/route/loads', { model: MODEL, prompt: 'a short one' }, ADMIN)).status).toBe(200);
     expect(await tokenizations()).toBe(tokenizedBefore + 1);
+  });
+
+  it('counts every input of the chat template against max_prompt_chars: tool-call arguments, tools, documents', async () => {
+    const tokenizedBefore = await metric('kvrouter_tokenize_seconds_count');
+    const digits = '7'.repeat(250_000);
+    const toolCalls = [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: JSON.stringify({ n: digits }) } }];
+    const bodies = [
+      { model: MODEL, messages: [{ role: 'user', content: 'call it' }, { role: 'assistant', content: null, tool_calls: toolCalls }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }] },
+      { model: MODEL, messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { name: 'f', description: digits } }] },
+      { model: MODEL, messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: { documents: [{ title: 'd', text: digits }] } },
+      { model: MODEL, messages: [{ role: 'user', content: 'hi' }, { role: 'tool', tool_call_id: 'c1', content: digits }] },
+    ];
+    for (const [i, body] of bodies.entries()) {
+      const r = await call('POST', '/v1/chat/completions', body, ADMIN);
+      expect(r.status, String(i)).toBe(400);
+      expect(r.body.error.message, String(i)).toMatch(/^the prompt has 2500\d\d characters, the limit is 200000/);
+    }
+    expect(await metric('kvrouter_tokenize_seconds_count')).toBe(tokenizedBefore);
+  });
+
+  it('stops tokenizing a prompt without whitespace once it is past max_prompt_tokens', async () => {
+    const encodedBefore = await metric('kvrouter_tokenizer_encoded_chars_total');
+    // 190,000 digits: under max_prompt_chars, one "word", 190,000 tokens.
+    for (const path of ['/v1/chat/completions', '/v1/route']) {
+      const r = await call('POST', path, { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(190_000) }] }, ADMIN);
+      expect(r.status, path).toBe(400);
+      expect(r.body.error.message, path).toMatch(/^the prompt has at least \d+ tokens, the limit is 20000$/);
+      expect(r.body.error.code, path).toBe('prompt_too_long');
+    }
+    // Counting stopped within a piece or two past the limit (plus the windows around its cuts), twice.
+    const encoded = (await metric('kvrouter_tokenizer_encoded_chars_total')) - encodedBefore;
+    expect(encoded).toBeGreaterThan(2 * 20_000);
+    expect(encoded).toBeLessThanOrEqual(2 * (20_000 + 2 * PIECE_CHARS));
+    // The control: digits under the limit are tokenized and routed.
+    expect((await call('POST', '/v1/route/loads', { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(15_000) }] }, ADMIN)).status).toBe(200);
+  });
+
+  it('answers 400 for tools nested 100,000 levels deep on every route that prepares a chat', async () => {
+    const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
+    const body = `{"model":"${MODEL}","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":${deep}}}]}`;
+    for (const path of ['/v1/chat/completions', '/v1/route', '/v1/route/loads', '/debug/route']) {
+      const r = await call('POST', path, undefined, ADMIN, body);
+      expect(r.status, path).toBe(400);
+      expect(JSON.stringify(r.body), path).toContain(`tools nests deeper than ${MAX_INPUT_NESTING} levels`);
+    }
+    expect((await call('POST', '/v1/chat/completions', chat('still serving'), ADMIN)).status).toBe(200);
+    expect(router.scheduler.active.size).toBe(0);
   });
 
   it('answers 400 for a body it cannot forward faithfully (deep nesting, a number JSON cannot hold)', async () => {
