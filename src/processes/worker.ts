@@ -127,6 +127,34 @@ export type ProcessServeOptions = Omit<StartOptions, 'process'> & {
   epp?: Omit<EppOptions, 'host'> | null;
 };
 
+type StartMessage = Extract<ToWorker, { t: 'start' }>;
+type ReplayedRequest = Extract<ToWorker, { t: 'replay' }>['req'];
+type Answer = string | ReplayAnswer | IndexSnapshot | DashboardPart[] | null;
+
+/** Questions to the primary (whole-router metrics, booking calls), answered by id. */
+class PrimaryQuestions {
+  private readonly pending = new Map<number, (answer: Answer) => void>();
+  private nextId = 0;
+
+  ask<T extends Answer>(question: (id: number) => ToPrimary): Promise<T> {
+    return new Promise<T>((resolve) => {
+      const id = this.nextId++;
+      this.pending.set(id, resolve as (answer: Answer) => void);
+      send(question(id));
+    });
+  }
+
+  answered(id: number, answer: Answer): void {
+    this.pending.get(id)?.(answer);
+    this.pending.delete(id);
+  }
+
+  /** Nobody is left to answer: metrics come back empty, booking calls unanswered. */
+  abandon(): void {
+    for (const id of [...this.pending.keys()]) this.answered(id, null);
+  }
+}
+
 /**
  * Serve as router process `index` until the primary says to stop: returns the exit code. The
  * primary's engines arrive in its first message; start-up failures go to the primary as one line.
@@ -140,153 +168,185 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   // The primary counts tenants' concurrency for every process; with NATS, replicas elsewhere count
   // too, which the primary does not see: each process admits against the reports instead.
   const slots = cfg.cluster.nats.url === undefined ? new PrimarySlots(send) : null;
-  // Questions to the primary (whole-router metrics, booking calls), answered by id.
-  type Answer = string | ReplayAnswer | IndexSnapshot | DashboardPart[] | null;
-  const pending = new Map<number, (answer: Answer) => void>();
-  let nextId = 0;
-  const ask = <T extends Answer>(question: (id: number) => ToPrimary): Promise<T> =>
-    new Promise<T>((resolve) => {
-      const id = nextId++;
-      pending.set(id, resolve as (answer: Answer) => void);
-      send(question(id));
-    });
-  const answered = (id: number, answer: Answer) => {
-    pending.get(id)?.(answer);
-    pending.delete(id);
-  };
-  let router: RouterHandle | null = null;
+  return new RouterProcess(cfg, opts, link, mesh, slots).serve();
+}
+
+/** One router process's life: hello, start, serve, drain; the primary's messages in between. */
+class RouterProcess {
+  private readonly questions = new PrimaryQuestions();
+  private router: RouterHandle | null = null;
   /** The grace this process drains with, fixed when the primary says to stop. */
-  let drainGraceMs: number | null = null;
+  private drainGraceMs: number | null = null;
+  private stopping = false;
+  private resolveStart!: (m: StartMessage) => void;
+  private readonly started = new Promise<StartMessage>((r) => (this.resolveStart = r));
+  private resolveStop!: () => void;
+  private readonly stopped = new Promise<void>((r) => (this.resolveStop = r));
+  /** Replays that arrive while this process starts, applied once it serves, in order. */
+  private readonly early: ReplayedRequest[] = [];
+  private replays = Promise.resolve();
+
+  constructor(
+    private readonly cfg: RouterConfig,
+    private readonly opts: ProcessServeOptions,
+    private readonly link: ProcessLink,
+    private readonly mesh: SyncMesh | null,
+    private readonly slots: PrimarySlots | null,
+  ) {}
+
+  async serve(): Promise<number> {
+    this.listen();
+    send(this.mesh ? { t: 'hello', sync: this.mesh.path, wire: 2 } : { t: 'hello', wire: 2 });
+    const start = await Promise.race([this.started, this.stopped.then(() => null)]);
+    if (start === null) {
+      await this.mesh?.close();
+      return 0;
+    }
+    const served = await this.startServing(start);
+    if (!served) return 1;
+    const { router, picker } = served;
+    for (const req of this.early.splice(0)) this.replay(req);
+    // Told to stop while starting: the primary still hears what this process drains with.
+    if (this.stopping) this.fixDrainGrace(router);
+    send({ t: 'ready', url: router.url });
+    // Only a turning event loop sends this: the primary replaces a process that stops sending it.
+    const alive = start.aliveMs ? setInterval(() => send({ t: 'alive' }), start.aliveMs) : null;
+    await this.stopped;
+    if (alive) clearInterval(alive);
+    await this.replays;
+    // Gateway streams drain first: their requests may still need the tokenizers the router closes.
+    const graceMs = this.drainGraceMs ?? router.config.server.shutdown_grace_ms;
+    await picker?.close(graceMs);
+    await router.close(graceMs);
+    await this.mesh?.close();
+    this.questions.abandon();
+    return 0;
+  }
+
+  /** The primary's messages, and its ownership of the signals. */
+  private listen(): void {
+    process.on('message', (m: unknown) => {
+      if (isToWorker(m)) this.onMessage(m);
+    });
+    // The primary owns the signals: a Ctrl-C reaches every process of the group, and the primary
+    // decides when each stops (after it stopped accepting, all drain together).
+    const ignore = () => undefined;
+    process.on('SIGINT', ignore);
+    process.on('SIGTERM', ignore);
+    process.on('SIGHUP', ignore);
+    process.once('disconnect', () => {
+      this.slots?.abandon();
+      this.stop();
+    });
+  }
+
+  /** The router (and with `--epp` the gateway picker); null after a failure, which the primary hears. */
+  private async startServing(start: StartMessage): Promise<{ router: RouterHandle; picker: EppHandle | null } | null> {
+    const role = this.role(start);
+    let picker: EppHandle | null = null;
+    try {
+      const { epp, ...rest } = this.opts;
+      this.router = await startRouter(this.cfg, { ...rest, process: role });
+      if (epp) {
+        const { startEpp } = await import('../epp/server.js');
+        picker = await startEpp(this.router.runtime, { host: this.router.config.server.host, ...epp });
+      }
+    } catch (err) {
+      await this.router?.close();
+      await this.mesh?.close();
+      send({ t: 'failed', message: err instanceof Error ? err.message : String(err) });
+      return null;
+    }
+    return { router: this.router, picker };
+  }
+
+  /** What the router asks of the other processes, through the primary. */
+  private role(start: StartMessage): ProcessRole {
+    const q = this.questions;
+    return {
+      index: start.index,
+      link: this.link,
+      engines: start.engines,
+      metrics: () => q.ask<string>((id) => ({ t: 'metrics', id })),
+      replay: (req) => send({ t: 'replay', req }),
+      ask: (req) => q.ask<ReplayAnswer | null>((id) => ({ t: 'ask', id, req })),
+      // Nobody left to answer (shutting down): an empty list.
+      dashboard: async (cursors) => (await q.ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
+      ...(start.recover ? { recoverIndex: () => q.ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
+      ...(this.slots ? { slots: this.slots } : {}),
+    };
+  }
+
+  private stop(): void {
+    this.stopping = true;
+    this.resolveStop();
+  }
+
   /**
    * Read once, when told to stop: a reload replayed during the drain does not change it. The
    * primary's kill timer follows it (a reload may have changed it since start); gateway streams
    * (`--epp`) drain first, each part for up to the grace.
    */
-  const fixDrainGrace = (r: RouterHandle) => {
-    if (drainGraceMs !== null) return;
-    drainGraceMs = r.config.server.shutdown_grace_ms;
-    send({ t: 'draining', graceMs: opts.epp ? 2 * drainGraceMs : drainGraceMs });
-  };
-  let stopping = false;
-  let resolveStart!: (m: Extract<ToWorker, { t: 'start' }>) => void;
-  const started = new Promise<Extract<ToWorker, { t: 'start' }>>((r) => (resolveStart = r));
-  let resolveStop!: () => void;
-  const stopped = new Promise<void>((r) => (resolveStop = r));
-  const stop = () => {
-    stopping = true;
-    resolveStop();
-  };
-  // Replays that arrive while this process starts are applied once it serves, in order.
-  const early: Array<Extract<ToWorker, { t: 'replay' }>['req']> = [];
-  let replays = Promise.resolve();
-  const replay = (req: Extract<ToWorker, { t: 'replay' }>['req']) => {
-    const r = router;
-    if (!r) return void early.push(req);
-    replays = replays.then(() => r.replay(req).then(() => undefined, (err: unknown) => opts.log?.(`replayed ${req.path} failed: ${(err as Error).message}`)));
-  };
-  process.on('message', (m: unknown) => {
-    if (!isToWorker(m)) return;
+  private fixDrainGrace(r: RouterHandle): void {
+    if (this.drainGraceMs !== null) return;
+    this.drainGraceMs = r.config.server.shutdown_grace_ms;
+    send({ t: 'draining', graceMs: this.opts.epp ? 2 * this.drainGraceMs : this.drainGraceMs });
+  }
+
+  /** Another process's state change, applied in order (held until this process serves). */
+  private replay(req: ReplayedRequest): void {
+    const r = this.router;
+    if (!r) return void this.early.push(req);
+    this.replays = this.replays.then(() => r.replay(req).then(() => undefined, (err: unknown) => this.opts.log?.(`replayed ${req.path} failed: ${(err as Error).message}`)));
+  }
+
+  /** Another process's booking call: answered here only if this process made the booking. */
+  private answerAsk(m: Extract<ToWorker, { t: 'ask' }>): void {
+    const r = this.router;
+    if (!r) return void send({ t: 'answer', id: m.id, answer: { status: 404, body: new Uint8Array(0) } });
+    void r.replay(m.req).then(
+      (answer) => send({ t: 'answer', id: m.id, answer }),
+      () => send({ t: 'answer', id: m.id, answer: { status: 500, body: new Uint8Array(0) } }),
+    );
+  }
+
+  private onMessage(m: ToWorker): void {
+    const router = this.router;
     switch (m.t) {
       case 'start':
-        return resolveStart(m);
+        return this.resolveStart(m);
       case 'sync':
-        return link.deliver(m.subject, m.data);
+        return this.link.deliver(m.subject, m.data);
       case 'peers':
-        return link.usePeers(m.paths, m.binary === true);
+        return this.link.usePeers(m.paths, m.binary === true);
       case 'replay':
-        return replay(m.req);
+        return this.replay(m.req);
       case 'ask':
-        // Another process's booking call: answered here only if this process made the booking.
-        if (!router) return send({ t: 'answer', id: m.id, answer: { status: 404, body: new Uint8Array(0) } });
-        void router.replay(m.req).then(
-          (answer) => send({ t: 'answer', id: m.id, answer }),
-          () => send({ t: 'answer', id: m.id, answer: { status: 500, body: new Uint8Array(0) } }),
-        );
-        return;
+        return this.answerAsk(m);
       case 'answer':
-        return answered(m.id, m.answer);
+        return this.questions.answered(m.id, m.answer);
       case 'metrics-req':
         if (router) void processMetrics(router.runtime.prom).then((json) => send({ t: 'metrics-res', id: m.id, json }));
         else send({ t: 'metrics-res', id: m.id, json: [] });
         return;
       case 'metrics-text':
-        return answered(m.id, m.text);
+        return this.questions.answered(m.id, m.text);
       case 'snapshot-req':
-        return send({ t: 'snapshot-res', id: m.id, snap: router ? dumpIndex(router.indexer, Date.now()) : null });
+        return void send({ t: 'snapshot-res', id: m.id, snap: router ? dumpIndex(router.indexer, Date.now()) : null });
       case 'snapshot':
-        return answered(m.id, m.snap);
+        return this.questions.answered(m.id, m.snap);
       case 'dashboard-req':
-        return send({ t: 'dashboard-res', id: m.id, part: router ? dashboardPart(router.runtime, process.pid, m.cursors[String(process.pid)]) : null });
+        return void send({ t: 'dashboard-res', id: m.id, part: router ? dashboardPart(router.runtime, process.pid, m.cursors[String(process.pid)]) : null });
       case 'dashboard':
-        return answered(m.id, m.parts);
+        return this.questions.answered(m.id, m.parts);
       case 'slot':
-        return slots?.answer(m);
+        return this.slots?.answer(m);
       case 'reload':
-        if (router && !stopping) void router.reload();
+        if (router && !this.stopping) void router.reload();
         return;
       case 'shutdown':
-        if (router) fixDrainGrace(router);
-        return stop();
+        if (router) this.fixDrainGrace(router);
+        return this.stop();
     }
-  });
-  // The primary owns the signals: a Ctrl-C reaches every process of the group, and the primary
-  // decides when each stops (after it stopped accepting, all drain together).
-  const ignore = () => undefined;
-  process.on('SIGINT', ignore);
-  process.on('SIGTERM', ignore);
-  process.on('SIGHUP', ignore);
-  process.once('disconnect', () => {
-    slots?.abandon();
-    stop();
-  });
-  send(mesh ? { t: 'hello', sync: mesh.path, wire: 2 } : { t: 'hello', wire: 2 });
-
-  const start = await Promise.race([started, stopped.then(() => null)]);
-  if (start === null) {
-    await mesh?.close();
-    return 0;
   }
-  const role: ProcessRole = {
-    index: start.index,
-    link,
-    engines: start.engines,
-    metrics: () => ask<string>((id) => ({ t: 'metrics', id })),
-    replay: (req) => send({ t: 'replay', req }),
-    ask: (req) => ask<ReplayAnswer | null>((id) => ({ t: 'ask', id, req })),
-    // Nobody left to answer (shutting down): an empty list.
-    dashboard: async (cursors) => (await ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
-    ...(start.recover ? { recoverIndex: () => ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
-    ...(slots ? { slots } : {}),
-  };
-  let picker: EppHandle | null = null;
-  try {
-    const { epp, ...start } = opts;
-    router = await startRouter(cfg, { ...start, process: role });
-    if (epp) {
-      const { startEpp } = await import('../epp/server.js');
-      picker = await startEpp(router.runtime, { host: router.config.server.host, ...epp });
-    }
-  } catch (err) {
-    await router?.close();
-    await mesh?.close();
-    send({ t: 'failed', message: err instanceof Error ? err.message : String(err) });
-    return 1;
-  }
-  for (const req of early.splice(0)) replay(req);
-  // Told to stop while starting: the primary still hears what this process drains with.
-  if (stopping) fixDrainGrace(router);
-  send({ t: 'ready', url: router.url });
-  // Only a turning event loop sends this: the primary replaces a process that stops sending it.
-  const alive = start.aliveMs ? setInterval(() => send({ t: 'alive' }), start.aliveMs) : null;
-  await stopped;
-  if (alive) clearInterval(alive);
-  await replays;
-  // Gateway streams drain first: their requests may still need the tokenizers the router closes.
-  const graceMs = drainGraceMs ?? router.config.server.shutdown_grace_ms;
-  await picker?.close(graceMs);
-  await router.close(graceMs);
-  await mesh?.close();
-  // Nobody is left to answer: metrics come back empty, booking calls unanswered.
-  for (const id of [...pending.keys()]) answered(id, null);
-  return 0;
 }
