@@ -1,6 +1,7 @@
 // The socket-free cores of src/cluster: wire codecs (u64 exact), remote booking bookkeeping, and
 // relayed ops rebuilding exactly the index their source built.
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers/procs.js';
 import { mulberry32 } from '../../src/common/prng.js';
 import { decodeBatch, encodeBatch, encodeOp, type RelayedOp } from '../../src/cluster/event-wire.js';
 import { RemoteBookings, isRemoteId } from '../../src/cluster/remote-bookings.js';
@@ -278,8 +279,8 @@ describe('attachCluster without a reachable NATS', () => {
     const d = scheduler.decide({ ns: NS, candidates: [{ instance: 'e0', dpRank: 0 }], seq: BigUint64Array.of(1n, 2n), policy: 'kv', weights: { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0.1 }, temperature: 0 }, 0);
     scheduler.book(d, NS, { requestId: 'r', now: 0, speculativeTtlMs: 0 });
     expect(scheduler.free('r')).toBe(true);
-    await new Promise((r) => setTimeout(r, 200));
-    const st = c.status().sync!;
+    // Both messages are dropped at once; the connection error arrives with the first failed attempt.
+    const st = await waitFor('the NATS connection error', () => (c.status().sync!.nats.lastError ? c.status().sync! : false), 30_000);
     expect(st.nats.connected).toBe(false);
     expect(st.nats.lastError).toMatch(/connect nats:\/\/127\.0\.0\.1:9/);
     expect(st.dropped).toBe(2);

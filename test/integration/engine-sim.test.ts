@@ -1,6 +1,7 @@
 // The simulated engine end to end over real sockets: HTTP contract, cache hits and TTFT, KV events
 // on a real ZMQ PUB decoded here (own msgpack reader) versus /debug/cache, replay, drops, metrics.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers/procs.js';
 import { Dealer, Subscriber } from 'zeromq';
 import { hashSpace, seqHashes } from '../../src/hashing/index.js';
 import { startEngine, type EngineHandle, type EngineOptions, type EventFormat } from '../../src/engine-sim/index.js';
@@ -521,7 +522,8 @@ describe('replay and drops', () => {
     await untilIdle(h);
     const all = await replay(h.replayEndpoint!, 0n, 'topic');
     expect(all.length).toBeGreaterThanOrEqual(60);
-    await new Promise((r) => setTimeout(r, 100));
+    // Every batch published has reached the live subscriber or was dropped on purpose.
+    await waitFor('the live stream to catch up', async () => live.batches.size + (await metric(h, 'engine_sim_kv_event_batches_dropped_total')) >= all.length, 30_000);
     const seqs = live.seqs();
     const missing = all.filter((b) => !live.batches.has(b.seq));
     expect(missing.length).toBeGreaterThan(0);
