@@ -46,6 +46,35 @@ function startEngine(ports: Engine['ports']): Promise<Engine> {
 
 const stop = (e: Engine, sig: NodeJS.Signals = 'SIGTERM') => new Promise<void>((res) => (e.proc.exitCode !== null ? res() : (e.proc.once('exit', () => res()), e.proc.kill(sig))));
 
+/** One chat request of the soak (every so often cancelled): its outcome counted, a 200's latency kept. */
+async function sendOne(url: string, i: number, cancelP: number, count: (outcome: string) => void, latencies: number[]): Promise<void> {
+  const ac = new AbortController();
+  const cancel = (i * 2654435761) % 1000 < cancelP * 1000;
+  if (cancel) setTimeout(() => ac.abort(), 20 + (i % 200));
+  const start = performance.now();
+  try {
+    const r = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL,
+        max_tokens: 16 + (i % 48),
+        stream: i % 2 === 0,
+        messages: [
+          { role: 'system', content: `Workspace ${i % 20} instructions. `.repeat(30 + (i % 20) * 4) },
+          { role: 'user', content: `Request ${i}: summarise item ${i % 97}.` },
+        ],
+      }),
+      signal: ac.signal,
+    });
+    await r.body.text();
+    count(String(r.statusCode));
+    if (r.statusCode === 200) latencies.push(performance.now() - start);
+  } catch {
+    count(ac.signal.aborted ? 'cancelled' : 'transport_error');
+  }
+}
+
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('bench soak', 'Sustained load with cancellations and an engine restart: memory, leaks, stuck listeners.', OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
@@ -77,31 +106,7 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
   const worker = async () => {
     while (Date.now() - t0 < durationMs) {
       const i = seq++;
-      const ac = new AbortController();
-      const cancel = (i * 2654435761) % 1000 < cancelP * 1000;
-      if (cancel) setTimeout(() => ac.abort(), 20 + (i % 200));
-      const start = performance.now();
-      try {
-        const r = await request(`${router.url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: MODEL,
-            max_tokens: 16 + (i % 48),
-            stream: i % 2 === 0,
-            messages: [
-              { role: 'system', content: `Workspace ${i % 20} instructions. `.repeat(30 + (i % 20) * 4) },
-              { role: 'user', content: `Request ${i}: summarise item ${i % 97}.` },
-            ],
-          }),
-          signal: ac.signal,
-        });
-        await r.body.text();
-        count(String(r.statusCode));
-        if (r.statusCode === 200) latencies.push(performance.now() - start);
-      } catch {
-        count(ac.signal.aborted ? 'cancelled' : 'transport_error');
-      }
+      await sendOne(router.url, i, cancelP, count, latencies);
     }
   };
   const sampler = setInterval(() => {
