@@ -1,5 +1,5 @@
 // Router metrics: a ForwardObserver plus gauges read at scrape time. Core code stays metrics-free.
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { LeanCounter, LeanHistogram } from '../common/lean-metrics.js';
 import type { ForwardObserver } from '../proxy/forward.js';
 import type { DisaggObserver } from '../proxy/disagg.js';
