@@ -75,6 +75,42 @@ async function sendOne(url: string, i: number, cancelP: number, count: (outcome:
   }
 }
 
+type Averages = { firstHalfAvg: number; secondHalfAvg: number };
+
+/** The fields of a soak's result its report table shows. */
+interface SoakSummary {
+  durationSec: number;
+  requests: number;
+  engineRestarted: boolean;
+  latencyMs: { p50: number; p99: number };
+  heapMiB: Averages;
+  rssMiB: Averages;
+  bookingsAtEnd: number;
+  activeAtEnd: { activePrefillTokens: number; activeBlocks: number };
+  listeners: unknown;
+}
+
+/** The soak's report table. */
+function soakTables(result: SoakSummary, run: { engines: number; concurrency: number; cancelP: number; statuses: Map<string, number> }): Table[] {
+  return [
+    {
+      title: `Soak: ${result.durationSec} s, ${run.engines} engines, ${run.concurrency} in flight, ${run.cancelP * 100}% cancelled`,
+      columns: ['measure', 'value'],
+      rows: [
+        ['requests', result.requests],
+        ...[...run.statuses.entries()].sort().map(([k, c]) => [`outcome ${k}`, c] as [string, number]),
+        ['engine restarted half-way', result.engineRestarted ? 'yes' : 'no'],
+        ['latency p50 / p99 (ms, 200s)', `${result.latencyMs.p50.toFixed(0)} / ${result.latencyMs.p99.toFixed(0)}`],
+        ['heap MiB, first half / second half (avg)', `${result.heapMiB.firstHalfAvg.toFixed(1)} / ${result.heapMiB.secondHalfAvg.toFixed(1)}`],
+        ['RSS MiB, first half / second half (avg)', `${result.rssMiB.firstHalfAvg.toFixed(1)} / ${result.rssMiB.secondHalfAvg.toFixed(1)}`],
+        ['bookings at the end', result.bookingsAtEnd],
+        ['active prefill tokens / blocks at the end', `${result.activeAtEnd.activePrefillTokens} / ${result.activeAtEnd.activeBlocks}`],
+        ['listeners', JSON.stringify(result.listeners)],
+      ],
+    },
+  ];
+}
+
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('bench soak', 'Sustained load with cancellations and an engine restart: memory, leaks, stuck listeners.', OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
@@ -147,23 +183,7 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
     activeAtEnd: totals,
     listeners: listenerStates,
   };
-  const tables: Table[] = [
-    {
-      title: `Soak: ${result.durationSec} s, ${n} engines, ${concurrency} in flight, ${cancelP * 100}% cancelled`,
-      columns: ['measure', 'value'],
-      rows: [
-        ['requests', seq],
-        ...[...statuses.entries()].sort().map(([k, c]) => [`outcome ${k}`, c] as [string, number]),
-        ['engine restarted half-way', restarted ? 'yes' : 'no'],
-        ['latency p50 / p99 (ms, 200s)', `${result.latencyMs.p50.toFixed(0)} / ${result.latencyMs.p99.toFixed(0)}`],
-        ['heap MiB, first half / second half (avg)', `${result.heapMiB.firstHalfAvg.toFixed(1)} / ${result.heapMiB.secondHalfAvg.toFixed(1)}`],
-        ['RSS MiB, first half / second half (avg)', `${result.rssMiB.firstHalfAvg.toFixed(1)} / ${result.rssMiB.secondHalfAvg.toFixed(1)}`],
-        ['bookings at the end', bookings],
-        ['active prefill tokens / blocks at the end', `${totals.activePrefillTokens} / ${totals.activeBlocks}`],
-        ['listeners', JSON.stringify(listenerStates)],
-      ],
-    },
-  ];
+  const tables = soakTables(result, { engines: n, concurrency, cancelP, statuses });
   writeReport('soak', result, tables, typeof v.out === 'string' ? v.out : undefined);
   await router.close();
   await Promise.all(engines.map((e) => stop(e)));
