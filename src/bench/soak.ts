@@ -46,6 +46,71 @@ function startEngine(ports: Engine['ports']): Promise<Engine> {
 
 const stop = (e: Engine, sig: NodeJS.Signals = 'SIGTERM') => new Promise<void>((res) => (e.proc.exitCode !== null ? res() : (e.proc.once('exit', () => res()), e.proc.kill(sig))));
 
+/** One chat request of the soak (every so often cancelled): its outcome counted, a 200's latency kept. */
+async function sendOne(url: string, i: number, cancelP: number, count: (outcome: string) => void, latencies: number[]): Promise<void> {
+  const ac = new AbortController();
+  const cancel = (i * 2654435761) % 1000 < cancelP * 1000;
+  if (cancel) setTimeout(() => ac.abort(), 20 + (i % 200));
+  const start = performance.now();
+  try {
+    const r = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: MODEL,
+        max_tokens: 16 + (i % 48),
+        stream: i % 2 === 0,
+        messages: [
+          { role: 'system', content: `Workspace ${i % 20} instructions. `.repeat(30 + (i % 20) * 4) },
+          { role: 'user', content: `Request ${i}: summarise item ${i % 97}.` },
+        ],
+      }),
+      signal: ac.signal,
+    });
+    await r.body.text();
+    count(String(r.statusCode));
+    if (r.statusCode === 200) latencies.push(performance.now() - start);
+  } catch {
+    count(ac.signal.aborted ? 'cancelled' : 'transport_error');
+  }
+}
+
+type Averages = { firstHalfAvg: number; secondHalfAvg: number };
+
+/** The fields of a soak's result its report table shows. */
+interface SoakSummary {
+  durationSec: number;
+  requests: number;
+  engineRestarted: boolean;
+  latencyMs: { p50: number; p99: number };
+  heapMiB: Averages;
+  rssMiB: Averages;
+  bookingsAtEnd: number;
+  activeAtEnd: { activePrefillTokens: number; activeBlocks: number };
+  listeners: unknown;
+}
+
+/** The soak's report table. */
+function soakTables(result: SoakSummary, run: { engines: number; concurrency: number; cancelP: number; statuses: Map<string, number> }): Table[] {
+  return [
+    {
+      title: `Soak: ${result.durationSec} s, ${run.engines} engines, ${run.concurrency} in flight, ${run.cancelP * 100}% cancelled`,
+      columns: ['measure', 'value'],
+      rows: [
+        ['requests', result.requests],
+        ...[...run.statuses.entries()].sort().map(([k, c]) => [`outcome ${k}`, c] as [string, number]),
+        ['engine restarted half-way', result.engineRestarted ? 'yes' : 'no'],
+        ['latency p50 / p99 (ms, 200s)', `${result.latencyMs.p50.toFixed(0)} / ${result.latencyMs.p99.toFixed(0)}`],
+        ['heap MiB, first half / second half (avg)', `${result.heapMiB.firstHalfAvg.toFixed(1)} / ${result.heapMiB.secondHalfAvg.toFixed(1)}`],
+        ['RSS MiB, first half / second half (avg)', `${result.rssMiB.firstHalfAvg.toFixed(1)} / ${result.rssMiB.secondHalfAvg.toFixed(1)}`],
+        ['bookings at the end', result.bookingsAtEnd],
+        ['active prefill tokens / blocks at the end', `${result.activeAtEnd.activePrefillTokens} / ${result.activeAtEnd.activeBlocks}`],
+        ['listeners', JSON.stringify(result.listeners)],
+      ],
+    },
+  ];
+}
+
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('bench soak', 'Sustained load with cancellations and an engine restart: memory, leaks, stuck listeners.', OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
@@ -77,31 +142,7 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
   const worker = async () => {
     while (Date.now() - t0 < durationMs) {
       const i = seq++;
-      const ac = new AbortController();
-      const cancel = (i * 2654435761) % 1000 < cancelP * 1000;
-      if (cancel) setTimeout(() => ac.abort(), 20 + (i % 200));
-      const start = performance.now();
-      try {
-        const r = await request(`${router.url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: MODEL,
-            max_tokens: 16 + (i % 48),
-            stream: i % 2 === 0,
-            messages: [
-              { role: 'system', content: `Workspace ${i % 20} instructions. `.repeat(30 + (i % 20) * 4) },
-              { role: 'user', content: `Request ${i}: summarise item ${i % 97}.` },
-            ],
-          }),
-          signal: ac.signal,
-        });
-        await r.body.text();
-        count(String(r.statusCode));
-        if (r.statusCode === 200) latencies.push(performance.now() - start);
-      } catch {
-        count(ac.signal.aborted ? 'cancelled' : 'transport_error');
-      }
+      await sendOne(router.url, i, cancelP, count, latencies);
     }
   };
   const sampler = setInterval(() => {
@@ -142,23 +183,7 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
     activeAtEnd: totals,
     listeners: listenerStates,
   };
-  const tables: Table[] = [
-    {
-      title: `Soak: ${result.durationSec} s, ${n} engines, ${concurrency} in flight, ${cancelP * 100}% cancelled`,
-      columns: ['measure', 'value'],
-      rows: [
-        ['requests', seq],
-        ...[...statuses.entries()].sort().map(([k, c]) => [`outcome ${k}`, c] as [string, number]),
-        ['engine restarted half-way', restarted ? 'yes' : 'no'],
-        ['latency p50 / p99 (ms, 200s)', `${result.latencyMs.p50.toFixed(0)} / ${result.latencyMs.p99.toFixed(0)}`],
-        ['heap MiB, first half / second half (avg)', `${result.heapMiB.firstHalfAvg.toFixed(1)} / ${result.heapMiB.secondHalfAvg.toFixed(1)}`],
-        ['RSS MiB, first half / second half (avg)', `${result.rssMiB.firstHalfAvg.toFixed(1)} / ${result.rssMiB.secondHalfAvg.toFixed(1)}`],
-        ['bookings at the end', bookings],
-        ['active prefill tokens / blocks at the end', `${totals.activePrefillTokens} / ${totals.activeBlocks}`],
-        ['listeners', JSON.stringify(listenerStates)],
-      ],
-    },
-  ];
+  const tables = soakTables(result, { engines: n, concurrency, cancelP, statuses });
   writeReport('soak', result, tables, typeof v.out === 'string' ? v.out : undefined);
   await router.close();
   await Promise.all(engines.map((e) => stop(e)));

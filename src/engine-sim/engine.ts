@@ -172,6 +172,28 @@ class Engine implements EngineBackend {
   }
 }
 
+/** One DP rank's core (scheduler, caches, timing), seeded per rank. */
+function rankCore(o: ResolvedEngineOptions, rank: number, codec: TextCodec): EngineCore {
+  return new EngineCore({
+    blockSize: o.blockSize,
+    numGpuBlocks: o.numGpuBlocks,
+    numCpuBlocks: o.numCpuBlocks,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+    enableChunkedPrefill: o.enableChunkedPrefill,
+    enablePrefixCaching: o.enablePrefixCaching,
+    perfModel: o.perf,
+    speedup: o.speedup,
+    decodeSpeedup: o.decodeSpeedup,
+    cpuLoadFraction: o.cpuLoadFraction,
+    seed: o.seed + rank * 7919,
+    hashFlavor: o.eventFormat === 'sglang' ? 'sglang' : 'vllm',
+    pythonHashSeed: o.pythonHashSeed,
+    routerHashSeed: o.hashSeed,
+    outputVocab: codec.outputVocab,
+  });
+}
+
 /** Start one simulated engine (HTTP + ZMQ). Ports set to 0 are picked by the OS. */
 export async function startEngine(options: EngineOptions = {}): Promise<EngineHandle> {
   const o = resolveOptions(options);
@@ -197,29 +219,7 @@ export async function startEngine(options: EngineOptions = {}): Promise<EngineHa
     const port = (server.address() as AddressInfo).port;
     const engineId = o.engineId ?? `engine-sim-${port}`;
     const loraIds = new Map(o.loraModules.map((name, i) => [name, i + 1]));
-    const cores: EngineCore[] = [];
-    for (let rank = 0; rank < o.dpSize; rank++) {
-      cores.push(
-        new EngineCore({
-          blockSize: o.blockSize,
-          numGpuBlocks: o.numGpuBlocks,
-          numCpuBlocks: o.numCpuBlocks,
-          maxNumSeqs: o.maxNumSeqs,
-          maxNumBatchedTokens: o.maxNumBatchedTokens,
-          enableChunkedPrefill: o.enableChunkedPrefill,
-          enablePrefixCaching: o.enablePrefixCaching,
-          perfModel: o.perf,
-          speedup: o.speedup,
-          decodeSpeedup: o.decodeSpeedup,
-          cpuLoadFraction: o.cpuLoadFraction,
-          seed: o.seed + rank * 7919,
-          hashFlavor: o.eventFormat === 'sglang' ? 'sglang' : 'vllm',
-          pythonHashSeed: o.pythonHashSeed,
-          routerHashSeed: o.hashSeed,
-          outputVocab: codec.outputVocab,
-        }),
-      );
-    }
+    const cores = Array.from({ length: o.dpSize }, (_, rank) => rankCore(o, rank, codec));
     const metrics = new EngineMetrics(o.model, cores.map((c) => () => c.stats()), o);
     for (let rank = 0; rank < o.dpSize; rank++) {
       let publisher: ZmqEventPublisher | null = null;

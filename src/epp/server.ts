@@ -118,44 +118,54 @@ async function writeAll(call: Duplex, out: ProcessingResponse[], clock: StreamCl
   return true;
 }
 
-export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<EppHandle> {
-  installGrpcLogger();
-  const pool = `${opts.poolNamespace}/${opts.poolName}`;
-  const addresses = new EndpointAddresses(rt.now);
-  const open = new Set<ExtProcExchange>();
-  // One body of the largest size always fits, whatever the cap says.
-  const bodies = new BodyBudget(() => Math.max(rt.deps.cfg.epp.max_buffered_bytes, rt.deps.cfg.server.max_body_bytes));
-  let draining = false;
-  const ready = () => !draining && !rt.shuttingDown && rt.all.some((m) => m.instances.some((i) => i.health.available(rt.now())));
-  const metrics = createEppMetrics(rt.prom, pool, { streams: () => open.size, buffered: () => bodies.bytes, ready });
-  let mismatchLoggedAt = -Infinity;
-  const ctx: ExchangeContext = {
-    rt,
-    addresses,
-    metrics,
-    bodies,
-    draining: () => draining || rt.shuttingDown,
-    mismatch: (picked, served) => {
-      if (rt.now() - mismatchLoggedAt < 60_000) return;
-      mismatchLoggedAt = rt.now();
-      rt.log(`kvrouter epp: pool ${pool}: the gateway served a request on ${served}, not on the picked ${picked} (counted in kvrouter_epp_served_mismatch_total; logged at most once a minute)`);
-    },
-  };
+/** What the picker's streams share: the open exchanges, the body budget, the metrics, draining. */
+class Picker {
+  readonly open = new Set<ExtProcExchange>();
+  readonly bodies: BodyBudget;
+  readonly metrics: ReturnType<typeof createEppMetrics>;
+  readonly ctx: ExchangeContext;
+  draining = false;
+  private mismatchLoggedAt = -Infinity;
 
-  const handleStream = async (call: Duplex): Promise<void> => {
-    const limits = rt.deps.cfg.epp;
-    if (open.size >= limits.max_streams) {
-      metrics.limited('max_streams');
+  constructor(
+    private readonly rt: RouterRuntime,
+    readonly pool: string,
+  ) {
+    const addresses = new EndpointAddresses(rt.now);
+    // One body of the largest size always fits, whatever the cap says.
+    this.bodies = new BodyBudget(() => Math.max(rt.deps.cfg.epp.max_buffered_bytes, rt.deps.cfg.server.max_body_bytes));
+    this.metrics = createEppMetrics(rt.prom, pool, { streams: () => this.open.size, buffered: () => this.bodies.bytes, ready: this.ready });
+    this.ctx = {
+      rt,
+      addresses,
+      metrics: this.metrics,
+      bodies: this.bodies,
+      draining: () => this.draining || rt.shuttingDown,
+      mismatch: (picked, served) => {
+        if (rt.now() - this.mismatchLoggedAt < 60_000) return;
+        this.mismatchLoggedAt = rt.now();
+        rt.log(`kvrouter epp: pool ${pool}: the gateway served a request on ${served}, not on the picked ${picked} (counted in kvrouter_epp_served_mismatch_total; logged at most once a minute)`);
+      },
+    };
+  }
+
+  /** Ready while not draining and some instance of the pool is healthy. */
+  readonly ready = (): boolean => !this.draining && !this.rt.shuttingDown && this.rt.all.some((m) => m.instances.some((i) => i.health.available(this.rt.now())));
+
+  /** One ext_proc stream, from admission to its status. */
+  async handleStream(call: Duplex): Promise<void> {
+    const limits = this.rt.deps.cfg.epp;
+    if (this.open.size >= limits.max_streams) {
+      this.metrics.limited('max_streams');
       // The status a server-streaming handler reports an error with (grpc-js ends the call with it).
-      call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `kvrouter epp: ${open.size} ext_proc streams are open, the most epp.max_streams allows; retry later` });
+      call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `kvrouter epp: ${this.open.size} ext_proc streams are open, the most epp.max_streams allows; retry later` });
       return;
     }
-    const x = new ExtProcExchange(ctx);
-    open.add(x);
+    const x = new ExtProcExchange(this.ctx);
+    this.open.add(x);
     const clock = new StreamClock(limits.idle_timeout_ms, limits.stream_timeout_ms);
     let graceful = true;
     let failed = false;
-    let expired: Bound | null = null;
     let onCancel = (): void => undefined;
     call.on('cancelled', () => {
       graceful = false;
@@ -165,32 +175,8 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
     // Leaving the loop must not destroy the call: the status still has to go out (end below).
     const messages = (call.iterator({ destroyOnReturn: false }) as AsyncIterable<ProcessingRequest>)[Symbol.asyncIterator]();
     try {
-      for (;;) {
-        const next = await clock.race(messages.next(), true);
-        if (typeof next === 'string') {
-          expired = next;
-          break;
-        }
-        if (next.done) break;
-        const out = await x.onMessage(next.value);
-        if (out.length > 0 && !(await writeAll(call, out, clock))) {
-          expired = 'stream_timeout';
-          break;
-        }
-        // An ImmediateResponse ends the exchange: Envoy sends nothing more for this request.
-        if (out.some((m) => 'immediate_response' in m)) break;
-      }
-      if (expired !== null && !call.cancelled) {
-        metrics.limited(expired);
-        const ms = expired === 'idle_timeout' ? limits.idle_timeout_ms : limits.stream_timeout_ms;
-        const why = expired === 'idle_timeout' ? `the gateway sent nothing on this stream for ${ms} ms (epp.idle_timeout_ms)` : `the stream was open for ${ms} ms (epp.stream_timeout_ms)`;
-        // A request not yet picked gets its 408; a picked one is released, and the stream ends with
-        // OK: the gateway carries on without the picker (its request may still be running). A
-        // stream that never said anything ends with DEADLINE_EXCEEDED.
-        const silent = x.silent;
-        for (const m of x.expire(why)) call.write(m);
-        if (silent) call.emit('error', { code: grpc.status.DEADLINE_EXCEEDED, details: `kvrouter epp: ${why}` });
-      }
+      const expired = await exchangeMessages(call, messages, x, clock);
+      if (expired !== null && !call.cancelled) this.expire(call, x, expired);
     } catch (err) {
       graceful = false; // the gateway reset the stream (or a bug: say so, and end the call with INTERNAL)
       if ((err as { code?: unknown }).code === undefined) {
@@ -210,7 +196,7 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
         });
       }
       x.close(graceful);
-      open.delete(x);
+      this.open.delete(x);
       // Stop listening; a read still pending (a bound ran out) settles when the call ends.
       void messages.return?.().catch(() => undefined);
       if (!call.cancelled && !call.destroyed && !call.writableEnded) {
@@ -218,14 +204,63 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
         else call.end();
       }
     }
-  };
+  }
 
+  /** A stream whose bound ran out: counted, and answered as far as it still can be. */
+  private expire(call: Duplex, x: ExtProcExchange, expired: Bound): void {
+    const limits = this.rt.deps.cfg.epp;
+    this.metrics.limited(expired);
+    const ms = expired === 'idle_timeout' ? limits.idle_timeout_ms : limits.stream_timeout_ms;
+    const why = expired === 'idle_timeout' ? `the gateway sent nothing on this stream for ${ms} ms (epp.idle_timeout_ms)` : `the stream was open for ${ms} ms (epp.stream_timeout_ms)`;
+    // A request not yet picked gets its 408; a picked one is released, and the stream ends with
+    // OK: the gateway carries on without the picker (its request may still be running). A
+    // stream that never said anything ends with DEADLINE_EXCEEDED.
+    const silent = x.silent;
+    for (const m of x.expire(why)) call.write(m);
+    if (silent) call.emit('error', { code: grpc.status.DEADLINE_EXCEEDED, details: `kvrouter epp: ${why}` });
+  }
+}
+
+/** Feed the gateway's messages to the exchange and write its answers; the bound that ran out, if one did. */
+async function exchangeMessages(call: Duplex, messages: AsyncIterator<ProcessingRequest>, x: ExtProcExchange, clock: StreamClock): Promise<Bound | null> {
+  for (;;) {
+    const next = await clock.race(messages.next(), true);
+    if (typeof next === 'string') return next;
+    if (next.done) return null;
+    const out = await x.onMessage(next.value);
+    if (out.length > 0 && !(await writeAll(call, out, clock))) return 'stream_timeout';
+    // An ImmediateResponse ends the exchange: Envoy sends nothing more for this request.
+    if (out.some((m) => 'immediate_response' in m)) return null;
+  }
+}
+
+/** The ext_proc server (not yet bound) serving the picker's streams. */
+function createExtProcServer(rt: RouterRuntime, picker: Picker): grpc.Server {
   const maxMessage = Math.max(4 << 20, rt.deps.cfg.server.max_body_bytes + (1 << 20));
   const server = new grpc.Server({ 'grpc.max_receive_message_length': maxMessage, 'grpc.max_send_message_length': maxMessage });
   server.addService(loadExtProc()[EXT_PROC_SERVICE] as grpc.ServiceDefinition, {
     // Nothing a stream does may end the process: a bug is logged, not an unhandled rejection.
-    Process: (call: Duplex) => void handleStream(call).catch((err: unknown) => process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`)),
+    Process: (call: Duplex) => void picker.handleStream(call).catch((err: unknown) => process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`)),
   });
+  return server;
+}
+
+/** Readiness follows the pool: SERVING while not draining and some instance is healthy. */
+function readinessPublisher(health: HealthImplementation, ready: () => boolean): () => void {
+  let last: ServingStatus | null = null;
+  return () => {
+    const s: ServingStatus = ready() ? 'SERVING' : 'NOT_SERVING';
+    if (s === last) return;
+    last = s;
+    for (const name of HEALTH_SERVICES) if (name !== 'liveness') health.setStatus(name, s);
+  };
+}
+
+export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<EppHandle> {
+  installGrpcLogger();
+  const pool = `${opts.poolNamespace}/${opts.poolName}`;
+  const picker = new Picker(rt, pool);
+  const server = createExtProcServer(rt, picker);
 
   const health = new HealthImplementation(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING' as ServingStatus])));
   health.setStatus('liveness', 'SERVING');
@@ -243,14 +278,7 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
     throw err;
   }
 
-  // Readiness follows the pool: SERVING while not draining and some instance is healthy.
-  let last: ServingStatus | null = null;
-  const publish = () => {
-    const s: ServingStatus = ready() ? 'SERVING' : 'NOT_SERVING';
-    if (s === last) return;
-    last = s;
-    for (const name of HEALTH_SERVICES) if (name !== 'liveness') health.setStatus(name, s);
-  };
+  const publish = readinessPublisher(health, picker.ready);
   publish();
   const timer = setInterval(publish, 250);
   timer.unref();
@@ -264,7 +292,7 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
     healthPort,
     close(graceMs) {
       closing ??= (async () => {
-        draining = true;
+        picker.draining = true;
         publish();
         // New streams are refused by the server; open ones finish, or are cut at the deadline
         // (a cut stream releases its booking in its finally).
@@ -275,7 +303,7 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
             resolve();
           });
         });
-        for (const x of open) x.close(false);
+        for (const x of picker.open) x.close(false);
         clearInterval(timer);
         health.setStatus('liveness', 'NOT_SERVING');
         healthServer.forceShutdown();

@@ -18,7 +18,9 @@ export interface EventDefaults {
 
 export type ParseResult = { ok: true; event: KvEvent } | { ok: false; field: string; message: string };
 
-const fail = (field: string, message: string): ParseResult => ({ ok: false, field, message });
+type Failure = Extract<ParseResult, { ok: false }>;
+
+const fail = (field: string, message: string): Failure => ({ ok: false, field, message });
 
 type Obj = Record<string, unknown>;
 
@@ -41,6 +43,46 @@ function optInt(o: Obj, name: string, def: number | null, max: number): number |
 }
 
 const MAX_BLOCKS_PER_EVENT = 1 << 20;
+
+const isFailure = (x: unknown): x is Failure => typeof x === 'object' && x !== null && (x as { ok?: unknown }).ok === false;
+
+/** seq_hashes (or block_hashes): packed u64s from the fast msgpack decoder, or a list read one by one. */
+function readSeqHashes(o: Obj): U64List | Failure {
+  const hashesRaw = o.seq_hashes ?? o.block_hashes;
+  const hashField = o.seq_hashes !== undefined ? 'seq_hashes' : 'block_hashes';
+  const packed = hashesRaw instanceof BigUint64Array; // from the fast msgpack decoder: valid u64s
+  if (!packed && !Array.isArray(hashesRaw)) return fail('seq_hashes', 'is required and must be an array');
+  if (hashesRaw.length > MAX_BLOCKS_PER_EVENT) return fail(hashField, 'holds too many hashes');
+  if (packed) return hashesRaw;
+  const list: bigint[] = [];
+  for (let i = 0; i < hashesRaw.length; i++) {
+    const h = toU64(hashesRaw[i]);
+    if (h === null) return fail(`${hashField}[${i}]`, 'must be a u64');
+    list.push(h);
+  }
+  return list;
+}
+
+/** token_ids: packed u32s, a list read one by one, or null; at most `maxTokens`. */
+function readTokenIds(o: Obj, maxTokens: number): U32List | null | Failure {
+  const rawTokens = o.token_ids;
+  if (rawTokens instanceof Uint32Array) {
+    if (rawTokens.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
+    return rawTokens;
+  }
+  if (rawTokens !== undefined && rawTokens !== null) {
+    if (!Array.isArray(rawTokens)) return fail('token_ids', 'must be an array of u32 or null');
+    if (rawTokens.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
+    const list = new Array<number>(rawTokens.length);
+    for (let i = 0; i < rawTokens.length; i++) {
+      const x: unknown = rawTokens[i];
+      if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0xffffffff) return fail(`token_ids[${i}]`, 'must be a u32');
+      list[i] = x;
+    }
+    return list;
+  }
+  return null;
+}
 
 /** Read one standardized event. `maxTokens` bounds token_ids. */
 export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxTokens = 1 << 22): ParseResult {
@@ -90,22 +132,8 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
     return { ok: true, event: { event_type: 'cleared', event_id: eventId, timestamp, model_name: model, block_size: bs, additional_salt: saltV, lora_name: loraV, tenant_id: tenantId, backend_id: backend, medium, dp_rank: dpRank } };
   }
 
-  const hashesRaw = o.seq_hashes ?? o.block_hashes;
-  const hashField = o.seq_hashes !== undefined ? 'seq_hashes' : 'block_hashes';
-  const packed = hashesRaw instanceof BigUint64Array; // from the fast msgpack decoder: valid u64s
-  if (!packed && !Array.isArray(hashesRaw)) return fail('seq_hashes', 'is required and must be an array');
-  if (hashesRaw.length > MAX_BLOCKS_PER_EVENT) return fail(hashField, 'holds too many hashes');
-  let seq: U64List;
-  if (packed) seq = hashesRaw;
-  else {
-    const list: bigint[] = [];
-    for (let i = 0; i < hashesRaw.length; i++) {
-      const h = toU64(hashesRaw[i]);
-      if (h === null) return fail(`${hashField}[${i}]`, 'must be a u64');
-      list.push(h);
-    }
-    seq = list;
-  }
+  const seq = readSeqHashes(o);
+  if (isFailure(seq)) return seq;
   const base_block_idx = optInt(o, 'base_block_idx', null, 0x7fffffff);
   if (base_block_idx instanceof Error) return fail('base_block_idx', 'must be a non-negative integer');
   if (kind === 'removed') {
@@ -120,22 +148,8 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
     parent = toU64(o.parent_hash);
     if (parent === null) return fail('parent_hash', 'must be a u64 or null');
   }
-  let tokens: U32List | null = null;
-  const rawTokens = o.token_ids;
-  if (rawTokens instanceof Uint32Array) {
-    if (rawTokens.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
-    tokens = rawTokens;
-  } else if (rawTokens !== undefined && rawTokens !== null) {
-    if (!Array.isArray(rawTokens)) return fail('token_ids', 'must be an array of u32 or null');
-    if (rawTokens.length > maxTokens) return fail('token_ids', `holds more than ${maxTokens} tokens`);
-    const list = new Array<number>(rawTokens.length);
-    for (let i = 0; i < rawTokens.length; i++) {
-      const x: unknown = rawTokens[i];
-      if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0xffffffff) return fail(`token_ids[${i}]`, 'must be a u32');
-      list[i] = x;
-    }
-    tokens = list;
-  }
+  const tokens = readTokenIds(o, maxTokens);
+  if (isFailure(tokens)) return tokens;
   return {
     ok: true,
     event: {

@@ -120,19 +120,72 @@ export interface DecisionApiDeps extends CompletionDeps {
   feedback?: FeedbackLoop;
 }
 
-export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
-  // deps.cfg is read per request: a reload swaps it.
-  const { scheduler, now } = deps;
-  const freed = new RecentIds(100_000);
+type Candidate = Decision['candidates'][number];
+
+/** One candidate as the decision API shows it. */
+function candidateView(d: Decision, x: Candidate) {
+  return {
+    instance_id: x.instance,
+    dp_rank: x.dpRank,
+    overlap_tokens: overlapTokens(x, d.blockSize),
+    potential_prefill_tokens: x.load.activePrefillTokens + Math.max(0, d.isl - x.creditedBlocks * d.blockSize),
+    potential_decode_blocks: x.load.activeBlocks + x.newBlocks,
+    predicted_ttft_ms: x.ttftMs,
+    cost: x.cost,
+    busy: x.busy,
+  };
+}
+
+/** The disaggregation part of an answer (null for aggregated models). */
+function prefillView(a: PrefillAnswer | null, p: PreparedRoute, tenant: boolean, room: number | null) {
+  if (!a) return {};
+  const x = a.d?.chosen;
+  const inst = x ? p.instances.find((i) => i.id === x.instance) : undefined;
+  const port = x ? p.model.cfg.instances.find((i) => i.id === x.instance)?.bootstrap_port : undefined;
+  return {
+    disaggregation: {
+      protocol: a.cfg.protocol,
+      path: a.path.remote ? 'remote' : 'local',
+      reason: a.path.reason,
+      prefill: x
+        ? {
+            ...candidateView(a.d!, x),
+            ...(tenant ? {} : { url: inst!.upstream.url }),
+            ...(a.cfg.protocol === 'sglang' && !tenant ? { bootstrap_host: hostOf(inst!.upstream.url), bootstrap_port: port, bootstrap_room: room } : {}),
+          }
+        : null,
+    },
+  };
+}
+
+const bookingKey = (id: string) => `route:${id}`;
+// '#' is outside request ids' alphabet: no gateway id can name another's prefill leg.
+const prefillKey = (id: string) => `route:${id}#prefill`;
+
+const badRequestId = () => new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
+
+interface Decided {
+  d: Decision;
+  p: PreparedRoute;
+  body: Body;
+  fields: ReturnType<typeof routeFields>;
+  prefill: PrefillAnswer | null;
+}
+
+/** The decision API's handlers and the state they share: freed ids and open bookings' predictions. */
+class DecisionRoutes {
+  private readonly freed = new RecentIds(100_000);
   // Predictions of open bookings (a few numbers each), so that a gateway's free with the engine's
   // usage feeds the closed-loop check; dropped when the booking is freed, by /free or by the sweep.
-  const booked = new Map<string, Prediction>();
-  scheduler.addHooks({ freed: (key) => void (key.startsWith('route:') && booked.delete(key.slice(6))) });
-  const bookingKey = (id: string) => `route:${id}`;
-  // '#' is outside request ids' alphabet: no gateway id can name another's prefill leg.
-  const prefillKey = (id: string) => `route:${id}#prefill`;
+  private readonly booked = new Map<string, Prediction>();
 
-  const decide = async (c: Context): Promise<{ d: Decision; p: PreparedRoute; body: Body; fields: ReturnType<typeof routeFields>; prefill: PrefillAnswer | null }> => {
+  // deps.cfg is read per request: a reload swaps it.
+  constructor(private readonly deps: DecisionApiDeps) {
+    deps.scheduler.addHooks({ freed: (key) => void (key.startsWith('route:') && this.booked.delete(key.slice(6))) });
+  }
+
+  private async decide(c: Context): Promise<Decided> {
+    const { deps } = this;
     const body = (await readOpenAIJson(c, deps.cfg.server.max_body_bytes)) as Body;
     // The gateway forwards the body itself: one that would steer a KV transfer is refused here too
     // (the token_ids form reaches the parser without the rest of the body).
@@ -147,65 +200,34 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
     const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
     const { d, fields, legs, t } = decideMainLeg(p, deps);
-    return { d, p, body, fields, prefill: legs && d.chosen ? prefillLeg(d, p, legs.prefill, fields, t) : null };
-  };
+    return { d, p, body, fields, prefill: legs && d.chosen ? this.prefillLeg(d, p, legs.prefill, fields, t) : null };
+  }
 
   /** The prefill leg of a disaggregated model's request: remote or local, and where (`prefill_fallback` as the proxy applies it). */
-  const prefillLeg = (d: Decision, p: PreparedRoute, prefillSide: readonly InstanceRuntime[], fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer => {
+  private prefillLeg(d: Decision, p: PreparedRoute, prefillSide: readonly InstanceRuntime[], fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer {
     const cfg = p.model.cfg.disaggregation ?? DEFAULT_DISAGG;
     const candidates = candidatesOf(prefillSide, t);
     const path = pathFor(cfg, p.routing.disagg, d, candidates.length > 0);
-    const pd = path.remote ? scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t) : null;
+    const pd = path.remote ? this.deps.scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t) : null;
     if (pd?.chosen) return { cfg, path, d: pd };
     if (pd?.reason === 'all_busy') return { cfg, path: { remote: false, reason: 'prefill_busy' }, d: null };
     if (path.remote || path.reason === 'no_prefill_instance') return { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null, refused: noPrefillLeg(cfg, 'no prefill instance is available') };
     return { cfg, path, d: null };
-  };
+  }
 
-  const candidateView = (d: Decision, x: Decision['candidates'][number]) => ({
-    instance_id: x.instance,
-    dp_rank: x.dpRank,
-    overlap_tokens: overlapTokens(x, d.blockSize),
-    potential_prefill_tokens: x.load.activePrefillTokens + Math.max(0, d.isl - x.creditedBlocks * d.blockSize),
-    potential_decode_blocks: x.load.activeBlocks + x.newBlocks,
-    predicted_ttft_ms: x.ttftMs,
-    cost: x.cost,
-    busy: x.busy,
-  });
-
-  /** The disaggregation part of an answer (null for aggregated models). */
-  const prefillView = (a: PrefillAnswer | null, p: PreparedRoute, tenant: boolean, room: number | null) => {
-    if (!a) return {};
-    const x = a.d?.chosen;
-    const inst = x ? p.instances.find((i) => i.id === x.instance) : undefined;
-    const port = x ? p.model.cfg.instances.find((i) => i.id === x.instance)?.bootstrap_port : undefined;
-    return {
-      disaggregation: {
-        protocol: a.cfg.protocol,
-        path: a.path.remote ? 'remote' : 'local',
-        reason: a.path.reason,
-        prefill: x
-          ? {
-              ...candidateView(a.d!, x),
-              ...(tenant ? {} : { url: inst!.upstream.url }),
-              ...(a.cfg.protocol === 'sglang' && !tenant ? { bootstrap_host: hostOf(inst!.upstream.url), bootstrap_port: port, bootstrap_room: room } : {}),
-            }
-          : null,
-      },
-    };
-  };
-
-  app.post('/v1/route/loads', async (c) => {
-    const { d, p } = await decide(c);
+  /** POST /v1/route/loads */
+  readonly loads = async (c: Context) => {
+    const { d, p } = await this.decide(c);
     return json(c, { model: p.model.name, prompt_tokens: d.isl, block_size: d.blockSize, policy: d.policy, loads: d.candidates.map((x) => candidateView(d, x)) });
-  });
+  };
 
-  app.post('/v1/route', async (c) => {
-    const { d, p, body, fields, prefill } = await decide(c);
+  /** POST /v1/route */
+  readonly route = async (c: Context) => {
+    const { deps } = this;
+    const decided = await this.decide(c);
+    const { d, p, body, prefill } = decided;
     const rid = body.request_id;
-    if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) {
-      throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
-    }
+    if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) throw badRequestId();
     if (!d.chosen) {
       const status = d.reason === 'unknown_target' ? 400 : 503;
       return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
@@ -218,14 +240,7 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       throw new OpenAIError(403, 'booking with request_id needs the admin token; tenants may only query', 'invalid_request_error', 'request_id', 'forbidden');
     }
     if (typeof rid === 'string') {
-      if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
-      const ttl = speculativeTtl(p, fields.route);
-      // A remote prefill: the decode leg computes no prompt; the prefill leg is booked beside it.
-      const remote = prefill?.d?.chosen ? prefill.d : null;
-      scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl, prefillTokens: remote ? 0 : undefined });
-      if (remote) scheduler.book(remote, fields.ns, { requestId: prefillKey(rid), now: now(), speculativeTtlMs: ttl });
-      const pred = deps.cfg.verification.enabled && predictsHits(d.policy) ? predictionOf(d) : null;
-      if (pred) booked.set(rid, pred);
+      this.book(rid, decided);
       isBooked = true;
     }
     const inst = p.instances.find((i) => i.id === d.chosen!.instance)!;
@@ -240,12 +255,27 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
       booked: isBooked,
       ...prefillView(prefill, p, tenant, prefill?.d?.chosen && prefill.cfg.protocol === 'sglang' ? bootstrapRoom(Math.random) : null),
     });
-  });
+  };
 
-  const lifecycle = (action: 'prefill_complete' | 'free') => async (c: Context) => {
+  /** Books a decided request under the gateway's id (and its remote prefill leg beside it). */
+  private book(rid: string, { d, p, fields, prefill }: Decided): void {
+    const { scheduler, now } = this.deps;
+    if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
+    const ttl = speculativeTtl(p, fields.route);
+    // A remote prefill: the decode leg computes no prompt; the prefill leg is booked beside it.
+    const remote = prefill?.d?.chosen ? prefill.d : null;
+    scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl, prefillTokens: remote ? 0 : undefined });
+    if (remote) scheduler.book(remote, fields.ns, { requestId: prefillKey(rid), now: now(), speculativeTtlMs: ttl });
+    const pred = this.deps.cfg.verification.enabled && predictsHits(d.policy) ? predictionOf(d) : null;
+    if (pred) this.booked.set(rid, pred);
+  }
+
+  /** POST /v1/route/{id}/prefill_complete and /v1/route/{id}/free */
+  readonly lifecycle = (action: 'prefill_complete' | 'free') => async (c: Context) => {
+    const { scheduler, now } = this.deps;
     const id = c.req.param('id') ?? '';
     // Ids are what /v1/route accepts: no decoded path segment can name another booking (or a prefill leg).
-    if (!ID_RE.test(id)) throw new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
+    if (!ID_RE.test(id)) throw badRequestId();
     const key = bookingKey(id);
     // A free may carry the engine's response usage (as the engine sent it): it is checked against
     // the prediction like a proxied response's; and `failed: true` when the engine never computed the
@@ -254,23 +284,30 @@ export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
     const freeBody = action === 'free' ? await readOptionalOpenAIJson(c, 64 * 1024).catch(() => null) : null;
     const usage = freeBody ? usageOf(freeBody) : null;
     const failed = freeBody?.failed === true;
-    const p = action === 'free' ? booked.get(id) : undefined;
+    const p = action === 'free' ? this.booked.get(id) : undefined;
     // The prefill leg (disaggregated) is over once the decode leg's first token is out.
     const outcome = { failed, now: now() };
     scheduler.free(prefillKey(id), outcome);
     const ok = action === 'free' ? scheduler.free(key, outcome) : scheduler.prefillComplete(key);
     if (ok) {
       if (action === 'free') {
-        freed.add(id);
-        if (p && usage) deps.feedback?.check(p, usage);
+        this.freed.add(id);
+        if (p && usage) this.deps.feedback?.check(p, usage);
       }
-      deps.queue.notify(1);
+      this.deps.queue.notify(1);
       return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });
     }
-    if (freed.has(id)) return json(c, { request_id: id, status: 'already_freed' });
+    if (this.freed.has(id)) return json(c, { request_id: id, status: 'already_freed' });
     throw new OpenAIError(404, `no booking for request_id ${id}`, 'invalid_request_error', 'request_id');
   };
-  app.post('/v1/route/:id/prefill_complete', lifecycle('prefill_complete'));
-  app.post('/v1/route/:id/free', lifecycle('free'));
+}
+
+export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
+  const { now } = deps;
+  const routes = new DecisionRoutes(deps);
+  app.post('/v1/route/loads', routes.loads);
+  app.post('/v1/route', routes.route);
+  app.post('/v1/route/:id/prefill_complete', routes.lifecycle('prefill_complete'));
+  app.post('/v1/route/:id/free', routes.lifecycle('free'));
   app.get('/v1/route/events', (c) => json(c, dumpIndex(deps.indexer, now())));
 }

@@ -1,5 +1,5 @@
 // Router metrics: a ForwardObserver plus gauges read at scrape time. Core code stays metrics-free.
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { LeanCounter, LeanHistogram } from '../common/lean-metrics.js';
 import type { ForwardObserver } from '../proxy/forward.js';
 import type { DisaggObserver } from '../proxy/disagg.js';
@@ -39,7 +39,10 @@ function byLabels<T>(make: (key: string) => T): (key: string) => T {
   };
 }
 
-export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
+type RequestPathMetrics = Pick<RouterMetrics, 'routed' | 'firstByte' | 'finished' | 'tokenized'>;
+
+/** The request path's histograms and counter: observed several times per request, through lean children. */
+function requestPathMetrics(reg: Registry, modelOf: (instance: string) => string): RequestPathMetrics {
   const requests = new LeanCounter({ name: 'kvrouter_requests_total', help: 'Proxied requests by model, policy, instance and status', labelNames: ['model', 'policy', 'instance', 'status'], registers: [reg] });
   const overhead = new LeanHistogram({
     name: 'kvrouter_routing_seconds',
@@ -53,6 +56,45 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   const duration = new LeanHistogram({ name: 'kvrouter_request_duration_seconds', help: 'Whole request time through the router', labelNames: ['model', 'outcome'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300], registers: [reg] });
   const overlap = new LeanHistogram({ name: 'kvrouter_overlap_tokens', help: 'Cached prefix tokens on the chosen instance (any own tier)', labelNames: ['model'], buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
   const promptTokens = new LeanHistogram({ name: 'kvrouter_prompt_tokens', help: 'Prompt length in tokens', labelNames: ['model'], buckets: [16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
+  const overheadOf = byLabels((model) => overhead.child({ model }));
+  const overlapOf = byLabels((model) => overlap.child({ model }));
+  const promptTokensOf = byLabels((model) => promptTokens.child({ model }));
+  const ttftOf = byLabels((instance) => ttft.child({ instance }));
+  const tokenizeOf = byLabels((model) => tokenize.child({ model }));
+  const durationOf = byLabels((key) => {
+    const [model, outcome] = key.split('\u0000');
+    return duration.child({ model, outcome });
+  });
+  const requestsOf = byLabels((key) => {
+    const [model, policy, instance, status] = key.split('\u0000');
+    return requests.child({ model, policy, instance, status });
+  });
+  return {
+    routed(d, attempt, routingMs) {
+      if (attempt > 0) return; // a retry is the same request: count it once
+      const model = modelOf(d.chosen!.instance);
+      overheadOf(model).observe(routingMs / 1000);
+      overlapOf(model).observe(Math.min(d.isl, Math.max(d.chosen!.disk, d.chosen!.shared) * d.blockSize));
+      promptTokensOf(model).observe(d.isl);
+    },
+    firstByte(instance, ms, stream) {
+      if (stream) ttftOf(instance).observe(ms / 1000); // non-streaming bodies arrive at the end
+    },
+    finished(instance, status, outcome, ms, policy) {
+      const model = instance ? modelOf(instance) : 'unknown';
+      requestsOf(`${model}\u0000${policy}\u0000${instance ?? 'none'}\u0000${status}`).inc();
+      durationOf(`${model}\u0000${outcome}`).observe(ms / 1000);
+    },
+    tokenized(model, seconds) {
+      tokenizeOf(model).observe(seconds);
+    },
+  };
+}
+
+type EventMetrics = Pick<RouterMetrics, 'retried' | 'healthChanged' | 'staleFreed' | 'rejected' | 'denied' | 'connectionRefused' | 'disaggPath' | 'prefillFailed'>;
+
+/** Counters of events off the happy path: retries, health changes, refusals, disaggregation paths. */
+function eventMetrics(reg: Registry): EventMetrics {
   const retries = new Counter({ name: 'kvrouter_retries_total', help: 'Attempts retried on another instance, by the instance that failed', labelNames: ['instance'], registers: [reg] });
   const health = new Counter({ name: 'kvrouter_instance_health_events_total', help: 'Ejections and readmissions', labelNames: ['instance', 'event'], registers: [reg] });
   const stale = new Counter({ name: 'kvrouter_stale_bookings_freed_total', help: 'Bookings released by the stale sweep (a caller never freed them)', registers: [reg] });
@@ -61,6 +103,36 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   const denied = new Counter({ name: 'kvrouter_auth_denied_total', help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)', labelNames: ['route_class', 'status'], registers: [reg] });
   const disaggPaths = new Counter({ name: 'kvrouter_disagg_requests_total', help: 'Disaggregated models: attempts by prefill path (remote, local) and reason (remote, header, cached_tail, short_prompt, no_prefill_instance, prefill_busy, prefill_failed, untokenized)', labelNames: ['model', 'path', 'reason'], registers: [reg] });
   const prefillFailures = new Counter({ name: 'kvrouter_disagg_prefill_failures_total', help: 'Prefill legs that failed (transport error, non-2xx, timeout), by prefill instance', labelNames: ['model', 'instance'], registers: [reg] });
+  return {
+    retried(instance) {
+      retries.inc({ instance });
+    },
+    healthChanged(instance, event) {
+      health.inc({ instance, event });
+    },
+    staleFreed(n) {
+      stale.inc(n);
+    },
+    rejected(model, status) {
+      rejected.inc({ model, status: String(status) });
+    },
+    denied(routeClass, status) {
+      denied.inc({ route_class: routeClass, status: String(status) });
+    },
+    connectionRefused() {
+      refusedConnections.inc();
+    },
+    disaggPath(model, remote, reason) {
+      disaggPaths.inc({ model, path: remote ? 'remote' : 'local', reason });
+    },
+    prefillFailed(model, instance) {
+      prefillFailures.inc({ model, instance });
+    },
+  };
+}
+
+/** Per-instance gauges read at scrape time: role, health, booked load. */
+function instanceGauges(reg: Registry, src: RouterMetricsSources): void {
   new Gauge({
     name: 'kvrouter_instance_role',
     help: 'Always 1: each instance\'s serving role (both, prefill, decode) as a label',
@@ -99,6 +171,10 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
   perInstance('kvrouter_active_prefill_tokens', 'Booked prompt tokens not yet prefilled', (l) => l.activePrefillTokens);
   perInstance('kvrouter_active_blocks', 'KV blocks held by in-flight requests (shared prefixes once)', (l) => l.activeBlocks);
   perInstance('kvrouter_active_requests', 'In-flight requests', (l) => l.activeRequests);
+}
+
+/** The closed-loop hit check: per-response verdicts and errors, and the open alarms. */
+function hitPredictionMetrics(reg: Registry, src: RouterMetricsSources): Pick<RouterMetrics, 'hitJudged'> {
   const ERR = [16, 64, 256, 1024, 4096, 16384];
   const predictionError = new LeanHistogram({
     name: 'kvrouter_hit_prediction_error_tokens',
@@ -118,6 +194,21 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
       for (const a of src.alarms()) this.set({ instance: a.instance, direction: a.direction }, 1);
     },
   });
+  const predictionsOf = byLabels((key) => {
+    const [instance, verdict] = key.split('\u0000');
+    return predictions.child({ instance, verdict });
+  });
+  const predictionErrorOf = byLabels((instance) => predictionError.child({ instance }));
+  return {
+    hitJudged(instance, verdict, errorTokens) {
+      predictionsOf(`${instance}\u0000${verdict}`).inc();
+      if (errorTokens !== null) predictionErrorOf(instance).observe(errorTokens);
+    },
+  };
+}
+
+/** Router-wide state read at scrape time: learned prefill speeds, bookings, queue, tokenizer cache. */
+function stateGauges(reg: Registry, src: RouterMetricsSources): void {
   new Gauge({
     name: 'kvrouter_instance_prefill_tokens_per_second',
     help: 'Prefill speed the time cost model uses per instance and DP rank, learned from streamed first-token times (absent until learned)',
@@ -165,71 +256,14 @@ export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, mo
       this.inc(src.tokenizerStats().encodedChars);
     },
   });
+}
 
-  const overheadOf = byLabels((model) => overhead.child({ model }));
-  const overlapOf = byLabels((model) => overlap.child({ model }));
-  const promptTokensOf = byLabels((model) => promptTokens.child({ model }));
-  const ttftOf = byLabels((instance) => ttft.child({ instance }));
-  const tokenizeOf = byLabels((model) => tokenize.child({ model }));
-  const durationOf = byLabels((key) => {
-    const [model, outcome] = key.split('\u0000');
-    return duration.child({ model, outcome });
-  });
-  const predictionsOf = byLabels((key) => {
-    const [instance, verdict] = key.split('\u0000');
-    return predictions.child({ instance, verdict });
-  });
-  const predictionErrorOf = byLabels((instance) => predictionError.child({ instance }));
-  const requestsOf = byLabels((key) => {
-    const [model, policy, instance, status] = key.split('\u0000');
-    return requests.child({ model, policy, instance, status });
-  });
-  return {
-    routed(d, attempt, routingMs) {
-      if (attempt > 0) return; // a retry is the same request: count it once
-      const model = modelOf(d.chosen!.instance);
-      overheadOf(model).observe(routingMs / 1000);
-      overlapOf(model).observe(Math.min(d.isl, Math.max(d.chosen!.disk, d.chosen!.shared) * d.blockSize));
-      promptTokensOf(model).observe(d.isl);
-    },
-    firstByte(instance, ms, stream) {
-      if (stream) ttftOf(instance).observe(ms / 1000); // non-streaming bodies arrive at the end
-    },
-    finished(instance, status, outcome, ms, policy) {
-      const model = instance ? modelOf(instance) : 'unknown';
-      requestsOf(`${model}\u0000${policy}\u0000${instance ?? 'none'}\u0000${status}`).inc();
-      durationOf(`${model}\u0000${outcome}`).observe(ms / 1000);
-    },
-    retried(instance) {
-      retries.inc({ instance });
-    },
-    healthChanged(instance, event) {
-      health.inc({ instance, event });
-    },
-    hitJudged(instance, verdict, errorTokens) {
-      predictionsOf(`${instance}\u0000${verdict}`).inc();
-      if (errorTokens !== null) predictionErrorOf(instance).observe(errorTokens);
-    },
-    tokenized(model, seconds) {
-      tokenizeOf(model).observe(seconds);
-    },
-    staleFreed(n) {
-      stale.inc(n);
-    },
-    rejected(model, status) {
-      rejected.inc({ model, status: String(status) });
-    },
-    denied(routeClass, status) {
-      denied.inc({ route_class: routeClass, status: String(status) });
-    },
-    connectionRefused() {
-      refusedConnections.inc();
-    },
-    disaggPath(model, remote, reason) {
-      disaggPaths.inc({ model, path: remote ? 'remote' : 'local', reason });
-    },
-    prefillFailed(model, instance) {
-      prefillFailures.inc({ model, instance });
-    },
-  };
+/** All router metrics, registered family by family (the order /metrics lists them in). */
+export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
+  const requestPath = requestPathMetrics(reg, modelOf);
+  const events = eventMetrics(reg);
+  instanceGauges(reg, src);
+  const hits = hitPredictionMetrics(reg, src);
+  stateGauges(reg, src);
+  return { ...requestPath, ...events, ...hits };
 }
