@@ -1,7 +1,8 @@
 // Every JSON error the router and the indexer answer is written here, in one of two shapes:
 // OpenAI's `{"error": {"message", "type", "param", "code"}}` (its SDKs parse it) for OpenAIError and
 // for any error on a /v1/ path, and `{"error": {"code", "message", "field"?}}` (the Conductor
-// indexer's) everywhere else. Callers say what went wrong; the shape is chosen only here.
+// indexer's) everywhere else. Callers say what went wrong; the shape is chosen only here. A stream
+// already under way ends with OpenAI's shape as its last SSE event (endStreamWithError).
 import type { ServerResponse } from 'node:http';
 import type { Context, Hono } from 'hono';
 import { OpenAIError } from './openai.js';
@@ -58,6 +59,15 @@ export function sendError(res: ServerResponse, path: string, err: ApiError | Ope
   const body = JSON.stringify(errorBody(path, err));
   res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...closeAfter(err.status), ...headers });
   res.end(body);
+}
+
+/**
+ * node:http: end an SSE stream whose status is already sent with the error as its last event
+ * (OpenAI's clients read it there), unless the response is over.
+ */
+export function endStreamWithError(res: ServerResponse, err: OpenAIError): void {
+  if (res.writableEnded || res.destroyed) return;
+  res.end(`data: ${JSON.stringify(err.body())}\n\n`);
 }
 
 /** hono: the error as a Response. */

@@ -1,29 +1,22 @@
 // Disaggregated prefill/decode: the prefill leg around the proxy's decode leg. forward() decides,
 // books and streams the decode leg; per attempt, the plan made here chooses remote or local
-// prefill (src/disagg/protocol.ts) and runs the prefill leg: vLLM's before the decode request
-// (its kv_transfer_params go with it), SGLang's at the same time (both carry one bootstrap room).
-// Every prefill booking is freed exactly once, when its leg's response ends or fails.
-import { randomUUID } from 'node:crypto';
+// prefill (src/disagg/protocol.ts), and a remote attempt runs its protocol's prefill leg
+// (prefill-leg.ts, what both share): vLLM's before the decode request (disagg-vllm.ts: its
+// kv_transfer_params go with it), SGLang's at the same time (disagg-sglang.ts: both carry one
+// bootstrap room). Every prefill booking is freed exactly once, when its leg's response ends or fails.
 import { OpenAIError } from '../api/openai.js';
-import { reserialize } from '../api/body.js';
 import type { ModelConfig } from '../config/schema.js';
-import {
-  bootstrapRoom,
-  choosePath,
-  type DisaggMode,
-  type OpenAIBody,
-  type PathReason,
-  sglangBody,
-  transferParamsOf,
-  vllmDecodeBody,
-  vllmPrefillBody,
-} from '../disagg/protocol.js';
+import { choosePath, type DisaggMode, type OpenAIBody, type PathReason } from '../disagg/protocol.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
-import { candidatesOf, type InstanceRuntime, type LegPlan } from './forward.js';
-import { SpanKind } from '@opentelemetry/api';
-import { RequestTrace } from '../tracing/request-trace.js';
+import type { InstanceRuntime, LegPlan } from './forward.js';
+import type { RequestTrace } from '../tracing/request-trace.js';
 import { DEFAULT_POLICY, policySpec } from '../scheduler/policies/registry.js';
+import { sglangProtocol } from './disagg-sglang.js';
+import { vllmProtocol } from './disagg-vllm.js';
+import { PrefillLegs } from './prefill-leg.js';
+
+export { hostOf } from './disagg-sglang.js';
 
 export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
 export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 1024, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
@@ -58,19 +51,6 @@ export interface DisaggDeps {
   now: () => number;
   rand?: () => number;
   observer?: DisaggObserver;
-}
-
-// Bodies go out through the one guarded serializer: what JSON cannot carry (1e400, too deep) is a 400.
-const json = (b: OpenAIBody): Buffer => reserialize(b);
-
-/** A prefill engine refused the request itself (4xx other than 408/429): the client's error, not the instance's. */
-class PrefillRefused extends Error {
-  constructor(
-    readonly status: number,
-    readonly text: string,
-  ) {
-    super(`HTTP ${status} ${text.slice(0, 200)}`);
-  }
 }
 
 type Route = Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
@@ -122,196 +102,19 @@ export function noPrefillLeg(cfg: DisaggConfig, why: string): OpenAIError | null
   return cfg.prefill_fallback === 'fail' ? new OpenAIError(502, `no prefill leg (prefill_fallback: fail): ${why}`, 'server_error') : null;
 }
 
-/** Host of an instance's URL as SGLang's bootstrap_host wants it (IPv6 without brackets). */
-export function hostOf(url: string): string {
-  try {
-    return new URL(url).hostname.replace(/^\[|\]$/g, '');
-  } catch {
-    return '127.0.0.1';
-  }
-}
-
-/** The plan factory forward() calls per attempt. State shared by the attempts: prefill instances already failed, vLLM's transfer params. */
+/** The plan factory forward() calls per attempt: local prefill, the fallback, or the protocol's remote leg. */
 export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, attempt: number) => LegPlan {
-  const failedPrefill = new Set<string>();
-  let transfer: { params: OpenAIBody | null; instance: string; attempts: number } | null = null;
-  const model = job.ns.model;
-  const rand = deps.rand ?? Math.random;
-  const decodeBody = json(job.body);
-
-  /** The decode instance prefills itself: the client's body, and why. */
-  const goLocal = (reason: PathReason): { body: Buffer; headers: Record<string, string> } => {
-    deps.observer?.disaggPath?.(model, false, reason);
-    return { body: decodeBody, headers: { 'x-kvrouter-disagg': 'local', 'x-kvrouter-disagg-reason': reason } };
-  };
-  const local = (reason: PathReason): LegPlan => ({ teachesRate: true, prepare: async () => goLocal(reason) });
-
-  /** Choose and book a prefill instance: null when none is left (failed or down), 'busy' when all are over their busy thresholds. */
-  const pickPrefill = (): { d: Decision; inst: InstanceRuntime; bookingId: string } | null | 'busy' => {
-    const now = deps.now();
-    const d = deps.scheduler.decide({ ns: job.ns, candidates: candidatesOf(job.prefill, now), exclude: failedPrefill, ...prefillLegRoute(job.route) }, now);
-    if (!d.chosen) return d.reason === 'all_busy' ? 'busy' : null;
-    const inst = job.prefill.find((i) => i.id === d.chosen!.instance)!;
-    const bookingId = randomUUID();
-    deps.scheduler.book(d, job.ns, { requestId: bookingId, now, speculativeTtlMs: job.speculativeTtlMs });
-    return { d, inst, bookingId };
-  };
-
-  /** POST the prefill leg; resolves with its JSON body, rejects on a transport error, a non-2xx or a timeout. */
-  const sendPrefill = async (p: { d: Decision; inst: InstanceRuntime }, body: OpenAIBody, signal: AbortSignal): Promise<unknown> => {
-    const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.requestId };
-    if (p.inst.dpSize > 1) headers['x-data-parallel-rank'] = String(p.d.chosen!.dpRank);
-    const span = job.trace?.child('prefill', { 'kvrouter.instance': p.inst.id, 'server.address': p.inst.upstream.url, 'kvrouter.protocol': job.cfg.protocol }, SpanKind.CLIENT);
-    if (span) job.trace!.inject(span, headers);
-    let status = 0;
-    let text: string;
-    try {
-      const up = await p.inst.upstream.pool.request({
-        path: p.inst.upstream.basePath + job.path,
-        method: 'POST',
-        headers,
-        body: json(body),
-        signal: AbortSignal.any([signal, AbortSignal.timeout(job.cfg.prefill_timeout_ms)]),
-      });
-      status = up.statusCode;
-      text = await up.body.text();
-    } catch (err) {
-      if (span) RequestTrace.finish(span, status, (err as Error).message);
-      throw err;
-    }
-    if (span) RequestTrace.finish(span, status);
-    if (status >= 400 && status < 500 && status !== 408 && status !== 429) throw new PrefillRefused(status, text);
-    if (status >= 300) throw new Error(`HTTP ${status} ${text.slice(0, 200)}`);
-    // Only kv_transfer_params is read: small integers and strings, plain JSON is exact for them.
-    try {
-      return text.trim().startsWith('{') ? (JSON.parse(text) as unknown) : null;
-    } catch {
-      return null;
-    }
-  };
-
-  /** A prefill leg is over; `failed`: the engine did not compute the prompt, so its speculative insert goes too. */
-  const releasePrefill = (bookingId: string, failed: boolean) => {
-    deps.scheduler.prefillComplete(bookingId);
-    deps.scheduler.free(bookingId, { failed, now: deps.now() });
-  };
-
-  /** The request needs a prefill leg and can get none: the configured fallback (`noPrefillLeg`). */
-  const fallback = (why: string): { body: Buffer; headers: Record<string, string> } => {
-    const refused = noPrefillLeg(job.cfg, why);
-    if (refused) throw refused;
-    return goLocal(failedPrefill.size > 0 ? 'prefill_failed' : 'no_prefill_instance');
-  };
-
-  const vllmPrepare = async (signal: AbortSignal): Promise<{ body: Buffer; headers: Record<string, string> }> => {
-    if (!transfer) {
-      let lastError = 'no prefill instance is available';
-      for (let a = 0; a <= job.maxRetries && !transfer; a++) {
-        const p = pickPrefill();
-        if (p === 'busy') return goLocal('prefill_busy');
-        if (!p) break;
-        let served = false;
-        try {
-          const response = await sendPrefill(p, vllmPrefillBody(job.body), signal);
-          served = true;
-          transfer = { params: transferParamsOf(response), instance: p.inst.id, attempts: a + 1 };
-        } catch (err) {
-          if (signal.aborted) throw err;
-          // The engine refused the request itself: the client gets that answer, no instance is blamed.
-          if (err instanceof PrefillRefused) throw new OpenAIError(err.status, `the prefill instance refused the request: ${err.text.slice(0, 500)}`, 'invalid_request_error');
-          lastError = `${p.inst.id}: ${(err as Error).message}`;
-          failedPrefill.add(p.inst.id);
-          deps.observer?.prefillFailed?.(model, p.inst.id, lastError);
-        } finally {
-          releasePrefill(p.bookingId, !served);
-        }
-      }
-      if (!transfer) return fallback(failedPrefill.size > 0 ? `every prefill attempt failed; last error: ${lastError}` : lastError);
-    }
-    const t = transfer;
-    return {
-      // Without params (the prefill engine sent none) the decode engine prefills itself, as vLLM's proxy does.
-      body: json(vllmDecodeBody(job.body, t.params)),
-      headers: {
-        'x-kvrouter-disagg': 'remote',
-        'x-kvrouter-disagg-reason': t.params ? 'remote' : 'no_transfer_params',
-        'x-kvrouter-prefill-instance': t.instance,
-        'x-kvrouter-prefill-attempts': String(t.attempts),
-      },
-    };
-  };
-
-  /**
-   * A vLLM decode leg failed: its KV may be what is gone (pulled already, or the prefill instance
-   * died), so the retry prefills again. The decode instance is blamed all the same.
-   */
-  const vllmDecodeFailed = async (): Promise<boolean> => {
-    transfer = null;
-    return false;
-  };
-
-  /** SGLang: the current attempt's prefill leg. Each attempt's leg is its own, aborted when the attempt is over. */
-  let leg: { ctl: AbortController; settled: Promise<void>; failed: boolean } | null = null;
-  const legFailed = async (): Promise<boolean> => {
-    const l = leg;
-    if (!l) return false;
-    // Bounded: a slow prefill that is still alive did not fail.
-    await Promise.race([l.settled, new Promise((r) => setTimeout(r, 2000).unref())]);
-    return l.failed;
-  };
-  const batch = Array.isArray(job.body.prompt) && job.body.prompt.length > 0 && (typeof job.body.prompt[0] === 'string' || Array.isArray(job.body.prompt[0])) ? job.body.prompt.length : 0;
-
-  const sglangPrepare = async (signal: AbortSignal, fail: (reason: string) => void): Promise<{ body: Buffer; headers: Record<string, string> }> => {
-    // The previous attempt is over: its prefill waits for a decode that will not come.
-    leg?.ctl.abort();
-    const p = pickPrefill();
-    if (p === 'busy') return goLocal('prefill_busy');
-    if (!p) return fallback(failedPrefill.size > 0 ? `prefill instances failed: ${[...failedPrefill].join(', ')}` : 'no prefill instance is available');
-    const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPort(p.inst.id), room: bootstrapRoom(rand) };
-    const body = sglangBody(job.body, bootstrap, batch, rand);
-    // Both legs at once: the decode engine waits for the KV the prefill engine sends to the room.
-    // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).
-    const ctl = new AbortController();
-    const mine: { ctl: AbortController; settled: Promise<void>; failed: boolean } = { ctl, failed: false, settled: Promise.resolve() };
-    let served = false;
-    mine.settled = sendPrefill(p, body, AbortSignal.any([signal, ctl.signal]))
-      .then(() => {
-        served = true;
-      })
-      .catch((err: unknown) => {
-        // Aborted on purpose (client gone, attempt over), or refused like the decode leg will be: no blame.
-        if (signal.aborted || ctl.signal.aborted || err instanceof PrefillRefused) return;
-        mine.failed = true;
-        const why = `prefill ${p.inst.id}: ${(err as Error).message}`;
-        failedPrefill.add(p.inst.id);
-        deps.observer?.prefillFailed?.(model, p.inst.id, why);
-        fail(why);
-      })
-      .finally(() => releasePrefill(p.bookingId, !served));
-    leg = mine;
-    return {
-      body: json(body),
-      headers: {
-        'x-kvrouter-disagg': 'remote',
-        'x-kvrouter-disagg-reason': 'remote',
-        'x-kvrouter-prefill-instance': p.inst.id,
-        'x-kvrouter-bootstrap-room': String(bootstrap.room),
-      },
-    };
-  };
-
+  const legs = new PrefillLegs(job, deps, () => prefillLegRoute(job.route), (why) => noPrefillLeg(job.cfg, why));
+  const protocol = job.cfg.protocol === 'sglang' ? sglangProtocol(legs) : vllmProtocol(legs);
   return (d: Decision) => {
-    const path = pathFor(job.cfg, job.mode, d, candidatesOf(job.prefill, deps.now()).some((x) => !failedPrefill.has(x.instance)) || transfer !== null);
+    const path = pathFor(job.cfg, job.mode, d, legs.available() || protocol.prefilled());
     // A prefill leg is needed and no prefill instance is left (down, ejected or failed): the configured fallback decides.
     if (!path.remote && path.reason === 'no_prefill_instance') {
-      const why = failedPrefill.size > 0 ? `prefill instances failed: ${[...failedPrefill].join(', ')}` : 'no prefill instance is available';
-      return { teachesRate: true, prepare: async () => fallback(why) };
+      const why = legs.noneLeft();
+      return { teachesRate: true, prepare: async () => legs.fallback(why) };
     }
-    if (!path.remote) return local(path.reason);
-    deps.observer?.disaggPath?.(model, true, path.reason);
-    // The decode instance computes no prompt: its first token waits on a remote prefill, so it teaches no prefill rate.
-    return job.cfg.protocol === 'sglang'
-      ? { prefillTokens: 0, teachesRate: false, prepare: sglangPrepare, otherLegFailed: legFailed }
-      : { prefillTokens: 0, teachesRate: false, prepare: vllmPrepare, otherLegFailed: vllmDecodeFailed };
+    if (!path.remote) return { teachesRate: true, prepare: async () => legs.local(path.reason) };
+    deps.observer?.disaggPath?.(legs.model, true, path.reason);
+    return protocol.remote();
   };
 }

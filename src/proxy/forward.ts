@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { type Attributes, type Span, SpanKind } from '@opentelemetry/api';
 import { RequestTrace } from '../tracing/request-trace.js';
-import { sendError } from '../api/errors.js';
+import { endStreamWithError, sendError } from '../api/errors.js';
 import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
@@ -25,12 +25,15 @@ export interface InstanceRuntime {
   readonly health: InstanceHealth;
 }
 
+export type FinishOutcome = 'ok' | 'upstream_error' | 'client_abort' | 'no_capacity' | 'failed';
+
 export interface ForwardObserver {
   /** Routing decided and booked (attempt counts from 0). */
   routed?(d: Decision, attempt: number, routingMs: number): void;
   /** First upstream byte. */
   firstByte?(instance: string, ttftMs: number, stream: boolean): void;
-  finished?(instance: string | null, status: number, outcome: 'ok' | 'upstream_error' | 'client_abort' | 'no_capacity' | 'failed', durationMs: number, policy: string): void;
+  /** The request ended (once per request). */
+  finished?(instance: string | null, status: number, outcome: FinishOutcome, durationMs: number, policy: string): void;
   retried?(instance: string, reason: string): void;
   /** A successful response ended: what the engine reported about the prompt (null: no usage in it). */
   reported?(d: Decision, usage: EngineUsage | null): void;
@@ -178,28 +181,111 @@ export const sseResponses = new WeakSet<ServerResponse>();
 
 /** End a response the router must cut: an SSE stream gets an error event first, others are reset. */
 export function cutResponse(res: ServerResponse, why: string, status: number): void {
-  if (sseResponses.has(res) && !res.writableEnded && !res.destroyed) {
-    res.end(`data: ${JSON.stringify({ error: { message: why, type: 'server_error', param: null, code: status } })}\n\n`);
-  }
+  if (sseResponses.has(res)) endStreamWithError(res, new OpenAIError(status, why, 'server_error'));
   res.destroy();
+}
+
+/** One call of forward(): what its attempts share, and the one place the request ends. */
+class ForwardCall {
+  readonly abort = new ClientAbort();
+  /** Instances an attempt failed on: later decisions exclude them. */
+  readonly tried = new Set<string>();
+  /** The last attempt's failure: the client's 502 once every attempt failed. */
+  lastError = '';
+  private ended = false;
+
+  constructor(
+    readonly res: ServerResponse,
+    readonly job: ForwardJob,
+    readonly opts: ForwardOptions,
+    readonly deps: ForwardDeps,
+  ) {}
+
+  /** How the request ended, told to the observer exactly once: later calls do nothing. */
+  finish(instance: string | null, status: number, outcome: FinishOutcome): void {
+    if (this.ended) return;
+    this.ended = true;
+    const { deps, job } = this;
+    deps.observer?.finished?.(instance, status, outcome, deps.now() - job.receivedAt, job.route.policy);
+  }
+
+  /** Answer with an error (unless a response is under way) and finish. */
+  refuse(instance: string | null, err: OpenAIError, outcome: FinishOutcome, headers?: Record<string, string>): void {
+    sendError(this.res, this.job.path, err, headers);
+    this.finish(instance, err.status, outcome);
+  }
+}
+
+/**
+ * One try at serving a request on the instance a decision chose, booked by the caller. It ends the
+ * request (finish, refuse: 'done') or leaves it to the next attempt ('retry', 'retry-leg').
+ */
+class Attempt {
+  /** The engine computed the prompt: a successful response's first byte arrived. If not, the booking is freed as failed. */
+  served = false;
+  /** Set when the attempt's other leg cut it (a failed SGLang prefill) before its response started. */
+  cutReason: string | null = null;
+  responded = false;
+  /** A plan's attempt can also be cut by its other leg: then the exchange listens to this, which the client's abort aborts too. */
+  readonly ctl: AbortController | null;
+  upstreamSpan: Span | undefined;
+  upstreamStatus = 0;
+  upstreamError: string | undefined;
+
+  constructor(
+    readonly call: ForwardCall,
+    readonly n: number,
+    readonly d: Decision,
+    readonly inst: InstanceRuntime,
+    readonly bookingId: string,
+    readonly plan: LegPlan | undefined,
+  ) {
+    this.ctl = plan ? new AbortController() : null;
+  }
+
+  get canRetry(): boolean {
+    return this.n < this.call.opts.maxRetries;
+  }
+
+  /** The plan's `fail`: cuts this attempt if its response has not started; later it does nothing. */
+  readonly cut = (reason: string): void => {
+    if (this.responded || this.cutReason !== null) return;
+    this.cutReason = reason;
+    this.ctl?.abort();
+  };
+
+  finish(status: number, outcome: FinishOutcome): 'done' {
+    this.call.finish(this.inst.id, status, outcome);
+    return 'done';
+  }
+
+  refuse(err: OpenAIError, outcome: FinishOutcome): 'done' {
+    this.call.refuse(this.inst.id, err, outcome);
+    return 'done';
+  }
+
+  /** A failure before any byte reached the client: retried elsewhere (or here, when its other leg failed). */
+  async retry(msg: string): Promise<Outcome> {
+    this.call.lastError = msg;
+    return (await this.plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
+  }
 }
 
 export async function forward(res: ServerResponse, job: ForwardJob, opts: ForwardOptions, deps: ForwardDeps): Promise<void> {
   const { scheduler, queue, now, observer } = deps;
-  const abort = new ClientAbort();
+  const call = new ForwardCall(res, job, opts, deps);
+  const { abort, tried } = call;
   const onClose = () => {
     if (!res.writableFinished) abort.abort();
   };
   res.on('close', onClose);
   // The client may have gone while the body was read or tokenized ('close' already fired).
   if (res.destroyed || res.socket?.destroyed) abort.abort();
-  const tried = new Set<string>();
   let attempt = 0;
-  let lastError = '';
   const deadline = job.receivedAt + opts.queueTimeoutMs;
   try {
     for (;;) {
-      if (abort.aborted) return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+      if (abort.aborted) return call.finish(null, 499, 'client_abort');
       const t0 = now();
       const routeSpan = job.trace?.child('route', { 'kvrouter.attempt': attempt });
       const candidates = candidatesOf(job.instances, t0);
@@ -209,20 +295,17 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
       if (routeSpan) endRouteSpan(routeSpan, d);
       if (!d.chosen) {
         if (d.reason === 'unknown_target') {
-          sendError(res, job.path, new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'));
-          return observer?.finished?.(null, 400, 'failed', now() - job.receivedAt, job.route.policy);
+          return call.refuse(null, new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'), 'failed');
         }
         if (tried.size > 0 && candidates.every((c) => tried.has(c.instance))) {
-          sendError(res, job.path, new OpenAIError(502, `every attempt failed; last error: ${lastError}`, 'server_error'));
-          return observer?.finished?.(null, 502, 'failed', now() - job.receivedAt, job.route.policy);
+          return call.refuse(null, new OpenAIError(502, `every attempt failed; last error: ${call.lastError}`, 'server_error'), 'failed');
         }
         // All busy or all down: wait for capacity (bounded), then decide again.
         const turn = await queue.turn(deadline, now, abort.signal);
-        if (turn === 'aborted') return observer?.finished?.(null, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
+        if (turn === 'aborted') return call.finish(null, 499, 'client_abort');
         if (turn === 'gave_up') {
           const why = d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
-          sendError(res, job.path, new OpenAIError(503, `${why}; retry later`, 'server_error'), { 'retry-after': '1' });
-          return observer?.finished?.(null, 503, 'no_capacity', now() - job.receivedAt, job.route.policy);
+          return call.refuse(null, new OpenAIError(503, `${why}; retry later`, 'server_error'), 'no_capacity', { 'retry-after': '1' });
         }
         continue;
       }
@@ -231,20 +314,20 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
       const plan = job.plan?.(d, attempt);
       scheduler.book(d, job.ns, { requestId: bookingId, now: t0, speculativeTtlMs: opts.speculativeTtlMs, prefillTokens: plan?.prefillTokens });
       observer?.routed?.(d, attempt, now() - job.receivedAt);
-      let outcome: Outcome = 'done';
       // The engine computed the prompt once a successful response's first byte arrived; an attempt
       // that ends before (failed, cut, refused, abandoned) withdraws the prompt's speculative insert.
-      const attemptState = { served: false };
+      const a = new Attempt(call, attempt, d, inst, bookingId, plan);
+      let outcome: Outcome = 'done';
       try {
-        outcome = await dispatch(res, job, d, inst, attempt, opts, deps, abort, bookingId, (e) => (lastError = e), attemptState, plan);
+        outcome = await dispatch(a);
       } finally {
-        scheduler.free(bookingId, { failed: !attemptState.served, now: now() });
+        scheduler.free(bookingId, { failed: !a.served, now: now() });
         queue.notify(1);
       }
       if (outcome === 'done') return;
       // An attempt its other leg failed says nothing against this instance: it may serve the retry.
       if (outcome === 'retry') tried.add(inst.id);
-      observer?.retried?.(inst.id, lastError);
+      observer?.retried?.(inst.id, call.lastError);
       attempt++;
     }
   } finally {
@@ -252,180 +335,167 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
   }
 }
 
-async function dispatch(
-  res: ServerResponse,
-  job: ForwardJob,
-  d: Decision,
-  inst: InstanceRuntime,
-  attempt: number,
-  opts: ForwardOptions,
-  deps: ForwardDeps,
-  abort: ClientAbort,
-  bookingId: string,
-  setError: (e: string) => void,
-  state: { served: boolean },
-  plan?: LegPlan,
-): Promise<Outcome> {
-  const { scheduler, queue, now, observer } = deps;
+/** Send an attempt upstream and stream its answer to the client. */
+async function dispatch(a: Attempt): Promise<Outcome> {
+  const { job, abort, deps } = a.call;
   const headers: IncomingHttpHeaders = { 'content-type': 'application/json', 'x-request-id': job.requestId };
-  if (inst.dpSize > 1) headers['x-data-parallel-rank'] = String(d.chosen!.dpRank);
-  const canRetry = attempt < opts.maxRetries;
-  let body = job.body;
-  let extra: Record<string, string> = {};
-  // A multi-leg attempt may be cut by its other leg (a failed SGLang prefill) until its response starts.
-  let upstreamStatus = 0;
-  let upstreamError: string | undefined;
-  let cutReason: string | null = null;
-  let responded = false;
-  let upstreamSpan: Span | undefined;
-  // A plan's attempt can also be cut by its other leg: then the exchange listens to both.
-  const ctl = plan ? new AbortController() : null;
+  if (a.inst.dpSize > 1) headers['x-data-parallel-rank'] = String(a.d.chosen!.dpRank);
+  const ctl = a.ctl;
   const stopClientAbort = ctl ? abort.onAbort(() => ctl.abort()) : null;
-  const fail = (reason: string) => {
-    if (responded || cutReason !== null) return;
-    cutReason = reason;
-    ctl?.abort();
-  };
   try {
-    if (plan) {
-      try {
-        ({ body, headers: extra } = await plan.prepare(abort.signal, fail));
-      } catch (err) {
-        if (abort.aborted) {
-          observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-          return 'done';
-        }
-        const e = err instanceof OpenAIError ? err : new OpenAIError(502, `prefill failed: ${(err as Error).message}`, 'server_error');
-        sendError(res, job.path, e);
-        observer?.finished?.(inst.id, e.status, 'upstream_error', now() - job.receivedAt, job.route.policy);
-        return 'done';
-      }
-    }
-    const sentAt = now();
+    const legs = a.plan ? await prepareLegs(a, a.plan) : { body: job.body, headers: {} };
+    if (legs === 'done') return 'done';
+    const sentAt = deps.now();
     // The engine continues the trace from the upstream span (W3C traceparent).
-    upstreamSpan = job.trace?.child('upstream', { 'kvrouter.instance': inst.id, 'server.address': inst.upstream.url, 'kvrouter.attempt': attempt }, SpanKind.CLIENT);
-    if (upstreamSpan) job.trace!.inject(upstreamSpan, headers);
+    a.upstreamSpan = job.trace?.child('upstream', { 'kvrouter.instance': a.inst.id, 'server.address': a.inst.upstream.url, 'kvrouter.attempt': a.n }, SpanKind.CLIENT);
+    if (a.upstreamSpan) job.trace!.inject(a.upstreamSpan, headers);
     else if (job.traceContext) Object.assign(headers, job.traceContext);
-    let ex: UpstreamExchange | null = null;
-    const onAbort = () => ex?.abort();
-    let stopListening = (): void => undefined;
-    let up: ExchangeHead;
+    const opened = await openExchange(a, headers, legs.body);
+    if (typeof opened === 'string') return opened;
     try {
-      if (cutReason !== null) throw new Error(cutReason);
-      ex = new UpstreamExchange(inst.upstream.pool, { path: inst.upstream.basePath + job.path, method: 'POST', headers, body });
-      if (ctl) {
-        if (ctl.signal.aborted) ex.abort();
-        else {
-          ctl.signal.addEventListener('abort', onAbort, { once: true });
-          stopListening = () => ctl.signal.removeEventListener('abort', onAbort);
-        }
-      } else stopListening = abort.onAbort(onAbort);
-      up = await ex.head;
-      responded = true;
-      upstreamStatus = up.statusCode;
-    } catch (err) {
-      stopListening();
-      upstreamError = cutReason ?? (err as Error).message;
-      if (cutReason !== null && !abort.aborted) {
-        const msg = `${inst.id}: ${cutReason}`;
-        setError(msg);
-        if (canRetry) return 'retry-leg';
-        sendError(res, job.path, new OpenAIError(502, msg, 'server_error'));
-        observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
-        return 'done';
-      }
-      if (abort.aborted) {
-        observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-        return 'done';
-      }
-      // The pool's health interceptor has recorded the failure; here only the retry is decided.
-      const msg = `${inst.id}: ${(err as Error).message}`;
-      setError(msg);
-      if (canRetry) return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
-      sendError(res, job.path, new OpenAIError(502, `upstream ${msg}`, 'server_error'));
-      observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
-      return 'done';
-    }
-    const exchange = ex;
-    try {
-      if (up.statusCode >= 500 && canRetry) {
-        const text = await exchange.text().catch(() => '');
-        const msg = `${inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`;
-        setError(msg);
-        return (await plan?.otherLegFailed?.()) ? 'retry-leg' : 'retry';
-      }
-
-      const out = engineResponseHeaders(up.headers);
-      Object.assign(out, explanationHeaders(d, job.requestId, attempt), extra);
-      res.writeHead(up.statusCode, out);
-      if (job.stream) sseResponses.add(res);
-      let first = true;
-      // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
-      const tail = observer?.reported && up.statusCode < 400 ? new UsageTail() : null;
-      // One wait for 'drain' at a time: chunks that came with the head are written in one go, and
-      // each may find the (corked) socket full; a listener per chunk would pile up until the drain.
-      let draining = false;
-      const resume = () => {
-        draining = false;
-        exchange.resume();
-      };
-      try {
-        await exchange.pipe((chunk) => {
-          tail?.push(chunk);
-          if (first) {
-            first = false;
-            if (up.statusCode < 400) state.served = true;
-            // A stream's first chunk is its first token; a plain response's is its last, and an error's
-            // is no prefill at all: neither says anything about prefill speed.
-            scheduler.prefillComplete(bookingId, job.stream && up.statusCode < 400 && (plan?.teachesRate ?? true) ? now() : undefined);
-            queue.notify(1);
-            observer?.firstByte?.(inst.id, now() - sentAt, job.stream);
-            upstreamSpan?.addEvent('first_token');
-          }
-          if (res.destroyed) {
-            exchange.abort();
-            return false;
-          }
-          if (res.write(chunk)) return true;
-          // A client that closes instead of draining aborts the exchange (forward's close handler).
-          if (!draining) {
-            draining = true;
-            res.once('drain', resume);
-          }
-          return false;
-        }, () => {
-          if (!abort.aborted && !res.destroyed) res.end();
-        });
-        if (abort.aborted || (res.destroyed && !res.writableEnded)) {
-          observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-          return 'done';
-        }
-        if (tail) {
-          const usage = tail.read();
-          if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
-          observer!.reported!(d, usage);
-        }
-        observer?.finished?.(inst.id, up.statusCode, up.statusCode < 400 ? 'ok' : 'failed', now() - job.receivedAt, job.route.policy);
-      } catch (err) {
-        if (abort.aborted || res.destroyed) {
-          observer?.finished?.(inst.id, 499, 'client_abort', now() - job.receivedAt, job.route.policy);
-          return 'done';
-        }
-        // The engine failed after bytes reached the client: no retry; end with a clean error.
-        const msg = `${inst.id}: ${(err as Error).message}`;
-        if (job.stream) {
-          res.end(`data: ${JSON.stringify({ error: { message: `upstream engine failed mid-stream: ${msg}`, type: 'server_error', param: null, code: 502 } })}\n\n`);
-        } else res.destroy(err as Error);
-        observer?.finished?.(inst.id, 502, 'upstream_error', now() - job.receivedAt, job.route.policy);
-      } finally {
-        if (draining) res.off('drain', resume);
-      }
+      return await respond(a, opened, legs.headers, sentAt);
     } finally {
-      stopListening();
+      opened.stopListening();
     }
-    return 'done';
   } finally {
     stopClientAbort?.();
-    if (upstreamSpan) RequestTrace.finish(upstreamSpan, upstreamStatus, upstreamError);
+    if (a.upstreamSpan) RequestTrace.finish(a.upstreamSpan, a.upstreamStatus, a.upstreamError);
+  }
+}
+
+/** The plan's other legs, once booked: the body to send and headers for the client ('done': the request ended). */
+async function prepareLegs(a: Attempt, plan: LegPlan): Promise<{ body: Buffer; headers: Record<string, string> } | 'done'> {
+  try {
+    return await plan.prepare(a.call.abort.signal, a.cut);
+  } catch (err) {
+    if (a.call.abort.aborted) return a.finish(499, 'client_abort');
+    const e = err instanceof OpenAIError ? err : new OpenAIError(502, `prefill failed: ${(err as Error).message}`, 'server_error');
+    return a.refuse(e, 'upstream_error');
+  }
+}
+
+interface Opened {
+  ex: UpstreamExchange;
+  up: ExchangeHead;
+  /** Stop aborting the exchange when the client (or the attempt's other leg) aborts. */
+  stopListening: () => void;
+}
+
+/** Send the request and wait for the response's head; a failure before it is retried or ends the request. */
+async function openExchange(a: Attempt, headers: IncomingHttpHeaders, body: Buffer): Promise<Opened | Outcome> {
+  const { job, abort } = a.call;
+  let ex: UpstreamExchange | null = null;
+  const onAbort = () => ex?.abort();
+  let stopListening = (): void => undefined;
+  try {
+    if (a.cutReason !== null) throw new Error(a.cutReason);
+    ex = new UpstreamExchange(a.inst.upstream.pool, { path: a.inst.upstream.basePath + job.path, method: 'POST', headers, body });
+    const ctl = a.ctl;
+    if (ctl) {
+      if (ctl.signal.aborted) ex.abort();
+      else {
+        ctl.signal.addEventListener('abort', onAbort, { once: true });
+        stopListening = () => ctl.signal.removeEventListener('abort', onAbort);
+      }
+    } else stopListening = abort.onAbort(onAbort);
+    const up = await ex.head;
+    a.responded = true;
+    a.upstreamStatus = up.statusCode;
+    return { ex, up, stopListening };
+  } catch (err) {
+    stopListening();
+    return failedBeforeHead(a, err as Error);
+  }
+}
+
+/** The exchange failed before the response's head: retry while attempts are left, else a 502. */
+async function failedBeforeHead(a: Attempt, err: Error): Promise<Outcome> {
+  const { call, inst } = a;
+  a.upstreamError = a.cutReason ?? err.message;
+  if (a.cutReason !== null && !call.abort.aborted) {
+    const msg = `${inst.id}: ${a.cutReason}`;
+    call.lastError = msg;
+    if (a.canRetry) return 'retry-leg';
+    return a.refuse(new OpenAIError(502, msg, 'server_error'), 'upstream_error');
+  }
+  if (call.abort.aborted) return a.finish(499, 'client_abort');
+  // The pool's health interceptor has recorded the failure; here only the retry is decided.
+  const msg = `${inst.id}: ${err.message}`;
+  if (a.canRetry) return a.retry(msg);
+  call.lastError = msg;
+  return a.refuse(new OpenAIError(502, `upstream ${msg}`, 'server_error'), 'upstream_error');
+}
+
+/** The response's head arrived: a 5xx is retried while attempts are left, anything else goes to the client. */
+async function respond(a: Attempt, { ex, up }: Opened, extra: Record<string, string>, sentAt: number): Promise<Outcome> {
+  const { res, job } = a.call;
+  if (up.statusCode >= 500 && a.canRetry) {
+    const text = await ex.text().catch(() => '');
+    return a.retry(`${a.inst.id}: HTTP ${up.statusCode} ${text.slice(0, 200)}`);
+  }
+  const out = engineResponseHeaders(up.headers);
+  Object.assign(out, explanationHeaders(a.d, job.requestId, a.n), extra);
+  res.writeHead(up.statusCode, out);
+  if (job.stream) sseResponses.add(res);
+  return pipeToClient(a, ex, up.statusCode, sentAt);
+}
+
+/** Pipe the engine's answer to the client, with backpressure; the request ends here, whatever happens. */
+async function pipeToClient(a: Attempt, ex: UpstreamExchange, status: number, sentAt: number): Promise<Outcome> {
+  const { res, job, abort, deps } = a.call;
+  const { scheduler, queue, now, observer } = deps;
+  let first = true;
+  // The engine's usage is read from the response's tail as it passes (closed-loop hit check).
+  const tail = observer?.reported && status < 400 ? new UsageTail() : null;
+  // One wait for 'drain' at a time: chunks that came with the head are written in one go, and
+  // each may find the (corked) socket full; a listener per chunk would pile up until the drain.
+  let draining = false;
+  const resume = () => {
+    draining = false;
+    ex.resume();
+  };
+  try {
+    await ex.pipe((chunk) => {
+      tail?.push(chunk);
+      if (first) {
+        first = false;
+        if (status < 400) a.served = true;
+        // A stream's first chunk is its first token; a plain response's is its last, and an error's
+        // is no prefill at all: neither says anything about prefill speed.
+        scheduler.prefillComplete(a.bookingId, job.stream && status < 400 && (a.plan?.teachesRate ?? true) ? now() : undefined);
+        queue.notify(1);
+        observer?.firstByte?.(a.inst.id, now() - sentAt, job.stream);
+        a.upstreamSpan?.addEvent('first_token');
+      }
+      if (res.destroyed) {
+        ex.abort();
+        return false;
+      }
+      if (res.write(chunk)) return true;
+      // A client that closes instead of draining aborts the exchange (forward's close handler).
+      if (!draining) {
+        draining = true;
+        res.once('drain', resume);
+      }
+      return false;
+    }, () => {
+      if (!abort.aborted && !res.destroyed) res.end();
+    });
+    if (abort.aborted || (res.destroyed && !res.writableEnded)) return a.finish(499, 'client_abort');
+    if (tail) {
+      const usage = tail.read();
+      if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(a.bookingId, usage.promptTokens - usage.cachedTokens);
+      observer!.reported!(a.d, usage);
+    }
+    return a.finish(status, status < 400 ? 'ok' : 'failed');
+  } catch (err) {
+    if (abort.aborted || res.destroyed) return a.finish(499, 'client_abort');
+    // The engine failed after bytes reached the client: no retry; end with a clean error.
+    const msg = `${a.inst.id}: ${(err as Error).message}`;
+    if (job.stream) endStreamWithError(res, new OpenAIError(502, `upstream engine failed mid-stream: ${msg}`, 'server_error'));
+    else res.destroy(err as Error);
+    return a.finish(502, 'upstream_error');
+  } finally {
+    if (draining) res.off('drain', resume);
   }
 }
