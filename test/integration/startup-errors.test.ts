@@ -3,6 +3,7 @@
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { POLICY_NAMES } from '../../src/scheduler/policies/registry.js';
 import { ROOT } from '../helpers/procs.js';
 
 let holder: Server;
@@ -74,7 +75,7 @@ describe('a taken port is one clear line and a non-zero exit', () => {
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n'), r.stderr).toEqual([
       'kvrouter serve: router.example.yaml: invalid configuration',
-      '  routing.policy: must be one of kv, approx, round-robin, random, least-loaded, power-of-two, session, direct, got "nope"',
+      `  routing.policy: must be one of ${POLICY_NAMES.join(', ')}, got "nope"`,
     ]);
   });
 });
