@@ -6,6 +6,16 @@ import { routerOwnedField } from '../disagg/protocol.js';
 
 export type CompletionKind = 'chat' | 'completion';
 
+/** The OpenAI completion routes, once: the hot path, the gateway picker and error shapes read them. */
+export const COMPLETION_PATH: Readonly<Record<CompletionKind, string>> = { chat: '/v1/chat/completions', completion: '/v1/completions' };
+
+/** The completion kind a path serves, or undefined for any other path. */
+export function completionKindOf(path: string): CompletionKind | undefined {
+  if (path === COMPLETION_PATH.chat) return 'chat';
+  if (path === COMPLETION_PATH.completion) return 'completion';
+  return undefined;
+}
+
 export class OpenAIError extends Error {
   constructor(
     readonly status: number,

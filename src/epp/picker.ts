@@ -3,7 +3,7 @@
 // (decideMainLeg, speculativeTtl), the same wait for capacity as the proxy. Nothing gRPC here.
 import { randomUUID } from 'node:crypto';
 import { parseOpenAIBody } from '../api/body.js';
-import { type CompletionKind, OpenAIError } from '../api/openai.js';
+import { completionKindOf, OpenAIError } from '../api/openai.js';
 import type { Denial, Principal } from '../auth/access.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { explanationHeaders, type InstanceRuntime } from '../proxy/forward.js';
@@ -17,7 +17,6 @@ import type { EndpointAddresses } from './endpoints.js';
 /** What the picker reads of the running router (fields read per request: a reload swaps them). */
 export type PickerRuntime = Pick<RouterRuntime, 'deps' | 'all' | 'queue' | 'now'>;
 
-export const COMPLETION_PATHS: Readonly<Record<string, CompletionKind>> = { '/v1/chat/completions': 'chat', '/v1/completions': 'completion' };
 
 /** The header (and envoy.lb metadata key) that names the pick, per GIE's endpoint picker protocol. */
 export const DESTINATION = 'x-gateway-destination-endpoint';
@@ -115,7 +114,7 @@ async function decideWithin(rt: PickerRuntime, p: PreparedRoute, keep: (i: Insta
 
 /** Pick and book for a completion body. Throws Refused / OpenAIError for the gateway to answer. */
 export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresses, req: GatewayRequest, bytes: Buffer, signal: AbortSignal, trace: RequestTrace | null): Promise<Booked> {
-  const kind = Object.hasOwn(COMPLETION_PATHS, req.path) ? COMPLETION_PATHS[req.path] : undefined;
+  const kind = completionKindOf(req.path);
   if (kind === undefined) throw new Refused(404, `no route for ${req.method} ${req.path}: the picker routes POST /v1/chat/completions and /v1/completions`, 'invalid_request_error', 'not_found');
   if (req.method !== 'POST') throw new Refused(405, `${req.method} is not allowed on ${req.path}; use POST`, 'invalid_request_error', 'method_not_allowed');
   const { deps, now } = rt;

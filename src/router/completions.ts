@@ -2,7 +2,7 @@
 // tokenize exactly as the engine will, build the route and hand it to the proxy.
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import { type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } from '../api/openai.js';
+import { COMPLETION_PATH, type CompletionKind, OpenAIError, parseCompletion, type PromptSpec } from '../api/openai.js';
 import type { RouterConfig } from '../config/schema.js';
 import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
@@ -242,7 +242,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
   const rid = req.headers['x-request-id'];
   const requestId = typeof rid === 'string' && /^[\w.:-]{1,128}$/.test(rid) ? rid : randomUUID();
   let modelName = 'unknown';
-  const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
+  const path = COMPLETION_PATH[kind];
   const trace = deps.tracing?.request(req.headers, `POST ${path}`, { 'http.request.method': 'POST', 'url.path': path, 'kvrouter.request_id': requestId }) ?? null;
   try {
     const bodyBuf = await readRequestBody(req, deps.cfg.server.max_body_bytes);
@@ -254,7 +254,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     const body = engineBody(p, raw, bodyBuf);
     const { ns, route } = routeFields(p, deps.cfg, deps);
     const job: ForwardJob = {
-      path: kind === 'chat' ? '/v1/chat/completions' : '/v1/completions',
+      path: COMPLETION_PATH[kind],
       body,
       stream: p.stream,
       requestId,
@@ -299,7 +299,7 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
     if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter: ${(err as Error).stack ?? String(err)}\n`);
     deps.metrics.rejected(modelName, e.status);
-    if (e.status !== 499) sendError(res, kind === 'chat' ? '/v1/chat/completions' : '/v1/completions', e);
+    if (e.status !== 499) sendError(res, COMPLETION_PATH[kind], e);
   } finally {
     if (trace) RequestTrace.finish(trace.root, trace.status ?? (res.writableFinished ? res.statusCode : 499));
   }

@@ -3,19 +3,20 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type RouteSpec, sendError } from '../api/errors.js';
 import type { NodeHandler } from '../api/http-server.js';
-import { OpenAIError } from '../api/openai.js';
+import { COMPLETION_PATH, completionKindOf, OpenAIError } from '../api/openai.js';
 import { handleCompletion } from './completions.js';
 import type { RouterRuntime } from './runtime.js';
 
 export const HOT_ROUTES: readonly RouteSpec[] = [
-  ['POST', '/v1/chat/completions'],
-  ['POST', '/v1/completions'],
+  ['POST', COMPLETION_PATH.chat],
+  ['POST', COMPLETION_PATH.completion],
 ];
 
 export function hotPathHandler(rt: RouterRuntime, rest: NodeHandler): NodeHandler {
   return (req: IncomingMessage, res: ServerResponse) => {
     const path = req.url?.split('?')[0] ?? '/';
-    if (req.method !== 'POST' || (path !== '/v1/chat/completions' && path !== '/v1/completions')) return rest(req, res);
+    const kind = req.method === 'POST' ? completionKindOf(path) : undefined;
+    if (kind === undefined) return rest(req, res);
     if (rt.shuttingDown) {
       sendError(res, path, new OpenAIError(503, 'the router is shutting down', 'server_error'), { 'retry-after': '1' });
       req.resume();
@@ -30,6 +31,6 @@ export function hotPathHandler(rt: RouterRuntime, rest: NodeHandler): NodeHandle
     }
     rt.inflight.add(res);
     res.on('close', () => rt.inflight.delete(res));
-    void handleCompletion(path === '/v1/chat/completions' ? 'chat' : 'completion', req, res, rt.deps, principal);
+    void handleCompletion(kind, req, res, rt.deps, principal);
   };
 }
