@@ -9,6 +9,7 @@ import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCom
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
 import { EngineCore } from '../engine-sim/core/engine-core.js';
+import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { resolveOptions } from '../engine-sim/options.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
@@ -53,8 +54,10 @@ const OPTIONS: OptionTable = {
   'sync-delay-ms': { type: 'string', default: 'none', arg: 'MS|none', help: 'replica sync (the real add/prefill/free messages) delivered this long after they are sent; none: replicas do not sync' },
   'kv-event-delay-ms': { type: 'string', default: '1', arg: 'MS', help: 'a KV event batch reaches the routers this long after its pass starts' },
   'event-wire': { type: 'string', default: 'bytes', arg: 'bytes|values', help: 'KV events as msgpack bytes (the ZMQ payload path) or as the encoder\'s values (skips msgpack; the same decoder and applier)' },
-  'rate-scale': { type: 'string', arg: 'X', help: `divide arrival and think times by X (default: mooncake ${MOONCAKE_RATE_PER_ENGINE} requests/s per engine, the load of bench cluster's default run; synthetic 1)` },
+  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
+  'rate-per-engine': { type: 'string', arg: 'X', help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)` },
   'perf-model': { type: 'string', default: 'mocker', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')}` },
+  'engine-hash': { type: 'string', default: 'xxh3', arg: 'vllm|xxh3', help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or xxh3 (a chain several times cheaper; routers rehash token_ids either way)" },
   speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup (only to match a bench cluster run: virtual time needs none)' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and routers' },
   'gpu-blocks': { type: 'string', arg: 'N', help: 'GPU KV blocks per engine (default: sized from the working set like bench cluster, see --cache-ratio)' },
@@ -98,11 +101,13 @@ export interface FleetSetup {
   blockSize: number;
   seed: number;
   perfModel: string;
+  engineHash: HashFlavor;
   speedup: number;
   cacheRatio: number;
   cpuRatio: number;
   gpuBlocks: number | null;
   rateScale: number | null;
+  ratePerEngine: number | null;
   maxOutputTokens: number | null;
   syncDelayMs: number | null;
   kvEventDelayMs: number;
@@ -134,6 +139,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   if (!(kvEventDelayMs >= 0)) throw new Error('--kv-event-delay-ms must be >= 0');
   const eventWire = String(v['event-wire']) as EventWire;
   if (eventWire !== 'bytes' && eventWire !== 'values') throw new Error('--event-wire must be bytes or values');
+  const engineHash = String(v['engine-hash']) as HashFlavor;
+  if (engineHash !== 'vllm' && engineHash !== 'xxh3') throw new Error('--engine-hash must be vllm or xxh3');
   const perfModel = String(v['perf-model']);
   perfModelConfig(perfModel);
   const seed = intOption(v, 'seed');
@@ -169,11 +176,13 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     blockSize: intOption(v, 'block-size'),
     seed,
     perfModel,
+    engineHash,
     speedup: numberOption(v, 'speedup'),
     cacheRatio: numberOption(v, 'cache-ratio'),
     cpuRatio: numberOption(v, 'cpu-ratio'),
     gpuBlocks: v['gpu-blocks'] !== undefined ? intOption(v, 'gpu-blocks') : null,
     rateScale: v['rate-scale'] !== undefined ? numberOption(v, 'rate-scale') : null,
+    ratePerEngine: v['rate-per-engine'] !== undefined ? numberOption(v, 'rate-per-engine') : null,
     maxOutputTokens: maxOut,
     syncDelayMs,
     kvEventDelayMs,
@@ -217,7 +226,7 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
       decodeSpeedup: o.decodeSpeedup,
       cpuLoadFraction: o.cpuLoadFraction,
       seed: o.seed,
-      hashFlavor: 'vllm',
+      hashFlavor: s.engineHash,
       pythonHashSeed: o.pythonHashSeed,
       routerHashSeed: o.hashSeed,
       outputVocab: vocab,
@@ -242,7 +251,10 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
     const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
     if (s.gpuBlocks !== null) Object.assign(size, { numGpuBlocks: s.gpuBlocks, numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio), perEngineRatio: orc.distinctBlocks / s.gpuBlocks, clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks) });
     const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
-    const rateScale = s.rateScale ?? (w.name === 'mooncake' && spanMs > 0 ? (MOONCAKE_RATE_PER_ENGINE * s.engines) / (w.requests.length / (spanMs / 1000)) : 1);
+    if (s.rateScale !== null && s.ratePerEngine !== null) throw new Error('--rate-scale and --rate-per-engine exclude each other');
+    const perEngine = s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
+    // Requests per second as recorded (before scaling): the open-loop span holds all of them.
+    const rateScale = perEngine !== null && spanMs > 0 ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000)) : (s.rateScale ?? 1);
     const followUps = w.requests.filter((r) => r.after).length;
     process.stderr.write(
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
@@ -305,6 +317,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
         numGpuBlocks: size.numGpuBlocks,
         numCpuBlocks: size.numCpuBlocks,
         perfModel: s.perfModel,
+        engineHash: s.engineHash,
         speedup: s.speedup,
         rateScale,
         seed: s.seed,

@@ -58,6 +58,7 @@ export class RouterNode {
       applied: {},
       hitCheck: { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 },
       sync: { sent: 0, received: 0 },
+      openBookings: 0,
       index: { namespaces: 0, blocks: 0, records: 0, bytes: 0 },
     };
     const hc = this.tally.hitCheck;
@@ -147,6 +148,7 @@ export class RouterNode {
     this.tally.applied = applied;
     this.tally.hitCheck.alarms = this.feedback.verifier.alarms().length;
     this.tally.index = this.indexer.stats();
+    this.tally.openBookings = this.scheduler.active.size;
     return this.tally;
   }
 }

@@ -8,7 +8,6 @@ import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
-import type { NamespaceId } from '../indexer/namespace.js';
 import type { RouteFields } from '../router/route-input.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
@@ -19,7 +18,7 @@ import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 type SimEvent =
   | { kind: 'send'; i: number }
   | { kind: 'step'; engine: number }
-  | { kind: 'kv'; engine: number; payload: Uint8Array }
+  | { kind: 'kv'; engine: number; payload: Uint8Array | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
   | { kind: 'deadline' };
@@ -169,8 +168,9 @@ export function simulateFleet(input: FleetInput): FleetOutput {
   const publish = (k: number, evs: readonly CoreKvEvent[]): void => {
     if (!subscribed || evs.length === 0) return;
     const values = encoders[k].render(evs, q.now);
-    const payload = encodeBatch(q.now / 1000, values, 0);
-    q.push(q.now + input.kvEventDelayMs, { kind: 'kv', engine: k, payload });
+    // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
+    const ev: SimEvent = input.eventWire === 'bytes' ? { kind: 'kv', engine: k, payload: encodeBatch(q.now / 1000, values, 0), value: null } : { kind: 'kv', engine: k, payload: null, value: [q.now / 1000, values, 0] };
+    q.push(q.now + input.kvEventDelayMs, ev);
   };
 
   const step = (k: number): void => {
@@ -201,7 +201,8 @@ export function simulateFleet(input: FleetInput): FleetOutput {
   const lastOpen = open.length ? open[open.length - 1].at : 0;
   q.push(lastOpen + input.drainTimeoutMs, { kind: 'deadline' });
 
-  for (let item = q.pop(); item !== null && done < n; item = q.pop()) {
+  // Until nothing is left: after the last response, the KV events and sync messages in flight land.
+  for (let item = q.pop(); item !== null; item = q.pop()) {
     events++;
     const ev = item.ev;
     switch (ev.kind) {
@@ -212,7 +213,10 @@ export function simulateFleet(input: FleetInput): FleetOutput {
         step(ev.engine);
         break;
       case 'kv':
-        for (const r of routers) r.ingests[ev.engine].applyPayload(ev.payload, false);
+        for (const r of routers) {
+          if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
+          else r.ingests[ev.engine].applyValue(ev.value);
+        }
         break;
       case 'sync':
         for (let r = 0; r < R; r++) if (r !== ev.from && routers[r].receiveSync(ev.bytes)) notify(r, Infinity);
@@ -230,6 +234,7 @@ export function simulateFleet(input: FleetInput): FleetOutput {
       }
       case 'deadline': {
         // The client's run deadline: whatever is still running or queued is cut.
+        if (done === n) break;
         pastDeadline = true;
         for (const f of [...inflight.values()].sort((a, b) => a.i - b.i)) {
           if (f.decision) {
@@ -253,5 +258,3 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     wallDecisions: { us: wallUs.subarray(0, timed), isl: wallIsl.subarray(0, timed), candidates: wallCand.subarray(0, timed) },
   };
 }
-
-export type { NamespaceId };

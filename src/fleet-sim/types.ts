@@ -106,6 +106,8 @@ export interface RouterTally {
   /** The closed-loop hit check (kvrouter_hit_predictions_total and open alarms). */
   hitCheck: { agree: number; over: number; under: number; unverified: number; alarms: number };
   sync: { sent: number; received: number };
+  /** Bookings still held at the end, local and remote (0: every booking was released). */
+  openBookings: number;
   index: { namespaces: number; blocks: number; records: number; bytes: number };
 }
 

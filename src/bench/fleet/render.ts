@@ -22,6 +22,7 @@ export interface FleetSummary {
     numGpuBlocks: number;
     numCpuBlocks: number;
     perfModel: string;
+    engineHash: string;
     speedup: number;
     rateScale: number;
     seed: number;
@@ -69,7 +70,7 @@ function setupTable(d: FleetReport): Table {
       ['requests', d.workload.requests],
       ['oracle hit rate (infinite cache)', `${(100 * d.oracle.hitRate).toFixed(1)}%`],
       ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens`],
-      ['engines', `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, speedup ${c.speedup}`],
+      ['engines', `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, engine block hash ${c.engineHash}, speedup ${c.speedup}`],
       ['routers', `${c.routers} replica(s), requests alternate (a plain L4 balancer); replica sync: ${c.syncDelayMs === null ? 'none' : `${c.syncDelayMs} ms delay`}`],
       ['KV events', `engine-sim vLLM encoder -> router decoder + EventApplier (${c.eventWire === 'bytes' ? 'msgpack bytes' : 'encoder values, no msgpack'}), delivered ${c.kvEventDelayMs} ms after the pass starts`],
       ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
