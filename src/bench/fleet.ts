@@ -5,6 +5,7 @@
 // progress bar and the report. Same report as bench cluster, plus goodput at an SLO.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { getHeapStatistics } from 'node:v8';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
@@ -31,6 +32,8 @@ import type { Workload } from './workloads/types.js';
 const MODEL = 'Qwen/Qwen3-0.6B';
 /** bench cluster's default run: 1,000 Mooncake requests over 122 s on 4 engines, about 2 per second per engine. */
 const MOONCAKE_RATE_PER_ENGINE = 2;
+/** Heap per cached block of an EngineCore (measured: 718 B + the eviction list's share, xxh3 engine hash). */
+const ENGINE_HEAP_PER_BLOCK = 900;
 
 /**
  * The engines' timing model (--perf-model): THE one place it is chosen. Only the mocker polynomials
@@ -264,6 +267,11 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
     // As bench cluster: follow-up turns extend the drain by their share of a minute each.
     const drainTimeoutMs = s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
     const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
+    // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the xxh3 hash):
+    // a large fleet needs a larger heap than Node's default.
+    const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
+    const limit = getHeapStatistics().heap_size_limit;
+    if (need > 0.6 * limit) process.stderr.write(`warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`);
     const prepareSeconds = (performance.now() - t0) / 1000;
     const progress = new Progress(w.requests.length * s.policies.length, '');
     const results: FleetPolicyResult[] = [];
@@ -274,6 +282,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
       const plan = routerPlan(p, ids, s.blockSize);
       let ticked = 0;
       const ts = performance.now();
+      const cpu0 = process.cpuUsage();
       const out = simulateFleet({
         requests,
         prompt: s.prompt,
@@ -295,13 +304,14 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
         },
       });
       const simSeconds = (performance.now() - ts) / 1000;
+      const cpu = process.cpuUsage(cpu0);
       const r = summarizeFleet(p.name, p.summary, out, s.slo);
-      const wall = wallFigures(p.name, out, simSeconds, process.memoryUsage().heapUsed);
+      const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
       results.push(r);
       walls.push(wall);
       progress.log(
         `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
-          `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s, decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
+          `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
       );
     }
     progress.finish();

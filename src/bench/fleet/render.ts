@@ -107,10 +107,11 @@ function fleetTables(d: FleetReport): Table[] {
     },
     {
       title: 'Wall clock (real time on this machine; not part of the deterministic summary)',
-      columns: ['policy', 'simulation s', 'events/s', 'decide µs p50', 'p90', 'p99', 'ISL >= 16k p50', 'ISL >= 28k p50 (n)', 'candidates', 'heap MiB'],
+      columns: ['policy', 'simulation s', 'CPU s', 'events/s', 'decide µs p50', 'p90', 'p99', 'ISL >= 16k p50', 'ISL >= 28k p50 (n)', 'candidates', 'heap MiB'],
       rows: d.wall.policies.map((w) => [
         w.policy,
         +w.simSeconds.toFixed(1),
+        +w.cpuSeconds.toFixed(1),
         Math.round(w.eventsPerS),
         r1(w.decisionUs.all.p50),
         r1(w.decisionUs.all.p90),

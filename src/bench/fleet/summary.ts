@@ -40,6 +40,8 @@ export type FleetPolicyResult = PolicyResult & { fleet: FleetExtras };
 export interface FleetWall {
   policy: string;
   simSeconds: number;
+  /** CPU time (user + system) of this process during the simulation: its wall time on an idle core. */
+  cpuSeconds: number;
   eventsPerS: number;
   /** Scheduler.decide, µs: every decision, and those of long prompts. */
   decisionUs: { all: Dist; isl16k: Dist; isl28k: Dist; candidates: number };
@@ -94,7 +96,7 @@ export function summarizeFleet(policy: string, summary: string, out: FleetOutput
   return { ...base, hitCheck, fleet };
 }
 
-export function wallFigures(policy: string, out: FleetOutput, simSeconds: number, heapBytes: number): FleetWall {
+export function wallFigures(policy: string, out: FleetOutput, simSeconds: number, cpuSeconds: number, heapBytes: number): FleetWall {
   const w = out.wallDecisions;
   const pick = (minIsl: number) => {
     const xs: number[] = [];
@@ -104,6 +106,7 @@ export function wallFigures(policy: string, out: FleetOutput, simSeconds: number
   return {
     policy,
     simSeconds,
+    cpuSeconds,
     eventsPerS: simSeconds > 0 ? out.events / simSeconds : 0,
     decisionUs: { all: dist(Array.from(w.us)), isl16k: pick(16_000), isl28k: pick(28_000), candidates: w.candidates.reduce((a, c) => Math.max(a, c), 0) },
     heapMiB: heapBytes / 2 ** 20,
