@@ -32,7 +32,7 @@ import type { Workload } from './workloads/types.js';
 const MODEL = 'Qwen/Qwen3-0.6B';
 /** bench cluster's default run: 1,000 Mooncake requests over 122 s on 4 engines, about 2 per second per engine. */
 const MOONCAKE_RATE_PER_ENGINE = 2;
-/** Heap per cached block of an EngineCore (measured: 718 B + the eviction list's share, xxh3 engine hash). */
+/** Heap per cached block of an EngineCore, with margin (measured: 823 B of heap + 21 B of buffers, murmur engine hash; docs/engine-sim.md). */
 const ENGINE_HEAP_PER_BLOCK = 900;
 
 /**
@@ -60,7 +60,7 @@ const OPTIONS: OptionTable = {
   'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
   'rate-per-engine': { type: 'string', arg: 'X', help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)` },
   'perf-model': { type: 'string', default: 'mocker', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')}` },
-  'engine-hash': { type: 'string', default: 'xxh3', arg: 'vllm|xxh3', help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or xxh3 (a chain several times cheaper; routers rehash token_ids either way)" },
+  'engine-hash': { type: 'string', default: 'murmur', arg: 'vllm|murmur', help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or murmur (a non-cryptographic chain, much cheaper; routers rehash token_ids either way)" },
   speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup (only to match a bench cluster run: virtual time needs none)' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and routers' },
   'gpu-blocks': { type: 'string', arg: 'N', help: 'GPU KV blocks per engine (default: sized from the working set like bench cluster, see --cache-ratio)' },
@@ -143,7 +143,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const eventWire = String(v['event-wire']) as EventWire;
   if (eventWire !== 'bytes' && eventWire !== 'values') throw new Error('--event-wire must be bytes or values');
   const engineHash = String(v['engine-hash']) as HashFlavor;
-  if (engineHash !== 'vllm' && engineHash !== 'xxh3') throw new Error('--engine-hash must be vllm or xxh3');
+  if (engineHash !== 'vllm' && engineHash !== 'murmur') throw new Error('--engine-hash must be vllm or murmur');
   const perfModel = String(v['perf-model']);
   perfModelConfig(perfModel);
   const seed = intOption(v, 'seed');
@@ -267,7 +267,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
     // As bench cluster: follow-up turns extend the drain by their share of a minute each.
     const drainTimeoutMs = s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
     const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
-    // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the xxh3 hash):
+    // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
     // a large fleet needs a larger heap than Node's default.
     const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
     const limit = getHeapStatistics().heap_size_limit;
