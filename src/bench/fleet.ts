@@ -4,7 +4,7 @@
 // oracle, the router's config (the same YAML as bench cluster's routers), the engines' config, the
 // progress bar and the report. Same report as bench cluster, plus goodput at an SLO.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
@@ -55,6 +55,7 @@ const OPTIONS: OptionTable = {
   engines: { type: 'string', default: '16', arg: 'N', help: 'simulated engines (quick: 8)' },
   routers: { type: 'string', default: '1', arg: 'N', help: 'router replicas; request i goes to replica i mod N' },
   'sync-delay-ms': { type: 'string', default: 'none', arg: 'MS|none', help: 'replica sync (the real add/prefill/free messages) delivered this long after they are sent; none: replicas do not sync' },
+  'request-latency-ms': { type: 'string', default: '0', arg: 'MS', help: "a routed request reaches its engine this long after it was sent (the HTTP hops and the router's own time; 0: none)" },
   'kv-event-delay-ms': { type: 'string', default: '1', arg: 'MS', help: 'a KV event batch reaches the routers this long after its pass starts' },
   'event-wire': { type: 'string', default: 'bytes', arg: 'bytes|values', help: 'KV events as msgpack bytes (the ZMQ payload path) or as the encoder\'s values (skips msgpack; the same decoder and applier)' },
   'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
@@ -114,6 +115,7 @@ export interface FleetSetup {
   maxOutputTokens: number | null;
   syncDelayMs: number | null;
   kvEventDelayMs: number;
+  requestLatencyMs: number;
   eventWire: EventWire;
   slo: { ttftMs: number; tpotMs: number };
   drainS: number;
@@ -139,6 +141,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const syncDelayMs = sync === 'none' ? null : numberOption(v, 'sync-delay-ms');
   if (syncDelayMs !== null && !(syncDelayMs >= 0)) throw new Error('--sync-delay-ms must be >= 0 or none');
   const kvEventDelayMs = numberOption(v, 'kv-event-delay-ms');
+  const requestLatencyMs = numberOption(v, 'request-latency-ms');
+  if (!(requestLatencyMs >= 0)) throw new Error('--request-latency-ms must be >= 0');
   if (!(kvEventDelayMs >= 0)) throw new Error('--kv-event-delay-ms must be >= 0');
   const eventWire = String(v['event-wire']) as EventWire;
   if (eventWire !== 'bytes' && eventWire !== 'values') throw new Error('--event-wire must be bytes or values');
@@ -189,6 +193,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     maxOutputTokens: maxOut,
     syncDelayMs,
     kvEventDelayMs,
+    requestLatencyMs,
     eventWire,
     slo: { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') },
     drainS: numberOption(v, 'drain-timeout'),
@@ -276,6 +281,8 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
     const progress = new Progress(w.requests.length * s.policies.length, '');
     const results: FleetPolicyResult[] = [];
     const walls: FleetWall[] = [];
+    // One line per request, as bench cluster's samples.jsonl (virtual ms).
+    const perRequest: string[] = [];
     for (const p of s.policies) {
       progress.setLabel(p.name);
       const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
@@ -294,6 +301,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
         router: plan,
         seed: s.seed,
         kvEventDelayMs: s.kvEventDelayMs,
+        requestLatencyMs: s.requestLatencyMs,
         eventWire: s.eventWire,
         syncDelayMs: s.syncDelayMs,
         drainTimeoutMs,
@@ -306,6 +314,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
       const simSeconds = (performance.now() - ts) / 1000;
       const cpu = process.cpuUsage(cpu0);
       const r = summarizeFleet(p.name, p.summary, out, s.slo);
+      for (const rec of out.records) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...rec }));
       const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
       results.push(r);
       walls.push(wall);
@@ -335,6 +344,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
         maxOutputTokens: s.maxOutputTokens,
         model: MODEL,
         kvEventDelayMs: s.kvEventDelayMs,
+        requestLatencyMs: s.requestLatencyMs,
         eventWire: s.eventWire,
         syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
         slo: s.slo,
@@ -351,6 +361,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
       wall: { prepareSeconds, policies: walls, totalSeconds: (performance.now() - t0) / 1000, peakRssMiB: process.resourceUsage().maxRSS / 1024 },
     };
     const dir = writeFleetReport(report, outDir ?? (typeof v.out === 'string' ? v.out : undefined));
+    writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
     if (typeof v.json === 'string') {
       mkdirSync(dirname(v.json), { recursive: true });
       writeFileSync(v.json, JSON.stringify(report, null, 2));

@@ -18,6 +18,7 @@ import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 type SimEvent =
   | { kind: 'send'; i: number }
   | { kind: 'step'; engine: number }
+  | { kind: 'enqueue'; i: number }
   | { kind: 'kv'; engine: number; payload: Uint8Array | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
@@ -127,12 +128,18 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     f.engine = k;
     f.engineId = d.chosen.instance;
     router.book(d, f.fields.ns, f.bookingId, f.fields.ttlMs, q.now);
-    const e = engines[k];
+    if (input.requestLatencyMs > 0) q.push(q.now + input.requestLatencyMs, { kind: 'enqueue', i: f.i });
+    else enqueue(f);
+  };
+
+  /** The request reaches its engine. */
+  const enqueue = (f: InFlight): void => {
+    const e = engines[f.engine];
     e.core.add({ id: reqId(f.i), prompt: f.tokens, maxTokens: input.requests[f.i].maxTokens }, q.now);
     // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
     if (!e.scheduled) {
       e.scheduled = true;
-      q.push(q.now, { kind: 'step', engine: k });
+      q.push(q.now, { kind: 'step', engine: f.engine });
     }
   };
 
@@ -212,6 +219,11 @@ export function simulateFleet(input: FleetInput): FleetOutput {
       case 'step':
         step(ev.engine);
         break;
+      case 'enqueue': {
+        const f = inflight.get(reqId(ev.i));
+        if (f) enqueue(f);
+        break;
+      }
       case 'kv':
         for (const r of routers) {
           if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);

@@ -48,6 +48,11 @@ export interface FleetInput {
   router: RouterPlan;
   /** Seed of each replica's random choices when the config sets none (replica r: seed + r). */
   seed: number;
+  /**
+   * A routed request reaches its engine this long after the client sent it (ms): the client ->
+   * router -> engine hops and the router's own time, which otherwise take no virtual time.
+   */
+  requestLatencyMs: number;
   /** Engine -> router delivery of a KV event batch (ms after the pass that made it starts). */
   kvEventDelayMs: number;
   eventWire: EventWire;

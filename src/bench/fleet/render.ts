@@ -30,6 +30,7 @@ export interface FleetSummary {
     maxOutputTokens: number | null;
     model: string;
     kvEventDelayMs: number;
+    requestLatencyMs: number;
     eventWire: string;
     syncDelayMs: number | null;
     slo: { ttftMs: number; tpotMs: number };
@@ -72,6 +73,7 @@ function setupTable(d: FleetReport): Table {
       ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens`],
       ['engines', `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, engine block hash ${c.engineHash}, speedup ${c.speedup}`],
       ['routers', `${c.routers} replica(s), requests alternate (a plain L4 balancer); replica sync: ${c.syncDelayMs === null ? 'none' : `${c.syncDelayMs} ms delay`}`],
+      ['request latency', `${c.requestLatencyMs} ms from the client's send to the engine (HTTP hops and router time; TTFT includes it)`],
       ['KV events', `engine-sim vLLM encoder -> router decoder + EventApplier (${c.eventWire === 'bytes' ? 'msgpack bytes' : 'encoder values, no msgpack'}), delivered ${c.kvEventDelayMs} ms after the pass starts`],
       ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
       ['SLO (goodput)', `TTFT <= ${c.slo.ttftMs} ms and TPOT <= ${c.slo.tpotMs} ms`],
