@@ -58,6 +58,7 @@ const OPTIONS: OptionTable = {
   'request-latency-ms': { type: 'string', default: '0', arg: 'MS', help: "a routed request reaches its engine this long after it was sent (the HTTP hops and the router's own time; 0: none)" },
   'kv-event-delay-ms': { type: 'string', default: '1', arg: 'MS', help: 'a KV event batch reaches the routers this long after its pass starts' },
   'event-wire': { type: 'string', default: 'bytes', arg: 'bytes|values', help: 'KV events as msgpack bytes (the ZMQ payload path) or as the encoder\'s values (skips msgpack; the same decoder and applier)' },
+  'spread-bursts': { type: 'string', default: '0', arg: 'MS', help: 'spread requests that share one arrival time evenly over the next MS (trace time, before --rate-scale): the Mooncake conversation trace stamps arrivals in 3,000 ms steps, so its requests come in bursts (0: as recorded, as bench cluster replays them)' },
   'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
   'rate-per-engine': { type: 'string', arg: 'X', help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)` },
   'perf-model': { type: 'string', default: 'mocker', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')}` },
@@ -112,6 +113,7 @@ export interface FleetSetup {
   gpuBlocks: number | null;
   rateScale: number | null;
   ratePerEngine: number | null;
+  spreadBurstsMs: number;
   maxOutputTokens: number | null;
   syncDelayMs: number | null;
   kvEventDelayMs: number;
@@ -190,6 +192,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     gpuBlocks: v['gpu-blocks'] !== undefined ? intOption(v, 'gpu-blocks') : null,
     rateScale: v['rate-scale'] !== undefined ? numberOption(v, 'rate-scale') : null,
     ratePerEngine: v['rate-per-engine'] !== undefined ? numberOption(v, 'rate-per-engine') : null,
+    spreadBurstsMs: numberOption(v, 'spread-bursts'),
     maxOutputTokens: maxOut,
     syncDelayMs,
     kvEventDelayMs,
@@ -243,6 +246,18 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
   });
 }
 
+/** Open-loop send times, requests sharing one time spread evenly over the `spreadMs` after it (in request order). */
+export function spreadBursts(reqs: Workload['requests'], spreadMs: number): number[] {
+  const at = reqs.map((r) => r.atMs);
+  if (spreadMs <= 0) return at;
+  const groups = new Map<number, number[]>();
+  reqs.forEach((r, i) => {
+    if (r.after === null) groups.set(r.atMs, [...(groups.get(r.atMs) ?? []), i]);
+  });
+  for (const [t, idx] of groups) idx.forEach((i, k) => (at[i] = t + (k * spreadMs) / idx.length));
+  return at;
+}
+
 export async function runFleet(argv: string[], outDir?: string): Promise<{ dir: string; report: FleetReport }> {
   const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) throw new Error('bad arguments');
@@ -268,7 +283,8 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
         `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
     );
-    const requests: FleetRequest[] = w.requests.map((r) => ({ atMs: r.atMs / rateScale, after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null, maxTokens: r.maxTokens, sessionKey: r.sessionKey }));
+    const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
+    const requests: FleetRequest[] = w.requests.map((r, i) => ({ atMs: sendAt[i] / rateScale, after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null, maxTokens: r.maxTokens, sessionKey: r.sessionKey }));
     // As bench cluster: follow-up turns extend the drain by their share of a minute each.
     const drainTimeoutMs = s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
     const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
@@ -347,6 +363,7 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
         requestLatencyMs: s.requestLatencyMs,
         eventWire: s.eventWire,
         syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
+        spreadBurstsMs: s.spreadBurstsMs,
         slo: s.slo,
       },
       arrivals: { scheduleS: spanMs / rateScale / 1000, followUps },

@@ -33,6 +33,8 @@ export interface FleetSummary {
     requestLatencyMs: number;
     eventWire: string;
     syncDelayMs: number | null;
+    /** Simultaneous arrivals spread over this many ms (trace time; 0: as recorded). */
+    spreadBurstsMs: number;
     slo: { ttftMs: number; tpotMs: number };
   };
   arrivals: { scheduleS: number; followUps: number };
@@ -75,7 +77,7 @@ function setupTable(d: FleetReport): Table {
       ['routers', `${c.routers} replica(s), requests alternate (a plain L4 balancer); replica sync: ${c.syncDelayMs === null ? 'none' : `${c.syncDelayMs} ms delay`}`],
       ['request latency', `${c.requestLatencyMs} ms from the client's send to the engine (HTTP hops and router time; TTFT includes it)`],
       ['KV events', `engine-sim vLLM encoder -> router decoder + EventApplier (${c.eventWire === 'bytes' ? 'msgpack bytes' : 'encoder values, no msgpack'}), delivered ${c.kvEventDelayMs} ms after the pass starts`],
-      ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
+      ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)}${c.spreadBurstsMs ? `, simultaneous ones spread over ${c.spreadBurstsMs} ms first` : ''} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
       ['SLO (goodput)', `TTFT <= ${c.slo.ttftMs} ms and TPOT <= ${c.slo.tpotMs} ms`],
       ['machine', JSON.stringify(d.machine)],
       ['wall time', `${d.wall.totalSeconds.toFixed(1)} s (preparation ${d.wall.prepareSeconds.toFixed(1)} s), peak RSS ${d.wall.peakRssMiB.toFixed(0)} MiB`],
