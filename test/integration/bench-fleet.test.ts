@@ -79,16 +79,18 @@ describe('kvrouter bench fleet --quick', () => {
     p.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const code = await new Promise((r) => p.on('exit', r));
     expect(code).toBe(0);
-    for (const flag of ['--engines', '--routers', '--sync-delay-ms', '--kv-event-delay-ms', '--event-wire', '--perf-model', '--engine-hash', '--slo-ttft-ms', '--slo-tpot-ms', '--rate-per-engine', '--gpu-blocks', '--quick']) expect(out).toContain(flag);
+    for (const flag of ['--engines', '--routers', '--sync-delay-ms', '--kv-event-delay-ms', '--event-wire', '--perf-model', '--engine-hash', '--slo-ttft-ms', '--slo-tpot-ms', '--rate-per-engine', '--gpu-blocks', '--request-latency-ms', '--spread-bursts', '--quick']) expect(out).toContain(flag);
   });
 
   it('writes the report, and the same seed gives a byte-identical summary', async () => {
     const a = join(dir, 'a');
     const b = join(dir, 'b');
     const json = join(dir, 'report.json');
-    const first = await runCli(['bench', 'fleet', '--quick', '--out', a, '--json', json]);
+    // random draws from the replicas' seeded generators: a leak of Math.random or the clock shows here.
+    const policies = ['--policies', 'kv,round-robin,random'];
+    const first = await runCli(['bench', 'fleet', '--quick', ...policies, '--out', a, '--json', json]);
     expect(first.code, first.stderr).toBe(0);
-    const second = await runCli(['bench', 'fleet', '--quick', '--out', b]);
+    const second = await runCli(['bench', 'fleet', '--quick', ...policies, '--out', b]);
     expect(second.code, second.stderr).toBe(0);
     for (const f of ['fleet.json', 'fleet.md', 'summary.json', 'ttft-cdf.svg', 'hit-rate.svg', 'engine-requests.svg']) expect(existsSync(join(a, f)), f).toBe(true);
     const sa = readFileSync(join(a, 'summary.json'), 'utf8');
@@ -97,9 +99,9 @@ describe('kvrouter bench fleet --quick', () => {
     const s = JSON.parse(sa) as Report;
     expect(s.bench).toBe('fleet');
     expect(s.wall).toBeUndefined(); // wall-clock figures stay out of the summary
-    expect(s.policies).toEqual(['kv', 'round-robin']);
+    expect(s.policies).toEqual(['kv', 'round-robin', 'random']);
     const full = JSON.parse(readFileSync(json, 'utf8')) as Report & { wall: { policies: Array<{ decisionUs: { all: Dist } }> } };
-    expect(full.wall.policies).toHaveLength(2);
+    expect(full.wall.policies).toHaveLength(3);
     expect(full.wall.policies[0].decisionUs.all.n).toBe(s.results[0].requests.sent);
     for (const r of s.results) {
       expect(r.requests.sent).toBeGreaterThan(0);
@@ -123,7 +125,8 @@ describe('kvrouter bench fleet --quick', () => {
         expect(t.index.records).toBeGreaterThan(0);
       }
     }
-    const [kv, rr] = s.results;
+    const [kv, rr, random] = s.results;
+    expect(random.fleet.balance.requests.max - random.fleet.balance.requests.min).toBeGreaterThan(1);
     // kv reads the KV events (all applied cleanly) and finds more of the cache than a rotation.
     expect(kv.fleet.routers[0].applied.ok).toBeGreaterThan(0);
     expect(Object.entries(kv.fleet.routers[0].applied).filter(([k]) => k !== 'ok').every(([, v]) => v === 0)).toBe(true);
