@@ -2,7 +2,7 @@
 // RankRunner drives it in real time (src/engine-sim/runtime/rank-runner.ts): a pass starts when the
 // previous one ends, or at the first request after idling; its KV events are published at pass
 // start; its tokens are delivered at pass end. Counters follow the engine's vLLM metrics.
-import type { EngineCore, StepOutput, TokenOutput } from '../engine-sim/core/engine-core.js';
+import type { EngineCore, StepOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import type { EngineTally } from './types.js';
 
@@ -55,5 +55,3 @@ export class EngineNode {
     return { endMs: out.endMs, events: out.events };
   }
 }
-
-export type { TokenOutput };

@@ -145,12 +145,13 @@ export function simulateFleet(input: FleetInput): FleetOutput {
 
   const send = (i: number): void => {
     const r = i % R;
-    const f: InFlight = { i, router: r, receivedAt: q.now, tokens: input.prompt(i), fields: null as unknown as InFlight['fields'], epoch: 0, deadline: q.now + input.router.cfg.routing.busy.queue_timeout_ms, queued: false, decision: null, bookingId: null, engine: -1, engineId: null };
+    const tokens = input.prompt(i);
     if (pastDeadline) {
-      finish({ index: i, router: r, sentAt: q.now, ttftMs: null, e2eMs: 0, status: 0, instance: null, promptTokens: f.tokens.length, cachedTokens: 0, completionTokens: 0, error: RUN_DEADLINE });
+      finish({ index: i, router: r, sentAt: q.now, ttftMs: null, e2eMs: 0, status: 0, instance: null, promptTokens: tokens.length, cachedTokens: 0, completionTokens: 0, error: RUN_DEADLINE });
       return;
     }
-    f.fields = routers[r].route(f.tokens, input.requests[i].sessionKey);
+    const fields = routers[r].route(tokens, input.requests[i].sessionKey);
+    const f: InFlight = { i, router: r, receivedAt: q.now, tokens, fields, epoch: 0, deadline: q.now + input.router.cfg.routing.busy.queue_timeout_ms, queued: false, decision: null, bookingId: null, engine: -1, engineId: null };
     inflight.set(reqId(i), f);
     route(f);
   };
