@@ -23,15 +23,16 @@ import type { Workload } from './workloads/types.js';
 const KNOB_HELP: Record<string, string> = {
   groups: 'shared-prefix: groups, one system prompt each (48 / 12)',
   'prompts-per-group': 'shared-prefix: questions per group (16 / 8)',
-  'system-len': 'shared-prefix: system prompt tokens (6000 / 3000); multi-turn: system prompt words (1000 / 500)',
+  'system-len': 'shared-prefix: system prompt tokens (6000 / 3000); multi-turn: system prompt words (1000 / 500); agentic: shared tool spec + system tokens (4000 / 2000)',
   'question-len': 'shared-prefix: question tokens (600 / 300); multi-turn: words per question (100 / 60)',
   'output-len': 'shared-prefix: output tokens (128 / 32)',
-  rate: 'shared-prefix: requests/s (8); multi-turn: new sessions/s (1 / 2), before --rate-scale',
-  users: 'multi-turn: sessions (64 / 16)',
-  turns: 'multi-turn: turns per session (6 / 4)',
-  'context-len': 'multi-turn: words of per-user context in the first message (2000 / 1000)',
-  'reply-len': 'multi-turn: assistant reply words = max_tokens (150 / 40)',
-  'think-ms': 'multi-turn: pause between a reply and the next turn, ms (2000 / 1000)',
+  rate: 'shared-prefix: requests/s (8); multi-turn: new sessions/s (1 / 2); agentic: new sessions/s (2), before --rate-scale',
+  users: 'multi-turn: sessions (64 / 16); agentic: sessions (64 / 12)',
+  turns: 'multi-turn: turns per session (6 / 4); agentic: (12 / 6)',
+  'context-len': 'multi-turn: words of per-user context in the first message (2000 / 1000); agentic: task tokens (1000 / 500)',
+  'reply-len': 'multi-turn: assistant reply words = max_tokens (150 / 40); agentic: reply tokens = max_tokens (100 / 32)',
+  'tool-len': 'agentic: tool-result tokens appended after each reply (400 / 200)',
+  'think-ms': 'multi-turn: pause between a reply and the next turn, ms (2000 / 1000); agentic: mean tool-call gap (1500 / 1000)',
 };
 const KNOBS = Object.keys(KNOB_HELP);
 

@@ -4,6 +4,7 @@ const BENCHES: Record<string, { summary: string; load: () => Promise<{ run: (arg
   events: { summary: 'KV events decoded and applied through a real ZMQ socket', load: () => import('../bench/events.js') },
   tokenizer: { summary: 'chat template + tokenization throughput and segment cache', load: () => import('../bench/tokenizer.js') },
   cluster: { summary: 'routing policies on a replayed workload: TTFT, throughput, hit rate vs oracle, imbalance', load: () => import('../bench/cluster.js') },
+  fleet: { summary: 'N simulated engines x R router replicas in virtual time: TTFT, goodput, hit rate vs oracle, balance, decision time', load: () => import('../bench/fleet.js') },
   sweep: { summary: 'a workload over a grid of routing options and arrival rates; prints the best point', load: () => import('../bench/sweep.js') },
   overhead: { summary: 'added latency and max RPS of kvrouter against nginx and direct (stub upstreams)', load: () => import('../bench/overhead.js') },
   router: { summary: 'added latency and max RPS of kvrouter against direct requests', load: () => import('../bench/router.js') },

@@ -10,7 +10,8 @@ import type { TieredIndexer } from '../indexer/namespaces.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { type ClusterMetrics, NOOP_CLUSTER_METRICS } from './metrics.js';
 import type { LinkStatus, SyncLink } from './nats-link.js';
-import { isRemoteId, type PeerView, RemoteBookings } from './remote-bookings.js';
+import { type PeerView, RemoteBookings } from './remote-bookings.js';
+import { bookingSyncHooks } from './sync-hooks.js';
 import { decodeSync, encodeSync, encodeSyncBinary, isBinaryKind, type SyncBody } from './sync-wire.js';
 
 export interface ReplicaSyncDeps {
@@ -86,25 +87,7 @@ export class ReplicaSync {
       this.tenantsPending = true;
       setImmediate(() => this.sendTenants());
     });
-    deps.scheduler.addHooks({
-      // Remote bookings never go through the Scheduler, but the stale sweep may free them: skip those.
-      booked: (b, ns, ttl, _now, touchedBlocks) => {
-        if (isRemoteId(b.id)) return;
-        this.local.set(b.id, ns);
-        this.send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl, touchedBlocks });
-      },
-      prefillCompleted: (id) => {
-        if (!isRemoteId(id)) this.send({ kind: 'prefill', id });
-      },
-      freed: (id, rate, failed) => {
-        if (isRemoteId(id)) return;
-        this.local.delete(id);
-        // The first token's rate sample travels with the free: every replica learns every
-        // instance's prefill rate from all requests, not from its own share. A failed attempt's
-        // free says so: every replica withdraws the speculative insert it repeated.
-        this.send({ kind: 'free', id, rate, failed });
-      },
-    });
+    deps.scheduler.addHooks(bookingSyncHooks((body) => this.send(body), this.local));
     link.subscribe(opts.subject, (data) => this.onMessage(data));
     this.metrics.watch({ connected: { sync: () => link.connected }, peers: () => this.remote.list().length, remoteBookings: () => this.remote.size });
     this.timer = setInterval(() => this.tick(), opts.heartbeatMs);

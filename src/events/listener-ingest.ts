@@ -2,7 +2,7 @@
 // every event, count outcomes, and purge everything the stream ever wrote. Synchronous and
 // socket-free (the ZMQ listener drives it); never throws.
 import type { IndexWriter, PurgeScope } from '../indexer/writer.js';
-import { type DecodeContext, decodeContext, decodePayload } from './decode/index.js';
+import { type DecodeContext, decodeContext, decodePayload, decodeValue, type PayloadResult } from './decode/index.js';
 import type { ApplyStatus, KvEvent } from '../indexer/kv-event.js';
 import type { EventMetrics, PurgeReason } from './metrics.js';
 import type { Registration } from './registry.js';
@@ -74,7 +74,15 @@ export class StreamIngest {
 
   /** Decode and apply one batch payload. `replayed` marks events recovered through replay. */
   applyPayload(payload: Uint8Array, replayed: boolean): ApplyResult {
-    const r = decodePayload(payload, this.ctx);
+    return this.applyDecoded(decodePayload(payload, this.ctx), replayed);
+  }
+
+  /** Decode and apply one batch given as the value its msgpack payload holds (bench fleet's `--event-wire values`). */
+  applyValue(value: unknown): ApplyResult {
+    return this.applyDecoded(decodeValue(value, this.ctx), false);
+  }
+
+  private applyDecoded(r: PayloadResult, replayed: boolean): ApplyResult {
     if (!r.ok) {
       this.decodeError(r.error);
       return { ok: false, error: r.error };

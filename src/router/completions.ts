@@ -21,9 +21,12 @@ import { decodeLegRoute, DEFAULT_DISAGG, disaggPlanner, splitLegs } from '../pro
 import { RequestTrace } from '../tracing/request-trace.js';
 import { combineObservers } from './decision-log.js';
 import type { Tracing } from '../tracing/tracing.js';
-import { policySpec, predictionTtlMs, servingPolicy } from '../scheduler/policies/registry.js';
 import type { RequestText } from '../scheduler/policies/types.js';
+import { policySpec } from '../scheduler/policies/registry.js';
 import { requestText } from './request-text.js';
+import { routeFields, speculativeTtl } from './route-input.js';
+
+export { routeFields, speculativeTtl };
 
 export interface CompletionDeps extends ForwardDeps {
   cfg: RouterConfig;
@@ -171,46 +174,6 @@ function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: Co
   if (size.words > limits.max_prompt_tokens) {
     throw new OpenAIError(400, `the prompt has at least ${size.words} tokens, the limit is ${limits.max_prompt_tokens}`, 'invalid_request_error', param, 'prompt_too_long');
   }
-}
-
-export function routeFields(p: PreparedRoute, cfg: RouterConfig, deps: Pick<CompletionDeps, 'engineLoads' | 'now'>): Pick<ForwardJob, 'ns' | 'route'> {
-  const r = p.routing;
-  // Without tokens (content the router cannot tokenize) a policy that needs them gives way to its fallback.
-  const policy = servingPolicy(r.policy, { tokens: p.tokens !== null });
-  return {
-    ns: { model: p.model.name, blockSize: p.model.cfg.block_size, loraName: p.adapter, salt: p.cacheSalt, tenant: 'default' },
-    route: {
-      tokens: p.tokens ?? new Uint32Array(0),
-      policy,
-      weights: { model: r.cost_model, overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks, decodeInterference: r.decode_interference, decodeBlockMs: r.decode_block_ms },
-      temperature: r.temperature,
-      ratePrior: { tokensPerS: r.prefill_tokens_per_s, overheadMs: r.prefill_overhead_ms },
-      // The slack is in milliseconds: only the time model's costs are.
-      prefixAffinity: r.cost_model === 'time' ? r.prefix_affinity : 0,
-      affinityBlocks: r.affinity_blocks,
-      // Dynamo's block cost stays Dynamo's: the bound compares prefill times.
-      loadBound: r.cost_model === 'time' ? r.load_bound : 0,
-      evictionAware: r.eviction_aware,
-      adapter: p.adapter,
-      adapterLoadMs: r.cost_model === 'time' ? cfg.lora.adapter_load_ms : 0,
-      adapterWarmMs: cfg.lora.adapter_warm_ms,
-      ...(cfg.engine_metrics.scrape
-        ? {
-            engineLoad: (instance: string, dpRank: number) => deps.engineLoads.get(instance, dpRank, deps.now(), cfg.engine_metrics.stale_ms),
-            engineWeights: { waiting: r.engine_waiting_weight, running: r.engine_running_weight, kvUsageMs: r.cost_model === 'time' ? r.engine_kv_usage_ms : 0 },
-          }
-        : {}),
-      sessionKey: p.sessionKey,
-      text: p.text,
-      target: r.target,
-      busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },
-    },
-  };
-}
-
-/** How long the routed prompt's blocks stay speculatively in the index (approx has nothing else). */
-export function speculativeTtl(p: PreparedRoute, route: Pick<ForwardJob['route'], 'policy'>): number {
-  return predictionTtlMs(route.policy, p.routing);
 }
 
 /**

@@ -9,6 +9,7 @@ import { barChart, lineChart, niceTicks } from '../../src/bench/svg.js';
 import { mooncakeWorkload, parseTrace, traceTokens } from '../../src/bench/workloads/mooncake.js';
 import { oracle } from '../../src/bench/workloads/oracle.js';
 import { sharedPrefixWorkload } from '../../src/bench/workloads/shared-prefix.js';
+import { agenticPrompt, agenticWorkload } from '../../src/bench/workloads/agentic.js';
 import { sizeFleet } from '../../src/bench/cluster/sizing.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-workloads-'));
@@ -76,6 +77,63 @@ describe('mooncake workload', () => {
     expect(keys.size).toBeGreaterThan(2);
     expect(keys.size).toBeLessThan(25);
     expect(s.requests.length).toBe(keys.size * 10);
+  });
+});
+
+describe('mooncake tiling', () => {
+  it('superimposes copies that share only block 0, each with the trace\'s reuse', async () => {
+    const lines = [
+      { timestamp: 0, input_length: 1024, output_length: 4, hash_ids: [0, 1] },
+      { timestamp: 10, input_length: 1536, output_length: 4, hash_ids: [0, 1, 2] },
+    ];
+    const f = trace(lines);
+    const one = mooncakeWorkload({ file: f, seed: 1, maxRequests: 2, maxModelLen: 4096, maxOutputTokens: null, sample: 1, tile: true });
+    const three = mooncakeWorkload({ file: f, seed: 1, maxRequests: 6, maxModelLen: 4096, maxOutputTokens: null, sample: 1, tile: true });
+    expect(one.copies).toBe(1);
+    expect(three.copies).toBe(3);
+    expect(three.requests).toHaveLength(6);
+    // Sorted by arrival, every copy's turns in order; tokensNow is promptTokens.
+    const at = three.requests.map((r) => r.atMs);
+    expect([...at].sort((a, b) => a - b)).toEqual(at);
+    for (let i = 0; i < 6; i++) expect(three.tokensNow!(i)).toEqual(await three.promptTokens(i));
+    // Per copy: 512 hits on the 2nd request (block 0 is shared across copies, so later copies' first requests hit it too).
+    const o1 = await oracle(one, 64);
+    const o3 = await oracle(three, 64);
+    expect(o1.hitTokens).toBe(1024);
+    expect(o3.hitTokens).toBe(3 * 1024 + 2 * 512);
+    expect(o1.distinctBlocks).toBe(24);
+    expect(o3.distinctBlocks).toBe(8 + 3 * 16);
+    // Without tile the trace is not extended.
+    expect(mooncakeWorkload({ file: f, seed: 1, maxRequests: 6, maxModelLen: 4096, maxOutputTokens: null, sample: 1 }).requests).toHaveLength(2);
+  });
+});
+
+describe('agentic workload', () => {
+  it('grows each session by reply + tool result per turn over a shared system prompt', async () => {
+    const o = { sessions: 3, turns: 4, systemLen: 256, taskLen: 64, replyLen: 16, toolLen: 48, thinkMs: 1000, rate: 2, seed: 9 };
+    const w = agenticWorkload(o);
+    expect(w.requests).toHaveLength(12);
+    expect(w.requests.filter((r) => r.after === null)).toHaveLength(3);
+    for (let i = 0; i < 12; i++) {
+      const r = w.requests[i];
+      expect(r.maxTokens).toBe(16);
+      if (i % 4 > 0) {
+        expect(r.after!.index).toBe(i - 1);
+        expect(r.after!.thinkMs).toBeGreaterThanOrEqual(500);
+        expect(r.after!.thinkMs).toBeLessThan(1500);
+      }
+    }
+    const t1 = agenticPrompt(o, 1, 1);
+    const t2 = agenticPrompt(o, 1, 2);
+    expect(t2.length).toBe(256 + 64 + 2 * 64);
+    expect(t2.subarray(0, t1.length)).toEqual(t1);
+    expect(agenticPrompt(o, 2, 0).subarray(0, 256)).toEqual(t1.subarray(0, 256));
+    expect(agenticPrompt(o, 2, 0).subarray(256, 320)).not.toEqual(t1.subarray(256, 320));
+    expect(w.tokensNow!(5)).toEqual(t1);
+    // The oracle: sessions share the system prompt, each turn hits its session's history.
+    const orc = await oracle(w, 16);
+    expect(orc.hitRate).toBeGreaterThan(0.5);
+    expect(agenticWorkload(o).requests.map((r) => [r.atMs, r.after?.thinkMs])).toEqual(w.requests.map((r) => [r.atMs, r.after?.thinkMs]));
   });
 });
 

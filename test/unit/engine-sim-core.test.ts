@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { seqHashes, hashSpace } from '../../src/hashing/index.js';
 import { rangeVocab } from '../../src/engine-sim/core/config.js';
 import { EngineCore, type StepOutput } from '../../src/engine-sim/core/engine-core.js';
-import { sglangHasher, vllmHasher, vllmNoneHash } from '../../src/engine-sim/core/engine-hash.js';
+import { sglangHasher, vllmHasher, vllmNoneHash, murmurHasher } from '../../src/engine-sim/core/engine-hash.js';
 import type { CoreKvEvent } from '../../src/engine-sim/core/kv-events.js';
 import type { SimRequestSpec } from '../../src/engine-sim/core/request.js';
 import type { CoreConfig } from '../../src/engine-sim/core/config.js';
@@ -71,6 +71,27 @@ describe('engine hashes', () => {
     expect(snap.map((b) => b.routerHash)).toEqual([router[0], router[1]]);
     expect(snap.map((b) => b.hash)).not.toEqual([router[0], router[1]]);
     expect(sglangHasher().id(sglangHasher().digest(null, tokens(16), null))).not.toBe(snap[0].hash);
+  });
+
+  it('the murmur flavor chains on the parent and extra keys, and is not the router standard either', () => {
+    const h = murmurHasher();
+    const t = tokens(32);
+    const d0 = h.digest(null, t.subarray(0, 16), null);
+    const d1 = h.digest(d0, t.subarray(16, 32), null);
+    expect(h.id(h.digest(null, t.subarray(0, 16), null))).toBe(h.id(d0));
+    expect(h.id(h.digest(null, t.subarray(16, 32), null))).not.toBe(h.id(d1));
+    expect(h.id(h.digest(null, t.subarray(0, 16), ['tenant-a']))).not.toBe(h.id(d0));
+    const router = seqHashes(t, 16, hashSpace({ seed: 1337n }));
+    expect([h.id(d0), h.id(d1)]).not.toContain(router[0]);
+    expect([h.id(d0), h.id(d1)]).not.toContain(router[1]);
+    // A core with it caches and reuses blocks as with the vLLM hash (same timings, same hits).
+    const run = (flavor: 'vllm' | 'murmur') => {
+      const e = core({ blockSize: 16, hashFlavor: flavor });
+      e.add(spec('a', tokens(40), 2), 0);
+      e.add(spec('b', tokens(40), 2), 0);
+      return drain(e).map((s) => [s.endMs, s.admitted.map((a) => a.gpuHitTokens)]);
+    };
+    expect(run('murmur')).toEqual(run('vllm'));
   });
 });
 

@@ -148,7 +148,8 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
 
 export const CHARTS = { cdf: 'ttft-cdf.svg', hits: 'hit-rate.svg', load: 'engine-load.svg' } as const;
 
-export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats, title: string): void {
+/** `perEngine: false` leaves out the per-engine bars (one series per engine: unreadable for large fleets). */
+export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats, title: string, opts: { perEngine?: boolean } = {}): void {
   const cdf = lineChart({
     title: `TTFT CDF per policy — ${title}`,
     xLabel: 'time to first token (ms, log scale)',
@@ -173,6 +174,7 @@ export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats
     yMax: Math.max(100 * o.hitRate * 1.15, ...results.map((r) => 110 * r.hitRate.engines), 5),
   });
   writeFileSync(join(dir, CHARTS.hits), hits);
+  if (opts.perEngine === false) return;
   const ids = results[0]?.engines.map((e) => e.id) ?? [];
   const load = barChart({
     title: `Requests per engine — ${title}`,

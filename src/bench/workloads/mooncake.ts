@@ -27,6 +27,32 @@ export interface MooncakeOptions {
   maxOutputTokens: number | null;
   /** Keep this fraction of conversations (seeded), whole: a thinner trace with the same reuse structure. */
   sample: number;
+  /**
+   * When the trace holds fewer than `maxRequests`, superimpose copies of it until it does (a
+   * larger population of the same service): see `tileTrace`.
+   */
+  tile?: boolean;
+}
+
+/** Arrivals of copy k are shifted by up to this much (seeded), so copies do not burst together. */
+const TILE_SHIFT_MS = 60_000;
+
+/**
+ * `copies` superimposed copies of a trace, in time order: copy k renames every hash id but 0 (the
+ * block every request shares, a common system prompt) to id + k x (largest id + 1), so copies share
+ * nothing else and each keeps the trace's reuse; its arrivals are shifted by a seeded offset.
+ */
+export function tileTrace(records: readonly TraceRecord[], copies: number, seed: number): TraceRecord[] {
+  let maxId = 0;
+  for (const r of records) for (const h of r.hash_ids) if (h > maxId) maxId = h;
+  const out: Array<TraceRecord & { copy: number; pos: number }> = [];
+  for (let k = 0; k < copies; k++) {
+    const shift = k === 0 ? 0 : Math.floor((mix(seed, 0x711e, k) / 2 ** 32) * TILE_SHIFT_MS);
+    const offset = k * (maxId + 1);
+    records.forEach((r, pos) => out.push({ ...r, timestamp: r.timestamp + shift, hash_ids: k === 0 ? r.hash_ids : r.hash_ids.map((h) => (h === 0 ? 0 : h + offset)), copy: k, pos }));
+  }
+  out.sort((a, b) => a.timestamp - b.timestamp || a.copy - b.copy || a.pos - b.pos);
+  return out.map(({ copy: _c, pos: _p, ...r }) => r);
 }
 
 /** No session ids in the trace. Reuse is a contiguous prefix and block 0 is shared by every request,
@@ -69,9 +95,9 @@ export function readTraceText(file: string): string {
   return (file.endsWith('.gz') ? gunzipSync(raw) : raw).toString('utf8');
 }
 
-export function mooncakeWorkload(o: MooncakeOptions): Workload & { skipped: number } {
+export function mooncakeWorkload(o: MooncakeOptions): Workload & { skipped: number; copies: number } {
   const all = parseTrace(readTraceText(o.file), o.file);
-  const kept: TraceRecord[] = [];
+  let kept: TraceRecord[] = [];
   let skipped = 0;
   for (const r of all) {
     if (kept.length >= o.maxRequests) break;
@@ -84,6 +110,8 @@ export function mooncakeWorkload(o: MooncakeOptions): Workload & { skipped: numb
     kept.push({ ...r, output_length: out });
   }
   if (kept.length === 0) throw new Error(`${o.file}: no request fits max_model_len ${o.maxModelLen}`);
+  const copies = o.tile && kept.length < o.maxRequests ? Math.ceil(o.maxRequests / kept.length) : 1;
+  if (copies > 1) kept = tileTrace(kept, copies, o.seed).slice(0, o.maxRequests);
   const t0 = kept[0].timestamp;
   const requests: BenchRequest[] = kept.map((r) => ({
     atMs: r.timestamp - t0,
@@ -98,14 +126,16 @@ export function mooncakeWorkload(o: MooncakeOptions): Workload & { skipped: numb
   return {
     name: 'mooncake',
     description:
-      `Mooncake trace ${o.file.split('/').pop()}: first ${kept.length} requests${o.sample < 1 ? ` of a ${o.sample} sample of conversations` : ''} (${skipped} longer than max_model_len ${o.maxModelLen} skipped), ` +
+      `Mooncake trace ${o.file.split('/').pop()}: ${copies > 1 ? `${kept.length} requests of ${copies} superimposed copies (disjoint hash ids but block 0, arrivals shifted up to ${TILE_SHIFT_MS / 1000} s)` : `first ${kept.length} requests`}${o.sample < 1 ? ` of a ${o.sample} sample of conversations` : ''} (${skipped} longer than max_model_len ${o.maxModelLen} skipped), ` +
       `${((kept.at(-1)!.timestamp - t0) / 1000).toFixed(0)} s of arrivals, mean ISL ${islMean.toFixed(0)}, mean OSL ${oslMean.toFixed(0)}` +
       (o.maxOutputTokens === null ? '' : ` (capped at ${o.maxOutputTokens})`) +
       `, 512-token hash blocks -> seeded token ids (seed ${o.seed})`,
     requests,
     engineTokenizer: 'none',
     promptTokens: async (i) => traceTokens(kept[i], o.seed),
+    tokensNow: (i) => traceTokens(kept[i], o.seed),
     close: async () => undefined,
     skipped,
+    copies,
   };
 }

@@ -2,6 +2,7 @@
 // prompt is hashed into chained blocks; a prompt hits the longest prefix of blocks any earlier
 // prompt produced, capped like the engine (the last prompt token is always recomputed).
 import { hashSpace, seqHashes } from '../../hashing/index.js';
+import { U64Table } from '../../indexer/u64-table.js';
 import type { Workload } from './types.js';
 
 export interface OracleStats {
@@ -20,7 +21,9 @@ export interface OracleStats {
 
 export async function oracle(w: Workload, blockSize: number, onProgress?: (done: number) => void): Promise<OracleStats> {
   const space = hashSpace();
-  const seen = new Set<bigint>();
+  // A u64 set in typed arrays, read through the hashes' lo/hi words: tens of millions of blocks
+  // (bench fleet's scale runs) fit without a bigint per block.
+  const seen = new U64Table(3, 1 << 16);
   let promptTokens = 0;
   let hitTokens = 0;
   let maxPrompt = 0;
@@ -28,10 +31,11 @@ export async function oracle(w: Workload, blockSize: number, onProgress?: (done:
   for (let i = 0; i < w.requests.length; i++) {
     const tokens = await w.promptTokens(i);
     const seq = seqHashes(tokens, blockSize, space);
+    const words = new Int32Array(seq.buffer, seq.byteOffset, 2 * seq.length);
     const cap = Math.floor((tokens.length - 1) / blockSize);
     let hit = 0;
-    while (hit < seq.length && hit < cap && seen.has(seq[hit])) hit++;
-    for (const h of seq) seen.add(h);
+    while (hit < seq.length && hit < cap && seen.find(words[2 * hit], words[2 * hit + 1]) >= 0) hit++;
+    for (let j = 0; j < seq.length; j++) seen.insert(words[2 * j], words[2 * j + 1]);
     promptTokens += tokens.length;
     hitTokens += hit * blockSize;
     maxPrompt = Math.max(maxPrompt, tokens.length);

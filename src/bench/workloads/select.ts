@@ -2,12 +2,13 @@
 import { existsSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import { REPO_ROOT } from '../procs/children.js';
+import { agenticWorkload } from './agentic.js';
 import { mooncakeWorkload } from './mooncake.js';
 import { multiTurnWorkload } from './multi-turn.js';
 import { sharedPrefixWorkload } from './shared-prefix.js';
 import type { Workload } from './types.js';
 
-export const WORKLOADS = ['mooncake', 'shared-prefix', 'multi-turn'] as const;
+export const WORKLOADS = ['mooncake', 'shared-prefix', 'multi-turn', 'agentic'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 /** The Mooncake conversation trace committed under bench/traces/ (source and license in its README). */
@@ -25,6 +26,8 @@ export interface WorkloadFlags {
   sample: number | null;
   /** Numeric knobs of the synthetic workloads (flag name -> value); unset ones take defaults. */
   knobs: Record<string, number | undefined>;
+  /** Mooncake: superimpose copies of the trace when it holds fewer than `requests` (bench fleet). */
+  tile?: boolean;
 }
 
 export function resolveTrace(file: string): string {
@@ -45,6 +48,7 @@ export async function buildWorkload(f: WorkloadFlags): Promise<Workload> {
       // The first minutes of the trace hold few follow-up turns (median gap 72 s); a quick run
       // samples whole conversations over a longer window so that it still has reuse.
       sample: f.sample ?? (f.quick ? 0.08 : 1),
+      tile: f.tile ?? false,
     });
   }
   if (f.workload === 'shared-prefix') {
@@ -59,6 +63,21 @@ export async function buildWorkload(f: WorkloadFlags): Promise<Workload> {
       rate: k('rate', 8, 8),
       seed: f.seed,
     });
+    return f.requests ? { ...w, requests: w.requests.slice(0, f.requests) } : w;
+  }
+  if (f.workload === 'agentic') {
+    const w = agenticWorkload({
+      sessions: k('users', 64, 12),
+      turns: k('turns', 12, 6),
+      systemLen: k('system-len', 4000, 2000),
+      taskLen: k('context-len', 1000, 500),
+      replyLen: f.maxOutputTokens ?? k('reply-len', 100, 32),
+      toolLen: k('tool-len', 400, 200),
+      thinkMs: k('think-ms', 1500, 1000),
+      rate: k('rate', 2, 2),
+      seed: f.seed,
+    });
+    // Capping keeps whole sessions' turns in order (every turn after its predecessor).
     return f.requests ? { ...w, requests: w.requests.slice(0, f.requests) } : w;
   }
   const w = await multiTurnWorkload({

@@ -43,6 +43,7 @@ export function sharedPrefixWorkload(o: SharedPrefixOptions): Workload {
     requests,
     engineTokenizer: 'none',
     promptTokens: async (i) => tokens(i),
+    tokensNow: tokens,
     close: async () => undefined,
   };
 }

@@ -24,5 +24,10 @@ export interface Workload {
   engineTokenizer: string;
   /** Prompt token ids exactly as the engine will see them (oracle and working set). */
   promptTokens(i: number): Promise<Uint32Array>;
+  /**
+   * The same tokens, computed on the spot, for workloads whose prompts are token ids made here
+   * (no tokenizer): `bench fleet` then never holds every prompt in memory at once.
+   */
+  tokensNow?(i: number): Uint32Array;
   close(): Promise<void>;
 }

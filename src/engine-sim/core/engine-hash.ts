@@ -4,9 +4,13 @@
 //           root parent NONE_HASH = sha256(cbor(str(PYTHONHASHSEED))); event id = low 64 bits.
 //   sglang: SGLang's chain: sha256(parent_digest || tokens as u32 LE); event id = first 8 bytes
 //           as a signed int64 (kept here as its u64 two's complement).
+//   murmur: a non-cryptographic 64-bit chain (two murmur3 lanes over the parent id and tokens) in
+//           plain JS, no digest object or native call: `bench fleet`'s thousand engines in one
+//           process hash tens of millions of blocks. Not the router's hash either (another
+//           function), so routers rehash token_ids as for vLLM.
 import { createHash } from 'node:crypto';
 
-export type HashFlavor = 'vllm' | 'sglang';
+export type HashFlavor = 'vllm' | 'sglang' | 'murmur';
 
 /** Per-block extra keys in vLLM order: LoRA name on every block, cache_salt on block 0. */
 export type ExtraKeys = string[] | null;
@@ -123,6 +127,64 @@ export function sglangHasher(): EngineHasher {
   };
 }
 
+// murmur3's 32-bit block mix and finalizer (two lanes with different seeds make 64 bits).
+function mix32(h: number, k: number): number {
+  k = Math.imul(k, 0xcc9e2d51);
+  k = (k << 15) | (k >>> 17);
+  h ^= Math.imul(k, 0x1b873593);
+  h = (h << 13) | (h >>> 19);
+  return (Math.imul(h, 5) + 0xe6546b64) | 0;
+}
+
+function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+// Lane seeds of the root block: arbitrary ("engi", "ne\0\0"), unrelated to the router's 1337.
+const ROOT_HI = 0x656e6769;
+const ROOT_LO = 0x6e650000;
+
+export function murmurHasher(): EngineHasher {
+  return {
+    flavor: 'murmur',
+    digest(parent, tokens, extra) {
+      let hi = parent ? ((parent[0] << 24) | (parent[1] << 16) | (parent[2] << 8) | parent[3]) ^ ROOT_LO : ROOT_HI;
+      let lo = parent ? ((parent[4] << 24) | (parent[5] << 16) | (parent[6] << 8) | parent[7]) ^ ROOT_HI : ROOT_LO;
+      if (extra !== null) {
+        for (const key of extra) {
+          for (let i = 0; i < key.length; i++) {
+            hi = mix32(hi, key.charCodeAt(i));
+            lo = mix32(lo, key.charCodeAt(i) ^ 0x5bd1e995);
+          }
+          hi = mix32(hi, 0);
+          lo = mix32(lo, 0);
+        }
+      }
+      for (let i = 0; i < tokens.length; i++) {
+        hi = mix32(hi, tokens[i]);
+        lo = mix32(lo, tokens[i] ^ 0x9e3779b9);
+      }
+      hi = fmix32(hi ^ tokens.length);
+      lo = fmix32(lo ^ Math.imul(tokens.length, 0x27d4eb2f));
+      const d = new Uint8Array(8);
+      d[0] = hi >>> 24;
+      d[1] = hi >>> 16;
+      d[2] = hi >>> 8;
+      d[3] = hi;
+      d[4] = lo >>> 24;
+      d[5] = lo >>> 16;
+      d[6] = lo >>> 8;
+      d[7] = lo;
+      return d;
+    },
+    id: (d) => (BigInt(((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0) << 32n) | BigInt(((d[4] << 24) | (d[5] << 16) | (d[6] << 8) | d[7]) >>> 0),
+  };
+}
+
 export function makeHasher(flavor: HashFlavor, pythonHashSeed: string): EngineHasher {
-  return flavor === 'sglang' ? sglangHasher() : vllmHasher(pythonHashSeed);
+  return flavor === 'sglang' ? sglangHasher() : flavor === 'murmur' ? murmurHasher() : vllmHasher(pythonHashSeed);
 }

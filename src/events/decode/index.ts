@@ -62,7 +62,8 @@ export function decodePayloadGeneric(payload: Uint8Array, ctx: DecodeContext): P
   return decodeValue(value, ctx);
 }
 
-function decodeValue(value: unknown, ctx: DecodeContext): PayloadResult {
+/** Decode a batch already unpacked from msgpack (the value a payload holds). */
+export function decodeValue(value: unknown, ctx: DecodeContext): PayloadResult {
   const raw = readBatch(value);
   if ('error' in raw) return { ok: false, error: raw.error };
   const info: BatchInfo = { dpRank: raw.dpRank ?? ctx.reg.dpRank, tsMs: raw.tsMs };

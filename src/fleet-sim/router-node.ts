@@ -1,0 +1,155 @@
+// One router replica in virtual time, assembled from the server's own parts the way
+// src/router/runtime.ts assembles them: TieredIndexer + KvIndexWriter, one StreamIngest per engine
+// registration (the listener's decode -> apply path), the Scheduler with its bookings and rate
+// learner, the closed-loop FeedbackLoop, and RemoteBookings + the sync hooks for replica sync.
+// What it adds is only the proxy's sequence of calls (src/proxy/forward.ts): decide, book, first
+// token -> prefillComplete, usage -> reportUncached and the hit check, free.
+import { mulberry32 } from '../common/prng.js';
+import { RemoteBookings } from '../cluster/remote-bookings.js';
+import { bookingSyncHooks } from '../cluster/sync-hooks.js';
+import { decodeSync, encodeSync, type SyncBody } from '../cluster/sync-wire.js';
+import { StreamIngest } from '../events/listener-ingest.js';
+import { NOOP_METRICS } from '../events/metrics.js';
+import { Registry } from '../events/registry.js';
+import { FeedbackLoop } from '../feedback/loop.js';
+import type { EngineUsage } from '../feedback/usage-tail.js';
+import type { NamespaceId } from '../indexer/namespace.js';
+import { TieredIndexer } from '../indexer/namespaces.js';
+import { KvIndexWriter, registerInIndex } from '../indexer/writer.js';
+import { desiredRegistrations, modelSeeds } from '../router/registrations.js';
+import { routeFields, type RouteFields, speculativeTtl } from '../router/route-input.js';
+import { type Candidate, type Decision, Scheduler } from '../scheduler/scheduler.js';
+import type { RouterPlan, RouterTally } from './types.js';
+
+const NO_ENGINE_LOADS = { engineLoads: { get: () => null }, now: () => 0 };
+const NOTHING_TRIED: ReadonlySet<string> = new Set();
+
+export class RouterNode {
+  readonly indexer: TieredIndexer;
+  readonly writer: KvIndexWriter;
+  readonly scheduler: Scheduler;
+  readonly feedback: FeedbackLoop;
+  readonly tally: RouterTally;
+  /** KV-event ingest per engine (by engine index), empty when the router ignores KV events. */
+  readonly ingests: StreamIngest[] = [];
+  private readonly candidates: Candidate[];
+  private readonly remote: RemoteBookings | null = null;
+  private syncSeq = 0;
+
+  constructor(
+    readonly index: number,
+    readonly id: string,
+    private readonly plan: RouterPlan,
+    engineIds: readonly string[],
+    seed: number,
+    /** Virtual now (ms). */
+    private readonly now: () => number,
+    /** Publish one encoded sync message to the other replicas (null: no replica sync). */
+    publish: ((bytes: Uint8Array) => void) | null,
+  ) {
+    const cfg = plan.cfg;
+    this.indexer = new TieredIndexer({ defaultSeed: BigInt(cfg.hashing.seed), modelSeeds: modelSeeds(cfg) });
+    this.writer = new KvIndexWriter(this.indexer);
+    this.scheduler = new Scheduler(this.indexer, mulberry32(cfg.routing.seed ?? seed));
+    this.tally = {
+      id,
+      decisions: 0,
+      refused: 0,
+      applied: {},
+      hitCheck: { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 },
+      sync: { sent: 0, received: 0 },
+      openBookings: 0,
+      index: { namespaces: 0, blocks: 0, records: 0, bytes: 0 },
+    };
+    const hc = this.tally.hitCheck;
+    this.feedback = new FeedbackLoop(plan.feedback, {
+      writer: this.writer,
+      distrusted: this.scheduler.distrusted,
+      log: () => undefined,
+      now,
+      judged: (_i, verdict) => void hc[verdict]++,
+    });
+    // As indexInstances: every configured instance counts in its model's namespace.
+    for (const m of cfg.models) for (const i of m.instances) this.writer.enroll({ model: m.name, blockSize: m.block_size }, i.id);
+    if (plan.kvEvents) {
+      // The config's registrations, through the registry as ListenerPool.add takes them.
+      const registry = new Registry();
+      const byInstance = new Map<string, StreamIngest>();
+      for (const spec of desiredRegistrations(cfg)) {
+        const r = registry.register(spec, 0);
+        if (r.kind === 'conflict') throw new Error(`registration conflict: ${r.reason}`);
+        registerInIndex(this.writer, r.registration);
+        byInstance.set(spec.instanceId, new StreamIngest(r.registration, { writer: this.writer, metrics: NOOP_METRICS, now }));
+      }
+      for (const e of engineIds) {
+        const ingest = byInstance.get(e);
+        if (!ingest) throw new Error(`instance ${e} has no kv_events registration`);
+        this.ingests.push(ingest);
+      }
+    }
+    this.candidates = engineIds.map((instance) => ({ instance, dpRank: 0 }));
+    if (publish) {
+      const incarnation = 'sim';
+      this.remote = new RemoteBookings({ active: this.scheduler.active, rates: this.scheduler.rates, indexer: this.indexer }, { router: id, incarnation });
+      // ReplicaSync.send: every message takes the next sequence number of this incarnation.
+      const send = (body: SyncBody) => {
+        this.tally.sync.sent++;
+        publish(encodeSync({ router: id, incarnation, seq: ++this.syncSeq, ...body }));
+      };
+      this.scheduler.addHooks(bookingSyncHooks(send));
+    }
+  }
+
+  /** The RouteInput fields of a prompt, built as the proxy path builds them. */
+  route(tokens: Uint32Array, sessionKey: string | null): RouteFields & { ttlMs: number } {
+    const src = { model: { name: this.plan.cfg.models[0].name, cfg: { block_size: this.plan.cfg.models[0].block_size } }, adapter: null, tokens, routing: this.plan.routing, cacheSalt: null, sessionKey, text: { kind: 'tokens' as const, symbols: tokens } };
+    // (No request text in the simulation: policies that route on text read the token ids, as SMG does over gRPC.)
+    const f = routeFields(src, this.plan.cfg, NO_ENGINE_LOADS);
+    return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
+  }
+
+  decide(f: RouteFields, now: number): Decision {
+    this.tally.decisions++;
+    return this.scheduler.decide({ ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, ...f.route }, now);
+  }
+
+  book(d: Decision, ns: NamespaceId, bookingId: string, ttlMs: number, now: number): void {
+    this.scheduler.book(d, ns, { requestId: bookingId, now, speculativeTtlMs: ttlMs });
+  }
+
+  /** The first streamed token passed through: the booking's prefill is done (a rate sample). */
+  firstToken(bookingId: string, now: number): void {
+    this.scheduler.prefillComplete(bookingId, now);
+  }
+
+  /** The response ended with the engine's usage: closed-loop check, then the booking is freed. */
+  finished(bookingId: string, d: Decision, usage: EngineUsage | null): void {
+    if (usage !== null && usage.cachedTokens !== null) this.scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
+    this.feedback.reported(d, usage);
+    this.scheduler.free(bookingId);
+  }
+
+  /** The request failed or was cut: the booking is freed without a report. */
+  abandoned(bookingId: string): void {
+    this.scheduler.free(bookingId);
+  }
+
+  /** Another replica's sync message arrived; true when load went down here (wake queued requests). */
+  receiveSync(bytes: Uint8Array): boolean {
+    if (!this.remote) return false;
+    const r = this.remote.handle(decodeSync(bytes), this.now());
+    if (r.outcome === 'applied') this.tally.sync.received++;
+    return r.released;
+  }
+
+  /** Final figures: KV-event outcomes, open alarms and index size. */
+  close(): RouterTally {
+    const applied: Record<string, number> = {};
+    for (const ing of this.ingests) for (const [k, v] of Object.entries(ing.counts.applied)) applied[k] = (applied[k] ?? 0) + v;
+    this.tally.applied = applied;
+    this.tally.hitCheck.alarms = this.feedback.verifier.alarms().length;
+    this.tally.index = this.indexer.stats();
+    this.tally.openBookings = this.scheduler.active.size;
+    return this.tally;
+  }
+}
