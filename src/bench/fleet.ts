@@ -12,6 +12,7 @@ import type { CoreConfig } from '../engine-sim/core/config.js';
 import { EngineCore } from '../engine-sim/core/engine-core.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { resolveOptions } from '../engine-sim/options.js';
+import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
 import type { EventWire, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
@@ -36,14 +37,11 @@ const MOONCAKE_RATE_PER_ENGINE = 2;
 const ENGINE_HEAP_PER_BLOCK = 900;
 
 /**
- * The engines' timing model (--perf-model): THE one place it is chosen. Only the mocker polynomials
- * (src/engine-sim/core/timing.ts) exist on this branch; calibrated models (a PerfModel in
- * src/engine-sim/core, `--perf-model h200-qwen3-8b|...` on engine-sim) are wired here once merged.
+ * The engines' timing model (--perf-model): the one place it is chosen, as engine-sim resolves its
+ * own flag (`loadPerfModel`: mocker, the calibrated H200 profiles, or a FILE[#model]).
  */
-export const PERF_MODELS = ['mocker'] as const;
 function perfModelConfig(name: string): Partial<CoreConfig> {
-  if (!(PERF_MODELS as readonly string[]).includes(name)) throw new Error(`--perf-model must be one of ${PERF_MODELS.join(', ')} (calibrated models are not on this branch yet)`);
-  return {};
+  return { perfModel: loadPerfModel(name).model };
 }
 
 const OPTIONS: OptionTable = {
@@ -61,7 +59,7 @@ const OPTIONS: OptionTable = {
   'spread-bursts': { type: 'string', default: '0', arg: 'MS', help: 'spread requests that share one arrival time evenly over the next MS (trace time, before --rate-scale): the Mooncake conversation trace stamps arrivals in 3,000 ms steps, so its requests come in bursts (0: as recorded, as bench cluster replays them)' },
   'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
   'rate-per-engine': { type: 'string', arg: 'X', help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)` },
-  'perf-model': { type: 'string', default: 'mocker', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')}` },
+  'perf-model': { type: 'string', default: 'h200-qwen3-8b', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')} | FILE[#model] (docs/engine-sim.md, "Perf models")` },
   'engine-hash': { type: 'string', default: 'murmur', arg: 'vllm|murmur', help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or murmur (a non-cryptographic chain, much cheaper; routers rehash token_ids either way)" },
   speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup (only to match a bench cluster run: virtual time needs none)' },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and routers' },
