@@ -252,7 +252,9 @@ export function spreadBursts(reqs: Workload['requests'], spreadMs: number): numb
   reqs.forEach((r, i) => {
     if (r.after === null) groups.set(r.atMs, [...(groups.get(r.atMs) ?? []), i]);
   });
-  for (const [t, idx] of groups) idx.forEach((i, k) => (at[i] = t + (k * spreadMs) / idx.length));
+  for (const [t, idx] of groups) idx.forEach((i, k) => {
+      at[i] = t + (k * spreadMs) / idx.length;
+    });
   return at;
 }
 

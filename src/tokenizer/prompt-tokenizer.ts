@@ -245,7 +245,9 @@ async function probeSegmenting(native: NativeTokenizer, splitter: SegmentSplitte
   if (specials.length === 0) return true;
   const bodies = [' leading space', '\n\nnewlines  \n', '123 456', 'ﬁ café é', '  ', 'x', '\t tab', '日本語 😀'];
   let text = ' start';
-  specials.forEach((s, i) => (text += s + bodies[i % bodies.length] + s + s));
+  specials.forEach((s, i) => {
+    text += s + bodies[i % bodies.length] + s + s;
+  });
   const whole = await native.encode(text, false);
   const parts = await native.encodeBatch(splitter.split(text), false);
   const joined = concat(parts);
@@ -260,7 +262,11 @@ async function probeSegmenting(native: NativeTokenizer, splitter: SegmentSplitte
 async function probePieces(native: NativeTokenizer): Promise<boolean> {
   const sides = ['x', 'X1', '9', '.', "'s", '!?', 'é', 'e\u0301', '\u0301', '日本', '😀', '-', '\u00a0', '\t', '\r', '<|', '$'];
   let text = '';
-  sides.forEach((a, i) => sides.forEach((b, j) => (text += `${a}${(i + j) % 3 === 0 ? ' ' : '\n'}${b}${j % 4 === 0 ? '  \n' : ' '}`)));
+  sides.forEach((a, i) => {
+    sides.forEach((b, j) => {
+      text += `${a}${(i + j) % 3 === 0 ? ' ' : '\n'}${b}${j % 4 === 0 ? '  \n' : ' '}`;
+    });
+  });
   const cuts = [0];
   for (let i = 1; i < text.length; i++) if (isExactCut(text, i)) cuts.push(i);
   const pieces = cuts.map((c, k) => text.slice(c, cuts[k + 1] ?? text.length));

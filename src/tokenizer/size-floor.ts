@@ -137,7 +137,9 @@ export function textSizeFloor(text: string, countWordsAbove = 0): SizeFloor {
 /** Throws ChatTemplateError ('invalid_request') for a structured input nested deeper than MAX_INPUT_NESTING. */
 export function chatSizeFloor(chat: ChatRequestLike, countWordsAbove = 0): SizeFloor {
   const t = new Tally();
-  chat.messages.forEach((m, i) => addMessage(t, m, i));
+  chat.messages.forEach((m, i) => {
+    addMessage(t, m, i);
+  });
   t.value(chat.tools, 'tools');
   t.value(chat.chat_template_kwargs, 'chat_template_kwargs');
   return t.floor(countWordsAbove);

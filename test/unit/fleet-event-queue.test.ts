@@ -8,7 +8,9 @@ describe('fleet-sim EventQueue', () => {
     fc.assert(
       fc.property(fc.array(fc.integer({ min: 0, max: 20 }), { maxLength: 200 }), (times) => {
         const q = new EventQueue<number>();
-        times.forEach((t, i) => q.push(t, i));
+        times.forEach((t, i) => {
+          q.push(t, i);
+        });
         const out: Array<[number, number]> = [];
         for (let e = q.pop(); e; e = q.pop()) out.push([e.at, e.ev]);
         const want = times.map((t, i) => [t, i] as [number, number]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);

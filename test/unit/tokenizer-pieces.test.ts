@@ -89,7 +89,9 @@ describe.each(PACKAGES)('pieces tokenize as the whole text: %s', (pkg) => {
     let exactCuts = 0;
     for (const chars of [5, 12, 64]) {
       const pieced = await native.encodeBatch(inputs, false, { pieces: { chars, exactCuts: true } });
-      inputs.forEach((s, i) => expect(ids(pieced[i]), `${chars}: ${JSON.stringify(s.slice(0, 80))}`).toEqual(ids(whole[i])));
+      inputs.forEach((s, i) => {
+        expect(ids(pieced[i]), `${chars}: ${JSON.stringify(s.slice(0, 80))}`).toEqual(ids(whole[i]));
+      });
       for (const s of inputs) exactCuts += cutAll(s, chars, true).filter((p, k, all) => p.exact && k < all.length - 1).length;
     }
     expect(exactCuts).toBeGreaterThan(5000);

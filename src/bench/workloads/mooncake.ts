@@ -49,7 +49,9 @@ export function tileTrace(records: readonly TraceRecord[], copies: number, seed:
   for (let k = 0; k < copies; k++) {
     const shift = k === 0 ? 0 : Math.floor((mix(seed, 0x711e, k) / 2 ** 32) * TILE_SHIFT_MS);
     const offset = k * (maxId + 1);
-    records.forEach((r, pos) => out.push({ ...r, timestamp: r.timestamp + shift, hash_ids: k === 0 ? r.hash_ids : r.hash_ids.map((h) => (h === 0 ? 0 : h + offset)), copy: k, pos }));
+    records.forEach((r, pos) => {
+      out.push({ ...r, timestamp: r.timestamp + shift, hash_ids: k === 0 ? r.hash_ids : r.hash_ids.map((h) => (h === 0 ? 0 : h + offset)), copy: k, pos });
+    });
   }
   out.sort((a, b) => a.timestamp - b.timestamp || a.copy - b.copy || a.pos - b.pos);
   return out.map(({ copy: _c, pos: _p, ...r }) => r);
