@@ -120,6 +120,53 @@ function oracleQuery(index: BlockIndex, seq: BigUint64Array, now: number, limitI
   return { queriedBlocks: n, candidates, sharedBlocks: shared };
 }
 
+/** survivingPrefix and touch before issue 40: a scan of each prefix block's holders, per block. */
+interface LruInternals extends Internals {
+  recTouch: Float64Array;
+  holders: Array<{ clock: number; peak: number; count: number; evicted: number }>;
+}
+
+/** The confirmed GPU holder the index judges (an instance may publish through two backends). */
+function gpuHolderOf(index: BlockIndex, instance: string, dpRank: number): number {
+  return (index as unknown as { gpuHolder(instance: string, dpRank: number): number }).gpuHolder(instance, dpRank);
+}
+
+function recordOf(x: LruInternals, seq: BigUint64Array, i: number, id: number): number {
+  const sv = new Int32Array(seq.buffer, seq.byteOffset, seq.length * 2);
+  const slot = x.table.find(sv[2 * i], sv[2 * i + 1]);
+  if (slot === NONE) return NONE;
+  for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E]) if (x.rec[r * R + R_HOLDER] === id) return r;
+  return NONE;
+}
+
+function oracleSurviving(index: BlockIndex, instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
+  const x = index as unknown as LruInternals;
+  const id = gpuHolderOf(index, instance, dpRank);
+  const h = id === NONE ? null : x.holders[id];
+  if (!h || h.evicted === 0 || depth <= 0) return depth;
+  const need = allocations - (h.peak - h.count);
+  if (need <= 0) return depth;
+  const d = Math.min(depth, seq.length);
+  for (let i = 0; i < d; i++) {
+    const r = recordOf(x, seq, i, id);
+    if (r === NONE) continue;
+    const newer = Math.max(0, Math.floor(h.clock - x.recTouch[r]));
+    if (h.count - 1 - newer < need) return i;
+  }
+  return depth;
+}
+
+function oracleTouch(index: BlockIndex, instance: string, dpRank: number, seq: BigUint64Array, depth: number): void {
+  const x = index as unknown as LruInternals;
+  const id = gpuHolderOf(index, instance, dpRank);
+  if (id === NONE) return;
+  const d = Math.min(depth, seq.length);
+  for (let i = 0; i < d; i++) {
+    const r = recordOf(x, seq, i, id);
+    if (r !== NONE) x.recTouch[r] = x.holders[id].clock + 0.5 - i / (2 * (d + 1));
+  }
+}
+
 // ------------------------------------------------------------------------------ random indexes
 
 const MEDIA: Medium[] = ['GPU', 'CPU', 'DISK', 'EXTERNAL'];
@@ -220,6 +267,67 @@ function queries(k: Knobs): Array<{ got: unknown; want: unknown }> {
   }
   return out;
 }
+
+describe('eviction awareness follows the holder list and answers as the per-block scan (issue 40)', () => {
+  it('touch marks the same records, and survivingPrefix (alone and from the walk) gives the same prefix', () => {
+    let cut = 0; // judgements that end a prefix early (the cases that matter)
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 2 ** 31 - 1 }), fc.integer({ min: 1, max: 8 }), (seed, instances) => {
+        const k: Knobs = { seed, instances, prompts: 4, promptBlocks: 24, ops: 80 };
+        // Two identical indexes: one touched the old way, one the new way.
+        const a = randomIndex(k);
+        const b = randomIndex(k);
+        const int = (n: number) => Math.floor(a.rnd() * n);
+        // Every GPU cache full: each has evicted one of its blocks.
+        for (const inst of a.instances) {
+          for (const rank of [0, 1]) {
+            const id = gpuHolderOf(a.idx, inst, rank);
+            const held = id === NONE ? [] : a.idx.holderBlocks(id);
+            if (held.length === 0) continue;
+            const gone = held[int(held.length)];
+            for (const x of [a, b]) x.idx.remove(id, BigUint64Array.of(gone.engineHash ?? gone.hash));
+          }
+        }
+        for (let t = 0; t < 20; t++) {
+          const inst = a.instances[int(a.instances.length)];
+          const rank = int(2);
+          // Mostly a prompt whose first block the instance's GPU cache holds.
+          const id = gpuHolderOf(a.idx, inst, rank);
+          const held = new Set(id === NONE ? [] : a.idx.holderBlocks(id).map((x) => x.hash));
+          const mine = a.prompts.filter((p) => held.has(p[0]));
+          const prompt = mine.length > 0 && a.rnd() < 0.8 ? mine[int(mine.length)] : a.prompts[int(a.prompts.length)];
+          const seq = BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length)));
+          const depth = int(seq.length + 2);
+          if (a.rnd() < 0.5) {
+            oracleTouch(a.idx, inst, rank, seq, depth);
+            b.idx.touch(inst, rank, seq, depth);
+          }
+          // Allocations around the holder's free room, so that some blocks go and some stay.
+          const lru = (index: BlockIndex, instance: string, dpRank: number) => {
+            const id = gpuHolderOf(index, instance, dpRank);
+            const h = id === NONE ? null : (index as unknown as LruInternals).holders[id];
+            return h ? h.peak - h.count + int(h.count + 2) : int(60);
+          };
+          const allocations = lru(a.idx, inst, rank);
+          const want = oracleSurviving(a.idx, inst, rank, seq, depth, allocations);
+          if (want < Math.min(depth, seq.length)) cut++;
+          expect(b.idx.survivingPrefix(inst, rank, seq, depth, allocations)).toBe(want);
+          expect(oracleSurviving(b.idx, inst, rank, seq, depth, allocations)).toBe(want);
+          // Through the walk: every candidate's surviving device prefix, from the records it read.
+          const cands = a.instances.flatMap((instance) => [0, 1].map((dpRank) => ({ instance, dpRank })));
+          const allocs = Int32Array.from(cands, (c) => lru(b.idx, c.instance, c.dpRank));
+          const o = b.idx.overlapsFor(seq, a.now, cands, allocs);
+          cands.forEach((c, j) => {
+            const w = oracleSurviving(b.idx, c.instance, c.dpRank, seq, o.device[j], allocs[j]);
+            expect(o.surviving[j]).toBe(w);
+          });
+        }
+      }),
+      { numRuns: 300 },
+    );
+    expect(cut).toBeGreaterThan(500);
+  });
+});
 
 describe('the predicted walk answers exactly as the block-by-block walk (issue 40)', () => {
   it('on thousands of random indexes and prompts: per instance, tier, dp rank and the shared pool', () => {
