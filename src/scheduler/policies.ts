@@ -29,7 +29,11 @@ export interface PolicyContext {
 
 export type Policy = (eligible: readonly CandidateScore[], ctx: PolicyContext) => number;
 
-const byCost: Policy = (c, ctx) => pickByCost(c.map((x) => x.cost), ctx.temperature, ctx.rand);
+const byCost: Policy = (c, ctx) => {
+  const costs = new Float64Array(c.length);
+  for (let i = 0; i < c.length; i++) costs[i] = c[i].cost;
+  return pickByCost(costs, ctx.temperature, ctx.rand);
+};
 
 /** Rendezvous weight of a worker for a key (highest wins): stable as workers come and go. */
 const hrw = (key: bigint, c: CandidateScore): bigint => xxh3_64(`${c.instance}\u0000${c.dpRank}`, key);

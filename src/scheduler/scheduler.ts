@@ -289,10 +289,11 @@ export class Scheduler {
     // A literal per outcome, not a spread of shared fields plus these two: adding keys after a spread
     // is V8's slow path (~1 us per decision on Node 20).
     const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null): Decision => ({ chosen, reason, policy: input.policy, candidates, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null });
-    const pool = input.exclude ? candidates.filter((c) => !input.exclude!.has(c.instance)) : candidates;
+    const exclude = input.exclude;
+    const pool = exclude && exclude.size > 0 ? candidates.filter((c) => !exclude.has(c.instance)) : candidates;
     if (pool.length === 0) return decision(null, 'no_candidates');
-    // An explicit target bypasses busy gating (the operator asked for it).
-    const eligible = input.policy === 'direct' ? pool : pool.filter((c) => !c.busy);
+    // An explicit target bypasses busy gating (the operator asked for it). No copy when none is busy.
+    const eligible = input.policy === 'direct' || !pool.some((c) => c.busy) ? pool : pool.filter((c) => !c.busy);
     if (eligible.length === 0) return decision(null, 'all_busy');
     const poolKey = input.ns.model;
     const idx = POLICY_IMPL[input.policy](eligible, {
