@@ -10,7 +10,8 @@ export class WorkerMap<V> {
   }
 
   get(instance: string, dpRank: number): V | undefined {
-    return this.byInstance.get(instance)?.[dpRank];
+    // (An empty map, e.g. no request in flight anywhere, answers without hashing the name.)
+    return this.count === 0 ? undefined : this.byInstance.get(instance)?.[dpRank];
   }
 
   set(instance: string, dpRank: number, value: V): void {

@@ -22,11 +22,10 @@ import { type Medium, TIER_BIT } from './tiers.js';
 const NONE = -1;
 /** Query ids wrap here; the stamps are cleared then, so an old stamp never passes for a new query. */
 const QUERY_ID_LIMIT = 0x3fffffff;
-// What a seeded holder means for the answer: nothing (another instance's, an expired speculative
-// block), a level of its tracked candidate, or the shared pool.
-const SEM_NONE = 0;
-const SEM_OWN = 1;
-const SEM_SHARED = 2;
+/** A predicted stop of a shared-pool holder (other nodes name a tracked candidate, or NONE). */
+const SHARED = -2;
+// predicted-stop node: [record mix, who (candidate, SHARED or NONE), tier bit, next in its depth's list]
+const Q = 4;
 const GPU = TIER_BIT.GPU;
 const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
 // record row fields
@@ -208,23 +207,18 @@ export class BlockIndex {
   private qAliveN = 0;
   private qLive = 0;
   private qTrackedN = 0;
-  // query scratch, indexed by holder id: the seed in force (its serial), its record's mix, meaning
-  private qhSerial = new Int32Array(16);
-  private qhMix = new Int32Array(16);
-  private qhSem = new Uint8Array(16);
-  /** The holder's record of block 0 in query qhFirstQ (where eviction judgements start). */
+  /** The holder's record of block 0 in query qhFirstQ (where eviction judgements start), kept when qKeepFirst. */
   private qhFirst = new Int32Array(16);
   private qhFirstQ = new Int32Array(16);
+  private qKeepFirst = false;
   private qSharedN = 0;
-  private qSerial = 0;
-  private qSerialFloor = 1;
-  // predicted stops: per depth a list of (holder, serial) nodes
+  // predicted stops: per depth a list of nodes (rows of Q); those before qNodeFloor are from
+  // seeds a later seed replaced
   private qBucket = new Int32Array(256);
   private qBucketStamp = new Int32Array(256);
-  private qNodeHolder = new Int32Array(256);
-  private qNodeSerial = new Int32Array(256);
-  private qNodeNext = new Int32Array(256);
+  private qNodes = new Int32Array(256 * Q);
   private qNodeN = 0;
+  private qNodeFloor = 0;
   /** Candidate -> its confirmed GPU holder (validated on use, rebuilt by a scan when stale). */
   private gpuHolders = new Map<number, number>();
   private queryId = 0;
@@ -289,9 +283,6 @@ export class BlockIndex {
       this.hSpec = grow(this.hSpec, n);
       this.hGroup = grow(this.hGroup, n);
       this.hMix0 = grow(this.hMix0, n);
-      this.qhSerial = grow(this.qhSerial, n);
-      this.qhMix = grow(this.qhMix, n);
-      this.qhSem = grow(this.qhSem, n);
       this.qhFirst = grow(this.qhFirst, n);
       this.qhFirstQ = grow(this.qhFirstQ, n);
     }
@@ -701,6 +692,7 @@ export class BlockIndex {
    * Speculative records count as device blocks until they expire.
    */
   query(seq: BigUint64Array, now: number, limitInstances?: ReadonlySet<string>): OverlapResult {
+    this.qKeepFirst = false;
     const shared = this.walk(seq, now, this.nextQueryId(), limitInstances, false);
     return { queriedBlocks: seq.length, candidates: this.collect(), sharedBlocks: shared };
   }
@@ -716,6 +708,7 @@ export class BlockIndex {
     const k = candidates.length;
     const ids = this.candidateIds(candidates);
     for (let j = 0; j < k; j++) if (ids[j] !== NONE) this.qWant[ids[j]] = qid;
+    this.qKeepFirst = allocations !== undefined;
     const shared = this.walk(seq, now, qid, undefined, true);
     const device = new Int32Array(k);
     const host = new Int32Array(k);
@@ -787,7 +780,6 @@ export class BlockIndex {
     this.qAliveN = 0;
     this.qLive = 0;
     this.qNodeN = 0;
-    this.qSerial = 0;
     if (n === 0) return 0;
     if (this.qBucket.length <= n) {
       let m = this.qBucket.length;
@@ -795,15 +787,15 @@ export class BlockIndex {
       this.qBucket = new Int32Array(m);
       this.qBucketStamp = new Int32Array(m);
     }
-    const { table, qBucket, qBucketStamp, qhSerial, qhMix, qhSem, hCand, hBit, qDev, qHost, qDisk, qDevN, qHostN, qAllN } = this;
+    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qDevN, qHostN, qAllN } = this;
     const tbl = table.data;
     this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
     let slot = table.find(sv[0], sv[1]);
     if (slot === NONE) return 0;
     this.seedBlock(slot, 0, n, now, qid, limit, stamped);
     this.settleAll(0);
-    // Node arrays grow while seeding: read them again after each seedBlock.
-    let { qNodeHolder, qNodeSerial, qNodeNext } = this;
+    // Nodes grow while seeding: read them again after each seedBlock.
+    let nodes = this.qNodes;
     let predicted = tbl[slot * T + T_SIG];
     let sharedAlive = this.qSharedN > 0;
     let shared = 0;
@@ -822,27 +814,18 @@ export class BlockIndex {
       } else {
         // Holders due to stop here (a node of an earlier seed is void): without them, is the
         // holder set the predicted one?
-        const floor = this.qSerialFloor;
+        const floor = this.qNodeFloor;
         let gone = 0;
-        for (let k = qBucket[i]; k !== NONE; k = qNodeNext[k]) {
-          const h = qNodeHolder[k];
-          const s = qNodeSerial[k];
-          if (s >= floor && qhSerial[h] === s) gone ^= qhMix[h];
-        }
+        for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) if (k >= floor) gone ^= nodes[k * Q];
         predicted ^= gone;
         if (sig === predicted) {
           // It is: they stop here, and so do the levels left without a holder.
-          for (let k = qBucket[i]; k !== NONE; k = qNodeNext[k]) {
-            const h = qNodeHolder[k];
-            const s = qNodeSerial[k];
-            if (s < floor || qhSerial[h] !== s) continue;
-            qhSerial[h] = 0;
-            const sem = qhSem[h];
-            if (sem === SEM_SHARED) this.qSharedN--;
-            if (sem !== SEM_OWN) continue;
-            const c = hCand[h];
-            if (qDisk[c] !== EXT) continue;
-            const b = hBit[h];
+          for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) {
+            if (k < floor) continue;
+            const c = nodes[k * Q + 1];
+            if (c === SHARED) this.qSharedN--;
+            if (c < 0 || qDisk[c] !== EXT) continue;
+            const b = nodes[k * Q + 2];
             if (--qAllN[c] === 0) {
               if (qDev[c] === EXT) qDev[c] = i;
               if (qHost[c] === EXT) qHost[c] = i;
@@ -864,7 +847,7 @@ export class BlockIndex {
       // Not the holder set predicted (a chain stored in pieces, a branch, a newcomer): read this
       // block's records and predict afresh from them.
       this.seedBlock(slot, i, n, now, qid, undefined, false);
-      ({ qNodeHolder, qNodeSerial, qNodeNext } = this);
+      nodes = this.qNodes;
       predicted = sig;
       this.settleAll(i);
       if (sharedAlive && this.qSharedN === 0) {
@@ -898,45 +881,51 @@ export class BlockIndex {
       qHostN[c] = 0;
       qAllN[c] = 0;
     }
-    this.qSharedN = 0;
     // Seeds from before this block no longer stand: their nodes are ignored.
-    this.qSerialFloor = this.qSerial + 1;
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qhSerial, qhMix, qhSem, qhFirst, qhFirstQ, qStamp, qDisk } = this;
-    let serial = this.qSerial;
+    this.qNodeFloor = this.qNodeN;
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qhFirst, qhFirstQ, qStamp, qDisk, qBucket, qBucketStamp } = this;
+    let nodes = this.qNodes;
+    let k = this.qNodeN;
+    let shared = 0;
     for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
       const h = rec[r * R + R_HOLDER];
-      if (i === 0) {
+      if (i === 0 && this.qKeepFirst) {
         qhFirst[h] = r;
         qhFirstQ[h] = qid;
       }
       const spec = hSpec[h] === 1;
       const exp = spec ? recExp[r] : 0;
-      // Only a holder predicted to stop is looked at again (a re-seed replaces every prediction).
-      const end = i + Math.max(1, runLen[rec[r * R + R_RUN]] - rec[r * R + R_POS]);
-      const stops = end < n;
-      if (stops) {
-        qhMix[h] = spec ? recordMix(h, exp) : hMix0[h];
-        qhSerial[h] = ++serial;
-        this.predictStop(end, h, serial, qid);
-      }
+      // Who the holder counts for: a tracked candidate's level, the shared pool, or nobody.
       const c = hCand[h];
-      let sem = SEM_NONE;
+      let who = NONE;
       if (c === NONE) {
-        sem = SEM_SHARED;
-        this.qSharedN++;
+        who = SHARED;
+        shared++;
       } else if (!spec || exp > now) {
         if (qStamp[c] !== qid && i === 0 && (stamped ? this.qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) this.track(c, qid);
         if (qStamp[c] === qid && qDisk[c] === EXT) {
-          sem = SEM_OWN;
+          who = c;
           const b = hBit[h];
           qAllN[c]++;
           if (b & GPU) qDevN[c]++;
           if (b & GPU_CPU) qHostN[c]++;
         }
       }
-      if (stops) qhSem[h] = sem;
+      // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
+      const end = i + Math.max(1, runLen[rec[r * R + R_RUN]] - rec[r * R + R_POS]);
+      if (end >= n) continue;
+      if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
+      nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
+      nodes[k * Q + 1] = who;
+      nodes[k * Q + 2] = hBit[h];
+      if (qBucketStamp[end] !== qid) {
+        qBucketStamp[end] = qid;
+        nodes[k * Q + 3] = NONE;
+      } else nodes[k * Q + 3] = qBucket[end];
+      qBucket[end] = k++;
     }
-    this.qSerial = serial;
+    this.qNodeN = k;
+    this.qSharedN = shared;
   }
 
   private track(c: number, qid: number): void {
@@ -950,23 +939,6 @@ export class BlockIndex {
     this.qAlive[this.qAliveN++] = c;
     this.qLive++;
     this.qTracked[this.qTrackedN++] = c;
-  }
-
-  private predictStop(depth: number, h: number, serial: number, qid: number): void {
-    const k = this.qNodeN++;
-    if (k >= this.qNodeHolder.length) {
-      const m = this.qNodeHolder.length * 2;
-      this.qNodeHolder = grow(this.qNodeHolder, m);
-      this.qNodeSerial = grow(this.qNodeSerial, m);
-      this.qNodeNext = grow(this.qNodeNext, m);
-    }
-    this.qNodeHolder[k] = h;
-    this.qNodeSerial[k] = serial;
-    if (this.qBucketStamp[depth] !== qid) {
-      this.qBucketStamp[depth] = qid;
-      this.qNodeNext[k] = NONE;
-    } else this.qNodeNext[k] = this.qBucket[depth];
-    this.qBucket[depth] = k;
   }
 
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
