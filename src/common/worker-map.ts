@@ -40,6 +40,11 @@ export class WorkerMap<V> {
     return n;
   }
 
+  clear(): void {
+    this.byInstance.clear();
+    this.count = 0;
+  }
+
   *values(): IterableIterator<V> {
     for (const ranks of this.byInstance.values()) for (const v of ranks) if (v !== undefined) yield v;
   }
