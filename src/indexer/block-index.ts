@@ -207,10 +207,20 @@ export class BlockIndex {
   private qAliveN = 0;
   private qLive = 0;
   private qTrackedN = 0;
-  /** The holder's record of block 0 in query qhFirstQ (where eviction judgements start), kept when qKeepFirst. */
+  /**
+   * Kept when qKeepFirst, for eviction judgements: the holder's record of block 0 in query qhFirstQ;
+   * the last seed (qhSeedK-th of query qhSeedQ) that found it and where that seed predicted it stops.
+   * Between seeds every prediction held, so a holder holds nothing from that stop, or from the next
+   * seed that did not find it, to the end of the walk.
+   */
   private qhFirst = new Int32Array(16);
   private qhFirstQ = new Int32Array(16);
+  private qhSeedQ = new Int32Array(16);
+  private qhSeedK = new Int32Array(16);
+  private qhSeedEnd = new Int32Array(16);
+  private qSeedDepth = new Int32Array(16);
   private qKeepFirst = false;
+  private qSeeds = 0;
   private qSharedN = 0;
   // predicted stops: per depth a list of nodes (rows of Q); those before qNodeFloor are from
   // seeds a later seed replaced
@@ -285,6 +295,9 @@ export class BlockIndex {
       this.hMix0 = grow(this.hMix0, n);
       this.qhFirst = grow(this.qhFirst, n);
       this.qhFirstQ = grow(this.qhFirstQ, n);
+      this.qhSeedQ = grow(this.qhSeedQ, n);
+      this.qhSeedK = grow(this.qhSeedK, n);
+      this.qhSeedEnd = grow(this.qhSeedEnd, n);
     }
     this.hCand[id] = cand;
     this.hBit[id] = TIER_BIT[medium];
@@ -550,27 +563,39 @@ export class BlockIndex {
    * (deeper blocks can be newer than shallower ones: events append to chains).
    */
   survivingPrefix(instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
-    return this.surviving(this.gpuHolder(instance, dpRank), hashView(seq), depth, allocations, NONE);
+    return this.surviving(this.gpuHolder(instance, dpRank), hashView(seq), depth, allocations, NONE, seq.length);
   }
 
-  /** survivingPrefix for GPU holder `id`; `first` is its record of block 0 when known (NONE: look it up). */
-  private surviving(id: number, sv: Int32Array, depth: number, allocations: number, first: number): number {
+  /**
+   * survivingPrefix for GPU holder `id`; `first` is its record of block 0 when known (NONE: look it
+   * up), and the holder holds none of the blocks from `end` on.
+   */
+  private surviving(id: number, sv: Int32Array, depth: number, allocations: number, first: number, end: number): number {
     const h = id === NONE ? null : this.holders[id];
     if (!h || h.evicted === 0 || depth <= 0) return depth;
     const need = allocations - (h.peak - h.count);
     if (need <= 0) return depth;
-    const d = Math.min(depth, sv.length >> 1);
+    // A block goes when fewer than `need` blocks are strictly older: max(0, floor(clock - touch))
+    // blocks are newer, so it goes when count - 1 - that < need, i.e. touch <= clock - count + need
+    // (or always, when need exceeds every other block).
+    const all = h.count - 1 < need;
+    const limit = h.clock - h.count + need;
+    const { rec, recTouch } = this;
+    const d = Math.min(depth, end, sv.length >> 1);
     let next = first;
     for (let i = 0; i < d; i++) {
-      const r = this.recordOn(id, sv, i, next);
-      if (r === NONE) continue; // held through another holder of the instance: no judgement
-      // Strictly older blocks go first; this one goes once `need` exceeds them.
-      const newer = Math.max(0, Math.floor(h.clock - this.recTouch[r]));
-      if (h.count - 1 - newer < need) return i;
-      next = this.rec[r * R + R_NEXT_H];
+      // The next record in the holder's list is mostly this block's (stored together); else look it up.
+      let r = next;
+      if (r === NONE || rec[r * R + R_LO] !== sv[2 * i] || rec[r * R + R_HI] !== sv[2 * i + 1]) {
+        r = this.recordOn(id, sv, i, NONE);
+        if (r === NONE) continue; // held through another holder of the instance: no judgement
+      }
+      if (all || recTouch[r] <= limit) return i;
+      next = rec[r * R + R_NEXT_H];
     }
     return depth;
   }
+
 
   /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
   resolve(holder: number, engineHash: bigint): bigint | null {
@@ -728,11 +753,19 @@ export class BlockIndex {
       for (let j = 0; j < k; j++) {
         if (device[j] === 0 || !(allocations[j] > 0)) continue;
         const h = this.gpuHolderOf(ids[j]);
-        const first = h !== NONE && this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE;
-        surviving[j] = this.surviving(h, sv, device[j], allocations[j], first);
+        if (h === NONE) continue;
+        surviving[j] = this.surviving(h, sv, device[j], allocations[j], this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE, this.heldUntil(h, qid, seq.length));
       }
     }
     return { device, host, disk, surviving, shared };
+  }
+
+  /** After a walk that kept seeds (qKeepFirst): the holder holds no block of the prompt from here to the walk's end. */
+  private heldUntil(h: number, qid: number, n: number): number {
+    if (this.qhSeedQ[h] !== qid) return n;
+    const k = this.qhSeedK[h];
+    const end = this.qhSeedEnd[h];
+    return k === this.qSeeds - 1 ? end : Math.min(end, this.qSeedDepth[k + 1]);
   }
 
   private candidateIds(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
@@ -756,6 +789,7 @@ export class BlockIndex {
       this.qWant.fill(0);
       this.qBucketStamp.fill(0);
       this.qhFirstQ.fill(0);
+      this.qhSeedQ.fill(0);
     }
     return this.queryId;
   }
@@ -779,6 +813,7 @@ export class BlockIndex {
     this.qTrackedN = 0;
     this.qAliveN = 0;
     this.qLive = 0;
+    this.qSeeds = 0;
     this.qNodeN = 0;
     if (n === 0) return 0;
     if (this.qBucket.length <= n) {
@@ -883,16 +918,17 @@ export class BlockIndex {
     }
     // Seeds from before this block no longer stand: their nodes are ignored.
     this.qNodeFloor = this.qNodeN;
+    const seedK = this.qSeeds++;
+    if (this.qKeepFirst) {
+      if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
+      this.qSeedDepth[seedK] = i;
+    }
     const { recExp, runLen, hCand, hBit, hSpec, hMix0, qhFirst, qhFirstQ, qStamp, qDisk, qBucket, qBucketStamp } = this;
     let nodes = this.qNodes;
     let k = this.qNodeN;
     let shared = 0;
     for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
       const h = rec[r * R + R_HOLDER];
-      if (i === 0 && this.qKeepFirst) {
-        qhFirst[h] = r;
-        qhFirstQ[h] = qid;
-      }
       const spec = hSpec[h] === 1;
       const exp = spec ? recExp[r] : 0;
       // Who the holder counts for: a tracked candidate's level, the shared pool, or nobody.
@@ -913,6 +949,15 @@ export class BlockIndex {
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
       const end = i + Math.max(1, runLen[rec[r * R + R_RUN]] - rec[r * R + R_POS]);
+      if (this.qKeepFirst) {
+        if (i === 0) {
+          qhFirst[h] = r;
+          qhFirstQ[h] = qid;
+        }
+        this.qhSeedQ[h] = qid;
+        this.qhSeedK[h] = seedK;
+        this.qhSeedEnd[h] = end;
+      }
       if (end >= n) continue;
       if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
       nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
