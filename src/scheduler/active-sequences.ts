@@ -77,7 +77,7 @@ class WorkerLoad {
 }
 
 /** The load of a worker with nothing in flight: one frozen object for every idle candidate of every decision. */
-const IDLE: Load = Object.freeze({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+export const IDLE_LOAD: Load = Object.freeze({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
 
 export class ActiveSequences {
   private readonly workers = new WorkerMap<WorkerLoad>();
@@ -91,7 +91,7 @@ export class ActiveSequences {
 
   load(instance: string, dpRank: number): Load {
     const w = this.workers.get(instance, dpRank);
-    if (!w) return IDLE;
+    if (!w) return IDLE_LOAD;
     return { activePrefillTokens: w.prefillTokens, activeBlocks: w.blocks.size, activeRequests: w.requests, decodingRequests: w.decoding };
   }
 

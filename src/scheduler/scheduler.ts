@@ -4,7 +4,7 @@ import { WorkerMap } from '../common/worker-map.js';
 import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
-import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
+import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
 import { type CostWeights, cost } from './cost.js';
 import { POLICY_IMPL, type PolicyName } from './policies.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
@@ -185,10 +185,11 @@ export class Scheduler {
     const seq = input.seq ?? seqHashes(input.tokens ?? [], bs, space);
     const isl = input.isl ?? input.tokens?.length ?? seq.length * bs;
     const n = input.candidates.length;
-    const loads: Load[] = new Array(n);
-    // Eviction awareness: blocks the prefill queued on each (trusted) candidate will allocate.
+    // Loads first, for eviction awareness: blocks the prefill queued on each (trusted) candidate
+    // will allocate. With nothing in flight anywhere, every load is idle.
+    const loads: Load[] | null = this.active.size > 0 ? new Array(n) : null;
     let allocations: Int32Array | undefined;
-    for (let k = 0; k < n; k++) {
+    for (let k = 0; loads && k < n; k++) {
       const c = input.candidates[k];
       const load = (loads[k] = this.active.load(c.instance, c.dpRank));
       if (!input.evictionAware || load.activePrefillTokens <= 0 || (this.distrusted.size > 0 && this.distrusted.has(c.instance))) continue;
@@ -202,10 +203,10 @@ export class Scheduler {
     // The pool's rate once per request; each candidate's own fit shrinks toward it.
     const poolRate = this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model);
     // Plain object literals, no spreads: this runs for every candidate of every request.
-    const candidates: CandidateScore[] = [];
+    const candidates: CandidateScore[] = new Array(n);
     for (let k = 0; k < n; k++) {
       const c = input.candidates[k];
-      const load = loads[k];
+      const load = loads ? loads[k] : IDLE_LOAD;
       const distrusted = this.distrusted.size > 0 && this.distrusted.has(c.instance);
       const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
       let device = distrusted || !overlap ? 0 : overlap.device[k];
@@ -254,7 +255,7 @@ export class Scheduler {
         input.weights,
         rate,
       );
-      candidates.push({
+      candidates[k] = {
         instance: c.instance,
         dpRank: c.dpRank,
         device,
@@ -278,7 +279,7 @@ export class Scheduler {
         cost: input.weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
-      });
+      };
     }
     return { candidates, seq, isl };
   }
