@@ -1,18 +1,21 @@
 // `kvrouter bench indexer`: applied block-events/s, query latency by prompt length, block size and
-// fleet size over a 1M-block index, hashing tokens/s, and bytes per indexed (block, holder).
+// fleet size over a 1M-block index, the query and a whole routing decision with one prompt cached
+// across a fleet, hashing tokens/s, and bytes per indexed (block, holder).
 import { mulberry32 } from '../common/prng.js';
 import { EventApplier } from '../indexer/apply.js';
 import type { StoredEvent } from '../indexer/kv-event.js';
 import { hashSpace, seqHashes } from '../hashing/index.js';
 import { BlockIndex } from '../indexer/block-index.js';
 import { TieredIndexer } from '../indexer/namespaces.js';
+import { type RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { percentile, type Table, writeReport } from './report.js';
 
 const OPTIONS: OptionTable = {
   blocks: { type: 'string', default: '1000000', arg: 'N', help: 'indexed (block, holder) pairs for the query benchmark' },
   queries: { type: 'string', default: '300', arg: 'N', help: 'queries per configuration' },
-  quick: { type: 'boolean', help: 'smaller run (100k blocks, fewer configurations)' },
+  quick: { type: 'boolean', help: 'smaller run (100k blocks, fewer configurations, fleets up to 256)' },
+  fleet: { type: 'string', arg: 'N,...', help: 'fleet sizes for the fleet cases (default 16,64,256,1024; --quick 16,64,256)' },
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/indexer-<time>)' },
 };
 
@@ -138,6 +141,93 @@ function benchQueries(totalRecords: number, queries: number, blockSizes: number[
   return { rows, bytesPerRecord };
 }
 
+interface FleetRow {
+  instances: number;
+  /** equal: every instance holds the whole prompt; mixed: a random depth each; loaded: mixed, plus a booking per instance. */
+  depths: 'equal' | 'mixed' | 'loaded';
+  queryP50us: number;
+  queryP99us: number;
+  decideP50us: number;
+  decideP99us: number;
+  samples: number;
+}
+
+/**
+ * Latencies (us) of up to `reps` calls, stopping once `budgetMs` is spent (at least 3), after a
+ * warm-up of 30 calls or a tenth of the budget, whichever ends first (the JIT optimizes the walk
+ * after a few dozen calls; two are not enough, and a 5-second call needs none).
+ */
+function sample(fn: () => void, reps: number, budgetMs: number): number[] {
+  const warm = performance.now() + budgetMs / 10;
+  for (let i = 0; i < 30 && (i === 0 || performance.now() < warm); i++) fn();
+  const lat: number[] = [];
+  const end = performance.now() + budgetMs;
+  while (lat.length < reps && (lat.length < 3 || performance.now() < end)) {
+    const t0 = process.hrtime.bigint();
+    fn();
+    lat.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  return lat.sort((a, b) => a - b);
+}
+
+/**
+ * One 32,768-token prompt (2,048 blocks of 16) cached across a fleet: a hot system prompt held by
+ * every instance (equal), or evicted unevenly / branching conversations (mixed: each instance holds
+ * a prefix of random depth). `loaded` is mixed with one in-flight booking per instance (a request
+ * sharing the prompt's first 256 blocks, so its speculative blocks lie on the walk) and a GPU cache
+ * that has evicted: eviction awareness and the booking lookups then run for every candidate.
+ * index.query excludes hashing; Scheduler.decide hashes the tokens and routes with the default
+ * routing configuration (time cost model, prefix affinity 0.5, load bound 1.25, eviction aware).
+ */
+function benchFleet(fleets: number[], reps: number): FleetRow[] {
+  const rows: FleetRow[] = [];
+  const bs = 16;
+  const ns = { model: 'm', blockSize: bs, loraName: null, salt: null, tenant: 'default' };
+  const tokens = Uint32Array.from({ length: 32768 }, (_, i) => (i * 2654435761) % 151_000);
+  for (const n of fleets) {
+    for (const depths of ['equal', 'mixed', 'loaded'] as const) {
+      const r = rng(n * 7 + depths.length);
+      const indexer = new TieredIndexer();
+      const space = indexer.namespace(ns);
+      const seq = seqHashes(tokens, bs, space.space);
+      const candidates = Array.from({ length: n }, (_, k) => ({ instance: `i${k}`, dpRank: 0 }));
+      const now = 1_000;
+      const sched = new Scheduler(indexer, r);
+      for (const c of candidates) {
+        const depth = depths === 'equal' ? seq.length : 1 + Math.floor(r() * seq.length);
+        const gpu = space.index.holder(c.instance, 0, 'GPU');
+        space.index.store(gpu, seq.subarray(0, depth));
+        if (depths !== 'loaded') continue;
+        space.index.remove(gpu, seq.subarray(depth - 1, depth)); // evicted once: the cache is full
+        const booked = new BigUint64Array(320);
+        booked.set(seq.subarray(0, 256));
+        booked.set(randomHashes(64, r), 256);
+        sched.active.book(`b-${c.instance}`, c.instance, 0, booked, 4096, now, ns.model);
+        space.index.store(space.index.speculativeHolder(c.instance, 0, 2000), booked, null, now + 2000);
+      }
+      const input: RouteInput = {
+        ns,
+        candidates,
+        tokens,
+        policy: 'kv',
+        weights: { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0.1, decodeBlockMs: 0 },
+        temperature: 0,
+        prefixAffinity: 0.5,
+        affinityBlocks: 4,
+        loadBound: 1.25,
+        evictionAware: true,
+        busy: { maxActivePrefillTokens: 10_000_000, maxActiveBlocks: 1_000_000_000 },
+      };
+      const budget = n >= 1024 ? 4000 : 2000;
+      const q = sample(() => space.index.query(seq, now), reps, budget);
+      const d = sample(() => sched.decide(input, now), reps, budget);
+      rows.push({ instances: n, depths, queryP50us: percentile(q, 50), queryP99us: percentile(q, 99), decideP50us: percentile(d, 50), decideP99us: percentile(d, 99), samples: Math.min(q.length, d.length) });
+      process.stderr.write(`  fleet ${n} ${depths}: query p50 ${percentile(q, 50).toFixed(1)} us, decide p50 ${percentile(d, 50).toFixed(1)} us\n`);
+    }
+  }
+  return rows;
+}
+
 function benchHashing(): Array<{ blockSize: number; tokensPerSec: number }> {
   const tokens = Uint32Array.from({ length: 32768 }, (_, i) => (i * 2654435761) % 151000);
   const out: Array<{ blockSize: number; tokensPerSec: number }> = [];
@@ -163,6 +253,10 @@ export async function run(argv: string[]): Promise<number> {
   const apply = benchApply(total);
   process.stderr.write('querying...\n');
   const q = benchQueries(total, queries, quick ? [16] : [16, 64], quick ? [8, 64] : [8, 64, 512], quick ? [1024, 32768] : [1024, 8192, 32768, 131072]);
+  const fleets = typeof v.fleet === 'string' ? v.fleet.split(',').map(Number) : quick ? [16, 64, 256] : [16, 64, 256, 1024];
+  if (fleets.some((f) => !Number.isInteger(f) || f < 1)) throw new Error('--fleet takes positive integers, e.g. 16,64,256');
+  process.stderr.write('fleet...\n');
+  const fleet = benchFleet(fleets, quick ? 50 : queries);
   process.stderr.write('hashing...\n');
   const hashing = benchHashing();
   const tables: Table[] = [
@@ -182,9 +276,14 @@ export async function run(argv: string[]): Promise<number> {
       columns: ['block size', 'instances', 'prompt tokens', 'p50 us', 'p99 us', 'longest match (blocks)'],
       rows: q.rows.map((r) => [r.blockSize, r.instances, r.tokens, r.p50us, r.p99us, r.matchedBlocks]),
     },
+    {
+      title: 'One 32k-token prompt across a fleet (2,048 blocks of 16; query excludes hashing, decide hashes and routes)',
+      columns: ['instances', 'cached depths', 'index.query p50 us', 'p99 us', 'Scheduler.decide p50 us', 'p99 us', 'samples'],
+      rows: fleet.map((f) => [f.instances, f.depths, f.queryP50us, f.queryP99us, f.decideP50us, f.decideP99us, f.samples]),
+    },
     { title: 'Hashing (XXH3-64 seq hashes, 32k-token prompt)', columns: ['block size', 'tokens/s'], rows: hashing.map((h) => [h.blockSize, h.tokensPerSec]) },
     { title: 'Memory', columns: ['measure', 'value'], rows: [['bytes per indexed (block, holder)', q.bytesPerRecord]] },
   ];
-  writeReport('indexer', { apply, queries: q.rows, hashing, bytesPerRecord: q.bytesPerRecord }, tables, typeof v.out === 'string' ? v.out : undefined);
+  writeReport('indexer', { apply, queries: q.rows, fleet, hashing, bytesPerRecord: q.bytesPerRecord }, tables, typeof v.out === 'string' ? v.out : undefined);
   return 0;
 }

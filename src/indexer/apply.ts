@@ -159,8 +159,8 @@ export class EventApplier {
     if (n === 0) return { status, blocks: 0 };
     const published = u64Array(ev.seq_hashes);
     if (ev.token_ids === null) {
-      // Standard publisher: its hashes are router seq hashes already.
-      return { status, blocks: index.store(holder, published) };
+      // Standard publisher: its hashes are router seq hashes already (its parent's too).
+      return { status, blocks: index.store(holder, published, null, 0, ev.parent_hash) };
     }
     const bs = ev.block_size;
     if (ev.token_ids.length < n * bs) {
@@ -188,6 +188,6 @@ export class EventApplier {
     } catch (err) {
       return { status: 'rejected', blocks: 0, reason: (err as Error).message };
     }
-    return { status, blocks: index.store(holder, router, published) };
+    return { status, blocks: index.store(holder, router, published, 0, parent) };
   }
 }

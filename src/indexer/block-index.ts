@@ -5,16 +5,28 @@
 // Layout, chosen so a query touches about one cache line per block plus its records:
 //   table   U64Table rows [hashLo, hashHi, used, headRecord]: seq hash -> first record
 //   records Int32Array rows of 8: [hashLo, hashHi, holder, nextInEntry, prevInHolder, nextInHolder,
-//           engineLo, engineHi] + Float64Array expiry (speculative records only) + Float64Array
-//           touch (the holder's allocation clock when the block was last stored or routed to)
-//           + Int32Array claims (speculative records only: the bookings' inserts that claim it)
+//           run, position in run] + Int32Array engine hash [lo, hi] + Float64Array expiry
+//           (speculative records only) + Float64Array touch (the holder's allocation clock when the
+//           block was last stored or routed to) + Int32Array claims (speculative records only: the
+//           bookings' inserts that claim it)
 //   holders (backend, dp rank, medium, owner) with a doubly linked list of their records, so a
 //           `cleared` event or an unregister purges in O(records of that holder)
 //   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> seq hash
+//   runs    chains a holder stored, block after block (one store, or stores that continue their
+//           parent): each record knows its run and position in it, each run its length, so a record
+//           tells how far its holder's chain goes past it. The query walk uses that as a prediction,
+//           checked block by block against the rows' signatures (see walk()).
+import { WorkerMap } from '../common/worker-map.js';
 import { U64Table } from './u64-table.js';
 import { type Medium, TIER_BIT } from './tiers.js';
 
 const NONE = -1;
+/** Query ids wrap here; the stamps are cleared then, so an old stamp never passes for a new query. */
+const QUERY_ID_LIMIT = 0x3fffffff;
+/** A predicted stop of a shared-pool holder (other nodes name a tracked candidate, or NONE). */
+const SHARED = -2;
+// predicted-stop node: [record mix, who (candidate, SHARED or NONE), tier bit, next in its depth's list]
+const Q = 4;
 const GPU = TIER_BIT.GPU;
 const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
 // record row fields
@@ -25,13 +37,15 @@ const R_HOLDER = 2;
 const R_NEXT_E = 3;
 const R_PREV_H = 4;
 const R_NEXT_H = 5;
-const R_ENG_LO = 6;
-const R_ENG_HI = 7;
+const R_RUN = 6;
+const R_POS = 7;
 // table row: [lo, hi, sig, head]. sig doubles as the U64Table `used` word: an odd XOR of the
 // entry's holder mixes, so two blocks with the same holder set (the long runs a shared prefix
 // makes) compare equal and the query skips their record scan.
 const T = 4;
 const TOUCH_WINDOW = 64;
+/** A level still extending (its depth is fixed when it stops). */
+const EXT = -1;
 const T_SIG = 2;
 const T_HEAD = 3;
 
@@ -67,6 +81,17 @@ export interface OverlapResult {
   candidates: CandidateOverlap[];
   /** Longest contiguous prefix held by shared-pool backends (readable by every instance). */
   sharedBlocks: number;
+}
+
+/** Overlaps of a list of candidates, in the list's order (0 for a candidate holding none of the prompt). */
+export interface CandidateOverlaps {
+  device: Int32Array;
+  host: Int32Array;
+  disk: Int32Array;
+  /** The device prefix left after the prefill queued there (survivingPrefix); `device` without allocations. */
+  surviving: Int32Array;
+  /** Longest contiguous prefix held by shared-pool backends. */
+  shared: number;
 }
 
 export interface HolderInfo {
@@ -143,6 +168,12 @@ export class BlockIndex {
   private recTouch: Float64Array;
   /** Speculative records only: the inserts that claim the record and have not been withdrawn. */
   private recClaims: Int32Array;
+  /** Per record: the engine's hash [lo, hi] (the router's own for standard publishers). */
+  private recEng: Int32Array;
+  private runLen = new Int32Array(64);
+  private runRefs = new Int32Array(64);
+  private runFree: number[] = [];
+  private runTop = 0;
   private recFree = NONE;
   private recTop = 0;
   private liveRecords = 0;
@@ -156,19 +187,59 @@ export class BlockIndex {
   private hBit = new Int32Array(16);
   private hSpec = new Uint8Array(16);
   private hGroup = new Int32Array(16);
+  /** The holder's record mix for an unexpiring record (what a confirmed record adds to a signature). */
+  private hMix0 = new Int32Array(16);
   private groups: Array<{ engineMap: U64Table | null }> = [];
   private groupKeys = new Map<string, number>();
   private cands: Candidate[] = [];
-  private candKeys = new Map<string, number>();
+  /** Candidate ids by (instance, dp rank); ids are never taken back. */
+  private candIds = new WorkerMap<number>();
+  /**
+   * The last candidate list overlapsFor() resolved, and its ids: a router passes the same list
+   * (the same instance strings, in the same order) request after request, and comparing it costs
+   * less than looking each up. Valid while no candidate id was added (a miss may have become a hit).
+   */
+  private lastList: Array<{ instance: string; dpRank: number }> = [];
+  private lastIds = new Int32Array(0);
+  private lastListCands = -1;
   private backendOwner = new Map<string, string | null>();
-  // query scratch, indexed by candidate id
+  // query scratch, indexed by candidate id: stamps, levels, and the live holders per level
   private qStamp = new Int32Array(64);
-  private qMaskDepth = new Int32Array(64);
-  private qMask = new Int32Array(64);
+  private qWant = new Int32Array(64);
   private qDev = new Int32Array(64);
   private qHost = new Int32Array(64);
   private qDisk = new Int32Array(64);
+  private qDevN = new Int32Array(64);
+  private qHostN = new Int32Array(64);
+  private qAllN = new Int32Array(64);
+  /** Candidates still walking (those whose disk level has ended are skipped, and dropped on the next settle). */
   private qAlive = new Int32Array(64);
+  private qTracked = new Int32Array(64);
+  private qAliveN = 0;
+  private qLive = 0;
+  private qTrackedN = 0;
+  /**
+   * Kept when qKeepFirst, for eviction judgements: the holder's record of block 0 in query qhFirstQ;
+   * the last seed (qhSeedK-th of query qhSeedQ) that found it and where that seed predicted it stops.
+   * Between seeds every prediction held, so a holder holds nothing from that stop, or from the next
+   * seed that did not find it, to the end of the walk.
+   */
+  private qhFirst = new Int32Array(16);
+  private qhFirstQ = new Int32Array(16);
+  private qhSeedQ = new Int32Array(16);
+  private qhSeedK = new Int32Array(16);
+  private qhSeedEnd = new Int32Array(16);
+  private qSeedDepth = new Int32Array(16);
+  private qKeepFirst = false;
+  private qSeeds = 0;
+  private qSharedN = 0;
+  // predicted stops: per depth a list of nodes (rows of Q); those before qNodeFloor are from
+  // seeds a later seed replaced
+  private qBucket = new Int32Array(256);
+  private qBucketStamp = new Int32Array(256);
+  private qNodes = new Int32Array(256 * Q);
+  private qNodeN = 0;
+  private qNodeFloor = 0;
   /** Candidate -> its confirmed GPU holder (validated on use, rebuilt by a scan when stale). */
   private gpuHolders = new Map<number, number>();
   private queryId = 0;
@@ -185,6 +256,7 @@ export class BlockIndex {
     this.recExp = new Float64Array(cap);
     this.recTouch = new Float64Array(cap);
     this.recClaims = new Int32Array(cap);
+    this.recEng = new Int32Array(cap * 2);
   }
 
   // ---------------------------------------------------------------- holders and ownership
@@ -232,11 +304,18 @@ export class BlockIndex {
       this.hBit = grow(this.hBit, n);
       this.hSpec = grow(this.hSpec, n);
       this.hGroup = grow(this.hGroup, n);
+      this.hMix0 = grow(this.hMix0, n);
+      this.qhFirst = grow(this.qhFirst, n);
+      this.qhFirstQ = grow(this.qhFirstQ, n);
+      this.qhSeedQ = grow(this.qhSeedQ, n);
+      this.qhSeedK = grow(this.qhSeedK, n);
+      this.qhSeedEnd = grow(this.qhSeedEnd, n);
     }
     this.hCand[id] = cand;
     this.hBit[id] = TIER_BIT[medium];
     this.hSpec[id] = speculative ? 1 : 0;
     this.hGroup[id] = group;
+    this.hMix0[id] = recordMix(id, 0);
     return id;
   }
 
@@ -250,21 +329,23 @@ export class BlockIndex {
   }
 
   private candidate(instance: string, dpRank: number): number {
-    const key = `${instance}\u0000${dpRank}`;
-    const found = this.candKeys.get(key);
+    const found = this.candIds.get(instance, dpRank);
     if (found !== undefined) return found;
     const id = this.cands.length;
     this.cands.push({ instance, dpRank });
-    this.candKeys.set(key, id);
+    this.candIds.set(instance, dpRank, id);
     if (id >= this.qStamp.length) {
       const n = this.qStamp.length * 2;
       this.qStamp = grow(this.qStamp, n);
-      this.qMaskDepth = grow(this.qMaskDepth, n);
-      this.qMask = grow(this.qMask, n);
+      this.qWant = grow(this.qWant, n);
       this.qDev = grow(this.qDev, n);
       this.qHost = grow(this.qHost, n);
       this.qDisk = grow(this.qDisk, n);
+      this.qDevN = grow(this.qDevN, n);
+      this.qHostN = grow(this.qHostN, n);
+      this.qAllN = grow(this.qAllN, n);
       this.qAlive = grow(this.qAlive, n);
+      this.qTracked = grow(this.qTracked, n);
     }
     return id;
   }
@@ -304,13 +385,19 @@ export class BlockIndex {
   /**
    * Store consecutive blocks for a holder. `seq` are router seq hashes; `engine` the engine's own
    * hashes for the same blocks (dual key) or null when the engine uses the router's hashes.
-   * `expiresAt` > 0 marks speculative entries; each store of one counts as a claim on its records
-   * (`withdrawSpeculative`). Returns the number of newly added (block, holder) pairs.
+   * `expiresAt` > 0 marks speculative entries (a speculative holder's; event-confirmed blocks never
+   * expire); each store of one counts as a claim on its records (`withdrawSpeculative`). `parent`:
+   * the router hash of the block before seq[0], when known; the blocks then continue the holder's
+   * run through it. Returns the number of newly added (block, holder) pairs.
    */
-  store(holder: number, seq: BigUint64Array, engine: BigUint64Array | null = null, expiresAt = 0): number {
+  store(holder: number, seq: BigUint64Array, engine: BigUint64Array | null = null, expiresAt = 0, parent: bigint | null = null): number {
     const h = this.holders[holder];
     if (!h || !h.alive) throw new RangeError(`unknown holder ${holder}`);
     if (engine && engine.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
+    if (seq.length === 0) return 0;
+    if (!h.speculative) expiresAt = 0;
+    const run = this.openRun(holder, parent);
+    const base = this.runLen[run];
     const sv = hashView(seq);
     const ev = engine ? hashView(engine) : sv;
     const cand = this.hCand[holder];
@@ -338,11 +425,12 @@ export class BlockIndex {
         }
       }
       if (r === NONE) {
-        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt);
+        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i);
         added++;
         if (h.speculative) this.recClaims[r] = 1;
       } else {
         if (h.speculative) this.recClaims[r]++;
+        this.moveToRun(r, run, base + i);
         if (this.recExp[r] !== expiresAt) {
           tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
           this.recExp[r] = expiresAt;
@@ -361,6 +449,7 @@ export class BlockIndex {
       }
     }
     h.clock = clock0 + n;
+    this.runLen[run] = base + n;
     return added;
   }
 
@@ -398,6 +487,45 @@ export class BlockIndex {
     return n;
   }
 
+  /** The run a store continues: its parent's, if the parent is the last block of its run; else a new one. */
+  private openRun(holder: number, parent: bigint | null): number {
+    if (parent !== null) {
+      splitScratch[0] = parent;
+      const slot = this.table.find(splitView[0], splitView[1]);
+      const p = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1) return this.rec[p * R + R_RUN];
+    }
+    let id = this.runFree.pop();
+    if (id === undefined) {
+      id = this.runTop++;
+      if (id >= this.runLen.length) {
+        this.runLen = grow(this.runLen, this.runLen.length * 2);
+        this.runRefs = grow(this.runRefs, this.runRefs.length * 2);
+      }
+    }
+    this.runLen[id] = 0;
+    this.runRefs[id] = 0;
+    return id;
+  }
+
+  /** A stored-again record joins the run of its latest store (which holds it newest-first, too). */
+  private moveToRun(r: number, run: number, pos: number): void {
+    const rec = this.rec;
+    if (rec[r * R + R_RUN] !== run) {
+      this.runRefs[run]++;
+      this.leaveRun(r);
+      rec[r * R + R_RUN] = run;
+    }
+    rec[r * R + R_POS] = pos;
+  }
+
+  private leaveRun(r: number): void {
+    const run = this.rec[r * R + R_RUN];
+    // A run's last block gone (engines evict the deepest first): the run ends before it.
+    if (this.rec[r * R + R_POS] === this.runLen[run] - 1) this.runLen[run]--;
+    if (--this.runRefs[run] === 0) this.runFree.push(run);
+  }
+
   /** Remove blocks named by engine hashes (or router hashes for standard publishers). */
   remove(holder: number, engine: BigUint64Array): number {
     const h = this.holders[holder];
@@ -420,10 +548,13 @@ export class BlockIndex {
 
   // ---------------------------------------------------------------- eviction awareness
 
-  /** The instance's event-confirmed GPU holder (through its backend binding), or null. */
+  /** The instance's event-confirmed GPU holder (through its backend binding), or NONE. */
   private gpuHolder(instance: string, dpRank: number): number {
-    const cand = this.candKeys.get(`${instance}\u0000${dpRank}`);
-    if (cand === undefined) return NONE;
+    const cand = this.candIds.get(instance, dpRank);
+    return cand === undefined ? NONE : this.gpuHolderOf(cand);
+  }
+
+  private gpuHolderOf(cand: number): number {
     const known = this.gpuHolders.get(cand);
     if (known !== undefined && this.isGpuHolderOf(known, cand)) return known;
     for (const i of this.liveHolders) {
@@ -450,12 +581,25 @@ export class BlockIndex {
     const h = this.holders[id];
     const sv = hashView(seq);
     const d = Math.min(depth, seq.length);
+    let next = NONE;
     for (let i = 0; i < d; i++) {
-      const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
-      if (slot === NONE) continue;
-      const r = this.findRecord(this.table.data[slot * T + T_HEAD], id);
-      if (r !== NONE) this.recTouch[r] = h.clock + 0.5 - i / (2 * (d + 1));
+      const r = this.recordOn(id, sv, i, next);
+      if (r === NONE) continue;
+      this.recTouch[r] = h.clock + 0.5 - i / (2 * (d + 1));
+      next = this.rec[r * R + R_NEXT_H];
     }
+  }
+
+  /**
+   * The holder's record of prompt block i, or NONE. `guess` is the record after the holder's
+   * previous block on the prompt in its list: blocks stored together are neighbours there, so the
+   * guess is mostly right, and a prefix costs O(1) per block instead of a scan of each block's holders.
+   */
+  private recordOn(id: number, sv: Int32Array, i: number, guess: number): number {
+    const rec = this.rec;
+    if (guess !== NONE && rec[guess * R + R_LO] === sv[2 * i] && rec[guess * R + R_HI] === sv[2 * i + 1]) return guess;
+    const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
+    return slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
   }
 
   /**
@@ -468,23 +612,39 @@ export class BlockIndex {
    * (deeper blocks can be newer than shallower ones: events append to chains).
    */
   survivingPrefix(instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
-    const id = this.gpuHolder(instance, dpRank);
+    return this.surviving(this.gpuHolder(instance, dpRank), hashView(seq), depth, allocations, NONE, seq.length);
+  }
+
+  /**
+   * survivingPrefix for GPU holder `id`; `first` is its record of block 0 when known (NONE: look it
+   * up), and the holder holds none of the blocks from `end` on.
+   */
+  private surviving(id: number, sv: Int32Array, depth: number, allocations: number, first: number, end: number): number {
     const h = id === NONE ? null : this.holders[id];
     if (!h || h.evicted === 0 || depth <= 0) return depth;
     const need = allocations - (h.peak - h.count);
     if (need <= 0) return depth;
-    const sv = hashView(seq);
-    const d = Math.min(depth, seq.length);
+    // A block goes when fewer than `need` blocks are strictly older: max(0, floor(clock - touch))
+    // blocks are newer, so it goes when count - 1 - that < need, i.e. touch <= clock - count + need
+    // (or always, when need exceeds every other block).
+    const all = h.count - 1 < need;
+    const limit = h.clock - h.count + need;
+    const { rec, recTouch } = this;
+    const d = Math.min(depth, end, sv.length >> 1);
+    let next = first;
     for (let i = 0; i < d; i++) {
-      const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
-      const r = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
-      if (r === NONE) continue; // held through another holder of the instance: no judgement
-      // Strictly older blocks go first; this one goes once `need` exceeds them.
-      const newer = Math.max(0, Math.floor(h.clock - this.recTouch[r]));
-      if (h.count - 1 - newer < need) return i;
+      // The next record in the holder's list is mostly this block's (stored together); else look it up.
+      let r = next;
+      if (r === NONE || rec[r * R + R_LO] !== sv[2 * i] || rec[r * R + R_HI] !== sv[2 * i + 1]) {
+        r = this.recordOn(id, sv, i, NONE);
+        if (r === NONE) continue; // held through another holder of the instance: no judgement
+      }
+      if (all || recTouch[r] <= limit) return i;
+      next = rec[r * R + R_NEXT_H];
     }
     return depth;
   }
+
 
   /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
   resolve(holder: number, engineHash: bigint): bigint | null {
@@ -606,92 +766,301 @@ export class BlockIndex {
    * Speculative records count as device blocks until they expire.
    */
   query(seq: BigUint64Array, now: number, limitInstances?: ReadonlySet<string>): OverlapResult {
+    this.qKeepFirst = false;
+    const shared = this.walk(seq, now, this.nextQueryId(), limitInstances, false);
+    return { queriedBlocks: seq.length, candidates: this.collect(), sharedBlocks: shared };
+  }
+
+  /**
+   * The same walk for a list of candidates (the scheduler's): their prefixes in the list's order,
+   * 0 for a candidate that holds none of the prompt, and no result object per candidate. With
+   * `allocations` (blocks the prefill queued on each candidate will allocate; 0 for none),
+   * `surviving` is survivingPrefix() of each device prefix, starting from the records the walk read.
+   */
+  overlapsFor(seq: BigUint64Array, now: number, candidates: ReadonlyArray<{ instance: string; dpRank: number }>, allocations?: ArrayLike<number>): CandidateOverlaps {
+    const qid = this.nextQueryId();
+    const k = candidates.length;
+    const ids = this.candidateIds(candidates);
+    for (let j = 0; j < k; j++) if (ids[j] !== NONE) this.qWant[ids[j]] = qid;
+    this.qKeepFirst = allocations !== undefined;
+    const shared = this.walk(seq, now, qid, undefined, true);
+    const device = new Int32Array(k);
+    const host = new Int32Array(k);
+    const disk = new Int32Array(k);
+    const { qStamp, qDev, qHost, qDisk } = this;
+    for (let j = 0; j < k; j++) {
+      const id = ids[j];
+      if (id === NONE || qStamp[id] !== qid) continue;
+      device[j] = qDev[id];
+      host[j] = qHost[id];
+      disk[j] = qDisk[id];
+    }
+    let surviving = device;
+    if (allocations) {
+      surviving = device.slice();
+      const sv = hashView(seq);
+      for (let j = 0; j < k; j++) {
+        if (device[j] === 0 || !(allocations[j] > 0)) continue;
+        const h = this.gpuHolderOf(ids[j]);
+        if (h === NONE) continue;
+        surviving[j] = this.surviving(h, sv, device[j], allocations[j], this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE, this.heldUntil(h, qid, seq.length));
+      }
+    }
+    return { device, host, disk, surviving, shared };
+  }
+
+  /** After a walk that kept seeds (qKeepFirst): the holder holds no block of the prompt from here to the walk's end. */
+  private heldUntil(h: number, qid: number, n: number): number {
+    if (this.qhSeedQ[h] !== qid) return n;
+    const k = this.qhSeedK[h];
+    const end = this.qhSeedEnd[h];
+    return k === this.qSeeds - 1 ? end : Math.min(end, this.qSeedDepth[k + 1]);
+  }
+
+  private candidateIds(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    const k = candidates.length;
+    const last = this.lastList;
+    let same = k === last.length && this.lastListCands === this.cands.length;
+    for (let j = 0; same && j < k; j++) same = candidates[j].instance === last[j].instance && candidates[j].dpRank === last[j].dpRank;
+    if (same) return this.lastIds;
+    const ids = new Int32Array(k);
+    for (let j = 0; j < k; j++) ids[j] = this.candIds.get(candidates[j].instance, candidates[j].dpRank) ?? NONE;
+    this.lastList = candidates.map((c) => ({ instance: c.instance, dpRank: c.dpRank }));
+    this.lastIds = ids;
+    this.lastListCands = this.cands.length;
+    return ids;
+  }
+
+  private nextQueryId(): number {
+    if (++this.queryId > QUERY_ID_LIMIT) {
+      this.queryId = 1;
+      this.qStamp.fill(0);
+      this.qWant.fill(0);
+      this.qBucketStamp.fill(0);
+      this.qhFirstQ.fill(0);
+      this.qhSeedQ.fill(0);
+    }
+    return this.queryId;
+  }
+
+  /**
+   * The tier walk. Cost: one probe per block walked, plus the records of the blocks where the holder
+   * set is not the one predicted, plus O(1) per holder that stops.
+   *
+   * A holder's blocks are mostly the chains it stored, so each record read predicts the depth at
+   * which its holder stops: the end of its run (see `runs` above). Holders are bucketed by that
+   * depth; at each block those due leave the prediction, and the XOR of the predicted holders' record
+   * mixes must equal the row's signature (an XOR over the block's records, expiries included). If
+   * it does, the holder set is the predicted one: the same trust the signature already had when the
+   * walk skipped a block whose signature equalled the previous block's (false agreement ~2^-31).
+   * If it does not (a chain stored in pieces, a branch, a newcomer), the block's records are read
+   * and predict afresh. Per candidate, counts of live holders per level say when a level ends.
+   */
+  private walk(seq: BigUint64Array, now: number, qid: number, limit: ReadonlySet<string> | undefined, stamped: boolean): number {
     const sv = hashView(seq);
     const n = seq.length;
-    const qid = ++this.queryId;
-    const { qStamp, qMaskDepth, qMask, qDev, qHost, qDisk, qAlive, rec, recExp, hCand, hBit, hSpec, cands, table } = this;
+    this.qTrackedN = 0;
+    this.qAliveN = 0;
+    this.qLive = 0;
+    this.qSeeds = 0;
+    this.qNodeN = 0;
+    if (n === 0) return 0;
+    if (this.qBucket.length <= n) {
+      let m = this.qBucket.length;
+      while (m <= n) m *= 2;
+      this.qBucket = new Int32Array(m);
+      this.qBucketStamp = new Int32Array(m);
+    }
+    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qDevN, qHostN, qAllN } = this;
     const tbl = table.data;
-    // Levels still extending are marked EXT; a level's depth is fixed when it stops.
-    const EXT = -1;
-    let alive = 0;
-    const touched: number[] = [];
+    this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
+    let slot = table.find(sv[0], sv[1]);
+    if (slot === NONE) return 0;
+    this.seedBlock(slot, 0, n, now, qid, limit, stamped);
+    this.settleAll(0);
+    // Nodes grow while seeding: read them again after each seedBlock.
+    let nodes = this.qNodes;
+    let predicted = tbl[slot * T + T_SIG];
+    let sharedAlive = this.qSharedN > 0;
     let shared = 0;
-    let sharedAlive = true;
-    let sharedHere = false;
-    let prevSig = 0; // signatures are odd, so block 0 always gets a full scan
-    let done = 0; // blocks walked
-    for (let i = 0; i < n; i++) {
+    if (this.qLive === 0 && !sharedAlive) return 0;
+    let i = 1;
+    for (; i < n; i++) {
       // Window by window, pull the next blocks' rows into cache ahead of the walk (one cache miss
       // per block otherwise bounds a long query); a walk that stops early wastes at most a window.
       if ((i & (TOUCH_WINDOW - 1)) === 0) this.sink ^= table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
-      const slot = table.find(sv[2 * i], sv[2 * i + 1]);
+      slot = table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) break;
       const sig = tbl[slot * T + T_SIG];
-      // Same holder set as the block before: every live level extends, nothing to scan.
-      if (sig === prevSig) {
-        if (sharedAlive) shared = i + 1;
-        done = i + 1;
+      if (qBucketStamp[i] !== qid) {
+        // Nobody due to stop and the holder set as predicted: every live level extends.
+        if (sig === predicted) continue;
+      } else {
+        // Holders due to stop here (a node of an earlier seed is void): without them, is the
+        // holder set the predicted one?
+        const floor = this.qNodeFloor;
+        let gone = 0;
+        for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) if (k >= floor) gone ^= nodes[k * Q];
+        predicted ^= gone;
+        if (sig === predicted) {
+          // It is: they stop here, and so do the levels left without a holder.
+          for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) {
+            if (k < floor) continue;
+            const c = nodes[k * Q + 1];
+            if (c === SHARED) this.qSharedN--;
+            if (c < 0 || qDisk[c] !== EXT) continue;
+            const b = nodes[k * Q + 2];
+            if (--qAllN[c] === 0) {
+              if (qDev[c] === EXT) qDev[c] = i;
+              if (qHost[c] === EXT) qHost[c] = i;
+              qDisk[c] = i;
+              this.qLive--;
+              continue;
+            }
+            if (b & GPU && --qDevN[c] === 0 && qDev[c] === EXT) qDev[c] = i;
+            if (b & GPU_CPU && --qHostN[c] === 0 && qHost[c] === EXT) qHost[c] = i;
+          }
+          if (sharedAlive && this.qSharedN === 0) {
+            shared = i;
+            sharedAlive = false;
+          }
+          if (this.qLive === 0 && !sharedAlive) return shared;
+          continue;
+        }
+      }
+      // Not the holder set predicted (a chain stored in pieces, a branch, a newcomer): read this
+      // block's records and predict afresh from them.
+      this.seedBlock(slot, i, n, now, qid, undefined, false);
+      nodes = this.qNodes;
+      predicted = sig;
+      this.settleAll(i);
+      if (sharedAlive && this.qSharedN === 0) {
+        shared = i;
+        sharedAlive = false;
+      }
+      if (this.qLive === 0 && !sharedAlive) return shared;
+    }
+    // Every level still open reaches the last block walked.
+    const qAlive = this.qAlive;
+    for (let k = 0; k < this.qAliveN; k++) {
+      const c = qAlive[k];
+      if (qDisk[c] !== EXT) continue;
+      if (qDev[c] === EXT) qDev[c] = i;
+      if (qHost[c] === EXT) qHost[c] = i;
+      qDisk[c] = i;
+    }
+    return sharedAlive ? i : shared;
+  }
+
+  /**
+   * Read block i's records: every holder on it is predicted from here (its record's mix, the end of
+   * its run, what it means for the answer); counts restart from these holders. At block 0 this is
+   * where candidates start being tracked (those `limit` or the stamps admit).
+   */
+  private seedBlock(slot: number, i: number, n: number, now: number, qid: number, limit: ReadonlySet<string> | undefined, stamped: boolean): void {
+    const { rec, qDevN, qHostN, qAllN, qAlive } = this;
+    for (let k = 0; k < this.qAliveN; k++) {
+      const c = qAlive[k];
+      qDevN[c] = 0;
+      qHostN[c] = 0;
+      qAllN[c] = 0;
+    }
+    // Seeds from before this block no longer stand: their nodes are ignored.
+    this.qNodeFloor = this.qNodeN;
+    const seedK = this.qSeeds++;
+    if (this.qKeepFirst) {
+      if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
+      this.qSeedDepth[seedK] = i;
+    }
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qhFirst, qhFirstQ, qStamp, qDisk, qBucket, qBucketStamp } = this;
+    let nodes = this.qNodes;
+    let k = this.qNodeN;
+    let shared = 0;
+    for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
+      const h = rec[r * R + R_HOLDER];
+      const spec = hSpec[h] === 1;
+      const exp = spec ? recExp[r] : 0;
+      // Who the holder counts for: a tracked candidate's level, the shared pool, or nobody.
+      const c = hCand[h];
+      let who = NONE;
+      if (c === NONE) {
+        who = SHARED;
+        shared++;
+      } else if (!spec || exp > now) {
+        if (qStamp[c] !== qid && i === 0 && (stamped ? this.qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) this.track(c, qid);
+        if (qStamp[c] === qid && qDisk[c] === EXT) {
+          who = c;
+          const b = hBit[h];
+          qAllN[c]++;
+          if (b & GPU) qDevN[c]++;
+          if (b & GPU_CPU) qHostN[c]++;
+        }
+      }
+      // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
+      const end = i + Math.max(1, runLen[rec[r * R + R_RUN]] - rec[r * R + R_POS]);
+      if (this.qKeepFirst) {
+        if (i === 0) {
+          qhFirst[h] = r;
+          qhFirstQ[h] = qid;
+        }
+        this.qhSeedQ[h] = qid;
+        this.qhSeedK[h] = seedK;
+        this.qhSeedEnd[h] = end;
+      }
+      if (end >= n) continue;
+      if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
+      nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
+      nodes[k * Q + 1] = who;
+      nodes[k * Q + 2] = hBit[h];
+      if (qBucketStamp[end] !== qid) {
+        qBucketStamp[end] = qid;
+        nodes[k * Q + 3] = NONE;
+      } else nodes[k * Q + 3] = qBucket[end];
+      qBucket[end] = k++;
+    }
+    this.qNodeN = k;
+    this.qSharedN = shared;
+  }
+
+  private track(c: number, qid: number): void {
+    this.qStamp[c] = qid;
+    this.qDev[c] = EXT;
+    this.qHost[c] = EXT;
+    this.qDisk[c] = EXT;
+    this.qDevN[c] = 0;
+    this.qHostN[c] = 0;
+    this.qAllN[c] = 0;
+    this.qAlive[this.qAliveN++] = c;
+    this.qLive++;
+    this.qTracked[this.qTrackedN++] = c;
+  }
+
+  /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
+  private settleAll(i: number): void {
+    const { qAlive, qDev, qHost, qDisk, qDevN, qHostN, qAllN } = this;
+    let kept = 0;
+    for (let k = 0; k < this.qAliveN; k++) {
+      const c = qAlive[k];
+      if (qDisk[c] !== EXT) continue;
+      if (qAllN[c] === 0) {
+        if (qDev[c] === EXT) qDev[c] = i;
+        if (qHost[c] === EXT) qHost[c] = i;
+        qDisk[c] = i;
         continue;
       }
-      prevSig = sig;
-      sharedHere = false;
-      for (let r = tbl[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
-        const h = rec[r * R + R_HOLDER];
-        const c = hCand[h];
-        if (c === NONE) {
-          sharedHere = true;
-          continue;
-        }
-        if (hSpec[h] === 1 && recExp[r] <= now) continue;
-        if (qStamp[c] !== qid) {
-          if (i !== 0 || (limitInstances && !limitInstances.has(cands[c].instance))) continue;
-          qStamp[c] = qid;
-          qDev[c] = EXT;
-          qHost[c] = EXT;
-          qDisk[c] = EXT;
-          qMaskDepth[c] = -1;
-          qAlive[alive++] = c;
-          touched.push(c);
-        } else if (qDisk[c] !== EXT) continue; // dropped at an earlier depth
-        if (qMaskDepth[c] !== i) {
-          qMaskDepth[c] = i;
-          qMask[c] = hBit[h];
-        } else qMask[c] |= hBit[h];
-      }
-      if (sharedAlive && sharedHere) shared = i + 1;
-      else sharedAlive = false;
-      // Stop the levels this block ends; drop candidates that do not hold it at all.
-      for (let k = 0; k < alive; ) {
-        const c = qAlive[k];
-        if (qMaskDepth[c] !== i) {
-          if (qDev[c] === EXT) qDev[c] = i;
-          if (qHost[c] === EXT) qHost[c] = i;
-          qDisk[c] = i;
-          qAlive[k] = qAlive[--alive];
-          continue;
-        }
-        const m = qMask[c];
-        if (!(m & GPU) && qDev[c] === EXT) qDev[c] = i;
-        if (!(m & GPU_CPU) && qHost[c] === EXT) qHost[c] = i;
-        k++;
-      }
-      done = i + 1;
-      if (alive === 0 && !sharedAlive) break;
+      if (qDevN[c] === 0 && qDev[c] === EXT) qDev[c] = i;
+      if (qHostN[c] === 0 && qHost[c] === EXT) qHost[c] = i;
+      qAlive[kept++] = c;
     }
-    for (let k = 0; k < alive; k++) {
-      const c = qAlive[k];
-      if (qDev[c] === EXT) qDev[c] = done;
-      if (qHost[c] === EXT) qHost[c] = done;
-      if (qDisk[c] === EXT) qDisk[c] = done;
-    }
-    return { queriedBlocks: n, candidates: this.collect(touched), sharedBlocks: shared };
+    this.qAliveN = kept;
+    this.qLive = kept;
   }
 
   // Kept out of query(): V8 deopts a hot loop whose exit path has no type feedback yet.
-  private collect(touched: number[]): CandidateOverlap[] {
+  private collect(): CandidateOverlap[] {
     const out: CandidateOverlap[] = [];
-    for (let k = 0; k < touched.length; k++) {
-      const c = touched[k];
+    for (let k = 0; k < this.qTrackedN; k++) {
+      const c = this.qTracked[k];
       const cand = this.cands[c];
       out.push({ instance: cand.instance, dpRank: cand.dpRank, device: this.qDev[c], host: this.qHost[c], disk: this.qDisk[c] });
     }
@@ -706,10 +1075,11 @@ export class BlockIndex {
     const rec = this.rec;
     for (let r = h.head; r !== NONE; r = rec[r * R + R_NEXT_H]) {
       const o = r * R;
-      const same = rec[o + R_ENG_LO] === rec[o + R_LO] && rec[o + R_ENG_HI] === rec[o + R_HI];
+      const eng = this.recEng;
+      const same = eng[2 * r] === rec[o + R_LO] && eng[2 * r + 1] === rec[o + R_HI];
       out.push({
         hash: join(rec[o + R_LO], rec[o + R_HI]),
-        engineHash: same ? null : join(rec[o + R_ENG_LO], rec[o + R_ENG_HI]),
+        engineHash: same ? null : join(eng[2 * r], eng[2 * r + 1]),
         expiresAt: this.recExp[r],
       });
     }
@@ -718,7 +1088,14 @@ export class BlockIndex {
 
   stats(): IndexStats {
     const bytes =
-      this.table.byteLength + this.rec.byteLength + this.recExp.byteLength + this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
+      this.table.byteLength +
+      this.rec.byteLength +
+      this.recExp.byteLength +
+      this.recTouch.byteLength +
+      this.recEng.byteLength +
+      this.runLen.byteLength +
+      this.runRefs.byteLength +
+      this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
     return {
       blocks: this.table.size,
       records: this.liveRecords,
@@ -751,7 +1128,7 @@ export class BlockIndex {
     }
   }
 
-  private newRecord(slot: number, lo: number, hi: number, holder: number, elo: number, ehi: number, expiresAt: number): number {
+  private newRecord(slot: number, lo: number, hi: number, holder: number, elo: number, ehi: number, expiresAt: number, run: number, pos: number): number {
     let r = this.recFree;
     if (r !== NONE) this.recFree = this.rec[r * R + R_NEXT_E];
     else {
@@ -761,8 +1138,10 @@ export class BlockIndex {
         this.recExp = grow(this.recExp, this.recExp.length * 2);
         this.recTouch = grow(this.recTouch, this.recTouch.length * 2);
         this.recClaims = grow(this.recClaims, this.recClaims.length * 2);
+        this.recEng = grow(this.recEng, this.recEng.length * 2);
       }
     }
+    this.runRefs[run]++;
     const rec = this.rec;
     const o = r * R;
     const tbl = this.table.data;
@@ -773,8 +1152,10 @@ export class BlockIndex {
     tbl[slot * T + T_HEAD] = r;
     tbl[slot * T + T_SIG] ^= recordMix(holder, expiresAt);
     this.recExp[r] = expiresAt;
-    rec[o + R_ENG_LO] = elo;
-    rec[o + R_ENG_HI] = ehi;
+    rec[o + R_RUN] = run;
+    rec[o + R_POS] = pos;
+    this.recEng[2 * r] = elo;
+    this.recEng[2 * r + 1] = ehi;
     const h = this.holders[holder];
     rec[o + R_PREV_H] = h.tail;
     rec[o + R_NEXT_H] = NONE;
@@ -827,11 +1208,12 @@ export class BlockIndex {
     }
     tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]);
     this.unlinkFromHolder(h, r);
+    this.leaveRun(r);
     h.count--;
     this.liveRecords--;
     // Forget the engine hash once no medium of this group holds the block any more.
-    const elo = rec[o + R_ENG_LO];
-    const ehi = rec[o + R_ENG_HI];
+    const elo = this.recEng[2 * r];
+    const ehi = this.recEng[2 * r + 1];
     const emptied = tbl[headAt] === NONE;
     if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
       const em = this.groups[h.group].engineMap;

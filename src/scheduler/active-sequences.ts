@@ -2,6 +2,7 @@
 // running requests. A prompt block shared by several in-flight requests on the same worker counts
 // once (refcounted). Every booking is released exactly once: prefill at the first token, blocks at
 // completion, error or abort; a stale sweep frees bookings a caller never released.
+import { WorkerMap } from '../common/worker-map.js';
 import type { SpeculativeInsert } from '../indexer/block-index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { U64Table } from '../indexer/u64-table.js';
@@ -61,37 +62,46 @@ class WorkerLoad {
     }
   }
 
-  /** Length of the request's block prefix already held by in-flight requests here. */
+  /**
+   * Length of the request's block prefix already held by in-flight requests here. Bookings hold
+   * whole prompts, and a seq hash names its whole prefix: whoever holds block i holds blocks 0..i,
+   * so the held blocks of a prompt are a prefix of it, found by binary search.
+   */
   heldPrefix(blocks: BigUint64Array): number {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
-    let i = 0;
-    while (i < blocks.length && this.blocks.find(v[2 * i], v[2 * i + 1]) >= 0) i++;
-    return i;
+    let lo = 0;
+    let hi = blocks.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.blocks.find(v[2 * mid], v[2 * mid + 1]) >= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 }
 
-const key = (instance: string, dpRank: number) => `${instance}\u0000${dpRank}`;
+/** The load of a worker with nothing in flight: one frozen object for every idle candidate of every decision. */
+export const IDLE_LOAD: Load = Object.freeze({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
 
 export class ActiveSequences {
-  private readonly workers = new Map<string, WorkerLoad>();
+  private readonly workers = new WorkerMap<WorkerLoad>();
   private readonly bookings = new Map<string, Booking>();
 
   private worker(instance: string, dpRank: number): WorkerLoad {
-    const k = key(instance, dpRank);
-    let w = this.workers.get(k);
-    if (!w) this.workers.set(k, (w = new WorkerLoad()));
+    let w = this.workers.get(instance, dpRank);
+    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad()));
     return w;
   }
 
   load(instance: string, dpRank: number): Load {
-    const w = this.workers.get(key(instance, dpRank));
-    if (!w) return { activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 };
+    const w = this.workers.get(instance, dpRank);
+    if (!w) return IDLE_LOAD;
     return { activePrefillTokens: w.prefillTokens, activeBlocks: w.blocks.size, activeRequests: w.requests, decodingRequests: w.decoding };
   }
 
   /** Blocks of this request that would be new on the worker (not already held by in-flight requests). */
   newBlocks(instance: string, dpRank: number, blocks: BigUint64Array): number {
-    const w = this.workers.get(key(instance, dpRank));
+    const w = this.workers.get(instance, dpRank);
     return w ? blocks.length - w.heldPrefix(blocks) : blocks.length;
   }
 
@@ -133,7 +143,7 @@ export class ActiveSequences {
     else w.decoding--;
     w.release(b.blocks);
     w.requests--;
-    if (w.requests === 0) this.workers.delete(key(b.instance, b.dpRank));
+    if (w.requests === 0) this.workers.delete(b.instance, b.dpRank);
     return true;
   }
 

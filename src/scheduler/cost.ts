@@ -122,11 +122,12 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
  * Pick an index: temperature 0 = argmin with a uniform tie-break among equals; T > 0 = softmax over
  * range-normalised costs, p_i ~ exp(-(c_i - min) / ((max - min) T)). `rand` returns [0, 1).
  */
-export function pickByCost(costs: readonly number[], temperature: number, rand: () => number): number {
+export function pickByCost(costs: ArrayLike<number>, temperature: number, rand: () => number): number {
   if (costs.length === 0) return -1;
   let min = Infinity;
   let max = -Infinity;
-  for (const c of costs) {
+  for (let i = 0; i < costs.length; i++) {
+    const c = costs[i];
     if (c < min) min = c;
     if (c > max) max = c;
   }
@@ -141,7 +142,7 @@ export function pickByCost(costs: readonly number[], temperature: number, rand: 
     return chosen;
   }
   const range = max - min;
-  const weights = costs.map((c) => Math.exp(-(c - min) / (range * temperature)));
+  const weights = Array.from(costs, (c) => Math.exp(-(c - min) / (range * temperature)));
   const total = weights.reduce((a, b) => a + b, 0);
   let u = rand() * total;
   for (let i = 0; i < weights.length; i++) {

@@ -4,6 +4,7 @@
 // token (y). A decayed least-squares fit of y = overheadMs + msPerToken x1 + msPerDecoding x2,
 // pulled toward the configured prior (ridge): with no or uninformative data the prior stands, and
 // one odd sample cannot swing it. Pure: callers pass every observation; no clocks.
+import { WorkerMap } from '../common/worker-map.js';
 import type { PrefillRate } from './cost.js';
 
 /** One booking's first-token observation: PrefillRates.observe's arguments beyond the worker. */
@@ -132,7 +133,7 @@ const PEER_STRENGTH = 8;
  * configured guess: an idle instance is not mistaken for a slow one), itself shrunk toward the prior.
  */
 export class PrefillRates {
-  private readonly fits = new Map<string, { instance: string; dpRank: number; pool: string; fit: Fit }>();
+  private readonly fits = new WorkerMap<{ instance: string; dpRank: number; pool: string; fit: Fit }>();
   private readonly pools = new Map<string, Fit>();
 
   /**
@@ -141,9 +142,8 @@ export class PrefillRates {
    */
   observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number, pool = ''): void {
     if (!validSample({ workTokens, decoding, ttftMs })) return;
-    const k = `${instance}\u0000${dpRank}`;
-    let f = this.fits.get(k);
-    if (!f) this.fits.set(k, (f = { instance, dpRank, pool, fit: new Fit() }));
+    let f = this.fits.get(instance, dpRank);
+    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, fit: new Fit() }));
     f.pool = pool;
     f.fit.add(workTokens, decoding, ttftMs);
     let p = this.pools.get(pool);
@@ -162,7 +162,7 @@ export class PrefillRates {
 
   /** A worker's learned rate, shrunk toward `base` (its pool's rate). A few flops: no cache needed. */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
-    const f = this.fits.get(`${instance}\u0000${dpRank}`);
+    const f = this.fits.get(instance, dpRank);
     return f ? f.fit.rate(base, PEER_STRENGTH) : base;
   }
 
@@ -173,7 +173,7 @@ export class PrefillRates {
 
   /** Forget an instance (removed from the pool). */
   drop(instance: string): void {
-    for (const [k, f] of this.fits) if (f.instance === instance) this.fits.delete(k);
+    this.fits.deleteInstance(instance);
   }
 
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {

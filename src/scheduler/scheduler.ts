@@ -1,9 +1,10 @@
 // Selection and booking, shared by the proxy path and the decision API (one implementation).
 // Pure: the caller supplies candidates, `now` and randomness; no sockets, no timers.
+import { WorkerMap } from '../common/worker-map.js';
 import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
-import { ActiveSequences, type Booking, type Load } from './active-sequences.js';
+import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
 import { type CostModel, type CostWeights, cost } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec } from './policies/registry.js';
@@ -176,7 +177,7 @@ export class Scheduler {
   /** Mean prefill tokens per booked request (what an unbooked waiting request is assumed to cost). */
   private meanPrefillTokens = 1024;
   /** Per worker, when a request for each LoRA adapter was last booked there (adapter affinity). */
-  private readonly adapterUse = new Map<string, Map<string, number>>();
+  private readonly adapterUse = new WorkerMap<Map<string, number>>();
   private readonly turns = new Map<string, number>();
   /** State of the policies that remember across requests (peers' approximate indexes), per pool. */
   private readonly policyStates = new PolicyStates();
@@ -191,44 +192,60 @@ export class Scheduler {
     private readonly rand: () => number = Math.random,
   ) {}
 
-  /** Every candidate's overlap per tier, load and cost for a prompt; changes nothing. */
+  /**
+   * Every candidate's overlap per tier, load and cost for a prompt; changes nothing. Beyond the
+   * index walk, O(1) per candidate (O(log) for one with requests in flight): nothing here walks the
+   * prompt per candidate.
+   */
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
     const bs = input.ns.blockSize;
     const ns = this.indexer.find(input.ns);
     const space = ns ? ns.space : this.indexer.spaceFor(input.ns);
     const seq = input.seq ?? seqHashes(input.tokens ?? [], bs, space);
     const isl = input.isl ?? input.tokens?.length ?? seq.length * bs;
-    const overlap = ns && seq.length > 0 ? ns.index.query(seq, now, new Set(input.candidates.map((c) => c.instance))) : null;
-    const byCand = new Map<string, { device: number; host: number; disk: number }>();
-    for (const o of overlap?.candidates ?? []) byCand.set(`${o.instance}\u0000${o.dpRank}`, o);
-    const shared = overlap?.sharedBlocks ?? 0;
-    const busy = input.busy;
+    const n = input.candidates.length;
     // A peer reads the index as it stands (no eviction-aware credit, distrust or engine blend, which
     // are kvrouter's), and its own cost weights (Dynamo's blocks) replace routing's.
     const spec = policySpec(input.policy);
     const peer = spec.peer !== undefined;
     const weights: CostWeights = spec.cost ? { ...input.weights, ...spec.cost } : input.weights;
+    // Loads first, for eviction awareness: blocks the prefill queued on each (trusted) candidate
+    // will allocate. With nothing in flight anywhere, every load is idle.
+    const loads: Load[] | null = this.active.size > 0 ? new Array(n) : null;
+    let allocations: Int32Array | undefined;
+    for (let k = 0; loads && k < n; k++) {
+      const c = input.candidates[k];
+      const load = (loads[k] = this.active.load(c.instance, c.dpRank));
+      if (!input.evictionAware || peer || load.activePrefillTokens <= 0 || (this.distrusted.size > 0 && this.distrusted.has(c.instance))) continue;
+      allocations ??= new Int32Array(n);
+      allocations[k] = Math.ceil(load.activePrefillTokens / bs);
+    }
+    // Overlaps in the candidates' order: no result object or key string per candidate.
+    const overlap = ns && seq.length > 0 ? ns.index.overlapsFor(seq, now, input.candidates, allocations) : null;
+    const shared = overlap?.shared ?? 0;
+    const busy = input.busy;
     // The pool's rate once per request; each candidate's own fit shrinks toward it.
     const poolRate = this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model);
     // Plain object literals, no spreads: this runs for every candidate of every request.
-    const candidates: CandidateScore[] = [];
-    for (const c of input.candidates) {
-      const o = byCand.size > 0 ? byCand.get(`${c.instance}\u0000${c.dpRank}`) : undefined;
-      const load = this.active.load(c.instance, c.dpRank);
+    const candidates: CandidateScore[] = new Array(n);
+    for (let k = 0; k < n; k++) {
+      const c = input.candidates[k];
+      const load = loads ? loads[k] : IDLE_LOAD;
       const distrusted = !peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
-      const indexedBlocks = Math.max(o?.disk ?? 0, shared);
-      let device = distrusted ? 0 : (o?.device ?? 0);
-      let host = distrusted ? 0 : (o?.host ?? 0);
-      let disk = distrusted ? 0 : (o?.disk ?? 0);
-      if (device > 0 && input.evictionAware && !peer && load.activePrefillTokens > 0 && ns) {
+      const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
+      let device = distrusted || !overlap ? 0 : overlap.device[k];
+      let host = distrusted || !overlap ? 0 : overlap.host[k];
+      let disk = distrusted || !overlap ? 0 : overlap.disk[k];
+      if (device > 0 && allocations && allocations[k] > 0) {
         const indexed = device;
-        device = ns.index.survivingPrefix(c.instance, c.dpRank, seq, device, Math.ceil(load.activePrefillTokens / bs));
+        device = overlap!.surviving[k];
         // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
         // a lower tier extends the prefix (where an offloading engine puts what leaves the GPU).
         if (host === indexed) host = device;
         if (disk === indexed) disk = device;
       }
-      const newBlocks = seq.length > 0 ? this.active.newBlocks(c.instance, c.dpRank, seq) : 0;
+      // A worker without requests in flight holds no blocks for them (and has no entry to look up).
+      const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 ? seq.length : this.active.newBlocks(c.instance, c.dpRank, seq);
       const rate = this.rates.workerRate(c.instance, c.dpRank, poolRate);
       // Load the engine reports beyond what the router booked there.
       let extraPrefill = 0;
@@ -262,7 +279,7 @@ export class Scheduler {
         weights,
         rate,
       );
-      candidates.push({
+      candidates[k] = {
         instance: c.instance,
         dpRank: c.dpRank,
         device,
@@ -287,7 +304,7 @@ export class Scheduler {
         cost: weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
         load,
         busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
-      });
+      };
     }
     return { candidates, seq, isl };
   }
@@ -342,9 +359,8 @@ export class Scheduler {
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model);
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
     if (d.adapter) {
-      const k = `${c.instance}\u0000${c.dpRank}`;
-      let m = this.adapterUse.get(k);
-      if (!m) this.adapterUse.set(k, (m = new Map()));
+      let m = this.adapterUse.get(c.instance, c.dpRank);
+      if (!m) this.adapterUse.set(c.instance, c.dpRank, (m = new Map()));
       m.set(d.adapter, opts.now);
     }
     // The engine is about to use the cached prefix: it becomes the newest in the instance's LRU.
@@ -374,13 +390,13 @@ export class Scheduler {
   }
 
   private adapterPenalty(c: Candidate, adapter: string, loadMs: number, warmMs: number, now: number): number {
-    const last = this.adapterUse.get(`${c.instance}\u0000${c.dpRank}`)?.get(adapter);
+    const last = this.adapterUse.get(c.instance, c.dpRank)?.get(adapter);
     return last !== undefined && now - last <= warmMs ? 0 : loadMs;
   }
 
   /** An instance left the pool: free its bookings, forget its adapter history, rate and distrust. */
   dropInstance(instance: string): number {
-    for (const k of this.adapterUse.keys()) if (k.startsWith(`${instance}\u0000`)) this.adapterUse.delete(k);
+    this.adapterUse.deleteInstance(instance);
     this.rates.drop(instance);
     this.distrusted.delete(instance);
     this.policyStates.dropInstance(instance, (name) => policySpec(name as PolicyName));

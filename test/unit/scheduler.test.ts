@@ -212,6 +212,28 @@ describe('Scheduler', () => {
   });
 });
 
+describe('rendezvous hashing (session, prefix co-location)', () => {
+  const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+  const workers = Array.from({ length: 8 }, (_, i) => ({ instance: `w${i}`, dpRank: i % 2 }));
+  const pick = (s: Scheduler, key: string, exclude?: Set<string>) =>
+    s.decide({ ns, candidates: workers, tokens: [], policy: 'session', sessionKey: key, weights: W, temperature: 0, exclude }, 0).chosen!.instance;
+
+  it('spreads keys evenly, and a worker leaving moves only the keys it had', () => {
+    const s = new Scheduler(new TieredIndexer(), seeded(3));
+    const keys = Array.from({ length: 4000 }, (_, i) => `session-${i}`);
+    const before = new Map(keys.map((k) => [k, pick(s, k)]));
+    const counts = new Map<string, number>();
+    for (const w of before.values()) counts.set(w, (counts.get(w) ?? 0) + 1);
+    // 500 each on average; a binomial(4000, 1/8) stays within 420..580 with overwhelming probability.
+    expect([...counts.values()].every((n) => n > 420 && n < 580)).toBe(true);
+    expect(counts.size).toBe(8);
+    const after = new Map(keys.map((k) => [k, pick(s, k, new Set(['w3']))]));
+    for (const k of keys) if (before.get(k) !== 'w3') expect(after.get(k)).toBe(before.get(k));
+    // The leaver's keys spread over the others, not onto one.
+    expect(new Set(keys.filter((k) => before.get(k) === 'w3').map((k) => after.get(k))).size).toBe(7);
+  });
+});
+
 describe('time cost model', () => {
   const T: CostWeights = { ...W, model: 'time', medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, decodeInterference: 0.1 };
 
