@@ -23,7 +23,12 @@ const executable = (p) => {
     return false;
   }
 };
-const onPath = (cmd) => (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, cmd)).find(executable) ?? null;
+const onPath = (cmd) =>
+  (process.env.PATH ?? '')
+    .split(delimiter)
+    .filter(Boolean)
+    .map((d) => join(d, cmd))
+    .find(executable) ?? null;
 
 /** Where the tool is, or null; a variable that points nowhere is an error (the user asked for it). */
 function find(tool) {
@@ -49,10 +54,16 @@ if (missing.length > 0) {
   const pkgs = missing.map((t) => t.pkg);
   const how = `install ${missing.map((t) => t.name).join(' and ')} (Debian: apt-get install ${pkgs.join(' ')}) or set ${missing.map((t) => t.env).join(' / ')}`;
   const root = typeof process.getuid === 'function' && process.getuid() === 0;
-  if (!root || onPath('apt-get') === null) fail(`the tests need ${missing.map((t) => t.name).join(' and ')}, which ${missing.length > 1 ? 'are' : 'is'} missing and cannot be installed here (${root ? 'no apt-get' : 'not root'}): ${how}`);
+  if (!root || onPath('apt-get') === null)
+    fail(
+      `the tests need ${missing.map((t) => t.name).join(' and ')}, which ${missing.length > 1 ? 'are' : 'is'} missing and cannot be installed here (${root ? 'no apt-get' : 'not root'}): ${how}`,
+    );
   process.stderr.write(`npm test: installing ${pkgs.join(' ')} from Debian packages (apt-get, once)\n`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  for (const args of [['update', '-qq'], ['install', '-y', '-qq', ...pkgs]]) {
+  for (const args of [
+    ['update', '-qq'],
+    ['install', '-y', '-qq', ...pkgs],
+  ]) {
     const r = spawnSync('apt-get', args, { stdio: ['ignore', 'ignore', 'inherit'], env });
     if (r.status !== 0) fail(`apt-get ${args[0]} failed (exit ${r.status ?? r.signal}): ${how}`);
   }

@@ -8,8 +8,14 @@ import { fileURLToPath } from 'node:url';
 export default function setup(): void {
   const root = fileURLToPath(new URL('..', import.meta.url));
   for (const project of ['.', 'tsconfig.browser.json']) {
-    const r = spawnSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', project], { cwd: root, encoding: 'utf8' });
-    if (r.status !== 0) process.stderr.write(`global-setup: tsc -p ${project} reported errors (dist/ still emitted):\n${r.stdout.slice(0, 4000)}\n`);
+    const r = spawnSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', project], {
+      cwd: root,
+      encoding: 'utf8',
+    });
+    if (r.status !== 0)
+      process.stderr.write(
+        `global-setup: tsc -p ${project} reported errors (dist/ still emitted):\n${r.stdout.slice(0, 4000)}\n`,
+      );
   }
   // The files tsc does not emit (the EPP's protos, the dashboard's markup and styles).
   const assets = spawnSync('npm', ['run', '--silent', 'build:assets'], { cwd: root, encoding: 'utf8' });

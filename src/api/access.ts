@@ -5,7 +5,14 @@ import type { Hono } from 'hono';
 import { errorResponse } from './errors.js';
 import type { Access, Denial } from '../auth/access.js';
 
-const ADMIN = [/^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/, /^\/debug\//, /^\/admin\//, /^\/v1\/route\/events$/, /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/, /^\/dashboard(\/|$)/];
+const ADMIN = [
+  /^\/(register|unregister|events|dump|workers|register_peer|deregister_peer|peers)$/,
+  /^\/debug\//,
+  /^\/admin\//,
+  /^\/v1\/route\/events$/,
+  /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/,
+  /^\/dashboard(\/|$)/,
+];
 const API = [/^\/v1\//, /^\/query(_by_hash)?$/];
 
 export type RouteClass = 'admin' | 'api' | 'open';
@@ -17,7 +24,11 @@ export function routeClass(path: string): RouteClass {
 }
 
 /** `access` is read per request, so a reloaded configuration applies at once. */
-export function installAccess(app: Hono, getAccess: Access | (() => Access), onDenied: (cls: RouteClass, d: Denial) => void): void {
+export function installAccess(
+  app: Hono,
+  getAccess: Access | (() => Access),
+  onDenied: (cls: RouteClass, d: Denial) => void,
+): void {
   app.use('*', async (c, next) => {
     const access = typeof getAccess === 'function' ? getAccess() : getAccess;
     if (!access.enabled) return next();

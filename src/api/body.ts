@@ -12,7 +12,11 @@ import { parseTokenIdBody } from './token-body.js';
  * The body's bytes, or null as soon as it passes `limit` (declared or received): reading stops
  * there. A source that fails mid-body (the client went away) throws.
  */
-export async function readCapped(source: AsyncIterable<Uint8Array> | Readable | null, limit: number, declaredLength?: string | null): Promise<Buffer | null> {
+export async function readCapped(
+  source: AsyncIterable<Uint8Array> | Readable | null,
+  limit: number,
+  declaredLength?: string | null,
+): Promise<Buffer | null> {
   const declared = Number(declaredLength ?? NaN);
   if (Number.isFinite(declared) && declared > limit) return null;
   if (source === null) return Buffer.alloc(0);
@@ -30,7 +34,8 @@ export async function readCapped(source: AsyncIterable<Uint8Array> | Readable | 
 const ignore = (): void => undefined;
 
 // One read is the common case: its buffer is the body already, no copy.
-const whole = (chunks: Uint8Array[], size: number): Buffer => (chunks.length === 1 && Buffer.isBuffer(chunks[0]) ? chunks[0] : Buffer.concat(chunks, size));
+const whole = (chunks: Uint8Array[], size: number): Buffer =>
+  chunks.length === 1 && Buffer.isBuffer(chunks[0]) ? chunks[0] : Buffer.concat(chunks, size);
 
 /**
  * A Node stream (an IncomingMessage on the hot path) read through its events: its async iterator
@@ -130,14 +135,16 @@ export async function readJson(c: Context, maxBytes: number): Promise<JsonValue>
 /** An optional OpenAI-style JSON object: an empty body is `{}`. */
 export async function readOptionalOpenAIJson(c: Context, maxBytes: number): Promise<Record<string, unknown>> {
   const buf = await honoBody(c, maxBytes);
-  if (buf === null) throw new OpenAIError(413, tooLargeMessage(maxBytes), 'invalid_request_error', null, 'body_too_large');
+  if (buf === null)
+    throw new OpenAIError(413, tooLargeMessage(maxBytes), 'invalid_request_error', null, 'body_too_large');
   return buf.byteLength === 0 ? {} : parseOpenAIBody(buf);
 }
 
 /** OpenAI-style bodies on hono routes (/v1/route, /debug/route): a JSON object, OpenAI errors. */
 export async function readOpenAIJson(c: Context, maxBytes: number): Promise<Record<string, unknown>> {
   const buf = await honoBody(c, maxBytes);
-  if (buf === null) throw new OpenAIError(413, tooLargeMessage(maxBytes), 'invalid_request_error', null, 'body_too_large');
+  if (buf === null)
+    throw new OpenAIError(413, tooLargeMessage(maxBytes), 'invalid_request_error', null, 'body_too_large');
   return parseOpenAIBody(buf);
 }
 
@@ -157,9 +164,15 @@ export function parseOpenAIBody(buf: Buffer, completion = true): Record<string, 
   try {
     raw = JSON.parse(buf.toString('utf8'));
   } catch (err) {
-    throw new OpenAIError(400, `request body is not valid JSON: ${(err as Error).message}`, 'invalid_request_error', 'body');
+    throw new OpenAIError(
+      400,
+      `request body is not valid JSON: ${(err as Error).message}`,
+      'invalid_request_error',
+      'body',
+    );
   }
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new OpenAIError(400, 'request body must be a JSON object', 'invalid_request_error', 'body');
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    throw new OpenAIError(400, 'request body must be a JSON object', 'invalid_request_error', 'body');
   return raw as Record<string, unknown>;
 }
 
@@ -172,7 +185,13 @@ export function reserialize(body: Record<string, unknown>): Buffer {
   let text: string;
   try {
     text = JSON.stringify(body, (_k, v: unknown) => {
-      if (typeof v === 'number' && !Number.isFinite(v)) throw new OpenAIError(400, 'the body holds a number JSON cannot represent (e.g. 1e400)', 'invalid_request_error', 'body');
+      if (typeof v === 'number' && !Number.isFinite(v))
+        throw new OpenAIError(
+          400,
+          'the body holds a number JSON cannot represent (e.g. 1e400)',
+          'invalid_request_error',
+          'body',
+        );
       return v;
     });
   } catch (err) {

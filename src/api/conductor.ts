@@ -49,10 +49,16 @@ export function conductorHits(
 export function dynamoShape(hits: Record<string, InstanceHit>): {
   scores: Record<string, Record<string, number>>;
   frequencies: number[];
-  instances: Record<string, { longest_matched: number; gpu: number; cpu: number; disk: number; dp: Record<string, number> }>;
+  instances: Record<
+    string,
+    { longest_matched: number; gpu: number; cpu: number; disk: number; dp: Record<string, number> }
+  >;
 } {
   const scores: Record<string, Record<string, number>> = {};
-  const instances: Record<string, { longest_matched: number; gpu: number; cpu: number; disk: number; dp: Record<string, number> }> = {};
+  const instances: Record<
+    string,
+    { longest_matched: number; gpu: number; cpu: number; disk: number; dp: Record<string, number> }
+  > = {};
   for (const [inst, h] of Object.entries(hits)) {
     scores[inst] = { ...h.DP };
     instances[inst] = { longest_matched: h.longest_matched, gpu: h.GPU, cpu: h.CPU, disk: h.DISK, dp: { ...h.DP } };
@@ -79,12 +85,22 @@ export function dynamoWorkers(regs: readonly Registration[]): DynamoWorker[] {
     let w = byInstance.get(r.instanceId);
     if (!w) {
       const numeric = /^\d{1,15}$/.test(r.instanceId);
-      w = { instance_id: numeric ? Number(r.instanceId) : r.instanceId, source: 'zmq', status: r.status, endpoints: {}, listeners: {} };
+      w = {
+        instance_id: numeric ? Number(r.instanceId) : r.instanceId,
+        source: 'zmq',
+        status: r.status,
+        endpoints: {},
+        listeners: {},
+      };
       byInstance.set(r.instanceId, w);
     }
     if (STATUS_RANK[r.status] > STATUS_RANK[w.status]) w.status = r.status;
     w.endpoints[String(r.dpRank)] = r.endpoint;
-    w.listeners[String(r.dpRank)] = { endpoint: r.endpoint, status: r.status, ...(r.lastError ? { last_error: r.lastError } : {}) };
+    w.listeners[String(r.dpRank)] = {
+      endpoint: r.endpoint,
+      status: r.status,
+      ...(r.lastError ? { last_error: r.lastError } : {}),
+    };
   }
   return [...byInstance.values()];
 }

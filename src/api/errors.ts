@@ -25,7 +25,8 @@ export class ApiError extends Error {
   }
 }
 
-export const badField = (field: string, message: string): ApiError => new ApiError(400, 'invalid_field', `${field}: ${message}`, field);
+export const badField = (field: string, message: string): ApiError =>
+  new ApiError(400, 'invalid_field', `${field}: ${message}`, field);
 
 /** What went wrong, independent of the shape it is written in. */
 export interface ErrorSpec {
@@ -54,10 +55,20 @@ export function errorBody(path: string, err: ApiError | OpenAIError | ErrorSpec)
 const closeAfter = (status: number): Record<string, string> => (status === 413 ? { connection: 'close' } : {});
 
 /** node:http: write the error unless a response is already under way. */
-export function sendError(res: ServerResponse, path: string, err: ApiError | OpenAIError | ErrorSpec, headers: Record<string, string> = {}): void {
+export function sendError(
+  res: ServerResponse,
+  path: string,
+  err: ApiError | OpenAIError | ErrorSpec,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent || res.destroyed) return;
   const body = JSON.stringify(errorBody(path, err));
-  res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...closeAfter(err.status), ...headers });
+  res.writeHead(err.status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    ...closeAfter(err.status),
+    ...headers,
+  });
   res.end(body);
 }
 
@@ -71,7 +82,11 @@ export function endStreamWithError(res: ServerResponse, err: OpenAIError): void 
 }
 
 /** hono: the error as a Response. */
-export function errorResponse(c: Context, err: ApiError | OpenAIError | ErrorSpec, headers: Record<string, string> = {}): Response {
+export function errorResponse(
+  c: Context,
+  err: ApiError | OpenAIError | ErrorSpec,
+  headers: Record<string, string> = {},
+): Response {
   return c.json(errorBody(c.req.path, err), err.status as 400, { ...closeAfter(err.status), ...headers });
 }
 
@@ -85,7 +100,10 @@ export type RouteSpec = readonly [method: string, path: string];
  */
 export function installErrorHandling(app: Hono, extra: readonly RouteSpec[] = []): void {
   const byPath = new Map<string, string[]>();
-  const routes: RouteSpec[] = [...app.routes.filter((r) => r.method !== 'ALL' && !r.path.includes('*')).map((r) => [r.method, r.path] as const), ...extra];
+  const routes: RouteSpec[] = [
+    ...app.routes.filter((r) => r.method !== 'ALL' && !r.path.includes('*')).map((r) => [r.method, r.path] as const),
+    ...extra,
+  ];
   for (const [m, p] of routes) {
     const methods = byPath.get(p) ?? [];
     if (!methods.includes(m)) methods.push(m);
@@ -94,13 +112,25 @@ export function installErrorHandling(app: Hono, extra: readonly RouteSpec[] = []
   for (const [p, methods] of byPath) {
     app.all(p, (c) => {
       const allow = methods.includes('GET') ? [...methods, 'HEAD'] : methods;
-      return errorResponse(c, { status: 405, code: 'method_not_allowed', message: `${c.req.method} is not allowed on ${p}; use ${methods.join(' or ')}` }, { Allow: allow.join(', ') });
+      return errorResponse(
+        c,
+        {
+          status: 405,
+          code: 'method_not_allowed',
+          message: `${c.req.method} is not allowed on ${p}; use ${methods.join(' or ')}`,
+        },
+        { Allow: allow.join(', ') },
+      );
     });
   }
-  app.notFound((c) => errorResponse(c, { status: 404, code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` }));
+  app.notFound((c) =>
+    errorResponse(c, { status: 404, code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` }),
+  );
   app.onError((err, c) => {
     if (err instanceof ApiError || err instanceof OpenAIError) return errorResponse(c, err);
-    process.stderr.write(`kvrouter: internal error on ${c.req.method} ${c.req.path}: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(
+      `kvrouter: internal error on ${c.req.method} ${c.req.path}: ${(err as Error).stack ?? String(err)}\n`,
+    );
     return errorResponse(c, { status: 500, code: 'internal_error', message: 'internal error' });
   });
 }

@@ -6,7 +6,8 @@ import { ApiError, badField } from './errors.js';
 export type JsonObject = { [key: string]: JsonValue };
 
 export function asObject(v: JsonValue, what = 'body'): JsonObject {
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new ApiError(400, 'invalid_body', `${what} must be a JSON object`);
+  if (v === null || typeof v !== 'object' || Array.isArray(v))
+    throw new ApiError(400, 'invalid_body', `${what} must be a JSON object`);
   return v as JsonObject;
 }
 
@@ -28,7 +29,11 @@ function lookup(o: JsonObject, names: string | string[], required?: boolean): [s
   return found;
 }
 
-export function str(o: JsonObject, names: string | string[], opts: { required?: boolean; max?: number } = {}): string | undefined {
+export function str(
+  o: JsonObject,
+  names: string | string[],
+  opts: { required?: boolean; max?: number } = {},
+): string | undefined {
   const found = lookup(o, names, opts.required);
   if (!found) return undefined;
   const [name, v] = found;
@@ -44,7 +49,8 @@ export function id(o: JsonObject, names: string | string[], opts: { required?: b
   const [name, v] = found;
   if (typeof v === 'number' && Number.isSafeInteger(v)) return String(v);
   if (typeof v === 'bigint') return v.toString();
-  if (typeof v !== 'string' || v === '' || v.length > 256) throw badField(name, 'must be a non-empty string (at most 256 characters) or an integer');
+  if (typeof v !== 'string' || v === '' || v.length > 256)
+    throw badField(name, 'must be a non-empty string (at most 256 characters) or an integer');
   return v;
 }
 
@@ -67,11 +73,13 @@ export function tokenIds(o: JsonObject, name: string, maxTokens: number): Uint32
   const v = o[name];
   if (v === undefined || v === null) throw badField(name, 'is required');
   if (!Array.isArray(v)) throw badField(name, 'must be an array of token ids');
-  if (v.length > maxTokens) throw new ApiError(413, 'too_many_tokens', `${name} holds ${v.length} tokens, the limit is ${maxTokens}`, name);
+  if (v.length > maxTokens)
+    throw new ApiError(413, 'too_many_tokens', `${name} holds ${v.length} tokens, the limit is ${maxTokens}`, name);
   const out = new Uint32Array(v.length);
   for (let i = 0; i < v.length; i++) {
     const t = v[i];
-    if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0xffffffff) throw badField(`${name}[${i}]`, 'must be a u32 integer');
+    if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0xffffffff)
+      throw badField(`${name}[${i}]`, 'must be a u32 integer');
     out[i] = t;
   }
   return out;
@@ -83,7 +91,8 @@ export function hashList(o: JsonObject, names: string[], maxItems: number): bigi
   if (!found) throw badField(names[0], 'is required');
   const [name, v] = found;
   if (!Array.isArray(v)) throw badField(name, 'must be an array of u64 hashes');
-  if (v.length > maxItems) throw new ApiError(413, 'too_many_hashes', `${name} holds ${v.length} hashes, the limit is ${maxItems}`, name);
+  if (v.length > maxItems)
+    throw new ApiError(413, 'too_many_hashes', `${name} holds ${v.length} hashes, the limit is ${maxItems}`, name);
   return v.map((x, i) => {
     const h = toU64(x);
     if (h === null) throw badField(`${name}[${i}]`, 'must be a u64 (integer, decimal string or 0x hex string)');

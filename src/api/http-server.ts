@@ -29,7 +29,12 @@ export interface ConnectionLimits {
   maxConnections: number;
 }
 
-export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = { headersTimeoutMs: 10_000, requestTimeoutMs: 60_000, keepAliveTimeoutMs: 65_000, maxConnections: 10_000 };
+export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 65_000,
+  maxConnections: 10_000,
+};
 
 /**
  * `role` names the server in a ListenError ("router HTTP server") when its port cannot be had, and
@@ -37,7 +42,14 @@ export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = { headersTimeoutMs: 1
  */
 export async function startHttpServer(
   handler: NodeHandler,
-  opts: { host: string; port: number; role: string; hint?: string; limits?: Partial<ConnectionLimits>; onDrop?: () => void },
+  opts: {
+    host: string;
+    port: number;
+    role: string;
+    hint?: string;
+    limits?: Partial<ConnectionLimits>;
+    onDrop?: () => void;
+  },
 ): Promise<RunningServer> {
   const l = { ...DEFAULT_CONNECTION_LIMITS, ...opts.limits };
   const server = createServer(

@@ -30,7 +30,12 @@ export function createIndexerApp(opts: IndexerAppOptions): { app: Hono; metrics:
     const regs = opts.registry.all();
     const byStatus: Record<string, number> = {};
     for (const r of regs) byStatus[r.status] = (byStatus[r.status] ?? 0) + 1;
-    return json(c, { status: 'ok', registrations: regs.length, listeners: byStatus, index: opts.writer.indexer.stats() });
+    return json(c, {
+      status: 'ok',
+      registrations: regs.length,
+      listeners: byStatus,
+      index: opts.writer.indexer.stats(),
+    });
   });
   app.get('/ready', (c) => {
     const ready = opts.ready?.() ?? true;

@@ -79,7 +79,8 @@ function endpoint(o: JsonObject, names: string[], required: boolean): string | n
   }
   if (!ENDPOINT_RE.test(v)) throw badField(names[0], 'must be a ZMQ endpoint such as tcp://host:port');
   const port = /^tcp:\/\/.*:(\d+)$/.exec(v)?.[1];
-  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) throw badField(names[0], `port ${port} is not a TCP port (1-65535)`);
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535))
+    throw badField(names[0], `port ${port} is not a TCP port (1-65535)`);
   return v;
 }
 
@@ -140,13 +141,21 @@ function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
       shared: type === 'Mooncake',
     };
     if (spec.model === '') throw badField('modelname', 'must not be empty');
-    for (const [field, e] of [['endpoint', spec.endpoint], ['replay_endpoint', spec.replayEndpoint]] as const) {
-      if (e && deps.allowEndpoint && !deps.allowEndpoint(e)) throw new ApiError(403, 'endpoint_not_allowed', `${field} ${e} is not in the register allowlist`, field);
+    for (const [field, e] of [
+      ['endpoint', spec.endpoint],
+      ['replay_endpoint', spec.replayEndpoint],
+    ] as const) {
+      if (e && deps.allowEndpoint && !deps.allowEndpoint(e))
+        throw new ApiError(403, 'endpoint_not_allowed', `${field} ${e} is not in the register allowlist`, field);
     }
     const existing = registry.get(`${spec.instanceId}|${spec.tenant}|${spec.dpRank}`);
     const cap = deps.maxRegistrations?.();
     if (!existing && cap !== undefined && registry.size >= cap) {
-      throw new ApiError(409, 'too_many_registrations', `the router already has ${registry.size} registrations (limit ${cap})`);
+      throw new ApiError(
+        409,
+        'too_many_registrations',
+        `the router already has ${registry.size} registrations (limit ${cap})`,
+      );
     }
     const res = registry.register(spec, now());
     if (res.kind === 'conflict') throw new ApiError(409, 'registration_conflict', res.reason);
@@ -166,8 +175,17 @@ function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
     const tenant = str(o, 'tenant_id') || null;
     const dpRank = int(o, 'dp_rank', { min: 0, max: 65535 }) ?? null;
     const model = str(o, ['model_name', 'modelname', 'model']) || null;
-    const regs = registry.all().filter((r) => r.instanceId === instanceId && (tenant === null || r.tenant === tenant) && (dpRank === null || r.dpRank === dpRank) && (model === null || r.model === model));
-    if (regs.length === 0) throw new ApiError(404, 'not_found', `service not found: ${instanceId}|${tenant ?? '*'}|${dpRank ?? '*'}`);
+    const regs = registry
+      .all()
+      .filter(
+        (r) =>
+          r.instanceId === instanceId &&
+          (tenant === null || r.tenant === tenant) &&
+          (dpRank === null || r.dpRank === dpRank) &&
+          (model === null || r.model === model),
+      );
+    if (regs.length === 0)
+      throw new ApiError(404, 'not_found', `service not found: ${instanceId}|${tenant ?? '*'}|${dpRank ?? '*'}`);
     for (const reg of regs) {
       registry.unregister(reg.instanceId, reg.tenant, reg.dpRank);
       if (deps.listeners) await deps.listeners.remove(reg.key);
@@ -194,7 +212,15 @@ function mountQueryRoutes(app: Hono, x: RouteContext): void {
     return { nsId, instance, ns: indexer.find(nsId) };
   };
 
-  const respond = (c: Context, tenant: string, model: string, ns: Namespace | undefined, instance: string | null, result: OverlapResult, blockSize: number) => {
+  const respond = (
+    c: Context,
+    tenant: string,
+    model: string,
+    ns: Namespace | undefined,
+    instance: string | null,
+    result: OverlapResult,
+    blockSize: number,
+  ) => {
     const report = new Map<string, number[]>();
     const add = (inst: string) => {
       if (!report.has(inst)) report.set(inst, registry.ranks(tenant, inst));
@@ -228,7 +254,9 @@ function mountQueryRoutes(app: Hono, x: RouteContext): void {
     const { nsId, instance, ns } = queryCommon(c, o);
     const hashes = BigUint64Array.from(hashList(o, ['seq_hashes', 'block_hash'], limits.maxHashes));
     const limit = instance !== null ? new Set([instance]) : undefined;
-    const result: OverlapResult = ns ? ns.index.query(hashes, now(), limit) : { queriedBlocks: hashes.length, candidates: [], sharedBlocks: 0 };
+    const result: OverlapResult = ns
+      ? ns.index.query(hashes, now(), limit)
+      : { queriedBlocks: hashes.length, candidates: [], sharedBlocks: 0 };
     deps.onQuery?.('query_by_hash', result);
     return respond(c, nsId.tenant, nsId.model, ns, instance, result, nsId.blockSize);
   });
@@ -251,7 +279,10 @@ function mountEventRoutes(app: Hono, x: RouteContext): void {
       return r.event;
     });
     const results = events.map((ev) => writer.apply(ev));
-    return json(c, { applied: results.filter((r) => r.status === 'ok' || r.status === 'gap' || r.status === 'purged').length, results });
+    return json(c, {
+      applied: results.filter((r) => r.status === 'ok' || r.status === 'gap' || r.status === 'purged').length,
+      results,
+    });
   });
 }
 
@@ -287,7 +318,10 @@ function mountInspectRoutes(app: Hono, x: RouteContext): void {
 
 export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
   // Descriptors, not a spread: a limit given as a getter (the router's, which a reload changes) stays one.
-  const limits = Object.defineProperties({ ...DEFAULT_INDEXER_LIMITS }, Object.getOwnPropertyDescriptors(deps.limits ?? {})) as IndexerLimits;
+  const limits = Object.defineProperties(
+    { ...DEFAULT_INDEXER_LIMITS },
+    Object.getOwnPropertyDescriptors(deps.limits ?? {}),
+  ) as IndexerLimits;
   const x: RouteContext = {
     deps,
     limits,

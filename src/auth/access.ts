@@ -40,10 +40,20 @@ export type KeylessPolicy = (typeof KEYLESS_POLICIES)[number];
 export const sha256Hex = (s: string): string => createHash('sha256').update(s).digest('hex');
 
 function globToRegExp(glob: string): RegExp {
-  return new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+  return new RegExp(
+    `^${glob
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  );
 }
 
-const overConcurrency = (t: TenantSpec, n: number): Denial => ({ status: 429, code: 'concurrency_limit_exceeded', message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`, retryAfterSec: 1 });
+const overConcurrency = (t: TenantSpec, n: number): Denial => ({
+  status: 429,
+  code: 'concurrency_limit_exceeded',
+  message: `tenant ${t.id} has ${n} requests in flight (limit ${t.max_concurrency})`,
+  retryAfterSec: 1,
+});
 
 /** An admission whose release runs once, however often it is called. */
 function once(release: () => void): Admission {
@@ -79,7 +89,14 @@ export class Access {
       if (t.cache_salt) this.salts.add(t.cache_salt);
     }
     const limited = spec.tenants.filter((t) => t.rate_limit.requests_per_second > 0);
-    usage.configure(limited.map((t) => ({ tenant: t.id, ratePerSec: t.rate_limit.requests_per_second, burst: Math.max(1, t.rate_limit.burst) })), now());
+    usage.configure(
+      limited.map((t) => ({
+        tenant: t.id,
+        ratePerSec: t.rate_limit.requests_per_second,
+        burst: Math.max(1, t.rate_limit.burst),
+      })),
+      now(),
+    );
   }
 
   /** Auth is on when there is an admin token or at least one tenant. */
@@ -118,7 +135,11 @@ export class Access {
     const p = this.identify(h);
     if (p !== null) return p;
     if (keyless === 'trusted' && !this.bearer(h)) return { kind: 'anonymous' };
-    return { status: 401, code: 'invalid_api_key', message: 'missing or invalid API key (Authorization: Bearer <key>)' };
+    return {
+      status: 401,
+      code: 'invalid_api_key',
+      message: 'missing or invalid API key (Authorization: Bearer <key>)',
+    };
   }
 
   /** Admin-only routes: open only when auth is off entirely. */
@@ -155,7 +176,13 @@ export class Access {
     const rate = t.rate_limit.requests_per_second;
     if (rate > 0) {
       const wait = this.usage.take(t.id, rate, Math.max(1, t.rate_limit.burst), this.now());
-      if (wait > 0) return { status: 429, code: 'rate_limit_exceeded', message: `tenant ${t.id} is over its rate limit`, retryAfterSec: Math.ceil(wait / 1000) };
+      if (wait > 0)
+        return {
+          status: 429,
+          code: 'rate_limit_exceeded',
+          message: `tenant ${t.id} is over its rate limit`,
+          retryAfterSec: Math.ceil(wait / 1000),
+        };
     }
     if (t.max_concurrency <= 0) {
       if (rate > 0) this.usage.admittedOnly(t.id);
@@ -167,7 +194,13 @@ export class Access {
       // The owner's count is every process's in-flight count: exact, where the peers' reports lag
       // by a turn. Only a rate-limited tenant's admission is reported to them.
       const c = await owner.claim(t.id, t.max_concurrency);
-      if (c === null) return { status: 503, code: 'concurrency_unavailable', message: `tenant ${t.id}'s concurrency cap could not be checked (the process that counts it did not answer); retry`, retryAfterSec: 1 };
+      if (c === null)
+        return {
+          status: 503,
+          code: 'concurrency_unavailable',
+          message: `tenant ${t.id}'s concurrency cap could not be checked (the process that counts it did not answer); retry`,
+          retryAfterSec: 1,
+        };
       if ('held' in c) return overConcurrency(t, c.held);
       if (rate > 0) usage.admittedOnly(t.id);
       return once(() => owner.free(c.grant));
@@ -188,10 +221,16 @@ export class Access {
     if (p.kind === 'admin') return { salt: requested };
     const own = p.kind === 'tenant' ? (p.tenant.cache_salt ?? null) : null;
     if (own !== null) {
-      if (requested !== null && requested !== own) return { status: 403, code: 'cache_salt_not_allowed', message: 'this API key runs under its configured cache_salt; another one may not be named' };
+      if (requested !== null && requested !== own)
+        return {
+          status: 403,
+          code: 'cache_salt_not_allowed',
+          message: 'this API key runs under its configured cache_salt; another one may not be named',
+        };
       return { salt: own };
     }
-    if (requested !== null && this.salts.has(requested)) return { status: 403, code: 'cache_salt_not_allowed', message: 'that cache_salt belongs to another tenant' };
+    if (requested !== null && this.salts.has(requested))
+      return { status: 403, code: 'cache_salt_not_allowed', message: 'that cache_salt belongs to another tenant' };
     return { salt: requested };
   }
 }

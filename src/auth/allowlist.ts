@@ -52,7 +52,10 @@ export function endpointHost(endpoint: string): string | null {
 export function endpointAllowed(endpoint: string, allowlist: readonly string[]): boolean {
   if (endpoint.startsWith('inproc://')) return false;
   if (endpoint.startsWith('ipc://')) {
-    return allowlist.some((rule) => rule.startsWith('ipc://') && (rule.endsWith('*') ? endpoint.startsWith(rule.slice(0, -1)) : endpoint === rule));
+    return allowlist.some(
+      (rule) =>
+        rule.startsWith('ipc://') && (rule.endsWith('*') ? endpoint.startsWith(rule.slice(0, -1)) : endpoint === rule),
+    );
   }
   const host = endpointHost(endpoint);
   if (host === null) return false;

@@ -58,7 +58,8 @@ export class TenantUsage {
 
   private bucketFor(tenant: string, ratePerSec: number, burst: number, now: number): TokenBucket {
     let b = this.buckets.get(tenant);
-    if (!b || b.rate !== ratePerSec || b.burst !== burst) this.buckets.set(tenant, (b = { rate: ratePerSec, burst, bucket: new TokenBucket(ratePerSec, burst, now) }));
+    if (!b || b.rate !== ratePerSec || b.burst !== burst)
+      this.buckets.set(tenant, (b = { rate: ratePerSec, burst, bucket: new TokenBucket(ratePerSec, burst, now) }));
     return b.bucket;
   }
 

@@ -23,40 +23,108 @@ import type { Workload } from './workloads/types.js';
 const KNOB_HELP: Record<string, string> = {
   groups: 'shared-prefix: groups, one system prompt each (48 / 12)',
   'prompts-per-group': 'shared-prefix: questions per group (16 / 8)',
-  'system-len': 'shared-prefix: system prompt tokens (6000 / 3000); multi-turn: system prompt words (1000 / 500); agentic: shared tool spec + system tokens (4000 / 2000)',
+  'system-len':
+    'shared-prefix: system prompt tokens (6000 / 3000); multi-turn: system prompt words (1000 / 500); agentic: shared tool spec + system tokens (4000 / 2000)',
   'question-len': 'shared-prefix: question tokens (600 / 300); multi-turn: words per question (100 / 60)',
   'output-len': 'shared-prefix: output tokens (128 / 32)',
   rate: 'shared-prefix: requests/s (8); multi-turn: new sessions/s (1 / 2); agentic: new sessions/s (2), before --rate-scale',
   users: 'multi-turn: sessions (64 / 16); agentic: sessions (64 / 12)',
   turns: 'multi-turn: turns per session (6 / 4); agentic: (12 / 6)',
-  'context-len': 'multi-turn: words of per-user context in the first message (2000 / 1000); agentic: task tokens (1000 / 500)',
-  'reply-len': 'multi-turn: assistant reply words = max_tokens (150 / 40); agentic: reply tokens = max_tokens (100 / 32)',
+  'context-len':
+    'multi-turn: words of per-user context in the first message (2000 / 1000); agentic: task tokens (1000 / 500)',
+  'reply-len':
+    'multi-turn: assistant reply words = max_tokens (150 / 40); agentic: reply tokens = max_tokens (100 / 32)',
   'tool-len': 'agentic: tool-result tokens appended after each reply (400 / 200)',
-  'think-ms': 'multi-turn: pause between a reply and the next turn, ms (2000 / 1000); agentic: mean tool-call gap (1500 / 1000)',
+  'think-ms':
+    'multi-turn: pause between a reply and the next turn, ms (2000 / 1000); agentic: mean tool-call gap (1500 / 1000)',
 };
 const KNOBS = Object.keys(KNOB_HELP);
 
 /** Options every replay benchmark over the simulated fleet takes (cluster, sweep). */
 export const FLEET_OPTIONS: OptionTable = {
-  workload: { type: 'string', arg: 'NAME', help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)` },
-  trace: { type: 'string', arg: 'FILE', help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)` },
+  workload: {
+    type: 'string',
+    arg: 'NAME',
+    help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)`,
+  },
+  trace: {
+    type: 'string',
+    arg: 'FILE',
+    help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)`,
+  },
   engines: { type: 'string', default: '4', arg: 'N', help: 'simulated engines' },
   requests: { type: 'string', arg: 'N', help: 'cap on requests (default: mooncake 1000, quick 120; synthetic: all)' },
-  sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
-  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival times by X (default: mooncake 3, synthetic 1; quick: arrivals squeezed into 6 s)' },
-  speedup: { type: 'string', arg: 'X', help: 'engine speedup: divide simulated compute time by X (default 1; quick 4)' },
-  'perf-model': { type: 'string', default: BENCH_PERF_MODEL, arg: 'M', help: 'engine pass times (engine-sim --perf-model): mocker, h200-qwen3-0.6b|8b|32b or a calibration FILE; the served model name follows it' },
+  sample: {
+    type: 'string',
+    arg: 'X',
+    help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)',
+  },
+  'rate-scale': {
+    type: 'string',
+    arg: 'X',
+    help: 'divide arrival times by X (default: mooncake 3, synthetic 1; quick: arrivals squeezed into 6 s)',
+  },
+  speedup: {
+    type: 'string',
+    arg: 'X',
+    help: 'engine speedup: divide simulated compute time by X (default 1; quick 4)',
+  },
+  'perf-model': {
+    type: 'string',
+    default: BENCH_PERF_MODEL,
+    arg: 'M',
+    help: 'engine pass times (engine-sim --perf-model): mocker, h200-qwen3-0.6b|8b|32b or a calibration FILE; the served model name follows it',
+  },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and router' },
-  'cache-ratio': { type: 'string', default: '0.2', arg: 'X', help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)' },
+  'cache-ratio': {
+    type: 'string',
+    default: '0.2',
+    arg: 'X',
+    help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)',
+  },
   'cpu-ratio': { type: 'string', default: '2', arg: 'X', help: 'host-tier blocks per GPU block (0 = no host tier)' },
-  'max-model-len': { type: 'string', default: '32768', arg: 'N', help: 'longest prompt + output; longer trace requests are skipped' },
-  'max-output-tokens': { type: 'string', arg: 'N', help: 'cap on output tokens (default: the workload\'s; quick mooncake 32)' },
+  'max-model-len': {
+    type: 'string',
+    default: '32768',
+    arg: 'N',
+    help: 'longest prompt + output; longer trace requests are skipped',
+  },
+  'max-output-tokens': {
+    type: 'string',
+    arg: 'N',
+    help: "cap on output tokens (default: the workload's; quick mooncake 32)",
+  },
   seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
-  'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'abort requests still running this long after the last open-loop arrival' },
-  bypass: { type: 'string', default: '0', arg: 'X', help: 'share of the requests sent straight to engine e0, bypassing the router: load the router did not book' },
-  routers: { type: 'string', default: '1', arg: 'N', help: 'independent routers (no sync) sharing the engines, requests alternating between them: predictions diverge from the truth' },
-  'router-processes': { type: 'string', default: '1', arg: 'N', help: 'processes of each router (kvrouter serve --workers N)' },
-  pd: { type: 'string', default: '2P2D', arg: 'NPMD', help: 'engines of the disaggregated variants (pd, pd-no-bypass): N prefill + M decode, same sizing as one aggregated engine each' },
+  'drain-timeout': {
+    type: 'string',
+    default: '300',
+    arg: 'S',
+    help: 'abort requests still running this long after the last open-loop arrival',
+  },
+  bypass: {
+    type: 'string',
+    default: '0',
+    arg: 'X',
+    help: 'share of the requests sent straight to engine e0, bypassing the router: load the router did not book',
+  },
+  routers: {
+    type: 'string',
+    default: '1',
+    arg: 'N',
+    help: 'independent routers (no sync) sharing the engines, requests alternating between them: predictions diverge from the truth',
+  },
+  'router-processes': {
+    type: 'string',
+    default: '1',
+    arg: 'N',
+    help: 'processes of each router (kvrouter serve --workers N)',
+  },
+  pd: {
+    type: 'string',
+    default: '2P2D',
+    arg: 'NPMD',
+    help: 'engines of the disaggregated variants (pd, pd-no-bypass): N prefill + M decode, same sizing as one aggregated engine each',
+  },
   ...Object.fromEntries(KNOBS.map((k) => [k, { type: 'string' as const, arg: 'N', help: KNOB_HELP[k] }])),
   quick: { type: 'boolean', help: 'small run: whole benchmark within about 2 minutes (per policy and point)' },
 };
@@ -65,11 +133,17 @@ const OPTIONS: OptionTable = {
   policies: {
     type: 'string',
     arg: 'A,B',
-    help: `policies to compare, in order (default ${DEFAULT_POLICIES.join(',')}; also: ${VARIANTS.map((v) => v.name).filter((n) => !DEFAULT_POLICIES.includes(n)).join(',')}); routing keys inline: kv[prefix_affinity=0.25]`,
+    help: `policies to compare, in order (default ${DEFAULT_POLICIES.join(',')}; also: ${VARIANTS.map((v) => v.name)
+      .filter((n) => !DEFAULT_POLICIES.includes(n))
+      .join(',')}); routing keys inline: kv[prefix_affinity=0.25]`,
   },
   ...FLEET_OPTIONS,
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/cluster-<time>)' },
-  render: { type: 'string', arg: 'FILE', help: 'only re-render the tables and charts of an earlier JSON report (to --out)' },
+  render: {
+    type: 'string',
+    arg: 'FILE',
+    help: 'only re-render the tables and charts of an earlier JSON report (to --out)',
+  },
   json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
 };
 
@@ -123,9 +197,15 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
   const bypass = numberOption(v, 'bypass');
   if (!(bypass >= 0 && bypass < 1)) throw new Error('--bypass must be in [0, 1)');
   const pdm = /^(\d+)P(\d+)D$/i.exec(String(v.pd ?? '2P2D'));
-  if (!pdm || Number(pdm[1]) < 1 || Number(pdm[2]) < 1) throw new Error('--pd must be like 2P2D (at least one prefill and one decode engine)');
+  if (!pdm || Number(pdm[1]) < 1 || Number(pdm[2]) < 1)
+    throw new Error('--pd must be like 2P2D (at least one prefill and one decode engine)');
   const pd = { prefill: Number(pdm[1]), decode: Number(pdm[2]) };
-  const maxOut = v['max-output-tokens'] !== undefined ? intOption(v, 'max-output-tokens') : quick && wname === 'mooncake' ? 32 : null;
+  const maxOut =
+    v['max-output-tokens'] !== undefined
+      ? intOption(v, 'max-output-tokens')
+      : quick && wname === 'mooncake'
+        ? 32
+        : null;
   const knobs: Record<string, number | undefined> = {};
   for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
   const workload = await buildWorkload({
@@ -141,12 +221,17 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
   });
   try {
     const spanMs = Math.max(...workload.requests.map((r) => r.atMs));
-    const rateScale = opt(v, 'rate-scale', quick ? Math.max(1, spanMs / QUICK_ARRIVALS_MS) : wname === 'mooncake' ? 3 : 1);
+    const rateScale = opt(
+      v,
+      'rate-scale',
+      quick ? Math.max(1, spanMs / QUICK_ARRIVALS_MS) : wname === 'mooncake' ? 3 : 1,
+    );
     process.stderr.write(`workload: ${workload.description}\n`);
     const orc = await oracle(workload, blockSize);
     const size = sizeFleet(orc, engines, blockSize, cacheRatio, cpuRatio);
     // The cache is sized from the working set, not from the GPU: a full H200 would hold most traces whole.
-    const gpuBlocks = perf.profile && perf.deviceMemoryGb ? kvCapacityBlocks(perf.profile, perf.deviceMemoryGb, 0.9, blockSize) : null;
+    const gpuBlocks =
+      perf.profile && perf.deviceMemoryGb ? kvCapacityBlocks(perf.profile, perf.deviceMemoryGb, 0.9, blockSize) : null;
     process.stderr.write(
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${blockSize}; ` +
         `engines: ${engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks (working set = ${size.perEngineRatio.toFixed(2)}x one engine's GPU cache` +
@@ -170,7 +255,23 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
       orc,
       size,
       fleet,
-      config: { engines, blockSize, speedup, perfModel, rateScale, cacheRatio, cpuRatio, seed, quick, maxOutputTokens: maxOut, model, routers, routerProcesses, bypass, pd: `${pd.prefill}P${pd.decode}D` },
+      config: {
+        engines,
+        blockSize,
+        speedup,
+        perfModel,
+        rateScale,
+        cacheRatio,
+        cpuRatio,
+        seed,
+        quick,
+        maxOutputTokens: maxOut,
+        model,
+        routers,
+        routerProcesses,
+        bypass,
+        pd: `${pd.prefill}P${pd.decode}D`,
+      },
       spanMs,
       followUps: workload.requests.filter((r) => r.after).length,
       drainS: intOption(v, 'drain-timeout'),
@@ -186,18 +287,36 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
 }
 
 /** Every variant, in order, on fresh engines and routers, at one arrival scale; the report's data. */
-export async function runVariants(setup: ClusterSetup, policies: readonly PolicyVariant[], rateScale: number, progress: Progress): Promise<{ data: ClusterReport; perRequest: string[] }> {
+export async function runVariants(
+  setup: ClusterSetup,
+  policies: readonly PolicyVariant[],
+  rateScale: number,
+  progress: Progress,
+): Promise<{ data: ClusterReport; perRequest: string[] }> {
   const t0 = Date.now();
   const load0 = loadavg();
   const { workload, orc, followUps } = setup;
   const scheduleS = setup.spanMs / rateScale / 1000;
-  const drainTimeoutMs = setup.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, workload.requests.length - followUps) : 0);
+  const drainTimeoutMs =
+    setup.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, workload.requests.length - followUps) : 0);
   const results: PolicyResult[] = [];
   const perRequest: string[] = [];
   for (const p of policies) {
     progress.setLabel(p.name);
-    progress.log(`policy ${p.name}: starting engines and ${setup.routers > 1 ? `${setup.routers} routers` : 'router'} (arrivals over ${scheduleS.toFixed(0)} s)`);
-    const { result: r, samples } = await runPolicy(p, { fleet: setup.fleet, workload, rateScale, drainTimeoutMs, routers: setup.routers, routerProcesses: setup.routerProcesses, bypass: setup.bypass, pd: setup.pd, onDone: () => progress.tick() });
+    progress.log(
+      `policy ${p.name}: starting engines and ${setup.routers > 1 ? `${setup.routers} routers` : 'router'} (arrivals over ${scheduleS.toFixed(0)} s)`,
+    );
+    const { result: r, samples } = await runPolicy(p, {
+      fleet: setup.fleet,
+      workload,
+      rateScale,
+      drainTimeoutMs,
+      routers: setup.routers,
+      routerProcesses: setup.routerProcesses,
+      bypass: setup.bypass,
+      pd: setup.pd,
+      onDone: () => progress.tick(),
+    });
     results.push(r);
     for (const s of samples) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...s }));
     progress.log(
@@ -228,7 +347,10 @@ export async function run(argv: string[]): Promise<number> {
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   if (typeof v.render === 'string') {
-    writeClusterReport(JSON.parse(readFileSync(v.render, 'utf8')) as ClusterReport, typeof v.out === 'string' ? v.out : undefined);
+    writeClusterReport(
+      JSON.parse(readFileSync(v.render, 'utf8')) as ClusterReport,
+      typeof v.out === 'string' ? v.out : undefined,
+    );
     return 0;
   }
   const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : DEFAULT_POLICIES).map(variant);

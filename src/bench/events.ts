@@ -31,7 +31,12 @@ import { TieredIndexer } from '../indexer/namespaces.js';
 import { type Table, writeReport } from './report.js';
 
 const OPTIONS: OptionTable = {
-  batches: { type: 'string', default: '40000', arg: 'N', help: '16-block batches per throughput run (default 40000 = 640k block-events)' },
+  batches: {
+    type: 'string',
+    default: '40000',
+    arg: 'N',
+    help: '16-block batches per throughput run (default 40000 = 640k block-events)',
+  },
   rate: { type: 'string', default: '100000', arg: 'N', help: 'block-events/s for the CPU-share run' },
   seconds: { type: 'string', default: '5', arg: 'S', help: 'duration of the CPU-share run' },
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/events-<time>)' },
@@ -43,7 +48,10 @@ const RING = 1024;
 const PUBLISHER_FLAG = '--kv-events-bench-publisher';
 
 type Kind = 'vllm' | 'standard';
-type PubCommand = { type: 'blast'; batches: number; doneFile?: string } | { type: 'paced'; batchesPerSec: number; seconds: number } | { type: 'exit' };
+type PubCommand =
+  | { type: 'blast'; batches: number; doneFile?: string }
+  | { type: 'paced'; batchesPerSec: number; seconds: number }
+  | { type: 'exit' };
 type PubMessage = { type: 'ready'; endpoint: string } | { type: 'done'; sent: number };
 
 // ---------------------------------------------------------------- payloads
@@ -69,7 +77,14 @@ export function buildPayloads(kind: Kind): Buffer[] {
             group_idx: 0,
             kv_cache_spec_kind: 'full_attention',
           }
-        : { event_type: 'stored', event_id: eventId++, seq_hashes: hashes, base_block_idx: 0, parent_hash: null, token_ids: null };
+        : {
+            event_type: 'stored',
+            event_id: eventId++,
+            seq_hashes: hashes,
+            base_block_idx: 0,
+            parent_hash: null,
+            token_ids: null,
+          };
     out.push(Buffer.from(encode([Date.now() / 1000, [ev], 0], { useBigInt64: true })));
   }
   return out;
@@ -80,7 +95,25 @@ export function buildPayloads(kind: Kind): Buffer[] {
 function standardPayload(i: number): Buffer {
   const base = i % RING;
   const hashes = Array.from({ length: BLOCKS }, (_, j) => (0x8000_0000_0000_0000n | (BigInt(base) << 20n)) + BigInt(j));
-  return Buffer.from(encode([Date.now() / 1000, [{ event_type: 'stored', event_id: i, seq_hashes: hashes, base_block_idx: 0, parent_hash: null, token_ids: null }], 0], { useBigInt64: true }));
+  return Buffer.from(
+    encode(
+      [
+        Date.now() / 1000,
+        [
+          {
+            event_type: 'stored',
+            event_id: i,
+            seq_hashes: hashes,
+            base_block_idx: 0,
+            parent_hash: null,
+            token_ids: null,
+          },
+        ],
+        0,
+      ],
+      { useBigInt64: true },
+    ),
+  );
 }
 
 // ---------------------------------------------------------------- publisher process
@@ -107,7 +140,8 @@ async function publisherMain(kind: Kind, preEncode: number): Promise<void> {
         process.exit(0);
       }
       if (cmd.type === 'blast') {
-        for (let i = 0; i < cmd.batches; i++) await send(kind === 'standard' && n + i < pre.length ? pre[n + i] : payload(n + i));
+        for (let i = 0; i < cmd.batches; i++)
+          await send(kind === 'standard' && n + i < pre.length ? pre[n + i] : payload(n + i));
         n += cmd.batches;
         if (cmd.doneFile) writeFileSync(cmd.doneFile, String(n));
       } else {
@@ -168,7 +202,9 @@ interface Session {
 }
 
 async function session(kind: Kind, preEncode = 0, zmqClient: ZmqClient = 'builtin'): Promise<Session> {
-  const child = fork(fileURLToPath(import.meta.url), [PUBLISHER_FLAG, kind, String(preEncode)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(fileURLToPath(import.meta.url), [PUBLISHER_FLAG, kind, String(preEncode)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const [ready] = (await once(child, 'message')) as [PubMessage];
   if (ready.type !== 'ready') throw new Error('publisher did not start');
   const indexer = new TieredIndexer();
@@ -229,7 +265,12 @@ function blockUntilExists(file: string, timeoutMs: number): void {
   }
 }
 
-async function throughput(kind: Kind, batches: number, client: ZmqClient, mode: 'live' | 'backlog'): Promise<Throughput> {
+async function throughput(
+  kind: Kind,
+  batches: number,
+  client: ZmqClient,
+  mode: 'live' | 'backlog',
+): Promise<Throughput> {
   const s = await session(kind, batches, client);
   const dir = mkdtempSync(join(tmpdir(), 'kvr-bench-'));
   try {
@@ -351,14 +392,27 @@ const STAGE_NAMES: Record<Stage['kind'], string> = {
 function stages(kind: Kind, batches: number): Stage {
   // Standardized events carry consecutive event ids: one payload per applied batch (warm-up
   // included), or the applier would see regressions and purge.
-  const payloads = kind === 'vllm' ? buildPayloads('vllm') : Array.from({ length: WARM + ROUNDS * batches }, (_, i) => standardPayload(i));
+  const payloads =
+    kind === 'vllm'
+      ? buildPayloads('vllm')
+      : Array.from({ length: WARM + ROUNDS * batches }, (_, i) => standardPayload(i));
   const type: PublisherType = kind === 'vllm' ? 'vLLM' : 'Mooncake';
   const ctx = decodeContext(registration(type, 'tcp://x:1', 'stage'));
   const time = (f: (i: number) => void): number => bestOf(batches, f);
   const decodeUs = time((i) => decodePayload(payloads[i % payloads.length], ctx));
-  const ingest = new StreamIngest(registration(type, 'tcp://x:1', 'stage'), { writer: new KvIndexWriter(new TieredIndexer()), metrics: NOOP_METRICS, now: Date.now });
+  const ingest = new StreamIngest(registration(type, 'tcp://x:1', 'stage'), {
+    writer: new KvIndexWriter(new TieredIndexer()),
+    metrics: NOOP_METRICS,
+    now: Date.now,
+  });
   const applyUs = time((i) => ingest.applyPayload(payloads[kind === 'vllm' ? i % RING : i], false));
-  return { kind, encodeUsPerBatch: null, decodeUsPerBatch: decodeUs, decodeApplyUsPerBatch: applyUs, decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs };
+  return {
+    kind,
+    encodeUsPerBatch: null,
+    decodeUsPerBatch: decodeUs,
+    decodeApplyUsPerBatch: applyUs,
+    decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs,
+  };
 }
 
 /**
@@ -374,7 +428,11 @@ function relayedStage(batches: number): Stage {
     if (!r.ok) throw new Error(r.error);
     return r.batch.events;
   });
-  const forward = (i: number) => encodeBatch('bench', events[i % RING].map((event) => encodeOp({ op: 'event', event })));
+  const forward = (i: number) =>
+    encodeBatch(
+      'bench',
+      events[i % RING].map((event) => encodeOp({ op: 'event', event })),
+    );
   const wire = events.map((_, i) => forward(i));
   const relayed = new RelayedIndex(new KvIndexWriter(new TieredIndexer()));
   const encodeUs = bestOf(batches, forward);
@@ -382,11 +440,22 @@ function relayedStage(batches: number): Stage {
   const applyUs = bestOf(batches, (i) => {
     for (const op of decodeBatch(wire[i % RING]).ops) relayed.apply(op);
   });
-  return { kind: 'relayed', encodeUsPerBatch: encodeUs, decodeUsPerBatch: decodeUs, decodeApplyUsPerBatch: applyUs, decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs };
+  return {
+    kind: 'relayed',
+    encodeUsPerBatch: encodeUs,
+    decodeUsPerBatch: decodeUs,
+    decodeApplyUsPerBatch: applyUs,
+    decodeApplyBlockEventsPerSec: (BLOCKS * 1e6) / applyUs,
+  };
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('bench events', 'KV events decoded and applied through a real ZMQ socket.', OPTIONS, argv);
+  const parsed = parseCommand(
+    'bench events',
+    'KV events decoded and applied through a real ZMQ socket.',
+    OPTIONS,
+    argv,
+  );
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const batches = intOption(v, 'batches');
@@ -405,7 +474,19 @@ export async function run(argv: string[]): Promise<number> {
   const tables: Table[] = [
     {
       title: `End to end through ZMQ (${BLOCKS}-block batches, a libzmq PUB in another process; backlog drained = it queued every batch while this thread was blocked, so the rate is the router side's capacity; live = bounded by the publisher's send rate)`,
-      columns: ['publisher', 'SUB client', 'events', 'block-events', 'seconds', 'block-events/s', 'CPU us/block', 'main thread busy', 'gaps', 'purges', 'decode errors'],
+      columns: [
+        'publisher',
+        'SUB client',
+        'events',
+        'block-events',
+        'seconds',
+        'block-events/s',
+        'CPU us/block',
+        'main thread busy',
+        'gaps',
+        'purges',
+        'decode errors',
+      ],
       rows: tp.map((r) => [
         r.mode === 'backlog' ? 'backlog drained' : 'live',
         r.client,
@@ -423,12 +504,32 @@ export async function run(argv: string[]): Promise<number> {
     {
       title: `CPU share at a steady ${rate.toLocaleString('en-US')} block-events/s (vLLM events)`,
       columns: ['achieved block-events/s', 'seconds', 'process CPU (share of one core)', 'main thread busy', 'gaps'],
-      rows: [[Math.round(st.achievedBlockEventsPerSec), st.seconds, `${(st.cpuShareOfOneCore * 100).toFixed(1)}%`, `${(st.mainThreadUtilization * 100).toFixed(1)}%`, st.gaps]],
+      rows: [
+        [
+          Math.round(st.achievedBlockEventsPerSec),
+          st.seconds,
+          `${(st.cpuShareOfOneCore * 100).toFixed(1)}%`,
+          `${(st.mainThreadUtilization * 100).toFixed(1)}%`,
+          st.gaps,
+        ],
+      ],
     },
     {
       title: 'In process, no sockets (per 16-block batch)',
-      columns: ['events', 'decode us', 'decode + apply us', 'block-events/s (decode + apply)', 'encode us (the relaying process)'],
-      rows: stageRows.map((r) => [STAGE_NAMES[r.kind], r.decodeUsPerBatch, r.decodeApplyUsPerBatch, Math.round(r.decodeApplyBlockEventsPerSec), r.encodeUsPerBatch ?? '-']),
+      columns: [
+        'events',
+        'decode us',
+        'decode + apply us',
+        'block-events/s (decode + apply)',
+        'encode us (the relaying process)',
+      ],
+      rows: stageRows.map((r) => [
+        STAGE_NAMES[r.kind],
+        r.decodeUsPerBatch,
+        r.decodeApplyUsPerBatch,
+        Math.round(r.decodeApplyBlockEventsPerSec),
+        r.encodeUsPerBatch ?? '-',
+      ]),
     },
   ];
   writeReport('events', { throughput: tp, steady: st, stages: stageRows }, tables, v.out as string | undefined);

@@ -45,52 +45,179 @@ function perfModelConfig(name: string): Partial<CoreConfig> {
 }
 
 const OPTIONS: OptionTable = {
-  policies: { type: 'string', arg: 'A,B', help: 'routing variants of bench cluster to compare, in order (default kv); routing keys inline: kv[prefix_affinity=0.25]' },
-  workload: { type: 'string', arg: 'NAME', help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)` },
-  trace: { type: 'string', arg: 'FILE', help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)` },
-  requests: { type: 'string', arg: 'N', help: 'cap on requests (default: mooncake 1000, quick 240; synthetic: all); a Mooncake trace shorter than N is tiled (superimposed copies, disjoint hash ids)' },
-  sample: { type: 'string', arg: 'X', help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)' },
+  policies: {
+    type: 'string',
+    arg: 'A,B',
+    help: 'routing variants of bench cluster to compare, in order (default kv); routing keys inline: kv[prefix_affinity=0.25]',
+  },
+  workload: {
+    type: 'string',
+    arg: 'NAME',
+    help: `${WORKLOADS.join(' | ')} (default mooncake; --trace implies mooncake)`,
+  },
+  trace: {
+    type: 'string',
+    arg: 'FILE',
+    help: `Mooncake-format trace (default ${DEFAULT_TRACE}, relative to the repo root)`,
+  },
+  requests: {
+    type: 'string',
+    arg: 'N',
+    help: 'cap on requests (default: mooncake 1000, quick 240; synthetic: all); a Mooncake trace shorter than N is tiled (superimposed copies, disjoint hash ids)',
+  },
+  sample: {
+    type: 'string',
+    arg: 'X',
+    help: 'mooncake: keep this fraction of conversations, whole (default 1; quick 0.08)',
+  },
   engines: { type: 'string', default: '16', arg: 'N', help: 'simulated engines (quick: 8)' },
   routers: { type: 'string', default: '1', arg: 'N', help: 'router replicas; request i goes to replica i mod N' },
-  'sync-delay-ms': { type: 'string', default: 'none', arg: 'MS|none', help: 'replica sync (the real add/prefill/free messages) delivered this long after they are sent; none: replicas do not sync' },
-  'request-latency-ms': { type: 'string', default: '0', arg: 'MS', help: "a routed request reaches its engine this long after it was sent (the HTTP hops and the router's own time; 0: none)" },
-  'kv-event-delay-ms': { type: 'string', default: '1', arg: 'MS', help: 'a KV event batch reaches the routers this long after its pass starts' },
-  'event-wire': { type: 'string', default: 'bytes', arg: 'bytes|values', help: 'KV events as msgpack bytes (the ZMQ payload path) or as the encoder\'s values (skips msgpack; the same decoder and applier)' },
-  'spread-bursts': { type: 'string', default: '0', arg: 'MS', help: 'spread requests that share one arrival time evenly over the next MS (trace time, before --rate-scale): the Mooncake conversation trace stamps arrivals in 3,000 ms steps, so its requests come in bursts (0: as recorded, as bench cluster replays them)' },
-  'rate-scale': { type: 'string', arg: 'X', help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)' },
-  'rate-per-engine': { type: 'string', arg: 'X', help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)` },
-  'perf-model': { type: 'string', default: 'h200-qwen3-8b', arg: 'NAME', help: `engine timing model: ${PERF_MODELS.join(' | ')} | FILE[#model] (docs/engine-sim.md, "Perf models")` },
-  'engine-hash': { type: 'string', default: 'murmur', arg: 'vllm|murmur', help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or murmur (a non-cryptographic chain, much cheaper; routers rehash token_ids either way)" },
-  speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup (only to match a bench cluster run: virtual time needs none)' },
+  'sync-delay-ms': {
+    type: 'string',
+    default: 'none',
+    arg: 'MS|none',
+    help: 'replica sync (the real add/prefill/free messages) delivered this long after they are sent; none: replicas do not sync',
+  },
+  'request-latency-ms': {
+    type: 'string',
+    default: '0',
+    arg: 'MS',
+    help: "a routed request reaches its engine this long after it was sent (the HTTP hops and the router's own time; 0: none)",
+  },
+  'kv-event-delay-ms': {
+    type: 'string',
+    default: '1',
+    arg: 'MS',
+    help: 'a KV event batch reaches the routers this long after its pass starts',
+  },
+  'event-wire': {
+    type: 'string',
+    default: 'bytes',
+    arg: 'bytes|values',
+    help: "KV events as msgpack bytes (the ZMQ payload path) or as the encoder's values (skips msgpack; the same decoder and applier)",
+  },
+  'spread-bursts': {
+    type: 'string',
+    default: '0',
+    arg: 'MS',
+    help: 'spread requests that share one arrival time evenly over the next MS (trace time, before --rate-scale): the Mooncake conversation trace stamps arrivals in 3,000 ms steps, so its requests come in bursts (0: as recorded, as bench cluster replays them)',
+  },
+  'rate-scale': {
+    type: 'string',
+    arg: 'X',
+    help: 'divide arrival and think times by X (default: see --rate-per-engine; synthetic workloads 1)',
+  },
+  'rate-per-engine': {
+    type: 'string',
+    arg: 'X',
+    help: `set --rate-scale so that requests arrive at X per second per engine (default for mooncake: ${MOONCAKE_RATE_PER_ENGINE}, the load of bench cluster's default run)`,
+  },
+  'perf-model': {
+    type: 'string',
+    default: 'h200-qwen3-8b',
+    arg: 'NAME',
+    help: `engine timing model: ${PERF_MODELS.join(' | ')} | FILE[#model] (docs/engine-sim.md, "Perf models")`,
+  },
+  'engine-hash': {
+    type: 'string',
+    default: 'murmur',
+    arg: 'vllm|murmur',
+    help: "engines' own block hashes: vllm (sha256_cbor, as engine-sim) or murmur (a non-cryptographic chain, much cheaper; routers rehash token_ids either way)",
+  },
+  speedup: {
+    type: 'string',
+    default: '1',
+    arg: 'X',
+    help: 'engine speedup (only to match a bench cluster run: virtual time needs none)',
+  },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and routers' },
-  'gpu-blocks': { type: 'string', arg: 'N', help: 'GPU KV blocks per engine (default: sized from the working set like bench cluster, see --cache-ratio)' },
-  'cache-ratio': { type: 'string', default: '0.2', arg: 'X', help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)' },
+  'gpu-blocks': {
+    type: 'string',
+    arg: 'N',
+    help: 'GPU KV blocks per engine (default: sized from the working set like bench cluster, see --cache-ratio)',
+  },
+  'cache-ratio': {
+    type: 'string',
+    default: '0.2',
+    arg: 'X',
+    help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)',
+  },
   'cpu-ratio': { type: 'string', default: '2', arg: 'X', help: 'host-tier blocks per GPU block (0 = no host tier)' },
-  'max-model-len': { type: 'string', default: '32768', arg: 'N', help: 'longest prompt + output; longer trace requests are skipped' },
-  'max-output-tokens': { type: 'string', arg: 'N', help: "cap on output tokens (default: the workload's; quick mooncake 32)" },
-  seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals, engines and the routers\' random choices' },
+  'max-model-len': {
+    type: 'string',
+    default: '32768',
+    arg: 'N',
+    help: 'longest prompt + output; longer trace requests are skipped',
+  },
+  'max-output-tokens': {
+    type: 'string',
+    arg: 'N',
+    help: "cap on output tokens (default: the workload's; quick mooncake 32)",
+  },
+  seed: {
+    type: 'string',
+    default: '0',
+    arg: 'N',
+    help: "seed of tokens, arrivals, engines and the routers' random choices",
+  },
   'slo-ttft-ms': { type: 'string', default: '2000', arg: 'MS', help: 'goodput: TTFT objective' },
-  'slo-tpot-ms': { type: 'string', default: '100', arg: 'MS', help: 'goodput: time-per-output-token objective (requests with 2+ tokens)' },
-  'drain-timeout': { type: 'string', default: '300', arg: 'S', help: 'requests still running this long (virtual s) after the last open-loop arrival fail as timed out' },
+  'slo-tpot-ms': {
+    type: 'string',
+    default: '100',
+    arg: 'MS',
+    help: 'goodput: time-per-output-token objective (requests with 2+ tokens)',
+  },
+  'drain-timeout': {
+    type: 'string',
+    default: '300',
+    arg: 'S',
+    help: 'requests still running this long (virtual s) after the last open-loop arrival fail as timed out',
+  },
   groups: { type: 'string', arg: 'N', help: 'shared-prefix: groups (48 / 12)' },
   'prompts-per-group': { type: 'string', arg: 'N', help: 'shared-prefix: questions per group (16 / 8)' },
-  'system-len': { type: 'string', arg: 'N', help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words' },
+  'system-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words',
+  },
   'question-len': { type: 'string', arg: 'N', help: 'shared-prefix: question tokens; multi-turn: words per question' },
   'output-len': { type: 'string', arg: 'N', help: 'shared-prefix: output tokens' },
-  rate: { type: 'string', arg: 'N', help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s (before --rate-scale)' },
+  rate: {
+    type: 'string',
+    arg: 'N',
+    help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s (before --rate-scale)',
+  },
   users: { type: 'string', arg: 'N', help: 'multi-turn, agentic: sessions' },
   turns: { type: 'string', arg: 'N', help: 'multi-turn, agentic: turns per session' },
   'context-len': { type: 'string', arg: 'N', help: 'multi-turn: per-user context words; agentic: task tokens' },
   'reply-len': { type: 'string', arg: 'N', help: 'multi-turn: reply words; agentic: reply tokens (= max_tokens)' },
   'tool-len': { type: 'string', arg: 'N', help: 'agentic: tool-result tokens after each reply' },
-  'think-ms': { type: 'string', arg: 'N', help: 'multi-turn: pause before the next turn; agentic: mean tool-call gap (ms)' },
+  'think-ms': {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn: pause before the next turn; agentic: mean tool-call gap (ms)',
+  },
   quick: { type: 'boolean', help: 'small run (8 engines, 240 Mooncake requests, 2 policies): well under a minute' },
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/fleet-<time>)' },
   json: { type: 'string', arg: 'FILE', help: 'also write the JSON report here' },
 };
 
-const KNOBS = ['groups', 'prompts-per-group', 'system-len', 'question-len', 'output-len', 'rate', 'users', 'turns', 'context-len', 'reply-len', 'tool-len', 'think-ms'];
-const SUMMARY = 'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).';
+const KNOBS = [
+  'groups',
+  'prompts-per-group',
+  'system-len',
+  'question-len',
+  'output-len',
+  'rate',
+  'users',
+  'turns',
+  'context-len',
+  'reply-len',
+  'tool-len',
+  'think-ms',
+];
+const SUMMARY =
+  'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).';
 const QUICK_POLICIES = ['kv', 'round-robin'];
 
 /** Every flag, resolved and checked. */
@@ -128,10 +255,13 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
   if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
   if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
-  const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv']).map(variant);
+  const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv']).map(
+    variant,
+  );
   for (const p of policies) {
     if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
-    if (p.extraYaml?.some((l) => l.includes('engine_metrics'))) throw new Error(`policy ${p.name}: engine metrics scraping is not simulated`);
+    if (p.extraYaml?.some((l) => l.includes('engine_metrics')))
+      throw new Error(`policy ${p.name}: engine metrics scraping is not simulated`);
   }
   const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
   const routers = intOption(v, 'routers');
@@ -151,7 +281,12 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const perfModel = String(v['perf-model']);
   perfModelConfig(perfModel);
   const seed = intOption(v, 'seed');
-  const maxOut = v['max-output-tokens'] !== undefined ? intOption(v, 'max-output-tokens') : quick && wname === 'mooncake' ? 32 : null;
+  const maxOut =
+    v['max-output-tokens'] !== undefined
+      ? intOption(v, 'max-output-tokens')
+      : quick && wname === 'mooncake'
+        ? 32
+        : null;
   const knobs: Record<string, number | undefined> = {};
   for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
   const workload = await buildWorkload({
@@ -211,10 +346,21 @@ function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: number)
     policy: p.policy,
     routingYaml: p.routingYaml,
     extraYaml: p.extraYaml,
-    instances: ids.map((id, i) => ({ id, url: `http://127.0.0.1:${10_000 + i}`, ...(p.kvEvents ? { kvEvents: { endpoint: `tcp://127.0.0.1:${20_000 + 2 * i}`, replay: `tcp://127.0.0.1:${20_001 + 2 * i}` } } : {}) })),
+    instances: ids.map((id, i) => ({
+      id,
+      url: `http://127.0.0.1:${10_000 + i}`,
+      ...(p.kvEvents
+        ? { kvEvents: { endpoint: `tcp://127.0.0.1:${20_000 + 2 * i}`, replay: `tcp://127.0.0.1:${20_001 + 2 * i}` } }
+        : {}),
+    })),
   });
   const cfg = loadConfigText(yaml, `bench fleet (${p.name})`);
-  return { cfg, routing: applyOverrides({}, effectiveRouting(cfg, cfg.models[0]), false), feedback: feedbackOptions(cfg), kvEvents: p.kvEvents };
+  return {
+    cfg,
+    routing: applyOverrides({}, effectiveRouting(cfg, cfg.models[0]), false),
+    feedback: feedbackOptions(cfg),
+    kvEvents: p.kvEvents,
+  };
 }
 
 /** Engine i as `kvrouter engine-sim --count N --seed S` builds it (src/engine-sim/engine.ts, rank 0). */
@@ -222,7 +368,13 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
   const vocab = nullCodec().outputVocab;
   const timing = perfModelConfig(s.perfModel);
   return Array.from({ length: s.engines }, (_, i) => {
-    const o = resolveOptions({ blockSize: s.blockSize, numGpuBlocks, numCpuBlocks, speedup: s.speedup, seed: s.seed + i });
+    const o = resolveOptions({
+      blockSize: s.blockSize,
+      numGpuBlocks,
+      numCpuBlocks,
+      speedup: s.speedup,
+      seed: s.seed + i,
+    });
     return new EngineCore({
       blockSize: o.blockSize,
       numGpuBlocks: o.numGpuBlocks,
@@ -252,7 +404,8 @@ export function spreadBursts(reqs: Workload['requests'], spreadMs: number): numb
   reqs.forEach((r, i) => {
     if (r.after === null) groups.set(r.atMs, [...(groups.get(r.atMs) ?? []), i]);
   });
-  for (const [t, idx] of groups) idx.forEach((i, k) => {
+  for (const [t, idx] of groups)
+    idx.forEach((i, k) => {
       at[i] = t + (k * spreadMs) / idx.length;
     });
   return at;
@@ -264,7 +417,11 @@ export async function runFleet(argv: string[], outDir?: string): Promise<{ dir: 
   return runParsed(parsed.values, argv, outDir);
 }
 
-async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Promise<{ dir: string; report: FleetReport }> {
+async function runParsed(
+  v: ParsedOptions,
+  argv: string[],
+  outDir?: string,
+): Promise<{ dir: string; report: FleetReport }> {
   const t0 = performance.now();
   const s = await prepare(v, argv);
   try {
@@ -272,27 +429,47 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
     process.stderr.write(`workload: ${w.description}\n`);
     const orc = await oracle(w, s.blockSize);
     const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
-    if (s.gpuBlocks !== null) Object.assign(size, { numGpuBlocks: s.gpuBlocks, numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio), perEngineRatio: orc.distinctBlocks / s.gpuBlocks, clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks) });
+    if (s.gpuBlocks !== null)
+      Object.assign(size, {
+        numGpuBlocks: s.gpuBlocks,
+        numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
+        perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
+        clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
+      });
     const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
-    if (s.rateScale !== null && s.ratePerEngine !== null) throw new Error('--rate-scale and --rate-per-engine exclude each other');
-    const perEngine = s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
+    if (s.rateScale !== null && s.ratePerEngine !== null)
+      throw new Error('--rate-scale and --rate-per-engine exclude each other');
+    const perEngine =
+      s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
     // Requests per second as recorded (before scaling): the open-loop span holds all of them.
-    const rateScale = perEngine !== null && spanMs > 0 ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000)) : (s.rateScale ?? 1);
+    const rateScale =
+      perEngine !== null && spanMs > 0
+        ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000))
+        : (s.rateScale ?? 1);
     const followUps = w.requests.filter((r) => r.after).length;
     process.stderr.write(
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
         `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
     );
     const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
-    const requests: FleetRequest[] = w.requests.map((r, i) => ({ atMs: sendAt[i] / rateScale, after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null, maxTokens: r.maxTokens, sessionKey: r.sessionKey }));
+    const requests: FleetRequest[] = w.requests.map((r, i) => ({
+      atMs: sendAt[i] / rateScale,
+      after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null,
+      maxTokens: r.maxTokens,
+      sessionKey: r.sessionKey,
+    }));
     // As bench cluster: follow-up turns extend the drain by their share of a minute each.
-    const drainTimeoutMs = s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
+    const drainTimeoutMs =
+      s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
     const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
     // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
     // a large fleet needs a larger heap than Node's default.
     const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
     const limit = getHeapStatistics().heap_size_limit;
-    if (need > 0.6 * limit) process.stderr.write(`warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`);
+    if (need > 0.6 * limit)
+      process.stderr.write(
+        `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
+      );
     const prepareSeconds = (performance.now() - t0) / 1000;
     const progress = new Progress(w.requests.length * s.policies.length, '');
     const results: FleetPolicyResult[] = [];
@@ -375,7 +552,12 @@ async function runParsed(v: ParsedOptions, argv: string[], outDir?: string): Pro
       args: s.argv,
       machine: machine(),
       date: new Date().toISOString(),
-      wall: { prepareSeconds, policies: walls, totalSeconds: (performance.now() - t0) / 1000, peakRssMiB: process.resourceUsage().maxRSS / 1024 },
+      wall: {
+        prepareSeconds,
+        policies: walls,
+        totalSeconds: (performance.now() - t0) / 1000,
+        peakRssMiB: process.resourceUsage().maxRSS / 1024,
+      },
     };
     const dir = writeFleetReport(report, outDir ?? (typeof v.out === 'string' ? v.out : undefined));
     writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');

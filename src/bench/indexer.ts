@@ -12,10 +12,19 @@ import { intOption, type OptionTable, parseCommand } from '../common/args.js';
 import { percentile, type Table, writeReport } from './report.js';
 
 const OPTIONS: OptionTable = {
-  blocks: { type: 'string', default: '1000000', arg: 'N', help: 'indexed (block, holder) pairs for the query benchmark' },
+  blocks: {
+    type: 'string',
+    default: '1000000',
+    arg: 'N',
+    help: 'indexed (block, holder) pairs for the query benchmark',
+  },
   queries: { type: 'string', default: '300', arg: 'N', help: 'queries per configuration' },
   quick: { type: 'boolean', help: 'smaller run (100k blocks, fewer configurations, fleets up to 256)' },
-  fleet: { type: 'string', arg: 'N,...', help: 'fleet sizes for the fleet cases (default 16,64,256,1024; --quick 16,64,256)' },
+  fleet: {
+    type: 'string',
+    arg: 'N,...',
+    help: 'fleet sizes for the fleet cases (default 16,64,256,1024; --quick 16,64,256)',
+  },
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/indexer-<time>)' },
 };
 
@@ -30,7 +39,13 @@ function randomHashes(n: number, r: () => number): BigUint64Array {
 
 const BATCH = 16;
 
-function benchApply(totalBlocks: number): { coldFill: number; indexOnly: number; applier: number; applierRehash: number; removes: number } {
+function benchApply(totalBlocks: number): {
+  coldFill: number;
+  indexOnly: number;
+  applier: number;
+  applierRehash: number;
+  removes: number;
+} {
   const r = rng(7);
   // Index-level: store 16-block batches across 64 holders.
   const idx = new BlockIndex(1 << 16);
@@ -76,7 +91,9 @@ function benchApply(totalBlocks: number): { coldFill: number; indexOnly: number;
   const indexer2 = new TieredIndexer();
   const applier2 = new EventApplier(indexer2);
   // Distinct tokens per event, as real prompts have (identical ones would pile every holder on 16 blocks).
-  const dual = evs.slice(0, n2).map((e, i) => ({ ...e, token_ids: Array.from({ length: BATCH * 16 }, (_, k) => (i * 7919 + k) % 151_000) }));
+  const dual = evs
+    .slice(0, n2)
+    .map((e, i) => ({ ...e, token_ids: Array.from({ length: BATCH * 16 }, (_, k) => (i * 7919 + k) % 151_000) }));
   t = performance.now();
   for (const e of dual) applier2.apply(e);
   const applierRehash = (n2 * BATCH) / ((performance.now() - t) / 1000);
@@ -92,7 +109,13 @@ interface QueryRow {
   matchedBlocks: number;
 }
 
-function benchQueries(totalRecords: number, queries: number, blockSizes: number[], fleets: number[], lengths: number[]): { rows: QueryRow[]; bytesPerRecord: number } {
+function benchQueries(
+  totalRecords: number,
+  queries: number,
+  blockSizes: number[],
+  fleets: number[],
+  lengths: number[],
+): { rows: QueryRow[]; bytesPerRecord: number } {
   const rows: QueryRow[] = [];
   let bytesPerRecord = 0;
   for (const bs of blockSizes) {
@@ -133,7 +156,14 @@ function benchQueries(totalRecords: number, queries: number, blockSizes: number[
           matched = Math.max(matched, ...res.candidates.map((c) => c.disk));
         }
         lat.sort((a, b) => a - b);
-        rows.push({ blockSize: bs, instances: fleet, tokens, p50us: percentile(lat, 50), p99us: percentile(lat, 99), matchedBlocks: matched });
+        rows.push({
+          blockSize: bs,
+          instances: fleet,
+          tokens,
+          p50us: percentile(lat, 50),
+          p99us: percentile(lat, 99),
+          matchedBlocks: matched,
+        });
       }
       void records;
     }
@@ -210,7 +240,14 @@ function benchFleet(fleets: number[], reps: number): FleetRow[] {
         candidates,
         tokens,
         policy: 'kv',
-        weights: { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0.1, decodeBlockMs: 0 },
+        weights: {
+          model: 'time',
+          overlapWeight: 1,
+          medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+          trackActiveBlocks: true,
+          decodeInterference: 0.1,
+          decodeBlockMs: 0,
+        },
         temperature: 0,
         prefixAffinity: 0.5,
         affinityBlocks: 4,
@@ -221,8 +258,18 @@ function benchFleet(fleets: number[], reps: number): FleetRow[] {
       const budget = n >= 1024 ? 4000 : 2000;
       const q = sample(() => space.index.query(seq, now), reps, budget);
       const d = sample(() => sched.decide(input, now), reps, budget);
-      rows.push({ instances: n, depths, queryP50us: percentile(q, 50), queryP99us: percentile(q, 99), decideP50us: percentile(d, 50), decideP99us: percentile(d, 99), samples: Math.min(q.length, d.length) });
-      process.stderr.write(`  fleet ${n} ${depths}: query p50 ${percentile(q, 50).toFixed(1)} us, decide p50 ${percentile(d, 50).toFixed(1)} us\n`);
+      rows.push({
+        instances: n,
+        depths,
+        queryP50us: percentile(q, 50),
+        queryP99us: percentile(q, 99),
+        decideP50us: percentile(d, 50),
+        decideP99us: percentile(d, 99),
+        samples: Math.min(q.length, d.length),
+      });
+      process.stderr.write(
+        `  fleet ${n} ${depths}: query p50 ${percentile(q, 50).toFixed(1)} us, decide p50 ${percentile(d, 50).toFixed(1)} us\n`,
+      );
     }
   }
   return rows;
@@ -243,7 +290,12 @@ function benchHashing(): Array<{ blockSize: number; tokensPerSec: number }> {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('bench indexer', 'Indexer throughput, query latency, hashing speed and memory.', OPTIONS, argv);
+  const parsed = parseCommand(
+    'bench indexer',
+    'Indexer throughput, query latency, hashing speed and memory.',
+    OPTIONS,
+    argv,
+  );
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const quick = v.quick === true;
@@ -252,9 +304,17 @@ export async function run(argv: string[]): Promise<number> {
   process.stderr.write(`applying ${total.toLocaleString()} block events...\n`);
   const apply = benchApply(total);
   process.stderr.write('querying...\n');
-  const q = benchQueries(total, queries, quick ? [16] : [16, 64], quick ? [8, 64] : [8, 64, 512], quick ? [1024, 32768] : [1024, 8192, 32768, 131072]);
-  const fleets = typeof v.fleet === 'string' ? v.fleet.split(',').map(Number) : quick ? [16, 64, 256] : [16, 64, 256, 1024];
-  if (fleets.some((f) => !Number.isInteger(f) || f < 1)) throw new Error('--fleet takes positive integers, e.g. 16,64,256');
+  const q = benchQueries(
+    total,
+    queries,
+    quick ? [16] : [16, 64],
+    quick ? [8, 64] : [8, 64, 512],
+    quick ? [1024, 32768] : [1024, 8192, 32768, 131072],
+  );
+  const fleets =
+    typeof v.fleet === 'string' ? v.fleet.split(',').map(Number) : quick ? [16, 64, 256] : [16, 64, 256, 1024];
+  if (fleets.some((f) => !Number.isInteger(f) || f < 1))
+    throw new Error('--fleet takes positive integers, e.g. 16,64,256');
   process.stderr.write('fleet...\n');
   const fleet = benchFleet(fleets, quick ? 50 : queries);
   process.stderr.write('hashing...\n');
@@ -277,13 +337,39 @@ export async function run(argv: string[]): Promise<number> {
       rows: q.rows.map((r) => [r.blockSize, r.instances, r.tokens, r.p50us, r.p99us, r.matchedBlocks]),
     },
     {
-      title: 'One 32k-token prompt across a fleet (2,048 blocks of 16; query excludes hashing, decide hashes and routes)',
-      columns: ['instances', 'cached depths', 'index.query p50 us', 'p99 us', 'Scheduler.decide p50 us', 'p99 us', 'samples'],
-      rows: fleet.map((f) => [f.instances, f.depths, f.queryP50us, f.queryP99us, f.decideP50us, f.decideP99us, f.samples]),
+      title:
+        'One 32k-token prompt across a fleet (2,048 blocks of 16; query excludes hashing, decide hashes and routes)',
+      columns: [
+        'instances',
+        'cached depths',
+        'index.query p50 us',
+        'p99 us',
+        'Scheduler.decide p50 us',
+        'p99 us',
+        'samples',
+      ],
+      rows: fleet.map((f) => [
+        f.instances,
+        f.depths,
+        f.queryP50us,
+        f.queryP99us,
+        f.decideP50us,
+        f.decideP99us,
+        f.samples,
+      ]),
     },
-    { title: 'Hashing (XXH3-64 seq hashes, 32k-token prompt)', columns: ['block size', 'tokens/s'], rows: hashing.map((h) => [h.blockSize, h.tokensPerSec]) },
+    {
+      title: 'Hashing (XXH3-64 seq hashes, 32k-token prompt)',
+      columns: ['block size', 'tokens/s'],
+      rows: hashing.map((h) => [h.blockSize, h.tokensPerSec]),
+    },
     { title: 'Memory', columns: ['measure', 'value'], rows: [['bytes per indexed (block, holder)', q.bytesPerRecord]] },
   ];
-  writeReport('indexer', { apply, queries: q.rows, fleet, hashing, bytesPerRecord: q.bytesPerRecord }, tables, typeof v.out === 'string' ? v.out : undefined);
+  writeReport(
+    'indexer',
+    { apply, queries: q.rows, fleet, hashing, bytesPerRecord: q.bytesPerRecord },
+    tables,
+    typeof v.out === 'string' ? v.out : undefined,
+  );
   return 0;
 }

@@ -3,5 +3,10 @@
 import { runOverhead } from './overhead/run.js';
 
 export function run(argv: string[]): Promise<number> {
-  return runOverhead('overhead', 'Router overhead against nginx on loopback, over stub upstreams (see docs/benchmarks.md).', ['direct', 'nginx', 'kv', 'round-robin'], argv);
+  return runOverhead(
+    'overhead',
+    'Router overhead against nginx on loopback, over stub upstreams (see docs/benchmarks.md).',
+    ['direct', 'nginx', 'kv', 'round-robin'],
+    argv,
+  );
 }

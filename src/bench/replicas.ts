@@ -46,7 +46,11 @@ const VARIANTS: Variant[] = [
 const OPTIONS: OptionTable = {
   replicas: { type: 'string', default: '3', arg: 'N', help: 'router replicas of the many-replica variants' },
   engines: { type: 'string', default: '4', arg: 'N', help: 'simulated engines' },
-  variants: { type: 'string', arg: 'A,B', help: `variants to run (default all: ${VARIANTS.map((v) => v.name).join(',')})` },
+  variants: {
+    type: 'string',
+    arg: 'A,B',
+    help: `variants to run (default all: ${VARIANTS.map((v) => v.name).join(',')})`,
+  },
   groups: { type: 'string', default: '64', arg: 'N', help: 'shared-prefix groups' },
   'prompts-per-group': { type: 'string', default: '8', arg: 'N', help: 'questions per group' },
   'system-len': { type: 'string', default: '2048', arg: 'N', help: 'shared system prompt tokens' },
@@ -55,15 +59,26 @@ const OPTIONS: OptionTable = {
   rate: { type: 'string', default: '20', arg: 'R', help: 'Poisson arrivals per second (before --rate-scale)' },
   'rate-scale': { type: 'string', default: '1', arg: 'X', help: 'divide arrival times by X' },
   speedup: { type: 'string', default: '1', arg: 'X', help: 'engine speedup' },
-  'perf-model': { type: 'string', default: BENCH_PERF_MODEL, arg: 'M', help: 'engine pass times (engine-sim --perf-model); the served model name follows it' },
+  'perf-model': {
+    type: 'string',
+    default: BENCH_PERF_MODEL,
+    arg: 'M',
+    help: 'engine pass times (engine-sim --perf-model); the served model name follows it',
+  },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size' },
-  'gpu-blocks': { type: 'string', default: '700', arg: 'N', help: 'GPU blocks per engine (default: the cluster cache a little under the working set)' },
+  'gpu-blocks': {
+    type: 'string',
+    default: '700',
+    arg: 'N',
+    help: 'GPU blocks per engine (default: the cluster cache a little under the working set)',
+  },
   seed: { type: 'string', default: '0', arg: 'N', help: 'seed of tokens, arrivals and engines' },
   quick: { type: 'boolean', help: 'small run: 24 groups x 6, 128 output tokens, 300 GPU blocks (about 2 minutes)' },
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/replicas-<time>)' },
 };
 
-const SUMMARY = 'Decision quality: 1 router vs N replicas (no sync / NATS replica sync / + JetStream relay) on a shared-prefix workload.';
+const SUMMARY =
+  'Decision quality: 1 router vs N replicas (no sync / NATS replica sync / + JetStream relay) on a shared-prefix workload.';
 
 interface VariantResult {
   variant: string;
@@ -93,12 +108,21 @@ async function startRelay(nats: LocalNats, yaml: string): Promise<() => Promise<
   const tap = new RelayTap(new KvIndexWriter(new TieredIndexer({ defaultSeed: 1337n })));
   const link = new NatsLink({ url: nats.url, name: 'bench relay' });
   const relay = await EventRelay.start(link, tap, {
-    relayId: 'bench-relay', subject: 'kvrouter.events', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots',
-    snapshotEvery: 10_000, snapshotIntervalMs: 30_000, streamMaxAgeMs: DEFAULT_STREAM_MAX_AGE_MS, resetState: true, publishTimeoutMs: 5000, maxBatchBytes: 256 * 1024,
+    relayId: 'bench-relay',
+    subject: 'kvrouter.events',
+    stream: 'KVROUTER_EVENTS',
+    bucket: 'kvrouter-snapshots',
+    snapshotEvery: 10_000,
+    snapshotIntervalMs: 30_000,
+    streamMaxAgeMs: DEFAULT_STREAM_MAX_AGE_MS,
+    resetState: true,
+    publishTimeoutMs: 5000,
+    maxBatchBytes: 256 * 1024,
   });
   const registry = new Registry();
   const listeners = new ListenerPool({ registry, writer: tap });
-  for (const spec of desiredRegistrations(loadConfigText(yaml, 'relay'))) listeners.add(registry.register(spec, Date.now()).registration);
+  for (const spec of desiredRegistrations(loadConfigText(yaml, 'relay')))
+    listeners.add(registry.register(spec, Date.now()).registration);
   return async () => {
     await relay.close();
     await listeners.close();
@@ -124,25 +148,49 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
   const proms: PromRegistry[] = [];
   try {
     fleet = await startFleet(ctx.fleet);
-    const instances = fleet.engines.map((e, i) => ({ id: `e${i}`, url: e.url, kvEvents: { endpoint: e.zmq, replay: e.replay } }));
-    const common = { model: ctx.fleet.model, blockSize: ctx.blockSize, tokenizer: TOKENIZER, policy: 'kv', extraYaml: ['health: { probe_interval_ms: 0 }'] };
+    const instances = fleet.engines.map((e, i) => ({
+      id: `e${i}`,
+      url: e.url,
+      kvEvents: { endpoint: e.zmq, replay: e.replay },
+    }));
+    const common = {
+      model: ctx.fleet.model,
+      blockSize: ctx.blockSize,
+      tokenizer: TOKENIZER,
+      policy: 'kv',
+      extraYaml: ['health: { probe_interval_ms: 0 }'],
+    };
     if (v.sync || v.relay) nats = await startLocalNats({ jetstream: v.relay });
     if (v.relay) stopRelay = await startRelay(nats!, routerYaml({ ...common, instances }));
     // With the relay the routers open no ZMQ socket: their index comes from the stream.
-    const yaml = routerYaml({ ...common, instances: v.relay ? instances.map(({ kvEvents: _k, ...i }) => i) : instances });
+    const yaml = routerYaml({
+      ...common,
+      instances: v.relay ? instances.map(({ kvEvents: _k, ...i }) => i) : instances,
+    });
     for (let i = 0; i < n; i++) {
       const r = await startRouter(loadConfigText(yaml, 'bench'), { log: () => {} });
       routers.push(r);
       const prom = new PromRegistry();
       proms.push(prom);
       if (nats) {
-        const c = attachCluster({ scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom }, { routerId: `bench-${i}`, nats: { url: nats.url }, sync: { enabled: v.sync }, events: { source: v.relay ? 'jetstream' : 'zmq' } });
+        const c = attachCluster(
+          { scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom },
+          {
+            routerId: `bench-${i}`,
+            nats: { url: nats.url },
+            sync: { enabled: v.sync },
+            events: { source: v.relay ? 'jetstream' : 'zmq' },
+          },
+        );
         clusters.push(c);
         await c.ready;
       }
     }
-    await waitUntil('listeners active', () => routers.every((r) => r.registry.all().every((x) => x.status === 'active')));
-    if (v.sync && n > 1) await waitUntil('replicas meshed', () => clusters.every((c) => c.status().sync?.peers.length === n - 1));
+    await waitUntil('listeners active', () =>
+      routers.every((r) => r.registry.all().every((x) => x.status === 'active')),
+    );
+    if (v.sync && n > 1)
+      await waitUntil('replicas meshed', () => clusters.every((c) => c.status().sync?.peers.length === n - 1));
 
     // A round-robin load balancer in front of the replicas: request i goes to replica i mod n.
     const parts: Array<{ idx: number[]; reqs: BenchRequest[] }> = routers.map(() => ({ idx: [], reqs: [] }));
@@ -150,8 +198,20 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
       parts[i % n].idx.push(i);
       parts[i % n].reqs.push(r);
     });
-    const runs = await Promise.all(parts.map((p, k) => replay(p.reqs, { url: routers[k].url, model: ctx.fleet.model, rateScale: ctx.rateScale, sessionHeader: 'x-session-id', drainTimeoutMs: 300_000 })));
-    const samples: Array<Sample & { global: number }> = runs.flatMap((r, k) => r.samples.map((s) => ({ ...s, global: parts[k].idx[s.index] })));
+    const runs = await Promise.all(
+      parts.map((p, k) =>
+        replay(p.reqs, {
+          url: routers[k].url,
+          model: ctx.fleet.model,
+          rateScale: ctx.rateScale,
+          sessionHeader: 'x-session-id',
+          drainTimeoutMs: 300_000,
+        }),
+      ),
+    );
+    const samples: Array<Sample & { global: number }> = runs.flatMap((r, k) =>
+      r.samples.map((s) => ({ ...s, global: parts[k].idx[s.index] })),
+    );
 
     const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
     const ok = samples.filter((s) => s.status === 200 && !s.error);
@@ -165,7 +225,9 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
     }
     const metric = async (p: PromRegistry, name: string) => {
       const m = (await p.getSingleMetric(name)?.get())?.values ?? [];
-      return m.filter((x) => ['add', 'prefill', 'free'].includes(String(x.labels.kind))).reduce((a, x) => a + x.value, 0);
+      return m
+        .filter((x) => ['add', 'prefill', 'free'].includes(String(x.labels.kind)))
+        .reduce((a, x) => a + x.value, 0);
     };
     let published = 0;
     let received = 0;
@@ -199,7 +261,8 @@ export async function run(argv: string[]): Promise<number> {
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const quick = v.quick === true;
-  const names = typeof v.variants === 'string' ? v.variants.split(',').map((s) => s.trim()) : VARIANTS.map((x) => x.name);
+  const names =
+    typeof v.variants === 'string' ? v.variants.split(',').map((s) => s.trim()) : VARIANTS.map((x) => x.name);
   const variants = names.map((name) => {
     const found = VARIANTS.find((x) => x.name === name);
     if (!found) throw new Error(`unknown variant ${name} (${VARIANTS.map((x) => x.name).join(', ')})`);
@@ -221,18 +284,44 @@ export async function run(argv: string[]): Promise<number> {
   const groupOf = (i: number) => workload.requests[i].sessionKey ?? String(i);
   const orc = await oracle(workload, blockSize);
   const gpuBlocks = quick ? 300 : intOption(v, 'gpu-blocks');
-  const size = { numGpuBlocks: gpuBlocks, clusterRatio: (gpuBlocks * engines) / Math.max(1, orc.distinctBlocks), maxModelLen: Math.ceil(orc.maxSequence / blockSize) * blockSize };
+  const size = {
+    numGpuBlocks: gpuBlocks,
+    clusterRatio: (gpuBlocks * engines) / Math.max(1, orc.distinctBlocks),
+    maxModelLen: Math.ceil(orc.maxSequence / blockSize) * blockSize,
+  };
   const perfModel = String(v['perf-model']);
-  const fleet = { count: engines, blockSize, numGpuBlocks: size.numGpuBlocks, numCpuBlocks: 0, maxModelLen: size.maxModelLen, speedup: numberOption(v, 'speedup'), perfModel, seed, tokenizer: workload.engineTokenizer, model: benchModelName(perfModel) };
-  const ctx: Ctx = { workload, groupOf, replicas: intOption(v, 'replicas'), fleet, blockSize, rateScale: numberOption(v, 'rate-scale') };
-  process.stderr.write(`workload: ${workload.description}; oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%; engines ${engines} x ${size.numGpuBlocks} blocks of ${blockSize}\n`);
+  const fleet = {
+    count: engines,
+    blockSize,
+    numGpuBlocks: size.numGpuBlocks,
+    numCpuBlocks: 0,
+    maxModelLen: size.maxModelLen,
+    speedup: numberOption(v, 'speedup'),
+    perfModel,
+    seed,
+    tokenizer: workload.engineTokenizer,
+    model: benchModelName(perfModel),
+  };
+  const ctx: Ctx = {
+    workload,
+    groupOf,
+    replicas: intOption(v, 'replicas'),
+    fleet,
+    blockSize,
+    rateScale: numberOption(v, 'rate-scale'),
+  };
+  process.stderr.write(
+    `workload: ${workload.description}; oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%; engines ${engines} x ${size.numGpuBlocks} blocks of ${blockSize}\n`,
+  );
   const t0 = Date.now();
   const results: VariantResult[] = [];
   for (const variant of variants) {
     process.stderr.write(`variant ${variant.name}: running\n`);
     const r = await runVariant(variant, ctx);
     results.push(r);
-    process.stderr.write(`variant ${variant.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate).toFixed(1)}%, engines/group ${r.enginesPerGroup.toFixed(2)}, max/mean ${r.imbalance.maxOverMean.toFixed(2)}\n`);
+    process.stderr.write(
+      `variant ${variant.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate).toFixed(1)}%, engines/group ${r.enginesPerGroup.toFixed(2)}, max/mean ${r.imbalance.maxOverMean.toFixed(2)}\n`,
+    );
   }
   const setup: Table = {
     title: 'Setup',
@@ -240,15 +329,33 @@ export async function run(argv: string[]): Promise<number> {
     rows: [
       ['workload', workload.description],
       ['oracle hit rate', `${(100 * orc.hitRate).toFixed(1)}%`],
-      ['engines', `${engines} simulated (one child process), ${size.numGpuBlocks} GPU blocks of ${blockSize} each (cluster cache = ${size.clusterRatio.toFixed(2)}x working set), pass times ${perfModel}, speedup ${fleet.speedup}`],
-      ['routers', `in the benchmark process; replicas behind a round-robin split (request i -> replica i mod ${ctx.replicas}); policy kv, speculative_ttl_ms 2000`],
+      [
+        'engines',
+        `${engines} simulated (one child process), ${size.numGpuBlocks} GPU blocks of ${blockSize} each (cluster cache = ${size.clusterRatio.toFixed(2)}x working set), pass times ${perfModel}, speedup ${fleet.speedup}`,
+      ],
+      [
+        'routers',
+        `in the benchmark process; replicas behind a round-robin split (request i -> replica i mod ${ctx.replicas}); policy kv, speculative_ttl_ms 2000`,
+      ],
       ['machine', JSON.stringify(machine())],
       ['run time', `${((Date.now() - t0) / 1000).toFixed(0)} s`],
     ],
   };
   const table: Table = {
     title: 'Decision quality',
-    columns: ['variant', 'routers', 'ok/sent', 'TTFT p50 ms', 'TTFT p90 ms', 'TTFT p99 ms', 'GPU hit rate', 'engines per group', 'requests max/mean', 'requests CoV', 'sync msgs pub/recv'],
+    columns: [
+      'variant',
+      'routers',
+      'ok/sent',
+      'TTFT p50 ms',
+      'TTFT p90 ms',
+      'TTFT p99 ms',
+      'GPU hit rate',
+      'engines per group',
+      'requests max/mean',
+      'requests CoV',
+      'sync msgs pub/recv',
+    ],
     rows: results.map((r) => [
       r.variant,
       r.routers,
@@ -263,7 +370,12 @@ export async function run(argv: string[]): Promise<number> {
       `${r.syncMessages.published}/${r.syncMessages.received}`,
     ]),
   };
-  writeReport('replicas', { bench: 'replicas', args: argv, workload: wo, oracle: orc, sizing: size, results }, [setup, table], typeof v.out === 'string' ? v.out : undefined);
+  writeReport(
+    'replicas',
+    { bench: 'replicas', args: argv, workload: wo, oracle: orc, sizing: size, results },
+    [setup, table],
+    typeof v.out === 'string' ? v.out : undefined,
+  );
   await workload.close();
   return results.every((r) => r.requests.ok > 0) ? 0 : 1;
 }

@@ -11,14 +11,26 @@ export interface Table {
 
 export function machine(): Record<string, string | number> {
   const c = cpus();
-  return { cpu: c[0]?.model ?? 'unknown', cores: c.length, memGiB: Math.round(totalmem() / 2 ** 30), node: process.version };
+  return {
+    cpu: c[0]?.model ?? 'unknown',
+    cores: c.length,
+    memGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
+  };
 }
 
 export function renderTable(t: Table): string {
   const cells = [t.columns, ...t.rows.map((r) => r.map((v) => (typeof v === 'number' ? fmt(v) : v)))];
   const widths = t.columns.map((_, i) => Math.max(...cells.map((r) => String(r[i] ?? '').length)));
   const line = (r: Array<string | number>) => '| ' + r.map((v, i) => String(v).padEnd(widths[i])).join(' | ') + ' |';
-  return [`### ${t.title}`, '', line(cells[0]), '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|', ...cells.slice(1).map(line), ''].join('\n');
+  return [
+    `### ${t.title}`,
+    '',
+    line(cells[0]),
+    '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|',
+    ...cells.slice(1).map(line),
+    '',
+  ].join('\n');
 }
 
 export function fmt(v: number): string {
@@ -33,9 +45,18 @@ export function fmt(v: number): string {
 export function writeReport(name: string, data: unknown, tables: Table[], outDir?: string): string {
   const dir = outDir ?? join('bench', 'results', `${name}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   mkdirSync(dir, { recursive: true });
-  const md = [`# ${name} benchmark`, '', `Machine: ${JSON.stringify(machine())}`, '', ...tables.map(renderTable)].join('\n');
+  const md = [`# ${name} benchmark`, '', `Machine: ${JSON.stringify(machine())}`, '', ...tables.map(renderTable)].join(
+    '\n',
+  );
   process.stdout.write(md + '\n');
-  writeFileSync(join(dir, `${name}.json`), JSON.stringify({ machine: machine(), date: new Date().toISOString(), ...(data as object) }, (_k, v) => (typeof v === 'bigint' ? v.toString() : v), 2));
+  writeFileSync(
+    join(dir, `${name}.json`),
+    JSON.stringify(
+      { machine: machine(), date: new Date().toISOString(), ...(data as object) },
+      (_k, v) => (typeof v === 'bigint' ? v.toString() : v),
+      2,
+    ),
+  );
   writeFileSync(join(dir, `${name}.md`), md + '\n');
   process.stdout.write(`report written to ${dir}\n`);
   return dir;

@@ -30,9 +30,28 @@ interface Engine {
 }
 
 function startEngine(ports: Engine['ports']): Promise<Engine> {
-  const proc = spawn(process.execPath, [CLI, 'engine-sim', '--port', String(ports.http), '--zmq-port', String(ports.zmq), '--replay-port', String(ports.replay), '--speedup', '10', '--perf-model', BENCH_PERF_MODEL, '--num-gpu-blocks', '1024'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const proc = spawn(
+    process.execPath,
+    [
+      CLI,
+      'engine-sim',
+      '--port',
+      String(ports.http),
+      '--zmq-port',
+      String(ports.zmq),
+      '--replay-port',
+      String(ports.replay),
+      '--speedup',
+      '10',
+      '--perf-model',
+      BENCH_PERF_MODEL,
+      '--num-gpu-blocks',
+      '1024',
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error('engine did not start')), 30_000);
     proc.stdout!.on('data', (d: Buffer) => {
@@ -44,10 +63,17 @@ function startEngine(ports: Engine['ports']): Promise<Engine> {
   });
 }
 
-const stop = (e: Engine, sig: NodeJS.Signals = 'SIGTERM') => new Promise<void>((res) => (e.proc.exitCode !== null ? res() : (e.proc.once('exit', () => res()), e.proc.kill(sig))));
+const stop = (e: Engine, sig: NodeJS.Signals = 'SIGTERM') =>
+  new Promise<void>((res) => (e.proc.exitCode !== null ? res() : (e.proc.once('exit', () => res()), e.proc.kill(sig))));
 
 /** One chat request of the soak (every so often cancelled): its outcome counted, a 200's latency kept. */
-async function sendOne(url: string, i: number, cancelP: number, count: (outcome: string) => void, latencies: number[]): Promise<void> {
+async function sendOne(
+  url: string,
+  i: number,
+  cancelP: number,
+  count: (outcome: string) => void,
+  latencies: number[],
+): Promise<void> {
   const ac = new AbortController();
   const cancel = (i * 2654435761) % 1000 < cancelP * 1000;
   if (cancel) setTimeout(() => ac.abort(), 20 + (i % 200));
@@ -91,7 +117,10 @@ interface SoakSummary {
 }
 
 /** The soak's report table. */
-function soakTables(result: SoakSummary, run: { engines: number; concurrency: number; cancelP: number; statuses: Map<string, number> }): Table[] {
+function soakTables(
+  result: SoakSummary,
+  run: { engines: number; concurrency: number; cancelP: number; statuses: Map<string, number> },
+): Table[] {
   return [
     {
       title: `Soak: ${result.durationSec} s, ${run.engines} engines, ${run.concurrency} in flight, ${run.cancelP * 100}% cancelled`,
@@ -101,10 +130,19 @@ function soakTables(result: SoakSummary, run: { engines: number; concurrency: nu
         ...[...run.statuses.entries()].sort().map(([k, c]) => [`outcome ${k}`, c] as [string, number]),
         ['engine restarted half-way', result.engineRestarted ? 'yes' : 'no'],
         ['latency p50 / p99 (ms, 200s)', `${result.latencyMs.p50.toFixed(0)} / ${result.latencyMs.p99.toFixed(0)}`],
-        ['heap MiB, first half / second half (avg)', `${result.heapMiB.firstHalfAvg.toFixed(1)} / ${result.heapMiB.secondHalfAvg.toFixed(1)}`],
-        ['RSS MiB, first half / second half (avg)', `${result.rssMiB.firstHalfAvg.toFixed(1)} / ${result.rssMiB.secondHalfAvg.toFixed(1)}`],
+        [
+          'heap MiB, first half / second half (avg)',
+          `${result.heapMiB.firstHalfAvg.toFixed(1)} / ${result.heapMiB.secondHalfAvg.toFixed(1)}`,
+        ],
+        [
+          'RSS MiB, first half / second half (avg)',
+          `${result.rssMiB.firstHalfAvg.toFixed(1)} / ${result.rssMiB.secondHalfAvg.toFixed(1)}`,
+        ],
         ['bookings at the end', result.bookingsAtEnd],
-        ['active prefill tokens / blocks at the end', `${result.activeAtEnd.activePrefillTokens} / ${result.activeAtEnd.activeBlocks}`],
+        [
+          'active prefill tokens / blocks at the end',
+          `${result.activeAtEnd.activePrefillTokens} / ${result.activeAtEnd.activeBlocks}`,
+        ],
         ['listeners', JSON.stringify(result.listeners)],
       ],
     },
@@ -112,7 +150,12 @@ function soakTables(result: SoakSummary, run: { engines: number; concurrency: nu
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('bench soak', 'Sustained load with cancellations and an engine restart: memory, leaks, stuck listeners.', OPTIONS, argv);
+  const parsed = parseCommand(
+    'bench soak',
+    'Sustained load with cancellations and an engine restart: memory, leaks, stuck listeners.',
+    OPTIONS,
+    argv,
+  );
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const durationMs = (v.quick ? 60 : intOption(v, 'duration')) * 1000;
@@ -121,7 +164,8 @@ export async function run(argv: string[]): Promise<number> {
   const cancelP = numberOption(v, 'cancel');
 
   const engines: Engine[] = [];
-  for (let i = 0; i < n; i++) engines.push(await startEngine({ http: await freePort(), zmq: await freePort(), replay: await freePort() }));
+  for (let i = 0; i < n; i++)
+    engines.push(await startEngine({ http: await freePort(), zmq: await freePort(), replay: await freePort() }));
   const yaml = `
 server: { host: 127.0.0.1, port: 0 }
 health: { probe_interval_ms: 1000, failure_threshold: 2 }
@@ -147,9 +191,17 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
   };
   const sampler = setInterval(() => {
     const m = process.memoryUsage();
-    memory.push({ t: Math.round((Date.now() - t0) / 1000), rssMiB: m.rss / 2 ** 20, heapMiB: m.heapUsed / 2 ** 20, bookings: router.scheduler.active.size, indexBlocks: router.indexer.stats().blocks });
+    memory.push({
+      t: Math.round((Date.now() - t0) / 1000),
+      rssMiB: m.rss / 2 ** 20,
+      heapMiB: m.heapUsed / 2 ** 20,
+      bookings: router.scheduler.active.size,
+      indexBlocks: router.indexer.stats().blocks,
+    });
     const done = Math.min(1, (Date.now() - t0) / durationMs);
-    process.stderr.write(`\r[${'#'.repeat(Math.round(done * 30)).padEnd(30)}] ${Math.round(done * 100)}% requests ${seq}`);
+    process.stderr.write(
+      `\r[${'#'.repeat(Math.round(done * 30)).padEnd(30)}] ${Math.round(done * 100)}% requests ${seq}`,
+    );
   }, 5000);
   const restart = setTimeout(async () => {
     const e = engines[0];
@@ -162,7 +214,8 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
   clearTimeout(restart);
   process.stderr.write('\n');
   const drainStart = Date.now();
-  while (router.scheduler.active.size > 0 && Date.now() - drainStart < 30_000) await new Promise((r) => setTimeout(r, 100));
+  while (router.scheduler.active.size > 0 && Date.now() - drainStart < 30_000)
+    await new Promise((r) => setTimeout(r, 100));
   const bookings = router.scheduler.active.size;
   const totals = router.scheduler.active.totals();
   const listenerStates = router.listeners.statusCounts();

@@ -53,5 +53,8 @@ export function unionLength(intervals: ReadonlyArray<readonly [number, number]>)
 export function quantiles(values: readonly number[], points = 101): number[] {
   const s = Float64Array.from(values).sort();
   if (s.length === 0) return [];
-  return Array.from({ length: points }, (_, i) => s[Math.min(s.length - 1, Math.round((i / (points - 1)) * (s.length - 1)))]);
+  return Array.from(
+    { length: points },
+    (_, i) => s[Math.min(s.length - 1, Math.round((i / (points - 1)) * (s.length - 1)))],
+  );
 }

@@ -1,6 +1,17 @@
 // Charts as plain SVG strings (no charting dependency): a line chart (CDFs) and grouped bars.
 
-const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+const PALETTE = [
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf',
+];
 const W = 760;
 const H = 420;
 const M = { top: 40, right: 170, bottom: 56, left: 70 };
@@ -64,7 +75,10 @@ function frame(title: string, xLabel: string, yLabel: string, body: string[]): s
 function legend(names: string[]): string[] {
   return names.map((n, i) => {
     const y = M.top + 8 + i * 18;
-    return `<rect x="${M.left + PW + 14}" y="${y - 9}" width="12" height="12" fill="${color(i)}"/>` + text(M.left + PW + 32, y + 1, n);
+    return (
+      `<rect x="${M.left + PW + 14}" y="${y - 9}" width="12" height="12" fill="${color(i)}"/>` +
+      text(M.left + PW + 32, y + 1, n)
+    );
   });
 }
 
@@ -74,7 +88,14 @@ export interface Series {
 }
 
 /** Lines through points; `xLog` puts x on a log scale (values <= 0 are dropped). */
-export function lineChart(o: { title: string; xLabel: string; yLabel: string; series: Series[]; xLog?: boolean; yMax?: number }): string {
+export function lineChart(o: {
+  title: string;
+  xLabel: string;
+  yLabel: string;
+  series: Series[];
+  xLog?: boolean;
+  yMax?: number;
+}): string {
   const pts = o.series.flatMap((s) => s.points).filter(([x]) => !o.xLog || x > 0);
   const xs = pts.map(([x]) => x);
   const ys = pts.map(([, y]) => y);
@@ -88,14 +109,22 @@ export function lineChart(o: { title: string; xLabel: string; yLabel: string; se
   }
   if (x1 <= x0) x1 = x0 + 1;
   const y1 = o.yMax ?? (ys.length ? Math.max(...ys) : 1);
-  const sx = (x: number) => M.left + (o.xLog ? (Math.log10(x) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) : (x - x0) / (x1 - x0)) * PW;
+  const sx = (x: number) =>
+    M.left +
+    (o.xLog ? (Math.log10(x) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) : (x - x0) / (x1 - x0)) * PW;
   const sy = (y: number) => M.top + PH - (y / (y1 || 1)) * PH;
   const body: string[] = [];
   for (const t of o.xLog ? logTicks(x0, x1) : niceTicks(x0, x1)) {
-    body.push(`<line x1="${sx(t).toFixed(1)}" y1="${M.top}" x2="${sx(t).toFixed(1)}" y2="${M.top + PH}" stroke="#e5e5e5"/>`, text(sx(t), M.top + PH + 16, num(t), 'text-anchor="middle"'));
+    body.push(
+      `<line x1="${sx(t).toFixed(1)}" y1="${M.top}" x2="${sx(t).toFixed(1)}" y2="${M.top + PH}" stroke="#e5e5e5"/>`,
+      text(sx(t), M.top + PH + 16, num(t), 'text-anchor="middle"'),
+    );
   }
   for (const t of niceTicks(0, y1)) {
-    body.push(`<line x1="${M.left}" y1="${sy(t).toFixed(1)}" x2="${M.left + PW}" y2="${sy(t).toFixed(1)}" stroke="#e5e5e5"/>`, text(M.left - 6, sy(t) + 4, num(t), 'text-anchor="end"'));
+    body.push(
+      `<line x1="${M.left}" y1="${sy(t).toFixed(1)}" x2="${M.left + PW}" y2="${sy(t).toFixed(1)}" stroke="#e5e5e5"/>`,
+      text(M.left - 6, sy(t) + 4, num(t), 'text-anchor="end"'),
+    );
   }
   o.series.forEach((s, i) => {
     const p = s.points.filter(([x]) => !o.xLog || x > 0).map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`);
@@ -118,15 +147,24 @@ export function barChart(o: {
   refs?: Array<{ value: number; label: string }>;
   yMax?: number;
 }): string {
-  const totals = o.categories.map((_, ci) => o.series.reduce((a, s) => a + (Number.isFinite(s.values[ci]) ? s.values[ci] : 0), 0));
-  const all = [...(o.stacked ? totals : o.series.flatMap((s) => s.values)), ...(o.markers ?? []), ...(o.refs ?? []).map((r) => r.value)].filter(Number.isFinite);
+  const totals = o.categories.map((_, ci) =>
+    o.series.reduce((a, s) => a + (Number.isFinite(s.values[ci]) ? s.values[ci] : 0), 0),
+  );
+  const all = [
+    ...(o.stacked ? totals : o.series.flatMap((s) => s.values)),
+    ...(o.markers ?? []),
+    ...(o.refs ?? []).map((r) => r.value),
+  ].filter(Number.isFinite);
   const y1 = o.yMax ?? (Math.max(0, ...all) * 1.1 || 1);
   const sy = (y: number) => M.top + PH - (Math.min(y, y1) / y1) * PH;
   const gw = PW / Math.max(1, o.categories.length);
   const bw = o.stacked ? gw * 0.6 : (gw * 0.8) / Math.max(1, o.series.length);
   const body: string[] = [];
   for (const t of niceTicks(0, y1)) {
-    body.push(`<line x1="${M.left}" y1="${sy(t).toFixed(1)}" x2="${M.left + PW}" y2="${sy(t).toFixed(1)}" stroke="#e5e5e5"/>`, text(M.left - 6, sy(t) + 4, num(t), 'text-anchor="end"'));
+    body.push(
+      `<line x1="${M.left}" y1="${sy(t).toFixed(1)}" x2="${M.left + PW}" y2="${sy(t).toFixed(1)}" stroke="#e5e5e5"/>`,
+      text(M.left - 6, sy(t) + 4, num(t), 'text-anchor="end"'),
+    );
   }
   o.categories.forEach((c, ci) => {
     const gx = M.left + ci * gw + (o.stacked ? gw * 0.2 : gw * 0.1);
@@ -137,21 +175,29 @@ export function barChart(o: {
       const x = o.stacked ? gx : gx + si * bw;
       const top = o.stacked ? base + v : v;
       const bottom = o.stacked ? base : 0;
-      body.push(`<rect x="${x.toFixed(1)}" y="${sy(top).toFixed(1)}" width="${Math.max(1, bw - 2).toFixed(1)}" height="${(sy(bottom) - sy(top)).toFixed(1)}" fill="${color(si)}"><title>${esc(`${c} ${s.name}: ${num(v)}`)}</title></rect>`);
+      body.push(
+        `<rect x="${x.toFixed(1)}" y="${sy(top).toFixed(1)}" width="${Math.max(1, bw - 2).toFixed(1)}" height="${(sy(bottom) - sy(top)).toFixed(1)}" fill="${color(si)}"><title>${esc(`${c} ${s.name}: ${num(v)}`)}</title></rect>`,
+      );
       if (o.series.length === 1) body.push(text(x + bw / 2, sy(v) - 4, num(v), 'text-anchor="middle" font-size="11"'));
       base = top;
     });
-    if (o.stacked) body.push(text(gx + bw / 2, sy(totals[ci]) - 4, num(totals[ci]), 'text-anchor="middle" font-size="11"'));
+    if (o.stacked)
+      body.push(text(gx + bw / 2, sy(totals[ci]) - 4, num(totals[ci]), 'text-anchor="middle" font-size="11"'));
     const m = o.markers?.[ci];
     if (m !== undefined && Number.isFinite(m)) {
       const cx = M.left + ci * gw + gw / 2;
       const cy = sy(m);
-      body.push(`<path d="M${(cx - 6).toFixed(1)},${cy.toFixed(1)} L${cx.toFixed(1)},${(cy - 6).toFixed(1)} L${(cx + 6).toFixed(1)},${cy.toFixed(1)} L${cx.toFixed(1)},${(cy + 6).toFixed(1)} Z" fill="#000"><title>${esc(`${c}: ${num(m)}`)}</title></path>`);
+      body.push(
+        `<path d="M${(cx - 6).toFixed(1)},${cy.toFixed(1)} L${cx.toFixed(1)},${(cy - 6).toFixed(1)} L${(cx + 6).toFixed(1)},${cy.toFixed(1)} L${cx.toFixed(1)},${(cy + 6).toFixed(1)} Z" fill="#000"><title>${esc(`${c}: ${num(m)}`)}</title></path>`,
+      );
     }
     body.push(text(M.left + ci * gw + gw / 2, M.top + PH + 16, c, 'text-anchor="middle"'));
   });
   for (const r of o.refs ?? []) {
-    body.push(`<line x1="${M.left}" y1="${sy(r.value).toFixed(1)}" x2="${M.left + PW}" y2="${sy(r.value).toFixed(1)}" stroke="#000" stroke-dasharray="6 4"/>`, text(M.left + PW + 6, sy(r.value) + 4, `${r.label} ${num(r.value)}`));
+    body.push(
+      `<line x1="${M.left}" y1="${sy(r.value).toFixed(1)}" x2="${M.left + PW}" y2="${sy(r.value).toFixed(1)}" stroke="#000" stroke-dasharray="6 4"/>`,
+      text(M.left + PW + 6, sy(r.value) + 4, `${r.label} ${num(r.value)}`),
+    );
   }
   if (o.series.length > 1) body.push(...legend(o.series.map((s) => s.name)));
   return frame(o.title, o.xLabel ?? '', o.yLabel, body);

@@ -92,9 +92,20 @@ async function timeIt(reps: number, fn: (i: number) => Promise<unknown> | unknow
   return (performance.now() - t) / 1000;
 }
 
-async function benchCold(model: string, cached: PromptTokenizer, whole: PromptTokenizer, native: NativeTokenizer, js: JsTokenizer, quick: boolean): Promise<ColdRow[]> {
+async function benchCold(
+  model: string,
+  cached: PromptTokenizer,
+  whole: PromptTokenizer,
+  native: NativeTokenizer,
+  js: JsTokenizer,
+  quick: boolean,
+): Promise<ColdRow[]> {
   const rows: ColdRow[] = [];
-  for (const [target, reps] of [[1000, quick ? 10 : 40], [10_000, quick ? 3 : 10], [32_000, quick ? 2 : 5]] as const) {
+  for (const [target, reps] of [
+    [1000, quick ? 10 : 40],
+    [10_000, quick ? 3 : 10],
+    [32_000, quick ? 2 : 5],
+  ] as const) {
     // Distinct chats per repetition, so the segment cache never has any of them: a cold encode.
     const chats = Array.from({ length: reps }, (_, i) => chatOf(target, target + i));
     const texts = chats.map((c) => whole.renderChat(c));
@@ -149,7 +160,12 @@ interface TurnRow {
 }
 
 /** Turn N+1 of a growing chat: everything but the newest messages is already in the segment cache. */
-async function benchTurns(model: string, cached: PromptTokenizer, whole: PromptTokenizer, turns: number): Promise<TurnRow> {
+async function benchTurns(
+  model: string,
+  cached: PromptTokenizer,
+  whole: PromptTokenizer,
+  turns: number,
+): Promise<TurnRow> {
   const next = rng(4242);
   const messages: ChatMessage[] = [{ role: 'system', content: text(next, 1500) }];
   const warm: number[] = [];
@@ -202,7 +218,9 @@ interface StallRow {
   maxTimerGapMs: number;
 }
 
-async function stall(work: () => Promise<number>): Promise<{ tokens: number; maxStallMs: number; p99StallMs: number; maxTimerGapMs: number }> {
+async function stall(
+  work: () => Promise<number>,
+): Promise<{ tokens: number; maxStallMs: number; p99StallMs: number; maxTimerGapMs: number }> {
   const h = monitorEventLoopDelay({ resolution: 1 });
   let last = performance.now();
   let maxGap = 0;
@@ -224,30 +242,54 @@ async function stall(work: () => Promise<number>): Promise<{ tokens: number; max
 const STALL_REPS = 3;
 
 /** Native scenarios, or with `js` only the pure-JS one (run apart, see run()). */
-async function benchStall(model: string, cached: PromptTokenizer, whole: PromptTokenizer, js?: JsTokenizer): Promise<StallRow[]> {
+async function benchStall(
+  model: string,
+  cached: PromptTokenizer,
+  whole: PromptTokenizer,
+  js?: JsTokenizer,
+): Promise<StallRow[]> {
   // Fresh chats for every cold repetition; the warm scenario reuses the last cold set.
-  const sets = Array.from({ length: STALL_REPS }, (_, r) => Array.from({ length: 4 }, (_, i) => chatOf(32_000, 900 + 10 * r + i)));
+  const sets = Array.from({ length: STALL_REPS }, (_, r) =>
+    Array.from({ length: 4 }, (_, i) => chatOf(32_000, 900 + 10 * r + i)),
+  );
   const total = (xs: Uint32Array[]) => xs.reduce((a, x) => a + x.length, 0);
   const native: Array<[string, (rep: number) => Promise<number>]> = [
     ['idle baseline (no tokenization, 300 ms)', async () => (await new Promise((r) => setTimeout(r, 300)), 0)],
-    ['native, 4 cold 32k chats one at a time', async (rep) => {
-      const out: Uint32Array[] = [];
-      for (const c of sets[rep]) out.push(await whole.encodeChat(c));
-      return total(out);
-    }],
-    ['native, 4 cold 32k chats concurrently', async (rep) => total(await Promise.all(sets[rep].map((c) => whole.encodeChat(c))))],
-    ['native + segment cache, cold, concurrently', async (rep) => total(await Promise.all(sets[rep].map((c) => cached.encodeChat(c))))],
-    ['native + segment cache, warm, concurrently', async () => total(await Promise.all(sets[STALL_REPS - 1].map((c) => cached.encodeChat(c))))],
+    [
+      'native, 4 cold 32k chats one at a time',
+      async (rep) => {
+        const out: Uint32Array[] = [];
+        for (const c of sets[rep]) out.push(await whole.encodeChat(c));
+        return total(out);
+      },
+    ],
+    [
+      'native, 4 cold 32k chats concurrently',
+      async (rep) => total(await Promise.all(sets[rep].map((c) => whole.encodeChat(c)))),
+    ],
+    [
+      'native + segment cache, cold, concurrently',
+      async (rep) => total(await Promise.all(sets[rep].map((c) => cached.encodeChat(c)))),
+    ],
+    [
+      'native + segment cache, warm, concurrently',
+      async () => total(await Promise.all(sets[STALL_REPS - 1].map((c) => cached.encodeChat(c)))),
+    ],
   ];
   const scenarios: Array<[string, (rep: number) => Promise<number>]> = js
-    ? [['pure JS (synchronous), 4 chats one at a time', async (rep) => {
-        let n = 0;
-        for (const c of sets[rep]) {
-          n += js.encode(whole.renderChat(c), { add_special_tokens: false }).ids.length;
-          await new Promise((r) => setImmediate(r));
-        }
-        return n;
-      }]]
+    ? [
+        [
+          'pure JS (synchronous), 4 chats one at a time',
+          async (rep) => {
+            let n = 0;
+            for (const c of sets[rep]) {
+              n += js.encode(whole.renderChat(c), { add_special_tokens: false }).ids.length;
+              await new Promise((r) => setImmediate(r));
+            }
+            return n;
+          },
+        ],
+      ]
     : native;
   const rows: StallRow[] = [];
   for (const [scenario, work] of scenarios) {
@@ -269,7 +311,12 @@ async function benchStall(model: string, cached: PromptTokenizer, whole: PromptT
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('bench tokenizer', 'Chat template + tokenization throughput, segment cache, event-loop stalls.', OPTIONS, argv);
+  const parsed = parseCommand(
+    'bench tokenizer',
+    'Chat template + tokenization throughput, segment cache, event-loop stalls.',
+    OPTIONS,
+    argv,
+  );
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const quick = v.quick === true;
@@ -305,13 +352,18 @@ export async function run(argv: string[]): Promise<number> {
   }
   // The pure-JS port is a dev dependency (only this comparison uses it): present in a clone after `npm ci`.
   const { Tokenizer: JsTokenizerClass } = await import('@huggingface/tokenizers').catch(() => {
-    throw new Error('bench tokenizer compares against @huggingface/tokenizers, a dev dependency: run it from a clone after `npm ci`');
+    throw new Error(
+      'bench tokenizer compares against @huggingface/tokenizers, a dev dependency: run it from a clone after `npm ci`',
+    );
   });
   for (const name of names) {
     const { cached, whole } = loaded.get(name) as { cached: PromptTokenizer; whole: PromptTokenizer };
     const { dir } = resolveTokenizerDir({ package: MODELS[name] });
     const native = await NativeTokenizer.fromFile(join(dir, 'tokenizer.json'));
-    const js = new JsTokenizerClass(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object);
+    const js = new JsTokenizerClass(
+      JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object,
+      JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object,
+    );
     process.stderr.write(`${name}: cold throughput, native vs JS...\n`);
     cold.push(...(await benchCold(name, cached, whole, native, js, quick)));
     stalls.push(...(await benchStall(name, cached, whole, js)));
@@ -321,26 +373,91 @@ export async function run(argv: string[]): Promise<number> {
 
   const tables: Table[] = [
     {
-      title: "Small chats, warm (bench overhead's chat requests: 300-word system prompt, 40-word question; µs per request)",
+      title:
+        "Small chats, warm (bench overhead's chat requests: 300-word system prompt, 40-word question; µs per request)",
       columns: ['model', 'render µs', 'render + tokenize µs (segment cache)'],
       rows: small.map((r) => [r.model, r.renderUs, r.encodeUs]),
     },
     {
       title: 'Cold throughput (tokens/s; chat = render + tokenize; encode = tokenizer only, on the rendered text)',
-      columns: ['model', 'chat size', 'tokens', 'render ms', 'encode native', 'encode JS', 'native/JS', 'chat, whole text', 'chat, segmented cold'],
-      rows: cold.map((r) => [r.model, `${r.target / 1000}k`, r.tokens, r.renderMs, Math.round(r.nativeTokPerS), Math.round(r.jsTokPerS), r.nativeTokPerS / r.jsTokPerS, Math.round(r.chatWholeTokPerS), Math.round(r.chatColdTokPerS)]),
+      columns: [
+        'model',
+        'chat size',
+        'tokens',
+        'render ms',
+        'encode native',
+        'encode JS',
+        'native/JS',
+        'chat, whole text',
+        'chat, segmented cold',
+      ],
+      rows: cold.map((r) => [
+        r.model,
+        `${r.target / 1000}k`,
+        r.tokens,
+        r.renderMs,
+        Math.round(r.nativeTokPerS),
+        Math.round(r.jsTokPerS),
+        r.nativeTokPerS / r.jsTokPerS,
+        Math.round(r.chatWholeTokPerS),
+        Math.round(r.chatColdTokPerS),
+      ]),
     },
     {
-      title: 'Multi-turn: turn N+1 of a growing chat, segment cache warm vs whole-text encode (second half of the turns)',
-      columns: ['model', 'turns', 'final tokens', 'warm mean ms', 'warm p50 ms', 'whole mean ms', 'whole p50 ms', 'speedup', 'segment hit rate', 'cache entries'],
-      rows: multi.map((r) => [r.model, r.turns, r.finalTokens, r.warmMeanMs, r.warmP50Ms, r.wholeMeanMs, r.wholeP50Ms, r.speedup, r.segmentHitRate, r.cacheEntries]),
+      title:
+        'Multi-turn: turn N+1 of a growing chat, segment cache warm vs whole-text encode (second half of the turns)',
+      columns: [
+        'model',
+        'turns',
+        'final tokens',
+        'warm mean ms',
+        'warm p50 ms',
+        'whole mean ms',
+        'whole p50 ms',
+        'speedup',
+        'segment hit rate',
+        'cache entries',
+      ],
+      rows: multi.map((r) => [
+        r.model,
+        r.turns,
+        r.finalTokens,
+        r.warmMeanMs,
+        r.warmP50Ms,
+        r.wholeMeanMs,
+        r.wholeP50Ms,
+        r.speedup,
+        r.segmentHitRate,
+        r.cacheEntries,
+      ]),
     },
     {
       title: `Event-loop stall while tokenizing (monitorEventLoopDelay, 1 ms resolution, ${STALL_REPS} runs each: median and worst of the per-run max; timer gap = longest gap a 1 ms interval saw)`,
-      columns: ['model', 'scenario', 'tokens/run', 'max stall ms (median)', 'max stall ms (worst)', 'p99 ms (median)', 'max timer gap ms'],
-      rows: stalls.map((r) => [r.model, r.scenario, r.tokens, r.maxStallMs, r.worstStallMs, r.p99StallMs, r.maxTimerGapMs]),
+      columns: [
+        'model',
+        'scenario',
+        'tokens/run',
+        'max stall ms (median)',
+        'max stall ms (worst)',
+        'p99 ms (median)',
+        'max timer gap ms',
+      ],
+      rows: stalls.map((r) => [
+        r.model,
+        r.scenario,
+        r.tokens,
+        r.maxStallMs,
+        r.worstStallMs,
+        r.p99StallMs,
+        r.maxTimerGapMs,
+      ]),
     },
   ];
-  writeReport('tokenizer', { loadMs: loads, small, cold, multiTurn: multi, stalls }, tables, typeof v.out === 'string' ? v.out : undefined);
+  writeReport(
+    'tokenizer',
+    { loadMs: loads, small, cold, multiTurn: multi, stalls },
+    tables,
+    typeof v.out === 'string' ? v.out : undefined,
+  );
   return 0;
 }

@@ -7,7 +7,12 @@ const OPTIONS: OptionTable = {
 };
 
 export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('check-config', 'Validate a YAML configuration (env KVROUTER_* overrides apply). Exit 0 when valid.', OPTIONS, argv);
+  const parsed = parseCommand(
+    'check-config',
+    'Validate a YAML configuration (env KVROUTER_* overrides apply). Exit 0 when valid.',
+    OPTIONS,
+    argv,
+  );
   if ('code' in parsed) return parsed.code;
   const file = parsed.positionals[0];
   if (!file) {
@@ -17,7 +22,9 @@ export async function run(argv: string[]): Promise<number> {
   try {
     const cfg = loadConfigFile(file, { set: (parsed.values.set as string[] | undefined) ?? [], env: process.env });
     const instances = cfg.models.reduce((n, m) => n + m.instances.length, 0);
-    process.stdout.write(`${file}: valid (${cfg.models.length} model(s), ${instances} instance(s)${cfg.engine_sim.count ? `, ${cfg.engine_sim.count} simulated engine(s)` : ''})\n`);
+    process.stdout.write(
+      `${file}: valid (${cfg.models.length} model(s), ${instances} instance(s)${cfg.engine_sim.count ? `, ${cfg.engine_sim.count} simulated engine(s)` : ''})\n`,
+    );
     return 0;
   } catch (err) {
     if (err instanceof ConfigInvalidError) {

@@ -5,11 +5,26 @@ import { intOption, type OptionTable, type ParsedOptions } from '../common/args.
 import type { EppOptions } from '../epp/server.js';
 
 export const EPP_OPTIONS: OptionTable = {
-  epp: { type: 'boolean', help: 'also serve the Gateway API Inference Extension endpoint picker (Envoy ext_proc over gRPC, docs/gateway.md); `kvrouter epp` implies it' },
-  'grpc-port': { type: 'string', arg: 'PORT', help: 'with --epp: the ext_proc gRPC port (default 9002; 0 = any free port); on server.host' },
-  'grpc-health-port': { type: 'string', arg: 'PORT', help: 'with --epp: the gRPC health port (liveness, readiness, the ext_proc service; default 9003)' },
-  'pool-name': { type: 'string', arg: 'NAME', help: 'with --epp: the InferencePool served, for logs and metrics labels (default kvrouter)' },
-  'pool-namespace': { type: 'string', arg: 'NS', help: 'with --epp: the InferencePool\'s namespace (default default)' },
+  epp: {
+    type: 'boolean',
+    help: 'also serve the Gateway API Inference Extension endpoint picker (Envoy ext_proc over gRPC, docs/gateway.md); `kvrouter epp` implies it',
+  },
+  'grpc-port': {
+    type: 'string',
+    arg: 'PORT',
+    help: 'with --epp: the ext_proc gRPC port (default 9002; 0 = any free port); on server.host',
+  },
+  'grpc-health-port': {
+    type: 'string',
+    arg: 'PORT',
+    help: 'with --epp: the gRPC health port (liveness, readiness, the ext_proc service; default 9003)',
+  },
+  'pool-name': {
+    type: 'string',
+    arg: 'NAME',
+    help: 'with --epp: the InferencePool served, for logs and metrics labels (default kvrouter)',
+  },
+  'pool-namespace': { type: 'string', arg: 'NS', help: "with --epp: the InferencePool's namespace (default default)" },
 };
 
 function port(v: ParsedOptions, name: string, dflt: number): number | string {
@@ -36,9 +51,13 @@ export function eppOptions(v: ParsedOptions, implied: boolean): Omit<EppOptions,
   if (typeof healthPort === 'string') return { error: healthPort };
   const name = (v['pool-name'] as string | undefined) ?? 'kvrouter';
   const ns = (v['pool-namespace'] as string | undefined) ?? 'default';
-  for (const [flag, s] of [['pool-name', name], ['pool-namespace', ns]] as const) {
+  for (const [flag, s] of [
+    ['pool-name', name],
+    ['pool-namespace', ns],
+  ] as const) {
     // Kubernetes object names (RFC 1123 labels, up to 253 characters with dots).
-    if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(s)) return { error: `--${flag} must be a Kubernetes name (lower-case letters, digits, '-', '.'), got ${s}` };
+    if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(s))
+      return { error: `--${flag} must be a Kubernetes name (lower-case letters, digits, '-', '.'), got ${s}` };
   }
   return { grpcPort, healthPort, poolName: name, poolNamespace: ns };
 }

@@ -21,27 +21,67 @@ const OPTIONS: OptionTable = {
     help: 'publishers to subscribe at start: "id[:dp]=tcp://host:port[|replay-endpoint],..."',
   },
   model: { type: 'string', default: 'default', arg: 'NAME', help: 'model name for --workers' },
-  'model-name': { type: 'string', arg: 'NAME', help: 'same as --model (Dynamo\'s flag name)' },
+  'model-name': { type: 'string', arg: 'NAME', help: "same as --model (Dynamo's flag name)" },
   'block-size': { type: 'string', default: '16', arg: 'N', help: 'block size for --workers' },
-  type: { type: 'string', default: 'vLLM', arg: 'TYPE', help: 'publisher type for --workers (vLLM, SGLang, LMCache, Mooncake)' },
+  type: {
+    type: 'string',
+    default: 'vLLM',
+    arg: 'TYPE',
+    help: 'publisher type for --workers (vLLM, SGLang, LMCache, Mooncake)',
+  },
   tenant: { type: 'string', default: 'default', arg: 'ID', help: 'tenant for --workers' },
-  'tenant-id': { type: 'string', arg: 'ID', help: 'same as --tenant (Dynamo\'s flag name)' },
-  peers: { type: 'string', arg: 'URL,URL', help: 'peer indexers to recover the index from at start (GET /dump of the first that answers), before listening' },
-  'recovery-delay-ms': { type: 'string', default: '1000', arg: 'MS', help: 'wait this long before recovering (past the ZMQ slow-joiner window)' },
-  'recovery-timeout-ms': { type: 'string', default: '30000', arg: 'MS', help: 'per-peer time limit of a /dump transfer' },
-  'min-initial-workers': { type: 'string', arg: 'N', help: '/ready waits for this many registered workers (default $DYN_ROUTER_MIN_INITIAL_WORKERS or 0)' },
-  threads: { type: 'string', default: '1', arg: 'N', help: 'accepted for Dynamo compatibility; the index runs on one event loop (1M block events/s ingest, ~100 us per 32k-token query)' },
+  'tenant-id': { type: 'string', arg: 'ID', help: "same as --tenant (Dynamo's flag name)" },
+  peers: {
+    type: 'string',
+    arg: 'URL,URL',
+    help: 'peer indexers to recover the index from at start (GET /dump of the first that answers), before listening',
+  },
+  'recovery-delay-ms': {
+    type: 'string',
+    default: '1000',
+    arg: 'MS',
+    help: 'wait this long before recovering (past the ZMQ slow-joiner window)',
+  },
+  'recovery-timeout-ms': {
+    type: 'string',
+    default: '30000',
+    arg: 'MS',
+    help: 'per-peer time limit of a /dump transfer',
+  },
+  'min-initial-workers': {
+    type: 'string',
+    arg: 'N',
+    help: '/ready waits for this many registered workers (default $DYN_ROUTER_MIN_INITIAL_WORKERS or 0)',
+  },
+  threads: {
+    type: 'string',
+    default: '1',
+    arg: 'N',
+    help: 'accepted for Dynamo compatibility; the index runs on one event loop (1M block events/s ingest, ~100 us per 32k-token query)',
+  },
   'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed of the hashing standard' },
-  'register-allowlist': { type: 'string', default: DEFAULT_REGISTER_ALLOWLIST.join(','), arg: 'LIST', help: 'CIDRs or host patterns /register may point listeners at' },
-  'max-body-bytes': { type: 'string', default: String(8 * 1024 * 1024), arg: 'N', help: 'largest request body accepted' },
+  'register-allowlist': {
+    type: 'string',
+    default: DEFAULT_REGISTER_ALLOWLIST.join(','),
+    arg: 'LIST',
+    help: 'CIDRs or host patterns /register may point listeners at',
+  },
+  'max-body-bytes': {
+    type: 'string',
+    default: String(8 * 1024 * 1024),
+    arg: 'N',
+    help: 'largest request body accepted',
+  },
   ...LISTENER_FLAGS,
 };
 
-const SUMMARY = 'Standalone KV indexer: POST /register /unregister /query /query_by_hash /events /register_peer /deregister_peer, GET /workers /dump /peers /health /ready /metrics.';
+const SUMMARY =
+  'Standalone KV indexer: POST /register /unregister /query /query_by_hash /events /register_peer /deregister_peer, GET /workers /dump /peers /health /ready /metrics.';
 
 function nonNegative(raw: string, flag: string): number {
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`${flag} must be a non-negative integer, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < 0)
+    throw new Error(`${flag} must be a non-negative integer, got ${JSON.stringify(raw)}`);
   return n;
 }
 
@@ -67,7 +107,10 @@ export async function run(argv: string[]): Promise<number> {
   let minWorkers: number;
   try {
     peers = new PeerList(typeof v.peers === 'string' ? v.peers.split(',').filter(Boolean) : []);
-    minWorkers = nonNegative(String(v['min-initial-workers'] ?? process.env.DYN_ROUTER_MIN_INITIAL_WORKERS ?? '0'), '--min-initial-workers');
+    minWorkers = nonNegative(
+      String(v['min-initial-workers'] ?? process.env.DYN_ROUTER_MIN_INITIAL_WORKERS ?? '0'),
+      '--min-initial-workers',
+    );
     intOption(v, 'threads');
   } catch (err) {
     process.stderr.write(`kvrouter indexer: ${(err as Error).message}\n`);
@@ -79,7 +122,10 @@ export async function run(argv: string[]): Promise<number> {
   const metrics = new PromRegistry();
   collectDefaultMetrics({ register: metrics });
   const listeners = new ListenerPool({ registry, writer, metrics, options: listenerOptions });
-  const allow = String(v['register-allowlist']).split(',').map((x) => x.trim()).filter(Boolean);
+  const allow = String(v['register-allowlist'])
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
   const adminToken = process.env.KVROUTER_ADMIN_TOKEN || undefined;
   let recovered = false;
   const { app } = createIndexerApp({
@@ -93,7 +139,10 @@ export async function run(argv: string[]): Promise<number> {
     allowEndpoint: (e) => endpointAllowed(e, allow),
     limits: { maxBodyBytes: intOption(v, 'max-body-bytes') },
   });
-  if (!adminToken) process.stdout.write('kvrouter indexer: no KVROUTER_ADMIN_TOKEN set, /register and /events are open to anyone who can reach this port\n');
+  if (!adminToken)
+    process.stdout.write(
+      'kvrouter indexer: no KVROUTER_ADMIN_TOKEN set, /register and /events are open to anyone who can reach this port\n',
+    );
   let workers: ReturnType<typeof registerWorkers> = [];
   if (typeof v.workers === 'string' && v.workers !== '') {
     try {
@@ -108,7 +157,12 @@ export async function run(argv: string[]): Promise<number> {
       return 2;
     }
   }
-  const server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port'), role: 'indexer HTTP server', hint: '--port' });
+  const server = await startHttpServer(honoListener(app), {
+    host: String(v.host),
+    port: intOption(v, 'port'),
+    role: 'indexer HTTP server',
+    hint: '--port',
+  });
   const expirer = setInterval(() => indexer.expire(Date.now()), 1000);
   expirer.unref();
   process.stdout.write(`kvrouter indexer listening on ${server.url}\n`);
@@ -118,7 +172,12 @@ export async function run(argv: string[]): Promise<number> {
   if (peers.list().length > 0) {
     await new Promise((r) => setTimeout(r, intOption(v, 'recovery-delay-ms')));
     const log = (l: string) => process.stdout.write(`kvrouter indexer: ${l.replace(/^cluster: /, '')}\n`);
-    await recoverFromPeers(peers.list(), writer, Date.now, { timeoutMs: intOption(v, 'recovery-timeout-ms'), token: adminToken ?? null, self: server.url, log });
+    await recoverFromPeers(peers.list(), writer, Date.now, {
+      timeoutMs: intOption(v, 'recovery-timeout-ms'),
+      token: adminToken ?? null,
+      self: server.url,
+      log,
+    });
   }
   for (const r of workers) listeners.add(r);
   recovered = true;

@@ -15,14 +15,32 @@ export interface Subcommand {
 }
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
-  serve: { summary: 'run the router (OpenAI API, KV-aware routing) from a YAML config', load: () => import('./serve.js') },
-  epp: { summary: 'the router with the Gateway API Inference Extension endpoint picker (serve --epp)', load: () => import('./epp.js') },
+  serve: {
+    summary: 'run the router (OpenAI API, KV-aware routing) from a YAML config',
+    load: () => import('./serve.js'),
+  },
+  epp: {
+    summary: 'the router with the Gateway API Inference Extension endpoint picker (serve --epp)',
+    load: () => import('./epp.js'),
+  },
   indexer: { summary: 'run the standalone KV indexer (Mooncake Conductor API)', load: () => import('./indexer.js') },
-  'engine-sim': { summary: 'run simulated inference engines (OpenAI API, paged KV cache, ZMQ KV events)', load: () => import('./engine-sim.js') },
-  query: { summary: 'ask a running indexer which instances cache a prompt (per tier and DP rank)', load: () => import('./query.js') },
-  relay: { summary: "KV-event fan-in: engines' ZMQ streams once, to JetStream for every router replica", load: () => import('./relay.js') },
+  'engine-sim': {
+    summary: 'run simulated inference engines (OpenAI API, paged KV cache, ZMQ KV events)',
+    load: () => import('./engine-sim.js'),
+  },
+  query: {
+    summary: 'ask a running indexer which instances cache a prompt (per tier and DP rank)',
+    load: () => import('./query.js'),
+  },
+  relay: {
+    summary: "KV-event fan-in: engines' ZMQ streams once, to JetStream for every router replica",
+    load: () => import('./relay.js'),
+  },
   'check-config': { summary: 'validate a router YAML configuration', load: () => import('./check-config.js') },
-  'config-reference': { summary: 'print the configuration reference (every YAML key)', load: () => import('./config-reference.js') },
+  'config-reference': {
+    summary: 'print the configuration reference (every YAML key)',
+    load: () => import('./config-reference.js'),
+  },
   bench: { summary: 'benchmarks: cluster, overhead, indexer, events, router', load: () => import('./bench.js') },
 };
 

@@ -27,31 +27,93 @@ import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
 
 const D = CLUSTER_DEFAULTS;
 const OPTIONS: OptionTable = {
-  nats: { type: 'string', arg: 'URL', help: 'NATS server(s), nats://host:port[,...] (default: cluster.nats.url of --config, or $KVROUTER_NATS_URL)' },
-  config: { type: 'string', short: 'c', arg: 'FILE', help: 'router YAML: subscribe to every instance\'s kv_events, with its hash seeds' },
-  workers: { type: 'string', arg: 'LIST', help: 'publishers as in `kvrouter indexer`: "id[:dp]=tcp://host:port[|replay-endpoint],..."' },
+  nats: {
+    type: 'string',
+    arg: 'URL',
+    help: 'NATS server(s), nats://host:port[,...] (default: cluster.nats.url of --config, or $KVROUTER_NATS_URL)',
+  },
+  config: {
+    type: 'string',
+    short: 'c',
+    arg: 'FILE',
+    help: "router YAML: subscribe to every instance's kv_events, with its hash seeds",
+  },
+  workers: {
+    type: 'string',
+    arg: 'LIST',
+    help: 'publishers as in `kvrouter indexer`: "id[:dp]=tcp://host:port[|replay-endpoint],..."',
+  },
   model: { type: 'string', default: 'default', arg: 'NAME', help: 'model name for --workers' },
   'block-size': { type: 'string', default: '16', arg: 'N', help: 'block size for --workers' },
   type: { type: 'string', default: 'vLLM', arg: 'TYPE', help: 'publisher type for --workers' },
   tenant: { type: 'string', default: 'default', arg: 'ID', help: 'tenant for --workers' },
   'hash-seed': { type: 'string', default: '1337', arg: 'S', help: 'XXH3 seed (without --config)' },
-  'subject-prefix': { type: 'string', arg: 'P', help: `publish on <P>.events (default: cluster.nats.subject_prefix of --config, else ${D.nats.subjectPrefix})` },
-  stream: { type: 'string', arg: 'NAME', help: `JetStream stream (default: cluster.events.stream of --config, else ${D.events.stream})` },
-  bucket: { type: 'string', arg: 'NAME', help: `object store bucket for snapshots (default: cluster.events.bucket of --config, else ${D.events.bucket})` },
-  'snapshot-every': { type: 'string', default: '10000', arg: 'N', help: 'snapshot the index every N relayed operations' },
-  'snapshot-interval-ms': { type: 'string', default: '30000', arg: 'MS', help: '...or this often when anything changed' },
-  'max-age-ms': { type: 'string', default: String(DEFAULT_STREAM_MAX_AGE_MS), arg: 'MS', help: 'stream retention (keep well above the snapshot interval)' },
-  'reset-state': { type: 'boolean', help: 'purge the stream and delete the snapshot before starting (routers reload from empty)' },
+  'subject-prefix': {
+    type: 'string',
+    arg: 'P',
+    help: `publish on <P>.events (default: cluster.nats.subject_prefix of --config, else ${D.nats.subjectPrefix})`,
+  },
+  stream: {
+    type: 'string',
+    arg: 'NAME',
+    help: `JetStream stream (default: cluster.events.stream of --config, else ${D.events.stream})`,
+  },
+  bucket: {
+    type: 'string',
+    arg: 'NAME',
+    help: `object store bucket for snapshots (default: cluster.events.bucket of --config, else ${D.events.bucket})`,
+  },
+  'snapshot-every': {
+    type: 'string',
+    default: '10000',
+    arg: 'N',
+    help: 'snapshot the index every N relayed operations',
+  },
+  'snapshot-interval-ms': {
+    type: 'string',
+    default: '30000',
+    arg: 'MS',
+    help: '...or this often when anything changed',
+  },
+  'max-age-ms': {
+    type: 'string',
+    default: String(DEFAULT_STREAM_MAX_AGE_MS),
+    arg: 'MS',
+    help: 'stream retention (keep well above the snapshot interval)',
+  },
+  'reset-state': {
+    type: 'boolean',
+    help: 'purge the stream and delete the snapshot before starting (routers reload from empty)',
+  },
   'relay-id': { type: 'string', arg: 'ID', help: 'relay name in messages and logs (default: random)' },
-  ha: { type: 'boolean', help: 'high availability: run several relays of one stream; the lease holder publishes, the others stand by with a full index and take over' },
-  'lease-ms': { type: 'string', default: '3000', arg: 'MS', help: 'with --ha: lease lifetime (a dead leader is replaced within about this long)' },
-  'lease-bucket': { type: 'string', default: 'kvrouter-relay-lease', arg: 'NAME', help: 'with --ha: NATS KV bucket of the lease (one key per stream)' },
-  host: { type: 'string', default: '127.0.0.1', arg: 'ADDR', help: 'HTTP listen address (indexer API over the relay\'s index, /relay status)' },
+  ha: {
+    type: 'boolean',
+    help: 'high availability: run several relays of one stream; the lease holder publishes, the others stand by with a full index and take over',
+  },
+  'lease-ms': {
+    type: 'string',
+    default: '3000',
+    arg: 'MS',
+    help: 'with --ha: lease lifetime (a dead leader is replaced within about this long)',
+  },
+  'lease-bucket': {
+    type: 'string',
+    default: 'kvrouter-relay-lease',
+    arg: 'NAME',
+    help: 'with --ha: NATS KV bucket of the lease (one key per stream)',
+  },
+  host: {
+    type: 'string',
+    default: '127.0.0.1',
+    arg: 'ADDR',
+    help: "HTTP listen address (indexer API over the relay's index, /relay status)",
+  },
   port: { type: 'string', default: '8092', arg: 'PORT', help: 'HTTP port ("none": no HTTP)' },
   ...LISTENER_FLAGS,
 };
 
-const SUMMARY = 'KV-event fan-in: one set of ZMQ subscriptions, normalized index changes to JetStream for every router replica.';
+const SUMMARY =
+  'KV-event fan-in: one set of ZMQ subscriptions, normalized index changes to JetStream for every router replica.';
 
 interface Sources {
   specs: RegistrationSpec[];
@@ -70,12 +132,30 @@ function sources(v: ParsedOptions): Sources {
     const cfg = loadConfigFile(v.config, { env: process.env });
     const cluster = (cfg as { cluster?: Partial<ClusterConfig> }).cluster ?? null;
     const listener = listenerOptionsFromFlags(v, listenerOptionsFromConfig(cfg.kv_events));
-    return { specs: desiredRegistrations(cfg), seed: BigInt(cfg.hashing.seed), seeds: modelSeeds(cfg), workers, cluster, listener };
+    return {
+      specs: desiredRegistrations(cfg),
+      seed: BigInt(cfg.hashing.seed),
+      seeds: modelSeeds(cfg),
+      workers,
+      cluster,
+      listener,
+    };
   }
-  return { specs: [], seed: BigInt(String(v['hash-seed'])), seeds: new Map(), workers, cluster: null, listener: listenerOptionsFromFlags(v) };
+  return {
+    specs: [],
+    seed: BigInt(String(v['hash-seed'])),
+    seeds: new Map(),
+    workers,
+    cluster: null,
+    listener: listenerOptionsFromFlags(v),
+  };
 }
 
-const pick = (flag: string | boolean | string[] | undefined, fromConfig: string | undefined, fallback: string): string => (typeof flag === 'string' ? flag : fromConfig ?? fallback);
+const pick = (
+  flag: string | boolean | string[] | undefined,
+  fromConfig: string | undefined,
+  fallback: string,
+): string => (typeof flag === 'string' ? flag : (fromConfig ?? fallback));
 
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('relay', SUMMARY, OPTIONS, argv);
@@ -89,7 +169,8 @@ export async function run(argv: string[]): Promise<number> {
     src = sources(v);
     url = (v.nats as string | undefined) ?? src.cluster?.nats?.url ?? process.env.KVROUTER_NATS_URL;
     if (!url) return fail('--nats (or cluster.nats.url in --config, or $KVROUTER_NATS_URL) is required');
-    if (src.specs.length === 0 && !src.workers) return fail('nothing to relay: give --config (instances with kv_events) or --workers');
+    if (src.specs.length === 0 && !src.workers)
+      return fail('nothing to relay: give --config (instances with kv_events) or --workers');
     opts = {
       relayId: typeof v['relay-id'] === 'string' ? v['relay-id'] : `relay-${randomBytes(3).toString('hex')}`,
       subject: `${pick(v['subject-prefix'], src.cluster?.nats?.subject_prefix, D.nats.subjectPrefix)}.events`,
@@ -103,8 +184,10 @@ export async function run(argv: string[]): Promise<number> {
       maxBatchBytes: 256 * 1024,
       ha: v.ha === true ? { bucket: String(v['lease-bucket']), leaseMs: intOption(v, 'lease-ms') } : null,
     };
-    if (opts.ha && opts.resetState) return fail('--reset-state cannot be combined with --ha (a restarting standby would wipe the leader\'s stream)');
-    if (opts.ha && (opts.ha.leaseMs < 300 || opts.ha.leaseMs > 600_000)) return fail('--lease-ms must be between 300 and 600000');
+    if (opts.ha && opts.resetState)
+      return fail("--reset-state cannot be combined with --ha (a restarting standby would wipe the leader's stream)");
+    if (opts.ha && (opts.ha.leaseMs < 300 || opts.ha.leaseMs > 600_000))
+      return fail('--lease-ms must be between 300 and 600000');
     if (opts.ha && !/^[\w-]+$/.test(opts.ha.bucket)) return fail('--lease-bucket takes letters, digits, _ and -');
   } catch (err) {
     return fail(err instanceof ConfigInvalidError ? err.message : (err as Error).message);
@@ -129,7 +212,12 @@ export async function run(argv: string[]): Promise<number> {
       listeners.add(r.registration);
     }
     if (src.workers) {
-      const ctx = { model: String(v.model), blockSize: intOption(v, 'block-size'), type: String(v.type), tenant: String(v.tenant) };
+      const ctx = {
+        model: String(v.model),
+        blockSize: intOption(v, 'block-size'),
+        type: String(v.type),
+        tenant: String(v.tenant),
+      };
       for (const r of registerWorkers(registry, parseWorkersFlag(src.workers), ctx)) listeners.add(r);
     }
   } catch (err) {
@@ -142,10 +230,17 @@ export async function run(argv: string[]): Promise<number> {
   if (v.port !== 'none') {
     const { app } = createIndexerApp({ writer: tap, registry, listeners, metrics: prom });
     app.get('/relay', (c) => json(c, relay.status()));
-    server = await startHttpServer(honoListener(app), { host: String(v.host), port: intOption(v, 'port'), role: 'relay HTTP server', hint: '--port' });
+    server = await startHttpServer(honoListener(app), {
+      host: String(v.host),
+      port: intOption(v, 'port'),
+      role: 'relay HTTP server',
+      hint: '--port',
+    });
   }
   const role = opts.ha ? ` (ha: ${relay.status().role}, lease ${opts.ha.bucket}/${opts.stream})` : '';
-  log(`kvrouter relay ${opts.relayId} publishing to ${opts.stream} (${opts.subject})${role}, ${registry.size} publishers${server ? `, http ${server.url}` : ''}`);
+  log(
+    `kvrouter relay ${opts.relayId} publishing to ${opts.stream} (${opts.subject})${role}, ${registry.size} publishers${server ? `, http ${server.url}` : ''}`,
+  );
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);

@@ -13,23 +13,46 @@ import { PROCESS_INDEX_ENV } from '../processes/messages.js';
 import type { PrimaryHandle } from '../processes/primary.js';
 
 const OPTIONS: OptionTable = {
-  config: { type: 'string', short: 'c', arg: 'FILE', help: 'YAML configuration (default: $KVROUTER_CONFIG or router.example.yaml)' },
+  config: {
+    type: 'string',
+    short: 'c',
+    arg: 'FILE',
+    help: 'YAML configuration (default: $KVROUTER_CONFIG or router.example.yaml)',
+  },
   host: { type: 'string', arg: 'ADDR', help: 'override server.host' },
   port: { type: 'string', short: 'p', arg: 'PORT', help: 'override server.port' },
   policy: { type: 'string', arg: 'NAME', help: 'override routing.policy' },
   nats: { type: 'string', arg: 'URL', help: 'override cluster.nats.url (replica sync)' },
   'router-id': { type: 'string', arg: 'ID', help: 'override cluster.router_id' },
   peers: { type: 'string', arg: 'URL,URL', help: 'override cluster.peers (index recovery at start)' },
-  'no-watch': { type: 'boolean', help: 'do not reload when the config file changes (SIGHUP and POST /admin/reload still do)' },
-  workers: { type: 'string', arg: 'N|auto', help: 'router processes serving the port, kept in step (default 1; auto = one per core)' },
-  set: { type: 'string', multiple: true, arg: 'KEY=VALUE', help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)' },
+  'no-watch': {
+    type: 'boolean',
+    help: 'do not reload when the config file changes (SIGHUP and POST /admin/reload still do)',
+  },
+  workers: {
+    type: 'string',
+    arg: 'N|auto',
+    help: 'router processes serving the port, kept in step (default 1; auto = one per core)',
+  },
+  set: {
+    type: 'string',
+    multiple: true,
+    arg: 'KEY=VALUE',
+    help: 'override any key, e.g. --set routing.temperature=0.5 (repeatable)',
+  },
   ...EPP_OPTIONS,
 };
 
-const SUMMARY = 'KV-cache-aware OpenAI router. Environment overrides: KVROUTER_<KEY>__<SUBKEY>=value (e.g. KVROUTER_SERVER__PORT=9000).';
+const SUMMARY =
+  'KV-cache-aware OpenAI router. Environment overrides: KVROUTER_<KEY>__<SUBKEY>=value (e.g. KVROUTER_SERVER__PORT=9000).';
 
 export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): Promise<number> {
-  const parsed = parseCommand(command, command === 'epp' ? `${SUMMARY} With the gateway endpoint picker (serve --epp).` : SUMMARY, OPTIONS, argv);
+  const parsed = parseCommand(
+    command,
+    command === 'epp' ? `${SUMMARY} With the gateway endpoint picker (serve --epp).` : SUMMARY,
+    OPTIONS,
+    argv,
+  );
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const epp = eppOptions(v, command === 'epp');
@@ -49,7 +72,13 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
   if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
   if (typeof v.nats === 'string') set.push(`cluster.nats.url=${v.nats}`);
   if (typeof v['router-id'] === 'string') set.push(`cluster.router_id=${v['router-id']}`);
-  if (typeof v.peers === 'string') v.peers.split(',').filter(Boolean).forEach((p, i) => { set.push(`cluster.peers.${i}=${p}`); });
+  if (typeof v.peers === 'string')
+    v.peers
+      .split(',')
+      .filter(Boolean)
+      .forEach((p, i) => {
+        set.push(`cluster.peers.${i}=${p}`);
+      });
   let cfg: ReturnType<typeof loadConfigFile>;
   const loadOptions = { set, env: process.env };
   try {
@@ -66,7 +95,12 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     // A router process of `--workers N`: the primary watches the file, handles signals and stops it.
     const { serveAsProcess } = await import('../processes/worker.js');
     // With --epp each process also serves the picker's gRPC ports (node:cluster shares them too).
-    const code = await serveAsProcess(cfg, { configFile: file, loadOptions, epp, log: (l) => process.stdout.write(`[process ${index}] ${l}\n`) });
+    const code = await serveAsProcess(cfg, {
+      configFile: file,
+      loadOptions,
+      epp,
+      log: (l) => process.stdout.write(`[process ${index}] ${l}\n`),
+    });
     // The IPC channel to the primary would keep this process alive: it is done once drained.
     process.exit(code);
   }
@@ -129,7 +163,8 @@ function processCount(v: unknown): number | string {
   if (v === undefined) return 1;
   if (v === 'auto') return availableParallelism();
   const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : NaN;
-  if (!Number.isInteger(n) || n < 1 || n > 256) return `--workers must be a whole number from 1 to 256, or auto (got '${String(v)}')`;
+  if (!Number.isInteger(n) || n < 1 || n > 256)
+    return `--workers must be a whole number from 1 to 256, or auto (got '${String(v)}')`;
   return n;
 }
 
@@ -164,7 +199,11 @@ async function watchAndWait(o: Serving, shutdown: () => Promise<void>): Promise<
       reloadAll();
     }, 300);
   };
-  const watcher = watchOn ? watch(dirname(file), (_ev, name) => (name === null || name === basename(file) || name === '..data' ? changed() : undefined)) : null;
+  const watcher = watchOn
+    ? watch(dirname(file), (_ev, name) =>
+        name === null || name === basename(file) || name === '..data' ? changed() : undefined,
+      )
+    : null;
   if (watchOn) {
     watchFile(file, { interval: 1000 }, changed);
     changed(); // a change made while the router was starting, before the watchers existed

@@ -67,30 +67,49 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
   const peers = deps.peers ?? new PeerList(o.peers);
   if (deps.peers) for (const p of o.peers) peers.add(p);
 
-  const link = o.nats.url ? new NatsLink({ url: o.nats.url, name: `kvrouter ${routerId}`, reconnectWaitMs: o.nats.reconnectWaitMs, log }) : null;
+  const link = o.nats.url
+    ? new NatsLink({ url: o.nats.url, name: `kvrouter ${routerId}`, reconnectWaitMs: o.nats.reconnectWaitMs, log })
+    : null;
   const syncLink: SyncLink | null = link ?? deps.localLink ?? null;
   const sync =
     syncLink && o.sync.enabled
-      ? new ReplicaSync(syncLink, { scheduler: deps.scheduler, indexer: deps.writer.indexer, now, metrics, log, ...(deps.onReleased ? { onReleased: deps.onReleased } : {}), ...(deps.tenants ? { tenants: deps.tenants } : {}) }, {
-          routerId,
-          subject: syncSubject(o),
-          heartbeatMs: o.sync.heartbeatMs,
-          peerTimeoutMs: o.sync.peerTimeoutMs,
-          advertiseUrl: o.advertiseUrl ?? deps.url,
-        })
+      ? new ReplicaSync(
+          syncLink,
+          {
+            scheduler: deps.scheduler,
+            indexer: deps.writer.indexer,
+            now,
+            metrics,
+            log,
+            ...(deps.onReleased ? { onReleased: deps.onReleased } : {}),
+            ...(deps.tenants ? { tenants: deps.tenants } : {}),
+          },
+          {
+            routerId,
+            subject: syncSubject(o),
+            heartbeatMs: o.sync.heartbeatMs,
+            peerTimeoutMs: o.sync.peerTimeoutMs,
+            advertiseUrl: o.advertiseUrl ?? deps.url,
+          },
+        )
       : null;
-  if (o.events.source === 'jetstream' && !link) throw new Error('cluster.events.source=jetstream needs cluster.nats.url');
+  if (o.events.source === 'jetstream' && !link)
+    throw new Error('cluster.events.source=jetstream needs cluster.nats.url');
   const events =
     link && o.events.source === 'jetstream'
-      ? new EventConsumer(link, { writer: deps.writer, now, metrics, log }, {
-          routerId,
-          subject: eventsSubject(o),
-          stream: o.events.stream,
-          bucket: o.events.bucket,
-          streamMaxAgeMs: DEFAULT_STREAM_MAX_AGE_MS,
-          consumerInactiveMs: o.events.consumerInactiveMs,
-          resyncWaitMs: o.recovery.timeoutMs,
-        })
+      ? new EventConsumer(
+          link,
+          { writer: deps.writer, now, metrics, log },
+          {
+            routerId,
+            subject: eventsSubject(o),
+            stream: o.events.stream,
+            bucket: o.events.bucket,
+            streamMaxAgeMs: DEFAULT_STREAM_MAX_AGE_MS,
+            consumerInactiveMs: o.events.consumerInactiveMs,
+            resyncWaitMs: o.recovery.timeoutMs,
+          },
+        )
       : null;
 
   const recovery: ClusterStatus['recovery'] = { state: 'none', result: null };
@@ -102,13 +121,23 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
     recovery.state = 'pending';
     recovered = (async () => {
       if (o.recovery.delayMs > 0) await sleep(o.recovery.delayMs);
-      recovery.result = await recoverFromPeers(peers.list(), deps.writer, now, { timeoutMs: o.recovery.timeoutMs, token: o.recovery.token ?? null, self: deps.url, log });
+      recovery.result = await recoverFromPeers(peers.list(), deps.writer, now, {
+        timeoutMs: o.recovery.timeoutMs,
+        token: o.recovery.token ?? null,
+        self: deps.url,
+        log,
+      });
       if (recovery.result.peer) metrics.restored('peer', recovery.result.blocks);
     })();
   } else recovered = Promise.resolve();
 
   let isReady = false;
-  const ready = Promise.race([recovered.then(() => 'done' as const), sleep(o.recovery.delayMs + o.recovery.timeoutMs * Math.max(1, peers.list().length)).then(() => 'timed_out' as const)]).then((how) => {
+  const ready = Promise.race([
+    recovered.then(() => 'done' as const),
+    sleep(o.recovery.delayMs + o.recovery.timeoutMs * Math.max(1, peers.list().length)).then(
+      () => 'timed_out' as const,
+    ),
+  ]).then((how) => {
     if (recovery.state === 'pending') recovery.state = how;
     if (how === 'timed_out') log('cluster: index recovery did not finish in time; ready with what we have');
     isReady = true;
@@ -119,7 +148,14 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
     peers,
     ready,
     isReady: () => isReady,
-    status: () => ({ router_id: routerId, ready: isReady, peers: peers.list(), sync: sync?.status() ?? null, recovery, events: events?.status() ?? null }),
+    status: () => ({
+      router_id: routerId,
+      ready: isReady,
+      peers: peers.list(),
+      sync: sync?.status() ?? null,
+      recovery,
+      events: events?.status() ?? null,
+    }),
     async close() {
       sync?.close();
       await events?.close();

@@ -10,7 +10,8 @@ const LITTLE_ENDIAN = endianness() === 'LE';
 
 /** The values as little-endian bytes (on a little-endian host, a view of the array itself: no copy). */
 export function u64Bytes(values: BigUint64Array | readonly bigint[]): Uint8Array {
-  if (LITTLE_ENDIAN && values instanceof BigUint64Array) return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  if (LITTLE_ENDIAN && values instanceof BigUint64Array)
+    return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
   const buf = Buffer.alloc(values.length * 8);
   for (let i = 0; i < values.length; i++) buf.writeBigUInt64LE(values[i], i * 8);
   return buf;
@@ -18,7 +19,8 @@ export function u64Bytes(values: BigUint64Array | readonly bigint[]): Uint8Array
 
 /** Little-endian bytes (a multiple of 8) as a new array of their values. */
 export function u64FromBytes(bytes: Uint8Array): BigUint64Array {
-  if (bytes.byteLength % 8 !== 0) throw new Error(`packed u64 array has ${bytes.byteLength} bytes, not a multiple of 8`);
+  if (bytes.byteLength % 8 !== 0)
+    throw new Error(`packed u64 array has ${bytes.byteLength} bytes, not a multiple of 8`);
   const out = new BigUint64Array(bytes.byteLength / 8);
   if (LITTLE_ENDIAN) new Uint8Array(out.buffer).set(bytes);
   else {
@@ -43,10 +45,22 @@ export interface WireNamespace {
   tenant: string;
 }
 
-export const nsToWire = (ns: NamespaceId): WireNamespace => ({ model: ns.model, block_size: ns.blockSize, lora_name: ns.loraName, salt: ns.salt, tenant: ns.tenant });
+export const nsToWire = (ns: NamespaceId): WireNamespace => ({
+  model: ns.model,
+  block_size: ns.blockSize,
+  lora_name: ns.loraName,
+  salt: ns.salt,
+  tenant: ns.tenant,
+});
 
 export function nsFromWire(w: WireNamespace): NamespaceId {
-  return { model: w.model, blockSize: w.block_size, loraName: w.lora_name ?? null, salt: w.salt ?? null, tenant: w.tenant };
+  return {
+    model: w.model,
+    blockSize: w.block_size,
+    loraName: w.lora_name ?? null,
+    salt: w.salt ?? null,
+    tenant: w.tenant,
+  };
 }
 
 export type Obj = Record<string, unknown>;
@@ -78,5 +92,11 @@ export function int(o: Obj, k: string, min = 0): number {
 
 export function wireNs(v: unknown): WireNamespace {
   const o = asObj(v, 'ns');
-  return { model: str(o, 'model'), block_size: int(o, 'block_size', 1), lora_name: optStr(o, 'lora_name'), salt: optStr(o, 'salt'), tenant: str(o, 'tenant') };
+  return {
+    model: str(o, 'model'),
+    block_size: int(o, 'block_size', 1),
+    lora_name: optStr(o, 'lora_name'),
+    salt: optStr(o, 'salt'),
+    tenant: str(o, 'tenant'),
+  };
 }

@@ -2,7 +2,16 @@
 // from the sequence after it through a durable JetStream consumer (named by the router id), and
 // applies every batch through RelayedIndex. The durable keeps this router's position across NATS
 // outages; after a restart the router starts again from snapshot + tail, never from the start.
-import { AckPolicy, ConsumerEvents, type ConsumerMessages, DeliverPolicy, type JetStreamManager, type NatsConnection, nanos, type ObjectStore } from 'nats';
+import {
+  AckPolicy,
+  ConsumerEvents,
+  type ConsumerMessages,
+  DeliverPolicy,
+  type JetStreamManager,
+  type NatsConnection,
+  nanos,
+  type ObjectStore,
+} from 'nats';
 import type { IndexWriter } from '../indexer/writer.js';
 import { decodeBatch } from './event-wire.js';
 import { consumerName, ensureStream, isNotFound, loadSnapshot, snapshotBucket } from './jetstream.js';
@@ -69,7 +78,15 @@ export class EventConsumer {
   /** Resolves once the snapshot is restored and the stream tail present at start is applied. */
   readonly ready: Promise<void>;
   private readonly loop: Promise<void>;
-  private readonly st = { restored: null as EventConsumerStatus['restored'], started_at_seq: null as number | null, messages: 0, gaps: 0, resyncs: 0, decode_errors: 0, last_error: null as string | null };
+  private readonly st = {
+    restored: null as EventConsumerStatus['restored'],
+    started_at_seq: null as number | null,
+    messages: 0,
+    gaps: 0,
+    resyncs: 0,
+    decode_errors: 0,
+    last_error: null as string | null,
+  };
 
   constructor(
     private readonly link: NatsLink,
@@ -87,7 +104,15 @@ export class EventConsumer {
   }
 
   status(): EventConsumerStatus {
-    return { state: this.state, nats: this.link.status(), stream: this.opts.stream, consumer: this.name, last_seq: this.lastSeq, applied: { ...this.relayed.counts }, ...this.st };
+    return {
+      state: this.state,
+      nats: this.link.status(),
+      stream: this.opts.stream,
+      consumer: this.name,
+      last_seq: this.lastSeq,
+      applied: { ...this.relayed.counts },
+      ...this.st,
+    };
   }
 
   async close(): Promise<void> {
@@ -120,12 +145,18 @@ export class EventConsumer {
   /** Restore if needed, check our position is still in the stream, (re)create the durable there. */
   private async setup(nc: NatsConnection): Promise<ObjectStore> {
     const jsm = await nc.jetstreamManager();
-    let info = await ensureStream(jsm, { stream: this.opts.stream, subject: this.opts.subject, maxAgeMs: this.opts.streamMaxAgeMs });
+    let info = await ensureStream(jsm, {
+      stream: this.opts.stream,
+      subject: this.opts.subject,
+      maxAgeMs: this.opts.streamMaxAgeMs,
+    });
     const os = await snapshotBucket(nc, this.opts.bucket);
     const { first_seq: first, last_seq: last } = info.state;
     // Our position vanished: the stream was reset (last < ours) or purged past us.
     if (!this.needFull && (this.lastSeq > last || (this.lastSeq + 1 < first && last >= first))) {
-      this.log(`cluster: stream position ${this.lastSeq} is gone (stream holds ${first}..${last}); reloading the snapshot`);
+      this.log(
+        `cluster: stream position ${this.lastSeq} is gone (stream holds ${first}..${last}); reloading the snapshot`,
+      );
       this.needFull = true;
     }
     if (this.needFull) {
@@ -190,7 +221,10 @@ export class EventConsumer {
     if (this.closed) msgs.stop();
     void (async () => {
       for await (const s of await msgs.status()) {
-        const gone = s.type === ConsumerEvents.ConsumerDeleted || s.type === ConsumerEvents.StreamNotFound || (s.type === ConsumerEvents.ConsumerNotFound && Number(s.data) >= 2);
+        const gone =
+          s.type === ConsumerEvents.ConsumerDeleted ||
+          s.type === ConsumerEvents.StreamNotFound ||
+          (s.type === ConsumerEvents.ConsumerNotFound && Number(s.data) >= 2);
         if (gone && !this.closed) {
           this.st.last_error = `consumer ${this.name}: ${s.type}`;
           msgs.stop();
@@ -285,7 +319,9 @@ export class EventConsumer {
     while (!this.closed && Date.now() < deadline) {
       // Bounded per attempt: right after a NATS restart an object-store read can hang for good,
       // and this runs inside the message loop (seen: a router stuck here, its consumer idle).
-      const snap = await withTimeout(loadSnapshot(os), Math.max(100, Math.min(2_000, deadline - Date.now()))).catch(() => null);
+      const snap = await withTimeout(loadSnapshot(os), Math.max(100, Math.min(2_000, deadline - Date.now()))).catch(
+        () => null,
+      );
       if (snap && snap.stream_seq >= seq) {
         this.restore(snap);
         return;

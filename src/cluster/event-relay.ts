@@ -70,7 +70,17 @@ export class EventRelay implements OpSink {
   private readonly timer: NodeJS.Timeout;
   private role: 'leader' | 'standby' = 'leader';
   private lease: RelayLease | null = null;
-  private readonly st = { leaderships: 0, last_seq: 0, published_batches: 0, published_ops: 0, failed_batches: 0, resyncs: 0, snapshots: 0, last_snapshot: null as RelayStatus['last_snapshot'], last_error: null as string | null };
+  private readonly st = {
+    leaderships: 0,
+    last_seq: 0,
+    published_batches: 0,
+    published_ops: 0,
+    failed_batches: 0,
+    resyncs: 0,
+    snapshots: 0,
+    last_snapshot: null as RelayStatus['last_snapshot'],
+    last_error: null as string | null,
+  };
 
   private constructor(
     private readonly link: NatsLink,
@@ -91,7 +101,12 @@ export class EventRelay implements OpSink {
    * consumers drop what earlier relay runs published. The relay attaches itself to the tap, which
    * every listener must write through.
    */
-  static async start(link: NatsLink, tap: RelayTap, opts: RelayOptions, deps: { metrics?: ClusterMetrics; log?: (l: string) => void } = {}): Promise<EventRelay> {
+  static async start(
+    link: NatsLink,
+    tap: RelayTap,
+    opts: RelayOptions,
+    deps: { metrics?: ClusterMetrics; log?: (l: string) => void } = {},
+  ): Promise<EventRelay> {
     const nc = await link.firstConnect;
     const jsm = await nc.jetstreamManager();
     await ensureStream(jsm, { stream: opts.stream, subject: opts.subject, maxAgeMs: opts.streamMaxAgeMs });
@@ -100,7 +115,16 @@ export class EventRelay implements OpSink {
       await jsm.streams.purge(opts.stream);
       await deleteSnapshot(os);
     }
-    const relay = new EventRelay(link, nc.jetstream(), jsm, os, tap, opts, deps.metrics ?? NOOP_CLUSTER_METRICS, deps.log ?? (() => {}));
+    const relay = new EventRelay(
+      link,
+      nc.jetstream(),
+      jsm,
+      os,
+      tap,
+      opts,
+      deps.metrics ?? NOOP_CLUSTER_METRICS,
+      deps.log ?? (() => {}),
+    );
     tap.sink = relay;
     if (opts.ha) {
       relay.role = 'standby';
@@ -110,8 +134,13 @@ export class EventRelay implements OpSink {
       const kv = await js.views.kv(opts.ha.bucket, { ttl: opts.ha.leaseMs, history: 1 });
       // The bucket keeps the TTL of whoever created it: that is the lease the server enforces.
       const ttl = (await kv.status()).ttl || opts.ha.leaseMs;
-      if (ttl !== opts.ha.leaseMs) relay.log(`relay ${opts.relayId}: lease bucket ${opts.ha.bucket} has a TTL of ${ttl} ms (set when it was created), not --lease-ms ${opts.ha.leaseMs}: using ${ttl}`);
-      relay.lease = new RelayLease(kv, opts.stream, opts.relayId, ttl, { changed: (leader) => relay.leadership(leader) });
+      if (ttl !== opts.ha.leaseMs)
+        relay.log(
+          `relay ${opts.relayId}: lease bucket ${opts.ha.bucket} has a TTL of ${ttl} ms (set when it was created), not --lease-ms ${opts.ha.leaseMs}: using ${ttl}`,
+        );
+      relay.lease = new RelayLease(kv, opts.stream, opts.relayId, ttl, {
+        changed: (leader) => relay.leadership(leader),
+      });
       return relay; // competes once startLease() is called (after its listeners are up)
     }
     const seq = await relay.epoch(opts.resetState ? 'reset' : 'start');
@@ -155,7 +184,13 @@ export class EventRelay implements OpSink {
   }
 
   status(): RelayStatus {
-    return { relay_id: this.opts.relayId, role: this.role, nats: this.link.status(), stream: this.opts.stream, ...this.st };
+    return {
+      relay_id: this.opts.relayId,
+      role: this.role,
+      nats: this.link.status(),
+      stream: this.opts.stream,
+      ...this.st,
+    };
   }
 
   async close(): Promise<void> {
@@ -164,7 +199,10 @@ export class EventRelay implements OpSink {
     this.closed = true;
     clearInterval(this.timer);
     this.tap.sink = null;
-    await Promise.race([Promise.allSettled([...this.inflight, this.storing]), new Promise((r) => setTimeout(r, this.opts.publishTimeoutMs))]);
+    await Promise.race([
+      Promise.allSettled([...this.inflight, this.storing]),
+      new Promise((r) => setTimeout(r, this.opts.publishTimeoutMs)),
+    ]);
     // After the last publish: the standby that takes over next publishes after ours.
     await this.lease?.release();
     this.role = 'standby';
@@ -198,7 +236,9 @@ export class EventRelay implements OpSink {
       this.failed('NATS disconnected');
       return null;
     }
-    const p = this.js.publish(this.opts.subject, encodeBatch(this.opts.relayId, ops), { timeout: this.opts.publishTimeoutMs });
+    const p = this.js.publish(this.opts.subject, encodeBatch(this.opts.relayId, ops), {
+      timeout: this.opts.publishTimeoutMs,
+    });
     this.lastAck = p;
     this.inflight.add(p);
     p.then(
@@ -242,7 +282,11 @@ export class EventRelay implements OpSink {
   }
 
   private capture() {
-    return { index: dumpIndex(this.tap.indexer, Date.now()), bindings: [...this.tap.indexer.bindings().entries()], at: Date.now() };
+    return {
+      index: dumpIndex(this.tap.indexer, Date.now()),
+      bindings: [...this.tap.indexer.bindings().entries()],
+      at: Date.now(),
+    };
   }
 
   /** Stores run one at a time and never replace a snapshot with an older one. */
@@ -254,7 +298,14 @@ export class EventRelay implements OpSink {
         if (seq <= this.prevSnapshotSeq) return;
         // Snapshot and purge are shared with the other relays: only a valid leader writes them.
         if (!this.publishing) return;
-        const bytes = await storeSnapshot(this.os, { version: 1, relay: this.opts.relayId, stream_seq: seq, created_at: snap.at, bindings: snap.bindings, index: snap.index });
+        const bytes = await storeSnapshot(this.os, {
+          version: 1,
+          relay: this.opts.relayId,
+          stream_seq: seq,
+          created_at: snap.at,
+          bindings: snap.bindings,
+          index: snap.index,
+        });
         this.st.snapshots++;
         this.st.last_snapshot = { stream_seq: seq, bytes, at: snap.at };
         this.lastSnapshotAt = Date.now();
@@ -276,7 +327,11 @@ export class EventRelay implements OpSink {
 
   private maybeSnapshot(): void {
     if (this.snapshotting || this.dirty || !this.publishing || this.opsSinceSnapshot === 0 || !this.lastAck) return;
-    if (this.opsSinceSnapshot < this.opts.snapshotEvery && Date.now() - this.lastSnapshotAt < this.opts.snapshotIntervalMs) return;
+    if (
+      this.opsSinceSnapshot < this.opts.snapshotEvery &&
+      Date.now() - this.lastSnapshotAt < this.opts.snapshotIntervalMs
+    )
+      return;
     const snap = this.capture();
     this.opsSinceSnapshot = 0;
     this.snapshotting = true;

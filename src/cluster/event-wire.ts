@@ -41,7 +41,11 @@ function identity(e: StreamIdentity): Obj {
 
 function eventToWire(e: KvEvent): Obj {
   // Object.assign onto a fresh literal, not a leading spread plus keys (V8's slow path on Node 20).
-  const base = Object.assign(identity(e), { type: e.event_type, event_id: e.event_id === null ? null : e.event_id.toString(), timestamp: e.timestamp });
+  const base = Object.assign(identity(e), {
+    type: e.event_type,
+    event_id: e.event_id === null ? null : e.event_id.toString(),
+    timestamp: e.timestamp,
+  });
   switch (e.event_type) {
     case 'stored':
       return Object.assign(base, {
@@ -81,12 +85,54 @@ function eventFromWire(o: Obj): KvEvent {
     case 'stored': {
       const t = o.token_ids;
       if (t !== null && !Array.isArray(t)) throw new Error('token_ids must be an array or null');
-      return { model_name, block_size, additional_salt, lora_name, tenant_id, backend_id, medium, dp_rank, event_id, timestamp, event_type: 'stored', seq_hashes: unpackU64(str(o, 'seq_hashes')), base_block_idx: optInt(o, 'base_block_idx'), parent_hash: optBig(o, 'parent_hash'), token_ids: t as number[] | null };
+      return {
+        model_name,
+        block_size,
+        additional_salt,
+        lora_name,
+        tenant_id,
+        backend_id,
+        medium,
+        dp_rank,
+        event_id,
+        timestamp,
+        event_type: 'stored',
+        seq_hashes: unpackU64(str(o, 'seq_hashes')),
+        base_block_idx: optInt(o, 'base_block_idx'),
+        parent_hash: optBig(o, 'parent_hash'),
+        token_ids: t as number[] | null,
+      };
     }
     case 'removed':
-      return { model_name, block_size, additional_salt, lora_name, tenant_id, backend_id, medium, dp_rank, event_id, timestamp, event_type: 'removed', seq_hashes: unpackU64(str(o, 'seq_hashes')), base_block_idx: optInt(o, 'base_block_idx') };
+      return {
+        model_name,
+        block_size,
+        additional_salt,
+        lora_name,
+        tenant_id,
+        backend_id,
+        medium,
+        dp_rank,
+        event_id,
+        timestamp,
+        event_type: 'removed',
+        seq_hashes: unpackU64(str(o, 'seq_hashes')),
+        base_block_idx: optInt(o, 'base_block_idx'),
+      };
     case 'cleared':
-      return { model_name, block_size, additional_salt, lora_name, tenant_id, backend_id, medium, dp_rank, event_id, timestamp, event_type: 'cleared' };
+      return {
+        model_name,
+        block_size,
+        additional_salt,
+        lora_name,
+        tenant_id,
+        backend_id,
+        medium,
+        dp_rank,
+        event_id,
+        timestamp,
+        event_type: 'cleared',
+      };
     default:
       throw new Error(`unknown event type ${String(o.type)}`);
   }
@@ -113,9 +159,19 @@ function opFromWire(v: unknown): RelayedOp {
     case 'event':
       return { op: 'event', event: eventFromWire(asObj(o.event, 'event')) };
     case 'remove_backend':
-      return { op: 'remove_backend', backend: str(o, 'backend'), dpRank: optInt(o, 'dp_rank'), tenant: optStr(o, 'tenant') };
+      return {
+        op: 'remove_backend',
+        backend: str(o, 'backend'),
+        dpRank: optInt(o, 'dp_rank'),
+        tenant: optStr(o, 'tenant'),
+      };
     case 'remove_instance':
-      return { op: 'remove_instance', instance: str(o, 'instance'), dpRank: optInt(o, 'dp_rank'), tenant: optStr(o, 'tenant') };
+      return {
+        op: 'remove_instance',
+        instance: str(o, 'instance'),
+        dpRank: optInt(o, 'dp_rank'),
+        tenant: optStr(o, 'tenant'),
+      };
     case 'bind':
       return { op: 'bind', backend: str(o, 'backend'), instance: optStr(o, 'instance') };
     case 'epoch': {

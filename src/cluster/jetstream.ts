@@ -1,6 +1,15 @@
 // JetStream plumbing shared by the relay and the routers: the event stream, the snapshot bucket,
 // durable consumer names. Both sides may create the stream, so start order does not matter.
-import { DiscardPolicy, type JetStreamManager, nanos, type NatsConnection, type ObjectStore, RetentionPolicy, StorageType, type StreamInfo } from 'nats';
+import {
+  DiscardPolicy,
+  type JetStreamManager,
+  nanos,
+  type NatsConnection,
+  type ObjectStore,
+  RetentionPolicy,
+  StorageType,
+  type StreamInfo,
+} from 'nats';
 import { decodeRelaySnapshot, encodeRelaySnapshot, type RelaySnapshot, SNAPSHOT_OBJECT } from './relay-snapshot.js';
 
 export interface StreamSettings {
@@ -14,7 +23,12 @@ export const DEFAULT_STREAM_MAX_AGE_MS = 60 * 60_000;
 
 function notFound(err: unknown): boolean {
   const e = err as { code?: string; api_error?: { err_code?: number }; message?: string };
-  return e?.code === '404' || e?.api_error?.err_code === 10059 || e?.api_error?.err_code === 10014 || /not found/i.test(e?.message ?? '');
+  return (
+    e?.code === '404' ||
+    e?.api_error?.err_code === 10059 ||
+    e?.api_error?.err_code === 10014 ||
+    /not found/i.test(e?.message ?? '')
+  );
 }
 
 export async function ensureStream(jsm: JetStreamManager, s: StreamSettings): Promise<StreamInfo> {

@@ -122,7 +122,9 @@ export class NatsLink implements SyncLink {
     this.st.since = Date.now();
     if (up) this.st.connects++;
     else this.st.disconnects++;
-    this.opts.log?.(`cluster: NATS ${this.opts.url} ${up ? 'connected' : `disconnected${this.st.lastError ? ` (${this.st.lastError})` : ''}`}`);
+    this.opts.log?.(
+      `cluster: NATS ${this.opts.url} ${up ? 'connected' : `disconnected${this.st.lastError ? ` (${this.st.lastError})` : ''}`}`,
+    );
     for (const l of this.listeners) l(up);
   }
 
@@ -132,7 +134,15 @@ export class NatsLink implements SyncLink {
     // pending first connect); nats.js reconnects by itself afterwards.
     while (!this.closed && !this.nc) {
       try {
-        const nc = await connect({ servers: this.opts.url.split(','), name: this.opts.name, maxReconnectAttempts: -1, reconnectTimeWait: wait, reconnectJitter: 50, pingInterval: 2000, maxPingOut: 2 });
+        const nc = await connect({
+          servers: this.opts.url.split(','),
+          name: this.opts.name,
+          maxReconnectAttempts: -1,
+          reconnectTimeWait: wait,
+          reconnectJitter: 50,
+          pingInterval: 2000,
+          maxPingOut: 2,
+        });
         if (this.closed) {
           await nc.close();
           return;

@@ -23,7 +23,9 @@ export function natsServerBinary(): string {
   const bin = process.env.NATS_SERVER_BIN ?? 'nats-server';
   const r = spawnSync(bin, ['--version'], { encoding: 'utf8' });
   if (r.error || r.status !== 0) {
-    throw new Error(`nats-server not found (${bin}): install it (Debian: apt-get install nats-server) or set NATS_SERVER_BIN`);
+    throw new Error(
+      `nats-server not found (${bin}): install it (Debian: apt-get install nats-server) or set NATS_SERVER_BIN`,
+    );
   }
   return bin;
 }

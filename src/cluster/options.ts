@@ -45,7 +45,9 @@ export const CLUSTER_DEFAULTS: ClusterOptions = {
   events: { source: 'zmq', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots', consumerInactiveMs: 15 * 60_000 },
 };
 
-type DeepPartial<T> = { [K in keyof T]?: T[K] extends Array<infer _U> ? T[K] : T[K] extends object ? DeepPartial<T[K]> : T[K] };
+type DeepPartial<T> = {
+  [K in keyof T]?: T[K] extends Array<infer _U> ? T[K] : T[K] extends object ? DeepPartial<T[K]> : T[K];
+};
 export type ClusterOptionsInput = DeepPartial<ClusterOptions>;
 
 export function clusterOptions(o: ClusterOptionsInput = {}): ClusterOptions {

@@ -14,8 +14,10 @@ export function normalizePeerUrl(raw: string): string {
   } catch {
     throw new Error(`peer url ${JSON.stringify(raw)} is not a URL`);
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`peer url ${JSON.stringify(raw)} must be http(s)`);
-  if (u.search || u.hash || u.username || u.password) throw new Error(`peer url ${JSON.stringify(raw)} must not carry a query, fragment or credentials`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw new Error(`peer url ${JSON.stringify(raw)} must be http(s)`);
+  if (u.search || u.hash || u.username || u.password)
+    throw new Error(`peer url ${JSON.stringify(raw)} must not carry a query, fragment or credentials`);
   return `${u.origin}${u.pathname.replace(/\/+$/, '')}`;
 }
 
@@ -64,14 +66,23 @@ export interface RecoveryResult {
 
 async function fetchDump(peer: string, opts: RecoveryOptions): Promise<string> {
   const signal = AbortSignal.timeout(opts.timeoutMs);
-  const r = await request(`${peer}/dump`, { method: 'GET', signal, headers: opts.token ? { authorization: `Bearer ${opts.token}` } : {} });
+  const r = await request(`${peer}/dump`, {
+    method: 'GET',
+    signal,
+    headers: opts.token ? { authorization: `Bearer ${opts.token}` } : {},
+  });
   const text = await r.body.text();
   if (r.statusCode !== 200) throw new Error(`GET /dump answered ${r.statusCode}: ${text.slice(0, 200)}`);
   return text;
 }
 
 /** Restore the index from the first peer that serves a valid dump (peers tried in order). */
-export async function recoverFromPeers(peers: readonly string[], writer: IndexWriter, now: () => number, opts: RecoveryOptions): Promise<RecoveryResult> {
+export async function recoverFromPeers(
+  peers: readonly string[],
+  writer: IndexWriter,
+  now: () => number,
+  opts: RecoveryOptions,
+): Promise<RecoveryResult> {
   const t0 = Date.now();
   const errors: RecoveryResult['errors'] = [];
   const self = opts.self ? normalizePeerUrl(opts.self) : null;
@@ -87,6 +98,9 @@ export async function recoverFromPeers(peers: readonly string[], writer: IndexWr
       errors.push({ peer, error: e.name === 'TimeoutError' ? `timed out after ${opts.timeoutMs} ms` : e.message });
     }
   }
-  if (peers.length > 0) opts.log?.(`cluster: no peer served a dump (${errors.map((e) => `${e.peer}: ${e.error}`).join('; ')}); starting empty`);
+  if (peers.length > 0)
+    opts.log?.(
+      `cluster: no peer served a dump (${errors.map((e) => `${e.peer}: ${e.error}`).join('; ')}); starting empty`,
+    );
   return { peer: null, blocks: 0, namespaces: 0, errors, ms: Date.now() - t0 };
 }

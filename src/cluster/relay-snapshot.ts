@@ -24,7 +24,8 @@ export function decodeRelaySnapshot(data: Uint8Array): RelaySnapshot {
   if (o.version !== 1) throw new Error(`unsupported relay snapshot version ${String(o.version)}`);
   if (!Array.isArray(o.bindings)) throw new Error('bindings must be an array');
   const bindings = o.bindings.map((b): [string, string | null] => {
-    if (!Array.isArray(b) || typeof b[0] !== 'string' || (b[1] !== null && typeof b[1] !== 'string')) throw new Error('bindings[] must be [backend, instance|null]');
+    if (!Array.isArray(b) || typeof b[0] !== 'string' || (b[1] !== null && typeof b[1] !== 'string'))
+      throw new Error('bindings[] must be [backend, instance|null]');
     return [b[0], b[1]];
   });
   return {

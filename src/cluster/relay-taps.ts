@@ -30,13 +30,23 @@ export class RelayTap implements IndexWriter {
 
   purge(scope: PurgeScope): number {
     const n = this.inner.purge(scope);
-    this.sink?.record({ op: 'remove_backend', backend: scope.backend, dpRank: scope.dpRank ?? null, tenant: scope.tenant ?? null });
+    this.sink?.record({
+      op: 'remove_backend',
+      backend: scope.backend,
+      dpRank: scope.dpRank ?? null,
+      tenant: scope.tenant ?? null,
+    });
     return n;
   }
 
   purgeInstance(scope: InstanceScope): number {
     const n = this.inner.purgeInstance(scope);
-    this.sink?.record({ op: 'remove_instance', instance: scope.instance, dpRank: scope.dpRank ?? null, tenant: scope.tenant ?? null });
+    this.sink?.record({
+      op: 'remove_instance',
+      instance: scope.instance,
+      dpRank: scope.dpRank ?? null,
+      tenant: scope.tenant ?? null,
+    });
     return n;
   }
 

@@ -27,11 +27,19 @@ export class RelayedIndex {
         return;
       }
       case 'remove_backend':
-        this.writer.purge({ backend: op.backend, ...(op.dpRank !== null ? { dpRank: op.dpRank } : {}), ...(op.tenant !== null ? { tenant: op.tenant } : {}) });
+        this.writer.purge({
+          backend: op.backend,
+          ...(op.dpRank !== null ? { dpRank: op.dpRank } : {}),
+          ...(op.tenant !== null ? { tenant: op.tenant } : {}),
+        });
         this.counts.purges++;
         return;
       case 'remove_instance':
-        this.writer.purgeInstance({ instance: op.instance, ...(op.dpRank !== null ? { dpRank: op.dpRank } : {}), ...(op.tenant !== null ? { tenant: op.tenant } : {}) });
+        this.writer.purgeInstance({
+          instance: op.instance,
+          ...(op.dpRank !== null ? { dpRank: op.dpRank } : {}),
+          ...(op.tenant !== null ? { tenant: op.tenant } : {}),
+        });
         this.counts.purges++;
         return;
       case 'bind':

@@ -55,7 +55,8 @@ interface PeerState extends Omit<PeerView, 'bookings'> {
 }
 
 export const REMOTE_PREFIX = 'peer/';
-export const remoteId = (router: string, incarnation: string, id: string): string => `${REMOTE_PREFIX}${router}/${incarnation}/${id}`;
+export const remoteId = (router: string, incarnation: string, id: string): string =>
+  `${REMOTE_PREFIX}${router}/${incarnation}/${id}`;
 export const isRemoteId = (id: string): boolean => id.startsWith(REMOTE_PREFIX);
 
 export class RemoteBookings {
@@ -69,7 +70,13 @@ export class RemoteBookings {
   handle(m: SyncMessage, now: number): HandleResult {
     if (m.router === this.self.router) {
       // Another process with our router id is a misconfiguration: never apply its bookings as ours.
-      return { outcome: m.incarnation === this.self.incarnation ? 'own' : 'conflict', released: false, reset: null, freed: 0, missed: false };
+      return {
+        outcome: m.incarnation === this.self.incarnation ? 'own' : 'conflict',
+        released: false,
+        reset: null,
+        freed: 0,
+        missed: false,
+      };
     }
     let p = this.peers.get(m.router);
     let reset: PeerReset | null = null;
@@ -81,7 +88,15 @@ export class RemoteBookings {
     }
     let missed = false;
     if (!p) {
-      p = { router: m.router, incarnation: m.incarnation, url: null, lastSeq: m.seq - 1, lastSeenAt: now, reportedBookings: null, ids: new Set() };
+      p = {
+        router: m.router,
+        incarnation: m.incarnation,
+        url: null,
+        lastSeq: m.seq - 1,
+        lastSeenAt: now,
+        reportedBookings: null,
+        ids: new Set(),
+      };
       this.peers.set(m.router, p);
       missed = m.seq > 1; // an incarnation's first message has seq 1
     }
@@ -158,7 +173,15 @@ export class RemoteBookings {
         const id = remoteId(p.router, p.incarnation, m.id);
         p.ids.delete(id);
         const b = active.get(id);
-        if (b && m.rate) this.target.rates?.observe(b.instance, b.dpRank, m.rate.workTokens, m.rate.decoding, m.rate.ttftMs, m.rate.pool);
+        if (b && m.rate)
+          this.target.rates?.observe(
+            b.instance,
+            b.dpRank,
+            m.rate.workTokens,
+            m.rate.decoding,
+            m.rate.ttftMs,
+            m.rate.pool,
+          );
         if (!active.free(id)) return false;
         // The sender's attempt failed: its speculative insert is withdrawn here too.
         if (m.failed) withdrawSpeculation(indexer, b!, now);

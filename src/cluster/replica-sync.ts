@@ -81,7 +81,15 @@ export class ReplicaSync {
   ) {
     this.now = deps.now ?? Date.now;
     this.metrics = deps.metrics ?? NOOP_CLUSTER_METRICS;
-    this.remote = new RemoteBookings({ active: deps.scheduler.active, rates: deps.scheduler.rates, indexer: deps.indexer, ...(deps.tenants ? { tenants: deps.tenants } : {}) }, { router: opts.routerId, incarnation: this.incarnation });
+    this.remote = new RemoteBookings(
+      {
+        active: deps.scheduler.active,
+        rates: deps.scheduler.rates,
+        indexer: deps.indexer,
+        ...(deps.tenants ? { tenants: deps.tenants } : {}),
+      },
+      { router: opts.routerId, incarnation: this.incarnation },
+    );
     deps.tenants?.onChange(() => {
       if (this.tenantsPending || this.closed) return;
       this.tenantsPending = true;
@@ -89,7 +97,11 @@ export class ReplicaSync {
     });
     deps.scheduler.addHooks(bookingSyncHooks((body) => this.send(body), this.local));
     link.subscribe(opts.subject, (data) => this.onMessage(data));
-    this.metrics.watch({ connected: { sync: () => link.connected }, peers: () => this.remote.list().length, remoteBookings: () => this.remote.size });
+    this.metrics.watch({
+      connected: { sync: () => link.connected },
+      peers: () => this.remote.list().length,
+      remoteBookings: () => this.remote.size,
+    });
     this.timer = setInterval(() => this.tick(), opts.heartbeatMs);
     this.timer.unref();
   }
@@ -122,7 +134,10 @@ export class ReplicaSync {
     const msg = { router: this.opts.routerId, incarnation: this.incarnation, seq: ++this.seq, ...body };
     let sent: boolean;
     try {
-      sent = this.link.publish(this.opts.subject, (this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : null) ?? encodeSync(msg));
+      sent = this.link.publish(
+        this.opts.subject,
+        (this.link.binaryWire && isBinaryKind(msg.kind) ? encodeSyncBinary(msg) : null) ?? encodeSync(msg),
+      );
     } catch (err) {
       // Hooks never throw into the request path (its booking would stay held): a message that
       // cannot go is dropped and counted. Its sequence number is spent, so the receivers see a gap,
@@ -161,12 +176,14 @@ export class ReplicaSync {
       if (r.missed) this.askResend(msg.router, this.opts.heartbeatMs);
       // A heartbeat says how many bookings the peer holds, after everything it sent before: a
       // different count here means something was lost (a resend request or its answer included).
-      else if (msg.kind === 'heartbeat' && msg.bookings !== this.remote.heldFor(msg.router)) this.askResend(msg.router, 5 * this.opts.heartbeatMs);
+      else if (msg.kind === 'heartbeat' && msg.bookings !== this.remote.heldFor(msg.router))
+        this.askResend(msg.router, 5 * this.opts.heartbeatMs);
       if (msg.kind === 'resend' && msg.target === this.opts.routerId) this.scheduleAnnounce();
     } else if (r.outcome !== 'own') {
       this.dropped++;
       this.metrics.dropped(r.outcome);
-      if (r.outcome === 'conflict') this.deps.log?.(`cluster: another replica uses router id ${msg.router}; its bookings are ignored`);
+      if (r.outcome === 'conflict')
+        this.deps.log?.(`cluster: another replica uses router id ${msg.router}; its bookings are ignored`);
     }
     if (r.released) this.deps.onReleased?.();
   }
@@ -202,7 +219,16 @@ export class ReplicaSync {
           continue;
         }
         // No speculative insert this time: the blocks are either cached by now or not coming.
-        this.send({ kind: 'add', id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: 0 });
+        this.send({
+          kind: 'add',
+          id,
+          instance: b.instance,
+          dpRank: b.dpRank,
+          ns,
+          blocks: b.blocks,
+          prefillTokens: b.prefillTokens,
+          speculativeTtlMs: 0,
+        });
         if (b.prefillDone) this.send({ kind: 'prefill', id });
       }
     }, delay);
@@ -216,7 +242,9 @@ export class ReplicaSync {
     const gone = this.remote.expire(this.now(), this.opts.peerTimeoutMs);
     for (const g of gone) {
       this.metrics.peerReset('expired', g.freed);
-      this.deps.log?.(`cluster: replica ${g.router} silent for ${this.opts.peerTimeoutMs} ms, freed ${g.freed} of its bookings`);
+      this.deps.log?.(
+        `cluster: replica ${g.router} silent for ${this.opts.peerTimeoutMs} ms, freed ${g.freed} of its bookings`,
+      );
     }
     if (gone.some((g) => g.freed > 0)) this.deps.onReleased?.();
   }

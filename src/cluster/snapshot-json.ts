@@ -29,9 +29,11 @@ function holder(v: unknown): SnapshotHolder {
     medium: medium as Medium,
     seq_hashes: list(o, 'seq_hashes').map((x) => u64(x, 'seq_hashes[]')),
   };
-  if (o.engine_hashes !== undefined) h.engine_hashes = list(o, 'engine_hashes').map((x) => (x === null ? null : u64(x, 'engine_hashes[]')));
+  if (o.engine_hashes !== undefined)
+    h.engine_hashes = list(o, 'engine_hashes').map((x) => (x === null ? null : u64(x, 'engine_hashes[]')));
   if (o.speculative_ttl_ms !== undefined) h.speculative_ttl_ms = int(o, 'speculative_ttl_ms');
-  if (o.expires_at !== undefined) h.expires_at = list(o, 'expires_at').map((x) => (typeof x === 'number' ? x : Number(x)));
+  if (o.expires_at !== undefined)
+    h.expires_at = list(o, 'expires_at').map((x) => (typeof x === 'number' ? x : Number(x)));
   return h;
 }
 
@@ -55,5 +57,9 @@ function namespace(v: unknown): SnapshotNamespace {
 export function indexSnapshotFromJson(v: JsonValue): IndexSnapshot {
   const o = asObj(v, 'snapshot');
   if (o.version !== 1) throw new Error(`unsupported snapshot version ${String(o.version)}`);
-  return { version: 1, created_at: typeof o.created_at === 'number' ? o.created_at : 0, namespaces: list(o, 'namespaces').map(namespace) };
+  return {
+    version: 1,
+    created_at: typeof o.created_at === 'number' ? o.created_at : 0,
+    namespaces: list(o, 'namespaces').map(namespace),
+  };
 }

@@ -16,7 +16,17 @@ export function bookingSyncHooks(send: (body: SyncBody) => void, local?: Map<str
     booked: (b, ns, ttl, _now, touchedBlocks) => {
       if (isRemoteId(b.id)) return;
       local?.set(b.id, ns);
-      send({ kind: 'add', id: b.id, instance: b.instance, dpRank: b.dpRank, ns, blocks: b.blocks, prefillTokens: b.prefillTokens, speculativeTtlMs: ttl, touchedBlocks });
+      send({
+        kind: 'add',
+        id: b.id,
+        instance: b.instance,
+        dpRank: b.dpRank,
+        ns,
+        blocks: b.blocks,
+        prefillTokens: b.prefillTokens,
+        speculativeTtlMs: ttl,
+        touchedBlocks,
+      });
     },
     prefillCompleted: (id) => {
       if (!isRemoteId(id)) send({ kind: 'prefill', id });

@@ -5,7 +5,19 @@
 import type { TenantUse } from '../auth/tenant-usage.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { type RateSample, validSample } from '../scheduler/rates.js';
-import { asObj, int, nsFromWire, nsToWire, optStr, packU64, str, u64Bytes, u64FromBytes, unpackU64, wireNs } from './codec.js';
+import {
+  asObj,
+  int,
+  nsFromWire,
+  nsToWire,
+  optStr,
+  packU64,
+  str,
+  u64Bytes,
+  u64FromBytes,
+  unpackU64,
+  wireNs,
+} from './codec.js';
 
 export interface Sender {
   router: string;
@@ -72,25 +84,33 @@ export function encodeSync(m: SyncMessage): Uint8Array {
   switch (m.kind) {
     case 'add':
       return enc.encode(
-        JSON.stringify(Object.assign(head(), {
-          t: 'add',
-          id: m.id,
-          instance: m.instance,
-          dp_rank: m.dpRank,
-          ns: nsToWire(m.ns),
-          blocks: packU64(m.blocks),
-          prefill_tokens: m.prefillTokens,
-          speculative_ttl_ms: m.speculativeTtlMs,
-          // Receivers from before this field ignore it.
-          ...(m.touchedBlocks ? { touched_blocks: m.touchedBlocks } : {}),
-        })),
+        JSON.stringify(
+          Object.assign(head(), {
+            t: 'add',
+            id: m.id,
+            instance: m.instance,
+            dp_rank: m.dpRank,
+            ns: nsToWire(m.ns),
+            blocks: packU64(m.blocks),
+            prefill_tokens: m.prefillTokens,
+            speculative_ttl_ms: m.speculativeTtlMs,
+            // Receivers from before this field ignore it.
+            ...(m.touchedBlocks ? { touched_blocks: m.touchedBlocks } : {}),
+          }),
+        ),
       );
     case 'prefill':
       return enc.encode(JSON.stringify(Object.assign(head(), { t: m.kind, id: m.id })));
     case 'free': {
       // Receivers before these fields ignore them (they read only the id): the change is compatible.
       const o: Record<string, unknown> = Object.assign(head(), { t: m.kind, id: m.id });
-      if (m.rate) o.rate = { work_tokens: m.rate.workTokens, decoding: m.rate.decoding, ttft_ms: m.rate.ttftMs, pool: m.rate.pool };
+      if (m.rate)
+        o.rate = {
+          work_tokens: m.rate.workTokens,
+          decoding: m.rate.decoding,
+          ttft_ms: m.rate.ttftMs,
+          pool: m.rate.pool,
+        };
       if (m.failed) o.failed = true;
       return enc.encode(JSON.stringify(o));
     }
@@ -129,8 +149,7 @@ export function decodeSync(data: Uint8Array): SyncMessage {
       };
     case 'prefill':
       return { router, incarnation, seq, kind: 'prefill', id: str(o, 'id') };
-    case 'free':
-    {
+    case 'free': {
       // A sample this receiver cannot use is left out; the free itself still applies.
       const rate = o.rate === undefined ? null : rateSample(o.rate);
       if (o.failed !== undefined && typeof o.failed !== 'boolean') throw new Error('failed must be a boolean');
@@ -153,7 +172,13 @@ function rateSample(v: unknown): RateSample | null {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
   const o = v as Record<string, unknown>;
   const { work_tokens: workTokens, decoding, ttft_ms: ttftMs, pool } = o;
-  if (typeof workTokens !== 'number' || typeof decoding !== 'number' || typeof ttftMs !== 'number' || typeof pool !== 'string') return null;
+  if (
+    typeof workTokens !== 'number' ||
+    typeof decoding !== 'number' ||
+    typeof ttftMs !== 'number' ||
+    typeof pool !== 'string'
+  )
+    return null;
   const sample = { workTokens, decoding, ttftMs, pool };
   return validSample(sample) ? sample : null;
 }
@@ -162,17 +187,32 @@ function rateSample(v: unknown): RateSample | null {
 const MAX_TENANT_USES = 100_000;
 
 function tenantUses(v: unknown): TenantUse[] {
-  if (!Array.isArray(v) || v.length > MAX_TENANT_USES) throw new Error(`uses must be an array of at most ${MAX_TENANT_USES} entries`);
+  if (!Array.isArray(v) || v.length > MAX_TENANT_USES)
+    throw new Error(`uses must be an array of at most ${MAX_TENANT_USES} entries`);
   return v.map((e: unknown) => {
     if (!Array.isArray(e) || e.length !== 3) throw new Error('a tenant use must be [tenant, inflight, admitted]');
     const [tenant, inflight, admitted] = e as unknown[];
-    if (typeof tenant !== 'string' || !Number.isSafeInteger(inflight) || !Number.isSafeInteger(admitted) || (inflight as number) < 0 || (admitted as number) < 0) throw new Error('a tenant use must be [string, integer >= 0, integer >= 0]');
+    if (
+      typeof tenant !== 'string' ||
+      !Number.isSafeInteger(inflight) ||
+      !Number.isSafeInteger(admitted) ||
+      (inflight as number) < 0 ||
+      (admitted as number) < 0
+    )
+      throw new Error('a tenant use must be [string, integer >= 0, integer >= 0]');
     return [tenant, inflight as number, admitted as number] as const;
   });
 }
 
 /** A decoded free, keys present only when set (as senders before `failed` wrote them). */
-function freeMessage(router: string, incarnation: string, seq: number, id: string, rate: RateSample | null, failed: boolean): SyncMessage {
+function freeMessage(
+  router: string,
+  incarnation: string,
+  seq: number,
+  id: string,
+  rate: RateSample | null,
+  failed: boolean,
+): SyncMessage {
   const m: SyncMessage = { router, incarnation, seq, kind: 'free', id };
   if (rate) m.rate = rate;
   if (failed) m.failed = true;
@@ -200,7 +240,8 @@ const KIND_CODE = { add: 1, prefill: 2, free: 3 } as const;
 const NULL_STR = 0xffff;
 
 /** The kinds `encodeSyncBinary` writes. */
-export const isBinaryKind = (kind: SyncBody['kind']): kind is keyof typeof KIND_CODE => kind === 'add' || kind === 'prefill' || kind === 'free';
+export const isBinaryKind = (kind: SyncBody['kind']): kind is keyof typeof KIND_CODE =>
+  kind === 'add' || kind === 'prefill' || kind === 'free';
 type BinaryMessage = Extract<SyncMessage, { kind: keyof typeof KIND_CODE }>;
 const isBinaryMessage = (m: SyncMessage): m is BinaryMessage => isBinaryKind(m.kind);
 
@@ -376,7 +417,8 @@ class Reader {
   }
 
   end(): void {
-    if (this.at !== this.b.byteLength) throw new Error(`binary sync message has ${this.b.byteLength - this.at} bytes past its end`);
+    if (this.at !== this.b.byteLength)
+      throw new Error(`binary sync message has ${this.b.byteLength - this.at} bytes past its end`);
   }
 }
 
@@ -393,14 +435,34 @@ function decodeSyncBinary(data: Uint8Array): SyncMessage {
   if (code === KIND_CODE.add) {
     const instance = r.str('instance');
     const dpRank = r.int('dp_rank');
-    const ns = { model: r.str('ns.model'), blockSize: r.int('ns.block_size', 1), loraName: r.optStr('ns.lora_name'), salt: r.optStr('ns.salt'), tenant: r.str('ns.tenant') };
+    const ns = {
+      model: r.str('ns.model'),
+      blockSize: r.int('ns.block_size', 1),
+      loraName: r.optStr('ns.lora_name'),
+      salt: r.optStr('ns.salt'),
+      tenant: r.str('ns.tenant'),
+    };
     const prefillTokens = r.int('prefill_tokens');
     const speculativeTtlMs = r.int('speculative_ttl_ms');
     const touchedBlocks = r.int('touched_blocks');
     const blocks = r.u64s(r.u32('blocks'), 'blocks');
-    m = touchedBlocks > 0
-      ? { router, incarnation, seq, kind: 'add', id, instance, dpRank, ns, blocks, prefillTokens, speculativeTtlMs, touchedBlocks }
-      : { router, incarnation, seq, kind: 'add', id, instance, dpRank, ns, blocks, prefillTokens, speculativeTtlMs };
+    m =
+      touchedBlocks > 0
+        ? {
+            router,
+            incarnation,
+            seq,
+            kind: 'add',
+            id,
+            instance,
+            dpRank,
+            ns,
+            blocks,
+            prefillTokens,
+            speculativeTtlMs,
+            touchedBlocks,
+          }
+        : { router, incarnation, seq, kind: 'add', id, instance, dpRank, ns, blocks, prefillTokens, speculativeTtlMs };
   } else if (code === KIND_CODE.prefill) {
     m = { router, incarnation, seq, kind: 'prefill', id };
   } else if (code === KIND_CODE.free) {
@@ -408,7 +470,12 @@ function decodeSyncBinary(data: Uint8Array): SyncMessage {
     if ((flags & ~(FREE_RATE | FREE_FAILED)) !== 0) throw new Error(`unknown free flags ${flags}`);
     let rate: RateSample | null = null;
     if (flags & FREE_RATE) {
-      const sample = { workTokens: r.num('rate.work_tokens'), decoding: r.num('rate.decoding'), ttftMs: r.num('rate.ttft_ms'), pool: r.str('rate.pool') };
+      const sample = {
+        workTokens: r.num('rate.work_tokens'),
+        decoding: r.num('rate.decoding'),
+        ttftMs: r.num('rate.ttft_ms'),
+        pool: r.str('rate.pool'),
+      };
       // As in JSON: a sample this receiver cannot use is left out; the free itself still applies.
       if (validSample(sample)) rate = sample;
     }

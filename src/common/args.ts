@@ -34,7 +34,9 @@ export function parseCommand(
   options: OptionTable,
   argv: string[],
 ): { values: ParsedOptions; positionals: string[] } | { code: number } {
-  const spec: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }> = { help: { type: 'boolean', short: 'h' } };
+  const spec: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }> = {
+    help: { type: 'boolean', short: 'h' },
+  };
   for (const [k, o] of Object.entries(options)) {
     spec[k] = { type: o.type, ...(o.short ? { short: o.short } : {}), ...(o.multiple ? { multiple: true } : {}) };
   }
@@ -50,14 +52,16 @@ export function parseCommand(
     return { code: 0 };
   }
   const values: ParsedOptions = {};
-  for (const [k, o] of Object.entries(options)) values[k] = (parsed.values as ParsedOptions)[k] ?? (o.default as string | boolean | undefined);
+  for (const [k, o] of Object.entries(options))
+    values[k] = (parsed.values as ParsedOptions)[k] ?? (o.default as string | boolean | undefined);
   return { values, positionals: parsed.positionals };
 }
 
 export function intOption(values: ParsedOptions, name: string): number {
   const raw = values[name];
   const n = Number(raw);
-  if (typeof raw !== 'string' || !Number.isInteger(n)) throw new Error(`--${name} must be an integer, got ${String(raw)}`);
+  if (typeof raw !== 'string' || !Number.isInteger(n))
+    throw new Error(`--${name} must be an integer, got ${String(raw)}`);
   return n;
 }
 

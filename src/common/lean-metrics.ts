@@ -69,7 +69,11 @@ function keyOf(labelNames: readonly string[], labels: Labels): string {
 }
 
 function checkLabels(metric: string, labelNames: readonly string[], labels: Labels): void {
-  for (const k of Object.keys(labels)) if (!labelNames.includes(k)) throw new Error(`Added label "${k}" is not included in initial labelset: ${JSON.stringify(labelNames)} (${metric})`);
+  for (const k of Object.keys(labels))
+    if (!labelNames.includes(k))
+      throw new Error(
+        `Added label "${k}" is not included in initial labelset: ${JSON.stringify(labelNames)} (${metric})`,
+      );
 }
 
 /** A Histogram with `child(labels)`: bound observers exported with the library's own series. */
@@ -90,8 +94,18 @@ export class LeanHistogram<T extends string = string> extends Histogram<T> {
   }
 
   /** prom-client's export, then each child that has observed something, in the library's value shape. */
-  async getForPromString(): Promise<{ name: string; help: string; type: string; values: ExportedValue[]; aggregator: string }> {
-    const base = Histogram.prototype as unknown as { getForPromString(this: Histogram<T>): Promise<{ name: string; help: string; type: string; values: ExportedValue[]; aggregator: string }> };
+  async getForPromString(): Promise<{
+    name: string;
+    help: string;
+    type: string;
+    values: ExportedValue[];
+    aggregator: string;
+  }> {
+    const base = Histogram.prototype as unknown as {
+      getForPromString(
+        this: Histogram<T>,
+      ): Promise<{ name: string; help: string; type: string; values: ExportedValue[]; aggregator: string }>;
+    };
     const data = await base.getForPromString.call(this);
     const name = `${data.name}_bucket`;
     const bounds = (this as unknown as { upperBounds: readonly number[] }).upperBounds;
@@ -100,7 +114,13 @@ export class LeanHistogram<T extends string = string> extends Histogram<T> {
       let acc = 0;
       for (let i = 0; i < bounds.length; i++) {
         acc += s.counts[i];
-        data.values.push({ labels: { le: bounds[i] }, sharedLabels: s.labels, value: acc, metricName: name, exemplar: null });
+        data.values.push({
+          labels: { le: bounds[i] },
+          sharedLabels: s.labels,
+          value: acc,
+          metricName: name,
+          exemplar: null,
+        });
       }
       data.values.push(
         { labels: { le: '+Inf' }, sharedLabels: s.labels, value: s.count, metricName: name, exemplar: null },
@@ -150,7 +170,9 @@ export class LeanCounter<T extends string = string> extends Counter<T> {
 
   override async get(): ReturnType<Counter<T>['get']> {
     const data = await super.get();
-    for (const s of this.series.values()) if (s.touched) data.values.push({ value: s.value, labels: { ...s.labels } as Partial<Record<T, string | number>> });
+    for (const s of this.series.values())
+      if (s.touched)
+        data.values.push({ value: s.value, labels: { ...s.labels } as Partial<Record<T, string | number>> });
     return data;
   }
 

@@ -42,18 +42,45 @@ export interface ArraySpec extends Base {
 // The factories keep the literal types of their options (enums, defaults, `optional: true`), so
 // Infer<typeof SCHEMA> is the exact shape validate() returns: config types are never written twice.
 type Opts<S extends Spec> = Omit<S, 'kind' | 'doc'>;
-export const str = <const O extends Opts<StringSpec> = {}>(doc: string, o: O = {} as O) => ({ kind: 'string' as const, doc, ...o });
-export const num = <const O extends Opts<NumberSpec> = {}>(doc: string, o: O = {} as O) => ({ kind: 'number' as const, doc, ...o });
-export const int = <const O extends Omit<Opts<NumberSpec>, 'integer'> = {}>(doc: string, o: O = {} as O) => ({ kind: 'number' as const, doc, integer: true, ...o });
-export const bool = <const O extends Opts<BooleanSpec> = {}>(doc: string, o: O = {} as O) => ({ kind: 'boolean' as const, doc, ...o });
-export const obj = <const F extends Record<string, Spec>, const O extends Omit<Opts<ObjectSpec>, 'fields'> = {}>(doc: string, fields: F, o: O = {} as O) => ({ kind: 'object' as const, doc, fields, ...o });
-export const arr = <const I extends Spec, const O extends Omit<Opts<ArraySpec>, 'items'> = {}>(doc: string, items: I, o: O = {} as O) => ({ kind: 'array' as const, doc, items, ...o });
+export const str = <const O extends Opts<StringSpec> = {}>(doc: string, o: O = {} as O) => ({
+  kind: 'string' as const,
+  doc,
+  ...o,
+});
+export const num = <const O extends Opts<NumberSpec> = {}>(doc: string, o: O = {} as O) => ({
+  kind: 'number' as const,
+  doc,
+  ...o,
+});
+export const int = <const O extends Omit<Opts<NumberSpec>, 'integer'> = {}>(doc: string, o: O = {} as O) => ({
+  kind: 'number' as const,
+  doc,
+  integer: true,
+  ...o,
+});
+export const bool = <const O extends Opts<BooleanSpec> = {}>(doc: string, o: O = {} as O) => ({
+  kind: 'boolean' as const,
+  doc,
+  ...o,
+});
+export const obj = <const F extends Record<string, Spec>, const O extends Omit<Opts<ObjectSpec>, 'fields'> = {}>(
+  doc: string,
+  fields: F,
+  o: O = {} as O,
+) => ({ kind: 'object' as const, doc, fields, ...o });
+export const arr = <const I extends Spec, const O extends Omit<Opts<ArraySpec>, 'items'> = {}>(
+  doc: string,
+  items: I,
+  o: O = {} as O,
+) => ({ kind: 'array' as const, doc, items, ...o });
 
 /** A key the validated value may lack: optional and without a default. */
 type Omittable<S> = S extends { optional: true } ? (S extends { default: unknown } ? false : true) : false;
 // Named keys only: the factories' constraint (Record<string, Spec>) adds an index signature.
 type Named<K> = string extends K ? never : number extends K ? never : K;
-type Fields<F> = { [K in keyof F as Omittable<F[K]> extends true ? never : Named<K>]: Infer<F[K]> } & { [K in keyof F as Omittable<F[K]> extends true ? Named<K> : never]?: Infer<F[K]> };
+type Fields<F> = { [K in keyof F as Omittable<F[K]> extends true ? never : Named<K>]: Infer<F[K]> } & {
+  [K in keyof F as Omittable<F[K]> extends true ? Named<K> : never]?: Infer<F[K]>;
+};
 type Flat<T> = { -readonly [K in keyof T]: T[K] };
 
 /** The value validate() returns for a spec (defaults applied). */
@@ -93,11 +120,19 @@ function editDistance(a: string, b: string): number {
   const dp = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
   for (let j = 1; j <= b.length; j++) dp[0][j] = j;
   for (let i = 1; i <= a.length; i++)
-    for (let j = 1; j <= b.length; j++) dp[i][j] = Math.min(dp[i - 1][j] + 1, dp[i][j - 1] + 1, dp[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    for (let j = 1; j <= b.length; j++)
+      dp[i][j] = Math.min(dp[i - 1][j] + 1, dp[i][j - 1] + 1, dp[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
   return dp[a.length][b.length];
 }
 
-const typeName = (v: unknown) => (v === null ? 'null' : Array.isArray(v) ? 'a list' : typeof v === 'object' ? 'a mapping' : `${typeof v} ${JSON.stringify(v)}`);
+const typeName = (v: unknown) =>
+  v === null
+    ? 'null'
+    : Array.isArray(v)
+      ? 'a list'
+      : typeof v === 'object'
+        ? 'a mapping'
+        : `${typeof v} ${JSON.stringify(v)}`;
 
 /** Validate and fill defaults. Returns the value with defaults applied, collecting every error. */
 export function validate(spec: Spec, value: unknown, path: string, errors: ConfigError[]): unknown {
@@ -113,9 +148,14 @@ export function validate(spec: Spec, value: unknown, path: string, errors: Confi
   }
   switch (spec.kind) {
     case 'string': {
-      if (typeof value !== 'string') return fail(`must be a string, got ${spec.secret ? `a ${typeof value} (not shown: a secret)` : typeName(value)}`);
-      if (spec.enum && !spec.enum.includes(value)) return fail(`must be one of ${spec.enum.join(', ')}, got "${value}"`);
-      if (spec.pattern && !spec.pattern.test(value)) return fail(`must be ${spec.patternDoc ?? `like ${spec.pattern}`}, got "${value}"`);
+      if (typeof value !== 'string')
+        return fail(
+          `must be a string, got ${spec.secret ? `a ${typeof value} (not shown: a secret)` : typeName(value)}`,
+        );
+      if (spec.enum && !spec.enum.includes(value))
+        return fail(`must be one of ${spec.enum.join(', ')}, got "${value}"`);
+      if (spec.pattern && !spec.pattern.test(value))
+        return fail(`must be ${spec.patternDoc ?? `like ${spec.pattern}`}, got "${value}"`);
       return value;
     }
     case 'number': {
@@ -130,7 +170,8 @@ export function validate(spec: Spec, value: unknown, path: string, errors: Confi
       return value;
     case 'array': {
       if (!Array.isArray(value)) return fail(`must be a list, got ${typeName(value)}`);
-      if (spec.minItems !== undefined && value.length < spec.minItems) return fail(`must have at least ${spec.minItems} item(s)`);
+      if (spec.minItems !== undefined && value.length < spec.minItems)
+        return fail(`must have at least ${spec.minItems} item(s)`);
       return value.map((v, i) => validate(spec.items, v, `${path}[${i}]`, errors));
     }
     case 'object': {
@@ -140,7 +181,10 @@ export function validate(spec: Spec, value: unknown, path: string, errors: Confi
       for (const k of Object.keys(value)) {
         if (!(k in spec.fields)) {
           const hint = closest(k, known);
-          errors.push({ path: path ? `${path}.${k}` : k, message: `unknown key${hint ? ` (did you mean "${hint}"?)` : ''}` });
+          errors.push({
+            path: path ? `${path}.${k}` : k,
+            message: `unknown key${hint ? ` (did you mean "${hint}"?)` : ''}`,
+          });
         }
       }
       for (const [k, s] of Object.entries(spec.fields)) {
@@ -154,7 +198,11 @@ export function validate(spec: Spec, value: unknown, path: string, errors: Confi
 
 /** Every key path in the schema (`models[].instances[].url` style), for docs and their test. */
 export function keyPaths(spec: Spec, path = ''): string[] {
-  if (spec.kind === 'object') return Object.entries(spec.fields).flatMap(([k, s]) => [path ? `${path}.${k}` : k, ...keyPaths(s, path ? `${path}.${k}` : k)]);
+  if (spec.kind === 'object')
+    return Object.entries(spec.fields).flatMap(([k, s]) => [
+      path ? `${path}.${k}` : k,
+      ...keyPaths(s, path ? `${path}.${k}` : k),
+    ]);
   if (spec.kind === 'array') return keyPaths(spec.items, `${path}[]`);
   return [];
 }
@@ -165,9 +213,25 @@ export function renderReference(spec: Spec): string {
   const walk = (s: Spec, path: string) => {
     if (path) {
       const type =
-        s.kind === 'string' && s.enum ? s.enum.map((e) => `\`${e}\``).join(' \\| ') : s.kind === 'number' && s.integer ? 'integer' : s.kind === 'array' ? 'list' : s.kind === 'object' ? 'mapping' : s.kind;
-      const bounds = s.kind === 'number' && (s.min !== undefined || s.max !== undefined) ? ` (${s.min ?? '-inf'}..${s.max ?? 'inf'})` : '';
-      const def = 'default' in s && s.default !== undefined ? `\`${JSON.stringify(s.default)}\`` : s.optional || s.kind === 'object' ? '' : '**required**';
+        s.kind === 'string' && s.enum
+          ? s.enum.map((e) => `\`${e}\``).join(' \\| ')
+          : s.kind === 'number' && s.integer
+            ? 'integer'
+            : s.kind === 'array'
+              ? 'list'
+              : s.kind === 'object'
+                ? 'mapping'
+                : s.kind;
+      const bounds =
+        s.kind === 'number' && (s.min !== undefined || s.max !== undefined)
+          ? ` (${s.min ?? '-inf'}..${s.max ?? 'inf'})`
+          : '';
+      const def =
+        'default' in s && s.default !== undefined
+          ? `\`${JSON.stringify(s.default)}\``
+          : s.optional || s.kind === 'object'
+            ? ''
+            : '**required**';
       rows.push(`| \`${path}\` | ${type}${bounds} | ${def} | ${s.doc.replace(/\|/g, '\\|')} |`);
     }
     if (s.kind === 'object') for (const [k, f] of Object.entries(s.fields)) walk(f, path ? `${path}.${k}` : k);

@@ -43,7 +43,8 @@ export function setPath(root: Record<string, unknown>, path: string, raw: string
 export function envOverrides(env: NodeJS.ProcessEnv): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (const [k, v] of Object.entries(env)) {
-    if (!k.startsWith('KVROUTER_') || v === undefined || k === 'KVROUTER_CONFIG' || k === 'KVROUTER_ADMIN_TOKEN') continue;
+    if (!k.startsWith('KVROUTER_') || v === undefined || k === 'KVROUTER_CONFIG' || k === 'KVROUTER_ADMIN_TOKEN')
+      continue;
     out.push([k.slice('KVROUTER_'.length).toLowerCase().split('__').join('.'), v]);
   }
   return out;
@@ -61,37 +62,51 @@ function crossCheck(cfg: RouterConfig, errors: ConfigError[]): void {
   const names = new Map<string, string>();
   cfg.models.forEach((m, i) => {
     for (const n of [m.name, ...m.aliases]) {
-      if (names.has(n)) errors.push({ path: `models[${i}]`, message: `model name "${n}" is already used by ${names.get(n)}` });
+      if (names.has(n))
+        errors.push({ path: `models[${i}]`, message: `model name "${n}" is already used by ${names.get(n)}` });
       names.set(n, `models[${i}]`);
     }
-    if (!m.tokenizer.package && !m.tokenizer.path) errors.push({ path: `models[${i}].tokenizer`, message: 'needs `package` or `path`' });
-    if (m.tokenizer.package && m.tokenizer.path) errors.push({ path: `models[${i}].tokenizer`, message: 'give `package` or `path`, not both' });
+    if (!m.tokenizer.package && !m.tokenizer.path)
+      errors.push({ path: `models[${i}].tokenizer`, message: 'needs `package` or `path`' });
+    if (m.tokenizer.package && m.tokenizer.path)
+      errors.push({ path: `models[${i}].tokenizer`, message: 'give `package` or `path`, not both' });
     const ids = new Set<string>();
     m.instances.forEach((inst, j) => {
-      if (ids.has(inst.id)) errors.push({ path: `models[${i}].instances[${j}].id`, message: `duplicate instance id "${inst.id}"` });
+      if (ids.has(inst.id))
+        errors.push({ path: `models[${i}].instances[${j}].id`, message: `duplicate instance id "${inst.id}"` });
       ids.add(inst.id);
     });
     const prefill = m.instances.filter((x) => x.role === 'prefill').length;
     if (prefill > 0 && prefill === m.instances.length) {
-      errors.push({ path: `models[${i}].instances`, message: 'has only prefill instances: a disaggregated model needs decode (or both) instances to stream from' });
+      errors.push({
+        path: `models[${i}].instances`,
+        message: 'has only prefill instances: a disaggregated model needs decode (or both) instances to stream from',
+      });
     }
     if (m.disaggregation && prefill === 0) {
       errors.push({ path: `models[${i}].disaggregation`, message: 'is set but no instance has role prefill' });
     }
     const policy = m.routing?.policy;
-    if (policy !== undefined && policySpec(policy).needs.engineMetrics && !cfg.engine_metrics.scrape) errors.push(needsScrape(`models[${i}].routing.policy`, policy));
+    if (policy !== undefined && policySpec(policy).needs.engineMetrics && !cfg.engine_metrics.scrape)
+      errors.push(needsScrape(`models[${i}].routing.policy`, policy));
     if (m.instances.length === 0 && cfg.engine_sim.count === 0) {
-      errors.push({ path: `models[${i}].instances`, message: 'is empty and engine_sim.count is 0: nothing would serve this model' });
+      errors.push({
+        path: `models[${i}].instances`,
+        message: 'is empty and engine_sim.count is 0: nothing would serve this model',
+      });
     }
   });
-  if (policySpec(cfg.routing.policy).needs.engineMetrics && !cfg.engine_metrics.scrape) errors.push(needsScrape('routing.policy', cfg.routing.policy));
+  if (policySpec(cfg.routing.policy).needs.engineMetrics && !cfg.engine_metrics.scrape)
+    errors.push(needsScrape('routing.policy', cfg.routing.policy));
   const tids = new Set<string>();
   cfg.auth.tenants.forEach((t, i) => {
     if (tids.has(t.id)) errors.push({ path: `auth.tenants[${i}].id`, message: `duplicate tenant id "${t.id}"` });
     tids.add(t.id);
   });
-  if (cfg.auth.admin_token !== undefined && cfg.auth.admin_token.length < 16) errors.push({ path: 'auth.admin_token', message: 'must be at least 16 characters' });
-  if (cfg.health.ejection_max_ms < cfg.health.ejection_base_ms) errors.push({ path: 'health.ejection_max_ms', message: 'must be >= health.ejection_base_ms' });
+  if (cfg.auth.admin_token !== undefined && cfg.auth.admin_token.length < 16)
+    errors.push({ path: 'auth.admin_token', message: 'must be at least 16 characters' });
+  if (cfg.health.ejection_max_ms < cfg.health.ejection_base_ms)
+    errors.push({ path: 'health.ejection_max_ms', message: 'must be >= health.ejection_base_ms' });
 }
 
 /** A policy that scores the engines' own gauges (GIE's queue and KV utilisation) cannot run blind. */
@@ -122,7 +137,8 @@ export function loadConfigText(text: string, source: string, opts: LoadOptions =
   } catch (err) {
     throw new ConfigInvalidError(source, [{ path: '(yaml)', message: (err as Error).message.split('\n')[0] }]);
   }
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new ConfigInvalidError(source, [{ path: '(root)', message: 'must be a mapping' }]);
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw new ConfigInvalidError(source, [{ path: '(root)', message: 'must be a mapping' }]);
   for (const [p, v] of envOverrides(opts.env ?? {})) setPath(raw as Record<string, unknown>, p, v);
   // The admin token is taken verbatim (never parsed as YAML) and preferably from the environment.
   const adminToken = opts.env?.KVROUTER_ADMIN_TOKEN;
@@ -133,7 +149,8 @@ export function loadConfigText(text: string, source: string, opts: LoadOptions =
   }
   for (const s of opts.set ?? []) {
     const eq = s.indexOf('=');
-    if (eq <= 0) throw new ConfigInvalidError(source, [{ path: '(--set)', message: `expected key.path=value, got "${s}"` }]);
+    if (eq <= 0)
+      throw new ConfigInvalidError(source, [{ path: '(--set)', message: `expected key.path=value, got "${s}"` }]);
     setPath(raw as Record<string, unknown>, s.slice(0, eq), s.slice(eq + 1));
   }
   return validateConfig(raw, source);

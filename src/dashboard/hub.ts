@@ -19,7 +19,13 @@ export interface HubOptions {
   backfill: number;
 }
 
-export const DEFAULT_HUB_OPTIONS: HubOptions = { intervalMs: 1000, maxClients: 32, maxDecisionsPerSecond: 50, maxBufferedBytes: 1 << 20, backfill: 25 };
+export const DEFAULT_HUB_OPTIONS: HubOptions = {
+  intervalMs: 1000,
+  maxClients: 32,
+  maxDecisionsPerSecond: 50,
+  maxBufferedBytes: 1 << 20,
+  backfill: 25,
+};
 
 interface Client {
   controller: ReadableStreamDefaultController<Uint8Array>;
@@ -56,7 +62,13 @@ export class DashboardHub {
     return new ReadableStream<Uint8Array>(
       {
         start: (controller) => {
-          client = { controller, ready: false, budget: this.opts.maxDecisionsPerSecond, refilledAt: this.now(), dropped: 0 };
+          client = {
+            controller,
+            ready: false,
+            budget: this.opts.maxDecisionsPerSecond,
+            refilledAt: this.now(),
+            dropped: 0,
+          };
           this.clients.add(client);
           signal?.addEventListener('abort', onAbort, { once: true });
           this.send(client, sseComment('kvrouter dashboard stream'));
@@ -70,7 +82,11 @@ export class DashboardHub {
           // Other processes to ask: the first snapshot and the backfill wait for their answer (else
           // they would show what was fetched when a stream was last open).
           const refresh = this.source.refresh;
-          if (refresh) void refresh.call(this.source).catch(() => undefined).finally(first);
+          if (refresh)
+            void refresh
+              .call(this.source)
+              .catch(() => undefined)
+              .finally(first);
           else first();
           this.ensureRunning();
         },

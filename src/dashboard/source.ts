@@ -14,7 +14,14 @@ export interface InstanceView {
   /** Blocks this instance holds in the index, by tier (speculative entries not included). */
   cached_blocks: { GPU: number; CPU: number; DISK: number; EXTERNAL: number };
   /** Its KV-event listeners (one per dp rank), or empty when it publishes no events. */
-  listeners: Array<{ dp_rank: number; status: string; last_error: string | null; last_message_at: number | null; gaps: number; purges: number }>;
+  listeners: Array<{
+    dp_rank: number;
+    status: string;
+    last_error: string | null;
+    last_message_at: number | null;
+    gaps: number;
+    purges: number;
+  }>;
   /** The engine's own last scraped load (engine_metrics.scrape), or null. */
   engine_load: { running: number; waiting: number; kv_usage: number | null } | null;
   /** Closed-loop check: judged responses by verdict, and the open alarm's message (null: none). */

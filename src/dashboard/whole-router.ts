@@ -26,7 +26,10 @@ const REMOTE_DECISIONS = 200;
  * `ask(cursors)` returns the other processes' parts; `cursors` maps a pid to the last decision
  * seq seen from it (absent: send the most recent ones).
  */
-export function wholeRouterSource(local: DashboardSource, ask: (cursors: Record<string, number>) => Promise<DashboardPart[]>): DashboardSource {
+export function wholeRouterSource(
+  local: DashboardSource,
+  ask: (cursors: Record<string, number>) => Promise<DashboardPart[]>,
+): DashboardSource {
   let parts: DashboardPart[] = [];
   const cursors: Record<string, number> = {};
   let remote: DecisionRecord[] = [];

@@ -18,7 +18,15 @@ export type OpenAIBody = Record<string, unknown>;
  * vLLM's connectors read `kv_transfer_params`; SGLang's disaggregation the `bootstrap_*` fields and
  * the two after them (its router sets those too).
  */
-export const ROUTER_OWNED_FIELDS = ['kv_transfer_params', 'bootstrap_host', 'bootstrap_port', 'bootstrap_room', 'bootstrap_pair_key', 'decode_tp_size', 'disagg_prefill_dp_rank'] as const;
+export const ROUTER_OWNED_FIELDS = [
+  'kv_transfer_params',
+  'bootstrap_host',
+  'bootstrap_port',
+  'bootstrap_room',
+  'bootstrap_pair_key',
+  'decode_tp_size',
+  'disagg_prefill_dp_rank',
+] as const;
 
 /** The first router-owned field a client's body carries (whatever its value, null included), or null. */
 export function routerOwnedField(body: OpenAIBody): string | null {
@@ -33,7 +41,14 @@ export function routerOwnedField(body: OpenAIBody): string | null {
 export function vllmPrefillBody(body: OpenAIBody): OpenAIBody {
   // A clone, then assignments: keys added after a spread in one literal are V8's slow path.
   const out: OpenAIBody = { ...body };
-  out.kv_transfer_params = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+  out.kv_transfer_params = {
+    do_remote_decode: true,
+    do_remote_prefill: false,
+    remote_engine_id: null,
+    remote_block_ids: null,
+    remote_host: null,
+    remote_port: null,
+  };
   out.stream = false;
   out.max_tokens = 1;
   if ('max_completion_tokens' in out) out.max_completion_tokens = 1;
@@ -86,7 +101,15 @@ export function sglangBody(body: OpenAIBody, b: Bootstrap, batch = 0, rand: () =
   return out;
 }
 
-export type PathReason = 'remote' | 'header' | 'cached_tail' | 'short_prompt' | 'no_prefill_instance' | 'prefill_failed' | 'prefill_busy' | 'untokenized';
+export type PathReason =
+  | 'remote'
+  | 'header'
+  | 'cached_tail'
+  | 'short_prompt'
+  | 'no_prefill_instance'
+  | 'prefill_failed'
+  | 'prefill_busy'
+  | 'untokenized';
 
 export interface PathInput {
   mode: DisaggMode;

@@ -25,7 +25,8 @@ export function parsePromSamples(text: string): PromSample[] {
     const labels: Record<string, string> = {};
     if (brace >= 0 && close > brace) {
       const body = line.slice(brace + 1, close);
-      for (let m = LABEL.exec(body); m; m = LABEL.exec(body)) labels[m[1]] = m[2].replace(/\\(.)/g, (_x, c: string) => (c === 'n' ? '\n' : c));
+      for (let m = LABEL.exec(body); m; m = LABEL.exec(body))
+        labels[m[1]] = m[2].replace(/\\(.)/g, (_x, c: string) => (c === 'n' ? '\n' : c));
       LABEL.lastIndex = 0;
     }
     out.push({ name, labels, value });

@@ -215,12 +215,18 @@ export async function startEngine(options: EngineOptions = {}): Promise<EngineHa
   };
   try {
     // Listen first (the port names the engine); answer 503 until the ranks exist.
-    server = await listen(o, (req, res) => (listener ? listener(req, res) : sendError(res, new HttpError(503, 'engine starting'))));
+    server = await listen(o, (req, res) =>
+      listener ? listener(req, res) : sendError(res, new HttpError(503, 'engine starting')),
+    );
     const port = (server.address() as AddressInfo).port;
     const engineId = o.engineId ?? `engine-sim-${port}`;
     const loraIds = new Map(o.loraModules.map((name, i) => [name, i + 1]));
     const cores = Array.from({ length: o.dpSize }, (_, rank) => rankCore(o, rank, codec));
-    const metrics = new EngineMetrics(o.model, cores.map((c) => () => c.stats()), o);
+    const metrics = new EngineMetrics(
+      o.model,
+      cores.map((c) => () => c.stats()),
+      o,
+    );
     for (let rank = 0; rank < o.dpSize; rank++) {
       let publisher: ZmqEventPublisher | null = null;
       if (o.zmqPort !== null) {

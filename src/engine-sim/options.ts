@@ -72,7 +72,9 @@ export interface EngineOptions {
   transferTimeoutMs?: number;
 }
 
-export type ResolvedEngineOptions = Required<Omit<EngineOptions, 'hashSeed' | 'maxModelLen' | 'backendId' | 'engineId' | 'replayLayout' | 'gpuMemoryGb'>> & {
+export type ResolvedEngineOptions = Required<
+  Omit<EngineOptions, 'hashSeed' | 'maxModelLen' | 'backendId' | 'engineId' | 'replayLayout' | 'gpuMemoryGb'>
+> & {
   /** The model `perfModel` names. */
   perf: PerfModel;
   /** GPU memory the KV capacity was computed from; null for the mocker or an explicit numGpuBlocks. */
@@ -118,7 +120,8 @@ export function resolveOptions(o: EngineOptions = {}): ResolvedEngineOptions {
   const perfModel = o.perfModel ?? ENGINE_DEFAULTS.perfModel;
   const perf = loadPerfModel(perfModel);
   const gpuMemoryUtilization = o.gpuMemoryUtilization ?? ENGINE_DEFAULTS.gpuMemoryUtilization;
-  const capacity = o.numGpuBlocks === undefined ? kvCapacity(perf, perfModel, o.gpuMemoryGb, gpuMemoryUtilization, blockSize) : null;
+  const capacity =
+    o.numGpuBlocks === undefined ? kvCapacity(perf, perfModel, o.gpuMemoryGb, gpuMemoryUtilization, blockSize) : null;
   const numGpuBlocks = o.numGpuBlocks ?? capacity?.blocks ?? CORE_DEFAULTS.numGpuBlocks;
   const eventFormat = o.eventFormat ?? ENGINE_DEFAULTS.eventFormat;
   const r: ResolvedEngineOptions = {
@@ -176,17 +179,23 @@ function kvCapacity(
   blockSize: number,
 ): { blocks: number; gpuMemoryGb: number } | null {
   if (!perf.profile) {
-    if (gpuMemoryGb !== undefined) throw new RangeError(`gpu-memory-gb needs a calibrated perf-model (the mocker has no memory model; set num-gpu-blocks)`);
+    if (gpuMemoryGb !== undefined)
+      throw new RangeError(
+        `gpu-memory-gb needs a calibrated perf-model (the mocker has no memory model; set num-gpu-blocks)`,
+      );
     return null;
   }
   const gb = gpuMemoryGb ?? perf.deviceMemoryGb;
   if (gb === null) throw new RangeError(`perf-model ${spec}: unknown GPU; set gpu-memory-gb or num-gpu-blocks`);
   if (!(gb > 0) || !Number.isFinite(gb)) throw new RangeError(`gpu-memory-gb must be > 0, got ${gb}`);
-  if (!(utilization > 0 && utilization <= 1)) throw new RangeError(`gpu-memory-utilization must be in (0, 1], got ${utilization}`);
+  if (!(utilization > 0 && utilization <= 1))
+    throw new RangeError(`gpu-memory-utilization must be in (0, 1], got ${utilization}`);
   const blocks = kvCapacityBlocks(perf.profile, gb, utilization, blockSize);
   if (blocks < 1) {
     const weightsGb = (perf.profile.params * 2) / GPU_GB;
-    throw new RangeError(`${gb} GB x ${utilization} of GPU memory leaves no room for KV beside ${weightsGb.toFixed(1)} GB of weights (${perf.profile.model})`);
+    throw new RangeError(
+      `${gb} GB x ${utilization} of GPU memory leaves no room for KV beside ${weightsGb.toFixed(1)} GB of weights (${perf.profile.model})`,
+    );
   }
   return { blocks, gpuMemoryGb: gb };
 }
@@ -194,28 +203,43 @@ function kvCapacity(
 function validateOptions(r: ResolvedEngineOptions): string[] {
   const errs: string[] = [];
   const port = (name: string, v: number | null): void => {
-    if (v !== null && (!Number.isInteger(v) || v < 0 || v > 65535)) errs.push(`${name} must be a port number, got ${v}`);
+    if (v !== null && (!Number.isInteger(v) || v < 0 || v > 65535))
+      errs.push(`${name} must be a port number, got ${v}`);
   };
   port('port', r.port);
   port('zmq-port', r.zmqPort);
   port('replay-port', r.replayPort);
   if (!Number.isInteger(r.dpSize) || r.dpSize < 1 || r.dpSize > 64) errs.push(`dp-size must be 1..64, got ${r.dpSize}`);
-  if (!EVENT_FORMATS.includes(r.eventFormat)) errs.push(`event-format must be one of ${EVENT_FORMATS.join('|')}, got ${r.eventFormat}`);
-  if (r.replayLayout !== 'topic' && r.replayLayout !== 'no-topic') errs.push(`replay-layout must be topic|no-topic, got ${String(r.replayLayout)}`);
+  if (!EVENT_FORMATS.includes(r.eventFormat))
+    errs.push(`event-format must be one of ${EVENT_FORMATS.join('|')}, got ${r.eventFormat}`);
+  if (r.replayLayout !== 'topic' && r.replayLayout !== 'no-topic')
+    errs.push(`replay-layout must be topic|no-topic, got ${String(r.replayLayout)}`);
   if (!(r.dropRate >= 0 && r.dropRate <= 1)) errs.push(`drop-rate must be in [0, 1], got ${r.dropRate}`);
-  if (!Number.isInteger(r.replayBuffer) || r.replayBuffer < 1) errs.push(`replay-buffer must be >= 1, got ${r.replayBuffer}`);
+  if (!Number.isInteger(r.replayBuffer) || r.replayBuffer < 1)
+    errs.push(`replay-buffer must be >= 1, got ${r.replayBuffer}`);
   if (!Number.isInteger(r.maxModelLen) || r.maxModelLen < 2 || r.maxModelLen > r.numGpuBlocks * r.blockSize)
-    errs.push(`max-model-len must be 2..num_gpu_blocks x block_size (${r.numGpuBlocks * r.blockSize}), got ${r.maxModelLen}`);
-  if (!Number.isInteger(r.defaultMaxTokens) || r.defaultMaxTokens < 1) errs.push(`default-max-tokens must be >= 1, got ${r.defaultMaxTokens}`);
+    errs.push(
+      `max-model-len must be 2..num_gpu_blocks x block_size (${r.numGpuBlocks * r.blockSize}), got ${r.maxModelLen}`,
+    );
+  if (!Number.isInteger(r.defaultMaxTokens) || r.defaultMaxTokens < 1)
+    errs.push(`default-max-tokens must be >= 1, got ${r.defaultMaxTokens}`);
   if (!r.enableChunkedPrefill && r.maxNumBatchedTokens < r.maxModelLen)
-    errs.push(`without chunked prefill, max-num-batched-tokens (${r.maxNumBatchedTokens}) must be >= max-model-len (${r.maxModelLen})`);
+    errs.push(
+      `without chunked prefill, max-num-batched-tokens (${r.maxNumBatchedTokens}) must be >= max-model-len (${r.maxModelLen})`,
+    );
   if (r.model.trim() === '') errs.push('model must not be empty');
-  if (!ENGINE_SIM_ROLES.includes(r.role)) errs.push(`role must be one of ${ENGINE_SIM_ROLES.join('|')}, got ${String(r.role)}`);
-  if (!(r.kvBytesPerToken >= 0) || !Number.isFinite(r.kvBytesPerToken)) errs.push(`kv-bytes-per-token must be >= 0, got ${r.kvBytesPerToken}`);
-  if (!(r.kvTransferGbps > 0) || !Number.isFinite(r.kvTransferGbps)) errs.push(`kv-transfer-gbps must be > 0, got ${r.kvTransferGbps}`);
-  if (!Number.isInteger(r.transferTimeoutMs) || r.transferTimeoutMs < 1) errs.push(`transfer-timeout-ms must be >= 1, got ${r.transferTimeoutMs}`);
+  if (!ENGINE_SIM_ROLES.includes(r.role))
+    errs.push(`role must be one of ${ENGINE_SIM_ROLES.join('|')}, got ${String(r.role)}`);
+  if (!(r.kvBytesPerToken >= 0) || !Number.isFinite(r.kvBytesPerToken))
+    errs.push(`kv-bytes-per-token must be >= 0, got ${r.kvBytesPerToken}`);
+  if (!(r.kvTransferGbps > 0) || !Number.isFinite(r.kvTransferGbps))
+    errs.push(`kv-transfer-gbps must be > 0, got ${r.kvTransferGbps}`);
+  if (!Number.isInteger(r.transferTimeoutMs) || r.transferTimeoutMs < 1)
+    errs.push(`transfer-timeout-ms must be >= 1, got ${r.transferTimeoutMs}`);
   // vLLM offsets both endpoints by the DP rank, so the two ranges must not overlap.
   if (r.zmqPort && r.replayPort && r.replayPort < r.zmqPort + r.dpSize && r.zmqPort < r.replayPort + r.dpSize)
-    errs.push(`zmq ports ${r.zmqPort}..${r.zmqPort + r.dpSize - 1} overlap replay ports ${r.replayPort}..${r.replayPort + r.dpSize - 1}; use --replay-port ${r.zmqPort + r.dpSize}`);
+    errs.push(
+      `zmq ports ${r.zmqPort}..${r.zmqPort + r.dpSize - 1} overlap replay ports ${r.replayPort}..${r.replayPort + r.dpSize - 1}; use --replay-port ${r.zmqPort + r.dpSize}`,
+    );
   return errs;
 }

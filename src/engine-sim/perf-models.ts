@@ -18,7 +18,10 @@ interface BuiltIn {
 
 // Next to this module (src/, or dist/ where the build copies the data); a dist/ built by tsc alone
 // (the test setup) falls back to the checkout's src/, as the EPP protos do.
-const PROFILE_DIRS = [new URL('./profiles/', import.meta.url), new URL('../../src/engine-sim/profiles/', import.meta.url)].map((u) => fileURLToPath(u));
+const PROFILE_DIRS = [
+  new URL('./profiles/', import.meta.url),
+  new URL('../../src/engine-sim/profiles/', import.meta.url),
+].map((u) => fileURLToPath(u));
 
 const BUILT_IN: Record<string, BuiltIn> = {
   'h200-qwen3-0.6b': { file: 'h200-qwen3-dense.json', model: 'qwen3-0.6b', servedModel: 'Qwen/Qwen3-0.6B' },
@@ -55,13 +58,17 @@ function load(spec: string): LoadedPerfModel {
   const builtIn = BUILT_IN[spec];
   if (builtIn) {
     const path = PROFILE_DIRS.map((d) => join(d, builtIn.file)).find((p) => existsSync(p));
-    if (!path) throw new Error(`perf-model ${spec}: profiles/${builtIn.file} is missing from the build (npm run build)`);
+    if (!path)
+      throw new Error(`perf-model ${spec}: profiles/${builtIn.file} is missing from the build (npm run build)`);
     return fromFile(spec, path, builtIn.model, builtIn.servedModel);
   }
   // FILE or FILE#MODEL (the model entry to use when the file holds several).
   const hash = spec.lastIndexOf('#');
   const [path, model] = hash > 0 && !existsSync(spec) ? [spec.slice(0, hash), spec.slice(hash + 1)] : [spec, null];
-  if (!existsSync(path)) throw new Error(`perf-model must be ${PERF_MODELS.join('|')} or a calibration JSON file[#model], got "${spec}" (no such file)`);
+  if (!existsSync(path))
+    throw new Error(
+      `perf-model must be ${PERF_MODELS.join('|')} or a calibration JSON file[#model], got "${spec}" (no such file)`,
+    );
   return fromFile(spec, path, model, null);
 }
 

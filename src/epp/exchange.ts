@@ -13,8 +13,29 @@ import { RequestTrace } from '../tracing/request-trace.js';
 import type { BodyBudget } from './body-budget.js';
 import type { EndpointAddresses } from './endpoints.js';
 import { type EppMetrics, type EppResult, resultOf } from './metrics.js';
-import { type Booked, DESTINATION, type GatewayRequest, pickByLoad, pickForBody, type PickerRuntime, Refused } from './picker.js';
-import { type BodySendMode, headerRecord, type HttpBody, type HttpHeaders, immediate, type ProcessingRequest, type ProcessingResponse, type ProtoStruct, setHeaders, streamedBody, stringsOf, toStruct } from './wire.js';
+import {
+  type Booked,
+  DESTINATION,
+  type GatewayRequest,
+  pickByLoad,
+  pickForBody,
+  type PickerRuntime,
+  Refused,
+} from './picker.js';
+import {
+  type BodySendMode,
+  headerRecord,
+  type HttpBody,
+  type HttpHeaders,
+  immediate,
+  type ProcessingRequest,
+  type ProcessingResponse,
+  type ProtoStruct,
+  setHeaders,
+  streamedBody,
+  stringsOf,
+  toStruct,
+} from './wire.js';
 
 /** Where the gateway names the candidates (GIE protocol) and the endpoint that served. */
 const SUBSET_NS = 'envoy.lb.subset_hint';
@@ -96,17 +117,23 @@ export class ExtProcExchange {
         if (this.requestMode === 'duplex' && !this.answered && this.req) {
           const out = await this.pick(true);
           // After an ImmediateResponse (or a cancelled pick) the gateway expects nothing more.
-          return out.length === 0 || out.some((m) => 'immediate_response' in m) ? out : [...out, { request_trailers: {} }];
+          return out.length === 0 || out.some((m) => 'immediate_response' in m)
+            ? out
+            : [...out, { request_trailers: {} }];
         }
         return this.answered && this.requestMode === 'duplex' ? [] : [{ request_trailers: {} }];
       // A response before the picker answered the request is out of order: pass it on untouched and
       // hold on to nothing (the request's pick, if it comes, is released when the stream ends).
       case 'response_headers':
-        return this.answered ? this.onResponseHeaders(msg.response_headers ?? {}) : [{ response_headers: { response: {} } }];
+        return this.answered
+          ? this.onResponseHeaders(msg.response_headers ?? {})
+          : [{ response_headers: { response: {} } }];
       case 'response_body': {
         if (this.answered) return this.onResponseBody(msg.response_body ?? {});
         const rb = msg.response_body ?? {};
-        return this.responseDuplex ? streamedBody('response_body', rb.body ?? Buffer.alloc(0), rb.end_of_stream === true) : [{ response_body: { response: {} } }];
+        return this.responseDuplex
+          ? streamedBody('response_body', rb.body ?? Buffer.alloc(0), rb.end_of_stream === true)
+          : [{ response_body: { response: {} } }];
       }
       case 'response_trailers':
         if (this.answered) this.complete();
@@ -137,7 +164,10 @@ export class ExtProcExchange {
    * running: it counts with the status its response showed, 0 for none).
    */
   expire(why: string): ProcessingResponse[] {
-    const out = !this.observe && !this.answered && this.req ? this.refuse(new Refused(408, why, 'invalid_request_error', 'request_timeout')) : [];
+    const out =
+      !this.observe && !this.answered && this.req
+        ? this.refuse(new Refused(408, why, 'invalid_request_error', 'request_timeout'))
+        : [];
     this.close(true);
     return out;
   }
@@ -162,7 +192,13 @@ export class ExtProcExchange {
     if (!fm) return;
     const subset = stringsOf(fm[SUBSET_NS]?.fields?.[SUBSET_KEY]);
     // A string value may list several endpoints (comma-separated), like the destination header.
-    if (subset) this.subset = new Set(subset.flatMap((s) => s.split(',')).map((s) => s.trim()).filter(Boolean));
+    if (subset)
+      this.subset = new Set(
+        subset
+          .flatMap((s) => s.split(','))
+          .map((s) => s.trim())
+          .filter(Boolean),
+      );
     const served = stringsOf(fm[LB_NS]?.fields?.[SERVED_KEY])?.[0];
     if (served && this.booked && served !== this.booked.endpoint) this.moveTo(served);
   }
@@ -178,17 +214,32 @@ export class ExtProcExchange {
       subset: this.subset,
       receivedAt: this.ctx.rt.now(),
     };
-    if (this.ctx.draining()) return this.refuse(new Refused(503, 'the router is shutting down', 'server_error', 'shutting_down', { 'retry-after': '1' }));
+    if (this.ctx.draining())
+      return this.refuse(
+        new Refused(503, 'the router is shutting down', 'server_error', 'shutting_down', { 'retry-after': '1' }),
+      );
     const limit = this.ctx.rt.deps.cfg.server.max_body_bytes;
     const declared = Number(headers['content-length'] ?? NaN);
     if (Number.isFinite(declared) && declared > limit) return this.refuse(tooLarge(limit));
     if (h.end_of_stream) {
-      if (this.req.method === 'POST') return this.refuse(new OpenAIError(400, 'request body is empty; expected JSON', 'invalid_request_error', 'body'));
+      if (this.req.method === 'POST')
+        return this.refuse(
+          new OpenAIError(400, 'request body is empty; expected JSON', 'invalid_request_error', 'body'),
+        );
       return this.pickHeadersOnly();
     }
     // No body will come (request_body_mode NONE): route on the headers alone.
     if (this.requestMode === 'none') return this.pickHeadersOnly();
-    if (this.requestMode === 'unsupported') return this.refuse(new OpenAIError(500, 'the gateway sends the request body in a mode the picker does not serve: use request_body_mode FULL_DUPLEX_STREAMED (or BUFFERED)', 'server_error', null, 'unsupported_body_mode'));
+    if (this.requestMode === 'unsupported')
+      return this.refuse(
+        new OpenAIError(
+          500,
+          'the gateway sends the request body in a mode the picker does not serve: use request_body_mode FULL_DUPLEX_STREAMED (or BUFFERED)',
+          'server_error',
+          null,
+          'unsupported_body_mode',
+        ),
+      );
     // BUFFERED: the gateway waits for this answer before it sends the body.
     if (this.requestMode === 'buffered') return [{ request_headers: { response: { clear_route_cache: true } } }];
     return [];
@@ -202,11 +253,28 @@ export class ExtProcExchange {
     // Refused from its size alone, before any of it is parsed or tokenized.
     if (this.size > limit) return this.refuse(tooLarge(limit));
     // A cut body cannot be routed (its JSON is incomplete): say it is too large for the gateway's buffer.
-    if (this.partial && !b.end_of_stream) return this.refuse(new OpenAIError(413, "request body exceeds the gateway's ext_proc buffer (BUFFERED_PARTIAL sent only part of it)", 'invalid_request_error', null, 'body_too_large'));
+    if (this.partial && !b.end_of_stream)
+      return this.refuse(
+        new OpenAIError(
+          413,
+          "request body exceeds the gateway's ext_proc buffer (BUFFERED_PARTIAL sent only part of it)",
+          'invalid_request_error',
+          null,
+          'body_too_large',
+        ),
+      );
     const { bodies } = this.ctx;
     if (!bodies.take(chunk.length)) {
       this.ctx.metrics.limited('max_buffered_bytes');
-      return this.refuse(new Refused(503, `the picker holds ${bodies.bytes} bytes of request bodies, the most epp.max_buffered_bytes allows; retry later`, 'server_error', 'buffer_full', { 'retry-after': '1' }));
+      return this.refuse(
+        new Refused(
+          503,
+          `the picker holds ${bodies.bytes} bytes of request bodies, the most epp.max_buffered_bytes allows; retry later`,
+          'server_error',
+          'buffer_full',
+          { 'retry-after': '1' },
+        ),
+      );
     }
     this.held += chunk.length;
     this.chunks.push(chunk);
@@ -221,10 +289,23 @@ export class ExtProcExchange {
     const bytes = Buffer.concat(this.chunks, this.size);
     this.chunks = [];
     const { rt } = this.ctx;
-    this.trace = rt.deps.tracing?.request(req.headers, `POST ${req.path}`, { 'http.request.method': 'POST', 'url.path': req.path, 'kvrouter.request_id': req.requestId, 'kvrouter.front_end': 'epp' }) ?? null;
+    this.trace =
+      rt.deps.tracing?.request(req.headers, `POST ${req.path}`, {
+        'http.request.method': 'POST',
+        'url.path': req.path,
+        'kvrouter.request_id': req.requestId,
+        'kvrouter.front_end': 'epp',
+      }) ?? null;
     let b: Booked;
     try {
-      b = await pickForBody(rt, this.ctx.addresses, { ...req, subset: this.subset }, bytes, this.abort.signal, this.trace);
+      b = await pickForBody(
+        rt,
+        this.ctx.addresses,
+        { ...req, subset: this.subset },
+        bytes,
+        this.abort.signal,
+        this.trace,
+      );
     } catch (err) {
       return this.refuse(err);
     } finally {
@@ -245,10 +326,27 @@ export class ExtProcExchange {
     if (this.abort.signal.aborted) return [];
     const metadata = toStruct({ [LB_NS]: { [DESTINATION]: b.endpoint } });
     if (this.requestMode === 'buffered') {
-      return [{ request_body: { response: { header_mutation: setHeaders(b.upstreamHeaders), body_mutation: { body }, clear_route_cache: true } }, dynamic_metadata: metadata }];
+      return [
+        {
+          request_body: {
+            response: {
+              header_mutation: setHeaders(b.upstreamHeaders),
+              body_mutation: { body },
+              clear_route_cache: true,
+            },
+          },
+          dynamic_metadata: metadata,
+        },
+      ];
     }
     // Full duplex: the request headers' answer carries the pick; the body follows in chunks.
-    return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders(b.upstreamHeaders) } }, dynamic_metadata: metadata }, ...streamedBody('request_body', body, !trailersFollow)];
+    return [
+      {
+        request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders(b.upstreamHeaders) } },
+        dynamic_metadata: metadata,
+      },
+      ...streamedBody('request_body', body, !trailersFollow),
+    ];
   }
 
   private async pickHeadersOnly(): Promise<ProcessingResponse[]> {
@@ -260,7 +358,14 @@ export class ExtProcExchange {
     }
     this.answered = true;
     this.ctx.metrics.result('headers_only');
-    return [{ request_headers: { response: { clear_route_cache: true, header_mutation: setHeaders({ [DESTINATION]: endpoint }) } }, dynamic_metadata: toStruct({ [LB_NS]: { [DESTINATION]: endpoint } }) }];
+    return [
+      {
+        request_headers: {
+          response: { clear_route_cache: true, header_mutation: setHeaders({ [DESTINATION]: endpoint }) },
+        },
+        dynamic_metadata: toStruct({ [LB_NS]: { [DESTINATION]: endpoint } }),
+      },
+    ];
   }
 
   /** Let go of the body's chunks and give their bytes back to the budget (idempotent). */
@@ -281,13 +386,25 @@ export class ExtProcExchange {
     if (this.trace) RequestTrace.finish(this.trace.root, e.status);
     this.trace = null;
     if (e.status === 499) return [];
-    return [immediate(e.status, errorBody(this.req?.path ?? '/v1/', e), e instanceof Refused ? e.headers : {}, `kvrouter_epp_${result}`)];
+    return [
+      immediate(
+        e.status,
+        errorBody(this.req?.path ?? '/v1/', e),
+        e instanceof Refused ? e.headers : {},
+        `kvrouter_epp_${result}`,
+      ),
+    ];
   }
 
   private onResponseHeaders(h: HttpHeaders): ProcessingResponse[] {
     const headers = headerRecord(h.headers);
     const status = Number(headers[':status'] ?? 200);
-    this.response = { status, stream: (headers['content-type'] ?? '').includes('text/event-stream'), firstSeen: false, tail: this.booked && status < 400 ? new UsageTail() : null };
+    this.response = {
+      status,
+      stream: (headers['content-type'] ?? '').includes('text/event-stream'),
+      firstSeen: false,
+      tail: this.booked && status < 400 ? new UsageTail() : null,
+    };
     // GIE marks the responses it saw; the client also gets the proxy's explanation headers.
     const set: Record<string, string> = { 'x-went-into-resp-headers': 'true' };
     if (this.booked && this.req) Object.assign(set, explanationHeaders(this.booked.d, this.req.requestId, 0));
@@ -298,7 +415,12 @@ export class ExtProcExchange {
   private onResponseBody(b: HttpBody): ProcessingResponse[] {
     const chunk = b.body ?? Buffer.alloc(0);
     // Without a response-headers phase (SKIP) the status is unknown (0) but the body still tells.
-    const r = (this.response ??= { status: 0, stream: false, firstSeen: false, tail: this.booked ? new UsageTail() : null });
+    const r = (this.response ??= {
+      status: 0,
+      stream: false,
+      firstSeen: false,
+      tail: this.booked ? new UsageTail() : null,
+    });
     if (this.booked && !r.firstSeen && !this.finished) {
       r.firstSeen = true;
       const { deps, queue, now } = this.ctx.rt;
@@ -309,7 +431,9 @@ export class ExtProcExchange {
       deps.observer?.firstByte?.(this.booked.instance.id, now() - this.sentAt, r.stream);
     }
     r.tail?.push(chunk);
-    const out: ProcessingResponse[] = this.responseDuplex ? streamedBody('response_body', chunk, b.end_of_stream === true) : [{ response_body: { response: {} } }];
+    const out: ProcessingResponse[] = this.responseDuplex
+      ? streamedBody('response_body', chunk, b.end_of_stream === true)
+      : [{ response_body: { response: {} } }];
     if (b.end_of_stream) this.complete();
     return out;
   }
@@ -340,7 +464,8 @@ export class ExtProcExchange {
       const tail = this.response?.tail;
       if (tail && status < 400) {
         const usage = tail.read();
-        if (usage !== null && usage.cachedTokens !== null) deps.scheduler.reportUncached(b.bookingId, usage.promptTokens - usage.cachedTokens);
+        if (usage !== null && usage.cachedTokens !== null)
+          deps.scheduler.reportUncached(b.bookingId, usage.promptTokens - usage.cachedTokens);
         observer?.reported?.(b.d, usage);
       }
     } finally {
@@ -350,7 +475,8 @@ export class ExtProcExchange {
       queue.notify(1);
       b.admission.release();
     }
-    const outcome = status === 499 ? 'client_abort' : status >= 500 ? 'upstream_error' : status >= 400 ? 'failed' : 'ok';
+    const outcome =
+      status === 499 ? 'client_abort' : status >= 500 ? 'upstream_error' : status >= 400 ? 'failed' : 'ok';
     observer?.finished?.(b.instance.id, status, outcome, now() - (this.req?.receivedAt ?? now()), b.d.policy);
   }
 
@@ -361,7 +487,10 @@ export class ExtProcExchange {
     this.ctx.mismatch(b.endpoint, served);
     if (this.finished) return;
     const inst = b.pool.find((i) => this.ctx.addresses.addressOf(i.upstream.url) === served);
-    const c = inst && (b.d.candidates.find((x) => x.instance === inst.id && x.dpRank === b.d.chosen!.dpRank) ?? b.d.candidates.find((x) => x.instance === inst.id));
+    const c =
+      inst &&
+      (b.d.candidates.find((x) => x.instance === inst.id && x.dpRank === b.d.chosen!.dpRank) ??
+        b.d.candidates.find((x) => x.instance === inst.id));
     if (!inst || !c) {
       b.endpoint = served; // not ours to book: count it once
       return;

@@ -3,7 +3,18 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 
 /** How an ext_proc stream's request ended, from the picker's side. */
-export const EPP_RESULTS = ['routed', 'headers_only', 'invalid', 'denied', 'too_large', 'over_limit', 'unavailable', 'timeout', 'cancelled', 'error'] as const;
+export const EPP_RESULTS = [
+  'routed',
+  'headers_only',
+  'invalid',
+  'denied',
+  'too_large',
+  'over_limit',
+  'unavailable',
+  'timeout',
+  'cancelled',
+  'error',
+] as const;
 export type EppResult = (typeof EPP_RESULTS)[number];
 
 /** The bounds a stream can run into (the epp.* settings of the same names). */
@@ -29,10 +40,29 @@ export interface EppMetrics {
   limited(l: EppLimit): void;
 }
 
-export function createEppMetrics(reg: Registry, pool: string, sources: { streams: () => number; buffered: () => number; ready: () => boolean }): EppMetrics {
-  const results = new Counter({ name: 'kvrouter_epp_requests_total', help: 'Gateway requests (ext_proc streams) by how the picker ended them: routed, headers_only (no body: picked by load), invalid, denied, too_large, over_limit (429), unavailable (503), timeout (408: the request did not arrive in time), cancelled, error', labelNames: ['pool', 'result'], registers: [reg] });
-  const limits = new Counter({ name: 'kvrouter_epp_stream_limits_total', help: 'ext_proc streams that ran into a bound: idle_timeout and stream_timeout (ended, their bookings released), max_streams (refused with RESOURCE_EXHAUSTED), max_buffered_bytes (503)', labelNames: ['pool', 'limit'], registers: [reg] });
-  const mismatches = new Counter({ name: 'kvrouter_epp_served_mismatch_total', help: 'Responses the gateway reported served (x-gateway-destination-endpoint-served) by another endpoint than the one picked', labelNames: ['pool'], registers: [reg] });
+export function createEppMetrics(
+  reg: Registry,
+  pool: string,
+  sources: { streams: () => number; buffered: () => number; ready: () => boolean },
+): EppMetrics {
+  const results = new Counter({
+    name: 'kvrouter_epp_requests_total',
+    help: 'Gateway requests (ext_proc streams) by how the picker ended them: routed, headers_only (no body: picked by load), invalid, denied, too_large, over_limit (429), unavailable (503), timeout (408: the request did not arrive in time), cancelled, error',
+    labelNames: ['pool', 'result'],
+    registers: [reg],
+  });
+  const limits = new Counter({
+    name: 'kvrouter_epp_stream_limits_total',
+    help: 'ext_proc streams that ran into a bound: idle_timeout and stream_timeout (ended, their bookings released), max_streams (refused with RESOURCE_EXHAUSTED), max_buffered_bytes (503)',
+    labelNames: ['pool', 'limit'],
+    registers: [reg],
+  });
+  const mismatches = new Counter({
+    name: 'kvrouter_epp_served_mismatch_total',
+    help: 'Responses the gateway reported served (x-gateway-destination-endpoint-served) by another endpoint than the one picked',
+    labelNames: ['pool'],
+    registers: [reg],
+  });
   new Gauge({
     name: 'kvrouter_epp_streams',
     help: 'Open ext_proc streams (one per gateway request in flight)',

@@ -17,7 +17,6 @@ import type { EndpointAddresses } from './endpoints.js';
 /** What the picker reads of the running router (fields read per request: a reload swaps them). */
 export type PickerRuntime = Pick<RouterRuntime, 'deps' | 'all' | 'queue' | 'now'>;
 
-
 /** The header (and envoy.lb metadata key) that names the pick, per GIE's endpoint picker protocol. */
 export const DESTINATION = 'x-gateway-destination-endpoint';
 
@@ -36,7 +35,13 @@ export interface GatewayRequest {
 
 /** An answer instead of a pick: the gateway replies it itself (an ImmediateResponse). */
 export class Refused extends OpenAIError {
-  constructor(status: number, message: string, type: string, code: string, readonly headers: Record<string, string> = {}) {
+  constructor(
+    status: number,
+    message: string,
+    type: string,
+    code: string,
+    readonly headers: Record<string, string> = {},
+  ) {
     super(status, message, type, null, code);
   }
 }
@@ -63,7 +68,13 @@ const RETRY = { 'retry-after': '1' };
 
 /** A denial of the access rules, as the gateway answers it (the HTTP API's status, type and code). */
 function refusal(d: Denial): Refused {
-  return new Refused(d.status, d.message, d.status === 429 ? 'rate_limit_error' : 'invalid_request_error', d.code, d.retryAfterSec ? { 'retry-after': String(d.retryAfterSec) } : {});
+  return new Refused(
+    d.status,
+    d.message,
+    d.status === 429 ? 'rate_limit_error' : 'invalid_request_error',
+    d.code,
+    d.retryAfterSec ? { 'retry-after': String(d.retryAfterSec) } : {},
+  );
 }
 
 /**
@@ -92,31 +103,77 @@ function keeper(addresses: EndpointAddresses, subset: ReadonlySet<string> | null
  * Decide; when every eligible instance is busy or down, wait for capacity on the proxy's queue
  * (same bound and timeout), then decide again. Busy to the end: 429; down: 503; none allowed: 503.
  */
-async function decideWithin(rt: PickerRuntime, p: PreparedRoute, keep: (i: InstanceRuntime) => boolean, req: GatewayRequest, signal: AbortSignal): Promise<MainLeg> {
+async function decideWithin(
+  rt: PickerRuntime,
+  p: PreparedRoute,
+  keep: (i: InstanceRuntime) => boolean,
+  req: GatewayRequest,
+  signal: AbortSignal,
+): Promise<MainLeg> {
   const { deps, queue, now } = rt;
   const deadline = req.receivedAt + deps.cfg.routing.busy.queue_timeout_ms;
   for (;;) {
     const m = decideMainLeg(p, deps, keep);
     if (m.d.chosen) return m;
-    if (m.d.reason === 'unknown_target') throw new Refused(400, 'x-kvrouter-target names no eligible instance of this model', 'invalid_request_error', 'unknown_target');
+    if (m.d.reason === 'unknown_target')
+      throw new Refused(
+        400,
+        'x-kvrouter-target names no eligible instance of this model',
+        'invalid_request_error',
+        'unknown_target',
+      );
     if (m.pool.length === 0) {
-      const why = req.subset ? "no instance of this model is in the gateway's candidate subset (envoy.lb.subset_hint)" : 'no instance of this model has an address the gateway can reach (ip:port)';
+      const why = req.subset
+        ? "no instance of this model is in the gateway's candidate subset (envoy.lb.subset_hint)"
+        : 'no instance of this model has an address the gateway can reach (ip:port)';
       throw new Refused(503, why, 'server_error', 'no_eligible_endpoint');
     }
     const turn = await queue.turn(deadline, now, signal);
     if (turn === 'aborted') throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
     if (turn === 'gave_up') {
-      if (m.d.reason === 'all_busy') throw new Refused(429, 'every instance is over its busy threshold; retry later', 'rate_limit_error', 'pool_over_limit', RETRY);
-      throw new Refused(503, 'no healthy instance is available; retry later', 'server_error', 'no_healthy_endpoint', RETRY);
+      if (m.d.reason === 'all_busy')
+        throw new Refused(
+          429,
+          'every instance is over its busy threshold; retry later',
+          'rate_limit_error',
+          'pool_over_limit',
+          RETRY,
+        );
+      throw new Refused(
+        503,
+        'no healthy instance is available; retry later',
+        'server_error',
+        'no_healthy_endpoint',
+        RETRY,
+      );
     }
   }
 }
 
 /** Pick and book for a completion body. Throws Refused / OpenAIError for the gateway to answer. */
-export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresses, req: GatewayRequest, bytes: Buffer, signal: AbortSignal, trace: RequestTrace | null): Promise<Booked> {
+export async function pickForBody(
+  rt: PickerRuntime,
+  addresses: EndpointAddresses,
+  req: GatewayRequest,
+  bytes: Buffer,
+  signal: AbortSignal,
+  trace: RequestTrace | null,
+): Promise<Booked> {
   const kind = completionKindOf(req.path);
-  if (kind === undefined) throw new Refused(404, `no route for ${req.method} ${req.path}: the picker routes POST /v1/chat/completions and /v1/completions`, 'invalid_request_error', 'not_found');
-  if (req.method !== 'POST') throw new Refused(405, `${req.method} is not allowed on ${req.path}; use POST`, 'invalid_request_error', 'method_not_allowed');
+  if (kind === undefined)
+    throw new Refused(
+      404,
+      `no route for ${req.method} ${req.path}: the picker routes POST /v1/chat/completions and /v1/completions`,
+      'invalid_request_error',
+      'not_found',
+    );
+  if (req.method !== 'POST')
+    throw new Refused(
+      405,
+      `${req.method} is not allowed on ${req.path}; use POST`,
+      'invalid_request_error',
+      'method_not_allowed',
+    );
   const { deps, now } = rt;
   const principal = principalOf(rt, req);
   const admitted = await deps.access.admit(principal);
@@ -137,16 +194,34 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
     // Everything that can still refuse the request (the rewrite of an aliased or salted body) runs
     // before the booking: nothing after it throws.
     const body = engineBody(p, raw, bytes);
-    const upstreamHeaders: Record<string, string> = { [DESTINATION]: endpoint, ...explanationHeaders(d, req.requestId, 0) };
+    const upstreamHeaders: Record<string, string> = {
+      [DESTINATION]: endpoint,
+      ...explanationHeaders(d, req.requestId, 0),
+    };
     if (body.length > 0) upstreamHeaders['content-length'] = String(body.length);
     if (instance.dpSize > 1) upstreamHeaders['x-data-parallel-rank'] = String(c.dpRank);
     // The engine continues the picker's trace rather than the client's.
     if (trace) trace.inject(trace.root, upstreamHeaders);
     const bookingId = `epp:${randomUUID()}`;
     // A disaggregated model's decode instance prefills locally here: the gateway sends one request.
-    deps.scheduler.book(d, m.fields.ns, { requestId: bookingId, now: now(), speculativeTtlMs: speculativeTtl(p, m.fields.route) });
+    deps.scheduler.book(d, m.fields.ns, {
+      requestId: bookingId,
+      now: now(),
+      speculativeTtlMs: speculativeTtl(p, m.fields.route),
+    });
     deps.observer?.routed?.(d, 0, now() - req.receivedAt);
-    return { d, bookingId, instance, endpoint, pool: m.pool, ns: m.fields.ns, body, upstreamHeaders, model: p.model.name, admission: admitted };
+    return {
+      d,
+      bookingId,
+      instance,
+      endpoint,
+      pool: m.pool,
+      ns: m.fields.ns,
+      body,
+      upstreamHeaders,
+      model: p.model.name,
+      admission: admitted,
+    };
   } catch (err) {
     admitted.release();
     throw err;
@@ -158,7 +233,11 @@ export async function pickForBody(rt: PickerRuntime, addresses: EndpointAddresse
  * healthy instance the gateway allows, of any model; nothing is booked. The caller is authenticated
  * as for a completion (its limits are not spent: it holds nothing).
  */
-export async function pickByLoad(rt: PickerRuntime, addresses: EndpointAddresses, req: GatewayRequest): Promise<string> {
+export async function pickByLoad(
+  rt: PickerRuntime,
+  addresses: EndpointAddresses,
+  req: GatewayRequest,
+): Promise<string> {
   principalOf(rt, req);
   const all = rt.all.flatMap((m) => m.instances);
   await addresses.refresh(all.map((i) => i.upstream.url));
@@ -171,6 +250,15 @@ export async function pickByLoad(rt: PickerRuntime, addresses: EndpointAddresses
     for (let r = 0; r < i.dpSize; r++) load += rt.deps.scheduler.active.load(i.id, r).activeRequests;
     if (best === null || load < best.load) best = { endpoint: addresses.addressOf(i.upstream.url)!, load };
   }
-  if (best === null) throw new Refused(503, req.subset ? "no healthy instance is in the gateway's candidate subset (envoy.lb.subset_hint)" : 'no healthy instance is available', 'server_error', 'no_eligible_endpoint', RETRY);
+  if (best === null)
+    throw new Refused(
+      503,
+      req.subset
+        ? "no healthy instance is in the gateway's candidate subset (envoy.lb.subset_hint)"
+        : 'no healthy instance is available',
+      'server_error',
+      'no_eligible_endpoint',
+      RETRY,
+    );
   return best.endpoint;
 }

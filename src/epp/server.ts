@@ -83,7 +83,9 @@ class StreamClock {
     const left = Math.max(0, this.endsAt - Date.now());
     const bound: Bound = idle && this.idleMs < left ? 'idle_timeout' : 'stream_timeout';
     let timer: NodeJS.Timeout | undefined;
-    const out = new Promise<Bound>((resolve) => (timer = setTimeout(resolve, bound === 'idle_timeout' ? this.idleMs : left, bound)));
+    const out = new Promise<Bound>(
+      (resolve) => (timer = setTimeout(resolve, bound === 'idle_timeout' ? this.idleMs : left, bound)),
+    );
     try {
       return await Promise.race([p, out]);
     } finally {
@@ -134,7 +136,11 @@ class Picker {
     const addresses = new EndpointAddresses(rt.now);
     // One body of the largest size always fits, whatever the cap says.
     this.bodies = new BodyBudget(() => Math.max(rt.deps.cfg.epp.max_buffered_bytes, rt.deps.cfg.server.max_body_bytes));
-    this.metrics = createEppMetrics(rt.prom, pool, { streams: () => this.open.size, buffered: () => this.bodies.bytes, ready: this.ready });
+    this.metrics = createEppMetrics(rt.prom, pool, {
+      streams: () => this.open.size,
+      buffered: () => this.bodies.bytes,
+      ready: this.ready,
+    });
     this.ctx = {
       rt,
       addresses,
@@ -144,13 +150,18 @@ class Picker {
       mismatch: (picked, served) => {
         if (rt.now() - this.mismatchLoggedAt < 60_000) return;
         this.mismatchLoggedAt = rt.now();
-        rt.log(`kvrouter epp: pool ${pool}: the gateway served a request on ${served}, not on the picked ${picked} (counted in kvrouter_epp_served_mismatch_total; logged at most once a minute)`);
+        rt.log(
+          `kvrouter epp: pool ${pool}: the gateway served a request on ${served}, not on the picked ${picked} (counted in kvrouter_epp_served_mismatch_total; logged at most once a minute)`,
+        );
       },
     };
   }
 
   /** Ready while not draining and some instance of the pool is healthy. */
-  readonly ready = (): boolean => !this.draining && !this.rt.shuttingDown && this.rt.all.some((m) => m.instances.some((i) => i.health.available(this.rt.now())));
+  readonly ready = (): boolean =>
+    !this.draining &&
+    !this.rt.shuttingDown &&
+    this.rt.all.some((m) => m.instances.some((i) => i.health.available(this.rt.now())));
 
   /** One ext_proc stream, from admission to its status. */
   async handleStream(call: Duplex): Promise<void> {
@@ -158,7 +169,10 @@ class Picker {
     if (this.open.size >= limits.max_streams) {
       this.metrics.limited('max_streams');
       // The status a server-streaming handler reports an error with (grpc-js ends the call with it).
-      call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `kvrouter epp: ${this.open.size} ext_proc streams are open, the most epp.max_streams allows; retry later` });
+      call.emit('error', {
+        code: grpc.status.RESOURCE_EXHAUSTED,
+        details: `kvrouter epp: ${this.open.size} ext_proc streams are open, the most epp.max_streams allows; retry later`,
+      });
       return;
     }
     const x = new ExtProcExchange(this.ctx);
@@ -173,7 +187,9 @@ class Picker {
       onCancel();
     });
     // Leaving the loop must not destroy the call: the status still has to go out (end below).
-    const messages = (call.iterator({ destroyOnReturn: false }) as AsyncIterable<ProcessingRequest>)[Symbol.asyncIterator]();
+    const messages = (call.iterator({ destroyOnReturn: false }) as AsyncIterable<ProcessingRequest>)[
+      Symbol.asyncIterator
+    ]();
     try {
       const expired = await exchangeMessages(call, messages, x, clock);
       if (expired !== null && !call.cancelled) this.expire(call, x, expired);
@@ -200,7 +216,8 @@ class Picker {
       // Stop listening; a read still pending (a bound ran out) settles when the call ends.
       void messages.return?.().catch(() => undefined);
       if (!call.cancelled && !call.destroyed && !call.writableEnded) {
-        if (failed) call.destroy(Object.assign(new Error('kvrouter epp: internal error'), { code: grpc.status.INTERNAL }));
+        if (failed)
+          call.destroy(Object.assign(new Error('kvrouter epp: internal error'), { code: grpc.status.INTERNAL }));
         else call.end();
       }
     }
@@ -211,7 +228,10 @@ class Picker {
     const limits = this.rt.deps.cfg.epp;
     this.metrics.limited(expired);
     const ms = expired === 'idle_timeout' ? limits.idle_timeout_ms : limits.stream_timeout_ms;
-    const why = expired === 'idle_timeout' ? `the gateway sent nothing on this stream for ${ms} ms (epp.idle_timeout_ms)` : `the stream was open for ${ms} ms (epp.stream_timeout_ms)`;
+    const why =
+      expired === 'idle_timeout'
+        ? `the gateway sent nothing on this stream for ${ms} ms (epp.idle_timeout_ms)`
+        : `the stream was open for ${ms} ms (epp.stream_timeout_ms)`;
     // A request not yet picked gets its 408; a picked one is released, and the stream ends with
     // OK: the gateway carries on without the picker (its request may still be running). A
     // stream that never said anything ends with DEADLINE_EXCEEDED.
@@ -222,7 +242,12 @@ class Picker {
 }
 
 /** Feed the gateway's messages to the exchange and write its answers; the bound that ran out, if one did. */
-async function exchangeMessages(call: Duplex, messages: AsyncIterator<ProcessingRequest>, x: ExtProcExchange, clock: StreamClock): Promise<Bound | null> {
+async function exchangeMessages(
+  call: Duplex,
+  messages: AsyncIterator<ProcessingRequest>,
+  x: ExtProcExchange,
+  clock: StreamClock,
+): Promise<Bound | null> {
   for (;;) {
     const next = await clock.race(messages.next(), true);
     if (typeof next === 'string') return next;
@@ -237,10 +262,16 @@ async function exchangeMessages(call: Duplex, messages: AsyncIterator<Processing
 /** The ext_proc server (not yet bound) serving the picker's streams. */
 function createExtProcServer(rt: RouterRuntime, picker: Picker): grpc.Server {
   const maxMessage = Math.max(4 << 20, rt.deps.cfg.server.max_body_bytes + (1 << 20));
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': maxMessage, 'grpc.max_send_message_length': maxMessage });
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': maxMessage,
+    'grpc.max_send_message_length': maxMessage,
+  });
   server.addService(loadExtProc()[EXT_PROC_SERVICE] as grpc.ServiceDefinition, {
     // Nothing a stream does may end the process: a bug is logged, not an unhandled rejection.
-    Process: (call: Duplex) => void picker.handleStream(call).catch((err: unknown) => process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`)),
+    Process: (call: Duplex) =>
+      void picker
+        .handleStream(call)
+        .catch((err: unknown) => process.stderr.write(`kvrouter epp: ${(err as Error).stack ?? String(err)}\n`)),
   });
   return server;
 }
@@ -262,7 +293,9 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
   const picker = new Picker(rt, pool);
   const server = createExtProcServer(rt, picker);
 
-  const health = new HealthImplementation(Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING' as ServingStatus])));
+  const health = new HealthImplementation(
+    Object.fromEntries(HEALTH_SERVICES.map((s) => [s, 'NOT_SERVING' as ServingStatus])),
+  );
   health.setStatus('liveness', 'SERVING');
   const healthServer = new grpc.Server();
   health.addToServer(healthServer);
@@ -283,8 +316,13 @@ export async function startEpp(rt: RouterRuntime, opts: EppOptions): Promise<Epp
   const timer = setInterval(publish, 250);
   timer.unref();
   const models = rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ');
-  rt.log(`kvrouter epp: ext_proc on ${opts.host}:${grpcPort}, gRPC health on ${opts.host}:${healthPort}, pool ${pool} (models: ${models})`);
-  if (rt.deps.access.enabled && rt.deps.cfg.epp.keyless === 'refuse') rt.log('kvrouter epp: auth is on: gateway requests without a kvrouter key get 401 (epp.keyless: refuse); set epp.keyless: trusted when the gateway authenticates its clients');
+  rt.log(
+    `kvrouter epp: ext_proc on ${opts.host}:${grpcPort}, gRPC health on ${opts.host}:${healthPort}, pool ${pool} (models: ${models})`,
+  );
+  if (rt.deps.access.enabled && rt.deps.cfg.epp.keyless === 'refuse')
+    rt.log(
+      'kvrouter epp: auth is on: gateway requests without a kvrouter key get 401 (epp.keyless: refuse); set epp.keyless: trusted when the gateway authenticates its clients',
+    );
 
   let closing: Promise<void> | null = null;
   return {

@@ -8,12 +8,22 @@ import * as protoLoader from '@grpc/proto-loader';
  * The .proto files beside this module: src/epp/proto, copied to dist/epp/proto by the build (what
  * the image and the npm package carry); a checkout whose dist/ predates them reads src/'s.
  */
-export const PROTO_DIR = [new URL('./proto/', import.meta.url), new URL('../../src/epp/proto/', import.meta.url)].map((u) => fileURLToPath(u)).find((d) => existsSync(d)) ?? fileURLToPath(new URL('./proto/', import.meta.url));
+export const PROTO_DIR =
+  [new URL('./proto/', import.meta.url), new URL('../../src/epp/proto/', import.meta.url)]
+    .map((u) => fileURLToPath(u))
+    .find((d) => existsSync(d)) ?? fileURLToPath(new URL('./proto/', import.meta.url));
 export const EXT_PROC_PROTO = 'envoy/service/ext_proc/v3/external_processor.proto';
 export const EXT_PROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';
 
 /** Options shared by the server and the tests' client: field names as in Envoy's docs. */
-export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: false, oneofs: true, includeDirs: [PROTO_DIR] };
+export const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: false,
+  oneofs: true,
+  includeDirs: [PROTO_DIR],
+};
 
 export function loadExtProc(): protoLoader.PackageDefinition {
   return protoLoader.loadSync(EXT_PROC_PROTO, LOADER_OPTIONS);
@@ -38,7 +48,8 @@ export interface ProtoStruct {
 /** A Struct of strings and nested string maps (all the picker ever writes). */
 export function toStruct(o: Record<string, string | Record<string, string>>): ProtoStruct {
   const fields: Record<string, ProtoValue> = {};
-  for (const [k, v] of Object.entries(o)) fields[k] = typeof v === 'string' ? { stringValue: v } : { structValue: toStruct(v) };
+  for (const [k, v] of Object.entries(o))
+    fields[k] = typeof v === 'string' ? { stringValue: v } : { structValue: toStruct(v) };
   return { fields };
 }
 
@@ -46,7 +57,8 @@ export function toStruct(o: Record<string, string | Record<string, string>>): Pr
 export function stringsOf(v: ProtoValue | undefined): string[] | null {
   if (!v) return null;
   if (typeof v.stringValue === 'string') return [v.stringValue];
-  if (v.listValue) return (v.listValue.values ?? []).flatMap((x) => (typeof x.stringValue === 'string' ? [x.stringValue] : []));
+  if (v.listValue)
+    return (v.listValue.values ?? []).flatMap((x) => (typeof x.stringValue === 'string' ? [x.stringValue] : []));
   return null;
 }
 
@@ -86,7 +98,13 @@ export interface ProtocolConfiguration {
 }
 
 export interface ProcessingRequest {
-  request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
+  request?:
+    | 'request_headers'
+    | 'response_headers'
+    | 'request_body'
+    | 'response_body'
+    | 'request_trailers'
+    | 'response_trailers';
   request_headers?: HttpHeaders;
   response_headers?: HttpHeaders;
   request_body?: HttpBody;
@@ -150,25 +168,48 @@ export type ProcessingResponse = (
  * to the pick, and ext_proc's append default has varied between Envoy versions.
  */
 export function setHeaders(h: Record<string, string>): HeaderMutation {
-  return { set_headers: Object.entries(h).map(([key, v]) => ({ header: { key, raw_value: Buffer.from(v) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' })) };
+  return {
+    set_headers: Object.entries(h).map(([key, v]) => ({
+      header: { key, raw_value: Buffer.from(v) },
+      append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
+    })),
+  };
 }
 
 /** Envoy proxies cap one streamed chunk at 64 KiB; GIE stays under it with margin (62000). */
 export const BODY_CHUNK_BYTES = 62_000;
 
 /** FULL_DUPLEX_STREAMED: a body sent back as streamed chunks, the last one flagged (an empty body is one empty chunk). */
-export function streamedBody(phase: 'request_body' | 'response_body', body: Buffer, endOfStream: boolean): ProcessingResponse[] {
+export function streamedBody(
+  phase: 'request_body' | 'response_body',
+  body: Buffer,
+  endOfStream: boolean,
+): ProcessingResponse[] {
   const out: ProcessingResponse[] = [];
   let at = 0;
   do {
     const chunk = body.subarray(at, at + BODY_CHUNK_BYTES);
     at += chunk.length;
-    const response: CommonResponse = { body_mutation: { streamed_response: { body: chunk, end_of_stream: endOfStream && at >= body.length } } };
+    const response: CommonResponse = {
+      body_mutation: { streamed_response: { body: chunk, end_of_stream: endOfStream && at >= body.length } },
+    };
     out.push(phase === 'request_body' ? { request_body: { response } } : { response_body: { response } });
   } while (at < body.length);
   return out;
 }
 
-export function immediate(status: number, body: object, headers: Record<string, string>, details: string): ProcessingResponse {
-  return { immediate_response: { status: { code: status }, headers: setHeaders({ 'content-type': 'application/json', ...headers }), body: Buffer.from(JSON.stringify(body)), details } };
+export function immediate(
+  status: number,
+  body: object,
+  headers: Record<string, string>,
+  details: string,
+): ProcessingResponse {
+  return {
+    immediate_response: {
+      status: { code: status },
+      headers: setHeaders({ 'content-type': 'application/json', ...headers }),
+      body: Buffer.from(JSON.stringify(body)),
+      details,
+    },
+  };
 }

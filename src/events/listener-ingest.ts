@@ -140,11 +140,13 @@ export class StreamIngest {
   /** Why the stream may not write this event's rank or adapter, or null (and then it is counted). */
   private beyondLimits(ev: KvEvent): string | null {
     if (!this.ranks.has(ev.dp_rank)) {
-      if (this.ranks.size >= this.limits.maxDpRanks) return `dp_rank ${ev.dp_rank}: this publisher already wrote ${this.ranks.size} ranks (kv_events.max_dp_ranks)`;
+      if (this.ranks.size >= this.limits.maxDpRanks)
+        return `dp_rank ${ev.dp_rank}: this publisher already wrote ${this.ranks.size} ranks (kv_events.max_dp_ranks)`;
       this.ranks.add(ev.dp_rank);
     }
     if (ev.lora_name !== null && !this.adapters.has(ev.lora_name)) {
-      if (this.adapters.size >= this.limits.maxLoraAdapters) return `lora_name ${ev.lora_name.slice(0, 64)}: this publisher already wrote ${this.adapters.size} adapters (kv_events.max_lora_adapters)`;
+      if (this.adapters.size >= this.limits.maxLoraAdapters)
+        return `lora_name ${ev.lora_name.slice(0, 64)}: this publisher already wrote ${this.adapters.size} adapters (kv_events.max_lora_adapters)`;
       this.adapters.add(ev.lora_name);
     }
     return null;

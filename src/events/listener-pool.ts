@@ -22,7 +22,18 @@ export interface ListenerPoolDeps {
 
 // Fields that make a registration a different publisher: re-adding with any of them changed replaces
 // (and purges) the old listener.
-const SAME_PUBLISHER: ReadonlyArray<keyof Registration> = ['endpoint', 'replayEndpoint', 'type', 'model', 'loraName', 'blockSize', 'additionalSalt', 'topic', 'backendId', 'shared'];
+const SAME_PUBLISHER: ReadonlyArray<keyof Registration> = [
+  'endpoint',
+  'replayEndpoint',
+  'type',
+  'model',
+  'loraName',
+  'blockSize',
+  'additionalSalt',
+  'topic',
+  'backendId',
+  'shared',
+];
 
 export class ListenerPool {
   private readonly listeners = new Map<string, ZmqListener>();
@@ -47,7 +58,17 @@ export class ListenerPool {
       this.track(this.stopListener(reg.key, old));
     }
     registerInIndex(this.deps.writer, reg);
-    const l = new ZmqListener(reg, { registry: this.deps.registry, writer: this.deps.writer, metrics: this.metrics, now: this.now, limits: this.deps.ingestLimits ?? DEFAULT_INGEST_LIMITS }, this.opts);
+    const l = new ZmqListener(
+      reg,
+      {
+        registry: this.deps.registry,
+        writer: this.deps.writer,
+        metrics: this.metrics,
+        now: this.now,
+        limits: this.deps.ingestLimits ?? DEFAULT_INGEST_LIMITS,
+      },
+      this.opts,
+    );
     this.listeners.set(reg.key, l);
     l.start();
   }

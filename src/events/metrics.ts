@@ -56,36 +56,78 @@ export function createEventMetrics(reg: PromRegistry | undefined, listenerStatus
   set.add(listenerStatuses);
   const pools = set;
 
-  const applied = getOrCreate(reg, 'kv_events_applied_total', () =>
-    new Counter({ name: 'kv_events_applied_total', help: 'KV events by outcome (gap, purged and decode_error count occurrences)', labelNames: ['status'], registers: [reg] }),
+  const applied = getOrCreate(
+    reg,
+    'kv_events_applied_total',
+    () =>
+      new Counter({
+        name: 'kv_events_applied_total',
+        help: 'KV events by outcome (gap, purged and decode_error count occurrences)',
+        labelNames: ['status'],
+        registers: [reg],
+      }),
   ) as Counter<'status'>;
-  const replays = getOrCreate(reg, 'kv_events_replays_total', () =>
-    new Counter({ name: 'kv_events_replays_total', help: 'Replay requests to publishers by result', labelNames: ['result'], registers: [reg] }),
+  const replays = getOrCreate(
+    reg,
+    'kv_events_replays_total',
+    () =>
+      new Counter({
+        name: 'kv_events_replays_total',
+        help: 'Replay requests to publishers by result',
+        labelNames: ['result'],
+        registers: [reg],
+      }),
   ) as Counter<'result'>;
-  const purges = getOrCreate(reg, 'kv_events_purges_total', () =>
-    new Counter({ name: 'kv_events_purges_total', help: 'Stream purges by reason', labelNames: ['reason'], registers: [reg] }),
+  const purges = getOrCreate(
+    reg,
+    'kv_events_purges_total',
+    () =>
+      new Counter({
+        name: 'kv_events_purges_total',
+        help: 'Stream purges by reason',
+        labelNames: ['reason'],
+        registers: [reg],
+      }),
   ) as Counter<'reason'>;
-  const purgedBlocks = getOrCreate(reg, 'kv_events_purged_blocks_total', () =>
-    new Counter({ name: 'kv_events_purged_blocks_total', help: 'Blocks dropped from the index by purges', registers: [reg] }),
+  const purgedBlocks = getOrCreate(
+    reg,
+    'kv_events_purged_blocks_total',
+    () =>
+      new Counter({
+        name: 'kv_events_purged_blocks_total',
+        help: 'Blocks dropped from the index by purges',
+        registers: [reg],
+      }),
   ) as Counter;
-  const lag = getOrCreate(reg, 'kv_events_lag_seconds', () =>
-    new Histogram({ name: 'kv_events_lag_seconds', help: 'Now minus the batch timestamp at apply time', buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30], registers: [reg] }),
+  const lag = getOrCreate(
+    reg,
+    'kv_events_lag_seconds',
+    () =>
+      new Histogram({
+        name: 'kv_events_lag_seconds',
+        help: 'Now minus the batch timestamp at apply time',
+        buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30],
+        registers: [reg],
+      }),
   ) as Histogram;
-  getOrCreate(reg, 'kv_event_listeners', () =>
-    new Gauge({
-      name: 'kv_event_listeners',
-      help: 'KV event listeners by status',
-      labelNames: ['status'],
-      registers: [reg],
-      collect() {
-        const sum: StatusCounts = { pending: 0, active: 0, paused: 0, failed: 0 };
-        for (const src of pools) {
-          const c = src();
-          for (const s of STATUSES) sum[s] += c[s];
-        }
-        for (const s of STATUSES) this.set({ status: s }, sum[s]);
-      },
-    }),
+  getOrCreate(
+    reg,
+    'kv_event_listeners',
+    () =>
+      new Gauge({
+        name: 'kv_event_listeners',
+        help: 'KV event listeners by status',
+        labelNames: ['status'],
+        registers: [reg],
+        collect() {
+          const sum: StatusCounts = { pending: 0, active: 0, paused: 0, failed: 0 };
+          for (const src of pools) {
+            const c = src();
+            for (const s of STATUSES) sum[s] += c[s];
+          }
+          for (const s of STATUSES) this.set({ status: s }, sum[s]);
+        },
+      }),
   );
 
   return {

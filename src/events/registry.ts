@@ -68,7 +68,11 @@ export class Registry {
       const diff = IDENTITY_FIELDS.filter((f) => existing[f] !== spec[f]);
       if (diff.length === 0) return { kind: 'unchanged', registration: existing };
       const what = diff.map((f) => `${f} ${JSON.stringify(existing[f])} != ${JSON.stringify(spec[f])}`).join(', ');
-      return { kind: 'conflict', reason: `${key} is already registered with a different ${what}`, registration: existing };
+      return {
+        kind: 'conflict',
+        reason: `${key} is already registered with a different ${what}`,
+        registration: existing,
+      };
     }
     const reg: Registration = { ...spec, key, status: 'pending', lastError: null, registeredAt: now };
     this.regs.set(key, reg);
@@ -109,7 +113,8 @@ export class Registry {
   /** Registered DP ranks of an instance in a tenant. */
   ranks(tenant: string, instanceId: string): number[] {
     const out: number[] = [];
-    for (const r of this.regs.values()) if (r.tenant === tenant && r.instanceId === instanceId && !r.shared) out.push(r.dpRank);
+    for (const r of this.regs.values())
+      if (r.tenant === tenant && r.instanceId === instanceId && !r.shared) out.push(r.dpRank);
     return out.sort((a, b) => a - b);
   }
 

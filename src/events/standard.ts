@@ -44,7 +44,8 @@ function optInt(o: Obj, name: string, def: number | null, max: number): number |
 
 const MAX_BLOCKS_PER_EVENT = 1 << 20;
 
-const isFailure = (x: unknown): x is Failure => typeof x === 'object' && x !== null && (x as { ok?: unknown }).ok === false;
+const isFailure = (x: unknown): x is Failure =>
+  typeof x === 'object' && x !== null && (x as { ok?: unknown }).ok === false;
 
 /** seq_hashes (or block_hashes): packed u64s from the fast msgpack decoder, or a list read one by one. */
 function readSeqHashes(o: Obj): U64List | Failure {
@@ -76,7 +77,8 @@ function readTokenIds(o: Obj, maxTokens: number): U32List | null | Failure {
     const list = new Array<number>(rawTokens.length);
     for (let i = 0; i < rawTokens.length; i++) {
       const x: unknown = rawTokens[i];
-      if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0xffffffff) return fail(`token_ids[${i}]`, 'must be a u32');
+      if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0xffffffff)
+        return fail(`token_ids[${i}]`, 'must be a u32');
       list[i] = x;
     }
     return list;
@@ -89,7 +91,14 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
   const type = optStr(o, ['event_type', 'type'], null);
   if (type instanceof Error) return fail(type.message, 'must be a string');
   const t = type?.toLowerCase();
-  const kind = t === 'stored' || t === 'blockstored' ? 'stored' : t === 'removed' || t === 'blockremoved' ? 'removed' : t === 'cleared' || t === 'allblockscleared' ? 'cleared' : null;
+  const kind =
+    t === 'stored' || t === 'blockstored'
+      ? 'stored'
+      : t === 'removed' || t === 'blockremoved'
+        ? 'removed'
+        : t === 'cleared' || t === 'allblockscleared'
+          ? 'cleared'
+          : null;
   if (!kind) return fail('event_type', 'must be one of stored, removed, cleared');
 
   const model = optStr(o, ['model_name', 'model', 'modelname'], defaults.model_name ?? null);
@@ -107,7 +116,8 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
   let backend: string | null | Error = optStr(o, ['backend_id'], defaults.backend_id ?? null);
   if (backend instanceof Error) {
     const v = o.backend_id;
-    backend = typeof v === 'number' && Number.isSafeInteger(v) ? String(v) : typeof v === 'bigint' ? v.toString() : backend;
+    backend =
+      typeof v === 'number' && Number.isSafeInteger(v) ? String(v) : typeof v === 'bigint' ? v.toString() : backend;
     if (backend instanceof Error) return fail('backend_id', 'must be a string');
   }
   if (!backend) return fail('backend_id', 'is required');
@@ -118,7 +128,8 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
   let eventId: bigint | null = null;
   if (o.event_id !== undefined && o.event_id !== null) {
     eventId = toU64(o.event_id);
-    if (eventId === null || (typeof o.event_id === 'number' && o.event_id < 0)) return fail('event_id', 'must be a u64');
+    if (eventId === null || (typeof o.event_id === 'number' && o.event_id < 0))
+      return fail('event_id', 'must be a u64');
   }
   const ts = o.timestamp;
   const timestamp = typeof ts === 'number' && Number.isFinite(ts) ? ts : typeof ts === 'bigint' ? Number(ts) : null;
@@ -129,7 +140,22 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
   const saltV = salt || null;
   const loraV = lora || null;
   if (kind === 'cleared') {
-    return { ok: true, event: { event_type: 'cleared', event_id: eventId, timestamp, model_name: model, block_size: bs, additional_salt: saltV, lora_name: loraV, tenant_id: tenantId, backend_id: backend, medium, dp_rank: dpRank } };
+    return {
+      ok: true,
+      event: {
+        event_type: 'cleared',
+        event_id: eventId,
+        timestamp,
+        model_name: model,
+        block_size: bs,
+        additional_salt: saltV,
+        lora_name: loraV,
+        tenant_id: tenantId,
+        backend_id: backend,
+        medium,
+        dp_rank: dpRank,
+      },
+    };
   }
 
   const seq = readSeqHashes(o);
@@ -139,7 +165,21 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
   if (kind === 'removed') {
     return {
       ok: true,
-      event: { event_type: 'removed', event_id: eventId, timestamp, model_name: model, block_size: bs, additional_salt: saltV, lora_name: loraV, tenant_id: tenantId, backend_id: backend, medium, dp_rank: dpRank, seq_hashes: seq, base_block_idx },
+      event: {
+        event_type: 'removed',
+        event_id: eventId,
+        timestamp,
+        model_name: model,
+        block_size: bs,
+        additional_salt: saltV,
+        lora_name: loraV,
+        tenant_id: tenantId,
+        backend_id: backend,
+        medium,
+        dp_rank: dpRank,
+        seq_hashes: seq,
+        base_block_idx,
+      },
     };
   }
 

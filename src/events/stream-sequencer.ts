@@ -116,7 +116,13 @@ export class StreamSequencer {
   private readonly timers: Record<SequencerTimer, TimerState>;
 
   private gapCount = 0;
-  private readonly replayCounts: Record<ReplayResult, number> = { ok: 0, history_lost: 0, failed: 0, timeout: 0, overflow: 0 };
+  private readonly replayCounts: Record<ReplayResult, number> = {
+    ok: 0,
+    history_lost: 0,
+    failed: 0,
+    timeout: 0,
+    overflow: 0,
+  };
 
   constructor(
     private readonly reg: Pick<Registration, 'endpoint' | 'replayEndpoint'>,
@@ -144,7 +150,8 @@ export class StreamSequencer {
         return this.onDisconnect(input.reason);
       case 'retrying':
         // Shown in /workers: a publisher that never answers is otherwise indistinguishable from a quiet one.
-        if (this.status === 'pending') this.setStatus('pending', `cannot connect to ${this.reg.endpoint}: ${input.reason} (retrying)`);
+        if (this.status === 'pending')
+          this.setStatus('pending', `cannot connect to ${this.reg.endpoint}: ${input.reason} (retrying)`);
         return;
       case 'failed':
         return this.setStatus('failed', input.reason);
@@ -161,7 +168,8 @@ export class StreamSequencer {
         return this.onTimer(input.timer, input.now);
       }
       case 'replayed':
-        if (this.replay !== null && this.replay.id === input.id) this.finishReplay(this.replay.from, this.replay.why, input.outcome, input.now);
+        if (this.replay !== null && this.replay.id === input.id)
+          this.finishReplay(this.replay.from, this.replay.why, input.outcome, input.now);
         return;
       case 'close':
         return this.close(input.purge);
@@ -343,7 +351,12 @@ export class StreamSequencer {
     let batches = res.batches;
     if (why === 'reconnect' || why === 'tail') {
       const first = batches[0];
-      if (first && first.seq === from && this.lastPayload !== null && Buffer.compare(first.payload, this.lastPayload) === 0) {
+      if (
+        first &&
+        first.seq === from &&
+        this.lastPayload !== null &&
+        Buffer.compare(first.payload, this.lastPayload) === 0
+      ) {
         batches = batches.slice(1);
         from += 1n;
       } else {
@@ -360,7 +373,8 @@ export class StreamSequencer {
     const first = batches[0]?.seq;
     // A gap replay must return `from` itself. After a verified re-read (reconnect, tail check) an
     // empty rest means nothing was missed; only a hole after the verified batch is lost history.
-    const lost = why === 'gap' ? first === undefined || first > from : why !== 'bootstrap' && first !== undefined && first > from;
+    const lost =
+      why === 'gap' ? first === undefined || first > from : why !== 'bootstrap' && first !== undefined && first > from;
     if (lost) {
       // The publisher no longer holds `from` (window exceeded) or never sent it: history is lost.
       this.countReplay('history_lost');

@@ -24,7 +24,13 @@ export interface SubTransport {
 export type { SubHandlers };
 
 /** Open a subscriber; throws on an endpoint the chosen client cannot use. */
-export function openSubscriber(client: ZmqClient, endpoint: string, topic: string, opts: SubTransportOptions, h: SubHandlers): SubTransport {
+export function openSubscriber(
+  client: ZmqClient,
+  endpoint: string,
+  topic: string,
+  opts: SubTransportOptions,
+  h: SubHandlers,
+): SubTransport {
   if (client === 'builtin' || (client === 'auto' && zmtpSupports(endpoint))) {
     const sub = new ZmtpSubscriber(endpoint, [topic], h, {
       reconnectMs: opts.reconnectMs,

@@ -6,7 +6,13 @@ import { parseLiveFrames } from './decode/frames.js';
 import { type IngestCounts, type IngestDeps, StreamIngest } from './listener-ingest.js';
 import type { EventMetrics, ReplayResult } from './metrics.js';
 import type { ListenerStatus, PublisherType, Registration, Registry } from './registry.js';
-import { type ReplayOutcome, type SequencerAction, type SequencerOptions, type SequencerTimer, StreamSequencer } from './stream-sequencer.js';
+import {
+  type ReplayOutcome,
+  type SequencerAction,
+  type SequencerOptions,
+  type SequencerTimer,
+  StreamSequencer,
+} from './stream-sequencer.js';
 import { openSubscriber, type SubTransport, type ZmqClient } from './sub-transport.js';
 import { requestReplay } from './zmq-replay.js';
 
@@ -204,7 +210,8 @@ export class ZmqListener {
         const before = this.ingest.problems;
         const r = this.ingest.applyPayload(a.payload, a.replayed);
         // A new problem always comes with its lastProblem.
-        if (this.ingest.problems !== before) this.sequencer.handle({ kind: 'problem', detail: this.ingest.lastProblem!, batchLost: !r.ok });
+        if (this.ingest.problems !== before)
+          this.sequencer.handle({ kind: 'problem', detail: this.ingest.lastProblem!, batchLost: !r.ok });
         return;
       }
       case 'purge':

@@ -31,11 +31,13 @@ export async function requestReplay(req: ReplayRequest): Promise<ReplayOutcome> 
       if (!r.ok) return { ok: false, kind: 'failed', error: r.error };
       if (r.value.end) return { ok: true, batches };
       batches.push({ seq: r.value.seq, payload: r.value.payload });
-      if (batches.length > req.maxBatches) return { ok: false, kind: 'overflow', error: `replay exceeded ${req.maxBatches} batches` };
+      if (batches.length > req.maxBatches)
+        return { ok: false, kind: 'overflow', error: `replay exceeded ${req.maxBatches} batches` };
     }
   } catch (err) {
     const e = err as Error & { code?: string };
-    if (e.code === 'EAGAIN') return { ok: false, kind: 'timeout', error: `replay from ${req.from} timed out after ${req.timeoutMs} ms` };
+    if (e.code === 'EAGAIN')
+      return { ok: false, kind: 'timeout', error: `replay from ${req.from} timed out after ${req.timeoutMs} ms` };
     return { ok: false, kind: 'failed', error: `replay: ${e.message}` };
   } finally {
     req.onSocket?.(null);

@@ -37,7 +37,9 @@ export interface Prediction {
 }
 
 export function predictionOf(d: Decision): Prediction | null {
-  return d.chosen ? { instance: d.chosen.instance, isl: d.isl, blockSize: d.blockSize, indexedBlocks: d.chosen.indexedBlocks } : null;
+  return d.chosen
+    ? { instance: d.chosen.instance, isl: d.isl, blockSize: d.blockSize, indexedBlocks: d.chosen.indexedBlocks }
+    : null;
 }
 
 /** What the router predicts the engine will report as cached: whole blocks, never the last token. */
@@ -121,7 +123,9 @@ export class FeedbackLoop {
   private clear(a: Alarm): void {
     const was = this.sinks.distrusted.delete(a.instance);
     if (was) this.record({ at: this.sinks.now(), instance: a.instance, action: 'trust', message: a.message });
-    this.sinks.log(`kvrouter: hit-prediction alarm cleared: instance ${a.instance}'s predictions agree with the engine again${was ? '; its index entries are credited again' : ''}`);
+    this.sinks.log(
+      `kvrouter: hit-prediction alarm cleared: instance ${a.instance}'s predictions agree with the engine again${was ? '; its index entries are credited again' : ''}`,
+    );
   }
 
   private record(a: FeedbackLoop['actions'][number]): void {

@@ -20,7 +20,8 @@ export class UsageTail {
     this.chunks.push(chunk);
     this.bytes += chunk.length;
     // Drop whole chunks from the front while what remains still covers the tail.
-    while (this.chunks.length > 1 && this.bytes - this.chunks[0].length >= USAGE_TAIL_BYTES) this.bytes -= this.chunks.shift()!.length;
+    while (this.chunks.length > 1 && this.bytes - this.chunks[0].length >= USAGE_TAIL_BYTES)
+      this.bytes -= this.chunks.shift()!.length;
   }
 
   /** The last usage in the response, or null when it carried none (e.g. a stream without include_usage). */

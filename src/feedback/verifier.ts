@@ -77,7 +77,17 @@ export class HitVerifier {
   observe(instance: string, predicted: number, reported: number, tolerance: number, now: number): Observation | null {
     if (Math.max(predicted, reported) <= tolerance) return null;
     let st = this.instances.get(instance);
-    if (!st) this.instances.set(instance, (st = { samples: [], next: 0, inWindow: { agree: 0, over: 0, under: 0 }, alarm: null, totals: { agree: 0, over: 0, under: 0 } }));
+    if (!st)
+      this.instances.set(
+        instance,
+        (st = {
+          samples: [],
+          next: 0,
+          inWindow: { agree: 0, over: 0, under: 0 },
+          alarm: null,
+          totals: { agree: 0, over: 0, under: 0 },
+        }),
+      );
     const verdict = judge(predicted, reported, tolerance);
     st.totals[verdict]++;
     const s = { verdict, predicted, reported };

@@ -23,7 +23,19 @@ export class EngineNode {
     readonly id: string,
     readonly core: EngineCore,
   ) {
-    this.tally = { id, queries: 0, gpuHits: 0, hostHits: 0, promptTokens: 0, generationTokens: 0, preemptions: 0, requests: 0, passes: 0, busyMs: 0, batches: 0 };
+    this.tally = {
+      id,
+      queries: 0,
+      gpuHits: 0,
+      hostHits: 0,
+      promptTokens: 0,
+      generationTokens: 0,
+      preemptions: 0,
+      requests: 0,
+      passes: 0,
+      busyMs: 0,
+      batches: 0,
+    };
   }
 
   /** The previous pass's tokens (delivered at its end), then clears them. */

@@ -70,7 +70,8 @@ export class RouterNode {
       judged: (_i, verdict) => void hc[verdict]++,
     });
     // As indexInstances: every configured instance counts in its model's namespace.
-    for (const m of cfg.models) for (const i of m.instances) this.writer.enroll({ model: m.name, blockSize: m.block_size }, i.id);
+    for (const m of cfg.models)
+      for (const i of m.instances) this.writer.enroll({ model: m.name, blockSize: m.block_size }, i.id);
     if (plan.kvEvents) {
       // The config's registrations, through the registry as ListenerPool.add takes them.
       const registry = new Registry();
@@ -79,7 +80,10 @@ export class RouterNode {
         const r = registry.register(spec, 0);
         if (r.kind === 'conflict') throw new Error(`registration conflict: ${r.reason}`);
         registerInIndex(this.writer, r.registration);
-        byInstance.set(spec.instanceId, new StreamIngest(r.registration, { writer: this.writer, metrics: NOOP_METRICS, now }));
+        byInstance.set(
+          spec.instanceId,
+          new StreamIngest(r.registration, { writer: this.writer, metrics: NOOP_METRICS, now }),
+        );
       }
       for (const e of engineIds) {
         const ingest = byInstance.get(e);
@@ -90,7 +94,10 @@ export class RouterNode {
     this.candidates = engineIds.map((instance) => ({ instance, dpRank: 0 }));
     if (publish) {
       const incarnation = 'sim';
-      this.remote = new RemoteBookings({ active: this.scheduler.active, rates: this.scheduler.rates, indexer: this.indexer }, { router: id, incarnation });
+      this.remote = new RemoteBookings(
+        { active: this.scheduler.active, rates: this.scheduler.rates, indexer: this.indexer },
+        { router: id, incarnation },
+      );
       // ReplicaSync.send: every message takes the next sequence number of this incarnation.
       const send = (body: SyncBody) => {
         this.tally.sync.sent++;
@@ -102,7 +109,15 @@ export class RouterNode {
 
   /** The RouteInput fields of a prompt, built as the proxy path builds them. */
   route(tokens: Uint32Array, sessionKey: string | null): RouteFields & { ttlMs: number } {
-    const src = { model: { name: this.plan.cfg.models[0].name, cfg: { block_size: this.plan.cfg.models[0].block_size } }, adapter: null, tokens, routing: this.plan.routing, cacheSalt: null, sessionKey, text: { kind: 'tokens' as const, symbols: tokens } };
+    const src = {
+      model: { name: this.plan.cfg.models[0].name, cfg: { block_size: this.plan.cfg.models[0].block_size } },
+      adapter: null,
+      tokens,
+      routing: this.plan.routing,
+      cacheSalt: null,
+      sessionKey,
+      text: { kind: 'tokens' as const, symbols: tokens },
+    };
     // (No request text in the simulation: policies that route on text read the token ids, as SMG does over gRPC.)
     const f = routeFields(src, this.plan.cfg, NO_ENGINE_LOADS);
     return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
@@ -124,7 +139,8 @@ export class RouterNode {
 
   /** The response ended with the engine's usage: closed-loop check, then the booking is freed. */
   finished(bookingId: string, d: Decision, usage: EngineUsage | null): void {
-    if (usage !== null && usage.cachedTokens !== null) this.scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
+    if (usage !== null && usage.cachedTokens !== null)
+      this.scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
     this.feedback.reported(d, usage);
     this.scheduler.free(bookingId);
   }
@@ -145,7 +161,8 @@ export class RouterNode {
   /** Final figures: KV-event outcomes, open alarms and index size. */
   close(): RouterTally {
     const applied: Record<string, number> = {};
-    for (const ing of this.ingests) for (const [k, v] of Object.entries(ing.counts.applied)) applied[k] = (applied[k] ?? 0) + v;
+    for (const ing of this.ingests)
+      for (const [k, v] of Object.entries(ing.counts.applied)) applied[k] = (applied[k] ?? 0) + v;
     this.tally.applied = applied;
     this.tally.hitCheck.alarms = this.feedback.verifier.alarms().length;
     this.tally.index = this.indexer.stats();

@@ -53,12 +53,25 @@ export function simulateFleet(input: FleetInput): FleetOutput {
   const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
   const routers: RouterNode[] = [];
   for (let r = 0; r < R; r++) {
-    const publish = sync === null ? null : (bytes: Uint8Array) => q.push(q.now + sync, { kind: 'sync', from: r, bytes });
+    const publish =
+      sync === null ? null : (bytes: Uint8Array) => q.push(q.now + sync, { kind: 'sync', from: r, bytes });
     routers.push(new RouterNode(r, `r${r}`, input.router, input.ids, input.seed + r, now, publish));
   }
   const subscribed = input.router.kvEvents;
   // Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0).
-  const encoders: WireEncoder[] = engines.map(() => vllmEncoder({ blockSize: input.blockSize, modelName: input.model, dpRank: 0, loraIds: new Map(), tenantId: 'default', backendId: '' }, 'map'));
+  const encoders: WireEncoder[] = engines.map(() =>
+    vllmEncoder(
+      {
+        blockSize: input.blockSize,
+        modelName: input.model,
+        dpRank: 0,
+        loraIds: new Map(),
+        tenantId: 'default',
+        backendId: '',
+      },
+      'map',
+    ),
+  );
 
   const records: FleetRecord[] = new Array(n);
   const inflight = new Map<string, InFlight>();
@@ -83,11 +96,24 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     lastEnd = Math.max(lastEnd, rec.sentAt + rec.e2eMs);
     done++;
     input.onDone?.(done);
-    for (const f of followers.get(rec.index) ?? []) q.push(q.now + input.requests[f].after!.thinkMs, { kind: 'send', i: f });
+    for (const f of followers.get(rec.index) ?? [])
+      q.push(q.now + input.requests[f].after!.thinkMs, { kind: 'send', i: f });
   };
   const fail = (f: InFlight, status: number, error: string): void => {
     inflight.delete(reqId(f.i));
-    finish({ index: f.i, router: f.router, sentAt: f.receivedAt, ttftMs: null, e2eMs: q.now - f.receivedAt, status, instance: f.engineId, promptTokens: f.tokens.length, cachedTokens: 0, completionTokens: 0, error });
+    finish({
+      index: f.i,
+      router: f.router,
+      sentAt: f.receivedAt,
+      ttftMs: null,
+      e2eMs: q.now - f.receivedAt,
+      status,
+      instance: f.engineId,
+      promptTokens: f.tokens.length,
+      cachedTokens: 0,
+      completionTokens: 0,
+      error,
+    });
   };
   const reqId = (i: number) => `q${i}`;
 
@@ -147,11 +173,36 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     const r = i % R;
     const tokens = input.prompt(i);
     if (pastDeadline) {
-      finish({ index: i, router: r, sentAt: q.now, ttftMs: null, e2eMs: 0, status: 0, instance: null, promptTokens: tokens.length, cachedTokens: 0, completionTokens: 0, error: RUN_DEADLINE });
+      finish({
+        index: i,
+        router: r,
+        sentAt: q.now,
+        ttftMs: null,
+        e2eMs: 0,
+        status: 0,
+        instance: null,
+        promptTokens: tokens.length,
+        cachedTokens: 0,
+        completionTokens: 0,
+        error: RUN_DEADLINE,
+      });
       return;
     }
     const fields = routers[r].route(tokens, input.requests[i].sessionKey);
-    const f: InFlight = { i, router: r, receivedAt: q.now, tokens, fields, epoch: 0, deadline: q.now + input.router.cfg.routing.busy.queue_timeout_ms, queued: false, decision: null, bookingId: null, engine: -1, engineId: null };
+    const f: InFlight = {
+      i,
+      router: r,
+      receivedAt: q.now,
+      tokens,
+      fields,
+      epoch: 0,
+      deadline: q.now + input.router.cfg.routing.busy.queue_timeout_ms,
+      queued: false,
+      decision: null,
+      bookingId: null,
+      engine: -1,
+      engineId: null,
+    };
     inflight.set(reqId(i), f);
     route(f);
   };
@@ -170,14 +221,29 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     inflight.delete(t.requestId);
     router.finished(f.bookingId!, f.decision!, { promptTokens: f.tokens.length, cachedTokens: t.cachedTokens });
     notify(f.router, 1);
-    finish({ index: f.i, router: f.router, sentAt: f.receivedAt, ttftMs: ttfts[f.i], e2eMs: q.now - f.receivedAt, status: 200, instance: f.engineId, promptTokens: f.tokens.length, cachedTokens: t.cachedTokens, completionTokens: t.index + 1, error: null });
+    finish({
+      index: f.i,
+      router: f.router,
+      sentAt: f.receivedAt,
+      ttftMs: ttfts[f.i],
+      e2eMs: q.now - f.receivedAt,
+      status: 200,
+      instance: f.engineId,
+      promptTokens: f.tokens.length,
+      cachedTokens: t.cachedTokens,
+      completionTokens: t.index + 1,
+      error: null,
+    });
   };
 
   const publish = (k: number, evs: readonly CoreKvEvent[]): void => {
     if (!subscribed || evs.length === 0) return;
     const values = encoders[k].render(evs, q.now);
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
-    const ev: SimEvent = input.eventWire === 'bytes' ? { kind: 'kv', engine: k, payload: encodeBatch(q.now / 1000, values, 0), value: null } : { kind: 'kv', engine: k, payload: null, value: [q.now / 1000, values, 0] };
+    const ev: SimEvent =
+      input.eventWire === 'bytes'
+        ? { kind: 'kv', engine: k, payload: encodeBatch(q.now / 1000, values, 0), value: null }
+        : { kind: 'kv', engine: k, payload: null, value: [q.now / 1000, values, 0] };
     q.push(q.now + input.kvEventDelayMs, ev);
   };
 
@@ -204,7 +270,10 @@ export function simulateFleet(input: FleetInput): FleetOutput {
   };
 
   // Open-loop sends in time order (stable for equal times), then the run deadline.
-  const open = input.requests.map((r, i) => ({ i, at: r.atMs })).filter((x) => input.requests[x.i].after === null).sort((a, b) => a.at - b.at || a.i - b.i);
+  const open = input.requests
+    .map((r, i) => ({ i, at: r.atMs }))
+    .filter((x) => input.requests[x.i].after === null)
+    .sort((a, b) => a.at - b.at || a.i - b.i);
   for (const o of open) q.push(o.at, { kind: 'send', i: o.i });
   const lastOpen = open.length ? open[open.length - 1].at : 0;
   q.push(lastOpen + input.drainTimeoutMs, { kind: 'deadline' });
@@ -268,6 +337,10 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     routers: routers.map((r) => r.close()),
     spanMs: n ? lastEnd - first : 0,
     events,
-    wallDecisions: { us: wallUs.subarray(0, timed), isl: wallIsl.subarray(0, timed), candidates: wallCand.subarray(0, timed) },
+    wallDecisions: {
+      us: wallUs.subarray(0, timed),
+      isl: wallIsl.subarray(0, timed),
+      candidates: wallCand.subarray(0, timed),
+    },
   };
 }

@@ -117,7 +117,12 @@ export function seqHashes(
  * seqHashes() whose result may be a view into hashing scratch memory, valid only until the next
  * hashing call: for callers that consume it at once (the event applier stores it into the index).
  */
-export function seqHashesTransient(tokens: ArrayLike<number>, blockSize: number, space: HashSpace, parent: bigint | null = null): BigUint64Array {
+export function seqHashesTransient(
+  tokens: ArrayLike<number>,
+  blockSize: number,
+  space: HashSpace,
+  parent: bigint | null = null,
+): BigUint64Array {
   if (!wasm) return seqHashes(tokens, blockSize, space, parent);
   checkBlockSize(blockSize);
   return wasm.blocks(tokens, blockSize, space.localSeed, space.chainSeed, parent, true);

@@ -17,7 +17,16 @@ interface Exports {
   memory: WasmMemory;
   BASE: { value: number };
   xxh3(p: number, len: number, seed: bigint): bigint;
-  seqHashes(tokens: number, blocks: number, blockSize: number, localSeed: bigint, chainSeed: bigint, hasParent: number, parent: bigint, out: number): void;
+  seqHashes(
+    tokens: number,
+    blocks: number,
+    blockSize: number,
+    localSeed: bigint,
+    chainSeed: bigint,
+    hasParent: number,
+    parent: bigint,
+    out: number,
+  ): void;
   localHashes(tokens: number, blocks: number, blockSize: number, localSeed: bigint, out: number): void;
 }
 
@@ -28,7 +37,14 @@ export interface WasmXxh3 {
    * (u32 each: anything else throws a RangeError). `transient`: the result is a view into WASM
    * memory, valid only until the next call (spares an allocation on the event path).
    */
-  blocks(tokens: ArrayLike<number>, blockSize: number, localSeed: bigint, chainSeed: bigint | null, parent: bigint | null, transient?: boolean): BigUint64Array;
+  blocks(
+    tokens: ArrayLike<number>,
+    blockSize: number,
+    localSeed: bigint,
+    chainSeed: bigint | null,
+    parent: bigint | null,
+    transient?: boolean,
+  ): BigUint64Array;
 }
 
 export function loadWasmXxh3(): WasmXxh3 | null {
@@ -72,7 +88,8 @@ export function loadWasmXxh3(): WasmXxh3 | null {
         const m = mem32;
         for (let i = 0; i < count; i++) {
           const t = tokens[i];
-          if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) throw new RangeError(`token id at ${i} is not a u32: ${String(t)}`);
+          if (!Number.isInteger(t) || t < 0 || t > 0xffffffff)
+            throw new RangeError(`token id at ${i} is not a u32: ${String(t)}`);
           m[at + i] = t;
         }
       }

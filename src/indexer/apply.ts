@@ -21,7 +21,16 @@ export interface ApplyOutcome {
 }
 
 export function streamKey(s: StreamIdentity): string {
-  return [s.model_name, s.block_size, s.additional_salt ?? '', s.lora_name ?? '', s.tenant_id, s.backend_id, canonicalMedium(s.medium) ?? s.medium, s.dp_rank].join('\u0000');
+  return [
+    s.model_name,
+    s.block_size,
+    s.additional_salt ?? '',
+    s.lora_name ?? '',
+    s.tenant_id,
+    s.backend_id,
+    canonicalMedium(s.medium) ?? s.medium,
+    s.dp_rank,
+  ].join('\u0000');
 }
 
 /** The index takes packed hashes; the fast decoder already delivers them so (no copy). */
@@ -31,7 +40,15 @@ function u64Array(h: U64List): BigUint64Array {
 
 export class EventApplier {
   private readonly lastIds = new Map<string, bigint>();
-  readonly counts: Record<ApplyStatus, number> = { ok: 0, gap: 0, replayed: 0, orphan: 0, decode_error: 0, purged: 0, rejected: 0 };
+  readonly counts: Record<ApplyStatus, number> = {
+    ok: 0,
+    gap: 0,
+    replayed: 0,
+    orphan: 0,
+    decode_error: 0,
+    purged: 0,
+    rejected: 0,
+  };
   private readonly onGap: 'purge' | 'keep';
 
   constructor(
@@ -57,13 +74,19 @@ export class EventApplier {
   resetStreams(backend: string, dpRank?: number, tenant?: string): void {
     for (const k of [...this.lastIds.keys()]) {
       const parts = k.split('\u0000');
-      if (parts[5] === backend && (dpRank === undefined || parts[7] === String(dpRank)) && (tenant === undefined || parts[4] === tenant)) this.lastIds.delete(k);
+      if (
+        parts[5] === backend &&
+        (dpRank === undefined || parts[7] === String(dpRank)) &&
+        (tenant === undefined || parts[4] === tenant)
+      )
+        this.lastIds.delete(k);
     }
   }
 
   // The stream of the previous event: consecutive events of one publisher share it, and resolving
   // namespace and holder (string keys, map lookups) is most of the per-event cost.
-  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number; key: string | null } | null = null;
+  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number; key: string | null } | null =
+    null;
 
   private sameStream(a: KvEvent, b: KvEvent): boolean {
     return (
@@ -131,7 +154,10 @@ export class EventApplier {
       case 'cleared': {
         // vLLM's AllBlocksCleared covers every namespace (LoRA, salt) of the engine, not only those
         // the decoder fanned the event out to.
-        const n = ev.medium === null ? this.indexer.clearBackend(ev.backend_id, ev.dp_rank, ev.tenant_id) : ns.index.clearHolder(holder);
+        const n =
+          ev.medium === null
+            ? this.indexer.clearBackend(ev.backend_id, ev.dp_rank, ev.tenant_id)
+            : ns.index.clearHolder(holder);
         return { status, blocks: n + purged };
       }
       case 'removed': {
@@ -143,10 +169,18 @@ export class EventApplier {
     }
   }
 
-  private parentElsewhere(ev: StoredEvent): { index: BlockIndex; space: HashSpace; id: NamespaceId; parent: bigint } | null {
+  private parentElsewhere(
+    ev: StoredEvent,
+  ): { index: BlockIndex; space: HashSpace; id: NamespaceId; parent: bigint } | null {
     for (const ns of this.indexer.namespaces()) {
       const id = ns.id;
-      if (id.model !== ev.model_name || id.blockSize !== ev.block_size || id.tenant !== ev.tenant_id || id.loraName !== (ev.lora_name || null)) continue;
+      if (
+        id.model !== ev.model_name ||
+        id.blockSize !== ev.block_size ||
+        id.tenant !== ev.tenant_id ||
+        id.loraName !== (ev.lora_name || null)
+      )
+        continue;
       if (id.salt === (ev.additional_salt || null)) continue;
       const parent = ns.index.resolveBackend(ev.backend_id, ev.dp_rank, ev.parent_hash!);
       if (parent !== null) return { index: ns.index, space: ns.space, id, parent };
@@ -154,7 +188,14 @@ export class EventApplier {
     return null;
   }
 
-  private store(ev: StoredEvent, index: BlockIndex, space: HashSpace, holder: number, status: ApplyStatus, knownParent: bigint | null = null): ApplyOutcome {
+  private store(
+    ev: StoredEvent,
+    index: BlockIndex,
+    space: HashSpace,
+    holder: number,
+    status: ApplyStatus,
+    knownParent: bigint | null = null,
+  ): ApplyOutcome {
     const n = ev.seq_hashes.length;
     if (n === 0) return { status, blocks: 0 };
     const published = u64Array(ev.seq_hashes);
@@ -164,7 +205,11 @@ export class EventApplier {
     }
     const bs = ev.block_size;
     if (ev.token_ids.length < n * bs) {
-      return { status: 'rejected', blocks: 0, reason: `token_ids holds ${ev.token_ids.length} tokens, ${n} blocks of ${bs} need ${n * bs}` };
+      return {
+        status: 'rejected',
+        blocks: 0,
+        reason: `token_ids holds ${ev.token_ids.length} tokens, ${n} blocks of ${bs} need ${n * bs}`,
+      };
     }
     let parent: bigint | null = knownParent;
     if (ev.parent_hash !== null && parent === null) {
@@ -173,7 +218,15 @@ export class EventApplier {
         // The chain may have started in another namespace of this backend: vLLM names a request's
         // cache_salt on block 0 only, so later blocks follow their parent into its namespace.
         const moved = this.parentElsewhere(ev);
-        if (moved) return this.store({ ...ev, additional_salt: moved.id.salt, parent_hash: ev.parent_hash }, moved.index, moved.space, moved.index.holder(ev.backend_id, ev.dp_rank, canonicalMedium(ev.medium)!), status, moved.parent);
+        if (moved)
+          return this.store(
+            { ...ev, additional_salt: moved.id.salt, parent_hash: ev.parent_hash },
+            moved.index,
+            moved.space,
+            moved.index.holder(ev.backend_id, ev.dp_rank, canonicalMedium(ev.medium)!),
+            status,
+            moved.parent,
+          );
         return { status: 'orphan', blocks: 0, reason: 'parent block not found' };
       }
     } else if (ev.base_block_idx !== null && ev.base_block_idx > 0) {

@@ -150,7 +150,8 @@ interface Candidate {
 }
 
 /** A speculative holder's key: one per (instance, dp rank, TTL class). */
-const specKey = (instance: string, dpRank: number, ttlMs: number): string => `s\u0000${instance}\u0000${dpRank}\u0000${ttlMs}`;
+const specKey = (instance: string, dpRank: number, ttlMs: number): string =>
+  `s\u0000${instance}\u0000${dpRank}\u0000${ttlMs}`;
 const hashView = (a: BigUint64Array): Int32Array => new Int32Array(a.buffer, a.byteOffset, a.length * 2);
 const splitScratch = new BigUint64Array(1);
 const keyOut = new Int32Array(2);
@@ -269,7 +270,8 @@ export class BlockIndex {
     this.backendOwner.set(backend, instance);
     for (const i of this.liveHolders) {
       const h = this.holders[i];
-      if (!h.speculative && h.backend === backend) this.hCand[i] = instance === null ? NONE : this.candidate(instance, h.dpRank);
+      if (!h.speculative && h.backend === backend)
+        this.hCand[i] = instance === null ? NONE : this.candidate(instance, h.dpRank);
     }
   }
 
@@ -289,13 +291,46 @@ export class BlockIndex {
     const found = this.holderKeys.get(key);
     if (found !== undefined) return found;
     const g = this.group(`s\u0000${instance}\u0000${dpRank}`);
-    return this.addHolder(key, `speculative:${instance}`, dpRank, 'GPU', this.candidate(instance, dpRank), g, true, ttlMs);
+    return this.addHolder(
+      key,
+      `speculative:${instance}`,
+      dpRank,
+      'GPU',
+      this.candidate(instance, dpRank),
+      g,
+      true,
+      ttlMs,
+    );
   }
 
-  private addHolder(key: string, backend: string, dpRank: number, medium: Medium, cand: number, group: number, speculative: boolean, ttlMs: number): number {
+  private addHolder(
+    key: string,
+    backend: string,
+    dpRank: number,
+    medium: Medium,
+    cand: number,
+    group: number,
+    speculative: boolean,
+    ttlMs: number,
+  ): number {
     const reused = this.freeHolderIds.pop();
     const id = reused ?? this.holders.length;
-    this.holders[id] = { key, backend, dpRank, medium, group, speculative, ttlMs, head: NONE, tail: NONE, count: 0, alive: true, clock: 0, peak: 0, evicted: 0 };
+    this.holders[id] = {
+      key,
+      backend,
+      dpRank,
+      medium,
+      group,
+      speculative,
+      ttlMs,
+      head: NONE,
+      tail: NONE,
+      count: 0,
+      alive: true,
+      clock: 0,
+      peak: 0,
+      evicted: 0,
+    };
     this.holderKeys.set(key, id);
     this.liveHolders.add(id);
     if (id >= this.hCand.length) {
@@ -390,7 +425,13 @@ export class BlockIndex {
    * the router hash of the block before seq[0], when known; the blocks then continue the holder's
    * run through it. Returns the number of newly added (block, holder) pairs.
    */
-  store(holder: number, seq: BigUint64Array, engine: BigUint64Array | null = null, expiresAt = 0, parent: bigint | null = null): number {
+  store(
+    holder: number,
+    seq: BigUint64Array,
+    engine: BigUint64Array | null = null,
+    expiresAt = 0,
+    parent: bigint | null = null,
+  ): number {
     const h = this.holders[holder];
     if (!h || !h.alive) throw new RangeError(`unknown holder ${holder}`);
     if (engine && engine.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
@@ -470,7 +511,13 @@ export class BlockIndex {
    * event-confirmed records are never touched. At or past its own expiry the insert has lapsed and
    * withdraws nothing: a record alive now is a later insert's (renewed, or made anew).
    */
-  withdrawSpeculative(instance: string, dpRank: number, seq: BigUint64Array, ins: SpeculativeInsert, now: number): number {
+  withdrawSpeculative(
+    instance: string,
+    dpRank: number,
+    seq: BigUint64Array,
+    ins: SpeculativeInsert,
+    now: number,
+  ): number {
     if (now >= ins.expiresAt) return 0;
     const holder = this.holderKeys.get(specKey(instance, dpRank, ins.ttlMs));
     if (holder === undefined) return 0;
@@ -493,7 +540,8 @@ export class BlockIndex {
       splitScratch[0] = parent;
       const slot = this.table.find(splitView[0], splitView[1]);
       const p = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], holder);
-      if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1) return this.rec[p * R + R_RUN];
+      if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1)
+        return this.rec[p * R + R_RUN];
     }
     let id = this.runFree.pop();
     if (id === undefined) {
@@ -619,7 +667,14 @@ export class BlockIndex {
    * survivingPrefix for GPU holder `id`; `first` is its record of block 0 when known (NONE: look it
    * up), and the holder holds none of the blocks from `end` on.
    */
-  private surviving(id: number, sv: Int32Array, depth: number, allocations: number, first: number, end: number): number {
+  private surviving(
+    id: number,
+    sv: Int32Array,
+    depth: number,
+    allocations: number,
+    first: number,
+    end: number,
+  ): number {
     const h = id === NONE ? null : this.holders[id];
     if (!h || h.evicted === 0 || depth <= 0) return depth;
     const need = allocations - (h.peak - h.count);
@@ -644,7 +699,6 @@ export class BlockIndex {
     }
     return depth;
   }
-
 
   /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
   resolve(holder: number, engineHash: bigint): bigint | null {
@@ -731,7 +785,9 @@ export class BlockIndex {
 
   /** Purge one backend's blocks (all ranks and media, or one dp rank). */
   removeBackend(backend: string, dpRank?: number): number {
-    return this.purgeHolders((h) => !h.speculative && h.backend === backend && (dpRank === undefined || h.dpRank === dpRank));
+    return this.purgeHolders(
+      (h) => !h.speculative && h.backend === backend && (dpRank === undefined || h.dpRank === dpRank),
+    );
   }
 
   /** Purge everything readable through an instance (its own backends and its speculative entries). */
@@ -777,7 +833,12 @@ export class BlockIndex {
    * `allocations` (blocks the prefill queued on each candidate will allocate; 0 for none),
    * `surviving` is survivingPrefix() of each device prefix, starting from the records the walk read.
    */
-  overlapsFor(seq: BigUint64Array, now: number, candidates: ReadonlyArray<{ instance: string; dpRank: number }>, allocations?: ArrayLike<number>): CandidateOverlaps {
+  overlapsFor(
+    seq: BigUint64Array,
+    now: number,
+    candidates: ReadonlyArray<{ instance: string; dpRank: number }>,
+    allocations?: ArrayLike<number>,
+  ): CandidateOverlaps {
     const qid = this.nextQueryId();
     const k = candidates.length;
     const ids = this.candidateIds(candidates);
@@ -803,7 +864,14 @@ export class BlockIndex {
         if (device[j] === 0 || !(allocations[j] > 0)) continue;
         const h = this.gpuHolderOf(ids[j]);
         if (h === NONE) continue;
-        surviving[j] = this.surviving(h, sv, device[j], allocations[j], this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE, this.heldUntil(h, qid, seq.length));
+        surviving[j] = this.surviving(
+          h,
+          sv,
+          device[j],
+          allocations[j],
+          this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE,
+          this.heldUntil(h, qid, seq.length),
+        );
       }
     }
     return { device, host, disk, surviving, shared };
@@ -821,7 +889,8 @@ export class BlockIndex {
     const k = candidates.length;
     const last = this.lastList;
     let same = k === last.length && this.lastListCands === this.cands.length;
-    for (let j = 0; same && j < k; j++) same = candidates[j].instance === last[j].instance && candidates[j].dpRank === last[j].dpRank;
+    for (let j = 0; same && j < k; j++)
+      same = candidates[j].instance === last[j].instance && candidates[j].dpRank === last[j].dpRank;
     if (same) return this.lastIds;
     const ids = new Int32Array(k);
     for (let j = 0; j < k; j++) ids[j] = this.candIds.get(candidates[j].instance, candidates[j].dpRank) ?? NONE;
@@ -856,7 +925,13 @@ export class BlockIndex {
    * If it does not (a chain stored in pieces, a branch, a newcomer), the block's records are read
    * and predict afresh. Per candidate, counts of live holders per level say when a level ends.
    */
-  private walk(seq: BigUint64Array, now: number, qid: number, limit: ReadonlySet<string> | undefined, stamped: boolean): number {
+  private walk(
+    seq: BigUint64Array,
+    now: number,
+    qid: number,
+    limit: ReadonlySet<string> | undefined,
+    stamped: boolean,
+  ): number {
     const sv = hashView(seq);
     const n = seq.length;
     this.qTrackedN = 0;
@@ -957,7 +1032,15 @@ export class BlockIndex {
    * its run, what it means for the answer); counts restart from these holders. At block 0 this is
    * where candidates start being tracked (those `limit` or the stamps admit).
    */
-  private seedBlock(slot: number, i: number, n: number, now: number, qid: number, limit: ReadonlySet<string> | undefined, stamped: boolean): void {
+  private seedBlock(
+    slot: number,
+    i: number,
+    n: number,
+    now: number,
+    qid: number,
+    limit: ReadonlySet<string> | undefined,
+    stamped: boolean,
+  ): void {
     const { rec, qDevN, qHostN, qAllN, qAlive } = this;
     for (let k = 0; k < this.qAliveN; k++) {
       const c = qAlive[k];
@@ -987,7 +1070,12 @@ export class BlockIndex {
         who = SHARED;
         shared++;
       } else if (!spec || exp > now) {
-        if (qStamp[c] !== qid && i === 0 && (stamped ? this.qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) this.track(c, qid);
+        if (
+          qStamp[c] !== qid &&
+          i === 0 &&
+          (stamped ? this.qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))
+        )
+          this.track(c, qid);
         if (qStamp[c] === qid && qDisk[c] === EXT) {
           who = c;
           const b = hBit[h];
@@ -1062,7 +1150,13 @@ export class BlockIndex {
     for (let k = 0; k < this.qTrackedN; k++) {
       const c = this.qTracked[k];
       const cand = this.cands[c];
-      out.push({ instance: cand.instance, dpRank: cand.dpRank, device: this.qDev[c], host: this.qHost[c], disk: this.qDisk[c] });
+      out.push({
+        instance: cand.instance,
+        dpRank: cand.dpRank,
+        device: this.qDev[c],
+        host: this.qHost[c],
+        disk: this.qDisk[c],
+      });
     }
     return out;
   }
@@ -1114,7 +1208,8 @@ export class BlockIndex {
 
   private groupHolds(head: number, group: number): boolean {
     const rec = this.rec;
-    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E]) if (this.hGroup[rec[r * R + R_HOLDER]] === group) return true;
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E])
+      if (this.hGroup[rec[r * R + R_HOLDER]] === group) return true;
     return false;
   }
 
@@ -1128,7 +1223,17 @@ export class BlockIndex {
     }
   }
 
-  private newRecord(slot: number, lo: number, hi: number, holder: number, elo: number, ehi: number, expiresAt: number, run: number, pos: number): number {
+  private newRecord(
+    slot: number,
+    lo: number,
+    hi: number,
+    holder: number,
+    elo: number,
+    ehi: number,
+    expiresAt: number,
+    run: number,
+    pos: number,
+  ): number {
     let r = this.recFree;
     if (r !== NONE) this.recFree = this.rec[r * R + R_NEXT_E];
     else {

@@ -21,8 +21,18 @@ export function registerIndexMetrics(registry: Registry, indexer: TieredIndexer)
   stat('kvrouter_index_block_holders', 'Indexed (block, holder) pairs', (s) => s.records);
   stat('kvrouter_index_bytes', 'Bytes held by the index arrays', (s) => s.bytes);
   stat('kvrouter_index_namespaces', 'Namespaces (model, block size, LoRA, salt, tenant)', (s) => s.namespaces);
-  const queries = new Counter({ name: 'kvrouter_index_queries_total', help: 'Index queries by route', labelNames: ['route'], registers: [registry] });
-  const matched = new Counter({ name: 'kvrouter_index_query_matched_blocks_total', help: 'Longest matched blocks summed over queries', labelNames: ['route'], registers: [registry] });
+  const queries = new Counter({
+    name: 'kvrouter_index_queries_total',
+    help: 'Index queries by route',
+    labelNames: ['route'],
+    registers: [registry],
+  });
+  const matched = new Counter({
+    name: 'kvrouter_index_query_matched_blocks_total',
+    help: 'Longest matched blocks summed over queries',
+    labelNames: ['route'],
+    registers: [registry],
+  });
   return {
     observeQuery(route, result) {
       queries.inc({ route });

@@ -15,7 +15,13 @@ export interface NamespaceId {
 export const DEFAULT_TENANT = 'default';
 
 /** The map key of a namespace; normalizes as `normalizeNamespace` does, without building its object (hot path). */
-export function namespaceKey(id: { model: string; blockSize: number; loraName?: string | null; salt?: string | null; tenant?: string | null }): string {
+export function namespaceKey(id: {
+  model: string;
+  blockSize: number;
+  loraName?: string | null;
+  salt?: string | null;
+  tenant?: string | null;
+}): string {
   return `${id.model}\u0000${id.blockSize}\u0000${id.loraName || ''}\u0000${id.salt || ''}\u0000${id.tenant || DEFAULT_TENANT}`;
 }
 

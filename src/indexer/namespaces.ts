@@ -62,7 +62,11 @@ export class TieredIndexer {
     const found = this.find(id);
     if (found) return found.space;
     const nid = normalizeNamespace(id);
-    return hashSpace({ seed: this.modelSeeds.get(nid.model) ?? this.defaultSeed, loraName: nid.loraName, salt: nid.salt });
+    return hashSpace({
+      seed: this.modelSeeds.get(nid.model) ?? this.defaultSeed,
+      loraName: nid.loraName,
+      salt: nid.salt,
+    });
   }
 
   /** Existing namespace or undefined (queries never create namespaces). */

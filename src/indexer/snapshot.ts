@@ -85,7 +85,13 @@ function hash(v: unknown): bigint {
 export function restoreIndex(indexer: TieredIndexer, snap: IndexSnapshot, now: number): number {
   let added = 0;
   for (const s of snap.namespaces) {
-    const ns = indexer.namespace({ model: s.model, blockSize: s.block_size, loraName: s.lora_name, salt: s.salt, tenant: s.tenant_id });
+    const ns = indexer.namespace({
+      model: s.model,
+      blockSize: s.block_size,
+      loraName: s.lora_name,
+      salt: s.salt,
+      tenant: s.tenant_id,
+    });
     for (const i of s.instances) ns.instances.add(i);
     for (const h of s.holders) {
       const medium = canonicalMedium(h.medium);

@@ -67,14 +67,20 @@ export class KvIndexWriter implements IndexWriter {
   }
 
   purge(scope: PurgeScope): number {
-    const n = this.indexer.removeBackend(scope.backend, { ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}), ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}) });
+    const n = this.indexer.removeBackend(scope.backend, {
+      ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}),
+      ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}),
+    });
     this.applier.resetStreams(scope.backend, scope.dpRank, scope.tenant);
     this.indexer.dropEmptyNamespaces();
     return n;
   }
 
   purgeInstance(scope: InstanceScope): number {
-    const n = this.indexer.removeInstance(scope.instance, { ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}), ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}) });
+    const n = this.indexer.removeInstance(scope.instance, {
+      ...(scope.dpRank !== undefined ? { dpRank: scope.dpRank } : {}),
+      ...(scope.tenant !== undefined ? { tenant: scope.tenant } : {}),
+    });
     this.indexer.dropEmptyNamespaces();
     return n;
   }
@@ -122,7 +128,16 @@ export function registerInIndex(w: IndexWriter, reg: IndexedRegistration): void 
   if (reg.shared) w.bind(reg.backendId, null);
   else {
     if (reg.backendId !== reg.instanceId) w.bind(reg.backendId, reg.instanceId);
-    w.enroll({ model: reg.model, blockSize: reg.blockSize, loraName: reg.loraName, salt: reg.additionalSalt, tenant: reg.tenant }, reg.instanceId);
+    w.enroll(
+      {
+        model: reg.model,
+        blockSize: reg.blockSize,
+        loraName: reg.loraName,
+        salt: reg.additionalSalt,
+        tenant: reg.tenant,
+      },
+      reg.instanceId,
+    );
   }
 }
 

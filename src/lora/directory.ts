@@ -56,13 +56,19 @@ export class AdapterDirectory {
 
   /** Adapters an instance serves. */
   adaptersOf(instance: string): string[] {
-    return [...new Set([...(this.configured.get(instance)?.adapters ?? []), ...(this.discovered.get(instance)?.adapters ?? [])])].sort();
+    return [
+      ...new Set([
+        ...(this.configured.get(instance)?.adapters ?? []),
+        ...(this.discovered.get(instance)?.adapters ?? []),
+      ]),
+    ].sort();
   }
 
   private set(map: Map<string, Entry>, instance: string, model: string, adapters: Iterable<string>): void {
     const set = new Set(adapters);
     const old = map.get(instance);
-    if (old && old.model === model && old.adapters.size === set.size && [...set].every((a) => old.adapters.has(a))) return;
+    if (old && old.model === model && old.adapters.size === set.size && [...set].every((a) => old.adapters.has(a)))
+      return;
     if (set.size === 0) map.delete(instance);
     else map.set(instance, { model, adapters: set });
     this.index = null;

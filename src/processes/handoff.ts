@@ -19,8 +19,10 @@ interface ClusterMessage {
   ack?: number;
 }
 
-const isClusterMessage = (m: unknown): m is ClusterMessage => typeof m === 'object' && m !== null && (m as { cmd?: unknown }).cmd === 'NODE_CLUSTER';
-const isClosable = (h: unknown): h is Closable => typeof h === 'object' && h !== null && typeof (h as Closable).close === 'function';
+const isClusterMessage = (m: unknown): m is ClusterMessage =>
+  typeof m === 'object' && m !== null && (m as { cmd?: unknown }).cmd === 'NODE_CLUSTER';
+const isClosable = (h: unknown): h is Closable =>
+  typeof h === 'object' && h !== null && typeof (h as Closable).close === 'function';
 
 export interface Handoffs {
   /** Close the connections handed to the process and not acknowledged (call when it has died): how many. */
@@ -38,7 +40,8 @@ export function trackHandoffs(child: ChildProcess): Handoffs {
   // node:cluster hands a connection with `proc.send({ cmd: 'NODE_CLUSTER', act: 'newconn', seq, key }, handle)`.
   child.send = function (this: ChildProcess, ...args: unknown[]): boolean {
     const [message, handle] = args;
-    if (isClusterMessage(message) && message.act === 'newconn' && typeof message.seq === 'number' && isClosable(handle)) inFlight.set(message.seq, handle);
+    if (isClusterMessage(message) && message.act === 'newconn' && typeof message.seq === 'number' && isClosable(handle))
+      inFlight.set(message.seq, handle);
     return Reflect.apply(send, this, args) as boolean;
   } as ChildProcess['send'];
   // The process answers `{ cmd: 'NODE_CLUSTER', ack: seq, accepted }`; either way the primary then disposes of the handle.

@@ -48,7 +48,10 @@ export class SyncMesh {
     // Node 20's libuv silently cuts a longer path (at bind and at connect alike): the socket would
     // land outside its private directory, or on another process's.
     const bytes = Buffer.byteLength(opts.path);
-    if (bytes > MAX_PATH_BYTES) return Promise.reject(new Error(`socket path of ${bytes} bytes exceeds ${MAX_PATH_BYTES} (a shorter TMPDIR fixes it)`));
+    if (bytes > MAX_PATH_BYTES)
+      return Promise.reject(
+        new Error(`socket path of ${bytes} bytes exceeds ${MAX_PATH_BYTES} (a shorter TMPDIR fixes it)`),
+      );
     const server = net.createServer();
     return new Promise((resolve, reject) => {
       server.once('error', reject);
@@ -85,7 +88,9 @@ export class SyncMesh {
     const bytes = multipartMessage(parts);
     for (const [path, sock] of this.out) {
       if (sock.writableLength > this.maxBuffered) {
-        this.opts.log?.(`replica sync: the process at ${path} reads too slowly (${sock.writableLength} bytes queued); reconnecting`);
+        this.opts.log?.(
+          `replica sync: the process at ${path} reads too slowly (${sock.writableLength} bytes queued); reconnecting`,
+        );
         sock.destroy();
         continue;
       }
@@ -181,7 +186,13 @@ async function removeOrphanSyncDirs(dir: string): Promise<void> {
     const path = join(dir, name);
     try {
       const st = lstatSync(path);
-      if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o777) !== 0o700 || Date.now() - st.mtimeMs < ORPHAN_MIN_AGE_MS) continue;
+      if (
+        !st.isDirectory() ||
+        st.uid !== uid ||
+        (st.mode & 0o777) !== 0o700 ||
+        Date.now() - st.mtimeMs < ORPHAN_MIN_AGE_MS
+      )
+        continue;
       const sockets = readdirSync(path).filter((f) => f.endsWith('.sock'));
       if ((await Promise.all(sockets.map((f) => listening(join(path, f))))).some(Boolean)) continue;
       rmSync(path, { recursive: true, force: true });

@@ -100,11 +100,45 @@ export const SYNC_DIR_ENV = 'KVR_SYNC_DIR';
 const has = (m: unknown, t: string): boolean => typeof m === 'object' && m !== null && (m as { t?: unknown }).t === t;
 
 export function isToWorker(m: unknown): m is ToWorker {
-  return ['start', 'sync', 'peers', 'replay', 'ask', 'answer', 'metrics-req', 'metrics-text', 'snapshot-req', 'snapshot', 'dashboard-req', 'dashboard', 'slot', 'reload', 'shutdown'].some((t) => has(m, t));
+  return [
+    'start',
+    'sync',
+    'peers',
+    'replay',
+    'ask',
+    'answer',
+    'metrics-req',
+    'metrics-text',
+    'snapshot-req',
+    'snapshot',
+    'dashboard-req',
+    'dashboard',
+    'slot',
+    'reload',
+    'shutdown',
+  ].some((t) => has(m, t));
 }
 
 export function isToPrimary(m: unknown): m is ToPrimary {
-  return ['hello', 'ready', 'alive', 'failed', 'draining', 'sync', 'replay', 'ask', 'answer', 'metrics', 'metrics-res', 'snapshot', 'snapshot-res', 'dashboard', 'dashboard-res', 'slot-claim', 'slot-free'].some((t) => has(m, t));
+  return [
+    'hello',
+    'ready',
+    'alive',
+    'failed',
+    'draining',
+    'sync',
+    'replay',
+    'ask',
+    'answer',
+    'metrics',
+    'metrics-res',
+    'snapshot',
+    'snapshot-res',
+    'dashboard',
+    'dashboard-res',
+    'slot-claim',
+    'slot-free',
+  ].some((t) => has(m, t));
 }
 
 /**
@@ -132,7 +166,8 @@ export function unframeBatch(batch: Uint8Array): Uint8Array[] {
   for (let at = 0; at < batch.byteLength; ) {
     if (at + 4 > batch.byteLength) throw new Error(`sync batch: a frame header is cut at byte ${at}`);
     const len = view.getUint32(at, true);
-    if (at + 4 + len > batch.byteLength) throw new Error(`sync batch: a ${len}-byte frame at byte ${at} passes the end`);
+    if (at + 4 + len > batch.byteLength)
+      throw new Error(`sync batch: a ${len}-byte frame at byte ${at} passes the end`);
     out.push(batch.subarray(at + 4, at + 4 + len));
     at += 4 + len;
   }

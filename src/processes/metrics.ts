@@ -9,7 +9,10 @@ import type { MetricsJson } from './messages.js';
 /** kvrouter gauges that count one process's own work. */
 const PER_PROCESS_GAUGES = new Set(['kvrouter_queue_depth', 'kvrouter_epp_streams']);
 
-const isRouterGauge = (m: MetricsJson[number]): boolean => (m.type as unknown as string) === 'gauge' && !PER_PROCESS_GAUGES.has(m.name) && (m.name.startsWith('kvrouter_') || m.name.startsWith('kv_') || m.name.startsWith('vllm:'));
+const isRouterGauge = (m: MetricsJson[number]): boolean =>
+  (m.type as unknown as string) === 'gauge' &&
+  !PER_PROCESS_GAUGES.has(m.name) &&
+  (m.name.startsWith('kvrouter_') || m.name.startsWith('kv_') || m.name.startsWith('vllm:'));
 
 /** A process's registry, marked for aggregation. */
 export async function processMetrics(registry: Registry): Promise<MetricsJson> {

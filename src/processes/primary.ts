@@ -10,7 +10,15 @@ import type { EngineHandle } from '../engine-sim/index.js';
 import type { ReplayAnswer, ReplayedRequest } from '../router/app.js';
 import type { IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
-import { isToPrimary, PROCESS_INDEX_ENV, stallWatch, SYNC_DIR_ENV, type MetricsJson, type ToPrimary, type ToWorker } from './messages.js';
+import {
+  isToPrimary,
+  PROCESS_INDEX_ENV,
+  stallWatch,
+  SYNC_DIR_ENV,
+  type MetricsJson,
+  type ToPrimary,
+  type ToWorker,
+} from './messages.js';
 import { aggregateMetrics } from './metrics.js';
 import { openSyncDir } from './mesh.js';
 import { type Handoffs, trackHandoffs } from './handoff.js';
@@ -115,7 +123,8 @@ class Primary {
 
   /** Forks the processes and waits until every one serves (or one fails: all stop). */
   async start(): Promise<PrimaryHandle> {
-    for (let i = 0; i < this.opts.count; i++) this.slots.push(this.fork({ index: i, ready: false, startedAt: 0, crashes: 0, silentTicks: 0 }));
+    for (let i = 0; i < this.opts.count; i++)
+      this.slots.push(this.fork({ index: i, ready: false, startedAt: 0, crashes: 0, silentTicks: 0 }));
     this.startWatchdog();
     const failure = await this.allReady;
     if (failure) {
@@ -151,18 +160,29 @@ class Primary {
   private killAfter(s: Slot, graceMs: number): void {
     clearTimeout(this.killTimers.get(s));
     const worker = s.worker;
-    this.killTimers.set(s, setTimeout(() => {
-      if (worker.isDead()) return;
-      this.opts.log(`router process ${s.index} did not finish within its grace (${graceMs} ms) and ${CLOSE_MARGIN_MS / 1000} s to close; killing it`);
-      worker.process.kill('SIGKILL');
-    }, graceMs + CLOSE_MARGIN_MS));
+    this.killTimers.set(
+      s,
+      setTimeout(() => {
+        if (worker.isDead()) return;
+        this.opts.log(
+          `router process ${s.index} did not finish within its grace (${graceMs} ms) and ${CLOSE_MARGIN_MS / 1000} s to close; killing it`,
+        );
+        worker.process.kill('SIGKILL');
+      }, graceMs + CLOSE_MARGIN_MS),
+    );
   }
 
   /**
    * One question to several processes: `take` sees each reply (true ends the round early); `finish`
    * runs once, when every target answered or died, at `take`'s word, or at the timeout.
    */
-  private startRound(targets: Slot[], question: (id: number) => ToWorker, take: (reply: unknown) => boolean, finish: () => void, timeoutMs = this.opts.replyTimeoutMs ?? 2000): void {
+  private startRound(
+    targets: Slot[],
+    question: (id: number) => ToWorker,
+    take: (reply: unknown) => boolean,
+    finish: () => void,
+    timeoutMs = this.opts.replyTimeoutMs ?? 2000,
+  ): void {
     const id = this.roundSeq++;
     const end = () => {
       if (!this.rounds.delete(id)) return;
@@ -170,7 +190,11 @@ class Primary {
       finish();
     };
     const timer = setTimeout(end, timeoutMs);
-    this.rounds.set(id, { want: new Set(targets.map((s) => s.worker.id)), take: (reply) => void (take(reply) && end()), end });
+    this.rounds.set(id, {
+      want: new Set(targets.map((s) => s.worker.id)),
+      take: (reply) => void (take(reply) && end()),
+      end,
+    });
     for (const s of targets) send(s.worker, question(id));
     if (targets.length === 0) end();
   }
@@ -249,7 +273,13 @@ class Primary {
 
   /** A process's hello: its start, the others' sockets, and the state changes it missed. */
   private greet(slot: Slot, m: Extract<ToPrimary, { t: 'hello' }>): void {
-    send(slot.worker, { t: 'start', index: slot.index, engines: this.refs, recover: this.started, aliveMs: this.watch?.everyMs ?? 0 });
+    send(slot.worker, {
+      t: 'start',
+      index: slot.index,
+      engines: this.refs,
+      recover: this.started,
+      aliveMs: this.watch?.everyMs ?? 0,
+    });
     slot.syncPath = m.sync ?? null;
     slot.wire = m.wire ?? 1;
     this.announcePeers();
@@ -281,7 +311,8 @@ class Primary {
         return this.settleStart(new Error(m.message));
       case 'draining':
         // Its grace now (a reload may have raised or lowered it since start).
-        if (this.closing && !slot.worker.isDead() && Number.isFinite(m.graceMs) && m.graceMs >= 0) this.killAfter(slot, m.graceMs);
+        if (this.closing && !slot.worker.isDead() && Number.isFinite(m.graceMs) && m.graceMs >= 0)
+          this.killAfter(slot, m.graceMs);
         return;
       case 'replay':
         return this.relayReplay(slot, m);
@@ -317,7 +348,10 @@ class Primary {
   /** A new process in `slot` (a first start or a replacement). */
   private fork(slot: Omit<Slot, 'worker'> & { worker?: Worker }): Slot {
     const syncDir = this.syncDir;
-    const worker = cluster.fork({ [PROCESS_INDEX_ENV]: String(slot.index), ...(syncDir ? { [SYNC_DIR_ENV]: syncDir.path } : {}) });
+    const worker = cluster.fork({
+      [PROCESS_INDEX_ENV]: String(slot.index),
+      ...(syncDir ? { [SYNC_DIR_ENV]: syncDir.path } : {}),
+    });
     const handoffs = trackHandoffs(worker.process);
     const s = slot as Slot;
     s.worker = worker;
@@ -339,7 +373,10 @@ class Primary {
   private onExit(s: Slot, worker: Worker, handoffs: Handoffs, code: number, signal: string | null): void {
     // A connection handed to it that it never took would stay open in the primary, its client waiting.
     const dropped = handoffs.closeUnacknowledged();
-    if (dropped > 0) this.opts.log(`router process ${s.index} died holding ${dropped} connection${dropped > 1 ? 's' : ''} it had not taken; closed`);
+    if (dropped > 0)
+      this.opts.log(
+        `router process ${s.index} died holding ${dropped} connection${dropped > 1 ? 's' : ''} it had not taken; closed`,
+      );
     for (const r of [...this.rounds.values()]) if (r.want.delete(worker.id) && r.want.size === 0) r.end();
     // Its requests ended with it: their tenants' slots are free.
     this.tenantSlots.dropHolder(worker.id);
@@ -348,11 +385,16 @@ class Primary {
     if (this.closing) return;
     s.syncPath = undefined;
     this.announcePeers();
-    if (!this.started) return this.settleStart(new Error(`router process ${s.index} exited during start-up (${signal ?? `code ${code}`})`));
+    if (!this.started)
+      return this.settleStart(
+        new Error(`router process ${s.index} exited during start-up (${signal ?? `code ${code}`})`),
+      );
     // A process that dies is replaced; one that keeps dying waits longer each time (up to 30 s).
     s.crashes = Date.now() - s.startedAt < 10_000 ? s.crashes + 1 : 0;
     const delay = Math.min(30_000, s.crashes === 0 ? 0 : 500 * 2 ** (s.crashes - 1));
-    this.opts.log(`router process ${s.index} exited (${signal ?? `code ${code}`}); starting another${delay ? ` in ${delay} ms` : ''}`);
+    this.opts.log(
+      `router process ${s.index} exited (${signal ?? `code ${code}`}); starting another${delay ? ` in ${delay} ms` : ''}`,
+    );
     setTimeout(() => {
       if (!this.closing) this.fork(s);
     }, delay).unref();
@@ -366,7 +408,9 @@ class Primary {
     this.watchdog = setInterval(() => {
       for (const s of this.slots) {
         if (this.closing || !s.ready || s.worker.isDead() || ++s.silentTicks <= watch.missedTicks) continue;
-        this.opts.log(`router process ${s.index} has not answered for over ${Math.round(watch.missedTicks * watch.everyMs)} ms (server.stall_timeout_ms ${this.cfg.server.stall_timeout_ms}); replacing it`);
+        this.opts.log(
+          `router process ${s.index} has not answered for over ${Math.round(watch.missedTicks * watch.everyMs)} ms (server.stall_timeout_ms ${this.cfg.server.stall_timeout_ms}); replacing it`,
+        );
         s.ready = false;
         s.worker.process.kill('SIGKILL');
       }
@@ -377,7 +421,9 @@ class Primary {
   private async stopAll(): Promise<void> {
     this.closing = true;
     if (this.watchdog) clearInterval(this.watchdog);
-    const exits = this.slots.map((s) => (s.worker.isDead() ? Promise.resolve() : new Promise<void>((r) => s.worker.once('exit', () => r()))));
+    const exits = this.slots.map((s) =>
+      s.worker.isDead() ? Promise.resolve() : new Promise<void>((r) => s.worker.once('exit', () => r())),
+    );
     // Until a process answers with the grace it drains with (`draining`), the start-up value holds.
     for (const s of this.slots) this.killAfter(s, this.graceMs);
     for (const s of this.slots) send(s.worker, { t: 'shutdown' });

@@ -6,10 +6,24 @@ import type { RouterConfig } from '../config/schema.js';
 import { dumpIndex, type IndexSnapshot } from '../indexer/snapshot.js';
 import type { DashboardPart } from '../dashboard/whole-router.js';
 import { dashboardPart } from '../router/dashboard-source.js';
-import { type ProcessRole, type ReplayAnswer, type RouterHandle, type StartOptions, startRouter } from '../router/app.js';
+import {
+  type ProcessRole,
+  type ReplayAnswer,
+  type RouterHandle,
+  type StartOptions,
+  startRouter,
+} from '../router/app.js';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { frameBatch, isToWorker, PROCESS_INDEX_ENV, SYNC_DIR_ENV, type ToPrimary, type ToWorker, unframeBatch } from './messages.js';
+import {
+  frameBatch,
+  isToWorker,
+  PROCESS_INDEX_ENV,
+  SYNC_DIR_ENV,
+  type ToPrimary,
+  type ToWorker,
+  unframeBatch,
+} from './messages.js';
 import { SyncMesh } from './mesh.js';
 import { processMetrics } from './metrics.js';
 import { PrimarySlots } from './slots.js';
@@ -31,7 +45,14 @@ const send = (m: ToPrimary): boolean => {
  */
 export class ProcessLink implements SyncLink {
   private readonly handlers: Array<{ subject: string; handler: Handler }> = [];
-  private readonly st: LinkStatus = { url: 'ipc://primary', connected: true, since: Date.now(), lastError: null, connects: 1, disconnects: 0 };
+  private readonly st: LinkStatus = {
+    url: 'ipc://primary',
+    connected: true,
+    since: Date.now(),
+    lastError: null,
+    connects: 1,
+    disconnects: 0,
+  };
   private viaMesh = false;
   /** This process's end of the mesh (null: none, the primary relays). */
   mesh: SyncMesh | null = null;
@@ -108,7 +129,11 @@ export class ProcessLink implements SyncLink {
  * This process's end of the mesh, in the directory the primary made (`SYNC_DIR_ENV`); null
  * (the primary relays) when there is none or the socket cannot be made, which is said once.
  */
-async function openMesh(index: number, deliver: (subject: string, messages: Buffer[]) => void, log?: (line: string) => void): Promise<SyncMesh | null> {
+async function openMesh(
+  index: number,
+  deliver: (subject: string, messages: Buffer[]) => void,
+  log?: (line: string) => void,
+): Promise<SyncMesh | null> {
   const dir = process.env[SYNC_DIR_ENV];
   if (!dir) return null;
   const path = join(dir, `${index}-${process.pid}.sock`);
@@ -163,7 +188,10 @@ export async function serveAsProcess(cfg: RouterConfig, opts: ProcessServeOption
   const index = Number(process.env[PROCESS_INDEX_ENV] ?? 0);
   const link = new ProcessLink();
   // With NATS, each process is a NATS replica and the link below goes unused.
-  const mesh = cfg.cluster.nats.url === undefined ? await openMesh(index, (subject, messages) => link.deliverMessages(subject, messages), opts.log) : null;
+  const mesh =
+    cfg.cluster.nats.url === undefined
+      ? await openMesh(index, (subject, messages) => link.deliverMessages(subject, messages), opts.log)
+      : null;
   link.mesh = mesh;
   // The primary counts tenants' concurrency for every process; with NATS, replicas elsewhere count
   // too, which the primary does not see: each process admits against the reports instead.
@@ -271,7 +299,8 @@ class RouterProcess {
       replay: (req) => send({ t: 'replay', req }),
       ask: (req) => q.ask<ReplayAnswer | null>((id) => ({ t: 'ask', id, req })),
       // Nobody left to answer (shutting down): an empty list.
-      dashboard: async (cursors) => (await q.ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
+      dashboard: async (cursors) =>
+        (await q.ask<DashboardPart[] | null>((id) => ({ t: 'dashboard', id, cursors }))) ?? [],
       ...(start.recover ? { recoverIndex: () => q.ask<IndexSnapshot | null>((id) => ({ t: 'snapshot', id })) } : {}),
       ...(this.slots ? { slots: this.slots } : {}),
     };
@@ -297,7 +326,12 @@ class RouterProcess {
   private replay(req: ReplayedRequest): void {
     const r = this.router;
     if (!r) return void this.early.push(req);
-    this.replays = this.replays.then(() => r.replay(req).then(() => undefined, (err: unknown) => this.opts.log?.(`replayed ${req.path} failed: ${(err as Error).message}`)));
+    this.replays = this.replays.then(() =>
+      r.replay(req).then(
+        () => undefined,
+        (err: unknown) => this.opts.log?.(`replayed ${req.path} failed: ${(err as Error).message}`),
+      ),
+    );
   }
 
   /** Another process's booking call: answered here only if this process made the booking. */
@@ -336,7 +370,11 @@ class RouterProcess {
       case 'snapshot':
         return this.questions.answered(m.id, m.snap);
       case 'dashboard-req':
-        return void send({ t: 'dashboard-res', id: m.id, part: router ? dashboardPart(router.runtime, process.pid, m.cursors[String(process.pid)]) : null });
+        return void send({
+          t: 'dashboard-res',
+          id: m.id,
+          part: router ? dashboardPart(router.runtime, process.pid, m.cursors[String(process.pid)]) : null,
+        });
       case 'dashboard':
         return this.questions.answered(m.id, m.parts);
       case 'slot':

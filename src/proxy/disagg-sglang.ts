@@ -24,7 +24,12 @@ interface Leg {
 export function sglangProtocol(legs: PrefillLegs): DisaggProtocol {
   const { job } = legs;
   const rand = legs.deps.rand ?? Math.random;
-  const batch = Array.isArray(job.body.prompt) && job.body.prompt.length > 0 && (typeof job.body.prompt[0] === 'string' || Array.isArray(job.body.prompt[0])) ? job.body.prompt.length : 0;
+  const batch =
+    Array.isArray(job.body.prompt) &&
+    job.body.prompt.length > 0 &&
+    (typeof job.body.prompt[0] === 'string' || Array.isArray(job.body.prompt[0]))
+      ? job.body.prompt.length
+      : 0;
   let leg: Leg | null = null;
 
   /** After the decode leg failed: whether this attempt's prefill leg failed too (then the failure was the prefill's). */
@@ -42,7 +47,11 @@ export function sglangProtocol(legs: PrefillLegs): DisaggProtocol {
     const p = legs.pick();
     if (p === 'busy') return legs.local('prefill_busy');
     if (!p) return legs.fallback(legs.noneLeft());
-    const bootstrap = { host: hostOf(p.inst.upstream.url), port: job.bootstrapPort(p.inst.id), room: bootstrapRoom(rand) };
+    const bootstrap = {
+      host: hostOf(p.inst.upstream.url),
+      port: job.bootstrapPort(p.inst.id),
+      room: bootstrapRoom(rand),
+    };
     const body = sglangBody(job.body, bootstrap, batch, rand);
     // Both legs at once: the decode engine waits for the KV the prefill engine sends to the room.
     // The prefill's response is drained; if it fails, this attempt is cut (and retried elsewhere).

@@ -31,7 +31,12 @@ export function vllmProtocol(legs: PrefillLegs): DisaggProtocol {
       } catch (err) {
         if (signal.aborted) throw err;
         // The engine refused the request itself: the client gets that answer, no instance is blamed.
-        if (err instanceof PrefillRefused) throw new OpenAIError(err.status, `the prefill instance refused the request: ${err.text.slice(0, 500)}`, 'invalid_request_error');
+        if (err instanceof PrefillRefused)
+          throw new OpenAIError(
+            err.status,
+            `the prefill instance refused the request: ${err.text.slice(0, 500)}`,
+            'invalid_request_error',
+          );
         lastError = `${p.inst.id}: ${(err as Error).message}`;
         legs.failedOn(p.inst.id, lastError);
       } finally {
@@ -45,7 +50,10 @@ export function vllmProtocol(legs: PrefillLegs): DisaggProtocol {
     if (!transfer) {
       const r = await prefill(signal);
       if (r === 'busy') return legs.local('prefill_busy');
-      if ('lastError' in r) return legs.fallback(legs.failed.size > 0 ? `every prefill attempt failed; last error: ${r.lastError}` : r.lastError);
+      if ('lastError' in r)
+        return legs.fallback(
+          legs.failed.size > 0 ? `every prefill attempt failed; last error: ${r.lastError}` : r.lastError,
+        );
       transfer = r;
     }
     const t = transfer;

@@ -19,7 +19,14 @@ import { PrefillLegs } from './prefill-leg.js';
 export { hostOf } from './disagg-sglang.js';
 
 export type DisaggConfig = NonNullable<ModelConfig['disaggregation']>;
-export const DEFAULT_DISAGG: DisaggConfig = { protocol: 'vllm', bypass: true, uncached_token_threshold: 1024, min_prompt_tokens: 0, prefill_fallback: 'local', prefill_timeout_ms: 60_000 };
+export const DEFAULT_DISAGG: DisaggConfig = {
+  protocol: 'vllm',
+  bypass: true,
+  uncached_token_threshold: 1024,
+  min_prompt_tokens: 0,
+  prefill_fallback: 'local',
+  prefill_timeout_ms: 60_000,
+};
 
 export interface DisaggObserver {
   /** Which path an attempt took and why. */
@@ -62,16 +69,29 @@ type Route = Omit<RouteInput, 'candidates' | 'exclude' | 'ns'>;
  * model would price a remote-prefilled request's decode by a prefill it does not run.)
  */
 export function decodeLegRoute(route: Route): Route {
-  return { ...route, weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true }, prefixAffinity: 0, loadBound: 0 };
+  return {
+    ...route,
+    weights: { ...route.weights, model: 'blocks', trackActiveBlocks: true },
+    prefixAffinity: 0,
+    loadBound: 0,
+  };
 }
 
 /** The prefill leg is priced on prefill alone (it holds no decode); an admin's target names the decode leg. */
 export function prefillLegRoute(route: Route): Route {
-  return { ...route, policy: policySpec(route.policy).needs.target ? DEFAULT_POLICY : route.policy, target: null, weights: { ...route.weights, trackActiveBlocks: false } };
+  return {
+    ...route,
+    policy: policySpec(route.policy).needs.target ? DEFAULT_POLICY : route.policy,
+    target: null,
+    weights: { ...route.weights, trackActiveBlocks: false },
+  };
 }
 
 /** A model's eligible instances: decode and aggregated ones serve the decode leg, prefill ones the prefill leg. */
-export function splitLegs(instances: readonly InstanceRuntime[], roles: ReadonlyMap<string, string>): { decodeSide: InstanceRuntime[]; prefill: InstanceRuntime[] } {
+export function splitLegs(
+  instances: readonly InstanceRuntime[],
+  roles: ReadonlyMap<string, string>,
+): { decodeSide: InstanceRuntime[]; prefill: InstanceRuntime[] } {
   const decodeSide: InstanceRuntime[] = [];
   const prefill: InstanceRuntime[] = [];
   for (const i of instances) (roles.get(i.id) === 'prefill' ? prefill : decodeSide).push(i);
@@ -79,7 +99,12 @@ export function splitLegs(instances: readonly InstanceRuntime[], roles: Readonly
 }
 
 /** Remote or local prefill for a decode leg's decision (the proxy's plan and the decision API ask alike). */
-export function pathFor(cfg: DisaggConfig, mode: DisaggMode, d: Decision, prefillAvailable: boolean): { remote: boolean; reason: PathReason } {
+export function pathFor(
+  cfg: DisaggConfig,
+  mode: DisaggMode,
+  d: Decision,
+  prefillAvailable: boolean,
+): { remote: boolean; reason: PathReason } {
   return choosePath({
     mode,
     isl: d.isl,
@@ -99,12 +124,19 @@ export function pathFor(cfg: DisaggConfig, mode: DisaggMode, d: Decision, prefil
  * instance being busy is an overload, not a missing leg: it goes local under either setting.
  */
 export function noPrefillLeg(cfg: DisaggConfig, why: string): OpenAIError | null {
-  return cfg.prefill_fallback === 'fail' ? new OpenAIError(502, `no prefill leg (prefill_fallback: fail): ${why}`, 'server_error') : null;
+  return cfg.prefill_fallback === 'fail'
+    ? new OpenAIError(502, `no prefill leg (prefill_fallback: fail): ${why}`, 'server_error')
+    : null;
 }
 
 /** The plan factory forward() calls per attempt: local prefill, the fallback, or the protocol's remote leg. */
 export function disaggPlanner(job: DisaggJob, deps: DisaggDeps): (d: Decision, attempt: number) => LegPlan {
-  const legs = new PrefillLegs(job, deps, () => prefillLegRoute(job.route), (why) => noPrefillLeg(job.cfg, why));
+  const legs = new PrefillLegs(
+    job,
+    deps,
+    () => prefillLegRoute(job.route),
+    (why) => noPrefillLeg(job.cfg, why),
+  );
   const protocol = job.cfg.protocol === 'sglang' ? sglangProtocol(legs) : vllmProtocol(legs);
   return (d: Decision) => {
     const path = pathFor(job.cfg, job.mode, d, legs.available() || protocol.prefilled());

@@ -60,7 +60,10 @@ export interface LegPlan {
    * `fail` ends this attempt if the response has not started (retried like an upstream failure:
    * nothing reached the client); later it does nothing. Throws OpenAIError to end the request.
    */
-  prepare(signal: AbortSignal, fail: (reason: string) => void): Promise<{ body: Buffer; headers: Record<string, string> }>;
+  prepare(
+    signal: AbortSignal,
+    fail: (reason: string) => void,
+  ): Promise<{ body: Buffer; headers: Record<string, string> }>;
   /** After this attempt's upstream failed: whether its other leg failed too (then the failure was that leg's). */
   otherLegFailed?(): Promise<boolean>;
 }
@@ -102,7 +105,11 @@ export function candidatesOf(instances: readonly InstanceRuntime[], now: number)
 /** What the route span says about a decision (set once, at its end). */
 function endRouteSpan(span: Span, d: Decision): void {
   const c = d.chosen;
-  const attrs: Attributes = { 'kvrouter.policy': d.policy, 'kvrouter.candidates': d.candidates.length, 'gen_ai.usage.input_tokens': d.isl };
+  const attrs: Attributes = {
+    'kvrouter.policy': d.policy,
+    'kvrouter.candidates': d.candidates.length,
+    'gen_ai.usage.input_tokens': d.isl,
+  };
   if (c) {
     Object.assign(attrs, {
       'kvrouter.instance': c.instance,
@@ -133,7 +140,6 @@ export function explanationHeaders(d: Decision, requestId: string, attempt: numb
     'x-kvrouter-attempts': String(attempt + 1),
   };
 }
-
 
 /**
  * The client left: a flag and the few listeners of one request. Node's AbortController costs ~10 us
@@ -271,7 +277,12 @@ class Attempt {
   }
 }
 
-export async function forward(res: ServerResponse, job: ForwardJob, opts: ForwardOptions, deps: ForwardDeps): Promise<void> {
+export async function forward(
+  res: ServerResponse,
+  job: ForwardJob,
+  opts: ForwardOptions,
+  deps: ForwardDeps,
+): Promise<void> {
   const { scheduler, queue, now, observer } = deps;
   const call = new ForwardCall(res, job, opts, deps);
   const { abort, tried } = call;
@@ -295,24 +306,40 @@ export async function forward(res: ServerResponse, job: ForwardJob, opts: Forwar
       if (routeSpan) endRouteSpan(routeSpan, d);
       if (!d.chosen) {
         if (d.reason === 'unknown_target') {
-          return call.refuse(null, new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'), 'failed');
+          return call.refuse(
+            null,
+            new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'),
+            'failed',
+          );
         }
         if (tried.size > 0 && candidates.every((c) => tried.has(c.instance))) {
-          return call.refuse(null, new OpenAIError(502, `every attempt failed; last error: ${call.lastError}`, 'server_error'), 'failed');
+          return call.refuse(
+            null,
+            new OpenAIError(502, `every attempt failed; last error: ${call.lastError}`, 'server_error'),
+            'failed',
+          );
         }
         // All busy or all down: wait for capacity (bounded), then decide again.
         const turn = await queue.turn(deadline, now, abort.signal);
         if (turn === 'aborted') return call.finish(null, 499, 'client_abort');
         if (turn === 'gave_up') {
-          const why = d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
-          return call.refuse(null, new OpenAIError(503, `${why}; retry later`, 'server_error'), 'no_capacity', { 'retry-after': '1' });
+          const why =
+            d.reason === 'all_busy' ? 'every instance is over its busy threshold' : 'no healthy instance is available';
+          return call.refuse(null, new OpenAIError(503, `${why}; retry later`, 'server_error'), 'no_capacity', {
+            'retry-after': '1',
+          });
         }
         continue;
       }
       const inst = job.instances.find((i) => i.id === d.chosen!.instance)!;
       const bookingId = randomUUID();
       const plan = job.plan?.(d, attempt);
-      scheduler.book(d, job.ns, { requestId: bookingId, now: t0, speculativeTtlMs: opts.speculativeTtlMs, prefillTokens: plan?.prefillTokens });
+      scheduler.book(d, job.ns, {
+        requestId: bookingId,
+        now: t0,
+        speculativeTtlMs: opts.speculativeTtlMs,
+        prefillTokens: plan?.prefillTokens,
+      });
       observer?.routed?.(d, attempt, now() - job.receivedAt);
       // The engine computed the prompt once a successful response's first byte arrived; an attempt
       // that ends before (failed, cut, refused, abandoned) withdraws the prompt's speculative insert.
@@ -347,7 +374,11 @@ async function dispatch(a: Attempt): Promise<Outcome> {
     if (legs === 'done') return 'done';
     const sentAt = deps.now();
     // The engine continues the trace from the upstream span (W3C traceparent).
-    a.upstreamSpan = job.trace?.child('upstream', { 'kvrouter.instance': a.inst.id, 'server.address': a.inst.upstream.url, 'kvrouter.attempt': a.n }, SpanKind.CLIENT);
+    a.upstreamSpan = job.trace?.child(
+      'upstream',
+      { 'kvrouter.instance': a.inst.id, 'server.address': a.inst.upstream.url, 'kvrouter.attempt': a.n },
+      SpanKind.CLIENT,
+    );
     if (a.upstreamSpan) job.trace!.inject(a.upstreamSpan, headers);
     else if (job.traceContext) Object.assign(headers, job.traceContext);
     const opened = await openExchange(a, headers, legs.body);
@@ -364,12 +395,18 @@ async function dispatch(a: Attempt): Promise<Outcome> {
 }
 
 /** The plan's other legs, once booked: the body to send and headers for the client ('done': the request ended). */
-async function prepareLegs(a: Attempt, plan: LegPlan): Promise<{ body: Buffer; headers: Record<string, string> } | 'done'> {
+async function prepareLegs(
+  a: Attempt,
+  plan: LegPlan,
+): Promise<{ body: Buffer; headers: Record<string, string> } | 'done'> {
   try {
     return await plan.prepare(a.call.abort.signal, a.cut);
   } catch (err) {
     if (a.call.abort.aborted) return a.finish(499, 'client_abort');
-    const e = err instanceof OpenAIError ? err : new OpenAIError(502, `prefill failed: ${(err as Error).message}`, 'server_error');
+    const e =
+      err instanceof OpenAIError
+        ? err
+        : new OpenAIError(502, `prefill failed: ${(err as Error).message}`, 'server_error');
     return a.refuse(e, 'upstream_error');
   }
 }
@@ -389,7 +426,12 @@ async function openExchange(a: Attempt, headers: IncomingHttpHeaders, body: Buff
   let stopListening = (): void => undefined;
   try {
     if (a.cutReason !== null) throw new Error(a.cutReason);
-    ex = new UpstreamExchange(a.inst.upstream.pool, { path: a.inst.upstream.basePath + job.path, method: 'POST', headers, body });
+    ex = new UpstreamExchange(a.inst.upstream.pool, {
+      path: a.inst.upstream.basePath + job.path,
+      method: 'POST',
+      headers,
+      body,
+    });
     const ctl = a.ctl;
     if (ctl) {
       if (ctl.signal.aborted) ex.abort();
@@ -427,7 +469,12 @@ async function failedBeforeHead(a: Attempt, err: Error): Promise<Outcome> {
 }
 
 /** The response's head arrived: a 5xx is retried while attempts are left, anything else goes to the client. */
-async function respond(a: Attempt, { ex, up }: Opened, extra: Record<string, string>, sentAt: number): Promise<Outcome> {
+async function respond(
+  a: Attempt,
+  { ex, up }: Opened,
+  extra: Record<string, string>,
+  sentAt: number,
+): Promise<Outcome> {
   const { res, job } = a.call;
   if (up.statusCode >= 500 && a.canRetry) {
     const text = await ex.text().catch(() => '');
@@ -455,36 +502,43 @@ async function pipeToClient(a: Attempt, ex: UpstreamExchange, status: number, se
     ex.resume();
   };
   try {
-    await ex.pipe((chunk) => {
-      tail?.push(chunk);
-      if (first) {
-        first = false;
-        if (status < 400) a.served = true;
-        // A stream's first chunk is its first token; a plain response's is its last, and an error's
-        // is no prefill at all: neither says anything about prefill speed.
-        scheduler.prefillComplete(a.bookingId, job.stream && status < 400 && (a.plan?.teachesRate ?? true) ? now() : undefined);
-        queue.notify(1);
-        observer?.firstByte?.(a.inst.id, now() - sentAt, job.stream);
-        a.upstreamSpan?.addEvent('first_token');
-      }
-      if (res.destroyed) {
-        ex.abort();
+    await ex.pipe(
+      (chunk) => {
+        tail?.push(chunk);
+        if (first) {
+          first = false;
+          if (status < 400) a.served = true;
+          // A stream's first chunk is its first token; a plain response's is its last, and an error's
+          // is no prefill at all: neither says anything about prefill speed.
+          scheduler.prefillComplete(
+            a.bookingId,
+            job.stream && status < 400 && (a.plan?.teachesRate ?? true) ? now() : undefined,
+          );
+          queue.notify(1);
+          observer?.firstByte?.(a.inst.id, now() - sentAt, job.stream);
+          a.upstreamSpan?.addEvent('first_token');
+        }
+        if (res.destroyed) {
+          ex.abort();
+          return false;
+        }
+        if (res.write(chunk)) return true;
+        // A client that closes instead of draining aborts the exchange (forward's close handler).
+        if (!draining) {
+          draining = true;
+          res.once('drain', resume);
+        }
         return false;
-      }
-      if (res.write(chunk)) return true;
-      // A client that closes instead of draining aborts the exchange (forward's close handler).
-      if (!draining) {
-        draining = true;
-        res.once('drain', resume);
-      }
-      return false;
-    }, () => {
-      if (!abort.aborted && !res.destroyed) res.end();
-    });
+      },
+      () => {
+        if (!abort.aborted && !res.destroyed) res.end();
+      },
+    );
     if (abort.aborted || (res.destroyed && !res.writableEnded)) return a.finish(499, 'client_abort');
     if (tail) {
       const usage = tail.read();
-      if (usage?.cachedTokens !== null && usage !== null) scheduler.reportUncached(a.bookingId, usage.promptTokens - usage.cachedTokens);
+      if (usage?.cachedTokens !== null && usage !== null)
+        scheduler.reportUncached(a.bookingId, usage.promptTokens - usage.cachedTokens);
       observer!.reported!(a.d, usage);
     }
     return a.finish(status, status < 400 ? 'ok' : 'failed');
@@ -492,7 +546,8 @@ async function pipeToClient(a: Attempt, ex: UpstreamExchange, status: number, se
     if (abort.aborted || res.destroyed) return a.finish(499, 'client_abort');
     // The engine failed after bytes reached the client: no retry; end with a clean error.
     const msg = `${a.inst.id}: ${(err as Error).message}`;
-    if (job.stream) endStreamWithError(res, new OpenAIError(502, `upstream engine failed mid-stream: ${msg}`, 'server_error'));
+    if (job.stream)
+      endStreamWithError(res, new OpenAIError(502, `upstream engine failed mid-stream: ${msg}`, 'server_error'));
     else res.destroy(err as Error);
     return a.finish(502, 'upstream_error');
   } finally {

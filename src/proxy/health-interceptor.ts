@@ -15,7 +15,12 @@ function ourAbort(err: Error): boolean {
 // undici's DecoratorHandler forwards every callback of the new handler API (and adapts legacy
 // handlers); its published type omits the methods, so they are declared here.
 interface Forwarding extends Dispatcher.DispatchHandler {
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>[2], statusMessage?: string): void;
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>[2],
+    statusMessage?: string,
+  ): void;
   onResponseError(controller: Dispatcher.DispatchController, error: Error): void;
 }
 const Decorator = DecoratorHandler as unknown as new (handler: Dispatcher.DispatchHandler) => Forwarding;
@@ -32,7 +37,12 @@ class HealthHandler extends Decorator {
     super(handler);
   }
 
-  override onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Parameters<Forwarding['onResponseStart']>[2], statusMessage?: string): void {
+  override onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Parameters<Forwarding['onResponseStart']>[2],
+    statusMessage?: string,
+  ): void {
     this.answered = true;
     if (statusCode >= 500) {
       if (this.health.failure(this.now(), `HTTP ${statusCode}`)) this.onChange('ejected');
@@ -41,12 +51,20 @@ class HealthHandler extends Decorator {
   }
 
   override onResponseError(controller: Dispatcher.DispatchController, err: Error): void {
-    if (!ourAbort(err) && this.health.failure(this.now(), this.answered ? `failed mid-response: ${err.message}` : err.message)) this.onChange('ejected');
+    if (
+      !ourAbort(err) &&
+      this.health.failure(this.now(), this.answered ? `failed mid-response: ${err.message}` : err.message)
+    )
+      this.onChange('ejected');
     super.onResponseError(controller, err);
   }
 }
 
 /** The interceptor for one instance's pool: `pool.compose(healthInterceptor(...))`. */
-export function healthInterceptor(health: InstanceHealth, now: () => number, onChange: (event: HealthEvent) => void): Dispatcher.DispatcherComposeInterceptor {
+export function healthInterceptor(
+  health: InstanceHealth,
+  now: () => number,
+  onChange: (event: HealthEvent) => void,
+): Dispatcher.DispatcherComposeInterceptor {
   return (dispatch) => (opts, handler) => dispatch(opts, new HealthHandler(handler, health, now, onChange));
 }

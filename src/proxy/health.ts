@@ -58,8 +58,18 @@ export class InstanceHealth {
     return false;
   }
 
-  snapshot(now: number): { state: HealthState; consecutive_failures: number; ejected_until: number | null; last_error: string | null } {
+  snapshot(now: number): {
+    state: HealthState;
+    consecutive_failures: number;
+    ejected_until: number | null;
+    last_error: string | null;
+  } {
     const state = this.status(now);
-    return { state, consecutive_failures: this.failures, ejected_until: state === 'ejected' ? this.ejectedUntil : null, last_error: this.lastError };
+    return {
+      state,
+      consecutive_failures: this.failures,
+      ejected_until: state === 'ejected' ? this.ejectedUntil : null,
+      last_error: this.lastError,
+    };
   }
 }

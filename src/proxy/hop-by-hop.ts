@@ -5,7 +5,17 @@
 import type { IncomingHttpHeaders } from 'node:http';
 
 /** Connection-specific fields, whatever the Connection header says (`proxy-connection`: the old non-standard one). */
-const CONNECTION_FIELDS: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate', 'proxy-authorization']);
+const CONNECTION_FIELDS: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'te',
+  'trailer',
+  'upgrade',
+  'proxy-authenticate',
+  'proxy-authorization',
+]);
 
 /** The field of an engine's answer the client never gets, besides the connection's. */
 const ENGINE_ONLY = 'set-cookie';

@@ -69,7 +69,9 @@ export class PrefillLegs {
 
   /** Why no prefill instance is left. */
   noneLeft(): string {
-    return this.failed.size > 0 ? `prefill instances failed: ${[...this.failed].join(', ')}` : 'no prefill instance is available';
+    return this.failed.size > 0
+      ? `prefill instances failed: ${[...this.failed].join(', ')}`
+      : 'no prefill instance is available';
   }
 
   /** The decode instance prefills itself: the client's body, and why. */
@@ -89,7 +91,10 @@ export class PrefillLegs {
   pick(): PickedPrefill | null | 'busy' {
     const { job, deps } = this;
     const now = deps.now();
-    const d = deps.scheduler.decide({ ns: job.ns, candidates: candidatesOf(job.prefill, now), exclude: this.failed, ...this.route() }, now);
+    const d = deps.scheduler.decide(
+      { ns: job.ns, candidates: candidatesOf(job.prefill, now), exclude: this.failed, ...this.route() },
+      now,
+    );
     if (!d.chosen) return d.reason === 'all_busy' ? 'busy' : null;
     const inst = job.prefill.find((i) => i.id === d.chosen!.instance)!;
     const bookingId = randomUUID();
@@ -108,7 +113,11 @@ export class PrefillLegs {
     const { job } = this;
     const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.requestId };
     if (p.inst.dpSize > 1) headers['x-data-parallel-rank'] = String(p.d.chosen!.dpRank);
-    const span = job.trace?.child('prefill', { 'kvrouter.instance': p.inst.id, 'server.address': p.inst.upstream.url, 'kvrouter.protocol': job.cfg.protocol }, SpanKind.CLIENT);
+    const span = job.trace?.child(
+      'prefill',
+      { 'kvrouter.instance': p.inst.id, 'server.address': p.inst.upstream.url, 'kvrouter.protocol': job.cfg.protocol },
+      SpanKind.CLIENT,
+    );
     if (span) job.trace!.inject(span, headers);
     let status = 0;
     let text: string;

@@ -29,7 +29,10 @@ export interface UpstreamHealth {
 }
 
 export const sameUpstreamOptions = (a: UpstreamOptions, b: UpstreamOptions): boolean =>
-  a.connectTimeoutMs === b.connectTimeoutMs && a.headersTimeoutMs === b.headersTimeoutMs && a.bodyTimeoutMs === b.bodyTimeoutMs && a.connections === b.connections;
+  a.connectTimeoutMs === b.connectTimeoutMs &&
+  a.headersTimeoutMs === b.headersTimeoutMs &&
+  a.bodyTimeoutMs === b.bodyTimeoutMs &&
+  a.connections === b.connections;
 
 export function createUpstream(id: string, url: string, o: UpstreamOptions, h: UpstreamHealth): Upstream {
   const watched = (pool: Pool): Dispatcher => pool.compose(healthInterceptor(h.health, h.now, h.onChange));
@@ -42,7 +45,13 @@ export function createUpstream(id: string, url: string, o: UpstreamOptions, h: U
   };
   if (url.startsWith('unix://')) {
     const socketPath = url.slice('unix://'.length);
-    return { id, url, basePath: '', options: o, pool: watched(new Pool('http://localhost', { connect: { socketPath, timeout: o.connectTimeoutMs }, ...common })) };
+    return {
+      id,
+      url,
+      basePath: '',
+      options: o,
+      pool: watched(new Pool('http://localhost', { connect: { socketPath, timeout: o.connectTimeoutMs }, ...common })),
+    };
   }
   const u = new URL(url);
   return {

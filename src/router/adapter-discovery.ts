@@ -17,12 +17,22 @@ export function adaptersIn(body: unknown, baseNames: ReadonlySet<string>): strin
   if (!Array.isArray(data)) return null;
   const out: string[] = [];
   for (const card of data as ModelCard[]) {
-    if (typeof card?.id === 'string' && typeof card.parent === 'string' && baseNames.has(card.parent) && !baseNames.has(card.id)) out.push(card.id);
+    if (
+      typeof card?.id === 'string' &&
+      typeof card.parent === 'string' &&
+      baseNames.has(card.parent) &&
+      !baseNames.has(card.id)
+    )
+      out.push(card.id);
   }
   return out;
 }
 
-export function startAdapterDiscovery(models: () => ModelRuntime[], cfg: () => RouterConfig, dir: AdapterDirectory): { stop(): void; runOnce(): Promise<void> } {
+export function startAdapterDiscovery(
+  models: () => ModelRuntime[],
+  cfg: () => RouterConfig,
+  dir: AdapterDirectory,
+): { stop(): void; runOnce(): Promise<void> } {
   return startInstancePoll(models, {
     path: () => '/v1/models',
     intervalMs: () => cfg().lora.discover_interval_ms,

@@ -111,13 +111,28 @@ export interface ProcessRole {
 }
 
 /** What belongs to the client's connection, not to a request passed to another process. */
-const CONNECTION_HEADERS = new Set(['host', 'connection', 'keep-alive', 'content-length', 'transfer-encoding', 'expect', 'upgrade']);
+const CONNECTION_HEADERS = new Set([
+  'host',
+  'connection',
+  'keep-alive',
+  'content-length',
+  'transfer-encoding',
+  'expect',
+  'upgrade',
+]);
 
 /** Decision API calls on a booking: the process that made it must see them, whichever gets them. */
 const BOOKING_CALL = /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/;
 
 /** Requests that change what every process must agree on (registrations, index writes, peers, config). */
-const REPLAYED_PATHS = new Set(['/register', '/unregister', '/events', '/register_peer', '/deregister_peer', '/admin/reload']);
+const REPLAYED_PATHS = new Set([
+  '/register',
+  '/unregister',
+  '/events',
+  '/register_peer',
+  '/deregister_peer',
+  '/admin/reload',
+]);
 
 export interface StartOptions {
   log?: (line: string) => void;
@@ -135,13 +150,27 @@ export interface StartOptions {
  * what they ask. The names go through the chat path's own check (`Access.modelAllowed`): a request
  * names an adapter alone, so an allowed adapter's base model needs no listing of its own.
  */
-function scopeQuery(access: Access, headers: Headers, asked: QueryScope, baseOf: (adapter: string) => string | null, servedName: (model: string) => string): QueryScope {
+function scopeQuery(
+  access: Access,
+  headers: Headers,
+  asked: QueryScope,
+  baseOf: (adapter: string) => string | null,
+  servedName: (model: string) => string,
+): QueryScope {
   const p = access.identify(Object.fromEntries(headers));
   if (p === null || p.kind !== 'tenant') return asked;
-  if (asked.lora !== null && !access.modelAllowed(p, asked.lora)) throw new ApiError(403, 'model_not_allowed', `this API key may not use the adapter ${asked.lora}`, 'lora_name');
+  if (asked.lora !== null && !access.modelAllowed(p, asked.lora))
+    throw new ApiError(403, 'model_not_allowed', `this API key may not use the adapter ${asked.lora}`, 'lora_name');
   const adapterBase = asked.lora !== null && baseOf(asked.lora) === servedName(asked.model);
-  if (!adapterBase && !access.modelAllowed(p, asked.model)) throw new ApiError(403, 'model_not_allowed', `this API key may not use the model ${asked.model}`, 'model');
-  if (asked.tenant !== 'default') throw new ApiError(403, 'forbidden', 'an API key reads only the namespace its own requests use (tenant_id default)', 'tenant_id');
+  if (!adapterBase && !access.modelAllowed(p, asked.model))
+    throw new ApiError(403, 'model_not_allowed', `this API key may not use the model ${asked.model}`, 'model');
+  if (asked.tenant !== 'default')
+    throw new ApiError(
+      403,
+      'forbidden',
+      'an API key reads only the namespace its own requests use (tenant_id default)',
+      'tenant_id',
+    );
   const s = access.saltFor(p, asked.salt);
   if ('status' in s) throw new ApiError(403, s.code, s.message, 'cache_salt');
   return { ...asked, salt: s.salt };
@@ -151,7 +180,11 @@ function scopeQuery(access: Access, headers: Headers, asked: QueryScope, baseOf:
 function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: ProcessRole | null): Hono {
   const { deps } = rt;
   const app = new Hono();
-  installAccess(app, () => deps.access, (cls, d) => rt.metrics.denied(cls, d.status));
+  installAccess(
+    app,
+    () => deps.access,
+    (cls, d) => rt.metrics.denied(cls, d.status),
+  );
   if (role) {
     // After access control: only what this process accepted (2xx) is passed on, with the caller's
     // credentials; a replay (marked in the env, which no client can set) is not passed on again.
@@ -169,13 +202,22 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
         if (c.res.status !== 404) return void copy.body?.cancel().catch(() => undefined);
         const body = await readCapped(copy.body as AsyncIterable<Uint8Array> | null, 64 * 1024).catch(() => null);
         const answer = body === null ? null : await role.ask(request(body));
-        if (answer) c.res = new Response(new Uint8Array(answer.body), { status: answer.status, headers: { 'content-type': 'application/json' } });
+        if (answer)
+          c.res = new Response(new Uint8Array(answer.body), {
+            status: answer.status,
+            headers: { 'content-type': 'application/json' },
+          });
         return;
       }
       if (!REPLAYED_PATHS.has(c.req.path)) return next();
       const copy = c.req.raw.clone();
       await next();
-      const body = c.res.status < 300 ? await readCapped(copy.body as AsyncIterable<Uint8Array> | null, deps.cfg.server.max_body_bytes).catch(() => null) : (void copy.body?.cancel().catch(() => undefined), null);
+      const body =
+        c.res.status < 300
+          ? await readCapped(copy.body as AsyncIterable<Uint8Array> | null, deps.cfg.server.max_body_bytes).catch(
+              () => null,
+            )
+          : (void copy.body?.cancel().catch(() => undefined), null);
       if (body !== null) role.replay(request(body));
     });
     app.get('/metrics', async (c) => c.body(await role.metrics(), 200, { 'content-type': rt.prom.contentType }));
@@ -188,7 +230,14 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
     allowEndpoint: (e) => endpointAllowed(e, deps.cfg.auth.register_allowlist),
     maxRegistrations: () => deps.cfg.auth.max_listeners,
     onQuery: (route, r) => rt.indexMetrics.observeQuery(route, r),
-    scopeQuery: (c, asked) => scopeQuery(deps.access, c.req.raw.headers, asked, (a) => rt.adapters.resolve(a)?.model ?? null, (m) => deps.models.get(m)?.name ?? m),
+    scopeQuery: (c, asked) =>
+      scopeQuery(
+        deps.access,
+        c.req.raw.headers,
+        asked,
+        (a) => rt.adapters.resolve(a)?.model ?? null,
+        (m) => deps.models.get(m)?.name ?? m,
+      ),
     limits: {
       get maxBodyBytes() {
         return deps.cfg.server.max_body_bytes; // the running config's (a reload changes it)
@@ -202,7 +251,18 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
   mountOpsRoutes(app, rt, reload);
   mountDecisionRoutes(app, deps);
   mountPeerRoutes(app, { peers: rt.peers });
-  const dashboard = dashboardSource({ models: () => rt.all, indexer: rt.indexer, scheduler: rt.scheduler, listeners: rt.listeners, registry: rt.registry, log: rt.decisions, queueDepth: () => rt.queue.depth, now: rt.now, feedback: () => rt.feedback.verifier, engineLoad: (id, dp) => engineLoadOf(rt, id, dp) });
+  const dashboard = dashboardSource({
+    models: () => rt.all,
+    indexer: rt.indexer,
+    scheduler: rt.scheduler,
+    listeners: rt.listeners,
+    registry: rt.registry,
+    log: rt.decisions,
+    queueDepth: () => rt.queue.depth,
+    now: rt.now,
+    feedback: () => rt.feedback.verifier,
+    engineLoad: (id, dp) => engineLoadOf(rt, id, dp),
+  });
   // One of `--workers` processes: its dashboard merges in what only the others hold (decisions, counts).
   mountDashboard(app, role ? wholeRouterSource(dashboard, (cursors) => role.dashboard(cursors)) : dashboard);
   mountDebugRoute(app, deps);
@@ -226,18 +286,33 @@ function connectionsDropped(rt: RouterRuntime, max: number): () => void {
 /** Background work: index expiry, stale-booking sweeps, active health probes. */
 function startTimers(rt: RouterRuntime): () => void {
   const { deps, scheduler, queue, now } = rt;
-  const probes = startProbes(() => rt.all, () => deps.cfg.health);
-  const discovery = startAdapterDiscovery(() => rt.all, () => deps.cfg, rt.adapters);
-  const scrape = startEngineScrape(() => rt.all, () => deps.cfg, rt.engineLoads, now);
+  const probes = startProbes(
+    () => rt.all,
+    () => deps.cfg.health,
+  );
+  const discovery = startAdapterDiscovery(
+    () => rt.all,
+    () => deps.cfg,
+    rt.adapters,
+  );
+  const scrape = startEngineScrape(
+    () => rt.all,
+    () => deps.cfg,
+    rt.engineLoads,
+    now,
+  );
   const timers = [
     setInterval(() => rt.indexer.expire(now()), 1000),
-    setInterval(() => {
-      const stale = scheduler.sweep(now(), deps.cfg.routing.stale_booking_ms);
-      if (stale.length) {
-        rt.metrics.staleFreed(stale.length);
-        queue.notify();
-      }
-    }, Math.min(5000, Math.max(250, deps.cfg.routing.stale_booking_ms / 4))),
+    setInterval(
+      () => {
+        const stale = scheduler.sweep(now(), deps.cfg.routing.stale_booking_ms);
+        if (stale.length) {
+          rt.metrics.staleFreed(stale.length);
+          queue.notify();
+        }
+      },
+      Math.min(5000, Math.max(250, deps.cfg.routing.stale_booking_ms / 4)),
+    ),
   ];
   for (const t of timers) t.unref();
   return () => {
@@ -251,7 +326,12 @@ function startTimers(rt: RouterRuntime): () => void {
 export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}): Promise<RouterHandle> {
   const cfg0 = structuredClone(cfgIn);
   const role = opts.process ?? null;
-  const rt = await createRuntime(cfg0, opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)), opts.now ?? Date.now, role?.engines);
+  const rt = await createRuntime(
+    cfg0,
+    opts.log ?? ((l: string) => process.stdout.write(`${l}\n`)),
+    opts.now ?? Date.now,
+    role?.engines,
+  );
   // Kept by reloads: the usage outlives every Access.
   if (role?.slots) rt.deps.access.usage.owner = role.slots;
   const reload = createReloader(rt, opts);
@@ -261,10 +341,15 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     // own KV-event listeners are already connected, so nothing published since is missed).
     const snap = await role.recoverIndex();
     try {
-      if (snap) rt.log(`recovered ${rt.writer.restore(snap, rt.now())} blocks in ${snap.namespaces.length} namespaces from another router process`);
+      if (snap)
+        rt.log(
+          `recovered ${rt.writer.restore(snap, rt.now())} blocks in ${snap.namespaces.length} namespaces from another router process`,
+        );
       else rt.log('no other router process sent its index in time; starting with an empty one');
     } catch (err) {
-      rt.log(`could not restore another router process's index (${(err as Error).message}); starting with an empty one`);
+      rt.log(
+        `could not restore another router process's index (${(err as Error).message}); starting with an empty one`,
+      );
     }
   }
   let server: RunningServer;
@@ -274,7 +359,12 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
       host: s.host,
       port: s.port,
       role: 'router HTTP server',
-      limits: { headersTimeoutMs: s.headers_timeout_ms, requestTimeoutMs: s.request_timeout_ms, keepAliveTimeoutMs: s.keep_alive_timeout_ms, maxConnections: s.max_connections },
+      limits: {
+        headersTimeoutMs: s.headers_timeout_ms,
+        requestTimeoutMs: s.request_timeout_ms,
+        keepAliveTimeoutMs: s.keep_alive_timeout_ms,
+        maxConnections: s.max_connections,
+      },
       onDrop: connectionsDropped(rt, s.max_connections),
     });
   } catch (err) {
@@ -286,10 +376,26 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     const o = clusterOptionsFromConfig(cfg0.cluster);
     // Each process is a replica of its own: over NATS with cluster.nats.url, else over the processes' mesh.
     if (role) o.routerId = `${o.routerId ?? `r-${process.ppid}`}-w${role.index}`;
-    rt.cluster = attachCluster({ scheduler: rt.scheduler, writer: rt.writer, url: server.url, peers: rt.peers, metrics: rt.prom, now: rt.now, onReleased: () => rt.queue.notify(), log: rt.log, tenants: rt.deps.access.usage, ...(role ? { localLink: role.link } : {}) }, o);
+    rt.cluster = attachCluster(
+      {
+        scheduler: rt.scheduler,
+        writer: rt.writer,
+        url: server.url,
+        peers: rt.peers,
+        metrics: rt.prom,
+        now: rt.now,
+        onReleased: () => rt.queue.notify(),
+        log: rt.log,
+        tenants: rt.deps.access.usage,
+        ...(role ? { localLink: role.link } : {}),
+      },
+      o,
+    );
   }
   const stopTimers = startTimers(rt);
-  rt.log(`kvrouter listening on ${server.url} (models: ${rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`);
+  rt.log(
+    `kvrouter listening on ${server.url} (models: ${rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`,
+  );
 
   let closing: Promise<void> | null = null;
   return {
@@ -314,7 +420,10 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     runtime: rt,
     reload,
     async replay(r) {
-      const res = await app.fetch(new Request(`http://kvrouter${r.path}`, { method: r.method, headers: r.headers, body: new Uint8Array(r.body) }), { replayed: true });
+      const res = await app.fetch(
+        new Request(`http://kvrouter${r.path}`, { method: r.method, headers: r.headers, body: new Uint8Array(r.body) }),
+        { replayed: true },
+      );
       return { status: res.status, body: new Uint8Array(await res.arrayBuffer()) };
     },
     close(graceMs) {

@@ -8,7 +8,14 @@ import type { ForwardDeps, ForwardJob } from '../proxy/forward.js';
 import { forward } from '../proxy/forward.js';
 import { passesOn } from '../proxy/hop-by-hop.js';
 import type { Access, Principal } from '../auth/access.js';
-import { ChatTemplateError, chatSizeFloor, type PromptTokenizer, PromptTooLongError, type SizeFloor, textSizeFloor } from '../tokenizer/index.js';
+import {
+  ChatTemplateError,
+  chatSizeFloor,
+  type PromptTokenizer,
+  PromptTooLongError,
+  type SizeFloor,
+  textSizeFloor,
+} from '../tokenizer/index.js';
 import type { ModelRuntime } from './models.js';
 import type { AdapterDirectory } from '../lora/directory.js';
 import type { EngineLoadView } from '../engine-load/load-view.js';
@@ -43,7 +50,11 @@ export interface CompletionDeps extends ForwardDeps {
  * Token ids for routing, or null when the router cannot reproduce the engine's prompt (route without
  * affinity). Tokenizing stops once the prompt is certainly over `maxTokens` (a 400).
  */
-export async function promptTokens(tok: PromptTokenizer, p: PromptSpec, maxTokens = Infinity): Promise<Uint32Array | null> {
+export async function promptTokens(
+  tok: PromptTokenizer,
+  p: PromptSpec,
+  maxTokens = Infinity,
+): Promise<Uint32Array | null> {
   try {
     if (p.kind === 'tokens') return p.tokens;
     if (p.kind === 'text') return await tok.encodeText(p.text, { maxTokens });
@@ -53,13 +64,26 @@ export async function promptTokens(tok: PromptTokenizer, p: PromptSpec, maxToken
       if (err.kind === 'unsupported') return null;
       throw new OpenAIError(400, err.message, 'invalid_request_error', 'messages');
     }
-    if (err instanceof PromptTooLongError) throw new OpenAIError(400, err.message, 'invalid_request_error', p.kind === 'chat' ? 'messages' : 'prompt', 'prompt_too_long');
+    if (err instanceof PromptTooLongError)
+      throw new OpenAIError(
+        400,
+        err.message,
+        'invalid_request_error',
+        p.kind === 'chat' ? 'messages' : 'prompt',
+        'prompt_too_long',
+      );
     throw err;
   }
 }
 
 export function modelNotFound(model: string): OpenAIError {
-  return new OpenAIError(404, `The model \`${model}\` does not exist.`, 'invalid_request_error', 'model', 'model_not_found');
+  return new OpenAIError(
+    404,
+    `The model \`${model}\` does not exist.`,
+    'invalid_request_error',
+    'model',
+    'model_not_found',
+  );
 }
 
 export interface PreparedRoute {
@@ -92,16 +116,29 @@ export async function prepareRoute(
   const parsed = parseCompletion(kind, raw, deps.cfg.server.max_messages);
   const { model, adapter, instances } = resolveModel(parsed.model, deps);
   if (!deps.access.modelAllowed(principal, parsed.model)) {
-    throw new OpenAIError(403, `this API key may not use the model \`${parsed.model}\``, 'invalid_request_error', 'model', 'model_not_allowed');
+    throw new OpenAIError(
+      403,
+      `this API key may not use the model \`${parsed.model}\``,
+      'invalid_request_error',
+      'model',
+      'model_not_allowed',
+    );
   }
   const routing = applyOverrides(headers, model.routing, deps.cfg.routing.header_overrides);
   if (policySpec(routing.policy).adminOnly && !deps.access.mayTarget(principal)) {
-    throw new OpenAIError(403, `the ${routing.policy} policy (x-kvrouter-target) needs the admin token`, 'invalid_request_error', 'x-kvrouter-target', 'forbidden');
+    throw new OpenAIError(
+      403,
+      `the ${routing.policy} policy (x-kvrouter-target) needs the admin token`,
+      'invalid_request_error',
+      'x-kvrouter-target',
+      'forbidden',
+    );
   }
   // A tenant with a cache salt never shares KV blocks with other tenants (engine and index), and
   // no tenant runs under another's salt.
   const salted = deps.access.saltFor(principal, parsed.cacheSalt);
-  if ('status' in salted) throw new OpenAIError(salted.status, salted.message, 'invalid_request_error', 'cache_salt', salted.code);
+  if ('status' in salted)
+    throw new OpenAIError(salted.status, salted.message, 'invalid_request_error', 'cache_salt', salted.code);
   if (salted.salt !== parsed.cacheSalt) {
     parsed.cacheSalt = salted.salt;
     // A copy (the raw body stays as sent), then the salt: a key added after a spread is V8's slow path.
@@ -112,13 +149,17 @@ export async function prepareRoute(
   const t0 = performance.now();
   // Only policies that declare tokens read them; the others route without paying for tokenization
   // (token-id prompts are free either way).
-  const needTokens = alwaysTokenize || model.disaggregated || policySpec(routing.policy).needs.tokens || parsed.prompt.kind === 'tokens';
+  const needTokens =
+    alwaysTokenize || model.disaggregated || policySpec(routing.policy).needs.tokens || parsed.prompt.kind === 'tokens';
   let tokens: Uint32Array | null = null;
   if (needTokens) {
     const span = trace?.child('tokenize', { 'kvrouter.prompt.kind': parsed.prompt.kind });
     try {
       // Token ids need no tokenizer, nor a turn through a promise.
-      tokens = parsed.prompt.kind === 'tokens' ? parsed.prompt.tokens : await promptTokens(model.tokenizer, parsed.prompt, deps.cfg.server.max_prompt_tokens);
+      tokens =
+        parsed.prompt.kind === 'tokens'
+          ? parsed.prompt.tokens
+          : await promptTokens(model.tokenizer, parsed.prompt, deps.cfg.server.max_prompt_tokens);
     } finally {
       span?.setAttribute('gen_ai.usage.input_tokens', tokens?.length ?? 0);
       span?.end();
@@ -126,24 +167,50 @@ export async function prepareRoute(
   }
   if (needTokens) deps.metrics.tokenized(model.name, (performance.now() - t0) / 1000, tokens?.length ?? 0);
   if (tokens && tokens.length > deps.cfg.server.max_prompt_tokens) {
-    throw new OpenAIError(400, `the prompt has ${tokens.length} tokens, the limit is ${deps.cfg.server.max_prompt_tokens}`, 'invalid_request_error', kind === 'chat' ? 'messages' : 'prompt');
+    throw new OpenAIError(
+      400,
+      `the prompt has ${tokens.length} tokens, the limit is ${deps.cfg.server.max_prompt_tokens}`,
+      'invalid_request_error',
+      kind === 'chat' ? 'messages' : 'prompt',
+    );
   }
   const sh = headers[deps.cfg.routing.session_header.toLowerCase()];
   const sessionKey = (Array.isArray(sh) ? sh[0] : sh) ?? parsed.user;
   const text = policySpec(routing.policy).needs.text ? requestText(parsed.prompt) : null;
-  return { model, adapter, instances, tokens, text, routing, cacheSalt: parsed.cacheSalt, stream: parsed.stream, sessionKey, body: parsed.body };
+  return {
+    model,
+    adapter,
+    instances,
+    tokens,
+    text,
+    routing,
+    cacheSalt: parsed.cacheSalt,
+    stream: parsed.stream,
+    sessionKey,
+    body: parsed.body,
+  };
 }
 
 /** An incoming W3C trace context (to pass on unchanged when the router itself does not trace). */
 function traceContextOf(h: IncomingHttpHeaders): { traceparent: string; tracestate?: string } | null {
   const tp = h.traceparent;
-  if (typeof tp !== 'string' || !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/.test(tp) || !passesOn(h, 'traceparent')) return null;
+  if (
+    typeof tp !== 'string' ||
+    !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/.test(tp) ||
+    !passesOn(h, 'traceparent')
+  )
+    return null;
   const ts = h.tracestate;
-  return typeof ts === 'string' && ts.length <= 512 && passesOn(h, 'tracestate') ? { traceparent: tp, tracestate: ts } : { traceparent: tp };
+  return typeof ts === 'string' && ts.length <= 512 && passesOn(h, 'tracestate')
+    ? { traceparent: tp, tracestate: ts }
+    : { traceparent: tp };
 }
 
 /** A model name or alias, else a LoRA adapter some instance serves (routed to those instances only); else 404. */
-function resolveModel(name: string, deps: Pick<CompletionDeps, 'models' | 'adapters'>): { model: ModelRuntime; adapter: string | null; instances: readonly InstanceRuntime[] } {
+function resolveModel(
+  name: string,
+  deps: Pick<CompletionDeps, 'models' | 'adapters'>,
+): { model: ModelRuntime; adapter: string | null; instances: readonly InstanceRuntime[] } {
   const model = deps.models.get(name);
   if (model) return { model, adapter: null, instances: model.instances };
   const a = deps.adapters.resolve(name);
@@ -163,16 +230,31 @@ function refuseOversized(p: PromptSpec, limits: RouterConfig['server'], kind: Co
   const param = kind === 'chat' ? 'messages' : 'prompt';
   let size: SizeFloor;
   try {
-    size = p.kind === 'text' ? textSizeFloor(p.text, limits.max_prompt_tokens) : chatSizeFloor(p.chat, limits.max_prompt_tokens);
+    size =
+      p.kind === 'text'
+        ? textSizeFloor(p.text, limits.max_prompt_tokens)
+        : chatSizeFloor(p.chat, limits.max_prompt_tokens);
   } catch (err) {
     if (err instanceof ChatTemplateError) throw new OpenAIError(400, err.message, 'invalid_request_error', param);
     throw err;
   }
   if (size.chars > limits.max_prompt_chars) {
-    throw new OpenAIError(400, `the prompt has ${size.chars} characters, the limit is ${limits.max_prompt_chars} (server.max_prompt_chars)`, 'invalid_request_error', param, 'prompt_too_long');
+    throw new OpenAIError(
+      400,
+      `the prompt has ${size.chars} characters, the limit is ${limits.max_prompt_chars} (server.max_prompt_chars)`,
+      'invalid_request_error',
+      param,
+      'prompt_too_long',
+    );
   }
   if (size.words > limits.max_prompt_tokens) {
-    throw new OpenAIError(400, `the prompt has at least ${size.words} tokens, the limit is ${limits.max_prompt_tokens}`, 'invalid_request_error', param, 'prompt_too_long');
+    throw new OpenAIError(
+      400,
+      `the prompt has at least ${size.words} tokens, the limit is ${limits.max_prompt_tokens}`,
+      'invalid_request_error',
+      param,
+      'prompt_too_long',
+    );
   }
 }
 
@@ -185,12 +267,23 @@ export function engineBody(p: PreparedRoute, raw: unknown, bytes: Buffer): Buffe
   return p.body === raw && p.body.model === target ? bytes : reserialize({ ...p.body, model: target });
 }
 
-export async function handleCompletion(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps, principal: Principal): Promise<void> {
+export async function handleCompletion(
+  kind: CompletionKind,
+  req: IncomingMessage,
+  res: ServerResponse,
+  deps: CompletionDeps,
+  principal: Principal,
+): Promise<void> {
   const receivedAt = deps.now();
   const admitted = await deps.access.admit(principal);
   if ('status' in admitted) {
     deps.metrics.denied('api', admitted.status);
-    sendError(res, req.url ?? '/v1/', new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code), admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {});
+    sendError(
+      res,
+      req.url ?? '/v1/',
+      new OpenAIError(admitted.status, admitted.message, 'rate_limit_error', null, admitted.code),
+      admitted.retryAfterSec ? { 'retry-after': String(admitted.retryAfterSec) } : {},
+    );
     req.resume();
     return;
   }
@@ -201,12 +294,24 @@ export async function handleCompletion(kind: CompletionKind, req: IncomingMessag
   }
 }
 
-async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: ServerResponse, deps: CompletionDeps, principal: Principal, receivedAt: number): Promise<void> {
+async function handleAdmitted(
+  kind: CompletionKind,
+  req: IncomingMessage,
+  res: ServerResponse,
+  deps: CompletionDeps,
+  principal: Principal,
+  receivedAt: number,
+): Promise<void> {
   const rid = req.headers['x-request-id'];
   const requestId = typeof rid === 'string' && /^[\w.:-]{1,128}$/.test(rid) ? rid : randomUUID();
   let modelName = 'unknown';
   const path = COMPLETION_PATH[kind];
-  const trace = deps.tracing?.request(req.headers, `POST ${path}`, { 'http.request.method': 'POST', 'url.path': path, 'kvrouter.request_id': requestId }) ?? null;
+  const trace =
+    deps.tracing?.request(req.headers, `POST ${path}`, {
+      'http.request.method': 'POST',
+      'url.path': path,
+      'kvrouter.request_id': requestId,
+    }) ?? null;
   try {
     const bodyBuf = await readRequestBody(req, deps.cfg.server.max_body_bytes);
     const raw = parseOpenAIBody(bodyBuf, kind === 'completion');
@@ -255,9 +360,20 @@ async function handleAdmitted(kind: CompletionKind, req: IncomingMessage, res: S
     let fdeps = deps;
     if (trace) {
       fdeps = { ...deps };
-      fdeps.observer = combineObservers(...(deps.observer ? [deps.observer] : []), { finished: (_i, status) => void (trace.status = status) });
+      fdeps.observer = combineObservers(...(deps.observer ? [deps.observer] : []), {
+        finished: (_i, status) => void (trace.status = status),
+      });
     }
-    await forward(res, job, { maxRetries: deps.cfg.proxy.max_retries, queueTimeoutMs: deps.cfg.routing.busy.queue_timeout_ms, speculativeTtlMs: ttl }, fdeps);
+    await forward(
+      res,
+      job,
+      {
+        maxRetries: deps.cfg.proxy.max_retries,
+        queueTimeoutMs: deps.cfg.routing.busy.queue_timeout_ms,
+        speculativeTtlMs: ttl,
+      },
+      fdeps,
+    );
   } catch (err) {
     const e = err instanceof OpenAIError ? err : new OpenAIError(500, 'internal error', 'server_error');
     if (!(err instanceof OpenAIError)) process.stderr.write(`kvrouter: ${(err as Error).stack ?? String(err)}\n`);

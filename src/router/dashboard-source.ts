@@ -24,7 +24,10 @@ export interface DashboardDeps {
   /** The closed-loop check's verifier (a reload may replace it). */
   feedback: () => HitVerifier;
   /** The engine's own load for an instance (summed over ranks), or null without a fresh scrape. */
-  engineLoad: (instance: string, dpSize: number) => { running: number; waiting: number; kv_usage: number | null } | null;
+  engineLoad: (
+    instance: string,
+    dpSize: number,
+  ) => { running: number; waiting: number; kv_usage: number | null } | null;
 }
 
 export function dashboardSource(d: DashboardDeps): DashboardSource {
@@ -47,7 +50,14 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
         const reg = d.registry.get(st.key);
         if (!reg) continue;
         const list = byInstance.get(reg.instanceId) ?? [];
-        list.push({ dp_rank: reg.dpRank, status: st.status, last_error: st.lastError, last_message_at: st.lastMessageAt, gaps: st.gaps, purges: st.purges });
+        list.push({
+          dp_rank: reg.dpRank,
+          status: st.status,
+          last_error: st.lastError,
+          last_message_at: st.lastMessageAt,
+          gaps: st.gaps,
+          purges: st.purges,
+        });
         byInstance.set(reg.instanceId, list);
       }
       const instances: InstanceView[] = d.models().flatMap((m) =>
@@ -74,7 +84,11 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
             cached_blocks: cached.get(i.id) ?? { GPU: 0, CPU: 0, DISK: 0, EXTERNAL: 0 },
             listeners: (byInstance.get(i.id) ?? []).sort((a, b) => a.dp_rank - b.dp_rank),
             engine_load: d.engineLoad(i.id, i.dpSize),
-            hit_check: { ...d.feedback().totals(i.id), alarm: d.feedback().alarm(i.id)?.message ?? null, distrusted: d.scheduler.distrusted.has(i.id) },
+            hit_check: {
+              ...d.feedback().totals(i.id),
+              alarm: d.feedback().alarm(i.id)?.message ?? null,
+              distrusted: d.scheduler.distrusted.has(i.id),
+            },
           };
         }),
       );
@@ -96,7 +110,6 @@ export function dashboardSource(d: DashboardDeps): DashboardSource {
   };
 }
 
-
 /**
  * What this `serve --workers` process adds to another's dashboard: its decisions after `cursor`
  * (undefined: its most recent ones) and its own counts.
@@ -109,7 +122,10 @@ export function dashboardPart(rt: RouterRuntime, pid: number, cursor: number | u
     pid,
     seq: log.logged,
     // A new asker gets a backfill's worth; later asks what a stream can take per tick (the hub drops the rest).
-    decisions: cursor === undefined || cursor > log.logged ? log.recent(DEFAULT_HUB_OPTIONS.backfill) : log.since(cursor, DEFAULT_HUB_OPTIONS.maxDecisionsPerSecond),
+    decisions:
+      cursor === undefined || cursor > log.logged
+        ? log.recent(DEFAULT_HUB_OPTIONS.backfill)
+        : log.since(cursor, DEFAULT_HUB_OPTIONS.maxDecisionsPerSecond),
     prefix: { prompt_tokens: log.promptTokens, overlap_tokens: log.overlapTokens },
     requests: { total: log.total, errors: log.errors },
     queue_depth: rt.queue.depth,

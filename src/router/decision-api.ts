@@ -19,7 +19,16 @@ import type { CompletionDeps } from './completions.js';
 import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from './completions.js';
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
 import { candidatesOf, type InstanceRuntime } from '../proxy/forward.js';
-import { decodeLegRoute, DEFAULT_DISAGG, type DisaggConfig, hostOf, noPrefillLeg, pathFor, prefillLegRoute, splitLegs } from '../proxy/disagg.js';
+import {
+  decodeLegRoute,
+  DEFAULT_DISAGG,
+  type DisaggConfig,
+  hostOf,
+  noPrefillLeg,
+  pathFor,
+  prefillLegRoute,
+  splitLegs,
+} from '../proxy/disagg.js';
 import { predictsHits } from '../scheduler/policies/registry.js';
 
 interface PrefillAnswer {
@@ -57,13 +66,25 @@ function usageOf(body: Record<string, unknown>): EngineUsage | null {
 /** router_config_override -> the same validated override path as x-kvrouter-* headers. */
 function overrideHeaders(o: unknown): Record<string, string> {
   if (o === undefined || o === null) return {};
-  if (typeof o !== 'object' || Array.isArray(o)) throw new OpenAIError(400, '`router_config_override` must be an object', 'invalid_request_error', 'router_config_override');
+  if (typeof o !== 'object' || Array.isArray(o))
+    throw new OpenAIError(
+      400,
+      '`router_config_override` must be an object',
+      'invalid_request_error',
+      'router_config_override',
+    );
   const r = o as Body;
   const h: Record<string, string> = {};
   const num = (k: string) => {
     const v = r[k];
     if (v === undefined || v === null) return undefined;
-    if (typeof v !== 'number') throw new OpenAIError(400, `router_config_override.${k} must be a number`, 'invalid_request_error', `router_config_override.${k}`);
+    if (typeof v !== 'number')
+      throw new OpenAIError(
+        400,
+        `router_config_override.${k} must be a number`,
+        'invalid_request_error',
+        `router_config_override.${k}`,
+      );
     return String(v);
   };
   const w = num('overlap_score_weight');
@@ -77,13 +98,32 @@ function overrideHeaders(o: unknown): Record<string, string> {
   const lb = num('load_bound');
   if (lb !== undefined) h['x-kvrouter-load-bound'] = lb;
   if (r.medium_weights !== undefined && r.medium_weights !== null) {
-    if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights)) throw new OpenAIError(400, 'router_config_override.medium_weights must be an object', 'invalid_request_error', 'router_config_override.medium_weights');
-    h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body).map(([k, v]) => `${k}=${String(v)}`).join(',');
+    if (typeof r.medium_weights !== 'object' || Array.isArray(r.medium_weights))
+      throw new OpenAIError(
+        400,
+        'router_config_override.medium_weights must be an object',
+        'invalid_request_error',
+        'router_config_override.medium_weights',
+      );
+    h['x-kvrouter-medium-weights'] = Object.entries(r.medium_weights as Body)
+      .map(([k, v]) => `${k}=${String(v)}`)
+      .join(',');
   }
-  for (const [k, header] of [['policy', 'x-kvrouter-policy'], ['target', 'x-kvrouter-target'], ['cost_model', 'x-kvrouter-cost-model'], ['disagg', 'x-kvrouter-disagg']] as const) {
+  for (const [k, header] of [
+    ['policy', 'x-kvrouter-policy'],
+    ['target', 'x-kvrouter-target'],
+    ['cost_model', 'x-kvrouter-cost-model'],
+    ['disagg', 'x-kvrouter-disagg'],
+  ] as const) {
     const v = r[k];
     if (v === undefined || v === null) continue;
-    if (typeof v !== 'string') throw new OpenAIError(400, `router_config_override.${k} must be a string`, 'invalid_request_error', `router_config_override.${k}`);
+    if (typeof v !== 'string')
+      throw new OpenAIError(
+        400,
+        `router_config_override.${k} must be a string`,
+        'invalid_request_error',
+        `router_config_override.${k}`,
+      );
     h[header] = v;
   }
   return h;
@@ -104,13 +144,20 @@ export interface MainLeg {
  * Decide a prepared request's main leg over its healthy instances: a disaggregated model's decode
  * side (prefill instances are the other leg's). `keep` narrows the instances (a gateway's subset).
  */
-export function decideMainLeg(p: PreparedRoute, deps: Pick<CompletionDeps, 'cfg' | 'engineLoads' | 'now' | 'scheduler'>, keep?: (i: InstanceRuntime) => boolean): MainLeg {
+export function decideMainLeg(
+  p: PreparedRoute,
+  deps: Pick<CompletionDeps, 'cfg' | 'engineLoads' | 'now' | 'scheduler'>,
+  keep?: (i: InstanceRuntime) => boolean,
+): MainLeg {
   const fields = routeFields(p, deps.cfg, deps);
   const t = deps.now();
   const legs = p.model.disaggregated ? splitLegs(p.instances, p.model.roles) : null;
   const side = legs?.decodeSide ?? p.instances;
   const pool = keep ? side.filter(keep) : side;
-  const d = deps.scheduler.decide({ ns: fields.ns, candidates: candidatesOf(pool, t), ...(legs ? decodeLegRoute(fields.route) : fields.route) }, t);
+  const d = deps.scheduler.decide(
+    { ns: fields.ns, candidates: candidatesOf(pool, t), ...(legs ? decodeLegRoute(fields.route) : fields.route) },
+    t,
+  );
   return { d, fields, legs, pool, t };
 }
 
@@ -151,7 +198,9 @@ function prefillView(a: PrefillAnswer | null, p: PreparedRoute, tenant: boolean,
         ? {
             ...candidateView(a.d!, x),
             ...(tenant ? {} : { url: inst!.upstream.url }),
-            ...(a.cfg.protocol === 'sglang' && !tenant ? { bootstrap_host: hostOf(inst!.upstream.url), bootstrap_port: port, bootstrap_room: room } : {}),
+            ...(a.cfg.protocol === 'sglang' && !tenant
+              ? { bootstrap_host: hostOf(inst!.upstream.url), bootstrap_port: port, bootstrap_room: room }
+              : {}),
           }
         : null,
     },
@@ -162,7 +211,13 @@ const bookingKey = (id: string) => `route:${id}`;
 // '#' is outside request ids' alphabet: no gateway id can name another's prefill leg.
 const prefillKey = (id: string) => `route:${id}#prefill`;
 
-const badRequestId = () => new OpenAIError(400, '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]', 'invalid_request_error', 'request_id');
+const badRequestId = () =>
+  new OpenAIError(
+    400,
+    '`request_id` must be 1-128 characters of [A-Za-z0-9_.:-]',
+    'invalid_request_error',
+    'request_id',
+  );
 
 interface Decided {
   d: Decision;
@@ -193,32 +248,65 @@ class DecisionRoutes {
     let kind: 'chat' | 'completion' = 'chat';
     let raw: Body = body;
     if (body.token_ids !== undefined) {
-      if (!Array.isArray(body.token_ids) || body.token_ids.length === 0) throw new OpenAIError(400, '`token_ids` must be a non-empty array of token ids', 'invalid_request_error', 'token_ids');
+      if (!Array.isArray(body.token_ids) || body.token_ids.length === 0)
+        throw new OpenAIError(
+          400,
+          '`token_ids` must be a non-empty array of token ids',
+          'invalid_request_error',
+          'token_ids',
+        );
       kind = 'completion';
       raw = { model: body.model, prompt: body.token_ids };
     } else if (body.prompt !== undefined) kind = 'completion';
     const headers = { ...Object.fromEntries(c.req.raw.headers), ...overrideHeaders(body.router_config_override) };
-    const p = await prepareRoute(kind, raw, headers, deps, deps.access.identify(headers) ?? { kind: 'anonymous' }, true);
+    const p = await prepareRoute(
+      kind,
+      raw,
+      headers,
+      deps,
+      deps.access.identify(headers) ?? { kind: 'anonymous' },
+      true,
+    );
     const { d, fields, legs, t } = decideMainLeg(p, deps);
     return { d, p, body, fields, prefill: legs && d.chosen ? this.prefillLeg(d, p, legs.prefill, fields, t) : null };
   }
 
   /** The prefill leg of a disaggregated model's request: remote or local, and where (`prefill_fallback` as the proxy applies it). */
-  private prefillLeg(d: Decision, p: PreparedRoute, prefillSide: readonly InstanceRuntime[], fields: ReturnType<typeof routeFields>, t: number): PrefillAnswer {
+  private prefillLeg(
+    d: Decision,
+    p: PreparedRoute,
+    prefillSide: readonly InstanceRuntime[],
+    fields: ReturnType<typeof routeFields>,
+    t: number,
+  ): PrefillAnswer {
     const cfg = p.model.cfg.disaggregation ?? DEFAULT_DISAGG;
     const candidates = candidatesOf(prefillSide, t);
     const path = pathFor(cfg, p.routing.disagg, d, candidates.length > 0);
-    const pd = path.remote ? this.deps.scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t) : null;
+    const pd = path.remote
+      ? this.deps.scheduler.decide({ ns: fields.ns, candidates, ...prefillLegRoute(fields.route) }, t)
+      : null;
     if (pd?.chosen) return { cfg, path, d: pd };
     if (pd?.reason === 'all_busy') return { cfg, path: { remote: false, reason: 'prefill_busy' }, d: null };
-    if (path.remote || path.reason === 'no_prefill_instance') return { cfg, path: { remote: false, reason: 'no_prefill_instance' }, d: null, refused: noPrefillLeg(cfg, 'no prefill instance is available') };
+    if (path.remote || path.reason === 'no_prefill_instance')
+      return {
+        cfg,
+        path: { remote: false, reason: 'no_prefill_instance' },
+        d: null,
+        refused: noPrefillLeg(cfg, 'no prefill instance is available'),
+      };
     return { cfg, path, d: null };
   }
 
   /** POST /v1/route/loads */
   readonly loads = async (c: Context) => {
     const { d, p } = await this.decide(c);
-    return json(c, { model: p.model.name, prompt_tokens: d.isl, block_size: d.blockSize, policy: d.policy, loads: d.candidates.map((x) => candidateView(d, x)) });
+    return json(c, {
+      model: p.model.name,
+      prompt_tokens: d.isl,
+      block_size: d.blockSize,
+      policy: d.policy,
+      loads: d.candidates.map((x) => candidateView(d, x)),
+    });
   };
 
   /** POST /v1/route */
@@ -230,14 +318,28 @@ class DecisionRoutes {
     if (rid !== undefined && rid !== null && (typeof rid !== 'string' || !ID_RE.test(rid))) throw badRequestId();
     if (!d.chosen) {
       const status = d.reason === 'unknown_target' ? 400 : 503;
-      return errorResponse(c, new OpenAIError(status, `no instance available (${d.reason})`, status === 400 ? 'invalid_request_error' : 'server_error'), status === 503 ? { 'retry-after': '1' } : {});
+      return errorResponse(
+        c,
+        new OpenAIError(
+          status,
+          `no instance available (${d.reason})`,
+          status === 400 ? 'invalid_request_error' : 'server_error',
+        ),
+        status === 503 ? { 'retry-after': '1' } : {},
+      );
     }
     if (prefill?.refused) throw prefill.refused;
     let isBooked = false;
     const tenant = deps.access.identify(Object.fromEntries(c.req.raw.headers))?.kind === 'tenant';
     if (typeof rid === 'string' && tenant) {
       // Booking holds load on an instance until freed: that is the gateway's job (admin token).
-      throw new OpenAIError(403, 'booking with request_id needs the admin token; tenants may only query', 'invalid_request_error', 'request_id', 'forbidden');
+      throw new OpenAIError(
+        403,
+        'booking with request_id needs the admin token; tenants may only query',
+        'invalid_request_error',
+        'request_id',
+        'forbidden',
+      );
     }
     if (typeof rid === 'string') {
       this.book(rid, decided);
@@ -253,18 +355,29 @@ class DecisionRoutes {
       prompt_tokens: d.isl,
       request_id: typeof rid === 'string' ? rid : null,
       booked: isBooked,
-      ...prefillView(prefill, p, tenant, prefill?.d?.chosen && prefill.cfg.protocol === 'sglang' ? bootstrapRoom(Math.random) : null),
+      ...prefillView(
+        prefill,
+        p,
+        tenant,
+        prefill?.d?.chosen && prefill.cfg.protocol === 'sglang' ? bootstrapRoom(Math.random) : null,
+      ),
     });
   };
 
   /** Books a decided request under the gateway's id (and its remote prefill leg beside it). */
   private book(rid: string, { d, p, fields, prefill }: Decided): void {
     const { scheduler, now } = this.deps;
-    if (scheduler.active.get(bookingKey(rid))) throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
+    if (scheduler.active.get(bookingKey(rid)))
+      throw new OpenAIError(409, `request_id ${rid} is already booked`, 'invalid_request_error', 'request_id');
     const ttl = speculativeTtl(p, fields.route);
     // A remote prefill: the decode leg computes no prompt; the prefill leg is booked beside it.
     const remote = prefill?.d?.chosen ? prefill.d : null;
-    scheduler.book(d, fields.ns, { requestId: bookingKey(rid), now: now(), speculativeTtlMs: ttl, prefillTokens: remote ? 0 : undefined });
+    scheduler.book(d, fields.ns, {
+      requestId: bookingKey(rid),
+      now: now(),
+      speculativeTtlMs: ttl,
+      prefillTokens: remote ? 0 : undefined,
+    });
     if (remote) scheduler.book(remote, fields.ns, { requestId: prefillKey(rid), now: now(), speculativeTtlMs: ttl });
     const pred = this.deps.cfg.verification.enabled && predictsHits(d.policy) ? predictionOf(d) : null;
     if (pred) this.booked.set(rid, pred);

@@ -138,7 +138,10 @@ export class DecisionLog implements ForwardObserver {
       candidates.push({
         instance: this.rowInstance[row],
         dp_rank: rn[r + C_DP],
-        overlap: overlapTokens({ device: rn[r + C_DEVICE], host: rn[r + C_HOST], disk: rn[r + C_DISK], shared: rn[r + C_SHARED] }, bs),
+        overlap: overlapTokens(
+          { device: rn[r + C_DEVICE], host: rn[r + C_HOST], disk: rn[r + C_DISK], shared: rn[r + C_SHARED] },
+          bs,
+        ),
         credited_blocks: rn[r + C_CREDITED],
         prefill_blocks: rn[r + C_PREFILL],
         decode_blocks: rn[r + C_DECODE],
@@ -190,11 +193,29 @@ export class DecisionLog implements ForwardObserver {
 /** Fan one observer call out to several observers. */
 export function combineObservers(...obs: ForwardObserver[]): ForwardObserver {
   return {
-    routed: (...a) => obs.forEach((o) => { o.routed?.(...a); }),
-    firstByte: (...a) => obs.forEach((o) => { o.firstByte?.(...a); }),
-    finished: (...a) => obs.forEach((o) => { o.finished?.(...a); }),
-    retried: (...a) => obs.forEach((o) => { o.retried?.(...a); }),
-    healthChanged: (...a) => obs.forEach((o) => { o.healthChanged?.(...a); }),
-    reported: (...a) => obs.forEach((o) => { o.reported?.(...a); }),
+    routed: (...a) =>
+      obs.forEach((o) => {
+        o.routed?.(...a);
+      }),
+    firstByte: (...a) =>
+      obs.forEach((o) => {
+        o.firstByte?.(...a);
+      }),
+    finished: (...a) =>
+      obs.forEach((o) => {
+        o.finished?.(...a);
+      }),
+    retried: (...a) =>
+      obs.forEach((o) => {
+        o.retried?.(...a);
+      }),
+    healthChanged: (...a) =>
+      obs.forEach((o) => {
+        o.healthChanged?.(...a);
+      }),
+    reported: (...a) =>
+      obs.forEach((o) => {
+        o.reported?.(...a);
+      }),
   };
 }

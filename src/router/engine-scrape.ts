@@ -6,7 +6,12 @@ import { parsePromSamples } from '../engine-load/prom-text.js';
 import { startInstancePoll } from './instance-poll.js';
 import type { ModelRuntime } from './models.js';
 
-export function startEngineScrape(models: () => ModelRuntime[], cfg: () => RouterConfig, view: EngineLoadView, now: () => number): { stop(): void; runOnce(): Promise<void> } {
+export function startEngineScrape(
+  models: () => ModelRuntime[],
+  cfg: () => RouterConfig,
+  view: EngineLoadView,
+  now: () => number,
+): { stop(): void; runOnce(): Promise<void> } {
   return startInstancePoll(models, {
     path: () => cfg().engine_metrics.path,
     intervalMs: () => cfg().engine_metrics.interval_ms,

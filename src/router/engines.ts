@@ -5,7 +5,12 @@ import type { RouterConfig } from '../config/schema.js';
 import { ENGINE_ROLES, type EngineHandle, startEngines } from '../engine-sim/index.js';
 import type { PublisherType } from '../events/registry.js';
 
-const ENGINE_TYPES: Record<RouterConfig['engine_sim']['event_format'], PublisherType> = { map: 'vLLM', array: 'vLLM', sglang: 'SGLang', mooncake: 'Mooncake' };
+const ENGINE_TYPES: Record<RouterConfig['engine_sim']['event_format'], PublisherType> = {
+  map: 'vLLM',
+  array: 'vLLM',
+  sglang: 'SGLang',
+  mooncake: 'Mooncake',
+};
 
 // Engine i of `engine_sim` listens on port + i and publishes on zmq_port / replay_port + 2i.
 const EMBEDDED_ENGINE_HINTS: Record<string, string> = {
@@ -42,7 +47,13 @@ export async function startEmbeddedEngines(cfg: RouterConfig, log: (l: string) =
 /** What a router needs to know of a simulated engine: its address (plain data, sent to `--workers` processes). */
 export type EngineRef = Pick<EngineHandle, 'id' | 'url' | 'ranks' | 'zmqEndpoint' | 'replayEndpoint'>;
 
-export const engineRef = (e: EngineRef): EngineRef => ({ id: e.id, url: e.url, ranks: e.ranks.map((r) => ({ ...r })), zmqEndpoint: e.zmqEndpoint, replayEndpoint: e.replayEndpoint });
+export const engineRef = (e: EngineRef): EngineRef => ({
+  id: e.id,
+  url: e.url,
+  ranks: e.ranks.map((r) => ({ ...r })),
+  zmqEndpoint: e.zmqEndpoint,
+  replayEndpoint: e.replayEndpoint,
+});
 
 /** Models without instances are served by the simulated engines. */
 export function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineRef[]): void {
@@ -56,7 +67,16 @@ export function fillEngineInstances(cfg: RouterConfig, engines: readonly EngineR
       role: 'both' as const,
       bootstrap_port: 8998,
       lora_adapters: [],
-      ...(e.zmqEndpoint ? { kv_events: { endpoint: e.zmqEndpoint, ...(e.replayEndpoint ? { replay_endpoint: e.replayEndpoint } : {}), type: ENGINE_TYPES[cfg.engine_sim.event_format], topic: '' } } : {}),
+      ...(e.zmqEndpoint
+        ? {
+            kv_events: {
+              endpoint: e.zmqEndpoint,
+              ...(e.replayEndpoint ? { replay_endpoint: e.replayEndpoint } : {}),
+              type: ENGINE_TYPES[cfg.engine_sim.event_format],
+              topic: '',
+            },
+          }
+        : {}),
     }));
   }
 }

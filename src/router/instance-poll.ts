@@ -16,7 +16,10 @@ export interface InstancePoll {
   take: (m: ModelRuntime, i: InstanceRuntime, body: Buffer) => void;
 }
 
-export function startInstancePoll(models: () => ModelRuntime[], poll: InstancePoll): { stop(): void; runOnce(): Promise<void> } {
+export function startInstancePoll(
+  models: () => ModelRuntime[],
+  poll: InstancePoll,
+): { stop(): void; runOnce(): Promise<void> } {
   let running = false;
   let stopped = false;
   let timer: NodeJS.Timeout | null = null;
@@ -33,7 +36,9 @@ export function startInstancePoll(models: () => ModelRuntime[], poll: InstancePo
             seen.add(i.id);
             // A total deadline (undici's own timeouts are idle timeouts): one slow engine cannot hold the round.
             const signal = AbortSignal.timeout(deadline);
-            const r = await i.upstream.pool.request({ path: i.upstream.basePath + poll.path(), method: 'GET', signal }).catch(() => null);
+            const r = await i.upstream.pool
+              .request({ path: i.upstream.basePath + poll.path(), method: 'GET', signal })
+              .catch(() => null);
             if (!r) return;
             const body = await readCapped(r.statusCode === 200 ? r.body : null, poll.maxBytes, null).catch(() => null);
             if (r.statusCode !== 200 || body === null) {

@@ -43,7 +43,12 @@ type RequestPathMetrics = Pick<RouterMetrics, 'routed' | 'firstByte' | 'finished
 
 /** The request path's histograms and counter: observed several times per request, through lean children. */
 function requestPathMetrics(reg: Registry, modelOf: (instance: string) => string): RequestPathMetrics {
-  const requests = new LeanCounter({ name: 'kvrouter_requests_total', help: 'Proxied requests by model, policy, instance and status', labelNames: ['model', 'policy', 'instance', 'status'], registers: [reg] });
+  const requests = new LeanCounter({
+    name: 'kvrouter_requests_total',
+    help: 'Proxied requests by model, policy, instance and status',
+    labelNames: ['model', 'policy', 'instance', 'status'],
+    registers: [reg],
+  });
   const overhead = new LeanHistogram({
     name: 'kvrouter_routing_seconds',
     help: 'Time from request receipt to a booked routing decision (body read, tokenization, index walk, selection)',
@@ -51,11 +56,41 @@ function requestPathMetrics(reg: Registry, modelOf: (instance: string) => string
     buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
     registers: [reg],
   });
-  const tokenize = new LeanHistogram({ name: 'kvrouter_tokenize_seconds', help: 'Chat template rendering and tokenization time', labelNames: ['model'], buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5], registers: [reg] });
-  const ttft = new LeanHistogram({ name: 'kvrouter_upstream_ttft_seconds', help: 'Time from dispatch to the first upstream byte', labelNames: ['instance'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers: [reg] });
-  const duration = new LeanHistogram({ name: 'kvrouter_request_duration_seconds', help: 'Whole request time through the router', labelNames: ['model', 'outcome'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300], registers: [reg] });
-  const overlap = new LeanHistogram({ name: 'kvrouter_overlap_tokens', help: 'Cached prefix tokens on the chosen instance (any own tier)', labelNames: ['model'], buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
-  const promptTokens = new LeanHistogram({ name: 'kvrouter_prompt_tokens', help: 'Prompt length in tokens', labelNames: ['model'], buckets: [16, 64, 256, 1024, 4096, 16384, 65536, 262144], registers: [reg] });
+  const tokenize = new LeanHistogram({
+    name: 'kvrouter_tokenize_seconds',
+    help: 'Chat template rendering and tokenization time',
+    labelNames: ['model'],
+    buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
+    registers: [reg],
+  });
+  const ttft = new LeanHistogram({
+    name: 'kvrouter_upstream_ttft_seconds',
+    help: 'Time from dispatch to the first upstream byte',
+    labelNames: ['instance'],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [reg],
+  });
+  const duration = new LeanHistogram({
+    name: 'kvrouter_request_duration_seconds',
+    help: 'Whole request time through the router',
+    labelNames: ['model', 'outcome'],
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    registers: [reg],
+  });
+  const overlap = new LeanHistogram({
+    name: 'kvrouter_overlap_tokens',
+    help: 'Cached prefix tokens on the chosen instance (any own tier)',
+    labelNames: ['model'],
+    buckets: [0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144],
+    registers: [reg],
+  });
+  const promptTokens = new LeanHistogram({
+    name: 'kvrouter_prompt_tokens',
+    help: 'Prompt length in tokens',
+    labelNames: ['model'],
+    buckets: [16, 64, 256, 1024, 4096, 16384, 65536, 262144],
+    registers: [reg],
+  });
   const overheadOf = byLabels((model) => overhead.child({ model }));
   const overlapOf = byLabels((model) => overlap.child({ model }));
   const promptTokensOf = byLabels((model) => promptTokens.child({ model }));
@@ -91,18 +126,66 @@ function requestPathMetrics(reg: Registry, modelOf: (instance: string) => string
   };
 }
 
-type EventMetrics = Pick<RouterMetrics, 'retried' | 'healthChanged' | 'staleFreed' | 'rejected' | 'denied' | 'connectionRefused' | 'disaggPath' | 'prefillFailed'>;
+type EventMetrics = Pick<
+  RouterMetrics,
+  | 'retried'
+  | 'healthChanged'
+  | 'staleFreed'
+  | 'rejected'
+  | 'denied'
+  | 'connectionRefused'
+  | 'disaggPath'
+  | 'prefillFailed'
+>;
 
 /** Counters of events off the happy path: retries, health changes, refusals, disaggregation paths. */
 function eventMetrics(reg: Registry): EventMetrics {
-  const retries = new Counter({ name: 'kvrouter_retries_total', help: 'Attempts retried on another instance, by the instance that failed', labelNames: ['instance'], registers: [reg] });
-  const health = new Counter({ name: 'kvrouter_instance_health_events_total', help: 'Ejections and readmissions', labelNames: ['instance', 'event'], registers: [reg] });
-  const stale = new Counter({ name: 'kvrouter_stale_bookings_freed_total', help: 'Bookings released by the stale sweep (a caller never freed them)', registers: [reg] });
-  const rejected = new Counter({ name: 'kvrouter_rejected_requests_total', help: 'Requests answered by the router itself with an error status', labelNames: ['model', 'status'], registers: [reg] });
-  const refusedConnections = new Counter({ name: 'kvrouter_connections_refused_total', help: 'Client connections closed at once because server.max_connections were open', registers: [reg] });
-  const denied = new Counter({ name: 'kvrouter_auth_denied_total', help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)', labelNames: ['route_class', 'status'], registers: [reg] });
-  const disaggPaths = new Counter({ name: 'kvrouter_disagg_requests_total', help: 'Disaggregated models: attempts by prefill path (remote, local) and reason (remote, header, cached_tail, short_prompt, no_prefill_instance, prefill_busy, prefill_failed, untokenized)', labelNames: ['model', 'path', 'reason'], registers: [reg] });
-  const prefillFailures = new Counter({ name: 'kvrouter_disagg_prefill_failures_total', help: 'Prefill legs that failed (transport error, non-2xx, timeout), by prefill instance', labelNames: ['model', 'instance'], registers: [reg] });
+  const retries = new Counter({
+    name: 'kvrouter_retries_total',
+    help: 'Attempts retried on another instance, by the instance that failed',
+    labelNames: ['instance'],
+    registers: [reg],
+  });
+  const health = new Counter({
+    name: 'kvrouter_instance_health_events_total',
+    help: 'Ejections and readmissions',
+    labelNames: ['instance', 'event'],
+    registers: [reg],
+  });
+  const stale = new Counter({
+    name: 'kvrouter_stale_bookings_freed_total',
+    help: 'Bookings released by the stale sweep (a caller never freed them)',
+    registers: [reg],
+  });
+  const rejected = new Counter({
+    name: 'kvrouter_rejected_requests_total',
+    help: 'Requests answered by the router itself with an error status',
+    labelNames: ['model', 'status'],
+    registers: [reg],
+  });
+  const refusedConnections = new Counter({
+    name: 'kvrouter_connections_refused_total',
+    help: 'Client connections closed at once because server.max_connections were open',
+    registers: [reg],
+  });
+  const denied = new Counter({
+    name: 'kvrouter_auth_denied_total',
+    help: 'Requests refused by access control, by route class (api, admin) and status (401, 403, 429)',
+    labelNames: ['route_class', 'status'],
+    registers: [reg],
+  });
+  const disaggPaths = new Counter({
+    name: 'kvrouter_disagg_requests_total',
+    help: 'Disaggregated models: attempts by prefill path (remote, local) and reason (remote, header, cached_tail, short_prompt, no_prefill_instance, prefill_busy, prefill_failed, untokenized)',
+    labelNames: ['model', 'path', 'reason'],
+    registers: [reg],
+  });
+  const prefillFailures = new Counter({
+    name: 'kvrouter_disagg_prefill_failures_total',
+    help: 'Prefill legs that failed (transport error, non-2xx, timeout), by prefill instance',
+    labelNames: ['model', 'instance'],
+    registers: [reg],
+  });
   return {
     retried(instance) {
       retries.inc({ instance });
@@ -135,7 +218,7 @@ function eventMetrics(reg: Registry): EventMetrics {
 function instanceGauges(reg: Registry, src: RouterMetricsSources): void {
   new Gauge({
     name: 'kvrouter_instance_role',
-    help: 'Always 1: each instance\'s serving role (both, prefill, decode) as a label',
+    help: "Always 1: each instance's serving role (both, prefill, decode) as a label",
     labelNames: ['instance', 'model', 'role'],
     registers: [reg],
     collect() {
@@ -169,7 +252,11 @@ function instanceGauges(reg: Registry, src: RouterMetricsSources): void {
       },
     });
   perInstance('kvrouter_active_prefill_tokens', 'Booked prompt tokens not yet prefilled', (l) => l.activePrefillTokens);
-  perInstance('kvrouter_active_blocks', 'KV blocks held by in-flight requests (shared prefixes once)', (l) => l.activeBlocks);
+  perInstance(
+    'kvrouter_active_blocks',
+    'KV blocks held by in-flight requests (shared prefixes once)',
+    (l) => l.activeBlocks,
+  );
   perInstance('kvrouter_active_requests', 'In-flight requests', (l) => l.activeRequests);
 }
 
@@ -178,15 +265,20 @@ function hitPredictionMetrics(reg: Registry, src: RouterMetricsSources): Pick<Ro
   const ERR = [16, 64, 256, 1024, 4096, 16384];
   const predictionError = new LeanHistogram({
     name: 'kvrouter_hit_prediction_error_tokens',
-    help: 'Engine-reported cached tokens minus the router\'s prediction, per response with usage (negative: the router over-predicted)',
+    help: "Engine-reported cached tokens minus the router's prediction, per response with usage (negative: the router over-predicted)",
     labelNames: ['instance'],
     buckets: [...ERR.map((x) => -x).reverse(), 0, ...ERR],
     registers: [reg],
   });
-  const predictions = new LeanCounter({ name: 'kvrouter_hit_predictions_total', help: 'Responses judged by the closed-loop hit check: agree, over (predicted more than reported), under, unverified (no cached count in the usage)', labelNames: ['instance', 'verdict'], registers: [reg] });
+  const predictions = new LeanCounter({
+    name: 'kvrouter_hit_predictions_total',
+    help: 'Responses judged by the closed-loop hit check: agree, over (predicted more than reported), under, unverified (no cached count in the usage)',
+    labelNames: ['instance', 'verdict'],
+    registers: [reg],
+  });
   new Gauge({
     name: 'kvrouter_hit_prediction_alarm',
-    help: '1 while the instance\'s cache predictions are persistently wrong in this direction (see the log line and /health)',
+    help: "1 while the instance's cache predictions are persistently wrong in this direction (see the log line and /health)",
     labelNames: ['instance', 'direction'],
     registers: [reg],
     collect() {
@@ -216,7 +308,8 @@ function stateGauges(reg: Registry, src: RouterMetricsSources): void {
     registers: [reg],
     collect() {
       this.reset();
-      for (const r of src.scheduler.rates.snapshot()) this.set({ instance: r.instance, dp_rank: String(r.dpRank) }, r.tokensPerS);
+      for (const r of src.scheduler.rates.snapshot())
+        this.set({ instance: r.instance, dp_rank: String(r.dpRank) }, r.tokensPerS);
     },
   });
   new Gauge({
@@ -259,7 +352,11 @@ function stateGauges(reg: Registry, src: RouterMetricsSources): void {
 }
 
 /** All router metrics, registered family by family (the order /metrics lists them in). */
-export function createRouterMetrics(reg: Registry, src: RouterMetricsSources, modelOf: (instance: string) => string): RouterMetrics {
+export function createRouterMetrics(
+  reg: Registry,
+  src: RouterMetricsSources,
+  modelOf: (instance: string) => string,
+): RouterMetrics {
   const requestPath = requestPathMetrics(reg, modelOf);
   const events = eventMetrics(reg);
   instanceGauges(reg, src);

@@ -45,9 +45,11 @@ export interface Reconciled extends ModelSet {
   unusedTokenizers: PromptTokenizer[];
 }
 
-const tokenizerKey = (m: ModelConfig) => (m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`);
+const tokenizerKey = (m: ModelConfig) =>
+  m.tokenizer.package ? `pkg:${m.tokenizer.package}` : `dir:${m.tokenizer.path}`;
 /** A reload keeps an instance (its bookings, health and pool) when its URL and DP size stay the same. */
-export const keepsInstance = (url: string, dpSize: number, c: InstanceConfig): boolean => url === c.url && dpSize === c.dp_size;
+export const keepsInstance = (url: string, dpSize: number, c: InstanceConfig): boolean =>
+  url === c.url && dpSize === c.dp_size;
 const sameInstance = (rt: InstanceRuntime, c: InstanceConfig) => keepsInstance(rt.upstream.url, rt.dpSize, c);
 
 /** An instance's serving role (both unless the config says prefill or decode). */
@@ -58,7 +60,12 @@ export function roleOf(m: ModelRuntime, instance: string): InstanceRole {
 /** Hears every health change of every instance (metrics, the capacity queue). */
 export type HealthListener = (instance: string, event: HealthEvent) => void;
 
-export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | null, onHealth: HealthListener = () => {}, now: () => number = Date.now): Promise<Reconciled> {
+export async function reconcileModels(
+  cfg: RouterConfig,
+  previous: ModelSet | null,
+  onHealth: HealthListener = () => {},
+  now: () => number = Date.now,
+): Promise<Reconciled> {
   const oldTok = new Map<string, PromptTokenizer>();
   const oldInst = new Map<string, InstanceRuntime>();
   for (const m of previous?.all ?? []) {
@@ -75,20 +82,44 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
   const discard = () => {
     for (const i of added) void i.upstream.pool.close().catch(() => undefined);
     for (const u of kept.values()) if (u) void u.pool.close().catch(() => undefined);
-    for (const [key, t] of tokenizers) if (!oldTok.has(key)) void t.then((tok) => tok.close(), () => undefined);
+    for (const [key, t] of tokenizers)
+      if (!oldTok.has(key))
+        void t.then(
+          (tok) => tok.close(),
+          () => undefined,
+        );
   };
-  const healthOptions = { failureThreshold: cfg.health.failure_threshold, ejectionBaseMs: cfg.health.ejection_base_ms, ejectionMaxMs: cfg.health.ejection_max_ms };
-  const upstreamOptions = { connectTimeoutMs: cfg.proxy.connect_timeout_ms, headersTimeoutMs: cfg.proxy.headers_timeout_ms, bodyTimeoutMs: cfg.proxy.body_timeout_ms, connections: cfg.proxy.connections };
+  const healthOptions = {
+    failureThreshold: cfg.health.failure_threshold,
+    ejectionBaseMs: cfg.health.ejection_base_ms,
+    ejectionMaxMs: cfg.health.ejection_max_ms,
+  };
+  const upstreamOptions = {
+    connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+    headersTimeoutMs: cfg.proxy.headers_timeout_ms,
+    bodyTimeoutMs: cfg.proxy.body_timeout_ms,
+    connections: cfg.proxy.connections,
+  };
   try {
     for (const m of cfg.models) {
       const key = tokenizerKey(m);
-      if (!tokenizers.has(key)) tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
+      if (!tokenizers.has(key))
+        tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
       const tokenizer = await tokenizers.get(key)!;
       const instances = m.instances.map((c) => {
         const old = oldInst.get(c.id);
         if (old && sameInstance(old, c)) {
           // A new pool is made now (it opens no connection until used), so the swap itself cannot fail.
-          kept.set(old, sameUpstreamOptions(old.upstream.options, upstreamOptions) ? null : createUpstream(c.id, c.url, upstreamOptions, { health: old.health, now, onChange: (ev) => onHealth(c.id, ev) }));
+          kept.set(
+            old,
+            sameUpstreamOptions(old.upstream.options, upstreamOptions)
+              ? null
+              : createUpstream(c.id, c.url, upstreamOptions, {
+                  health: old.health,
+                  now,
+                  onChange: (ev) => onHealth(c.id, ev),
+                }),
+          );
           return old;
         }
         const health = new InstanceHealth(healthOptions);
@@ -103,7 +134,15 @@ export async function reconcileModels(cfg: RouterConfig, previous: ModelSet | nu
       });
       const roles = new Map(m.instances.map((i) => [i.id, i.role]));
       const disaggregated = m.instances.some((i) => i.role === 'prefill');
-      const rt: ModelRuntime = { name: m.name, cfg: m, routing: effectiveRouting(cfg, m), tokenizer, instances, roles, disaggregated };
+      const rt: ModelRuntime = {
+        name: m.name,
+        cfg: m,
+        routing: effectiveRouting(cfg, m),
+        tokenizer,
+        instances,
+        roles,
+        disaggregated,
+      };
       all.push(rt);
       for (const n of [m.name, ...m.aliases]) byName.set(n, rt);
     }

@@ -7,7 +7,11 @@ import type { ReloadResult } from './reload.js';
 import { isReady, type RouterRuntime } from './runtime.js';
 
 /** The engine's own last scraped load (engine_metrics.scrape), summed over ranks; null without a fresh scrape. */
-export function engineLoadOf(rt: RouterRuntime, id: string, dpSize: number): { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null {
+export function engineLoadOf(
+  rt: RouterRuntime,
+  id: string,
+  dpSize: number,
+): { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null {
   const c = rt.deps.cfg.engine_metrics;
   if (!c.scrape) return null;
   let out: { running: number; waiting: number; kv_usage: number | null; age_ms: number } | null = null;
@@ -23,7 +27,11 @@ export function engineLoadOf(rt: RouterRuntime, id: string, dpSize: number): { r
   return out;
 }
 
-export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: RouterConfig) => Promise<ReloadResult>): void {
+export function mountOpsRoutes(
+  app: Hono,
+  rt: RouterRuntime,
+  reload: (next?: RouterConfig) => Promise<ReloadResult>,
+): void {
   const { deps, scheduler, now } = rt;
   app.get('/v1/models', (c) => {
     // A tenant sees what it may use, by the chat path's own check (admin and anonymous: everything).
@@ -32,9 +40,28 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
     return c.json({
       object: 'list',
       data: [
-        ...[...deps.models.keys()].filter(usable).map((id) => ({ id, object: 'model', created: 0, owned_by: 'kvrouter', root: deps.models.get(id)!.name, parent: null })),
+        ...[...deps.models.keys()]
+          .filter(usable)
+          .map((id) => ({
+            id,
+            object: 'model',
+            created: 0,
+            owned_by: 'kvrouter',
+            root: deps.models.get(id)!.name,
+            parent: null,
+          })),
         // LoRA adapters as vLLM lists them: the adapter's id with its base model as parent.
-        ...rt.adapters.list().filter((a) => !deps.models.has(a.adapter) && usable(a.adapter)).map((a) => ({ id: a.adapter, object: 'model', created: 0, owned_by: 'kvrouter', root: a.adapter, parent: a.model })),
+        ...rt.adapters
+          .list()
+          .filter((a) => !deps.models.has(a.adapter) && usable(a.adapter))
+          .map((a) => ({
+            id: a.adapter,
+            object: 'model',
+            created: 0,
+            owned_by: 'kvrouter',
+            root: a.adapter,
+            parent: a.model,
+          })),
       ],
     });
   });
@@ -51,15 +78,38 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
             load.active_blocks += l.activeBlocks;
             load.active_requests += l.activeRequests;
           }
-          return { id: i.id, url: i.upstream.url, dp_size: i.dpSize, role: roleOf(m, i.id), ...i.health.snapshot(now()), load, lora_adapters: rt.adapters.adaptersOf(i.id), engine_load: engineLoadOf(rt, i.id, i.dpSize) };
+          return {
+            id: i.id,
+            url: i.upstream.url,
+            dp_size: i.dpSize,
+            role: roleOf(m, i.id),
+            ...i.health.snapshot(now()),
+            load,
+            lora_adapters: rt.adapters.adaptersOf(i.id),
+            engine_load: engineLoadOf(rt, i.id, i.dpSize),
+          };
         }),
       })),
       bookings: scheduler.active.size,
       // Closed-loop check: per instance, judged responses and any open alarm with its cause.
       hit_predictions: {
         action: rt.deps.cfg.verification.enabled ? rt.deps.cfg.verification.action : 'off',
-        alarms: rt.feedback.verifier.alarms().map((a) => ({ instance: a.instance, direction: a.direction, count: a.count, of: a.of, mean_predicted_tokens: a.meanPredicted, mean_reported_tokens: a.meanReported, since: a.since, message: a.message, distrusted: scheduler.distrusted.has(a.instance) })),
-        instances: Object.fromEntries(rt.all.flatMap((m) => m.instances.map((i) => [i.id, rt.feedback.verifier.totals(i.id)]))),
+        alarms: rt.feedback.verifier
+          .alarms()
+          .map((a) => ({
+            instance: a.instance,
+            direction: a.direction,
+            count: a.count,
+            of: a.of,
+            mean_predicted_tokens: a.meanPredicted,
+            mean_reported_tokens: a.meanReported,
+            since: a.since,
+            message: a.message,
+            distrusted: scheduler.distrusted.has(a.instance),
+          })),
+        instances: Object.fromEntries(
+          rt.all.flatMap((m) => m.instances.map((i) => [i.id, rt.feedback.verifier.totals(i.id)])),
+        ),
         recent_actions: rt.feedback.actions.slice(-20),
       },
       index: rt.indexer.stats(),
@@ -74,11 +124,29 @@ export function mountOpsRoutes(app: Hono, rt: RouterRuntime, reload: (next?: Rou
       min_initial_instances: m.cfg.min_initial_instances,
     }));
     const ready = isReady(rt);
-    return c.json({ ready, shutting_down: rt.shuttingDown, models: details, listeners: rt.listeners.statusCounts(), cluster: rt.cluster?.status() ?? null }, ready ? 200 : 503);
+    return c.json(
+      {
+        ready,
+        shutting_down: rt.shuttingDown,
+        models: details,
+        listeners: rt.listeners.statusCounts(),
+        cluster: rt.cluster?.status() ?? null,
+      },
+      ready ? 200 : 503,
+    );
   });
   app.get('/metrics', async (c) => c.body(await rt.prom.metrics(), 200, { 'content-type': rt.prom.contentType }));
   app.post('/admin/reload', async (c) => {
     const r = await reload();
-    return json(c, { status: r.ok ? 'reloaded' : 'rejected', changes: r.changes, restart_required: r.restartRequired, errors: r.errors }, r.ok ? 200 : 400);
+    return json(
+      c,
+      {
+        status: r.ok ? 'reloaded' : 'rejected',
+        changes: r.changes,
+        restart_required: r.restartRequired,
+        errors: r.errors,
+      },
+      r.ok ? 200 : 400,
+    );
   });
 }

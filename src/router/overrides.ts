@@ -6,7 +6,6 @@ import { COST_MODELS, type CostModel } from '../scheduler/cost.js';
 import { isPolicy, type PolicyName, policySpec, TARGET_POLICY } from '../scheduler/policies/registry.js';
 import { DISAGG_MODES, type DisaggMode } from '../disagg/protocol.js';
 
-
 export interface RequestRouting extends RoutingConfig {
   /** Instance for the direct policy. */
   target: string | null;
@@ -23,7 +22,12 @@ function bounded(h: IncomingHttpHeaders, name: string, min: number, max: number)
   if (raw === undefined) return undefined;
   const n = Number(raw.trim());
   if (raw.trim() === '' || !Number.isFinite(n) || n < min || n > max) {
-    throw new OpenAIError(400, `header ${name} must be a number in [${min}, ${max}], got "${raw}"`, 'invalid_request_error', name);
+    throw new OpenAIError(
+      400,
+      `header ${name} must be a number in [${min}, ${max}], got "${raw}"`,
+      'invalid_request_error',
+      name,
+    );
   }
   return n;
 }
@@ -47,7 +51,16 @@ const plain = new WeakMap<RoutingConfig, RequestRouting>();
 /** A model's routing without overrides (frozen, one per config object). */
 function plainRouting(base: RoutingConfig): RequestRouting {
   let r = plain.get(base);
-  if (!r) plain.set(base, (r = Object.freeze({ target: null, disagg: 'auto' as const, ...base, medium_weights: Object.freeze({ ...base.medium_weights }) })));
+  if (!r)
+    plain.set(
+      base,
+      (r = Object.freeze({
+        target: null,
+        disagg: 'auto' as const,
+        ...base,
+        medium_weights: Object.freeze({ ...base.medium_weights }),
+      })),
+    );
   return r;
 }
 
@@ -60,10 +73,17 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   if (!OVERRIDE_HEADERS.some((n) => h[n] !== undefined)) return plainRouting(base);
   const touched = OVERRIDE_HEADERS.filter((n) => header(h, n) !== undefined);
   if (touched.length === 0) return plainRouting(base);
-  if (!allowed) throw new OpenAIError(400, `routing override headers are disabled on this router (${touched.join(', ')})`, 'invalid_request_error', touched[0]);
+  if (!allowed)
+    throw new OpenAIError(
+      400,
+      `routing override headers are disabled on this router (${touched.join(', ')})`,
+      'invalid_request_error',
+      touched[0],
+    );
   let copy: RequestRouting | null = null;
   // New keys before the spread (V8's fast path; the config has neither key: unknown keys are refused).
-  const edit = (): RequestRouting => (copy ??= { target: null, disagg: 'auto', ...base, medium_weights: { ...base.medium_weights } });
+  const edit = (): RequestRouting =>
+    (copy ??= { target: null, disagg: 'auto', ...base, medium_weights: { ...base.medium_weights } });
   const target = header(h, 'x-kvrouter-target');
   const w = bounded(h, 'x-kvrouter-overlap-weight', 0, 100);
   if (w !== undefined && w !== base.overlap_weight) edit().overlap_weight = w;
@@ -77,16 +97,30 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   if (lb !== undefined && lb !== base.load_bound) edit().load_bound = lb;
   const cm = header(h, 'x-kvrouter-cost-model');
   if (cm !== undefined) {
-    if (!(COST_MODELS as readonly string[]).includes(cm)) throw new OpenAIError(400, `header x-kvrouter-cost-model must be one of ${COST_MODELS.join(', ')}, got "${cm}"`, 'invalid_request_error', 'x-kvrouter-cost-model');
+    if (!(COST_MODELS as readonly string[]).includes(cm))
+      throw new OpenAIError(
+        400,
+        `header x-kvrouter-cost-model must be one of ${COST_MODELS.join(', ')}, got "${cm}"`,
+        'invalid_request_error',
+        'x-kvrouter-cost-model',
+      );
     if (cm !== base.cost_model) edit().cost_model = cm as CostModel;
   }
   const mw = header(h, 'x-kvrouter-medium-weights');
   if (mw !== undefined) {
-    for (const part of mw.split(',').map((s) => s.trim()).filter(Boolean)) {
+    for (const part of mw
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean)) {
       const m = /^(cpu|disk|shared)\s*=\s*([0-9.eE+-]+)$/.exec(part);
       const v = m ? Number(m[2]) : NaN;
       if (!m || !Number.isFinite(v) || v < 0 || v > 1) {
-        throw new OpenAIError(400, `header x-kvrouter-medium-weights: "${part}" is not cpu|disk|shared=<0..1> (e.g. "cpu=0.5,disk=0.1")`, 'invalid_request_error', 'x-kvrouter-medium-weights');
+        throw new OpenAIError(
+          400,
+          `header x-kvrouter-medium-weights: "${part}" is not cpu|disk|shared=<0..1> (e.g. "cpu=0.5,disk=0.1")`,
+          'invalid_request_error',
+          'x-kvrouter-medium-weights',
+        );
       }
       const medium = m[1] as 'cpu' | 'disk' | 'shared';
       if (v !== (copy ?? base).medium_weights[medium]) edit().medium_weights[medium] = v;
@@ -94,12 +128,24 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   }
   const dm = header(h, 'x-kvrouter-disagg');
   if (dm !== undefined) {
-    if (!(DISAGG_MODES as readonly string[]).includes(dm)) throw new OpenAIError(400, `header x-kvrouter-disagg must be one of ${DISAGG_MODES.join(', ')}, got "${dm}"`, 'invalid_request_error', 'x-kvrouter-disagg');
+    if (!(DISAGG_MODES as readonly string[]).includes(dm))
+      throw new OpenAIError(
+        400,
+        `header x-kvrouter-disagg must be one of ${DISAGG_MODES.join(', ')}, got "${dm}"`,
+        'invalid_request_error',
+        'x-kvrouter-disagg',
+      );
     if (dm !== 'auto') edit().disagg = dm as DisaggMode;
   }
   const p = header(h, 'x-kvrouter-policy');
   if (p !== undefined) {
-    if (!isPolicy(p)) throw new OpenAIError(400, `header x-kvrouter-policy: unknown policy "${p}"`, 'invalid_request_error', 'x-kvrouter-policy');
+    if (!isPolicy(p))
+      throw new OpenAIError(
+        400,
+        `header x-kvrouter-policy: unknown policy "${p}"`,
+        'invalid_request_error',
+        'x-kvrouter-policy',
+      );
     if (p !== base.policy) edit().policy = p as PolicyName;
   }
   if (target !== undefined) {
@@ -108,6 +154,12 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
     if (p === undefined) out.policy = TARGET_POLICY;
   }
   const out: RequestRouting = copy ?? plainRouting(base);
-  if (policySpec(out.policy).needs.target && !out.target) throw new OpenAIError(400, `the ${out.policy} policy needs an x-kvrouter-target header naming the instance`, 'invalid_request_error', 'x-kvrouter-target');
+  if (policySpec(out.policy).needs.target && !out.target)
+    throw new OpenAIError(
+      400,
+      `the ${out.policy} policy needs an x-kvrouter-target header naming the instance`,
+      'invalid_request_error',
+      'x-kvrouter-target',
+    );
   return out;
 }

@@ -10,10 +10,7 @@ const RECHECK_MS = 1000;
  * Probes every `probe_interval_ms` as the running config says it, counted from the end of the last
  * round (rounds never overlap): a reload changes, starts or stops them within a second.
  */
-export function startProbes(
-  models: () => ModelRuntime[],
-  health: () => RouterConfig['health'],
-): { stop(): void } {
+export function startProbes(models: () => ModelRuntime[], health: () => RouterConfig['health']): { stop(): void } {
   let timer: NodeJS.Timeout | null = null;
   let stopped = false;
   let lastEnd = performance.now();
@@ -23,7 +20,14 @@ export function startProbes(
       models().flatMap((m) =>
         m.instances.map(async (i) => {
           // Timeouts are undici's (not an abort signal): they count as the engine's failure.
-          const r = await i.upstream.pool.request({ path: i.upstream.basePath + cfg.probe_path, method: 'GET', headersTimeout: cfg.probe_timeout_ms, bodyTimeout: cfg.probe_timeout_ms }).catch(() => null);
+          const r = await i.upstream.pool
+            .request({
+              path: i.upstream.basePath + cfg.probe_path,
+              method: 'GET',
+              headersTimeout: cfg.probe_timeout_ms,
+              bodyTimeout: cfg.probe_timeout_ms,
+            })
+            .catch(() => null);
           await r?.body.dump().catch(() => undefined);
         }),
       ),
@@ -33,16 +37,19 @@ export function startProbes(
     if (stopped) return;
     const every = health().probe_interval_ms;
     const due = every > 0 ? every - (performance.now() - lastEnd) : Infinity;
-    timer = setTimeout(() => {
-      if (stopped) return;
-      if (due > RECHECK_MS) return schedule(); // not yet (or off): look at the config again
-      void probeAll()
-        .catch(() => undefined)
-        .finally(() => {
-          lastEnd = performance.now();
-          schedule();
-        });
-    }, Math.max(0, Math.min(RECHECK_MS, due)));
+    timer = setTimeout(
+      () => {
+        if (stopped) return;
+        if (due > RECHECK_MS) return schedule(); // not yet (or off): look at the config again
+        void probeAll()
+          .catch(() => undefined)
+          .finally(() => {
+            lastEnd = performance.now();
+            schedule();
+          });
+      },
+      Math.max(0, Math.min(RECHECK_MS, due)),
+    );
     timer.unref();
   };
   schedule();

@@ -35,7 +35,14 @@ export function desiredRegistrations(cfg: RouterConfig): RegistrationSpec[] {
   return out;
 }
 
-const FIELDS: ReadonlyArray<keyof RegistrationSpec> = ['endpoint', 'replayEndpoint', 'type', 'model', 'blockSize', 'topic'];
+const FIELDS: ReadonlyArray<keyof RegistrationSpec> = [
+  'endpoint',
+  'replayEndpoint',
+  'type',
+  'model',
+  'blockSize',
+  'topic',
+];
 
 /**
  * Make the config-owned registrations match `cfg`. Registrations made through /register are left
@@ -48,7 +55,9 @@ export async function reconcileRegistrations(
   listeners: ListenerPool,
   now: number,
 ): Promise<{ removed: RegistrationSpec[]; added: string[] }> {
-  const want = new Map(desiredRegistrations(cfg).map((s) => [registrationKey(s.instanceId, s.tenant, s.dpRank), s] as const));
+  const want = new Map(
+    desiredRegistrations(cfg).map((s) => [registrationKey(s.instanceId, s.tenant, s.dpRank), s] as const),
+  );
   const removed: RegistrationSpec[] = [];
   for (const key of [...owned]) {
     const cur = registry.get(key);
@@ -74,5 +83,7 @@ export async function reconcileRegistrations(
 
 /** Per-model hash seeds of a config (models without one use hashing.seed). */
 export function modelSeeds(cfg: RouterConfig): Map<string, bigint> {
-  return new Map(cfg.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const));
+  return new Map(
+    cfg.models.filter((m) => m.hash_seed !== undefined).map((m) => [m.name, BigInt(m.hash_seed!)] as const),
+  );
 }

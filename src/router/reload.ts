@@ -42,8 +42,25 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   const cur = deps.cfg;
   fillEngineInstances(next, rt.engineRefs);
   const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
-  const { host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections, stall_timeout_ms } = cur.server;
-  next.server = { ...next.server, host, port, headers_timeout_ms, request_timeout_ms, keep_alive_timeout_ms, max_connections, stall_timeout_ms };
+  const {
+    host,
+    port,
+    headers_timeout_ms,
+    request_timeout_ms,
+    keep_alive_timeout_ms,
+    max_connections,
+    stall_timeout_ms,
+  } = cur.server;
+  next.server = {
+    ...next.server,
+    host,
+    port,
+    headers_timeout_ms,
+    request_timeout_ms,
+    keep_alive_timeout_ms,
+    max_connections,
+    stall_timeout_ms,
+  };
   next.engine_sim = cur.engine_sim;
   next.hashing = cur.hashing;
   next.tracing = cur.tracing;
@@ -58,11 +75,18 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   if (rt.shuttingDown) {
     // Closing while the tokenizers loaded: the listeners may be gone; nothing is changed.
     r.discard();
-    return { ok: false, changes: [], restartRequired, errors: [{ path: '(reload)', message: 'the router is shutting down' }] };
+    return {
+      ok: false,
+      changes: [],
+      restartRequired,
+      errors: [{ path: '(reload)', message: 'the router is shutting down' }],
+    };
   }
   let regs: Awaited<ReturnType<typeof reconcileRegistrations>>;
   try {
-    regs = rt.relayed ? { removed: [], added: [] } : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());
+    regs = rt.relayed
+      ? { removed: [], added: [] }
+      : await reconcileRegistrations(next, rt.ownedRegs, rt.registry, rt.listeners, now());
   } catch (err) {
     r.discard();
     throw err;
@@ -92,20 +116,29 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   for (const k of regs.added) changes.push(`listening to KV events of ${k}`);
   indexInstances(rt);
   for (const t of r.unusedTokenizers) void t.close();
-  if (JSON.stringify(cur.routing) !== JSON.stringify(next.routing) || JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))) changes.push('routing settings');
+  if (
+    JSON.stringify(cur.routing) !== JSON.stringify(next.routing) ||
+    JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))
+  )
+    changes.push('routing settings');
   if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
   // Every other setting that took effect is named too (a raised shutdown grace, say, is not 'no changes').
-  for (const k of Object.keys(next.server) as Array<keyof RouterConfig['server']>) if (cur.server[k] !== next.server[k]) changes.push(`server.${k}`);
-  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy)) changes.push(`proxy settings${renewed.length ? ` (new connection pools for ${renewed.length} instance(s))` : ''}`);
-  for (const s of APPLIED_SECTIONS) if (JSON.stringify(cur[s]) !== JSON.stringify(next[s])) changes.push(`${s} settings`);
-  const modelSettings = (c: RouterConfig) => JSON.stringify(c.models.map(({ instances: _i, routing: _r, ...rest }) => rest));
+  for (const k of Object.keys(next.server) as Array<keyof RouterConfig['server']>)
+    if (cur.server[k] !== next.server[k]) changes.push(`server.${k}`);
+  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy))
+    changes.push(`proxy settings${renewed.length ? ` (new connection pools for ${renewed.length} instance(s))` : ''}`);
+  for (const s of APPLIED_SECTIONS)
+    if (JSON.stringify(cur[s]) !== JSON.stringify(next[s])) changes.push(`${s} settings`);
+  const modelSettings = (c: RouterConfig) =>
+    JSON.stringify(c.models.map(({ instances: _i, routing: _r, ...rest }) => rest));
   if (modelSettings(cur) !== modelSettings(next)) changes.push('model settings');
   // A kept instance's own settings (role, adapters, KV events...); a new URL or dp_size made it a new instance above.
   const instancesOf = (c: RouterConfig) => new Map(c.models.flatMap((m) => m.instances.map((i) => [i.id, i] as const)));
   const before = instancesOf(cur);
   for (const [id, i] of instancesOf(next)) {
     const was = before.get(id);
-    if (was && keepsInstance(was.url, was.dp_size, i) && JSON.stringify(was) !== JSON.stringify(i)) changes.push(`instance ${id} settings`);
+    if (was && keepsInstance(was.url, was.dp_size, i) && JSON.stringify(was) !== JSON.stringify(i))
+      changes.push(`instance ${id} settings`);
   }
   rt.queue.notify();
   return { ok: true, changes, restartRequired, errors: [] };
@@ -115,20 +148,35 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
  * reload(next?): apply `next`, or re-read the config file. Reloads run one at a time; every outcome
  * is logged, a rejected one with each bad key (the running config stays).
  */
-export function createReloader(rt: RouterRuntime, source: { configFile?: string; loadOptions?: LoadOptions }): (next?: RouterConfig) => Promise<ReloadResult> {
+export function createReloader(
+  rt: RouterRuntime,
+  source: { configFile?: string; loadOptions?: LoadOptions },
+): (next?: RouterConfig) => Promise<ReloadResult> {
   let reloading: Promise<unknown> = Promise.resolve();
   return (next) => {
     const run = async (): Promise<ReloadResult> => {
       let res: ReloadResult;
       let cfg = next ? structuredClone(next) : undefined;
-      if (!cfg && !source.configFile) res = { ok: false, changes: [], restartRequired: [], errors: [{ path: '(file)', message: 'the router was not started from a file' }] };
+      if (!cfg && !source.configFile)
+        res = {
+          ok: false,
+          changes: [],
+          restartRequired: [],
+          errors: [{ path: '(file)', message: 'the router was not started from a file' }],
+        };
       else {
         try {
           cfg ??= loadConfigFile(source.configFile!, source.loadOptions);
           res = await applyConfig(rt, cfg);
         } catch (err) {
           // Anything else that fails before the swap (a tokenizer that does not load) keeps the running config too.
-          res = { ok: false, changes: [], restartRequired: [], errors: err instanceof ConfigInvalidError ? err.errors : [{ path: '(reload)', message: (err as Error).message }] };
+          res = {
+            ok: false,
+            changes: [],
+            restartRequired: [],
+            errors:
+              err instanceof ConfigInvalidError ? err.errors : [{ path: '(reload)', message: (err as Error).message }],
+          };
         }
       }
       rt.log(

@@ -18,7 +18,8 @@ function messageTexts(m: ChatMessage, out: string[]): void {
   if (typeof c === 'string') {
     if (c !== '') out.push(c);
   } else if (Array.isArray(c)) {
-    for (const part of c) if (part && part.type === 'text' && typeof part.text === 'string' && part.text !== '') out.push(part.text);
+    for (const part of c)
+      if (part && part.type === 'text' && typeof part.text === 'string' && part.text !== '') out.push(part.text);
   }
   const r = m.role === 'assistant' ? m.reasoning_content : undefined;
   if (typeof r === 'string' && r !== '') out.push(r);

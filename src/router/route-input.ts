@@ -39,11 +39,24 @@ export function routeFields(p: RouteSource, cfg: RouterConfig, deps: EngineLoadS
   // Without tokens (content the router cannot tokenize) a policy that needs them gives way to its fallback.
   const policy = servingPolicy(r.policy, { tokens: p.tokens !== null });
   return {
-    ns: { model: p.model.name, blockSize: p.model.cfg.block_size, loraName: p.adapter, salt: p.cacheSalt, tenant: 'default' },
+    ns: {
+      model: p.model.name,
+      blockSize: p.model.cfg.block_size,
+      loraName: p.adapter,
+      salt: p.cacheSalt,
+      tenant: 'default',
+    },
     route: {
       tokens: p.tokens ?? new Uint32Array(0),
       policy,
-      weights: { model: r.cost_model, overlapWeight: r.overlap_weight, medium: r.medium_weights, trackActiveBlocks: r.track_active_blocks, decodeInterference: r.decode_interference, decodeBlockMs: r.decode_block_ms },
+      weights: {
+        model: r.cost_model,
+        overlapWeight: r.overlap_weight,
+        medium: r.medium_weights,
+        trackActiveBlocks: r.track_active_blocks,
+        decodeInterference: r.decode_interference,
+        decodeBlockMs: r.decode_block_ms,
+      },
       temperature: r.temperature,
       ratePrior: { tokensPerS: r.prefill_tokens_per_s, overheadMs: r.prefill_overhead_ms },
       // The slack is in milliseconds: only the time model's costs are.
@@ -57,14 +70,22 @@ export function routeFields(p: RouteSource, cfg: RouterConfig, deps: EngineLoadS
       adapterWarmMs: cfg.lora.adapter_warm_ms,
       ...(cfg.engine_metrics.scrape
         ? {
-            engineLoad: (instance: string, dpRank: number) => deps.engineLoads.get(instance, dpRank, deps.now(), cfg.engine_metrics.stale_ms),
-            engineWeights: { waiting: r.engine_waiting_weight, running: r.engine_running_weight, kvUsageMs: r.cost_model === 'time' ? r.engine_kv_usage_ms : 0 },
+            engineLoad: (instance: string, dpRank: number) =>
+              deps.engineLoads.get(instance, dpRank, deps.now(), cfg.engine_metrics.stale_ms),
+            engineWeights: {
+              waiting: r.engine_waiting_weight,
+              running: r.engine_running_weight,
+              kvUsageMs: r.cost_model === 'time' ? r.engine_kv_usage_ms : 0,
+            },
           }
         : {}),
       sessionKey: p.sessionKey,
       text: p.text,
       target: r.target,
-      busy: { maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens, maxActiveBlocks: cfg.routing.busy.max_active_blocks },
+      busy: {
+        maxActivePrefillTokens: cfg.routing.busy.max_active_prefill_tokens,
+        maxActiveBlocks: cfg.routing.busy.max_active_blocks,
+      },
     },
   };
 }

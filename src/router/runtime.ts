@@ -76,7 +76,9 @@ export interface RouterRuntime {
 
 export function checkAuth(cfg: RouterConfig, access: Access): void {
   if (!access.enabled && !isLoopbackHost(cfg.server.host) && !cfg.auth.allow_unauthenticated) {
-    throw new Error(`refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`);
+    throw new Error(
+      `refusing to serve on ${cfg.server.host} without authentication: configure auth.admin_token / auth.tenants, or set auth.allow_unauthenticated: true`,
+    );
   }
 }
 
@@ -93,7 +95,8 @@ export function indexInstances(rt: RouterRuntime): void {
       rt.modelOfInstance.set(i.id, m.name);
       rt.writer.enroll({ model: m.name, blockSize: m.cfg.block_size }, i.id);
     }
-    for (const c of m.cfg.instances) rt.adapters.setConfigured(c.id, m.name, [...m.cfg.lora_adapters, ...c.lora_adapters]);
+    for (const c of m.cfg.instances)
+      rt.adapters.setConfigured(c.id, m.name, [...m.cfg.lora_adapters, ...c.lora_adapters]);
   }
 }
 
@@ -102,15 +105,25 @@ export function isReady(rt: RouterRuntime): boolean {
   return (
     !rt.shuttingDown &&
     (rt.cluster?.isReady() ?? true) &&
-    rt.all.every((m) => m.instances.filter((i) => i.health.available(rt.now())).length >= Math.max(1, m.cfg.min_initial_instances))
+    rt.all.every(
+      (m) => m.instances.filter((i) => i.health.available(rt.now())).length >= Math.max(1, m.cfg.min_initial_instances),
+    )
   );
 }
 
 /** `sharedEngines`: engines another process runs (the `--workers` primary): none are started here. */
-export async function createRuntime(cfg0: RouterConfig, log: (line: string) => void, now: () => number, sharedEngines?: readonly EngineRef[]): Promise<RouterRuntime> {
+export async function createRuntime(
+  cfg0: RouterConfig,
+  log: (line: string) => void,
+  now: () => number,
+  sharedEngines?: readonly EngineRef[],
+): Promise<RouterRuntime> {
   const access = new Access({ admin_token: cfg0.auth.admin_token, tenants: cfg0.auth.tenants }, now);
   checkAuth(cfg0, access);
-  if (!access.enabled) log(`auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg0.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`);
+  if (!access.enabled)
+    log(
+      `auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg0.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`,
+    );
   const engines = sharedEngines ? [] : await startEmbeddedEngines(cfg0, log);
   const engineRefs = sharedEngines ?? engines;
   fillEngineInstances(cfg0, engineRefs);
@@ -120,8 +133,18 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   const registry = new Registry();
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
-  const listeners = new ListenerPool({ registry, writer, metrics: prom, now, options: listenerOptionsFromConfig(cfg0.kv_events), ingestLimits: ingestLimitsFromConfig(cfg0.kv_events) });
-  const scheduler = new Scheduler(indexer, cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random);
+  const listeners = new ListenerPool({
+    registry,
+    writer,
+    metrics: prom,
+    now,
+    options: listenerOptionsFromConfig(cfg0.kv_events),
+    ingestLimits: ingestLimitsFromConfig(cfg0.kv_events),
+  });
+  const scheduler = new Scheduler(
+    indexer,
+    cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random,
+  );
   const queue = new CapacityQueue(cfg0.routing.busy.queue_size);
   // Health changes reach the metrics and wake the capacity queue (an instance came back).
   const onHealth: HealthListener = (id, ev) => {
@@ -136,13 +159,28 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
   const label = (i: string) => modelOfInstance.get(i) ?? 'unknown';
   // The metrics sink is bound late: the loop is created first so the metrics can read its alarms.
   let judged: RouterMetrics['hitJudged'] = () => undefined;
-  const feedback = new FeedbackLoop(feedbackOptions(cfg0), { writer, distrusted: scheduler.distrusted, log, now, judged: (...a) => judged(...a) });
+  const feedback = new FeedbackLoop(feedbackOptions(cfg0), {
+    writer,
+    distrusted: scheduler.distrusted,
+    log,
+    now,
+    judged: (...a) => judged(...a),
+  });
   // The gauges read `rt.all` at scrape time, so they follow reloads.
   const metrics = createRouterMetrics(
     prom,
     {
       scheduler,
-      instances: () => rt.all.flatMap((m) => m.instances.map((i) => ({ id: i.id, model: m.name, healthy: i.health.available(now()), dpSize: i.dpSize, role: roleOf(m, i.id) }))),
+      instances: () =>
+        rt.all.flatMap((m) =>
+          m.instances.map((i) => ({
+            id: i.id,
+            model: m.name,
+            healthy: i.health.available(now()),
+            dpSize: i.dpSize,
+            role: roleOf(m, i.id),
+          })),
+        ),
       queueDepth: () => queue.depth,
       tokenizerStats: () => {
         let hits = 0;
@@ -183,7 +221,21 @@ export async function createRuntime(cfg0: RouterConfig, log: (line: string) => v
     adapters,
     engineLoads,
     peers: new PeerList(cfg0.cluster.peers),
-    deps: { cfg: cfg0, models: modelSet.byName, adapters, engineLoads, metrics, scheduler, queue, now, access, indexer, feedback, tracing: await startTracing(cfg0), observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }) },
+    deps: {
+      cfg: cfg0,
+      models: modelSet.byName,
+      adapters,
+      engineLoads,
+      metrics,
+      scheduler,
+      queue,
+      now,
+      access,
+      indexer,
+      feedback,
+      tracing: await startTracing(cfg0),
+      observer: combineObservers(metrics, decisions, { reported: (d, u) => feedback.reported(d, u) }),
+    },
     all: modelSet.all,
     ownedRegs,
     relayed,
@@ -207,14 +259,28 @@ async function startTracing(cfg: RouterConfig): Promise<Tracing | null> {
     headers[h.slice(0, i).trim().toLowerCase()] = h.slice(i + 1).trim();
   }
   const { Tracing } = await import('../tracing/tracing.js');
-  return Tracing.start({ endpoint: t.endpoint, sampleRatio: t.sample_ratio, serviceName: t.service_name, headers, batchDelayMs: t.batch_delay_ms }, KVROUTER_VERSION);
+  return Tracing.start(
+    {
+      endpoint: t.endpoint,
+      sampleRatio: t.sample_ratio,
+      serviceName: t.service_name,
+      headers,
+      batchDelayMs: t.batch_delay_ms,
+    },
+    KVROUTER_VERSION,
+  );
 }
 
 /** Let in-flight completions finish (up to the grace period), then `afterDrain`, then close every part. */
 export async function closeRuntime(rt: RouterRuntime, graceMs: number, afterDrain: () => void): Promise<void> {
   const deadline = Date.now() + graceMs;
   while (rt.inflight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  for (const res of rt.inflight) cutResponse(res, 'the router is shutting down: the stream was cut at the end of its grace period (server.shutdown_grace_ms)', 503);
+  for (const res of rt.inflight)
+    cutResponse(
+      res,
+      'the router is shutting down: the stream was cut at the end of its grace period (server.shutdown_grace_ms)',
+      503,
+    );
   afterDrain();
   await rt.cluster?.close();
   await rt.deps.tracing?.shutdown();

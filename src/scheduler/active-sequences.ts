@@ -81,7 +81,12 @@ class WorkerLoad {
 }
 
 /** The load of a worker with nothing in flight: one frozen object for every idle candidate of every decision. */
-export const IDLE_LOAD: Load = Object.freeze({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+export const IDLE_LOAD: Load = Object.freeze({
+  activePrefillTokens: 0,
+  activeBlocks: 0,
+  activeRequests: 0,
+  decodingRequests: 0,
+});
 
 export class ActiveSequences {
   private readonly workers = new WorkerMap<WorkerLoad>();
@@ -96,7 +101,12 @@ export class ActiveSequences {
   load(instance: string, dpRank: number): Load {
     const w = this.workers.get(instance, dpRank);
     if (!w) return IDLE_LOAD;
-    return { activePrefillTokens: w.prefillTokens, activeBlocks: w.blocks.size, activeRequests: w.requests, decodingRequests: w.decoding };
+    return {
+      activePrefillTokens: w.prefillTokens,
+      activeBlocks: w.blocks.size,
+      activeRequests: w.requests,
+      decodingRequests: w.decoding,
+    };
   }
 
   /** Blocks of this request that would be new on the worker (not already held by in-flight requests). */
@@ -109,10 +119,30 @@ export class ActiveSequences {
    * Book a request. Throws if the id is already booked (ids must be unique per router). The booking
    * keeps `blocks` itself (a decision's seq hashes, a decoded sync message's): nobody changes them after.
    */
-  book(id: string, instance: string, dpRank: number, blocks: BigUint64Array, prefillTokens: number, now: number, pool = ''): Booking {
+  book(
+    id: string,
+    instance: string,
+    dpRank: number,
+    blocks: BigUint64Array,
+    prefillTokens: number,
+    now: number,
+    pool = '',
+  ): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
-    const b: Booking = { id, instance, dpRank, blocks, prefillTokens: Math.max(0, prefillTokens), aheadTokens: w.prefillTokens, decodingAhead: w.decoding, pool, createdAt: now, prefillDone: false, speculative: null };
+    const b: Booking = {
+      id,
+      instance,
+      dpRank,
+      blocks,
+      prefillTokens: Math.max(0, prefillTokens),
+      aheadTokens: w.prefillTokens,
+      decodingAhead: w.decoding,
+      pool,
+      createdAt: now,
+      prefillDone: false,
+      speculative: null,
+    };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.requests++;

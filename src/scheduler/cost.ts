@@ -114,8 +114,18 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;
   const ttftMs = queueMs + prefillMs;
   const decodeMs = w.trackActiveBlocks && w.decodeBlockMs ? w.decodeBlockMs * (c.activeBlocks + c.newBlocks) : 0;
-  const value = w.model === 'time' ? ttftMs + interferenceMs + decodeMs : w.overlapWeight * prefillBlocks + decodeBlocks;
-  return { creditedBlocks: credited, prefillBlocks, decodeBlocks, queueMs, prefillMs, ttftMs, interferenceMs, cost: value };
+  const value =
+    w.model === 'time' ? ttftMs + interferenceMs + decodeMs : w.overlapWeight * prefillBlocks + decodeBlocks;
+  return {
+    creditedBlocks: credited,
+    prefillBlocks,
+    decodeBlocks,
+    queueMs,
+    prefillMs,
+    ttftMs,
+    interferenceMs,
+    cost: value,
+  };
 }
 
 /**

@@ -17,14 +17,25 @@ export interface Filtered {
  * `excluded`: instances a failed attempt of this request already tried; `busy`: over a busy
  * threshold (policies whose spec keeps the busy filter). Appends what each removed to `out`.
  */
-export function filterCandidates(candidates: CandidateScore[], input: Pick<RouteInput, 'exclude'>, spec: Pick<PolicySpec, 'busyFilter'>, out: Filtered[]): CandidateScore[] {
+export function filterCandidates(
+  candidates: CandidateScore[],
+  input: Pick<RouteInput, 'exclude'>,
+  spec: Pick<PolicySpec, 'busyFilter'>,
+  out: Filtered[],
+): CandidateScore[] {
   let pool = candidates;
-  if (input.exclude && input.exclude.size > 0) pool = keep(pool, 'excluded', (c) => !input.exclude!.has(c.instance), out);
+  if (input.exclude && input.exclude.size > 0)
+    pool = keep(pool, 'excluded', (c) => !input.exclude!.has(c.instance), out);
   if (spec.busyFilter) pool = keep(pool, 'busy', (c) => !c.busy, out);
   return pool;
 }
 
-function keep(pool: CandidateScore[], filter: FilterName, ok: (c: CandidateScore) => boolean, out: Filtered[]): CandidateScore[] {
+function keep(
+  pool: CandidateScore[],
+  filter: FilterName,
+  ok: (c: CandidateScore) => boolean,
+  out: Filtered[],
+): CandidateScore[] {
   const kept: CandidateScore[] = [];
   for (const c of pool) {
     if (ok(c)) kept.push(c);

@@ -92,7 +92,13 @@ class Fit {
     if (overheadMs < 0) {
       // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
-      const o = solve2(this.s11 + ps, this.s12, this.s22 + ds, this.s1y + ps * prior.msPerToken, this.s2y + ds * prior.msPerDecoding);
+      const o = solve2(
+        this.s11 + ps,
+        this.s12,
+        this.s22 + ds,
+        this.s1y + ps * prior.msPerToken,
+        this.s2y + ds * prior.msPerDecoding,
+      );
       msPerToken = clampB(o[0]);
       msPerDecoding = clampC(o[1]);
     }
@@ -179,7 +185,14 @@ export class PrefillRates {
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {
     return [...this.fits.values()].map((f) => {
       const r = this.rate(f.instance, f.dpRank, prior, f.pool);
-      return { instance: f.instance, dpRank: f.dpRank, samples: f.fit.samples, tokensPerS: 1000 / r.msPerToken, overheadMs: r.overheadMs, msPerDecoding: r.msPerDecoding };
+      return {
+        instance: f.instance,
+        dpRank: f.dpRank,
+        samples: f.fit.samples,
+        tokensPerS: 1000 / r.msPerToken,
+        overheadMs: r.overheadMs,
+        msPerDecoding: r.msPerDecoding,
+      };
     });
   }
 }

@@ -120,7 +120,10 @@ export interface CandidateScore extends Candidate {
 }
 
 /** A candidate's cached prefix per tier, in tokens (what explanation headers and APIs report). */
-export function overlapTokens(c: Pick<CandidateScore, 'device' | 'host' | 'disk' | 'shared'>, blockSize: number): { gpu: number; cpu: number; disk: number; shared: number } {
+export function overlapTokens(
+  c: Pick<CandidateScore, 'device' | 'host' | 'disk' | 'shared'>,
+  blockSize: number,
+): { gpu: number; cpu: number; disk: number; shared: number } {
   return { gpu: c.device * blockSize, cpu: c.host * blockSize, disk: c.disk * blockSize, shared: c.shared * blockSize };
 }
 
@@ -216,7 +219,13 @@ export class Scheduler {
     for (let k = 0; loads && k < n; k++) {
       const c = input.candidates[k];
       const load = (loads[k] = this.active.load(c.instance, c.dpRank));
-      if (!input.evictionAware || peer || load.activePrefillTokens <= 0 || (this.distrusted.size > 0 && this.distrusted.has(c.instance))) continue;
+      if (
+        !input.evictionAware ||
+        peer ||
+        load.activePrefillTokens <= 0 ||
+        (this.distrusted.size > 0 && this.distrusted.has(c.instance))
+      )
+        continue;
       allocations ??= new Int32Array(n);
       allocations[k] = Math.ceil(load.activePrefillTokens / bs);
     }
@@ -245,7 +254,12 @@ export class Scheduler {
         if (disk === indexed) disk = device;
       }
       // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-      const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 ? seq.length : this.active.newBlocks(c.instance, c.dpRank, seq);
+      const newBlocks =
+        seq.length === 0
+          ? 0
+          : load.activeRequests === 0
+            ? seq.length
+            : this.active.newBlocks(c.instance, c.dpRank, seq);
       const rate = this.rates.workerRate(c.instance, c.dpRank, poolRate);
       // Load the engine reports beyond what the router booked there.
       let extraPrefill = 0;
@@ -260,9 +274,13 @@ export class Scheduler {
         const waiting = Math.min(unbooked, seen.waiting);
         extraPrefill = ew.waiting * waiting * this.meanPrefillTokens;
         extraDecoding = ew.running * (unbooked - waiting);
-        if (seen.kvUsage !== null && ew.kvUsageMs > 0) kvPenaltyMs = ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2);
+        if (seen.kvUsage !== null && ew.kvUsageMs > 0)
+          kvPenaltyMs = ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2);
       }
-      const adapterLoadMs = input.adapter && input.adapterLoadMs ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, now) : 0;
+      const adapterLoadMs =
+        input.adapter && input.adapterLoadMs
+          ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, now)
+          : 0;
       const b = cost(
         {
           device,
@@ -303,7 +321,9 @@ export class Scheduler {
         // Only the time model's costs are milliseconds: the penalties join them there.
         cost: weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
         load,
-        busy: busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
+        busy: busy
+          ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks
+          : false,
       };
     }
     return { candidates, seq, isl };
@@ -317,10 +337,23 @@ export class Scheduler {
     const spec = policySpec(input.policy);
     const filtered: Filtered[] = [];
     const steps = { scorer: input.weights.model, picker: spec.pick.name };
-    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null, memo: unknown = null): Decision => ({ chosen, reason, policy: input.policy, candidates, filtered, steps, seq, isl, blockSize: input.ns.blockSize, adapter: input.adapter ?? null, memo });
+    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null, memo: unknown = null): Decision => ({
+      chosen,
+      reason,
+      policy: input.policy,
+      candidates,
+      filtered,
+      steps,
+      seq,
+      isl,
+      blockSize: input.ns.blockSize,
+      adapter: input.adapter ?? null,
+      memo,
+    });
     const eligible = filterCandidates(candidates, input, spec, filtered);
     if (eligible.length === 0) {
-      if (candidates.length === 0 || filtered.every((f) => f.filter === 'excluded')) return decision(null, 'no_candidates');
+      if (candidates.length === 0 || filtered.every((f) => f.filter === 'excluded'))
+        return decision(null, 'no_candidates');
       return decision(null, 'all_busy');
     }
     const poolKey = input.ns.model;
@@ -366,7 +399,13 @@ export class Scheduler {
     // The engine is about to use the cached prefix: it becomes the newest in the instance's LRU.
     if (c.device > 0) this.indexer.find(ns)?.index.touch(c.instance, c.dpRank, d.seq, c.device);
     speculate(this.indexer, ns, booking, opts.speculativeTtlMs, opts.now);
-    this.policyStates.booked(ns.model, policySpec(d.policy), { requestId: opts.requestId, chosen: c, memo: d.memo, isl: d.isl, now: opts.now });
+    this.policyStates.booked(ns.model, policySpec(d.policy), {
+      requestId: opts.requestId,
+      chosen: c,
+      memo: d.memo,
+      isl: d.isl,
+      now: opts.now,
+    });
     for (const h of this.hooks) h.booked?.(booking, ns, opts.speculativeTtlMs, opts.now, c.device > 0 ? c.device : 0);
     return booking;
   }
@@ -403,7 +442,6 @@ export class Scheduler {
     return this.active.dropInstance(instance);
   }
 
-
   /** The engine's usage for a booked request: the prompt tokens it computed (prompt - cached). */
   reportUncached(requestId: string, uncachedTokens: number): void {
     const b = this.active.get(requestId);
@@ -427,7 +465,12 @@ export class Scheduler {
     // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
     let rate: RateSample | undefined;
     if (b?.firstTokenAt !== undefined) {
-      const sample = { workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens), decoding: b.decodingAhead, ttftMs: b.firstTokenAt - b.createdAt, pool: b.pool };
+      const sample = {
+        workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens),
+        decoding: b.decodingAhead,
+        ttftMs: b.firstTokenAt - b.createdAt,
+        pool: b.pool,
+      };
       // Only a sample PrefillRates takes goes to the hooks (a clock stepped back makes a negative TTFT).
       if (validSample(sample)) {
         rate = sample;

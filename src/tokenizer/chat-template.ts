@@ -3,7 +3,13 @@
 import { Environment, Interpreter, Template } from '@huggingface/jinja';
 import { ChatTemplateError } from './errors.js';
 import type { ChatTemplates } from './files.js';
-import { detectContentFormat, toTemplateMessages, toTemplateTools, type ContentFormat, type TemplateMessage } from './openai-messages.js';
+import {
+  detectContentFormat,
+  toTemplateMessages,
+  toTemplateTools,
+  type ContentFormat,
+  type TemplateMessage,
+} from './openai-messages.js';
 import { patchJinjaForPython, pyStrftime, pyStrip } from './python-compat.js';
 import type { ChatRequestLike } from './types.js';
 
@@ -49,7 +55,9 @@ export class ChatTemplateRenderer {
       rendered = renderWith(p.template, p.variables);
     } catch (e) {
       if (e instanceof ChatTemplateError) throw e;
-      throw new ChatTemplateError(`chat template failed: ${e instanceof Error ? e.message : String(e)}`, 'template', { cause: e });
+      throw new ChatTemplateError(`chat template failed: ${e instanceof Error ? e.message : String(e)}`, 'template', {
+        cause: e,
+      });
     }
     return p.continueFinal ? cutAfterFinalMessage(rendered, p.variables.messages as TemplateMessage[]) : rendered;
   }
@@ -57,16 +65,28 @@ export class ChatTemplateRenderer {
   /** Everything but the rendering itself: the template and the (JSON-only) variables it will see. */
   prepare(req: ChatRequestLike): PreparedRender {
     const kwargs = req.chat_template_kwargs ?? {};
-    if (typeof kwargs !== 'object' || Array.isArray(kwargs)) throw new ChatTemplateError('chat_template_kwargs must be an object', 'invalid_request');
+    if (typeof kwargs !== 'object' || Array.isArray(kwargs))
+      throw new ChatTemplateError('chat_template_kwargs must be an object', 'invalid_request');
     const rejected = Object.keys(kwargs).filter((k) => REJECTED_KWARGS.has(k));
-    if (rejected.length) throw new ChatTemplateError(`Found unexpected chat template kwargs from request: ${rejected.join(', ')}`, 'invalid_request');
+    if (rejected.length)
+      throw new ChatTemplateError(
+        `Found unexpected chat template kwargs from request: ${rejected.join(', ')}`,
+        'invalid_request',
+      );
 
     // vLLM lays chat_template_kwargs over the request's own flags and tools.
     const has = (k: string) => Object.prototype.hasOwnProperty.call(kwargs, k);
-    const addGenerationPrompt = Boolean(has('add_generation_prompt') ? kwargs.add_generation_prompt : (req.add_generation_prompt ?? true));
-    const continueFinal = Boolean(has('continue_final_message') ? kwargs.continue_final_message : (req.continue_final_message ?? false));
+    const addGenerationPrompt = Boolean(
+      has('add_generation_prompt') ? kwargs.add_generation_prompt : (req.add_generation_prompt ?? true),
+    );
+    const continueFinal = Boolean(
+      has('continue_final_message') ? kwargs.continue_final_message : (req.continue_final_message ?? false),
+    );
     if (addGenerationPrompt && continueFinal) {
-      throw new ChatTemplateError('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'invalid_request');
+      throw new ChatTemplateError(
+        'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+        'invalid_request',
+      );
     }
     const tools = toTemplateTools(has('tools') ? (kwargs.tools as unknown[] | null) : req.tools);
     const { source, template, format } = this.select(req.chat_template, tools !== null);
@@ -84,7 +104,8 @@ export class ChatTemplateRenderer {
   private select(override: string | undefined, hasTools: boolean): Compiled {
     const named = this.templates && typeof this.templates === 'object' ? this.templates : null;
     if (override !== undefined) {
-      if (typeof override !== 'string') throw new ChatTemplateError('chat_template must be a string', 'invalid_request');
+      if (typeof override !== 'string')
+        throw new ChatTemplateError('chat_template must be a string', 'invalid_request');
       return this.compile(named && override in named ? named[override] : override);
     }
     if (typeof this.templates === 'string') return this.compile(this.templates);
@@ -92,7 +113,10 @@ export class ChatTemplateRenderer {
       // transformers' get_chat_template: 'tool_use' when tools are passed, else 'default'.
       const pick = hasTools && 'tool_use' in named ? named.tool_use : named.default;
       if (pick !== undefined) return this.compile(pick);
-      throw new ChatTemplateError(`no default chat template among: ${Object.keys(named).join(', ')}`, 'invalid_request');
+      throw new ChatTemplateError(
+        `no default chat template among: ${Object.keys(named).join(', ')}`,
+        'invalid_request',
+      );
     }
     throw new ChatTemplateError('this tokenizer has no chat template; pass chat_template', 'invalid_request');
   }
@@ -108,7 +132,11 @@ export class ChatTemplateRenderer {
     try {
       template = new Template(source);
     } catch (e) {
-      throw new ChatTemplateError(`invalid chat template: ${e instanceof Error ? e.message : String(e)}`, 'invalid_request', { cause: e });
+      throw new ChatTemplateError(
+        `invalid chat template: ${e instanceof Error ? e.message : String(e)}`,
+        'invalid_request',
+        { cause: e },
+      );
     }
     const c: Compiled = { source, template, format: detectContentFormat(template.parsed) };
     this.compiled.set(source, c);
@@ -158,7 +186,8 @@ function outerScope(template: Template): Environment {
  */
 function renderWith(template: Template, variables: Record<string, unknown>): string {
   const env = new Environment(outerScope(template));
-  for (const k of Object.keys(variables)) if (!Object.prototype.hasOwnProperty.call(LITERALS, k)) env.set(k, variables[k]);
+  for (const k of Object.keys(variables))
+    if (!Object.prototype.hasOwnProperty.call(LITERALS, k)) env.set(k, variables[k]);
   const out = new Interpreter(env).run(template.parsed);
   return String(out.value);
 }
@@ -198,17 +227,28 @@ function cutAfterFinalMessage(rendered: string, messages: TemplateMessage[]): st
   const last = messages.at(-1);
   let final: unknown = last?.content;
   if (Array.isArray(final)) {
-    const block = [...final].reverse().find((b) => b && typeof b === 'object' && 'text' in b) as { text?: unknown } | undefined;
-    if (!block) throw new ChatTemplateError('continue_final_message is set but we could not find any text to continue in the final message!', 'invalid_request');
+    const block = [...final].reverse().find((b) => b && typeof b === 'object' && 'text' in b) as
+      | { text?: unknown }
+      | undefined;
+    if (!block)
+      throw new ChatTemplateError(
+        'continue_final_message is set but we could not find any text to continue in the final message!',
+        'invalid_request',
+      );
     final = block.text;
   }
   const text = typeof final === 'string' ? final : '';
   const stripped = pyStrip(text);
   const at = rendered.lastIndexOf(stripped);
   if (at < 0) {
-    throw new ChatTemplateError('continue_final_message is set but the final message does not appear in the chat after applying the chat template!', 'template');
+    throw new ChatTemplateError(
+      'continue_final_message is set but the final message does not appear in the chat after applying the chat template!',
+      'template',
+    );
   }
   const lstripped = pyStrip(text, null, 'left');
   // Keep trailing whitespace only when the template kept it too.
-  return rendered.slice(at, at + lstripped.length) === text ? rendered.slice(0, at + lstripped.length) : rendered.slice(0, at + stripped.length);
+  return rendered.slice(at, at + lstripped.length) === text
+    ? rendered.slice(0, at + lstripped.length)
+    : rendered.slice(0, at + stripped.length);
 }

@@ -36,7 +36,15 @@ export interface TokenizerFiles {
   cutsAreExact: boolean;
 }
 
-const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'] as const;
+const SPECIAL_TOKEN_KEYS = [
+  'bos_token',
+  'eos_token',
+  'unk_token',
+  'sep_token',
+  'pad_token',
+  'cls_token',
+  'mask_token',
+] as const;
 
 export function resolveTokenizerDir(source: TokenizerSource): { name: string; dir: string } {
   if (source.path) return { name: basename(source.path), dir: source.path };
@@ -78,7 +86,8 @@ export function readTokenizerFiles(source: TokenizerSource): TokenizerFiles {
     if (v !== null) specialTokens[k] = v;
   }
   const extra = config.additional_special_tokens;
-  if (Array.isArray(extra)) specialTokens.additional_special_tokens = extra.map(tokenContent).filter((v): v is string => v !== null);
+  if (Array.isArray(extra))
+    specialTokens.additional_special_tokens = extra.map(tokenContent).filter((v): v is string => v !== null);
 
   return {
     name,
@@ -94,7 +103,15 @@ export function readTokenizerFiles(source: TokenizerSource): TokenizerFiles {
 }
 
 interface TokenizerJson extends TokenizerShape {
-  added_tokens?: Array<{ id: number; content: string; special?: boolean; lstrip?: boolean; rstrip?: boolean; single_word?: boolean; normalized?: boolean }>;
+  added_tokens?: Array<{
+    id: number;
+    content: string;
+    special?: boolean;
+    lstrip?: boolean;
+    rstrip?: boolean;
+    single_word?: boolean;
+    normalized?: boolean;
+  }>;
   post_processor?: unknown;
 }
 
@@ -108,7 +125,8 @@ interface TokenizerConfigJson {
 /** Special tokens appear as strings or as serialized AddedToken objects ({content, ...}). */
 function tokenContent(v: unknown): string | null {
   if (typeof v === 'string') return v;
-  if (v && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string') return (v as { content: string }).content;
+  if (v && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string')
+    return (v as { content: string }).content;
   return null;
 }
 

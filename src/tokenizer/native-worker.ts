@@ -15,7 +15,9 @@ export interface NativeWorkerData {
 }
 
 /** Posted with an `id` that the reply carries back. */
-export type NativeRequest = { op: 'encode'; texts: string[]; addSpecialTokens: boolean; pieces: PieceOptions | null; maxTokens: number } | { op: 'decode'; ids: Uint32Array; skipSpecialTokens: boolean };
+export type NativeRequest =
+  | { op: 'encode'; texts: string[]; addSpecialTokens: boolean; pieces: PieceOptions | null; maxTokens: number }
+  | { op: 'decode'; ids: Uint32Array; skipSpecialTokens: boolean };
 
 /** The first message: whether tokenizer.json loaded. */
 export type NativeReady = { ready: true } | { ready: false; error: string };
@@ -108,12 +110,20 @@ class EncodeJob {
         this.ids[i] = [];
         this.redo.push(i);
       }
-      const task: Task = { text: i, start: this.at, end, mode: counting || !exact ? 'count' : 'ids', inexactEnd: !exact };
+      const task: Task = {
+        text: i,
+        start: this.at,
+        end,
+        mode: counting || !exact ? 'count' : 'ids',
+        inexactEnd: !exact,
+      };
       this.at = end;
       return task;
     }
     const again = this.redo.shift();
-    return again === undefined ? null : { text: again, start: 0, end: this.texts[again].length, mode: 'whole', inexactEnd: false };
+    return again === undefined
+      ? null
+      : { text: again, start: 0, end: this.texts[again].length, mode: 'whole', inexactEnd: false };
   }
 
   /** Text `i` whole, now: what its pieces gave so far is dropped. */
@@ -193,7 +203,8 @@ function serve(port: NonNullable<typeof parentPort>, data: NativeWorkerData): vo
     job.chars += piece.length;
     const e = await tok.encode(piece, null, opts);
     // A cut's share comes off the piece before it, so no count ever holds a cut's excess on its own.
-    if (task.mode === 'count') return job.done(task, null, e.getLength() - (task.inexactEnd ? await cutShare(job, t, task.end, opts) : 0));
+    if (task.mode === 'count')
+      return job.done(task, null, e.getLength() - (task.inexactEnd ? await cutShare(job, t, task.end, opts) : 0));
     const ids = e.getIds();
     return job.done(task, ids, ids.length);
   }
@@ -204,11 +215,16 @@ function serve(port: NonNullable<typeof parentPort>, data: NativeWorkerData): vo
    */
   async function cutShare(job: EncodeJob, t: string, at: number, opts: Entry['opts']): Promise<number> {
     // Window edges never leave half a surrogate pair.
-    const edge = (i: number) => (i > 0 && i < t.length && (t.charCodeAt(i) & 0xfc00) === 0xdc00 ? i - 1 : Math.min(Math.max(i, 0), t.length));
+    const edge = (i: number) =>
+      i > 0 && i < t.length && (t.charCodeAt(i) & 0xfc00) === 0xdc00 ? i - 1 : Math.min(Math.max(i, 0), t.length);
     const from = edge(at - CUT_WINDOW);
     const to = edge(at + CUT_WINDOW);
     let share = 1;
-    for (const [a, b, sign] of [[from, at, 1], [at, to, 1], [from, to, -1]] as const) {
+    for (const [a, b, sign] of [
+      [from, at, 1],
+      [at, to, 1],
+      [from, to, -1],
+    ] as const) {
       job.chars += b - a;
       share += sign * (await tok.encode(t.slice(a, b), null, opts)).getLength();
     }
@@ -249,7 +265,10 @@ function serve(port: NonNullable<typeof parentPort>, data: NativeWorkerData): vo
       return;
     }
     try {
-      port.postMessage({ id: m.id, text: await tok.decode(Array.from(m.ids), m.skipSpecialTokens) } satisfies NativeReply);
+      port.postMessage({
+        id: m.id,
+        text: await tok.decode(Array.from(m.ids), m.skipSpecialTokens),
+      } satisfies NativeReply);
     } catch (e) {
       port.postMessage({ id: m.id, error: messageOf(e) } satisfies NativeReply);
     }

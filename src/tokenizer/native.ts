@@ -70,10 +70,20 @@ export class NativeTokenizer {
    * One round trip for many texts. Pieces need `addSpecialTokens: false` (the post-processor would
    * add its tokens around every piece).
    */
-  async encodeBatch(texts: string[], addSpecialTokens: boolean, opts: NativeEncodeOptions = {}): Promise<Uint32Array[]> {
+  async encodeBatch(
+    texts: string[],
+    addSpecialTokens: boolean,
+    opts: NativeEncodeOptions = {},
+  ): Promise<Uint32Array[]> {
     if (texts.length === 0) return [];
     const maxTokens = opts.maxTokens ?? Infinity;
-    const r = await this.call({ op: 'encode', texts, addSpecialTokens, pieces: addSpecialTokens ? null : (opts.pieces ?? null), maxTokens });
+    const r = await this.call({
+      op: 'encode',
+      texts,
+      addSpecialTokens,
+      pieces: addSpecialTokens ? null : (opts.pieces ?? null),
+      maxTokens,
+    });
     if (r.over !== undefined) throw new PromptTooLongError(r.over, maxTokens);
     const ids = r.ids as Uint32Array;
     const out: Uint32Array[] = [];

@@ -11,8 +11,24 @@ export type ContentFormat = 'string' | 'openai';
 export type TemplateMessage = Record<string, unknown>;
 
 /** Content part types the template sees as text, and the field holding it. */
-export const TEXT_PART_FIELD: Readonly<Record<string, string>> = { text: 'text', input_text: 'text', output_text: 'text', refusal: 'refusal', thinking: 'thinking' };
-const MEDIA_PART_TYPES = new Set(['image_url', 'input_image', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'image_pil', 'audio_url', 'input_audio', 'video_url']);
+export const TEXT_PART_FIELD: Readonly<Record<string, string>> = {
+  text: 'text',
+  input_text: 'text',
+  output_text: 'text',
+  refusal: 'refusal',
+  thinking: 'thinking',
+};
+const MEDIA_PART_TYPES = new Set([
+  'image_url',
+  'input_image',
+  'image_embeds',
+  'audio_embeds',
+  'prompt_embeds',
+  'image_pil',
+  'audio_url',
+  'input_audio',
+  'video_url',
+]);
 
 export function toTemplateMessages(messages: readonly ChatMessage[], format: ContentFormat): TemplateMessage[] {
   if (!Array.isArray(messages)) throw new ChatTemplateError('messages must be a list', 'invalid_request');
@@ -28,7 +44,8 @@ function toTemplateMessage(msg: ChatMessage, format: ContentFormat): TemplateMes
   const role = msg.role;
   const wrap = format === 'openai';
   const raw = msg.content;
-  const parts: unknown[] = raw == null ? [] : typeof raw === 'string' ? [{ type: 'text', text: raw }] : Array.isArray(raw) ? raw : [];
+  const parts: unknown[] =
+    raw == null ? [] : typeof raw === 'string' ? [{ type: 'text', text: raw }] : Array.isArray(raw) ? raw : [];
   if (raw != null && typeof raw !== 'string' && !Array.isArray(raw)) {
     throw new ChatTemplateError('message content must be a string, a list of parts or null', 'invalid_request');
   }
@@ -52,7 +69,10 @@ function toTemplateMessage(msg: ChatMessage, format: ContentFormat): TemplateMes
   } else if (role === 'tool') {
     if ('tool_call_id' in msg) result.tool_call_id = msg.tool_call_id;
     const c = result.content;
-    if (Array.isArray(c) && !c.some((it) => typeof it === 'object' && it !== null && (it as { type?: unknown }).type !== 'text')) {
+    if (
+      Array.isArray(c) &&
+      !c.some((it) => typeof it === 'object' && it !== null && (it as { type?: unknown }).type !== 'text')
+    ) {
       const texts = c.map((it) => String((it as { text?: unknown }).text ?? ''));
       result.content = texts.length ? texts.join('\n') : '';
     }
@@ -69,13 +89,26 @@ function parsePart(part: unknown, wrap: boolean): string | Record<string, unknow
   const p = part as Record<string, unknown>;
   const type = p.type;
   if (type === undefined || type === null || p.uuid != null) {
-    if (['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url'].some((k) => k in p)) {
+    if (
+      [
+        'image_url',
+        'image_pil',
+        'image_embeds',
+        'audio_embeds',
+        'prompt_embeds',
+        'audio_url',
+        'input_audio',
+        'video_url',
+      ].some((k) => k in p)
+    ) {
       throw new ChatTemplateError('multimodal content is not supported by the router tokenizer', 'unsupported');
     }
-    if ('tool_reference' in p) return wrap ? { type: 'tool_reference', name: p.tool_reference } : (p.tool_reference as string);
+    if ('tool_reference' in p)
+      return wrap ? { type: 'tool_reference', name: p.tool_reference } : (p.tool_reference as string);
     throw new ChatTemplateError("Missing 'type' field in multimodal part.", 'invalid_request');
   }
-  if (typeof type !== 'string') throw new ChatTemplateError("Invalid 'type' field in multimodal part.", 'invalid_request');
+  if (typeof type !== 'string')
+    throw new ChatTemplateError("Invalid 'type' field in multimodal part.", 'invalid_request');
   const field = TEXT_PART_FIELD[type];
   if (field) {
     const text = p[field];
@@ -87,7 +120,8 @@ function parsePart(part: unknown, wrap: boolean): string | Record<string, unknow
     return wrap ? { type: 'text', text } : (text as string);
   }
   if (type === 'tool_reference') return wrap ? { type: 'tool_reference', name: p.name } : (p.name as string);
-  if (MEDIA_PART_TYPES.has(type)) throw new ChatTemplateError(`content part '${type}' is not supported by the router tokenizer`, 'unsupported');
+  if (MEDIA_PART_TYPES.has(type))
+    throw new ChatTemplateError(`content part '${type}' is not supported by the router tokenizer`, 'unsupported');
   throw new ChatTemplateError(`Unsupported chat content part type: '${type}'.`, 'invalid_request');
 }
 
@@ -168,14 +202,17 @@ function isAttr(n: unknown, name: string, key: string): boolean {
   if (!isNode(n) || n.type !== 'MemberExpression' || !isVar(n.object, name)) return false;
   const prop = n.property;
   if (!isNode(prop)) return false;
-  return n.computed ? prop.type === 'StringLiteral' && prop.value === key : prop.type === 'Identifier' && prop.value === key;
+  return n.computed
+    ? prop.type === 'StringLiteral' && prop.value === key
+    : prop.type === 'Identifier' && prop.value === key;
 }
 
 function isVarOrElems(n: unknown, name: string, key?: string): boolean {
   if (!isNode(n)) return false;
   if (n.type === 'FilterExpression' || n.type === 'TestExpression') return isVarOrElems(n.operand, name, key);
   if (n.type === 'SelectExpression') return isVarOrElems(n.lhs, name, key);
-  if (n.type === 'MemberExpression' && isNode(n.property) && n.property.type === 'SliceExpression') return isVarOrElems(n.object, name, key);
+  if (n.type === 'MemberExpression' && isNode(n.property) && n.property.type === 'SliceExpression')
+    return isVarOrElems(n.object, name, key);
   return key ? isAttr(n, name, key) : isVar(n, name);
 }
 
@@ -194,7 +231,8 @@ function aliasesOf(nodes: Node[], root: string): string[] {
 function loopTargets(nodes: Node[], over: (iter: unknown) => boolean): string[] {
   const out: string[] = [];
   for (const n of nodes) {
-    if (n.type === 'For' && over(n.iterable) && isNode(n.loopvar) && n.loopvar.type === 'Identifier') out.push(n.loopvar.value as string);
+    if (n.type === 'For' && over(n.iterable) && isNode(n.loopvar) && n.loopvar.type === 'Identifier')
+      out.push(n.loopvar.value as string);
   }
   return out;
 }

@@ -64,7 +64,15 @@ export function isExactCut(text: string, i: number): boolean {
  * (Python counts \x1c-\x1f as space), not one of the format characters some engines have counted.
  */
 function solid(c: number): boolean {
-  return c > 0x20 && c !== 0x7f && !isSpace(c) && c !== 0x180e && !(c >= 0x200b && c <= 0x200d) && c !== 0x2060 && c !== 0xfeff;
+  return (
+    c > 0x20 &&
+    c !== 0x7f &&
+    !isSpace(c) &&
+    c !== 0x180e &&
+    !(c >= 0x200b && c <= 0x200d) &&
+    c !== 0x2060 &&
+    c !== 0xfeff
+  );
 }
 
 /** The split regexes the exact-cut argument above was made for (Qwen2/3; Llama 3 and cl100k). */
@@ -92,7 +100,8 @@ export function cutsAreExact(tok: TokenizerShape): boolean {
   const norm = tok.normalizer;
   if (norm != null && typeOf(norm) !== 'NFC') return false;
   if (tok.truncation != null) return false;
-  for (const t of tok.added_tokens ?? []) if (/\s/u.test(t.content) || t.lstrip || t.rstrip || t.single_word) return false;
+  for (const t of tok.added_tokens ?? [])
+    if (/\s/u.test(t.content) || t.lstrip || t.rstrip || t.single_word) return false;
   // GPT-2's own ByteLevel regex is not among them: it tries `\s+(?!\S)` before any newline rule.
   const pre = tok.pre_tokenizer as { type?: unknown; pretokenizers?: unknown[] } | null | undefined;
   if (typeOf(pre) !== 'Sequence' || !Array.isArray(pre?.pretokenizers) || pre.pretokenizers.length !== 2) return false;

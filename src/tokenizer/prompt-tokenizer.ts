@@ -8,7 +8,14 @@ import { isExactCut, PIECE_CHARS, type PieceOptions } from './pieces.js';
 import { SegmentCache, segmentKey } from './segment-cache.js';
 import { SegmentSplitter } from './segments.js';
 import { chatSizeFloor } from './size-floor.js';
-import type { ChatRequestLike, EncodeOptions, LoadTokenizerOptions, PromptTokenizer, TokenizerStats, TokenizerSource } from './types.js';
+import type {
+  ChatRequestLike,
+  EncodeOptions,
+  LoadTokenizerOptions,
+  PromptTokenizer,
+  TokenizerStats,
+  TokenizerSource,
+} from './types.js';
 
 const DEFAULT_CACHE_ENTRIES = 65_536;
 const DEFAULT_CACHE_BYTES = 64 * 2 ** 20;
@@ -24,17 +31,31 @@ function rendersInline(req: ChatRequestLike): boolean {
   return req.messages.length <= INLINE_RENDER_MESSAGES && chatSizeFloor(req, Infinity).chars <= INLINE_RENDER_CHARS;
 }
 
-export async function loadTokenizer(source: TokenizerSource, opts: LoadTokenizerOptions = {}): Promise<PromptTokenizer> {
+export async function loadTokenizer(
+  source: TokenizerSource,
+  opts: LoadTokenizerOptions = {},
+): Promise<PromptTokenizer> {
   const files = readTokenizerFiles(source);
   const renderer = new ChatTemplateRenderer(files.chatTemplates, files.specialTokens);
   const splitter = new SegmentSplitter(files.addedTokens);
-  const cache = new SegmentCache(opts.segmentCacheEntries ?? DEFAULT_CACHE_ENTRIES, opts.segmentCacheBytes ?? DEFAULT_CACHE_BYTES);
+  const cache = new SegmentCache(
+    opts.segmentCacheEntries ?? DEFAULT_CACHE_ENTRIES,
+    opts.segmentCacheBytes ?? DEFAULT_CACHE_BYTES,
+  );
   const native = await NativeTokenizer.fromFile(files.tokenizerJsonPath, opts.encodeThreads);
   try {
     const affixes = await completionAffixes(native, files);
     const segmentingExact = await probeSegmenting(native, splitter, files);
     const pieces: PieceOptions = { chars: PIECE_CHARS, exactCuts: files.cutsAreExact && (await probePieces(native)) };
-    return new CachedPromptTokenizer(files.name, native, renderer, splitter, segmentingExact ? cache : null, affixes, pieces);
+    return new CachedPromptTokenizer(
+      files.name,
+      native,
+      renderer,
+      splitter,
+      segmentingExact ? cache : null,
+      affixes,
+      pieces,
+    );
   } catch (e) {
     await native.close();
     throw e;
@@ -86,7 +107,12 @@ class CachedPromptTokenizer implements PromptTokenizer {
   }
 
   stats(): TokenizerStats {
-    return { segmentCacheHits: this.hits, segmentCacheMisses: this.misses, segmentCacheEntries: this.cache?.size ?? 0, encodedChars: this.native.encodedChars };
+    return {
+      segmentCacheHits: this.hits,
+      segmentCacheMisses: this.misses,
+      segmentCacheEntries: this.cache?.size ?? 0,
+      encodedChars: this.native.encodedChars,
+    };
   }
 
   async close(): Promise<void> {
@@ -215,7 +241,10 @@ function concat(parts: Uint32Array[]): Uint32Array {
  * starts prompts with bos_token: that is Meta's Llama 3 release, whose first tokenizer.json (the one
  * @lenml ships) lacked the BOS post-processor that later revisions and vLLM's users get.
  */
-async function completionAffixes(native: NativeTokenizer, files: TokenizerFiles): Promise<{ prefix: Uint32Array; suffix: Uint32Array }> {
+async function completionAffixes(
+  native: NativeTokenizer,
+  files: TokenizerFiles,
+): Promise<{ prefix: Uint32Array; suffix: Uint32Array }> {
   const probe = 'kvrouter probe';
   const plain = await native.encode(probe, false);
   const full = await native.encode(probe, true);
@@ -229,7 +258,8 @@ async function completionAffixes(native: NativeTokenizer, files: TokenizerFiles)
   if (prefix.length || suffix.length) return { prefix, suffix };
 
   const bos = typeof files.specialTokens.bos_token === 'string' ? files.specialTokens.bos_token : null;
-  const templateText = typeof files.chatTemplates === 'string' ? files.chatTemplates : Object.values(files.chatTemplates ?? {}).join('\n');
+  const templateText =
+    typeof files.chatTemplates === 'string' ? files.chatTemplates : Object.values(files.chatTemplates ?? {}).join('\n');
   const addBos = files.addBosToken ?? (bos !== null && templateText.includes('bos_token'));
   const bosId = files.addedTokens.find((t) => t.content === bos)?.id ?? null;
   return { prefix: addBos && bosId !== null ? Uint32Array.of(bosId) : new Uint32Array(0), suffix: new Uint32Array(0) };
@@ -240,8 +270,15 @@ async function completionAffixes(native: NativeTokenizer, files: TokenizerFiles)
  * built to stress segment edges (spaces, newlines, digits and accents right after special tokens).
  * The tests prove it over many chats for the shipped tokenizers; this guards any other tokenizer.json.
  */
-async function probeSegmenting(native: NativeTokenizer, splitter: SegmentSplitter, files: TokenizerFiles): Promise<boolean> {
-  const specials = files.addedTokens.filter((t) => t.special).slice(0, 12).map((t) => t.content);
+async function probeSegmenting(
+  native: NativeTokenizer,
+  splitter: SegmentSplitter,
+  files: TokenizerFiles,
+): Promise<boolean> {
+  const specials = files.addedTokens
+    .filter((t) => t.special)
+    .slice(0, 12)
+    .map((t) => t.content);
   if (specials.length === 0) return true;
   const bodies = [' leading space', '\n\nnewlines  \n', '123 456', 'ﬁ café é', '  ', 'x', '\t tab', '日本語 😀'];
   let text = ' start';
@@ -260,7 +297,25 @@ async function probeSegmenting(native: NativeTokenizer, splitter: SegmentSplitte
  * the tokenizers it recognises; this guards the argument.
  */
 async function probePieces(native: NativeTokenizer): Promise<boolean> {
-  const sides = ['x', 'X1', '9', '.', "'s", '!?', 'é', 'e\u0301', '\u0301', '日本', '😀', '-', '\u00a0', '\t', '\r', '<|', '$'];
+  const sides = [
+    'x',
+    'X1',
+    '9',
+    '.',
+    "'s",
+    '!?',
+    'é',
+    'e\u0301',
+    '\u0301',
+    '日本',
+    '😀',
+    '-',
+    '\u00a0',
+    '\t',
+    '\r',
+    '<|',
+    '$',
+  ];
   let text = '';
   sides.forEach((a, i) => {
     sides.forEach((b, j) => {

@@ -3,7 +3,11 @@
 import { Environment, Interpreter } from '@huggingface/jinja';
 
 /** Characters Python's str.strip() removes by default (str.isspace), which differ from String.prototype.trim. */
-const PY_WS = new Set(Array.from('\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000'));
+const PY_WS = new Set(
+  Array.from(
+    '\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000',
+  ),
+);
 
 /** Python's str.strip/lstrip/rstrip(chars=None), on code points as Python does. */
 export function pyStrip(s: string, chars: string | null = null, mode: 'both' | 'left' | 'right' = 'both'): string {
@@ -30,7 +34,20 @@ export function pyStrip(s: string, chars: string | null = null, mode: 'both' | '
   return a === 0 && b === s.length ? s : s.slice(a, b);
 }
 
-const MONTHS = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
+const MONTHS = [
+  'January',
+  'February',
+  'March',
+  'April',
+  'May',
+  'June',
+  'July',
+  'August',
+  'September',
+  'October',
+  'November',
+  'December',
+];
 const DAYS = ['Sunday', 'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday'];
 
 /**
@@ -39,33 +56,60 @@ const DAYS = ['Sunday', 'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 
  */
 export function pyStrftime(d: Date, fmt: string): string {
   const p = (n: number, w = 2, c = '0') => String(n).padStart(w, c);
-  const dayOfYear = Math.floor((Date.UTC(d.getFullYear(), d.getMonth(), d.getDate()) - Date.UTC(d.getFullYear(), 0, 1)) / 86_400_000) + 1;
+  const dayOfYear =
+    Math.floor((Date.UTC(d.getFullYear(), d.getMonth(), d.getDate()) - Date.UTC(d.getFullYear(), 0, 1)) / 86_400_000) +
+    1;
   const h12 = d.getHours() % 12 === 0 ? 12 : d.getHours() % 12;
   return fmt.replace(/%([a-zA-Z%])/g, (m, c: string) => {
     switch (c) {
-      case 'a': return DAYS[d.getDay()].slice(0, 3);
-      case 'A': return DAYS[d.getDay()];
-      case 'b': case 'h': return MONTHS[d.getMonth()].slice(0, 3);
-      case 'B': return MONTHS[d.getMonth()];
-      case 'd': return p(d.getDate());
-      case 'e': return p(d.getDate(), 2, ' ');
-      case 'H': return p(d.getHours());
-      case 'I': return p(h12);
-      case 'j': return p(dayOfYear, 3);
-      case 'm': return p(d.getMonth() + 1);
-      case 'M': return p(d.getMinutes());
-      case 'p': return d.getHours() < 12 ? 'AM' : 'PM';
-      case 'S': return p(d.getSeconds());
-      case 'f': return p(d.getMilliseconds() * 1000, 6);
-      case 'w': return String(d.getDay());
-      case 'y': return p(d.getFullYear() % 100);
-      case 'Y': return String(d.getFullYear());
-      case 'F': return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`;
-      case 'T': return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
-      case 'D': return `${p(d.getMonth() + 1)}/${p(d.getDate())}/${p(d.getFullYear() % 100)}`;
-      case 'z': case 'Z': return '';
-      case '%': return '%';
-      default: return m;
+      case 'a':
+        return DAYS[d.getDay()].slice(0, 3);
+      case 'A':
+        return DAYS[d.getDay()];
+      case 'b':
+      case 'h':
+        return MONTHS[d.getMonth()].slice(0, 3);
+      case 'B':
+        return MONTHS[d.getMonth()];
+      case 'd':
+        return p(d.getDate());
+      case 'e':
+        return p(d.getDate(), 2, ' ');
+      case 'H':
+        return p(d.getHours());
+      case 'I':
+        return p(h12);
+      case 'j':
+        return p(dayOfYear, 3);
+      case 'm':
+        return p(d.getMonth() + 1);
+      case 'M':
+        return p(d.getMinutes());
+      case 'p':
+        return d.getHours() < 12 ? 'AM' : 'PM';
+      case 'S':
+        return p(d.getSeconds());
+      case 'f':
+        return p(d.getMilliseconds() * 1000, 6);
+      case 'w':
+        return String(d.getDay());
+      case 'y':
+        return p(d.getFullYear() % 100);
+      case 'Y':
+        return String(d.getFullYear());
+      case 'F':
+        return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`;
+      case 'T':
+        return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+      case 'D':
+        return `${p(d.getMonth() + 1)}/${p(d.getDate())}/${p(d.getFullYear() % 100)}`;
+      case 'z':
+      case 'Z':
+        return '';
+      case '%':
+        return '%';
+      default:
+        return m;
     }
   });
 }
@@ -108,7 +152,8 @@ export function patchJinjaForPython(): void {
       const a = args[0];
       let chars: string | null = null;
       if (a && a.type === 'StringValue') chars = a.value as string;
-      else if (a && a.type !== 'NullValue' && a.type !== 'UndefinedValue') throw new Error('strip arg must be None or str');
+      else if (a && a.type !== 'NullValue' && a.type !== 'UndefinedValue')
+        throw new Error('strip arg must be None or str');
       return new StringValue(pyStrip(self.value as string, chars, mode));
     });
 
@@ -127,10 +172,15 @@ export function patchJinjaForPython(): void {
 
   patchLoopControls();
 
-  type ApplyFilter = (operand: RuntimeValueLike, filterNode: { type: string; value?: unknown }, env: unknown) => RuntimeValueLike;
+  type ApplyFilter = (
+    operand: RuntimeValueLike,
+    filterNode: { type: string; value?: unknown },
+    env: unknown,
+  ) => RuntimeValueLike;
   const iproto = Interpreter.prototype as unknown as { applyFilter: ApplyFilter };
   const applyFilter = iproto.applyFilter;
-  if (typeof applyFilter !== 'function') throw new Error('@huggingface/jinja changed: Interpreter.applyFilter not found');
+  if (typeof applyFilter !== 'function')
+    throw new Error('@huggingface/jinja changed: Interpreter.applyFilter not found');
   iproto.applyFilter = function (this: unknown, operand, filterNode, e) {
     if (filterNode.type === 'Identifier' && filterNode.value === 'trim' && operand.type === 'StringValue') {
       return new StringValue(pyStrip(operand.value as string));
@@ -140,7 +190,18 @@ export function patchJinjaForPython(): void {
 }
 
 /** Statement nodes: they print what their blocks render, never a value of their own. */
-const STATEMENTS = new Set(['Program', 'If', 'For', 'Break', 'Continue', 'Set', 'Macro', 'Comment', 'CallStatement', 'FilterStatement']);
+const STATEMENTS = new Set([
+  'Program',
+  'If',
+  'For',
+  'Break',
+  'Continue',
+  'Set',
+  'Macro',
+  'Comment',
+  'CallStatement',
+  'FilterStatement',
+]);
 const PARTIAL = Symbol('partialOutput');
 
 interface ForNode {
@@ -165,7 +226,7 @@ function patchLoopControls(): void {
   if (typeof iproto.evaluateBlock !== 'function' || typeof evaluateFor !== 'function') {
     throw new Error('@huggingface/jinja changed: evaluateBlock/evaluateFor not found');
   }
-  const controlClass = (type: string): new () => Error => {
+  const controlClass = (type: string): (new () => Error) => {
     try {
       evaluate.call(new Interpreter() as unknown as InterpreterProto, { type }, new Environment());
     } catch (e) {
@@ -195,7 +256,9 @@ function patchLoopControls(): void {
       loops.pop();
     }
     if (state.completed || elseBlock.length === 0) return out;
-    return new StringValue(String(out.value) + String(this.evaluateBlock(elseBlock, new Environment(env as Environment)).value));
+    return new StringValue(
+      String(out.value) + String(this.evaluateBlock(elseBlock, new Environment(env as Environment)).value),
+    );
   };
 
   // A loop body that hits break/continue returns what it printed so far; after a break the next

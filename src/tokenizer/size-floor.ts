@@ -34,7 +34,17 @@ export const MAX_INPUT_NESTING = 512;
 export function isSpace(c: number): boolean {
   if (c > 32 && c < 0x85) return false;
   if (c <= 32) return c === 32 || (c >= 9 && c <= 13);
-  return c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
+  return (
+    c === 0x85 ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000
+  );
 }
 
 function words(s: string): number {
@@ -62,7 +72,8 @@ function jsonChars(value: unknown, where: string): number {
     else if (typeof v === 'boolean') n += v ? 4 : 5;
     else if (v === null) n += 4;
     else if (typeof v === 'object') {
-      if (depth >= MAX_INPUT_NESTING) throw new ChatTemplateError(`${where} nests deeper than ${MAX_INPUT_NESTING} levels`, 'invalid_request');
+      if (depth >= MAX_INPUT_NESTING)
+        throw new ChatTemplateError(`${where} nests deeper than ${MAX_INPUT_NESTING} levels`, 'invalid_request');
       if (Array.isArray(v)) {
         n += 1 + Math.max(v.length, 1);
         for (const x of v) stack.push({ v: x, depth: depth + 1 });

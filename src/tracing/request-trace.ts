@@ -1,6 +1,16 @@
 // The spans of one request, on the OpenTelemetry API alone (no SDK): what the hot path touches
 // when tracing is on. Children hang off the request's root span; every span ends exactly once.
-import { type Attributes, type Context, defaultTextMapSetter, type Span, SpanKind, SpanStatusCode, type TextMapPropagator, trace, type Tracer } from '@opentelemetry/api';
+import {
+  type Attributes,
+  type Context,
+  defaultTextMapSetter,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type TextMapPropagator,
+  trace,
+  type Tracer,
+} from '@opentelemetry/api';
 
 /** service.version of the spans (package.json's version). */
 export const KVROUTER_VERSION = '0.1.0';

@@ -8,7 +8,12 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { type Attributes, defaultTextMapGetter, ROOT_CONTEXT, SpanKind, trace, type Tracer } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+} from '@opentelemetry/sdk-trace-base';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { RequestTrace } from './request-trace.js';
 
@@ -36,14 +41,21 @@ export class Tracing {
     const provider = new BasicTracerProvider({
       resource: resourceFromAttributes({ 'service.name': o.serviceName, 'service.version': version }),
       sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(o.sampleRatio) }),
-      spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: o.endpoint, headers: o.headers }), { scheduledDelayMillis: o.batchDelayMs })],
+      spanProcessors: [
+        new BatchSpanProcessor(new OTLPTraceExporter({ url: o.endpoint, headers: o.headers }), {
+          scheduledDelayMillis: o.batchDelayMs,
+        }),
+      ],
     });
     return new Tracing(provider, provider.getTracer('kvrouter', version));
   }
 
   /** A request's root span, continuing the caller's trace when it sent a traceparent. */
   request(headers: IncomingHttpHeaders, name: string, attributes: Attributes): RequestTrace {
-    const parent = headers.traceparent !== undefined ? propagator.extract(ROOT_CONTEXT, headers, defaultTextMapGetter) : ROOT_CONTEXT;
+    const parent =
+      headers.traceparent !== undefined
+        ? propagator.extract(ROOT_CONTEXT, headers, defaultTextMapGetter)
+        : ROOT_CONTEXT;
     const root = this.tracer.startSpan(name, { kind: SpanKind.SERVER, attributes }, parent);
     return new RequestTrace(this.tracer, propagator, root, trace.setSpan(parent, root));
   }
@@ -58,4 +70,3 @@ export class Tracing {
     await this.provider.forceFlush().catch(() => undefined);
   }
 }
-

@@ -18,7 +18,9 @@ export const TEST_MODEL = 'Qwen/Qwen3-0.6B';
 export function routerYaml(engines: readonly EngineEndpoints[], opts: RouterYamlOptions = {}): string {
   const events = opts.events ?? 'replay';
   const kv = (e: EngineEndpoints) =>
-    events === 'none' ? '' : `, kv_events: { endpoint: "${e.zmq}"${events === 'replay' ? `, replay_endpoint: "${e.replay}"` : ''} }`;
+    events === 'none'
+      ? ''
+      : `, kv_events: { endpoint: "${e.zmq}"${events === 'replay' ? `, replay_endpoint: "${e.replay}"` : ''} }`;
   return `
 server: { host: 127.0.0.1, port: 0 }
 routing: { ${opts.routing ?? ''} }

@@ -6,13 +6,26 @@ export const POOLS = [
   '0123456789',
   ' ',
   '   \n\n\t\r\n\u00a0\u3000\u2028\u000b\u000c',
-  "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+  '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~',
   'àéîõüçñßøåæœÀÉÎ',
   'e\u0301a\u0308o\u0303\u0345', // combining marks: NFC (Qwen3's normalizer) composes some of them
   '日本語中文한국어漢字かなカナ',
   'مرحبا שלום नमस्ते สวัสดี Привет Ελληνικά',
   ['😀', '👍🏽', '👩‍👩‍👧', '🇫🇷', '🏳️‍🌈', '∑∫√∞≠', '𝔘𝔫𝔦𝔠𝔬𝔡𝔢', '\u200d', '\ufeff'],
-  ['<|im_start|>', '<|im_end|>', '<|endoftext|>', '<think>', '</think>', '<tool_call>', '<|begin_of_text|>', '<|start_header_id|>', '<|eot_id|>', '<|reserved_special_token_7|>', '<|im_start', '|>'],
+  [
+    '<|im_start|>',
+    '<|im_end|>',
+    '<|endoftext|>',
+    '<think>',
+    '</think>',
+    '<tool_call>',
+    '<|begin_of_text|>',
+    '<|start_header_id|>',
+    '<|eot_id|>',
+    '<|reserved_special_token_7|>',
+    '<|im_start',
+    '|>',
+  ],
   ["'s", "'t", "'re", "'LL", ' I', 'the', ' of', 'ing', 'tion', '  ', '    ', '1234567', '3.14159'],
 ];
 

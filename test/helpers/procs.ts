@@ -14,9 +14,18 @@ export interface Proc {
 }
 
 /** Spawn `kvrouter <args>` and resolve once `ready` matches `count` stdout lines. */
-export async function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
+export async function spawnCli(
+  args: string[],
+  ready: RegExp,
+  opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<Proc> {
   const c = await spawnChildCli(args, ready, { timeoutMs: 120_000, ...opts });
-  return { proc: c.proc, lines: c.lines, stderr: () => c.stderr(), kill: (signal = 'SIGTERM') => c.stop(10_000, signal) };
+  return {
+    proc: c.proc,
+    lines: c.lines,
+    stderr: () => c.stderr(),
+    kill: (signal = 'SIGTERM') => c.stop(10_000, signal),
+  };
 }
 
 export interface EngineProc extends Proc {
@@ -30,12 +39,20 @@ const ENGINE_LINE = /^engine-sim \S+ (http:\/\/\S+) zmq (tcp:\/\/\S+) replay (tc
 
 /** Start one simulated engine process on free ports (or the given HTTP port). */
 export async function startEngineProc(extra: string[] = [], port = 0): Promise<EngineProc> {
-  const p = await spawnCli(['engine-sim', '--port', String(port), '--zmq-port', '0', '--replay-port', '0', ...extra], ENGINE_LINE);
+  const p = await spawnCli(
+    ['engine-sim', '--port', String(port), '--zmq-port', '0', '--replay-port', '0', ...extra],
+    ENGINE_LINE,
+  );
   const m = ENGINE_LINE.exec(p.lines.find((l) => ENGINE_LINE.test(l))!)!;
   return { ...p, url: m[1], zmq: m[2], replay: m[3], port: Number(new URL(m[1]).port) };
 }
 
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 60_000, everyMs = 50): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 60_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   while (Date.now() < deadline) {

@@ -19,6 +19,9 @@ function onPath(cmd: string): string | null {
 /** Chromium for playwright-core: CHROMIUM_BIN, else `chromium` / `chromium-browser` on PATH. */
 export function chromiumBinary(): string {
   const p = process.env.CHROMIUM_BIN || onPath('chromium') || onPath('chromium-browser');
-  if (!p) throw new Error('chromium not found: run the tests with `npm test` (it installs it), apt-get install chromium, or set CHROMIUM_BIN');
+  if (!p)
+    throw new Error(
+      'chromium not found: run the tests with `npm test` (it installs it), apt-get install chromium, or set CHROMIUM_BIN',
+    );
   return p;
 }

@@ -49,7 +49,14 @@ async function call(method: string, path: string, body?: unknown, key?: string, 
   return { status: r.statusCode, headers: r.headers as Record<string, string>, body: parsed as any };
 }
 
-const chat = (q: string) => ({ model: MODEL, max_tokens: 2, messages: [{ role: 'system', content: 'Salted tenant system prompt. '.repeat(20) }, { role: 'user', content: q }] });
+const chat = (q: string) => ({
+  model: MODEL,
+  max_tokens: 2,
+  messages: [
+    { role: 'system', content: 'Salted tenant system prompt. '.repeat(20) },
+    { role: 'user', content: q },
+  ],
+});
 
 beforeAll(async () => {
   router = await startRouter(loadConfigText(base(AUTH), 'test'), { log: () => {} });
@@ -104,17 +111,26 @@ describe('tenants', () => {
 
   it("injects the tenant's cache salt so it never gets credit for other tenants' blocks", async () => {
     // A prompt gamma never sent: only unsalted (admin) traffic has warmed it.
-    const body = { ...chat('salt check'), messages: [{ role: 'system', content: 'Only the admin warms this prompt. '.repeat(20) }, { role: 'user', content: 'q' }] };
+    const body = {
+      ...chat('salt check'),
+      messages: [
+        { role: 'system', content: 'Only the admin warms this prompt. '.repeat(20) },
+        { role: 'user', content: 'q' },
+      ],
+    };
     await call('POST', '/v1/chat/completions', body, ADMIN);
     await call('POST', '/v1/chat/completions', body, ADMIN); // warm, unsalted
     const admin = await call('POST', '/debug/route', body, ADMIN);
-    expect(Math.max(...admin.body.candidates.map((c: { overlap_tokens: { gpu: number } }) => c.overlap_tokens.gpu))).toBeGreaterThan(0);
+    expect(
+      Math.max(...admin.body.candidates.map((c: { overlap_tokens: { gpu: number } }) => c.overlap_tokens.gpu)),
+    ).toBeGreaterThan(0);
     const salted = await call('POST', '/v1/route', body, KEYS.gamma);
     expect(salted.body.overlap_tokens).toEqual({ gpu: 0, cpu: 0, disk: 0, shared: 0 });
   });
 
   it('lists in /v1/models only the models and adapters a tenant may use', async () => {
-    const ids = async (key: string) => ((await call('GET', '/v1/models', undefined, key)).body.data as Array<{ id: string }>).map((m) => m.id).sort();
+    const ids = async (key: string) =>
+      ((await call('GET', '/v1/models', undefined, key)).body.data as Array<{ id: string }>).map((m) => m.id).sort();
     expect(await ids(ADMIN)).toEqual([MODEL, 'chat-lora', 'sql-lora'].sort());
     expect(await ids(KEYS.delta)).toEqual([MODEL]);
     expect(await ids(KEYS.lora)).toEqual(['sql-lora']);
@@ -122,9 +138,16 @@ describe('tenants', () => {
   });
 
   it("/query reads an adapter's cache only for a tenant that may use the adapter, as completions do", async () => {
-    const q = (extra: Record<string, unknown>) => ({ model: MODEL, block_size: 16, token_ids: Array.from({ length: 32 }, (_, i) => i + 1), ...extra });
+    const q = (extra: Record<string, unknown>) => ({
+      model: MODEL,
+      block_size: 16,
+      token_ids: Array.from({ length: 32 }, (_, i) => i + 1),
+      ...extra,
+    });
     // delta may use the base model, not its adapters: the chat path refuses the adapter, and so does /query.
-    expect((await call('POST', '/v1/chat/completions', { ...chat('x'), model: 'sql-lora' }, KEYS.delta)).body.error?.code).toBe('model_not_allowed');
+    expect(
+      (await call('POST', '/v1/chat/completions', { ...chat('x'), model: 'sql-lora' }, KEYS.delta)).body.error?.code,
+    ).toBe('model_not_allowed');
     for (const lora of [{ lora_name: 'sql-lora' }, { lora_id: 'sql-lora' }]) {
       const r = await call('POST', '/query', q(lora), KEYS.delta);
       expect(r.status, JSON.stringify(lora)).toBe(403);
@@ -139,16 +162,27 @@ describe('tenants', () => {
   });
 
   it('keeps the direct policy for the admin', async () => {
-    const t = await call('POST', '/v1/chat/completions', chat('direct'), KEYS.acme, { 'x-kvrouter-target': router.engines[0].id });
+    const t = await call('POST', '/v1/chat/completions', chat('direct'), KEYS.acme, {
+      'x-kvrouter-target': router.engines[0].id,
+    });
     expect([403, 429]).toContain(t.status);
-    const a = await call('POST', '/v1/chat/completions', chat('direct'), ADMIN, { 'x-kvrouter-target': router.engines[0].id });
+    const a = await call('POST', '/v1/chat/completions', chat('direct'), ADMIN, {
+      'x-kvrouter-target': router.engines[0].id,
+    });
     expect(a.status).toBe(200);
     expect(a.headers['x-kvrouter-instance']).toBe(router.engines[0].id);
   });
 });
 
 describe('admin routes and the register allowlist', () => {
-  const reg = (endpoint: string) => ({ endpoint, type: 'vLLM', modelname: MODEL, instance_id: 'ext-1', block_size: 16, dp_rank: 0 });
+  const reg = (endpoint: string) => ({
+    endpoint,
+    type: 'vLLM',
+    modelname: MODEL,
+    instance_id: 'ext-1',
+    block_size: 16,
+    dp_rank: 0,
+  });
 
   it('need the admin token; operational routes stay open', async () => {
     for (const [method, path, body] of [
@@ -161,7 +195,8 @@ describe('admin routes and the register allowlist', () => {
       expect((await call(method, path, body)).status, `${path} without a key`).toBe(401);
       expect((await call(method, path, body, KEYS.acme)).status, `${path} with a tenant key`).toBe(403);
     }
-    for (const path of ['/health', '/live', '/ready', '/metrics']) expect((await call('GET', path)).status, path).toBeLessThan(500);
+    for (const path of ['/health', '/live', '/ready', '/metrics'])
+      expect((await call('GET', path)).status, path).toBeLessThan(500);
     expect((await call('GET', '/health')).status).toBe(200);
   });
 
@@ -181,6 +216,8 @@ describe('admin routes and the register allowlist', () => {
   });
 
   it('refuses to serve without auth on a non-loopback address', async () => {
-    await expect(startRouter(loadConfigText(base('').replace('host: 127.0.0.1', 'host: 0.0.0.0'), 't'), { log: () => {} })).rejects.toThrow(/without authentication/);
+    await expect(
+      startRouter(loadConfigText(base('').replace('host: 127.0.0.1', 'host: 0.0.0.0'), 't'), { log: () => {} }),
+    ).rejects.toThrow(/without authentication/);
   });
 });

@@ -35,7 +35,10 @@ interface Result {
 
 function runCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     p.on('exit', (code) => resolve({ code, stderr }));
@@ -57,7 +60,13 @@ describe('kvrouter bench cluster --quick', () => {
     const { code, stderr } = await runCli(['bench', 'cluster', '--quick', '--json', json, '--out', out]);
     expect(code, stderr).toBe(0);
 
-    const report = JSON.parse(readFileSync(json, 'utf8')) as { workload: { name: string; requests: number }; oracle: { hitRate: number; requests: number }; config: { perfModel: string; model: string }; policies: string[]; results: Result[] };
+    const report = JSON.parse(readFileSync(json, 'utf8')) as {
+      workload: { name: string; requests: number };
+      oracle: { hitRate: number; requests: number };
+      config: { perfModel: string; model: string };
+      policies: string[];
+      results: Result[];
+    };
     expect(report.workload.name).toMatch(/mooncake|conversation/);
     // The engines' default pass times: Qwen3-8B measured on an H200.
     expect([report.config.perfModel, report.config.model]).toEqual(['h200-qwen3-8b', 'Qwen/Qwen3-8B']);
@@ -79,22 +88,29 @@ describe('kvrouter bench cluster --quick', () => {
 
       expect(r.throughput.requestsPerS, at).toBeGreaterThan(0);
       expect(r.throughput.outputTokensPerS, at).toBeGreaterThan(0);
-      for (const h of [r.hitRate.engines, r.hitRate.gpu, r.hitRate.host, r.hitRate.usage]) expect(h, at).toBeGreaterThanOrEqual(0);
+      for (const h of [r.hitRate.engines, r.hitRate.gpu, r.hitRate.host, r.hitRate.usage])
+        expect(h, at).toBeGreaterThanOrEqual(0);
       expect(r.hitRate.gpu + r.hitRate.host, at).toBeCloseTo(r.hitRate.engines, 9);
       // First admissions can never beat an infinite cache; re-admissions after preemption query again.
       expect(r.hitRate.usage, at).toBeLessThanOrEqual(oracle + 1e-9);
       if (r.preemptions === 0) expect(r.hitRate.engines, at).toBeLessThanOrEqual(oracle + 1e-9);
 
-      expect(r.engines.reduce((a, e) => a + e.requests, 0), at).toBe(r.requests.sent);
+      expect(
+        r.engines.reduce((a, e) => a + e.requests, 0),
+        at,
+      ).toBe(r.requests.sent);
       expect(r.imbalance.busyCov, at).toBeGreaterThanOrEqual(0);
       expect(r.imbalance.requestCov, at).toBeGreaterThanOrEqual(0);
       if (r.cpu.router !== null) expect(r.cpu.router, at).toBeGreaterThan(0);
     }
     // round-robin spreads requests exactly evenly.
     const rr = report.results.find((r) => r.policy === 'round-robin')!;
-    expect(Math.max(...rr.engines.map((e) => e.requests)) - Math.min(...rr.engines.map((e) => e.requests))).toBeLessThanOrEqual(1);
+    expect(
+      Math.max(...rr.engines.map((e) => e.requests)) - Math.min(...rr.engines.map((e) => e.requests)),
+    ).toBeLessThanOrEqual(1);
 
     for (const f of ['cluster.md', 'cluster.json', 'samples.jsonl']) expect(existsSync(join(out, f)), f).toBe(true);
-    for (const f of ['ttft-cdf.svg', 'hit-rate.svg', 'engine-load.svg']) expect(readFileSync(join(out, f), 'utf8')).toMatch(/^<svg [^>]*>[\s\S]*<\/svg>\n$/);
+    for (const f of ['ttft-cdf.svg', 'hit-rate.svg', 'engine-load.svg'])
+      expect(readFileSync(join(out, f), 'utf8')).toMatch(/^<svg [^>]*>[\s\S]*<\/svg>\n$/);
   }, 480_000);
 });

@@ -58,7 +58,10 @@ interface Report {
 
 function runCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     p.on('exit', (code) => resolve({ code, stderr }));
@@ -79,7 +82,23 @@ describe('kvrouter bench fleet --quick', () => {
     p.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const code = await new Promise((r) => p.on('exit', r));
     expect(code).toBe(0);
-    for (const flag of ['--engines', '--routers', '--sync-delay-ms', '--kv-event-delay-ms', '--event-wire', '--perf-model', '--engine-hash', '--slo-ttft-ms', '--slo-tpot-ms', '--rate-per-engine', '--gpu-blocks', '--request-latency-ms', '--spread-bursts', '--quick']) expect(out).toContain(flag);
+    for (const flag of [
+      '--engines',
+      '--routers',
+      '--sync-delay-ms',
+      '--kv-event-delay-ms',
+      '--event-wire',
+      '--perf-model',
+      '--engine-hash',
+      '--slo-ttft-ms',
+      '--slo-tpot-ms',
+      '--rate-per-engine',
+      '--gpu-blocks',
+      '--request-latency-ms',
+      '--spread-bursts',
+      '--quick',
+    ])
+      expect(out).toContain(flag);
   });
 
   it('writes the report, and the same seed gives a byte-identical summary', async () => {
@@ -92,7 +111,8 @@ describe('kvrouter bench fleet --quick', () => {
     expect(first.code, first.stderr).toBe(0);
     const second = await runCli(['bench', 'fleet', '--quick', ...policies, '--out', b]);
     expect(second.code, second.stderr).toBe(0);
-    for (const f of ['fleet.json', 'fleet.md', 'summary.json', 'ttft-cdf.svg', 'hit-rate.svg', 'engine-requests.svg']) expect(existsSync(join(a, f)), f).toBe(true);
+    for (const f of ['fleet.json', 'fleet.md', 'summary.json', 'ttft-cdf.svg', 'hit-rate.svg', 'engine-requests.svg'])
+      expect(existsSync(join(a, f)), f).toBe(true);
     const sa = readFileSync(join(a, 'summary.json'), 'utf8');
     expect(readFileSync(join(b, 'summary.json'), 'utf8')).toBe(sa);
 
@@ -100,7 +120,9 @@ describe('kvrouter bench fleet --quick', () => {
     expect(s.bench).toBe('fleet');
     expect(s.wall).toBeUndefined(); // wall-clock figures stay out of the summary
     expect(s.policies).toEqual(['kv', 'round-robin', 'random']);
-    const full = JSON.parse(readFileSync(json, 'utf8')) as Report & { wall: { policies: Array<{ decisionUs: { all: Dist } }> } };
+    const full = JSON.parse(readFileSync(json, 'utf8')) as Report & {
+      wall: { policies: Array<{ decisionUs: { all: Dist } }> };
+    };
     expect(full.wall.policies).toHaveLength(3);
     expect(full.wall.policies[0].decisionUs.all.n).toBe(s.results[0].requests.sent);
     for (const r of s.results) {
@@ -129,7 +151,11 @@ describe('kvrouter bench fleet --quick', () => {
     expect(random.fleet.balance.requests.max - random.fleet.balance.requests.min).toBeGreaterThan(1);
     // kv reads the KV events (all applied cleanly) and finds more of the cache than a rotation.
     expect(kv.fleet.routers[0].applied.ok).toBeGreaterThan(0);
-    expect(Object.entries(kv.fleet.routers[0].applied).filter(([k]) => k !== 'ok').every(([, v]) => v === 0)).toBe(true);
+    expect(
+      Object.entries(kv.fleet.routers[0].applied)
+        .filter(([k]) => k !== 'ok')
+        .every(([, v]) => v === 0),
+    ).toBe(true);
     expect(rr.fleet.routers[0].applied.ok ?? 0).toBe(0);
     expect(kv.hitRate.usage).toBeGreaterThan(rr.hitRate.usage);
     expect(rr.fleet.balance.requests.max - rr.fleet.balance.requests.min).toBeLessThanOrEqual(1);
@@ -137,7 +163,19 @@ describe('kvrouter bench fleet --quick', () => {
 
   it('syncs replicas through the real sync messages', async () => {
     const out = join(dir, 'sync');
-    const { code, stderr } = await runCli(['bench', 'fleet', '--quick', '--policies', 'kv', '--routers', '2', '--sync-delay-ms', '1', '--out', out]);
+    const { code, stderr } = await runCli([
+      'bench',
+      'fleet',
+      '--quick',
+      '--policies',
+      'kv',
+      '--routers',
+      '2',
+      '--sync-delay-ms',
+      '1',
+      '--out',
+      out,
+    ]);
     expect(code, stderr).toBe(0);
     const s = JSON.parse(readFileSync(join(out, 'summary.json'), 'utf8')) as Report;
     expect(s.config.syncDelayMs).toBe(1);

@@ -33,7 +33,9 @@ describe('mooncake workload', () => {
   });
 
   it('rejects records whose hash ids do not match ceil(input_length / 512)', () => {
-    expect(() => parseTrace(JSON.stringify({ timestamp: 0, input_length: 1024, output_length: 1, hash_ids: [0, 1, 2] }), 'x')).toThrow(/ceil/);
+    expect(() =>
+      parseTrace(JSON.stringify({ timestamp: 0, input_length: 1024, output_length: 1, hash_ids: [0, 1, 2] }), 'x'),
+    ).toThrow(/ceil/);
   });
 
   it('has an exact infinite-cache oracle', async () => {
@@ -43,7 +45,14 @@ describe('mooncake workload', () => {
       { timestamp: 10, input_length: 1536, output_length: 4, hash_ids: [0, 1, 2] },
       { timestamp: 20, input_length: 1000, output_length: 4, hash_ids: [0, 3] },
     ]);
-    const w = mooncakeWorkload({ file: f, seed: 1, maxRequests: 10, maxModelLen: 4096, maxOutputTokens: null, sample: 1 });
+    const w = mooncakeWorkload({
+      file: f,
+      seed: 1,
+      maxRequests: 10,
+      maxModelLen: 4096,
+      maxOutputTokens: null,
+      sample: 1,
+    });
     const o = await oracle(w, 64);
     expect(o.promptTokens).toBe(1024 + 1536 + 1000);
     expect(o.hitTokens).toBe(1024 + 512);
@@ -59,7 +68,10 @@ describe('mooncake workload', () => {
       { timestamp: 0, input_length: 1024, output_length: 1, hash_ids: [0, 1] },
       { timestamp: 1, input_length: 1024, output_length: 1, hash_ids: [0, 1] },
     ]);
-    const o = await oracle(mooncakeWorkload({ file: f, seed: 1, maxRequests: 10, maxModelLen: 4096, maxOutputTokens: null, sample: 1 }), 64);
+    const o = await oracle(
+      mooncakeWorkload({ file: f, seed: 1, maxRequests: 10, maxModelLen: 4096, maxOutputTokens: null, sample: 1 }),
+      64,
+    );
     expect(o.hitTokens).toBe(1024 - 64);
   });
 
@@ -68,11 +80,30 @@ describe('mooncake workload', () => {
       { timestamp: 0, input_length: 600, output_length: 900, hash_ids: [0, 1] },
       { timestamp: 1, input_length: 5000, output_length: 10, hash_ids: Array.from({ length: 10 }, (_, i) => 10 + i) },
     ]);
-    const w = mooncakeWorkload({ file: f, seed: 1, maxRequests: 10, maxModelLen: 2048, maxOutputTokens: 100, sample: 1 });
+    const w = mooncakeWorkload({
+      file: f,
+      seed: 1,
+      maxRequests: 10,
+      maxModelLen: 2048,
+      maxOutputTokens: 100,
+      sample: 1,
+    });
     expect(w.skipped).toBe(1);
     expect(w.requests.map((r) => r.maxTokens)).toEqual([100]);
-    const lines = Array.from({ length: 400 }, (_, i) => ({ timestamp: i, input_length: 1024, output_length: 1, hash_ids: [0, i % 40] }));
-    const s = mooncakeWorkload({ file: trace(lines), seed: 3, maxRequests: 1000, maxModelLen: 4096, maxOutputTokens: null, sample: 0.25 });
+    const lines = Array.from({ length: 400 }, (_, i) => ({
+      timestamp: i,
+      input_length: 1024,
+      output_length: 1,
+      hash_ids: [0, i % 40],
+    }));
+    const s = mooncakeWorkload({
+      file: trace(lines),
+      seed: 3,
+      maxRequests: 1000,
+      maxModelLen: 4096,
+      maxOutputTokens: null,
+      sample: 0.25,
+    });
     const keys = new Set(s.requests.map((r) => r.sessionKey));
     expect(keys.size).toBeGreaterThan(2);
     expect(keys.size).toBeLessThan(25);
@@ -81,14 +112,30 @@ describe('mooncake workload', () => {
 });
 
 describe('mooncake tiling', () => {
-  it('superimposes copies that share only block 0, each with the trace\'s reuse', async () => {
+  it("superimposes copies that share only block 0, each with the trace's reuse", async () => {
     const lines = [
       { timestamp: 0, input_length: 1024, output_length: 4, hash_ids: [0, 1] },
       { timestamp: 10, input_length: 1536, output_length: 4, hash_ids: [0, 1, 2] },
     ];
     const f = trace(lines);
-    const one = mooncakeWorkload({ file: f, seed: 1, maxRequests: 2, maxModelLen: 4096, maxOutputTokens: null, sample: 1, tile: true });
-    const three = mooncakeWorkload({ file: f, seed: 1, maxRequests: 6, maxModelLen: 4096, maxOutputTokens: null, sample: 1, tile: true });
+    const one = mooncakeWorkload({
+      file: f,
+      seed: 1,
+      maxRequests: 2,
+      maxModelLen: 4096,
+      maxOutputTokens: null,
+      sample: 1,
+      tile: true,
+    });
+    const three = mooncakeWorkload({
+      file: f,
+      seed: 1,
+      maxRequests: 6,
+      maxModelLen: 4096,
+      maxOutputTokens: null,
+      sample: 1,
+      tile: true,
+    });
     expect(one.copies).toBe(1);
     expect(three.copies).toBe(3);
     expect(three.requests).toHaveLength(6);
@@ -104,13 +151,26 @@ describe('mooncake tiling', () => {
     expect(o1.distinctBlocks).toBe(24);
     expect(o3.distinctBlocks).toBe(8 + 3 * 16);
     // Without tile the trace is not extended.
-    expect(mooncakeWorkload({ file: f, seed: 1, maxRequests: 6, maxModelLen: 4096, maxOutputTokens: null, sample: 1 }).requests).toHaveLength(2);
+    expect(
+      mooncakeWorkload({ file: f, seed: 1, maxRequests: 6, maxModelLen: 4096, maxOutputTokens: null, sample: 1 })
+        .requests,
+    ).toHaveLength(2);
   });
 });
 
 describe('agentic workload', () => {
   it('grows each session by reply + tool result per turn over a shared system prompt', async () => {
-    const o = { sessions: 3, turns: 4, systemLen: 256, taskLen: 64, replyLen: 16, toolLen: 48, thinkMs: 1000, rate: 2, seed: 9 };
+    const o = {
+      sessions: 3,
+      turns: 4,
+      systemLen: 256,
+      taskLen: 64,
+      replyLen: 16,
+      toolLen: 48,
+      thinkMs: 1000,
+      rate: 2,
+      seed: 9,
+    };
     const w = agenticWorkload(o);
     expect(w.requests).toHaveLength(12);
     expect(w.requests.filter((r) => r.after === null)).toHaveLength(3);
@@ -133,7 +193,9 @@ describe('agentic workload', () => {
     // The oracle: sessions share the system prompt, each turn hits its session's history.
     const orc = await oracle(w, 16);
     expect(orc.hitRate).toBeGreaterThan(0.5);
-    expect(agenticWorkload(o).requests.map((r) => [r.atMs, r.after?.thinkMs])).toEqual(w.requests.map((r) => [r.atMs, r.after?.thinkMs]));
+    expect(agenticWorkload(o).requests.map((r) => [r.atMs, r.after?.thinkMs])).toEqual(
+      w.requests.map((r) => [r.atMs, r.after?.thinkMs]),
+    );
   });
 });
 
@@ -155,11 +217,31 @@ describe('stats, sizing and charts', () => {
     expect(dist([5, 1, 3]).p50).toBe(3);
     expect(cov([2, 2, 2])).toBe(0);
     expect(cov([1, 3])).toBeCloseTo(0.5);
-    expect(unionLength([[0, 2], [1, 3], [5, 6]])).toBe(4);
+    expect(
+      unionLength([
+        [0, 2],
+        [1, 3],
+        [5, 6],
+      ]),
+    ).toBe(4);
   });
 
   it('sizes engines below the working set but above two of the longest sequences', () => {
-    const s = sizeFleet({ requests: 100, promptTokens: 100 * 640, hitTokens: 0, hitRate: 0, distinctBlocks: 100_000, maxPromptTokens: 4000, maxSequence: 4100 }, 4, 64, 0.2, 2);
+    const s = sizeFleet(
+      {
+        requests: 100,
+        promptTokens: 100 * 640,
+        hitTokens: 0,
+        hitRate: 0,
+        distinctBlocks: 100_000,
+        maxPromptTokens: 4000,
+        maxSequence: 4100,
+      },
+      4,
+      64,
+      0.2,
+      2,
+    );
     expect(s.numGpuBlocks).toBe(5000);
     expect(s.numCpuBlocks).toBe(10_000);
     expect(s.perEngineRatio).toBe(20);
@@ -168,10 +250,34 @@ describe('stats, sizing and charts', () => {
 
   it('draws well-formed SVG', () => {
     expect(niceTicks(0, 1)).toEqual([0, 0.2, 0.4, 0.6, 0.8, 1]);
-    const l = lineChart({ title: 'a <b>', xLabel: 'x', yLabel: 'y', xLog: true, series: [{ name: 's', points: [[1, 0], [100, 1]] }] });
+    const l = lineChart({
+      title: 'a <b>',
+      xLabel: 'x',
+      yLabel: 'y',
+      xLog: true,
+      series: [
+        {
+          name: 's',
+          points: [
+            [1, 0],
+            [100, 1],
+          ],
+        },
+      ],
+    });
     expect(l).toMatch(/^<svg [\s\S]*<\/svg>\n$/);
     expect(l).toContain('a &lt;b&gt;');
-    const b = barChart({ title: 't', yLabel: 'y', categories: ['a', 'b'], series: [{ name: 'g', values: [1, 2] }, { name: 'h', values: [1, NaN] }], stacked: true, refs: [{ value: 3, label: 'oracle' }] });
+    const b = barChart({
+      title: 't',
+      yLabel: 'y',
+      categories: ['a', 'b'],
+      series: [
+        { name: 'g', values: [1, 2] },
+        { name: 'h', values: [1, NaN] },
+      ],
+      stacked: true,
+      refs: [{ value: 3, label: 'oracle' }],
+    });
     expect(b.match(/<rect x=/g)?.length).toBeGreaterThanOrEqual(3);
   });
 });

@@ -30,8 +30,17 @@ Transfer/sec:      3.27MB
 `;
 
 describe('wrk output', () => {
-  it('reads requests, time, errors, percentiles and wrk\'s own CPU', () => {
-    expect(parseWrk(SAMPLE)).toEqual({ requests: 13836, seconds: 2.1, non2xx: 4, socketErrors: 3, p50Ms: 2.12, p90Ms: 3.03, p99Ms: 1200, cpuSeconds: 1.52 });
+  it("reads requests, time, errors, percentiles and wrk's own CPU", () => {
+    expect(parseWrk(SAMPLE)).toEqual({
+      requests: 13836,
+      seconds: 2.1,
+      non2xx: 4,
+      socketErrors: 3,
+      p50Ms: 2.12,
+      p90Ms: 3.03,
+      p99Ms: 1200,
+      cpuSeconds: 1.52,
+    });
     expect(() => parseWrk('0m0.000s 0m0.000s\n0m0.001s 0m0.000s\n')).toThrow(/no summary/);
   });
 
@@ -49,14 +58,20 @@ describe('wrk output', () => {
 describe('nginx stub upstreams', () => {
   it('answer what the Node stub answers, escaped for nginx', () => {
     const a = stubAnswers('m');
-    expect(a.completions.split('\n\n').filter(Boolean).map((l) => l.slice(6))).toHaveLength(3);
+    expect(
+      a.completions
+        .split('\n\n')
+        .filter(Boolean)
+        .map((l) => l.slice(6)),
+    ).toHaveLength(3);
     expect(JSON.parse(a.chat.split('\n\n')[0].slice(6)).choices[0].delta.content).toBe(' hello');
     const conf = nginxStubConf('/tmp/x', [1, 2], 'm');
     expect(conf).toContain('listen 127.0.0.1:2 backlog=4096;');
     expect(conf).toContain('return 200 "data: {\\"id\\":\\"cmpl-1\\"');
     expect(conf).not.toMatch(/return 200 "[^"]*\n/); // no raw newline inside a string
     // Every temporary file nginx may write stays in the run's directory.
-    for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) expect(conf).toMatch(new RegExp(`^  ${d}_temp_path /tmp/x/`, 'm'));
+    for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'])
+      expect(conf).toMatch(new RegExp(`^  ${d}_temp_path /tmp/x/`, 'm'));
   });
 
   it('a start that fails says why and leaves no directory behind', async () => {
@@ -80,12 +95,20 @@ describe.skipIf(!bin)('WrkLoad against local servers', () => {
   afterAll(async () => {
     for (const s of servers) await new Promise((r) => s.close(r));
   });
-  const serve = async (status: number, seen: Array<{ method: string; url: string; header: string | undefined; body: string }>) => {
+  const serve = async (
+    status: number,
+    seen: Array<{ method: string; url: string; header: string | undefined; body: string }>,
+  ) => {
     const s = createServer((req, res) => {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        seen.push({ method: req.method!, url: req.url!, header: req.headers['x-test'] as string | undefined, body: Buffer.concat(chunks).toString() });
+        seen.push({
+          method: req.method!,
+          url: req.url!,
+          header: req.headers['x-test'] as string | undefined,
+          body: Buffer.concat(chunks).toString(),
+        });
         res.writeHead(status, { 'content-type': 'text/plain' }).end('ok');
       });
     });
@@ -102,7 +125,13 @@ describe.skipIf(!bin)('WrkLoad against local servers', () => {
     const bodies = ['{"n":1,"s":"]]"}', '{"n":2}', '\n["ends in a bracket"]'];
     const wrk = new WrkLoad(bin!);
     try {
-      const r = await wrk.run({ type: 'closed', spec: { urls, bodies, headers: { 'x-test': 'yes' } }, concurrency: 3, warmupMs: 0, durationMs: 1000 });
+      const r = await wrk.run({
+        type: 'closed',
+        spec: { urls, bodies, headers: { 'x-test': 'yes' } },
+        concurrency: 3,
+        warmupMs: 0,
+        durationMs: 1000,
+      });
       const seen = [...a, ...b];
       expect(r.errors).toBe(0);
       expect(r.completed).toBeGreaterThan(100);
@@ -111,7 +140,9 @@ describe.skipIf(!bin)('WrkLoad against local servers', () => {
       expect(seen.length).toBeLessThanOrEqual(r.completed + 3);
       expect(a.length).toBeGreaterThan(0);
       expect(b.length).toBeGreaterThan(0);
-      expect(new Set(seen.map((x) => `${x.method} ${x.url} ${x.header}`))).toEqual(new Set(['POST /v1/completions yes']));
+      expect(new Set(seen.map((x) => `${x.method} ${x.url} ${x.header}`))).toEqual(
+        new Set(['POST /v1/completions yes']),
+      );
       expect(new Set(seen.map((x) => x.body))).toEqual(new Set(bodies));
       expect(r.seconds).toBeGreaterThanOrEqual(0.9);
       expect(r.cpuSeconds).toBeGreaterThan(0);
@@ -127,10 +158,24 @@ describe.skipIf(!bin)('WrkLoad against local servers', () => {
     const free = await serve(200, seen);
     await new Promise((r) => servers.pop()!.close(r)); // nothing listens there now
     try {
-      await expect(wrk.run({ type: 'closed', spec: { urls: [`${free}/x`], bodies: ['{}'], headers: {} }, concurrency: 1, warmupMs: 0, durationMs: 1000 })).rejects.toThrow(/wrk failed .*(connect|refused)/i);
+      await expect(
+        wrk.run({
+          type: 'closed',
+          spec: { urls: [`${free}/x`], bodies: ['{}'], headers: {} },
+          concurrency: 1,
+          warmupMs: 0,
+          durationMs: 1000,
+        }),
+      ).rejects.toThrow(/wrk failed .*(connect|refused)/i);
       const a: Parameters<typeof serve>[1] = [];
       const b: Parameters<typeof serve>[1] = [];
-      const r = await wrk.run({ type: 'closed', spec: { urls: [`${await serve(200, a)}/x`, `${await serve(200, b)}/x`], bodies: ['{}'], headers: {} }, concurrency: 1, warmupMs: 0, durationMs: 1000 });
+      const r = await wrk.run({
+        type: 'closed',
+        spec: { urls: [`${await serve(200, a)}/x`, `${await serve(200, b)}/x`], bodies: ['{}'], headers: {} },
+        concurrency: 1,
+        warmupMs: 0,
+        durationMs: 1000,
+      });
       expect(r.completed).toBeGreaterThan(0);
       expect(b).toHaveLength(0); // one connection: the first origin only
     } finally {
@@ -142,7 +187,13 @@ describe.skipIf(!bin)('WrkLoad against local servers', () => {
     const seen: Parameters<typeof serve>[1] = [];
     const wrk = new WrkLoad(bin!);
     try {
-      const r = await wrk.run({ type: 'closed', spec: { urls: [`${await serve(503, seen)}/x`], bodies: ['{}'], headers: {} }, concurrency: 1, warmupMs: 0, durationMs: 1000 });
+      const r = await wrk.run({
+        type: 'closed',
+        spec: { urls: [`${await serve(503, seen)}/x`], bodies: ['{}'], headers: {} },
+        concurrency: 1,
+        warmupMs: 0,
+        durationMs: 1000,
+      });
       expect(r.completed).toBe(0);
       expect(r.errors).toBeGreaterThan(10);
       expect(r.firstError).toMatch(/non-2xx/);

@@ -21,9 +21,14 @@ let tokens: number[];
 
 function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [`${ROOT}bin/kvrouter.js`, 'query', ...args], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [`${ROOT}bin/kvrouter.js`, 'query', ...args],
+      { cwd: ROOT, timeout: 60_000 },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -31,7 +36,12 @@ function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: st
 function rows(out: string): Map<string, string[]> {
   const lines = out.trim().split('\n');
   const i = lines.findIndex((l) => l.startsWith('instance'));
-  return new Map(lines.slice(i + 1).map((l) => l.trim().split(/\s+/)).map((c) => [c[0], c.slice(1)] as const));
+  return new Map(
+    lines
+      .slice(i + 1)
+      .map((l) => l.trim().split(/\s+/))
+      .map((c) => [c[0], c.slice(1)] as const),
+  );
 }
 
 beforeAll(async () => {
@@ -46,7 +56,11 @@ models:
 `;
   router = await startRouter(loadConfigText(yaml, 'test'), { log: () => {} });
   await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
-  const r = await request(`${router.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: MESSAGES, max_tokens: 4 }) });
+  const r = await request(`${router.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, messages: MESSAGES, max_tokens: 4 }),
+  });
   await r.body.text();
   warm = String(r.headers['x-kvrouter-instance']);
   const tok = await loadTokenizer({ package: TOKENIZER });
@@ -54,7 +68,11 @@ models:
   await tok.close();
   // Only real KV events make it warm here (speculative inserts are off).
   await waitFor('KV events indexed', async () => {
-    const q = await request(`${router.url}/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, block_size: 16, token_ids: tokens }) });
+    const q = await request(`${router.url}/query`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, block_size: 16, token_ids: tokens }),
+    });
     const body = (await q.body.json()) as Record<string, Record<string, { GPU: number }>>;
     return body.default[warm].GPU > 0;
   });
@@ -66,7 +84,19 @@ afterAll(async () => {
 
 describe('kvrouter query', () => {
   it('tokenizes --text --chat like the router and prints a table per instance', async () => {
-    const r = await cli(['--url', router.url, '--model', MODEL, '--block-size', '16', '--chat', '--tokenizer', TOKENIZER, '--text', JSON.stringify(MESSAGES)]);
+    const r = await cli([
+      '--url',
+      router.url,
+      '--model',
+      MODEL,
+      '--block-size',
+      '16',
+      '--chat',
+      '--tokenizer',
+      TOKENIZER,
+      '--text',
+      JSON.stringify(MESSAGES),
+    ]);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`${tokens.length} tokens`);
@@ -88,7 +118,17 @@ describe('kvrouter query', () => {
     expect(Number(gpu)).toBeGreaterThan(0);
 
     const hashes = [...seqHashes(tokens, 16, hashSpace())].map(String);
-    const byHash = await cli(['--url', router.url, '--model', MODEL, '--hashes', hashes.join(','), '--json', '--instance', warm]);
+    const byHash = await cli([
+      '--url',
+      router.url,
+      '--model',
+      MODEL,
+      '--hashes',
+      hashes.join(','),
+      '--json',
+      '--instance',
+      warm,
+    ]);
     expect(byHash.code).toBe(0);
     const body = JSON.parse(byHash.stdout) as Record<string, Record<string, { GPU: number }>>;
     expect(Object.keys(body.default)).toEqual([warm]);

@@ -27,10 +27,18 @@ const clusters: ClusterHandle[] = [];
 const proms: PromRegistry[] = [];
 let relay: { relay: EventRelay; link: NatsLink; listeners: ListenerPool; indexer: TieredIndexer };
 
-const yaml = (withEvents: boolean) => routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0, stale_booking_ms: 60000' });
+const yaml = (withEvents: boolean) =>
+  routerYaml(engines, {
+    events: withEvents ? 'replay' : 'none',
+    routing: 'speculative_ttl_ms: 0, stale_booking_ms: 60000',
+  });
 
 async function post(base: string, path: string, body?: unknown) {
-  const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const r = await request(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await r.body.text();
   return { status: r.statusCode, body: text ? JSON.parse(text) : null };
 }
@@ -41,7 +49,18 @@ async function startRelay(): Promise<void> {
   const indexer = new TieredIndexer({ defaultSeed: 1337n });
   const tap = new RelayTap(new KvIndexWriter(indexer));
   const link = new NatsLink({ url: nats.url, name: 'relay', reconnectWaitMs: 100 });
-  const r = await EventRelay.start(link, tap, { relayId: 'relay-t', subject: 'kvrouter.events', stream: 'KVROUTER_EVENTS', bucket: 'kvrouter-snapshots', snapshotEvery: 50, snapshotIntervalMs: 300, streamMaxAgeMs: 3_600_000, resetState: true, publishTimeoutMs: 1000, maxBatchBytes: 256 * 1024 });
+  const r = await EventRelay.start(link, tap, {
+    relayId: 'relay-t',
+    subject: 'kvrouter.events',
+    stream: 'KVROUTER_EVENTS',
+    bucket: 'kvrouter-snapshots',
+    snapshotEvery: 50,
+    snapshotIntervalMs: 300,
+    streamMaxAgeMs: 3_600_000,
+    resetState: true,
+    publishTimeoutMs: 1000,
+    maxBatchBytes: 256 * 1024,
+  });
   const registry = new Registry();
   const listeners = new ListenerPool({ registry, writer: tap });
   for (const spec of desiredRegistrations(cfg)) listeners.add(registry.register(spec, Date.now()).registration);
@@ -51,14 +70,19 @@ async function startRelay(): Promise<void> {
 function canon(idx: TieredIndexer): string {
   const s: IndexSnapshot = dumpIndex(idx, Date.now());
   return s.namespaces
-    .flatMap((ns) => ns.holders.filter((h) => h.speculative_ttl_ms === undefined && h.seq_hashes.length > 0).map((h) => `${h.backend_id}|${h.medium}|${h.seq_hashes.map(String).sort().join(',')}`))
+    .flatMap((ns) =>
+      ns.holders
+        .filter((h) => h.speculative_ttl_ms === undefined && h.seq_hashes.length > 0)
+        .map((h) => `${h.backend_id}|${h.medium}|${h.seq_hashes.map(String).sort().join(',')}`),
+    )
     .sort()
     .join('\n');
 }
 
 const prompt = (tag: number, n = 320) => Array.from({ length: n }, (_, k) => 10 + ((k * 13 + tag * 101) % 7000));
 const load = (i: number, inst: string) => routers[i].scheduler.active.load(inst, 0);
-const completion = (i: number, tag: number) => post(routers[i].url, '/v1/completions', { model: MODEL, prompt: prompt(tag), max_tokens: 2 });
+const completion = (i: number, tag: number) =>
+  post(routers[i].url, '/v1/completions', { model: MODEL, prompt: prompt(tag), max_tokens: 2 });
 
 beforeAll(async () => {
   nats = await startLocalNats({ jetstream: true });
@@ -69,7 +93,13 @@ beforeAll(async () => {
     const prom = new PromRegistry();
     const c = attachCluster(
       { scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom },
-      { routerId: `n${i}`, nats: { url: nats.url, reconnectWaitMs: 100 }, sync: { heartbeatMs: 200, peerTimeoutMs: 20_000 }, events: { source: 'jetstream' }, recovery: { timeoutMs: 10_000 } },
+      {
+        routerId: `n${i}`,
+        nats: { url: nats.url, reconnectWaitMs: 100 },
+        sync: { heartbeatMs: 200, peerTimeoutMs: 20_000 },
+        events: { source: 'jetstream' },
+        recovery: { timeoutMs: 10_000 },
+      },
     );
     routers.push(r);
     clusters.push(c);
@@ -94,10 +124,22 @@ afterAll(async () => {
 describe('NATS killed and restarted', () => {
   it('keeps routing on local state, reports the outage, then resumes sync and resets stale remote bookings', async () => {
     for (let t = 0; t < 4; t++) expect((await completion(0, t)).status).toBe(200);
-    await waitFor('relayed events reached both routers', () => canon(routers[0].indexer) !== '' && canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 60_000);
+    await waitFor(
+      'relayed events reached both routers',
+      () =>
+        canon(routers[0].indexer) !== '' &&
+        canon(routers[0].indexer) === canon(relay.indexer) &&
+        canon(routers[1].indexer) === canon(relay.indexer),
+      60_000,
+    );
 
     // A booking B knows about, freed on A while NATS is down: B must not keep it forever.
-    await post(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt(50), request_id: 'before-outage', router_config_override: { policy: 'direct', target: 'e0' } });
+    await post(routers[0].url, '/v1/route', {
+      model: MODEL,
+      token_ids: prompt(50),
+      request_id: 'before-outage',
+      router_config_override: { policy: 'direct', target: 'e0' },
+    });
     await waitFor('B sees it', () => load(1, 'e0').activeRequests === 1, 60_000);
 
     await nats.kill();
@@ -109,7 +151,11 @@ describe('NATS killed and restarted', () => {
     // Routing goes on: decisions, bookings and proxied requests, all on local state.
     expect((await post(routers[0].url, '/v1/route/before-outage/free')).status).toBe(200);
     for (let t = 4; t < 7; t++) expect((await completion(1, t)).status).toBe(200);
-    const during = await post(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt(60), request_id: 'during-outage' });
+    const during = await post(routers[0].url, '/v1/route', {
+      model: MODEL,
+      token_ids: prompt(60),
+      request_id: 'during-outage',
+    });
     expect(during.status).toBe(200);
     await post(routers[0].url, '/v1/route/during-outage/free');
     expect(clusters[0].status().sync!.dropped).toBeGreaterThan(0);
@@ -119,10 +165,17 @@ describe('NATS killed and restarted', () => {
     await waitFor('both reconnected', () => clusters.every((c) => c.status().sync!.nats.connected), 60_000);
     // A's next message (a heartbeat) shows B the sequence gap: B frees everything it held for A.
     await waitFor('stale remote booking reset through the gap', () => load(1, 'e0').activeRequests === 0, 60_000);
-    expect(await proms[1].getSingleMetricAsString('kvrouter_cluster_peer_resets_total')).toMatch(/reason="gap"\} [1-9]/);
+    expect(await proms[1].getSingleMetricAsString('kvrouter_cluster_peer_resets_total')).toMatch(
+      /reason="gap"\} [1-9]/,
+    );
 
     // Sync resumes for new bookings.
-    await post(routers[0].url, '/v1/route', { model: MODEL, token_ids: prompt(70), request_id: 'after-outage', router_config_override: { policy: 'direct', target: 'e1' } });
+    await post(routers[0].url, '/v1/route', {
+      model: MODEL,
+      token_ids: prompt(70),
+      request_id: 'after-outage',
+      router_config_override: { policy: 'direct', target: 'e1' },
+    });
     await waitFor('B sees the new booking', () => load(1, 'e1').activeRequests === 1, 60_000);
     await post(routers[0].url, '/v1/route/after-outage/free');
     await waitFor('and its free', () => routers.every((r) => r.scheduler.active.size === 0), 60_000);
@@ -132,7 +185,11 @@ describe('NATS killed and restarted', () => {
     // Events produced while NATS was down (the completions above) never reached the stream; the
     // relay noticed the failed publishes and, once reconnected, published a resync epoch.
     for (let t = 7; t < 10; t++) expect((await completion(0, t)).status).toBe(200);
-    await waitFor('routers converge on the relay index', () => canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer), 60_000).catch((err) => {
+    await waitFor(
+      'routers converge on the relay index',
+      () => canon(routers[0].indexer) === canon(relay.indexer) && canon(routers[1].indexer) === canon(relay.indexer),
+      60_000,
+    ).catch((err) => {
       const lines = (i: number) => canon(routers[i].indexer).split('\n').length;
       throw new Error(
         `${(err as Error).message}: relay ${canon(relay.indexer).split('\n').length} holders, routers ${lines(0)} / ${lines(1)}; relay ${JSON.stringify(relay.relay.status())}; consumers ${JSON.stringify(clusters.map((c) => c.status().events))}`,

@@ -20,7 +20,10 @@ let engines: Engine[] = [];
 const LINE = /^engine-sim \S+ (http:\/\/\S+) zmq (tcp:\/\/\S+) replay none/;
 
 async function engine(): Promise<Engine> {
-  const p = await spawnCli(['engine-sim', '--port', '0', '--zmq-port', '0', '--replay-port', 'none', '--speedup', '50'], LINE);
+  const p = await spawnCli(
+    ['engine-sim', '--port', '0', '--zmq-port', '0', '--replay-port', 'none', '--speedup', '50'],
+    LINE,
+  );
   const m = LINE.exec(p.lines.find((l) => LINE.test(l))!)!;
   return { ...p, url: m[1], zmq: m[2] };
 }
@@ -38,12 +41,19 @@ async function router(): Promise<RouterHandle> {
 }
 
 async function post(base: string, path: string, body: unknown) {
-  const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const r = await request(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: r.statusCode, text: await r.body.text() };
 }
 
-const prompts = [0, 1, 2, 3].map((g) => Array.from({ length: 200 + g * 40 }, (_, k) => 100 + ((k * 31 + g * 977) % 9000)));
-const query = (base: string, tokens: number[]) => post(base, '/query', { model: MODEL, block_size: 16, token_ids: tokens }).then((r) => r.text);
+const prompts = [0, 1, 2, 3].map((g) =>
+  Array.from({ length: 200 + g * 40 }, (_, k) => 100 + ((k * 31 + g * 977) % 9000)),
+);
+const query = (base: string, tokens: number[]) =>
+  post(base, '/query', { model: MODEL, block_size: 16, token_ids: tokens }).then((r) => r.text);
 
 beforeAll(async () => {
   engines = await Promise.all([0, 1].map(engine));
@@ -54,7 +64,14 @@ beforeAll(async () => {
       expect(r.status, r.text).toBe(200);
     }
   }
-  await waitFor('A indexed every prompt', async () => (await Promise.all(prompts.map((p) => query(a.url, p)))).every((t) => /"gpu":[1-9]/.test(t) || /"longest_matched":[1-9]/.test(t)), 60_000);
+  await waitFor(
+    'A indexed every prompt',
+    async () =>
+      (await Promise.all(prompts.map((p) => query(a.url, p)))).every(
+        (t) => /"gpu":[1-9]/.test(t) || /"longest_matched":[1-9]/.test(t),
+      ),
+    60_000,
+  );
 });
 
 afterAll(async () => {
@@ -67,7 +84,10 @@ describe('peer recovery', () => {
   it('a replica started late recovers the index from a peer and answers /query identically', async () => {
     const a = routers[0];
     const b = await router();
-    const c = attachCluster({ scheduler: b.scheduler, writer: b.writer, url: b.url }, { peers: ['http://127.0.0.1:9', a.url], recovery: { delayMs: 100, timeoutMs: 5000 } });
+    const c = attachCluster(
+      { scheduler: b.scheduler, writer: b.writer, url: b.url },
+      { peers: ['http://127.0.0.1:9', a.url], recovery: { delayMs: 100, timeoutMs: 5000 } },
+    );
     clusters.push(c);
     expect(c.isReady()).toBe(false);
     await c.ready;
@@ -97,7 +117,11 @@ describe('peer recovery', () => {
     mountPeerRoutes(app, { peers });
     installErrorHandling(app);
     const call = async (method: string, path: string, body?: unknown) => {
-      const r = await app.request(path, { method, headers: { 'content-type': 'application/json' }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+      const r = await app.request(path, {
+        method,
+        headers: { 'content-type': 'application/json' },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
       return { status: r.status, body: (await r.json()) as { status?: string } & Record<string, unknown> };
     };
     expect(await call('GET', '/peers')).toEqual({ status: 200, body: ['http://a:8090'] });
@@ -106,7 +130,10 @@ describe('peer recovery', () => {
     expect((await call('GET', '/peers')).body).toEqual(['http://a:8090', 'http://b:8091']);
     expect((await call('POST', '/register_peer', { url: 'ftp://x' })).status).toBe(400);
     expect((await call('POST', '/register_peer', {})).status).toBe(400);
-    expect((await call('POST', '/deregister_peer', { url: 'http://a:8090' })).body).toEqual({ status: 'deregistered', peers: ['http://b:8091'] });
+    expect((await call('POST', '/deregister_peer', { url: 'http://a:8090' })).body).toEqual({
+      status: 'deregistered',
+      peers: ['http://b:8091'],
+    });
     expect((await call('POST', '/deregister_peer', { url: 'http://a:8090' })).body.status).toBe('not_registered');
     expect((await call('GET', '/register_peer')).status).toBe(405);
   });

@@ -24,7 +24,8 @@ type RelayProc = { proc: ChildProcess; url: string; lines: string[] };
 let relay: RelayProc | null = null;
 const nodes: Record<string, { router: RouterHandle; cluster: ClusterHandle }> = {};
 
-const yaml = (withEvents: boolean) => routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0' });
+const yaml = (withEvents: boolean) =>
+  routerYaml(engines, { events: withEvents ? 'replay' : 'none', routing: 'speculative_ttl_ms: 0' });
 
 async function startRelay(extra: string[] = []): Promise<void> {
   relay = await spawnRelay(extra, 'relay-test');
@@ -32,8 +33,25 @@ async function startRelay(extra: string[] = []): Promise<void> {
 
 async function spawnRelay(extra: string[], id: string): Promise<RelayProc> {
   const script = `import(${JSON.stringify(`${ROOT}dist/cli/relay.js`)}).then((m) => m.run(process.argv.slice(1))).then((c) => process.exit(c))`;
-  const args = ['--config', join(dir, 'relay.yaml'), '--nats', nats.url, '--port', '0', '--snapshot-every', '20', '--snapshot-interval-ms', '300', '--relay-id', id, ...extra];
-  const proc = spawn(process.execPath, ['--input-type=module', '-e', script, '--', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const args = [
+    '--config',
+    join(dir, 'relay.yaml'),
+    '--nats',
+    nats.url,
+    '--port',
+    '0',
+    '--snapshot-every',
+    '20',
+    '--snapshot-interval-ms',
+    '300',
+    '--relay-id',
+    id,
+    ...extra,
+  ];
+  const proc = spawn(process.execPath, ['--input-type=module', '-e', script, '--', ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   let err = '';
   proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
@@ -72,7 +90,15 @@ async function killRelay(r: RelayProc, signal: NodeJS.Signals): Promise<void> {
 
 async function startNode(id: string): Promise<void> {
   const router = await startRouter(loadConfigText(yaml(false), 'test'), { log: () => {} });
-  const cluster = attachCluster({ scheduler: router.scheduler, writer: router.writer, url: router.url }, { routerId: id, nats: { url: nats.url, reconnectWaitMs: 100 }, events: { source: 'jetstream' }, recovery: { timeoutMs: 15_000 } });
+  const cluster = attachCluster(
+    { scheduler: router.scheduler, writer: router.writer, url: router.url },
+    {
+      routerId: id,
+      nats: { url: nats.url, reconnectWaitMs: 100 },
+      events: { source: 'jetstream' },
+      recovery: { timeoutMs: 15_000 },
+    },
+  );
   nodes[id] = { router, cluster };
   await cluster.ready;
 }
@@ -119,7 +145,14 @@ async function traffic(via: string, n: number, tag: string): Promise<void> {
     const r = await request(`${nodes[via].router.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, max_tokens: 4, messages: [{ role: 'system', content: sys }, { role: 'user', content: `question ${tag} ${i}` }] }),
+      body: JSON.stringify({
+        model: MODEL,
+        max_tokens: 4,
+        messages: [
+          { role: 'system', content: sys },
+          { role: 'user', content: `question ${tag} ${i}` },
+        ],
+      }),
     });
     expect(r.statusCode).toBe(200);
     await r.body.text();
@@ -169,7 +202,11 @@ describe('relay', () => {
   });
 
   it('a router restarted mid-way resumes from snapshot + stream tail, not from the start', async () => {
-    await waitFor('a snapshot after the first traffic', async () => ((await relayStatus()).last_snapshot?.stream_seq ?? 0) > 2, 60_000);
+    await waitFor(
+      'a snapshot after the first traffic',
+      async () => ((await relayStatus()).last_snapshot?.stream_seq ?? 0) > 2,
+      60_000,
+    );
     await stopNode('B');
     await traffic('A', 9, 'while-b-was-down');
     const before = await relayStatus();
@@ -210,7 +247,8 @@ describe('relay', () => {
     await traffic('A', 4, 'ha-first');
     await converged(['A', 'B']);
     expect(await relayStatus(b)).toMatchObject({ role: 'standby', leaderships: 0, last_seq: 0 });
-    const leaderGauge = async (r: RelayProc) => /^kvrouter_relay_leader (\d)$/m.exec(await (await request(`${r.url}/metrics`)).body.text())?.[1];
+    const leaderGauge = async (r: RelayProc) =>
+      /^kvrouter_relay_leader (\d)$/m.exec(await (await request(`${r.url}/metrics`)).body.text())?.[1];
     expect([await leaderGauge(a), await leaderGauge(b)]).toEqual(['1', '0']);
     const resyncs = nodes.A.cluster.status().events!.resyncs;
 

@@ -43,10 +43,18 @@ ${extraYaml}`,
 }
 
 const post = async (base: string, path: string, body?: unknown) => {
-  const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const r = await request(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   return { status: r.statusCode, body: JSON.parse((await r.body.text()) || 'null') };
 };
-const routeBody = (id?: string) => ({ model: MODEL, messages: [{ role: 'user', content: 'cluster wiring '.repeat(40) }], ...(id ? { request_id: id } : {}) });
+const routeBody = (id?: string) => ({
+  model: MODEL,
+  messages: [{ role: 'user', content: 'cluster wiring '.repeat(40) }],
+  ...(id ? { request_id: id } : {}),
+});
 
 describe('kvrouter serve with a cluster section', () => {
   it('shares bookings between replicas over NATS and recovers the index from a peer', async () => {
@@ -56,9 +64,19 @@ describe('kvrouter serve with a cluster section', () => {
     // B's cost for e0 includes a booking made on A.
     const before = (await post(b, '/v1/route/loads', routeBody())).body.loads[0].potential_prefill_tokens;
     expect((await post(a, '/v1/route', routeBody('shared-1'))).body.booked).toBe(true);
-    await waitFor('B sees A booking', async () => (await post(b, '/v1/route/loads', routeBody())).body.loads[0].potential_prefill_tokens > before, 30_000, 100);
+    await waitFor(
+      'B sees A booking',
+      async () => (await post(b, '/v1/route/loads', routeBody())).body.loads[0].potential_prefill_tokens > before,
+      30_000,
+      100,
+    );
     await post(a, '/v1/route/shared-1/free');
-    await waitFor('B sees it freed', async () => (await post(b, '/v1/route/loads', routeBody())).body.loads[0].potential_prefill_tokens === before, 30_000, 100);
+    await waitFor(
+      'B sees it freed',
+      async () => (await post(b, '/v1/route/loads', routeBody())).body.loads[0].potential_prefill_tokens === before,
+      30_000,
+      100,
+    );
 
     // Warm the engine through A, then start C with A as its peer: C answers /query like A at once.
     expect((await post(a, '/v1/chat/completions', { ...routeBody(), max_tokens: 2 })).status).toBe(200);
@@ -79,9 +97,15 @@ describe('kvrouter serve with a cluster section', () => {
     );
     expect(state).toBe('done');
     expect((await post(c, '/query', q)).body).toEqual((await post(a, '/query', q)).body);
-    const dumpA = await request(`${a}/dump`).then((r) => r.body.json()) as { namespaces: Array<{ holders: unknown[] }> };
-    const dumpC = await request(`${c}/dump`).then((r) => r.body.json()) as { namespaces: Array<{ holders: unknown[] }> };
-    expect(dumpC.namespaces.reduce((n, s) => n + s.holders.length, 0)).toBeGreaterThanOrEqual(dumpA.namespaces.reduce((n, s) => n + s.holders.length, 0));
+    const dumpA = (await request(`${a}/dump`).then((r) => r.body.json())) as {
+      namespaces: Array<{ holders: unknown[] }>;
+    };
+    const dumpC = (await request(`${c}/dump`).then((r) => r.body.json())) as {
+      namespaces: Array<{ holders: unknown[] }>;
+    };
+    expect(dumpC.namespaces.reduce((n, s) => n + s.holders.length, 0)).toBeGreaterThanOrEqual(
+      dumpA.namespaces.reduce((n, s) => n + s.holders.length, 0),
+    );
   });
 });
 
@@ -92,24 +116,43 @@ describe('tenant limits over NATS replicas', () => {
     const a = await serve(['--nats', nats.url, '--router-id', 'ta'], auth);
     const b = await serve(['--nats', nats.url, '--router-id', 'tb'], auth);
     const chat = (base: string, maxTokens: number, stream: boolean) =>
-      request(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'count slowly' }], max_tokens: maxTokens, stream }) });
+      request(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: 'count slowly' }],
+          max_tokens: maxTokens,
+          stream,
+        }),
+      });
     const held = await chat(a, 4000, true);
     expect(held.statusCode).toBe(200);
     try {
       // Each try on B before A's report arrives is admitted (and finishes at once: one token).
-      const refused = await waitFor('B refuses the tenant', async () => {
-        const r = await chat(b, 1, false);
-        const body = (await r.body.json()) as { error?: { code?: string } };
-        return r.statusCode === 429 ? body : undefined;
-      }, 30_000, 50);
+      const refused = await waitFor(
+        'B refuses the tenant',
+        async () => {
+          const r = await chat(b, 1, false);
+          const body = (await r.body.json()) as { error?: { code?: string } };
+          return r.statusCode === 429 ? body : undefined;
+        },
+        30_000,
+        50,
+      );
       expect(refused.error?.code).toBe('concurrency_limit_exceeded');
     } finally {
       held.body.destroy();
     }
-    await waitFor('B admits it again', async () => {
-      const r = await chat(b, 1, false);
-      await r.body.text();
-      return r.statusCode === 200;
-    }, 30_000, 50);
+    await waitFor(
+      'B admits it again',
+      async () => {
+        const r = await chat(b, 1, false);
+        await r.body.text();
+        return r.statusCode === 200;
+      },
+      30_000,
+      50,
+    );
   });
 });

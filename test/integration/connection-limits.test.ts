@@ -82,7 +82,9 @@ describe('connection limits', () => {
 
   it('refuses connections over max_connections at once, logs it, and serves again when they go', async () => {
     // Held connections: each sent one complete request and stays open (keep-alive).
-    const held = await Promise.all(Array.from({ length: MAX }, () => open((s) => s.write('GET /live HTTP/1.1\r\nHost: x\r\n\r\n'))));
+    const held = await Promise.all(
+      Array.from({ length: MAX }, () => open((s) => s.write('GET /live HTTP/1.1\r\nHost: x\r\n\r\n'))),
+    );
     await waitFor('every held connection answered', () => held.every((p) => p.received.includes('200 OK')));
     const extra = await open();
     await waitFor('the extra connection is closed by the server', () => extra.closed);

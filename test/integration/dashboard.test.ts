@@ -32,7 +32,14 @@ async function chat(base: string, question: string): Promise<string> {
   const r = await request(`${base}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, max_tokens: 8, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: question }] }),
+    body: JSON.stringify({
+      model: MODEL,
+      max_tokens: 8,
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: question },
+      ],
+    }),
   });
   await r.body.text();
   expect(r.statusCode).toBe(200);
@@ -52,7 +59,16 @@ describe('dashboard in a browser', () => {
     await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
     browser = await chromium.launch({
       executablePath: chromiumBinary(),
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   });
@@ -74,7 +90,8 @@ describe('dashboard in a browser', () => {
     expect(await text(page, '#models')).toContain(MODEL);
     expect(await text(page, '#hit-rate')).toBe('-');
     expect(await text(page, '#decisions tbody')).toContain('no routing decisions yet');
-    for (const s of ['ok', 'replayed', 'gap', 'purged', 'decode_error']) expect(await page.locator(`#events tr[data-status=${s}]`).count()).toBe(1);
+    for (const s of ['ok', 'replayed', 'gap', 'purged', 'decode_error'])
+      expect(await page.locator(`#events tr[data-status=${s}]`).count()).toBe(1);
 
     // Traffic sharing a long system prompt: the second request onwards hits the warm instance.
     const chosen: string[] = [];
@@ -88,30 +105,63 @@ describe('dashboard in a browser', () => {
     const chips = first.locator('td.candidates .chip');
     expect(await chips.count()).toBe(2);
     expect(await first.locator('.chip.chosen').innerText()).toMatch(new RegExp(`^${warm} \\d+\\.\\d\\d`));
-    expect(Number(/ (\d+\.\d+)/.exec(await chips.nth(0).innerText())![1])).toBeLessThanOrEqual(Number(/ (\d+\.\d+)/.exec(await chips.nth(1).innerText())![1]));
+    expect(Number(/ (\d+\.\d+)/.exec(await chips.nth(0).innerText())![1])).toBeLessThanOrEqual(
+      Number(/ (\d+\.\d+)/.exec(await chips.nth(1).innerText())![1]),
+    );
     expect(numberIn(await first.locator('td.cached').innerText())).toBeGreaterThan(0);
 
     // Snapshot-driven values change with the next tick.
     await page.waitForFunction(() => document.getElementById('requests-total')!.textContent === '6');
-    await page.waitForFunction(() => /^\d+\.\d%$/.test(document.getElementById('hit-rate')!.textContent!) && parseFloat(document.getElementById('hit-rate')!.textContent!) > 0);
-    await page.waitForFunction((id) => Number(document.querySelector(`#instances tr[data-instance="${id}"] td.cached-gpu`)!.textContent!.replace(/,/g, '')) > 0, warm);
-    await page.waitForFunction(() => Number(document.querySelector('#events tr[data-status=ok] td.total')!.textContent!.replace(/,/g, '')) > 0);
+    await page.waitForFunction(
+      () =>
+        /^\d+\.\d%$/.test(document.getElementById('hit-rate')!.textContent!) &&
+        parseFloat(document.getElementById('hit-rate')!.textContent!) > 0,
+    );
+    await page.waitForFunction(
+      (id) =>
+        Number(
+          document.querySelector(`#instances tr[data-instance="${id}"] td.cached-gpu`)!.textContent!.replace(/,/g, ''),
+        ) > 0,
+      warm,
+    );
+    await page.waitForFunction(
+      () => Number(document.querySelector('#events tr[data-status=ok] td.total')!.textContent!.replace(/,/g, '')) > 0,
+    );
     expect(numberIn(await text(page, '#hit-total td:nth-child(2)'))).toBeGreaterThan(0);
     // The closed-loop hit check: the warm instance's predictions were judged and agree (a percentage, no alarm).
-    await page.waitForFunction((id) => /^\d+%$/.test(document.querySelector(`#instances tr[data-instance="${id}"] td.hit-check`)!.textContent!), warm);
+    await page.waitForFunction(
+      (id) => /^\d+%$/.test(document.querySelector(`#instances tr[data-instance="${id}"] td.hit-check`)!.textContent!),
+      warm,
+    );
     expect(await page.locator(`#instances tr[data-instance="${warm}"] td.hit-check .badge`).count()).toBe(0);
 
     // Under concurrent traffic: KV events per second and in-flight load become non-zero.
     let stop = false;
     const traffic = Promise.all(
       [0, 1, 2].map(async (w) => {
-        for (let i = 0; !stop; i++) await chat(router.url, `Background question ${w}.${i} about the spa? ${'Please be detailed. '.repeat(w * 20)}`);
+        for (let i = 0; !stop; i++)
+          await chat(
+            router.url,
+            `Background question ${w}.${i} about the spa? ${'Please be detailed. '.repeat(w * 20)}`,
+          );
       }),
     );
     try {
-      await page.waitForFunction(() => parseFloat(document.getElementById('events-rate')!.textContent!) > 0, undefined, { timeout: 10_000 });
-      await page.waitForFunction(() => [...document.querySelectorAll('#instances td.requests')].some((c) => Number(c.textContent) > 0), undefined, { timeout: 10_000 });
-      await page.waitForFunction(() => document.querySelectorAll('#events-spark polyline').length > 0 && document.querySelectorAll('#hit-spark polyline').length > 0);
+      await page.waitForFunction(
+        () => parseFloat(document.getElementById('events-rate')!.textContent!) > 0,
+        undefined,
+        { timeout: 10_000 },
+      );
+      await page.waitForFunction(
+        () => [...document.querySelectorAll('#instances td.requests')].some((c) => Number(c.textContent) > 0),
+        undefined,
+        { timeout: 10_000 },
+      );
+      await page.waitForFunction(
+        () =>
+          document.querySelectorAll('#events-spark polyline').length > 0 &&
+          document.querySelectorAll('#hit-spark polyline').length > 0,
+      );
       mkdirSync(OUT, { recursive: true });
       await page.screenshot({ path: `${OUT}/dashboard.png`, fullPage: true });
     } finally {
@@ -147,7 +197,17 @@ describe('dashboard stream bounds', () => {
       return () => decisionListeners.delete(l);
     },
   };
-  const decision = (i: number): DecisionRecord => ({ time: i, model: 'm', policy: 'kv', prompt_tokens: 32, chosen: 'a', chosen_dp_rank: 0, overlap_tokens: 0, attempt: 0, candidates: [] });
+  const decision = (i: number): DecisionRecord => ({
+    time: i,
+    model: 'm',
+    policy: 'kv',
+    prompt_tokens: 32,
+    chosen: 'a',
+    chosen_dp_rank: 0,
+    overlap_tokens: 0,
+    attempt: 0,
+    candidates: [],
+  });
   let server: RunningServer;
   let hub: DashboardHub;
 
@@ -200,7 +260,9 @@ describe('dashboard stream bounds', () => {
     // nothing dropped: read until the first snapshot after the fifth decision, which must.
     const afterBurst = (ev: Array<{ event: string }>) => {
       const fifth = ev.map((e) => e.event).lastIndexOf('decision');
-      return ev.filter((e) => e.event === 'decision').length >= 5 && ev.slice(fifth + 1).some((e) => e.event === 'snapshot');
+      return (
+        ev.filter((e) => e.event === 'decision').length >= 5 && ev.slice(fifth + 1).some((e) => e.event === 'snapshot')
+      );
     };
     const events = await read(r1, afterBurst);
     expect(events.filter((e) => e.event === 'decision')).toHaveLength(5);

@@ -27,13 +27,24 @@ ${es.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endpoint:
 `;
 
 async function call(base: string, method: string, path: string, body?: unknown) {
-  const r = await request(`${base}${path}`, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const r = await request(`${base}${path}`, {
+    method,
+    headers: { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await r.body.text();
   return { status: r.statusCode, headers: r.headers as Record<string, string>, body: text ? JSON.parse(text) : null };
 }
 
 const SYS = 'You are a careful librarian who answers in one sentence. '.repeat(30);
-const chatBody = (q: string, sys = SYS) => ({ model: MODEL, max_tokens: 4, messages: [{ role: 'system', content: sys }, { role: 'user', content: q }] });
+const chatBody = (q: string, sys = SYS) => ({
+  model: MODEL,
+  max_tokens: 4,
+  messages: [
+    { role: 'system', content: sys },
+    { role: 'user', content: q },
+  ],
+});
 
 beforeAll(async () => {
   engines = await Promise.all([0, 1].map(() => startEngineProc(['--speedup', '20'])));
@@ -65,15 +76,36 @@ describe('/v1/route', () => {
     const r = await call(router.url, 'POST', '/v1/route', { ...chatBody('book me'), request_id: 'gw-1' });
     expect(r.body).toMatchObject({ booked: true, request_id: 'gw-1' });
     const inst = r.body.instance_id as string;
-    expect(load(inst)).toEqual({ activePrefillTokens: r.body.prompt_tokens, activeBlocks: Math.floor(r.body.prompt_tokens / 16), activeRequests: 1, decodingRequests: 0 });
-    expect((await call(router.url, 'POST', '/v1/route', { ...chatBody('book me'), request_id: 'gw-1' })).status).toBe(409);
-    expect(await call(router.url, 'POST', '/v1/route/gw-1/prefill_complete')).toMatchObject({ status: 200, body: { status: 'prefill_complete' } });
+    expect(load(inst)).toEqual({
+      activePrefillTokens: r.body.prompt_tokens,
+      activeBlocks: Math.floor(r.body.prompt_tokens / 16),
+      activeRequests: 1,
+      decodingRequests: 0,
+    });
+    expect((await call(router.url, 'POST', '/v1/route', { ...chatBody('book me'), request_id: 'gw-1' })).status).toBe(
+      409,
+    );
+    expect(await call(router.url, 'POST', '/v1/route/gw-1/prefill_complete')).toMatchObject({
+      status: 200,
+      body: { status: 'prefill_complete' },
+    });
     expect(load(inst).activePrefillTokens).toBe(0);
-    expect(await call(router.url, 'POST', '/v1/route/gw-1/free')).toMatchObject({ status: 200, body: { status: 'freed' } });
-    expect(await call(router.url, 'POST', '/v1/route/gw-1/free')).toMatchObject({ status: 200, body: { status: 'already_freed' } });
+    expect(await call(router.url, 'POST', '/v1/route/gw-1/free')).toMatchObject({
+      status: 200,
+      body: { status: 'freed' },
+    });
+    expect(await call(router.url, 'POST', '/v1/route/gw-1/free')).toMatchObject({
+      status: 200,
+      body: { status: 'already_freed' },
+    });
     expect((await call(router.url, 'POST', '/v1/route/nobody/free')).status).toBe(404);
     expect((await call(router.url, 'POST', '/v1/route/nobody/prefill_complete')).status).toBe(404);
-    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+    expect(router.scheduler.active.totals()).toEqual({
+      activePrefillTokens: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+    });
   });
 
   it("a gateway's free may carry the engine's usage: it feeds the closed-loop hit check", async () => {
@@ -82,23 +114,49 @@ describe('/v1/route', () => {
     const inst = r.body.instance_id as string;
     const t0 = before.call(router.feedback.verifier, inst);
     // Nothing was predicted cached; the engine says 160 tokens were: an under-prediction.
-    const usage = { prompt_tokens: r.body.prompt_tokens, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 160 } };
-    expect(await call(router.url, 'POST', '/v1/route/gw-usage/free', { usage })).toMatchObject({ status: 200, body: { status: 'freed' } });
+    const usage = {
+      prompt_tokens: r.body.prompt_tokens,
+      completion_tokens: 3,
+      prompt_tokens_details: { cached_tokens: 160 },
+    };
+    expect(await call(router.url, 'POST', '/v1/route/gw-usage/free', { usage })).toMatchObject({
+      status: 200,
+      body: { status: 'freed' },
+    });
     expect(router.feedback.verifier.totals(inst).under).toBe(t0.under + 1);
     // A malformed usage is ignored: the booking is freed all the same (never kept by a bad body).
     await call(router.url, 'POST', '/v1/route', { ...chatBody('usage again'), request_id: 'gw-usage-2' });
-    expect(await call(router.url, 'POST', '/v1/route/gw-usage-2/free', { usage: [1] })).toMatchObject({ status: 200, body: { status: 'freed' } });
+    expect(await call(router.url, 'POST', '/v1/route/gw-usage-2/free', { usage: [1] })).toMatchObject({
+      status: 200,
+      body: { status: 'freed' },
+    });
     expect(router.feedback.verifier.totals(inst).under).toBe(t0.under + 1);
     expect(router.scheduler.active.totals().activeRequests).toBe(0);
   });
 
   it("a gateway's free with failed: true withdraws what the booking predicted cached; a plain free keeps it", async () => {
     // approx has nothing but its bookings' speculative inserts: what a booking predicts is what it credits.
-    const approx = (q: string, extra: Record<string, unknown> = {}) => call(router.url, 'POST', '/v1/route', { ...chatBody(q, `${q} `.repeat(40)), router_config_override: { policy: 'approx' }, ...extra });
-    const gpu = async (q: string, inst: string) => ((await call(router.url, 'POST', '/v1/route/loads', { ...chatBody(q, `${q} `.repeat(40)), router_config_override: { policy: 'approx' } })).body.loads as Array<{ instance_id: string; overlap_tokens: { gpu: number } }>).find((l) => l.instance_id === inst)!.overlap_tokens.gpu;
+    const approx = (q: string, extra: Record<string, unknown> = {}) =>
+      call(router.url, 'POST', '/v1/route', {
+        ...chatBody(q, `${q} `.repeat(40)),
+        router_config_override: { policy: 'approx' },
+        ...extra,
+      });
+    const gpu = async (q: string, inst: string) =>
+      (
+        (
+          await call(router.url, 'POST', '/v1/route/loads', {
+            ...chatBody(q, `${q} `.repeat(40)),
+            router_config_override: { policy: 'approx' },
+          })
+        ).body.loads as Array<{ instance_id: string; overlap_tokens: { gpu: number } }>
+      ).find((l) => l.instance_id === inst)!.overlap_tokens.gpu;
     const failed = await approx('failed gateway attempt', { request_id: 'gw-failed' });
     expect(await gpu('failed gateway attempt', failed.body.instance_id)).toBeGreaterThan(0);
-    expect(await call(router.url, 'POST', '/v1/route/gw-failed/free', { failed: true })).toMatchObject({ status: 200, body: { status: 'freed' } });
+    expect(await call(router.url, 'POST', '/v1/route/gw-failed/free', { failed: true })).toMatchObject({
+      status: 200,
+      body: { status: 'freed' },
+    });
     expect(await gpu('failed gateway attempt', failed.body.instance_id)).toBe(0);
     const served = await approx('served gateway attempt', { request_id: 'gw-served' });
     await call(router.url, 'POST', '/v1/route/gw-served/free');
@@ -108,14 +166,32 @@ describe('/v1/route', () => {
 
   it('validates token ids, overrides and request ids', async () => {
     expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, -2] })).status).toBe(400);
-    expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, 2], router_config_override: { router_temperature: -1 } })).status).toBe(400);
-    expect((await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, 2], request_id: 'bad id!' })).status).toBe(400);
-    const t = await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: Array.from({ length: 40 }, (_, i) => i), router_config_override: { policy: 'direct', target: 'e1' } });
+    expect(
+      (
+        await call(router.url, 'POST', '/v1/route', {
+          model: MODEL,
+          token_ids: [1, 2],
+          router_config_override: { router_temperature: -1 },
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (await call(router.url, 'POST', '/v1/route', { model: MODEL, token_ids: [1, 2], request_id: 'bad id!' })).status,
+    ).toBe(400);
+    const t = await call(router.url, 'POST', '/v1/route', {
+      model: MODEL,
+      token_ids: Array.from({ length: 40 }, (_, i) => i),
+      router_config_override: { policy: 'direct', target: 'e1' },
+    });
     expect(t.body).toMatchObject({ instance_id: 'e1', policy: 'direct', prompt_tokens: 40 });
   });
 
   it('reports every candidate potential loads', async () => {
-    await call(router.url, 'POST', '/v1/route', { ...chatBody('loaded'), request_id: 'gw-2', router_config_override: { policy: 'direct', target: 'e0' } });
+    await call(router.url, 'POST', '/v1/route', {
+      ...chatBody('loaded'),
+      request_id: 'gw-2',
+      router_config_override: { policy: 'direct', target: 'e0' },
+    });
     const r = await call(router.url, 'POST', '/v1/route/loads', chatBody('loads?'));
     expect(r.status).toBe(200);
     const byId = Object.fromEntries(r.body.loads.map((l: { instance_id: string }) => [l.instance_id, l]));
@@ -143,7 +219,11 @@ describe('/v1/route', () => {
       seen.push(d.body.instance_id);
       if (i > 0) expect(d.body.overlap_tokens.gpu).toBeGreaterThan(0);
       // The gateway forwards to the chosen engine itself and reports the lifecycle.
-      const up = await request(`${d.body.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
+      const up = await request(`${d.body.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...body, stream: true }),
+      });
       let first = true;
       for await (const _chunk of up.body) {
         if (first) {
@@ -152,7 +232,11 @@ describe('/v1/route', () => {
         }
       }
       await call(router.url, 'POST', `/v1/route/manual-${i}/free`);
-      if (i === 0) await waitFor('events', async () => (await call(router.url, 'POST', '/v1/route', chatBody('x', sys))).body.overlap_tokens.gpu > 0);
+      if (i === 0)
+        await waitFor(
+          'events',
+          async () => (await call(router.url, 'POST', '/v1/route', chatBody('x', sys))).body.overlap_tokens.gpu > 0,
+        );
     }
     expect(new Set(seen).size).toBe(1);
     expect(router.scheduler.active.size).toBe(0);
@@ -178,7 +262,10 @@ describe('hierarchical probing', () => {
     const body = chatBody('Which router?', 'Hierarchical probing system prompt on rare stamps. '.repeat(30));
     // Warm engine 1 through its own router, then wait for its KV events.
     expect((await call(urls[1], 'POST', '/v1/chat/completions', body)).status).toBe(200);
-    await waitFor('router 1 indexed', async () => (await call(urls[1], 'POST', '/v1/route', body)).body.overlap_tokens.gpu > 0);
+    await waitFor(
+      'router 1 indexed',
+      async () => (await call(urls[1], 'POST', '/v1/route', body)).body.overlap_tokens.gpu > 0,
+    );
     const probes = await Promise.all(urls.map((u) => call(u, 'POST', '/v1/route', body)));
     for (const p of probes) expect(p.body.booked).toBe(false);
     const best = probes[0].body.cost <= probes[1].body.cost ? 0 : 1;

@@ -18,7 +18,13 @@ let decode: EngineProc[] = [];
 const routers: RouterHandle[] = [];
 
 /** A router over the engines; `extra` goes into the model (disaggregation settings); dead instances point at a closed port. */
-async function routerFor(protocol: 'vllm' | 'sglang', p: Array<EngineProc | 'dead'>, d: Array<EngineProc | 'dead'>, extra = '', health = 'failure_threshold: 100'): Promise<RouterHandle> {
+async function routerFor(
+  protocol: 'vllm' | 'sglang',
+  p: Array<EngineProc | 'dead'>,
+  d: Array<EngineProc | 'dead'>,
+  extra = '',
+  health = 'failure_threshold: 100',
+): Promise<RouterHandle> {
   const inst = (role: string, e: EngineProc | 'dead', i: number) =>
     e === 'dead'
       ? `      - { id: ${role[0]}dead${i}, role: ${role}, url: "http://127.0.0.1:9", bootstrap_port: 9 }`
@@ -44,8 +50,15 @@ ${[...p.map((e, i) => inst('prefill', e, i)), ...d.map((e, i) => inst('decode', 
 }
 
 beforeAll(async () => {
-  [agg, ...prefill] = await Promise.all([startEngineProc(FAST), startEngineProc([...FAST, '--role', 'prefill']), startEngineProc([...FAST, '--role', 'prefill'])]);
-  decode = await Promise.all([startEngineProc([...FAST, '--role', 'decode']), startEngineProc([...FAST, '--role', 'decode'])]);
+  [agg, ...prefill] = await Promise.all([
+    startEngineProc(FAST),
+    startEngineProc([...FAST, '--role', 'prefill']),
+    startEngineProc([...FAST, '--role', 'prefill']),
+  ]);
+  decode = await Promise.all([
+    startEngineProc([...FAST, '--role', 'decode']),
+    startEngineProc([...FAST, '--role', 'decode']),
+  ]);
 });
 
 afterAll(async () => {
@@ -53,7 +66,8 @@ afterAll(async () => {
   await Promise.all([agg, ...prefill, ...decode].filter(Boolean).map((e) => e.kill()));
 });
 
-const SYSTEM = 'You are the night-shift assistant of a container terminal; answer with berth numbers and crane ids. '.repeat(10);
+const SYSTEM =
+  'You are the night-shift assistant of a container terminal; answer with berth numbers and crane ids. '.repeat(10);
 
 interface Answer {
   status: number;
@@ -65,15 +79,31 @@ interface Answer {
 }
 
 /** Every question is long past the shared system prompt: its own tail alone exceeds the bypass threshold. */
-const TAIL = ' Answer precisely, citing the berth numbers, crane ids and shift times of every item you mention, in a table.';
+const TAIL =
+  ' Answer precisely, citing the berth numbers, crane ids and shift times of every item you mention, in a table.';
 
 /** A streamed chat request (with usage) to a router or an engine. */
-async function chat(url: string, question: string, headers: Record<string, string> = {}, maxTokens = 8): Promise<Answer> {
+async function chat(
+  url: string,
+  question: string,
+  headers: Record<string, string> = {},
+  maxTokens = 8,
+): Promise<Answer> {
   question += TAIL;
   const res = await request(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
-    body: JSON.stringify({ model: MODEL, seed: 7, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: question }] }),
+    body: JSON.stringify({
+      model: MODEL,
+      seed: 7,
+      max_tokens: maxTokens,
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: question },
+      ],
+    }),
   });
   const raw = await res.body.text();
   let text = '';
@@ -81,7 +111,10 @@ async function chat(url: string, question: string, headers: Record<string, strin
   let prompt = -1;
   for (const line of raw.split('\n')) {
     if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
-    const ev = JSON.parse(line.slice(6)) as { choices?: Array<{ delta?: { content?: string } }>; usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } } };
+    const ev = JSON.parse(line.slice(6)) as {
+      choices?: Array<{ delta?: { content?: string } }>;
+      usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } };
+    };
     text += ev.choices?.[0]?.delta?.content ?? '';
     if (ev.usage) {
       prompt = ev.usage.prompt_tokens;
@@ -95,7 +128,9 @@ async function chat(url: string, question: string, headers: Record<string, strin
 
 /** Every booking of the router, summed over its instances (both legs). */
 async function booked(r: RouterHandle): Promise<number> {
-  const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ load: { active_requests: number } }> }> };
+  const h = (await (await request(`${r.url}/health`)).body.json()) as {
+    models: Array<{ instances: Array<{ load: { active_requests: number } }> }>;
+  };
   return h.models.flatMap((m) => m.instances).reduce((s, i) => s + i.load.active_requests, 0);
 }
 const drained = (r: RouterHandle) => waitFor('bookings back to zero', async () => (await booked(r)) === 0, 10_000);
@@ -136,9 +171,16 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     expect(again.cached).toBe(Math.floor((again.prompt - 1) / 16) * 16);
     expect(again.text).toBe(first.text);
     // A prompt the decode side does not hold goes remote; the header forces either path.
-    expect((await chat(r.url, `(${protocol}) A new question about berth 9 and its ${'cranes '.repeat(30)}`)).headers['x-kvrouter-disagg']).toBe('remote');
+    expect(
+      (await chat(r.url, `(${protocol}) A new question about berth 9 and its ${'cranes '.repeat(30)}`)).headers[
+        'x-kvrouter-disagg'
+      ],
+    ).toBe('remote');
     const forced = await chat(r.url, `(${protocol}) Another fresh question`, { 'x-kvrouter-disagg': 'local' });
-    expect([forced.headers['x-kvrouter-disagg'], forced.headers['x-kvrouter-disagg-reason']]).toEqual(['local', 'header']);
+    expect([forced.headers['x-kvrouter-disagg'], forced.headers['x-kvrouter-disagg-reason']]).toEqual([
+      'local',
+      'header',
+    ]);
     expect((await chat(r.url, q, { 'x-kvrouter-disagg': 'remote' })).headers['x-kvrouter-disagg']).toBe('remote');
     const bad = await chat(r.url, q, { 'x-kvrouter-disagg': 'sideways' });
     expect(bad.status).toBe(400);
@@ -147,8 +189,27 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
 
   it('/v1/route answers both picks, books both legs and frees them', async () => {
     const ask = async (body: Record<string, unknown>) => {
-      const res = await request(`${r.url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `route api ${protocol} ${TAIL}` }], ...body }) });
-      return { status: res.statusCode, body: (await res.body.json()) as { instance_id: string; disaggregation: { protocol: string; path: string; reason: string; prefill: { instance_id: string; url: string; bootstrap_port?: number; bootstrap_room?: number } | null } } };
+      const res = await request(`${r.url}/v1/route`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: `route api ${protocol} ${TAIL}` }],
+          ...body,
+        }),
+      });
+      return {
+        status: res.statusCode,
+        body: (await res.body.json()) as {
+          instance_id: string;
+          disaggregation: {
+            protocol: string;
+            path: string;
+            reason: string;
+            prefill: { instance_id: string; url: string; bootstrap_port?: number; bootstrap_room?: number } | null;
+          };
+        },
+      };
     };
     const a = await ask({ request_id: `pd-${protocol}` });
     expect(a.status).toBe(200);
@@ -156,7 +217,9 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     expect(a.body.disaggregation).toMatchObject({ protocol, path: 'remote', reason: 'remote' });
     expect(['p0', 'p1']).toContain(a.body.disaggregation.prefill!.instance_id);
     if (protocol === 'sglang') {
-      expect(a.body.disaggregation.prefill!.bootstrap_port).toBe(prefill[Number(a.body.disaggregation.prefill!.instance_id.slice(1))].port);
+      expect(a.body.disaggregation.prefill!.bootstrap_port).toBe(
+        prefill[Number(a.body.disaggregation.prefill!.instance_id.slice(1))].port,
+      );
       expect(Number.isSafeInteger(a.body.disaggregation.prefill!.bootstrap_room)).toBe(true);
     }
     expect(await booked(r)).toBe(2);
@@ -182,30 +245,66 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     const port = (attacker.address() as { port: number }).port;
     const steer: Record<string, unknown> =
       protocol === 'vllm'
-        ? { kv_transfer_params: { do_remote_prefill: true, do_remote_decode: false, remote_engine_id: 'victim', remote_block_ids: [0, 1], remote_request_id: 'stolen-req', remote_host: '127.0.0.1', remote_port: port, tp_size: 1 } }
+        ? {
+            kv_transfer_params: {
+              do_remote_prefill: true,
+              do_remote_decode: false,
+              remote_engine_id: 'victim',
+              remote_block_ids: [0, 1],
+              remote_request_id: 'stolen-req',
+              remote_host: '127.0.0.1',
+              remote_port: port,
+              tp_size: 1,
+            },
+          }
         : { bootstrap_host: '127.0.0.1', bootstrap_port: port, bootstrap_room: 4242 };
     const field = Object.keys(steer)[0];
     const post = async (path: string, body: Record<string, unknown>, headers: Record<string, string> = {}) => {
-      const res = await request(`${r.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+      const res = await request(`${r.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
       const j = (await res.body.json()) as { error?: { param: string; code: string } };
       return [res.statusCode, j.error?.param, j.error?.code];
     };
     const refused = (f = field) => [400, f, 'router_owned_field'];
     try {
-      const clean = { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: `(${protocol}) steer the decode engine` }] };
+      const clean = {
+        model: MODEL,
+        max_tokens: 4,
+        messages: [{ role: 'user', content: `(${protocol}) steer the decode engine` }],
+      };
       const chatBody = { ...clean, ...steer };
       // The proxy, whichever path the request would take (local sends the client's body to the decode engine as it is).
-      for (const mode of ['local', 'auto', 'remote']) expect(await post('/v1/chat/completions', chatBody, { 'x-kvrouter-disagg': mode })).toEqual(refused());
+      for (const mode of ['local', 'auto', 'remote'])
+        expect(await post('/v1/chat/completions', chatBody, { 'x-kvrouter-disagg': mode })).toEqual(refused());
       // A token-id completion alike, and a field present with null (the router's to set or leave out).
-      expect(await post('/v1/completions', { model: MODEL, max_tokens: 4, prompt: [1, 2, 3, 4, 5], ...steer }, { 'x-kvrouter-disagg': 'local' })).toEqual(refused());
-      expect(await post('/v1/completions', { model: MODEL, max_tokens: 4, prompt: 'hello', bootstrap_pair_key: null }, { 'x-kvrouter-disagg': 'local' })).toEqual(refused('bootstrap_pair_key'));
+      expect(
+        await post(
+          '/v1/completions',
+          { model: MODEL, max_tokens: 4, prompt: [1, 2, 3, 4, 5], ...steer },
+          { 'x-kvrouter-disagg': 'local' },
+        ),
+      ).toEqual(refused());
+      expect(
+        await post(
+          '/v1/completions',
+          { model: MODEL, max_tokens: 4, prompt: 'hello', bootstrap_pair_key: null },
+          { 'x-kvrouter-disagg': 'local' },
+        ),
+      ).toEqual(refused('bootstrap_pair_key'));
       // The decision API (the gateway forwards the body itself): query, booking, loads, the token_ids form.
       expect(await post('/v1/route', chatBody)).toEqual(refused());
       expect(await post('/v1/route', { ...chatBody, request_id: `steer-${protocol}` })).toEqual(refused());
       expect(await post('/v1/route/loads', chatBody)).toEqual(refused());
       expect(await post('/v1/route', { model: MODEL, token_ids: [1, 2, 3, 4, 5], ...steer })).toEqual(refused());
       // Without them the same request is served on the local path.
-      const res = await request(`${r.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-disagg': 'local' }, body: JSON.stringify(clean) });
+      const res = await request(`${r.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-kvrouter-disagg': 'local' },
+        body: JSON.stringify(clean),
+      });
       expect([res.statusCode, res.headers['x-kvrouter-disagg']]).toEqual([200, 'local']);
       await res.body.text();
     } finally {
@@ -215,15 +314,31 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     await drained(r);
   });
 
-  it('/health and /metrics know each instance\'s role and count the paths', async () => {
-    const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ id: string; role: string }> }> };
-    expect(h.models[0].instances.map((i) => `${i.id}:${i.role}`)).toEqual(['p0:prefill', 'p1:prefill', 'd0:decode', 'd1:decode']);
-    const w = (await (await request(`${r.url}/workers`)).body.json()) as { workers: Array<{ instance_id: string; role: string }> };
-    expect(w.workers.map((x) => `${x.instance_id}:${x.role}`).sort()).toEqual(['d0:decode', 'd1:decode', 'p0:prefill', 'p1:prefill']);
+  it("/health and /metrics know each instance's role and count the paths", async () => {
+    const h = (await (await request(`${r.url}/health`)).body.json()) as {
+      models: Array<{ instances: Array<{ id: string; role: string }> }>;
+    };
+    expect(h.models[0].instances.map((i) => `${i.id}:${i.role}`)).toEqual([
+      'p0:prefill',
+      'p1:prefill',
+      'd0:decode',
+      'd1:decode',
+    ]);
+    const w = (await (await request(`${r.url}/workers`)).body.json()) as {
+      workers: Array<{ instance_id: string; role: string }>;
+    };
+    expect(w.workers.map((x) => `${x.instance_id}:${x.role}`).sort()).toEqual([
+      'd0:decode',
+      'd1:decode',
+      'p0:prefill',
+      'p1:prefill',
+    ]);
     const m = await (await request(`${r.url}/metrics`)).body.text();
     expect(m).toMatch(/kvrouter_instance_role\{instance="p0",model="Qwen\/Qwen3-0.6B",role="prefill"\} 1/);
     expect(m).toMatch(/kvrouter_disagg_requests_total\{model="Qwen\/Qwen3-0.6B",path="remote",reason="remote"\} [1-9]/);
-    expect(m).toMatch(/kvrouter_disagg_requests_total\{model="Qwen\/Qwen3-0.6B",path="local",reason="cached_tail"\} [1-9]/);
+    expect(m).toMatch(
+      /kvrouter_disagg_requests_total\{model="Qwen\/Qwen3-0.6B",path="local",reason="cached_tail"\} [1-9]/,
+    );
   });
 
   it('a dead prefill instance is retried on another; with none left the decode instance prefills itself', async () => {
@@ -254,12 +369,17 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
 
   it('a failed prefill leg books nothing as cached: the retry takes the live prefill engine, then the fallback applies', async () => {
     // Fresh prefill engines (they are killed here); the decode engines are the shared ones.
-    const pe = await Promise.all([startEngineProc([...FAST, '--role', 'prefill']), startEngineProc([...FAST, '--role', 'prefill'])]);
+    const pe = await Promise.all([
+      startEngineProc([...FAST, '--role', 'prefill']),
+      startEngineProc([...FAST, '--role', 'prefill']),
+    ]);
     try {
       const r = await routerFor(protocol, pe, decode);
       const strict = await routerFor(protocol, pe, decode, ', prefill_fallback: fail');
-      const half = `(${protocol}) phantom: the harbour log of berth seven records every crane move and reefer plug. `.repeat(12);
-      const q = (w: string) => `${half} Question ${w}: ${`list every ${w} crane and ${w} berth with its shift; `.repeat(8)}`;
+      const half =
+        `(${protocol}) phantom: the harbour log of berth seven records every crane move and reefer plug. `.repeat(12);
+      const q = (w: string) =>
+        `${half} Question ${w}: ${`list every ${w} crane and ${w} berth with its shift; `.repeat(8)}`;
       const a = await chat(r.url, q('alpha'));
       expect([a.status, a.headers['x-kvrouter-disagg']]).toEqual([200, 'remote']);
       const served = Number(a.headers['x-kvrouter-prefill-instance'].slice(1));
@@ -271,9 +391,15 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
       // booking of the prompt for a cached tail: it goes remote on the live prefill engine.
       const b = await chat(r.url, q('bravo'));
       expect(b.status).toBe(200);
-      expect([b.headers['x-kvrouter-disagg'], b.headers['x-kvrouter-disagg-reason'], b.headers['x-kvrouter-instance']]).toEqual(['remote', 'remote', decodeInstance]);
+      expect([
+        b.headers['x-kvrouter-disagg'],
+        b.headers['x-kvrouter-disagg-reason'],
+        b.headers['x-kvrouter-instance'],
+      ]).toEqual(['remote', 'remote', decodeInstance]);
       expect(b.headers['x-kvrouter-prefill-instance']).toBe(`p${1 - served}`);
-      expect(protocol === 'vllm' ? b.headers['x-kvrouter-prefill-attempts'] : b.headers['x-kvrouter-attempts']).toBe('2');
+      expect(protocol === 'vllm' ? b.headers['x-kvrouter-prefill-attempts'] : b.headers['x-kvrouter-attempts']).toBe(
+        '2',
+      );
       // The overlap credited is the shared half, not the phantom whole prompt; the decode engine got the rest by transfer.
       const overlap = Number(b.headers['x-kvrouter-overlap-tokens']);
       expect(overlap).toBeGreaterThanOrEqual(160);
@@ -285,7 +411,12 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
       // router's overlap is what that engine really had; under `fail` the request is refused.
       await pe[1 - served].kill('SIGKILL');
       const c = await chat(r.url, q('charlie'));
-      expect([c.status, c.headers['x-kvrouter-disagg'], c.headers['x-kvrouter-disagg-reason'], c.headers['x-kvrouter-instance']]).toEqual([200, 'local', 'prefill_failed', decodeInstance]);
+      expect([
+        c.status,
+        c.headers['x-kvrouter-disagg'],
+        c.headers['x-kvrouter-disagg-reason'],
+        c.headers['x-kvrouter-instance'],
+      ]).toEqual([200, 'local', 'prefill_failed', decodeInstance]);
       expect(Number(c.headers['x-kvrouter-overlap-tokens'])).toBe(c.cached);
       expect(c.cached).toBeLessThanOrEqual(c.prompt - 64);
       const d = await chat(strict.url, q('delta'));
@@ -303,10 +434,16 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     const strict = await routerFor(protocol, ['dead', 'dead'], [decode[0]], ', prefill_fallback: fail', health);
     const local = await routerFor(protocol, ['dead', 'dead'], [decode[0]], '', health);
     for (const x of [strict, local]) {
-      await waitFor('prefill instances ejected', async () => {
-        const h = (await (await request(`${x.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ role: string; state: string }> }> };
-        return h.models[0].instances.filter((i) => i.role === 'prefill').every((i) => i.state === 'ejected');
-      }, 10_000);
+      await waitFor(
+        'prefill instances ejected',
+        async () => {
+          const h = (await (await request(`${x.url}/health`)).body.json()) as {
+            models: Array<{ instances: Array<{ role: string; state: string }> }>;
+          };
+          return h.models[0].instances.filter((i) => i.role === 'prefill').every((i) => i.state === 'ejected');
+        },
+        10_000,
+      );
     }
     const q = `(${protocol}) ejected: where is crane 14? ${'detail '.repeat(40)}`;
     // Before ejection the same outage answers 502 (the test above); after it, too.
@@ -314,33 +451,50 @@ describe.each(['vllm', 'sglang'] as const)('disaggregated serving, %s protocol',
     expect(s.status).toBe(502);
     expect(s.raw).toMatch(/no prefill instance is available/);
     const l = await chat(local.url, q);
-    expect([l.status, l.headers['x-kvrouter-disagg'], l.headers['x-kvrouter-disagg-reason']]).toEqual([200, 'local', 'no_prefill_instance']);
+    expect([l.status, l.headers['x-kvrouter-disagg'], l.headers['x-kvrouter-disagg-reason']]).toEqual([
+      200,
+      'local',
+      'no_prefill_instance',
+    ]);
     // A request that needs no prefill leg is served under either setting.
     const forced = await chat(strict.url, q, { 'x-kvrouter-disagg': 'local' });
     expect([forced.status, forced.headers['x-kvrouter-disagg-reason']]).toEqual([200, 'header']);
     // The decision API applies the same rule.
     const route = async (url: string) => {
-      const res = await request(`${url}/v1/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: q }] }) });
-      return { status: res.statusCode, body: (await res.body.json()) as { disaggregation?: { path: string; reason: string } } };
+      const res = await request(`${url}/v1/route`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: q }] }),
+      });
+      return {
+        status: res.statusCode,
+        body: (await res.body.json()) as { disaggregation?: { path: string; reason: string } },
+      };
     };
     expect((await route(strict.url)).status).toBe(502);
-    expect((await route(local.url)).body.disaggregation).toMatchObject({ path: 'local', reason: 'no_prefill_instance' });
+    expect((await route(local.url)).body.disaggregation).toMatchObject({
+      path: 'local',
+      reason: 'no_prefill_instance',
+    });
     await drained(strict);
     await drained(local);
   });
 
   // vLLM only: an SGLang prefill leg runs beside the decode leg, whose own answer the client gets.
-  it.runIf(protocol === 'vllm')('a prefill instance that refuses the request (4xx) answers the client, and is not blamed', async () => {
-    // A decode-role engine in the prefill pool refuses every prefill leg with a 400 naming why.
-    const wrong = await routerFor(protocol, [decode[0]], [decode[1]]);
-    const a = await chat(wrong.url, `(${protocol}) refused: ${'detail '.repeat(40)}`);
-    expect(a.status).toBe(400);
-    expect(a.raw).toMatch(/the prefill instance refused the request: .*decode instance/);
-    const m = await (await request(`${wrong.url}/metrics`)).body.text();
-    expect(m).not.toMatch(/kvrouter_disagg_prefill_failures_total\{[^}]*\} [1-9]/);
-    expect(m).toMatch(/kvrouter_disagg_requests_total\{[^}]*path="remote"[^}]*\} 1\b/);
-    await drained(wrong);
-  });
+  it.runIf(protocol === 'vllm')(
+    'a prefill instance that refuses the request (4xx) answers the client, and is not blamed',
+    async () => {
+      // A decode-role engine in the prefill pool refuses every prefill leg with a 400 naming why.
+      const wrong = await routerFor(protocol, [decode[0]], [decode[1]]);
+      const a = await chat(wrong.url, `(${protocol}) refused: ${'detail '.repeat(40)}`);
+      expect(a.status).toBe(400);
+      expect(a.raw).toMatch(/the prefill instance refused the request: .*decode instance/);
+      const m = await (await request(`${wrong.url}/metrics`)).body.text();
+      expect(m).not.toMatch(/kvrouter_disagg_prefill_failures_total\{[^}]*\} [1-9]/);
+      expect(m).toMatch(/kvrouter_disagg_requests_total\{[^}]*path="remote"[^}]*\} 1\b/);
+      await drained(wrong);
+    },
+  );
 
   it('a decode instance that fails before its first byte is retried on another', async () => {
     const rr = await routerFor(protocol, [prefill[1]], ['dead', decode[0]]);
@@ -371,10 +525,19 @@ ${[prefill[0], decode[0]].map((e, i) => `      - { id: x${i}, role: ${roles[i]},
     const before = await chat(r.url, 'reload: before');
     expect(before.status).toBe(200);
     expect(before.headers['x-kvrouter-disagg']).toBeUndefined();
-    await r.reload(loadConfigText(yaml(['prefill', 'decode'], '\n    disaggregation: { protocol: vllm, bypass: false }'), 'pd'));
+    await r.reload(
+      loadConfigText(yaml(['prefill', 'decode'], '\n    disaggregation: { protocol: vllm, bypass: false }'), 'pd'),
+    );
     const after = await chat(r.url, 'reload: after, a question nobody asked before');
-    expect([after.status, after.headers['x-kvrouter-disagg'], after.headers['x-kvrouter-prefill-instance'], after.headers['x-kvrouter-instance']]).toEqual([200, 'remote', 'x0', 'x1']);
-    const h = (await (await request(`${r.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ role: string }> }> };
+    expect([
+      after.status,
+      after.headers['x-kvrouter-disagg'],
+      after.headers['x-kvrouter-prefill-instance'],
+      after.headers['x-kvrouter-instance'],
+    ]).toEqual([200, 'remote', 'x0', 'x1']);
+    const h = (await (await request(`${r.url}/health`)).body.json()) as {
+      models: Array<{ instances: Array<{ role: string }> }>;
+    };
     expect(h.models[0].instances.map((i) => i.role)).toEqual(['prefill', 'decode']);
     await r.reload(loadConfigText(yaml(['both', 'both']), 'agg'));
     expect((await chat(r.url, 'reload: back to aggregated')).headers['x-kvrouter-disagg']).toBeUndefined();
@@ -389,7 +552,12 @@ describe('disaggregated serving: a decode engine dying mid-stream', () => {
     const res = await request(`${r.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, max_tokens: 2000, stream: true, messages: [{ role: 'user', content: `mid-stream ${'words '.repeat(60)}` }] }),
+      body: JSON.stringify({
+        model: MODEL,
+        max_tokens: 2000,
+        stream: true,
+        messages: [{ role: 'user', content: `mid-stream ${'words '.repeat(60)}` }],
+      }),
     });
     expect(res.statusCode).toBe(200);
     let seen = '';

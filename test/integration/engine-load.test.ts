@@ -35,10 +35,17 @@ afterAll(async () => {
   await Promise.all(engines.map((e) => e.kill()));
 });
 
-type View = { chosen: { instance: string }; candidates: Array<{ instance: string; unbooked_requests: number; predicted: { queue_ms: number } }> };
+type View = {
+  chosen: { instance: string };
+  candidates: Array<{ instance: string; unbooked_requests: number; predicted: { queue_ms: number } }>;
+};
 const route = async (q: string): Promise<View> =>
   (await (
-    await request(`${router.url}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: q }] }) })
+    await request(`${router.url}/debug/route`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: q }] }),
+    })
   ).body.json()) as View;
 
 describe('engine load from metrics', () => {
@@ -48,7 +55,13 @@ describe('engine load from metrics', () => {
       void request(`${engines[0].url}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, prompt: `bypass ${i} `.repeat(50), max_tokens: 4000, ignore_eos: true, stream: true }),
+        body: JSON.stringify({
+          model: MODEL,
+          prompt: `bypass ${i} `.repeat(50),
+          max_tokens: 4000,
+          ignore_eos: true,
+          stream: true,
+        }),
         signal: bypass.signal,
       })
         .then((r) => r.body.dump())
@@ -62,6 +75,8 @@ describe('engine load from metrics', () => {
     for (let i = 0; i < 5; i++) expect((await route(`Fresh question ${i}?`)).chosen.instance).toBe('e1');
     // Without the scrape (stale after the engines stop answering it), bookings alone decide again.
     bypass.abort();
-    await waitFor('e0 idle again', async () => (await route('again')).candidates.every((c) => c.unbooked_requests === 0));
+    await waitFor('e0 idle again', async () =>
+      (await route('again')).candidates.every((c) => c.unbooked_requests === 0),
+    );
   });
 });

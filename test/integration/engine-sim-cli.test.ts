@@ -67,29 +67,65 @@ describe('kvrouter engine-sim CLI', () => {
   });
 
   it('--perf-model h200-qwen3-8b serves with the 8B name and an H200 KV capacity; a bad value fails with one line', async () => {
-    const child = cli(['--perf-model', 'h200-qwen3-8b', '--port', '0', '--zmq-port', '0', '--replay-port', '0', '--tokenizer', 'none', '--speedup', '50']);
+    const child = cli([
+      '--perf-model',
+      'h200-qwen3-8b',
+      '--port',
+      '0',
+      '--zmq-port',
+      '0',
+      '--replay-port',
+      '0',
+      '--tokenizer',
+      'none',
+      '--speedup',
+      '50',
+    ]);
     const [line] = await lines(child, 1);
     const url = /^engine-sim 0 (http:\/\/127\.0\.0\.1:\d+) /.exec(line)?.[1];
     expect(url, line).toBeTruthy();
     const r = await fetch(`${url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'Qwen/Qwen3-8B', prompt: Array.from({ length: 40 }, (_, i) => i + 1), max_tokens: 3 }),
+      body: JSON.stringify({
+        model: 'Qwen/Qwen3-8B',
+        prompt: Array.from({ length: 40 }, (_, i) => i + 1),
+        max_tokens: 3,
+      }),
     });
     expect(r.status).toBe(200);
     const body = (await r.json()) as { model: string; usage: { completion_tokens: number } };
     expect([body.model, body.usage.completion_tokens]).toEqual(['Qwen/Qwen3-8B', 3]);
     // (141 GB x 2^30 x 0.9 − 2 B x 8,190,731,264 params) / (147,456 B per token x 16) = 50,810 blocks.
-    const cache = (await (await fetch(`${url}/debug/cache`)).json()) as { ranks: { tiers: { GPU: { capacity: number; cached_blocks: number } } }[] };
+    const cache = (await (await fetch(`${url}/debug/cache`)).json()) as {
+      ranks: { tiers: { GPU: { capacity: number; cached_blocks: number } } }[];
+    };
     expect([cache.ranks[0].tiers.GPU.capacity, cache.ranks[0].tiers.GPU.cached_blocks]).toEqual([50_810, 2]);
     child.kill('SIGTERM');
     expect(await exitCode(child)).toBe(0);
 
     for (const [value, want] of [
-      ['h100-llama', /^kvrouter engine-sim: perf-model must be mocker\|h200-qwen3-0\.6b\|h200-qwen3-8b\|h200-qwen3-32b or a calibration JSON file\[#model\], got "h100-llama" \(no such file\)\n$/],
-      [fileURLToPath(new URL('../../package.json', import.meta.url)), /^kvrouter engine-sim: perf-model \S+package\.json: no "models" array with entries\n$/],
+      [
+        'h100-llama',
+        /^kvrouter engine-sim: perf-model must be mocker\|h200-qwen3-0\.6b\|h200-qwen3-8b\|h200-qwen3-32b or a calibration JSON file\[#model\], got "h100-llama" \(no such file\)\n$/,
+      ],
+      [
+        fileURLToPath(new URL('../../package.json', import.meta.url)),
+        /^kvrouter engine-sim: perf-model \S+package\.json: no "models" array with entries\n$/,
+      ],
     ] as const) {
-      const bad = cli(['--perf-model', value, '--tokenizer', 'none', '--port', '0', '--zmq-port', '0', '--replay-port', '0']);
+      const bad = cli([
+        '--perf-model',
+        value,
+        '--tokenizer',
+        'none',
+        '--port',
+        '0',
+        '--zmq-port',
+        '0',
+        '--replay-port',
+        '0',
+      ]);
       let err = '';
       bad.stderr!.on('data', (d: Buffer) => (err += d.toString()));
       expect(await exitCode(bad)).toBe(1);
@@ -98,9 +134,25 @@ describe('kvrouter engine-sim CLI', () => {
   });
 
   it('starts N engines, prints one line each, serves them, and exits 0 on SIGTERM', async () => {
-    const child = cli(['--count', '2', '--port', '0', '--zmq-port', '0', '--replay-port', '0', '--tokenizer', 'none', '--dp-size', '2', '--speedup', '50']);
+    const child = cli([
+      '--count',
+      '2',
+      '--port',
+      '0',
+      '--zmq-port',
+      '0',
+      '--replay-port',
+      '0',
+      '--tokenizer',
+      'none',
+      '--dp-size',
+      '2',
+      '--speedup',
+      '50',
+    ]);
     const out = await lines(child, 2);
-    const re = /^engine-sim (\d) (http:\/\/127\.0\.0\.1:\d+) zmq (tcp:\/\/127\.0\.0\.1:\d+) replay (tcp:\/\/127\.0\.0\.1:\d+) dp 2$/;
+    const re =
+      /^engine-sim (\d) (http:\/\/127\.0\.0\.1:\d+) zmq (tcp:\/\/127\.0\.0\.1:\d+) replay (tcp:\/\/127\.0\.0\.1:\d+) dp 2$/;
     const parsed = out.map((l) => l.match(re));
     expect(parsed.every(Boolean), out.join('\n')).toBe(true);
     for (const m of parsed) {
@@ -111,7 +163,9 @@ describe('kvrouter engine-sim CLI', () => {
         body: JSON.stringify({ prompt: Array.from({ length: 20 }, (_, i) => i + 1), max_tokens: 2 }),
       });
       expect(r.status).toBe(200);
-      const cache = (await (await fetch(`${url}/debug/cache`)).json()) as { ranks: { dp_rank: number; tiers: { GPU: { cached_blocks: number } } }[] };
+      const cache = (await (await fetch(`${url}/debug/cache`)).json()) as {
+        ranks: { dp_rank: number; tiers: { GPU: { cached_blocks: number } } }[];
+      };
       expect(cache.ranks.map((x) => [x.dp_rank, x.tiers.GPU.cached_blocks])).toEqual([
         [0, 0],
         [1, 1],

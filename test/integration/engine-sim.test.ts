@@ -35,29 +35,73 @@ function unpack(buf: Uint8Array): unknown {
     if ((b & 0xf0) === 0x90) return arr(b & 0x0f);
     if ((b & 0xf0) === 0x80) return map(b & 0x0f);
     switch (b) {
-      case 0xc0: return null;
-      case 0xc2: return false;
-      case 0xc3: return true;
-      case 0xc4: return bin(u(1));
-      case 0xc5: return bin(u(2));
-      case 0xc6: return bin(u(4));
-      case 0xca: { const v = dv.getFloat32(p); p += 4; return v; }
-      case 0xcb: { const v = dv.getFloat64(p); p += 8; return v; }
-      case 0xcc: return u(1);
-      case 0xcd: return u(2);
-      case 0xce: return u(4);
-      case 0xcf: { const v = dv.getBigUint64(p); p += 8; return v; }
-      case 0xd0: { const v = dv.getInt8(p); p += 1; return v; }
-      case 0xd1: { const v = dv.getInt16(p); p += 2; return v; }
-      case 0xd2: { const v = dv.getInt32(p); p += 4; return v; }
-      case 0xd3: { const v = dv.getBigInt64(p); p += 8; return v; }
-      case 0xd9: return str(u(1));
-      case 0xda: return str(u(2));
-      case 0xdb: return str(u(4));
-      case 0xdc: return arr(u(2));
-      case 0xdd: return arr(u(4));
-      case 0xde: return map(u(2));
-      case 0xdf: return map(u(4));
+      case 0xc0:
+        return null;
+      case 0xc2:
+        return false;
+      case 0xc3:
+        return true;
+      case 0xc4:
+        return bin(u(1));
+      case 0xc5:
+        return bin(u(2));
+      case 0xc6:
+        return bin(u(4));
+      case 0xca: {
+        const v = dv.getFloat32(p);
+        p += 4;
+        return v;
+      }
+      case 0xcb: {
+        const v = dv.getFloat64(p);
+        p += 8;
+        return v;
+      }
+      case 0xcc:
+        return u(1);
+      case 0xcd:
+        return u(2);
+      case 0xce:
+        return u(4);
+      case 0xcf: {
+        const v = dv.getBigUint64(p);
+        p += 8;
+        return v;
+      }
+      case 0xd0: {
+        const v = dv.getInt8(p);
+        p += 1;
+        return v;
+      }
+      case 0xd1: {
+        const v = dv.getInt16(p);
+        p += 2;
+        return v;
+      }
+      case 0xd2: {
+        const v = dv.getInt32(p);
+        p += 4;
+        return v;
+      }
+      case 0xd3: {
+        const v = dv.getBigInt64(p);
+        p += 8;
+        return v;
+      }
+      case 0xd9:
+        return str(u(1));
+      case 0xda:
+        return str(u(2));
+      case 0xdb:
+        return str(u(4));
+      case 0xdc:
+        return arr(u(2));
+      case 0xdd:
+        return arr(u(4));
+      case 0xde:
+        return map(u(2));
+      case 0xdf:
+        return map(u(4));
     }
     throw new Error(`msgpack type 0x${b.toString(16)} not expected from the engine`);
   }
@@ -86,7 +130,16 @@ function normalize(format: EventFormat, raw: unknown): WireEvent {
   let e: Record<string, unknown>;
   if (format === 'array') {
     const a = raw as unknown[];
-    if (a[0] === 'BlockStored') e = { type: a[0], block_hashes: a[1], parent_block_hash: a[2], token_ids: a[3], medium: a[6], lora_name: a[7], extra_keys: a[8] };
+    if (a[0] === 'BlockStored')
+      e = {
+        type: a[0],
+        block_hashes: a[1],
+        parent_block_hash: a[2],
+        token_ids: a[3],
+        medium: a[6],
+        lora_name: a[7],
+        extra_keys: a[8],
+      };
     else if (a[0] === 'BlockRemoved') e = { type: a[0], block_hashes: a[1], medium: a[2] };
     else e = { type: a[0] };
   } else e = raw as Record<string, unknown>;
@@ -134,9 +187,14 @@ function applyBatches(format: EventFormat, batches: Batch[], blockSize: number):
       const parentRouter = ev.parent === null ? null : routerOf.get(ev.parent);
       expect(parentRouter, 'parent of a stored block must be known').not.toBeUndefined();
       const first = ev.extra?.[0] ?? null;
-      const rootSalt = first ? (first.filter((k) => k !== ev.lora).at(-1) as string | undefined) ?? null : null;
+      const rootSalt = first ? ((first.filter((k) => k !== ev.lora).at(-1) as string | undefined) ?? null) : null;
       const salt = ev.salt ?? (ev.parent === null ? rootSalt : (saltOf.get(ev.parent) ?? null));
-      const router = seqHashes(ev.tokens, blockSize, hashSpace({ seed: 1337n, loraName: ev.lora, salt }), parentRouter ?? null);
+      const router = seqHashes(
+        ev.tokens,
+        blockSize,
+        hashSpace({ seed: 1337n, loraName: ev.lora, salt }),
+        parentRouter ?? null,
+      );
       ev.hashes.forEach((h, i) => {
         routerOf.set(h, router[i]);
         saltOf.set(h, salt);
@@ -206,7 +264,11 @@ class LiveCollector {
 
 // ---------- HTTP helpers ----------
 async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   const text = await r.text();
   return { status: r.status, json: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
 }
@@ -216,9 +278,16 @@ async function getJson(url: string): Promise<Record<string, unknown>> {
 }
 
 /** Stream a request; returns the parsed data chunks and ms until the first chunk with content. */
-async function stream(url: string, body: unknown): Promise<{ chunks: Record<string, unknown>[]; done: boolean; firstContentMs: number }> {
+async function stream(
+  url: string,
+  body: unknown,
+): Promise<{ chunks: Record<string, unknown>[]; done: boolean; firstContentMs: number }> {
   const t0 = performance.now();
-  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   expect(r.status).toBe(200);
   expect(r.headers.get('content-type')).toMatch(/^text\/event-stream/);
   const chunks: Record<string, unknown>[] = [];
@@ -240,7 +309,12 @@ async function stream(url: string, body: unknown): Promise<{ chunks: Record<stri
       }
       const chunk = JSON.parse(data) as Record<string, unknown>;
       const c = (chunk.choices as Record<string, unknown>[])[0];
-      if (firstContentMs < 0 && c && ((c.text as string | undefined) || ((c.delta as Record<string, unknown> | undefined)?.content as string | undefined)))
+      if (
+        firstContentMs < 0 &&
+        c &&
+        ((c.text as string | undefined) ||
+          ((c.delta as Record<string, unknown> | undefined)?.content as string | undefined))
+      )
         firstContentMs = performance.now() - t0;
       chunks.push(chunk);
     }
@@ -276,7 +350,10 @@ describe('HTTP contract', () => {
   it('serves health, models and 404/405 JSON errors', async () => {
     expect((await fetch(`${h.url}/health`)).status).toBe(200);
     const models = await getJson(`${h.url}/v1/models`);
-    expect((models.data as { id: string; max_model_len: number }[]).map((m) => m.id)).toEqual(['Qwen/Qwen3-0.6B', 'ada']);
+    expect((models.data as { id: string; max_model_len: number }[]).map((m) => m.id)).toEqual([
+      'Qwen/Qwen3-0.6B',
+      'ada',
+    ]);
     const nf = await fetch(`${h.url}/nope`);
     expect(nf.status).toBe(404);
     expect(await nf.json()).toMatchObject({ error: { type: 'NotFoundError', code: 404 } });
@@ -287,7 +364,11 @@ describe('HTTP contract', () => {
     const body = { prompt: ids(40, 100), max_tokens: 7, return_token_ids: true };
     const a = await post(`${h.url}/v1/completions`, body);
     expect(a.status).toBe(200);
-    expect(a.json).toMatchObject({ object: 'text_completion', model: 'Qwen/Qwen3-0.6B', usage: { prompt_tokens: 40, completion_tokens: 7, total_tokens: 47, prompt_tokens_details: { cached_tokens: 0 } } });
+    expect(a.json).toMatchObject({
+      object: 'text_completion',
+      model: 'Qwen/Qwen3-0.6B',
+      usage: { prompt_tokens: 40, completion_tokens: 7, total_tokens: 47, prompt_tokens_details: { cached_tokens: 0 } },
+    });
     const choice = (a.json.choices as Record<string, unknown>[])[0];
     expect(choice).toMatchObject({ index: 0, finish_reason: 'length', stop_reason: null, logprobs: null });
     expect(choice.token_ids).toHaveLength(7);
@@ -297,19 +378,36 @@ describe('HTTP contract', () => {
   });
 
   it('streams vLLM chunks with a final usage chunk and [DONE]', async () => {
-    const s = await stream(`${h.url}/v1/completions`, { prompt: ids(20, 7), max_tokens: 5, stream: true, stream_options: { include_usage: true } });
+    const s = await stream(`${h.url}/v1/completions`, {
+      prompt: ids(20, 7),
+      max_tokens: 5,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     expect(s.done).toBe(true);
     const usage = s.chunks.at(-1)!;
-    expect(usage).toMatchObject({ object: 'text_completion', choices: [], usage: { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 } });
+    expect(usage).toMatchObject({
+      object: 'text_completion',
+      choices: [],
+      usage: { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 },
+    });
     const body = s.chunks.slice(0, -1);
     expect(body).toHaveLength(5);
-    for (const c of body) expect(c).toMatchObject({ id: usage.id, object: 'text_completion', model: 'Qwen/Qwen3-0.6B' });
+    for (const c of body)
+      expect(c).toMatchObject({ id: usage.id, object: 'text_completion', model: 'Qwen/Qwen3-0.6B' });
     expect((body.at(-1)!.choices as Record<string, unknown>[])[0]).toMatchObject({ finish_reason: 'length' });
-    expect(body.slice(0, -1).every((c) => (c.choices as Record<string, unknown>[])[0].finish_reason === null)).toBe(true);
+    expect(body.slice(0, -1).every((c) => (c.choices as Record<string, unknown>[])[0].finish_reason === null)).toBe(
+      true,
+    );
   });
 
   it('n > 1 and a list of token prompts give one choice each; a LoRA model is accepted', async () => {
-    const r = await post(`${h.url}/v1/completions`, { model: 'ada', prompt: [ids(5, 1), ids(6, 50)], n: 2, max_tokens: 3 });
+    const r = await post(`${h.url}/v1/completions`, {
+      model: 'ada',
+      prompt: [ids(5, 1), ids(6, 50)],
+      n: 2,
+      max_tokens: 3,
+    });
     expect(r.status).toBe(200);
     expect((r.json.choices as { index: number }[]).map((c) => c.index).sort()).toEqual([0, 1, 2, 3]);
     expect(r.json.usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 12 });
@@ -328,13 +426,18 @@ describe('HTTP contract', () => {
     expect(cs).toMatchObject({ finish_reason: 'stop', stop_reason: third, token_ids: ca.token_ids.slice(0, 3) });
     expect(stopped.json.usage).toMatchObject({ completion_tokens: 3 });
     // The stop token's text is left out of the output.
-    const twoTokens = (await post(`${h.url}/v1/completions`, { ...body, max_tokens: 2 })).json.choices as { text: string }[];
+    const twoTokens = (await post(`${h.url}/v1/completions`, { ...body, max_tokens: 2 })).json.choices as {
+      text: string;
+    }[];
     expect(cs.text).toBe(twoTokens[0].text);
     const word = ca.text.split(' ').filter(Boolean)[1];
     const s = await stream(`${h.url}/v1/completions`, { ...body, stream: true, stop: [word] });
-    const text = s.chunks.map((c) => ((c.choices as { text: string }[])[0]?.text ?? '')).join('');
+    const text = s.chunks.map((c) => (c.choices as { text: string }[])[0]?.text ?? '').join('');
     expect(text).toBe(ca.text.slice(0, ca.text.indexOf(word)));
-    expect((s.chunks.at(-1)!.choices as Record<string, unknown>[])[0]).toMatchObject({ finish_reason: 'stop', stop_reason: word });
+    expect((s.chunks.at(-1)!.choices as Record<string, unknown>[])[0]).toMatchObject({
+      finish_reason: 'stop',
+      stop_reason: word,
+    });
   });
 
   it('rejects bad input with 4xx JSON errors', async () => {
@@ -360,7 +463,11 @@ describe('HTTP contract', () => {
       expect(err.code).toBe(status);
       expect(typeof err.type).toBe('string');
     }
-    const bad = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"messages": [' });
+    const bad = await fetch(`${h.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"messages": [',
+    });
     expect(bad.status).toBe(400);
     expect((await post(`${h.url}/v1/chat/completions`, { messages: [] })).status).toBe(400);
     expect((await fetch(`${h.url}/health`)).status).toBe(200);
@@ -391,21 +498,34 @@ describe('chat with the real tokenizer', () => {
   afterAll(() => h.close());
 
   it('templates, streams role then content, and reuses the cache on a repeat', async () => {
-    const body = { messages: [{ role: 'user', content: 'Tell me about the mountains and the sea, in some detail please. '.repeat(3) }], max_tokens: 6 };
+    const body = {
+      messages: [
+        { role: 'user', content: 'Tell me about the mountains and the sea, in some detail please. '.repeat(3) },
+      ],
+      max_tokens: 6,
+    };
     const a = await post(`${h.url}/v1/chat/completions`, body);
     expect(a.status).toBe(200);
     const msg = (a.json.choices as { message: { role: string; content: string } }[])[0].message;
     expect(msg.role).toBe('assistant');
     expect(msg.content.length).toBeGreaterThan(0);
-    const s = await stream(`${h.url}/v1/chat/completions`, { ...body, stream: true, stream_options: { include_usage: true } });
-    expect((s.chunks[0].choices as Record<string, unknown>[])[0]).toMatchObject({ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null });
+    const s = await stream(`${h.url}/v1/chat/completions`, {
+      ...body,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect((s.chunks[0].choices as Record<string, unknown>[])[0]).toMatchObject({
+      index: 0,
+      delta: { role: 'assistant', content: '' },
+      finish_reason: null,
+    });
     expect(s.chunks[0].object).toBe('chat.completion.chunk');
     const usage = s.chunks.at(-1)!.usage as { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } };
     expect(usage.prompt_tokens).toBe((a.json.usage as { prompt_tokens: number }).prompt_tokens);
     expect(usage.prompt_tokens_details.cached_tokens).toBe(Math.floor((usage.prompt_tokens - 1) / 16) * 16);
     const text = s.chunks
       .slice(1, -1)
-      .map((c) => ((c.choices as { delta: { content?: string } }[])[0].delta.content ?? ''))
+      .map((c) => (c.choices as { delta: { content?: string } }[])[0].delta.content ?? '')
       .join('');
     expect(text.length).toBeGreaterThan(0);
   });
@@ -419,11 +539,18 @@ describe('prefix cache timing', () => {
   afterAll(() => h.close());
 
   it('a repeated prompt is a hit with a shorter TTFT than a cold prompt of the same length', async () => {
-    const req = (base: number) => ({ prompt: ids(8000, base), max_tokens: 2, stream: true, stream_options: { include_usage: true } });
+    const req = (base: number) => ({
+      prompt: ids(8000, base),
+      max_tokens: 2,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const cold = await stream(`${h.url}/v1/completions`, req(10));
     const warm = await stream(`${h.url}/v1/completions`, req(10));
     const cold2 = await stream(`${h.url}/v1/completions`, req(20_000));
-    const cached = (s: typeof cold) => (s.chunks.at(-1)!.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details.cached_tokens;
+    const cached = (s: typeof cold) =>
+      (s.chunks.at(-1)!.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details
+        .cached_tokens;
     expect(cached(cold)).toBe(0);
     expect(cached(warm)).toBe(7984);
     expect(cached(cold2)).toBe(0);
@@ -435,75 +562,115 @@ describe('prefix cache timing', () => {
   });
 });
 
-describe.each<EventFormat>(['map', 'array', 'sglang', 'mooncake'])('KV events (%s) describe /debug/cache exactly', (format) => {
-  let h: EngineHandle;
-  let live: LiveCollector;
-  beforeAll(async () => {
-    h = await startEngine({ ...quick, eventFormat: format, numGpuBlocks: 24, numCpuBlocks: 16, topic: 'kv', maxNumBatchedTokens: 64 });
-    live = new LiveCollector(h.zmqEndpoint!, 'kv');
-  });
-  afterAll(async () => {
-    await live.close();
-    await h.close();
-  });
+describe.each<EventFormat>(['map', 'array', 'sglang', 'mooncake'])(
+  'KV events (%s) describe /debug/cache exactly',
+  (format) => {
+    let h: EngineHandle;
+    let live: LiveCollector;
+    beforeAll(async () => {
+      h = await startEngine({
+        ...quick,
+        eventFormat: format,
+        numGpuBlocks: 24,
+        numCpuBlocks: 16,
+        topic: 'kv',
+        maxNumBatchedTokens: 64,
+      });
+      live = new LiveCollector(h.zmqEndpoint!, 'kv');
+    });
+    afterAll(async () => {
+      await live.close();
+      await h.close();
+    });
 
-  it('live PUB + replay of the missed start rebuild the true per-tier cache; evictions offload to CPU first', async () => {
-    // Handshake: ZMQ subscriptions are asynchronous, so send until the subscriber sees a batch.
-    for (let i = 0; i < 50 && live.batches.size === 0; i++) {
-      await post(`${h.url}/v1/completions`, { prompt: ids(16, 60_000 + 16 * i), max_tokens: 1 });
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    expect(live.batches.size).toBeGreaterThan(0);
-    const firstLive = live.seqs()[0];
-    const work = [];
-    for (let i = 0; i < 8; i++) work.push(post(`${h.url}/v1/completions`, { prompt: [...ids(32, 1), ...ids(40 + 8 * i, 1000 * (i + 1))], max_tokens: 20 }));
-    for (const r of await Promise.all(work)) expect(r.status).toBe(200);
-    await post(`${h.url}/v1/completions`, { prompt: [...ids(32, 1), ...ids(40, 1000)], max_tokens: 3, cache_salt: 'tenant-a' });
-    await untilIdle(h);
-    const all = await replay(h.replayEndpoint!, 0n, format === 'map' || format === 'mooncake' ? 'topic' : 'no-topic');
-    expect(all.map((b) => b.seq)).toEqual(all.map((_, i) => BigInt(i)));
-    const last = all.at(-1)!.seq;
-    for (let i = 0; i < 200 && !live.batches.has(last); i++) await new Promise((r) => setTimeout(r, 10));
-    // No drops: live is contiguous from the first batch it saw to the end, byte-identical to replay.
-    const seqs = live.seqs();
-    expect(seqs).toEqual(all.slice(Number(firstLive)).map((b) => b.seq));
-    for (const s of seqs) expect(Buffer.from(live.batches.get(s)!).equals(Buffer.from(all[Number(s)].payload))).toBe(true);
-
-    const stream = [...all.slice(0, Number(firstLive)), ...seqs.map((seq) => ({ seq, payload: live.batches.get(seq)! }))];
-    const tiers = applyBatches(format, stream, 16);
-    const truth = (await getJson(`${h.url}/debug/cache`)) as { ranks: { tiers: Record<Medium, { seq_hashes: string[]; cached_blocks: number }> }[] };
-    const sorted = (m: Map<bigint, bigint>) => [...m.values()].map(String).sort();
-    expect(sorted(tiers.GPU)).toEqual([...truth.ranks[0].tiers.GPU.seq_hashes].sort());
-    expect(sorted(tiers.CPU)).toEqual([...truth.ranks[0].tiers.CPU.seq_hashes].sort());
-    expect(truth.ranks[0].tiers.CPU.cached_blocks).toBeGreaterThan(0);
-
-    // Store-before-remove: every GPU removal of a block not yet on CPU follows its CPU store.
-    const onCpu = new Set<bigint>();
-    let removedGpu = 0;
-    for (const b of stream)
-      for (const raw of (unpack(b.payload) as [number, unknown[]])[1]) {
-        const ev = normalize(format, raw);
-        if (ev.kind === 'stored' && ev.medium === 'CPU') ev.hashes.forEach((x) => { onCpu.add(x); });
-        if (ev.kind === 'removed' && ev.medium === 'CPU') ev.hashes.forEach((x) => { onCpu.delete(x); });
-        if (ev.kind === 'removed' && ev.medium === 'GPU') {
-          removedGpu++;
-          for (const x of ev.hashes) expect(onCpu.has(x)).toBe(true);
-        }
+    it('live PUB + replay of the missed start rebuild the true per-tier cache; evictions offload to CPU first', async () => {
+      // Handshake: ZMQ subscriptions are asynchronous, so send until the subscriber sees a batch.
+      for (let i = 0; i < 50 && live.batches.size === 0; i++) {
+        await post(`${h.url}/v1/completions`, { prompt: ids(16, 60_000 + 16 * i), max_tokens: 1 });
+        await new Promise((r) => setTimeout(r, 20));
       }
-    expect(removedGpu).toBeGreaterThan(0);
-  });
+      expect(live.batches.size).toBeGreaterThan(0);
+      const firstLive = live.seqs()[0];
+      const work = [];
+      for (let i = 0; i < 8; i++)
+        work.push(
+          post(`${h.url}/v1/completions`, {
+            prompt: [...ids(32, 1), ...ids(40 + 8 * i, 1000 * (i + 1))],
+            max_tokens: 20,
+          }),
+        );
+      for (const r of await Promise.all(work)) expect(r.status).toBe(200);
+      await post(`${h.url}/v1/completions`, {
+        prompt: [...ids(32, 1), ...ids(40, 1000)],
+        max_tokens: 3,
+        cache_salt: 'tenant-a',
+      });
+      await untilIdle(h);
+      const all = await replay(h.replayEndpoint!, 0n, format === 'map' || format === 'mooncake' ? 'topic' : 'no-topic');
+      expect(all.map((b) => b.seq)).toEqual(all.map((_, i) => BigInt(i)));
+      const last = all.at(-1)!.seq;
+      for (let i = 0; i < 200 && !live.batches.has(last); i++) await new Promise((r) => setTimeout(r, 10));
+      // No drops: live is contiguous from the first batch it saw to the end, byte-identical to replay.
+      const seqs = live.seqs();
+      expect(seqs).toEqual(all.slice(Number(firstLive)).map((b) => b.seq));
+      for (const s of seqs)
+        expect(Buffer.from(live.batches.get(s)!).equals(Buffer.from(all[Number(s)].payload))).toBe(true);
 
-  it('reset_prefix_cache clears every tier and publishes AllBlocksCleared', async () => {
-    const before = (await replay(h.replayEndpoint!, 0n, format === 'map' || format === 'mooncake' ? 'topic' : 'no-topic')).length;
-    expect((await fetch(`${h.url}/reset_prefix_cache`, { method: 'POST' })).status).toBe(200);
-    const after = await replay(h.replayEndpoint!, BigInt(before), format === 'map' || format === 'mooncake' ? 'topic' : 'no-topic');
-    expect(after).toHaveLength(1);
-    const kinds = (unpack(after[0].payload) as [number, unknown[]])[1].map((e) => normalize(format, e).kind);
-    expect(new Set(kinds)).toEqual(new Set(['cleared']));
-    const truth = (await getJson(`${h.url}/debug/cache`)) as { ranks: { tiers: Record<Medium, { cached_blocks: number }> }[] };
-    expect(truth.ranks[0].tiers.GPU.cached_blocks + truth.ranks[0].tiers.CPU.cached_blocks).toBe(0);
-  });
-});
+      const stream = [
+        ...all.slice(0, Number(firstLive)),
+        ...seqs.map((seq) => ({ seq, payload: live.batches.get(seq)! })),
+      ];
+      const tiers = applyBatches(format, stream, 16);
+      const truth = (await getJson(`${h.url}/debug/cache`)) as {
+        ranks: { tiers: Record<Medium, { seq_hashes: string[]; cached_blocks: number }> }[];
+      };
+      const sorted = (m: Map<bigint, bigint>) => [...m.values()].map(String).sort();
+      expect(sorted(tiers.GPU)).toEqual([...truth.ranks[0].tiers.GPU.seq_hashes].sort());
+      expect(sorted(tiers.CPU)).toEqual([...truth.ranks[0].tiers.CPU.seq_hashes].sort());
+      expect(truth.ranks[0].tiers.CPU.cached_blocks).toBeGreaterThan(0);
+
+      // Store-before-remove: every GPU removal of a block not yet on CPU follows its CPU store.
+      const onCpu = new Set<bigint>();
+      let removedGpu = 0;
+      for (const b of stream)
+        for (const raw of (unpack(b.payload) as [number, unknown[]])[1]) {
+          const ev = normalize(format, raw);
+          if (ev.kind === 'stored' && ev.medium === 'CPU')
+            ev.hashes.forEach((x) => {
+              onCpu.add(x);
+            });
+          if (ev.kind === 'removed' && ev.medium === 'CPU')
+            ev.hashes.forEach((x) => {
+              onCpu.delete(x);
+            });
+          if (ev.kind === 'removed' && ev.medium === 'GPU') {
+            removedGpu++;
+            for (const x of ev.hashes) expect(onCpu.has(x)).toBe(true);
+          }
+        }
+      expect(removedGpu).toBeGreaterThan(0);
+    });
+
+    it('reset_prefix_cache clears every tier and publishes AllBlocksCleared', async () => {
+      const before = (
+        await replay(h.replayEndpoint!, 0n, format === 'map' || format === 'mooncake' ? 'topic' : 'no-topic')
+      ).length;
+      expect((await fetch(`${h.url}/reset_prefix_cache`, { method: 'POST' })).status).toBe(200);
+      const after = await replay(
+        h.replayEndpoint!,
+        BigInt(before),
+        format === 'map' || format === 'mooncake' ? 'topic' : 'no-topic',
+      );
+      expect(after).toHaveLength(1);
+      const kinds = (unpack(after[0].payload) as [number, unknown[]])[1].map((e) => normalize(format, e).kind);
+      expect(new Set(kinds)).toEqual(new Set(['cleared']));
+      const truth = (await getJson(`${h.url}/debug/cache`)) as {
+        ranks: { tiers: Record<Medium, { cached_blocks: number }> }[];
+      };
+      expect(truth.ranks[0].tiers.GPU.cached_blocks + truth.ranks[0].tiers.CPU.cached_blocks).toBe(0);
+    });
+  },
+);
 
 describe('replay and drops', () => {
   let h: EngineHandle;
@@ -523,7 +690,11 @@ describe('replay and drops', () => {
     const all = await replay(h.replayEndpoint!, 0n, 'topic');
     expect(all.length).toBeGreaterThanOrEqual(60);
     // Every batch published has reached the live subscriber or was dropped on purpose.
-    await waitFor('the live stream to catch up', async () => live.batches.size + (await metric(h, 'engine_sim_kv_event_batches_dropped_total')) >= all.length, 30_000);
+    await waitFor(
+      'the live stream to catch up',
+      async () => live.batches.size + (await metric(h, 'engine_sim_kv_event_batches_dropped_total')) >= all.length,
+      30_000,
+    );
     const seqs = live.seqs();
     const missing = all.filter((b) => !live.batches.has(b.seq));
     expect(missing.length).toBeGreaterThan(0);
@@ -536,7 +707,9 @@ describe('replay and drops', () => {
     // Filling the gaps from replay gives exactly /debug/cache.
     const merged = all.map((b) => ({ seq: b.seq, payload: live.batches.get(b.seq) ?? b.payload }));
     const tiers = applyBatches('map', merged, 16);
-    const truth = (await getJson(`${h.url}/debug/cache`)) as { ranks: { tiers: Record<Medium, { seq_hashes: string[] }> }[] };
+    const truth = (await getJson(`${h.url}/debug/cache`)) as {
+      ranks: { tiers: Record<Medium, { seq_hashes: string[] }> }[];
+    };
     expect([...tiers.GPU.values()].map(String).sort()).toEqual([...truth.ranks[0].tiers.GPU.seq_hashes].sort());
   });
 

@@ -46,12 +46,26 @@ function storedMap(tag: number, tokens: number[], parent: bigint | null = null, 
 
 function storedArray(tag: number, tokens: number[]) {
   const n = tokens.length / BS;
-  return ['BlockStored', range(0, n).map((i) => eh(tag, i)), null, tokens, BS, null, 'GPU', null, range(0, n).map(() => null), 0, 'full_attention', null];
+  return [
+    'BlockStored',
+    range(0, n).map((i) => eh(tag, i)),
+    null,
+    tokens,
+    BS,
+    null,
+    'GPU',
+    null,
+    range(0, n).map(() => null),
+    0,
+    'full_attention',
+    null,
+  ];
 }
 
 const removedArray = (hashes: bigint[]) => ['BlockRemoved', hashes, 'GPU', 0];
 const removedMap = (hashes: bigint[]) => ({ type: 'BlockRemoved', block_hashes: hashes, medium: 'GPU', group_idx: 0 });
-const batch = (events: unknown[], rank = 0) => Buffer.from(encode([Date.now() / 1000, events, rank], { useBigInt64: true }));
+const batch = (events: unknown[], rank = 0) =>
+  Buffer.from(encode([Date.now() / 1000, events, rank], { useBigInt64: true }));
 
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -141,7 +155,9 @@ class FakeEngine {
       if (this.mute) continue;
       for (const b of this.buffer) {
         if (b.seq < from || b.seq < this.windowStart) continue;
-        await router.send(this.topicInReplay ? [id, EMPTY, this.topic, seq8(b.seq), b.payload] : [id, EMPTY, seq8(b.seq), b.payload]);
+        await router.send(
+          this.topicInReplay ? [id, EMPTY, this.topic, seq8(b.seq), b.payload] : [id, EMPTY, seq8(b.seq), b.payload],
+        );
       }
       await router.send(this.topicInReplay ? [id, EMPTY, EMPTY, FF8, EMPTY] : [id, EMPTY, FF8, EMPTY]);
     }
@@ -175,7 +191,12 @@ function harness(options: Partial<ListenerOptions> = {}): Harness {
   const writer = new KvIndexWriter(indexer);
   const registry = new Registry();
   const prom = new PromRegistry();
-  const pool = new ListenerPool({ registry, writer, metrics: prom, options: { replayTimeoutMs: 1_000, heartbeatMs: 0, tailCheckMs: 0, zmqClient, ...options } });
+  const pool = new ListenerPool({
+    registry,
+    writer,
+    metrics: prom,
+    options: { replayTimeoutMs: 1_000, heartbeatMs: 0, tailCheckMs: 0, zmqClient, ...options },
+  });
   cleanups.push(() => pool.close());
   return {
     indexer,
@@ -211,7 +232,12 @@ function harness(options: Partial<ListenerOptions> = {}): Harness {
   };
 }
 
-async function engine(opts: { replay: boolean; pubPort?: number; replayPort?: number; topic?: string }): Promise<FakeEngine> {
+async function engine(opts: {
+  replay: boolean;
+  pubPort?: number;
+  replayPort?: number;
+  topic?: string;
+}): Promise<FakeEngine> {
   const e = new FakeEngine(opts.topic);
   await e.start(opts);
   cleanups.push(() => e.close());
@@ -228,7 +254,11 @@ async function subscribed(h: Harness, key: string): Promise<void> {
  * A publisher with a replay endpoint applies `batches` (until `applied`), goes away, and a new
  * incarnation binds the same ports before the listener reconnects.
  */
-async function restartedPublisher(options: Partial<ListenerOptions>, batches: unknown[], applied: (h: Harness) => boolean): Promise<{ h: Harness; reg: Registration; e2: FakeEngine }> {
+async function restartedPublisher(
+  options: Partial<ListenerOptions>,
+  batches: unknown[],
+  applied: (h: Harness) => boolean,
+): Promise<{ h: Harness; reg: Registration; e2: FakeEngine }> {
   const pubPort = await freePort();
   const replayPort = await freePort();
   const e1 = new FakeEngine();
@@ -305,7 +335,9 @@ for (const client of ['builtin', 'libzmq'] as const) {
       await sleep(300);
       expect(h.pool.stat(reg.key)!.status).toBe('pending');
       expect(h.registry.get(reg.key)!.status).toBe('pending');
-      expect(h.registry.get(reg.key)!.lastError).toBe(`cannot connect to tcp://127.0.0.1:${port}: ${client === 'builtin' ? 'ECONNREFUSED' : 'not reachable yet'} (retrying)`);
+      expect(h.registry.get(reg.key)!.lastError).toBe(
+        `cannot connect to tcp://127.0.0.1:${port}: ${client === 'builtin' ? 'ECONNREFUSED' : 'not reachable yet'} (retrying)`,
+      );
       const e = await engine({ replay: false, pubPort: port });
       await subscribed(h, reg.key);
       await e.publish([storedMap(4, D)]);
@@ -399,7 +431,10 @@ for (const client of ['builtin', 'libzmq'] as const) {
       await subscribed(h, reg.key);
       e.mute = true;
       await e.publish([storedMap(1, A)]);
-      await waitFor(() => h.pool.stat(reg.key)!.replays.timeout === 1 && !h.pool.stat(reg.key)!.replaying, 'the tail check to time out');
+      await waitFor(
+        () => h.pool.stat(reg.key)!.replays.timeout === 1 && !h.pool.stat(reg.key)!.replaying,
+        'the tail check to time out',
+      );
       expect(h.device(A)).toBe(2);
       expect(h.registry.get(reg.key)!.lastError).toMatch(/^tail check: replay from 0 timed out/);
       await e.publish([storedMap(2, B)]); // in order: applied, no gap, no purge
@@ -531,9 +566,16 @@ for (const client of ['builtin', 'libzmq'] as const) {
     });
 
     it('with bootstrap_replay off, a restarted publisher is purged and followed from live batches only', async () => {
-      const { h, reg, e2 } = await restartedPublisher({ bootstrapReplay: false }, [storedMap(1, A)], (x) => x.device(A) === 2);
+      const { h, reg, e2 } = await restartedPublisher(
+        { bootstrapReplay: false },
+        [storedMap(1, A)],
+        (x) => x.device(A) === 2,
+      );
       await e2.publish([storedMap(3, C)], { drop: true });
-      await waitFor(() => h.pool.stat(reg.key)!.lastPurge === 'publisher_changed' && !h.pool.stat(reg.key)!.replaying, 'the restart noticed');
+      await waitFor(
+        () => h.pool.stat(reg.key)!.lastPurge === 'publisher_changed' && !h.pool.stat(reg.key)!.replaying,
+        'the restart noticed',
+      );
       expect(e2.replayRequests).toEqual([0]); // the re-read of our last batch (seq 0), no bootstrap after it
       expect([h.device(A), h.device(C)]).toEqual([0, 0]);
       await subscribed(h, reg.key);

@@ -44,7 +44,11 @@ async function traffic(e: EngineProc, n: number, tag: string): Promise<void> {
         request(`${e.url}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: MODEL, max_tokens: 3, messages: [{ role: 'user', content: `${tag} ${(i + k) % 7} `.repeat(20 + ((i + k) % 5) * 10) }] }),
+          body: JSON.stringify({
+            model: MODEL,
+            max_tokens: 3,
+            messages: [{ role: 'user', content: `${tag} ${(i + k) % 7} `.repeat(20 + ((i + k) % 5) * 10) }],
+          }),
         }).then((r) => r.body.text()),
       ),
     );
@@ -67,7 +71,9 @@ async function converged(router: RouterHandle, e: EngineProc, id: string, timeou
     );
   } catch (err) {
     const l = last as { want: Tiers; got: Tiers } | null;
-    throw new Error(`${(err as Error).message}: engine GPU ${l?.want.GPU.length} CPU ${l?.want.CPU.length}, index GPU ${l?.got.GPU.length} CPU ${l?.got.CPU.length}`);
+    throw new Error(
+      `${(err as Error).message}: engine GPU ${l?.want.GPU.length} CPU ${l?.want.CPU.length}, index GPU ${l?.got.GPU.length} CPU ${l?.got.CPU.length}`,
+    );
   }
 }
 
@@ -89,8 +95,20 @@ describe('the index follows the engine through faults', () => {
   it('with evictions to a host tier, dropped batches replayed, and AllBlocksCleared', async () => {
     const clean = await startEngineProc(ENGINE);
     const lossy = await startEngineProc([...ENGINE, '--drop-rate', '0.3', '--seed', '7']);
-    cleanup.push(() => clean.kill(), () => lossy.kill());
-    const router = await startRouter(loadConfigText(routerYaml([{ id: 'clean', e: clean, replay: true }, { id: 'lossy', e: lossy, replay: true }]), 't'), { log: () => {} });
+    cleanup.push(
+      () => clean.kill(),
+      () => lossy.kill(),
+    );
+    const router = await startRouter(
+      loadConfigText(
+        routerYaml([
+          { id: 'clean', e: clean, replay: true },
+          { id: 'lossy', e: lossy, replay: true },
+        ]),
+        't',
+      ),
+      { log: () => {} },
+    );
     cleanup.push(() => router.close());
     await waitFor('listeners active', () => router.registry.all().every((r) => r.status === 'active'));
     await Promise.all([traffic(clean, 40, 'alpha'), traffic(lossy, 40, 'beta')]);
@@ -120,7 +138,9 @@ describe('the index follows the engine through faults', () => {
   it('never keeps a stale block when batches are dropped and there is no replay', async () => {
     const lossy = await startEngineProc([...ENGINE, '--drop-rate', '0.3', '--seed', '11']);
     cleanup.push(() => lossy.kill());
-    const router = await startRouter(loadConfigText(routerYaml([{ id: 'noreplay', e: lossy, replay: false }]), 't'), { log: () => {} });
+    const router = await startRouter(loadConfigText(routerYaml([{ id: 'noreplay', e: lossy, replay: false }]), 't'), {
+      log: () => {},
+    });
     cleanup.push(() => router.close());
     await waitFor('listener active', () => router.registry.all().every((r) => r.status === 'active'));
     await traffic(lossy, 40, 'gamma');
@@ -129,7 +149,10 @@ describe('the index follows the engine through faults', () => {
     const got = indexed(router, 'noreplay');
     for (const tier of ['GPU', 'CPU'] as const) {
       const real = new Set(want[tier]);
-      expect(got[tier].filter((h) => !real.has(h)), `stale ${tier} blocks`).toEqual([]);
+      expect(
+        got[tier].filter((h) => !real.has(h)),
+        `stale ${tier} blocks`,
+      ).toEqual([]);
     }
     const m = await request(`${router.url}/metrics`).then((r) => r.body.text());
     expect(Number(/kv_events_applied_total\{status="gap"\} (\d+)/.exec(m)?.[1] ?? 0)).toBeGreaterThan(0);
@@ -140,7 +163,19 @@ describe('the index follows the engine through faults', () => {
     const args = [...ENGINE, '--zmq-port', String(zmq), '--replay-port', String(replay)];
     // startEngineProc passes --zmq-port 0 --replay-port 0 before these: the later flags win.
     let e = await startEngineProc(args, http);
-    const router = await startRouter(loadConfigText(routerYaml([{ id: 'phoenix', e: { ...e, zmq: `tcp://127.0.0.1:${zmq}`, replay: `tcp://127.0.0.1:${replay}` }, replay: true }]), 't'), { log: () => {} });
+    const router = await startRouter(
+      loadConfigText(
+        routerYaml([
+          {
+            id: 'phoenix',
+            e: { ...e, zmq: `tcp://127.0.0.1:${zmq}`, replay: `tcp://127.0.0.1:${replay}` },
+            replay: true,
+          },
+        ]),
+        't',
+      ),
+      { log: () => {} },
+    );
     cleanup.push(() => router.close());
     await waitFor('listener active', () => router.registry.all().every((r) => r.status === 'active'));
     await traffic(e, 30, 'delta');
@@ -148,7 +183,19 @@ describe('the index follows the engine through faults', () => {
     expect(before.GPU.length).toBeGreaterThan(0);
 
     // A second router started now learns everything from the replay buffer, with no new traffic.
-    const late = await startRouter(loadConfigText(routerYaml([{ id: 'phoenix', e: { ...e, zmq: `tcp://127.0.0.1:${zmq}`, replay: `tcp://127.0.0.1:${replay}` }, replay: true }]), 't'), { log: () => {} });
+    const late = await startRouter(
+      loadConfigText(
+        routerYaml([
+          {
+            id: 'phoenix',
+            e: { ...e, zmq: `tcp://127.0.0.1:${zmq}`, replay: `tcp://127.0.0.1:${replay}` },
+            replay: true,
+          },
+        ]),
+        't',
+      ),
+      { log: () => {} },
+    );
     cleanup.push(() => late.close());
     expect(await converged(late, e, 'phoenix')).toEqual(before);
 

@@ -40,7 +40,11 @@ function prng(seed: number) {
 
 const VALID: Array<[string, string, unknown]> = [
   ['POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }],
-  ['POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, stream: true }],
+  [
+    'POST',
+    '/v1/chat/completions',
+    { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, stream: true },
+  ],
   ['POST', '/v1/completions', { model: MODEL, prompt: 'hello', max_tokens: 2 }],
   ['POST', '/v1/completions', { model: MODEL, prompt: [1, 2, 3, 4], max_tokens: 2 }],
   ['POST', '/v1/route', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] }],
@@ -48,8 +52,16 @@ const VALID: Array<[string, string, unknown]> = [
   ['POST', '/debug/route', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] }],
   ['POST', '/query', { model: MODEL, block_size: 16, token_ids: [1, 2, 3] }],
   ['POST', '/query_by_hash', { model: MODEL, block_size: 16, seq_hashes: ['18446744073709551615'] }],
-  ['POST', '/events', [{ event_type: 'stored', model_name: MODEL, block_size: 16, backend_id: 'x', seq_hashes: [1, 2] }]],
-  ['POST', '/register', { endpoint: 'tcp://127.0.0.1:1', type: 'vLLM', modelname: MODEL, instance_id: 'fz', block_size: 16 }],
+  [
+    'POST',
+    '/events',
+    [{ event_type: 'stored', model_name: MODEL, block_size: 16, backend_id: 'x', seq_hashes: [1, 2] }],
+  ],
+  [
+    'POST',
+    '/register',
+    { endpoint: 'tcp://127.0.0.1:1', type: 'vLLM', modelname: MODEL, instance_id: 'fz', block_size: 16 },
+  ],
   ['POST', '/unregister', { instance_id: 'fz' }],
   ['GET', '/v1/models', undefined],
   ['GET', '/health', undefined],
@@ -62,7 +74,24 @@ const VALID: Array<[string, string, unknown]> = [
 const DEEP = `${'['.repeat(20_000)}${']'.repeat(20_000)}`;
 const HUGE = ['1e400', '-1e400', '1e309', '123456789012345678901234567890e300'];
 
-const WEIRD: unknown[] = [null, true, 0, -1, 1e308, -0.5, 2 ** 64, '', 'x'.repeat(300), [], {}, [null], { a: { b: { c: [] } } }, '\u0000', '💥', Number.MAX_SAFE_INTEGER + 2];
+const WEIRD: unknown[] = [
+  null,
+  true,
+  0,
+  -1,
+  1e308,
+  -0.5,
+  2 ** 64,
+  '',
+  'x'.repeat(300),
+  [],
+  {},
+  [null],
+  { a: { b: { c: [] } } },
+  '\u0000',
+  '💥',
+  Number.MAX_SAFE_INTEGER + 2,
+];
 
 function mutate(v: unknown, r: () => number, depth = 0): unknown {
   if (depth > 4 || r() < 0.15) return WEIRD[Math.floor(r() * WEIRD.length)];
@@ -109,13 +138,18 @@ describe('HTTP fuzz', () => {
       const mode = r();
       if (body !== undefined) {
         // Half the OpenAI bodies name the alias: the router then re-serializes them.
-        const named = body && typeof body === 'object' && 'model' in body && r() < 0.5 ? { ...(body as object), model: 'qwen-alias' } : body;
+        const named =
+          body && typeof body === 'object' && 'model' in body && r() < 0.5
+            ? { ...(body as object), model: 'qwen-alias' }
+            : body;
         const json = JSON.stringify(named);
         if (mode < 0.4) payload = JSON.stringify(mutate(named, r));
         else if (mode < 0.65) payload = corruptText(json, r);
-        else if (mode < 0.7) payload = 'x'.repeat(70_000); // over max_body_bytes
+        else if (mode < 0.7)
+          payload = 'x'.repeat(70_000); // over max_body_bytes
         else if (mode < 0.75 && json.endsWith('}')) payload = `${json.slice(0, -1)},"deep":${DEEP}}`;
-        else if (mode < 0.8 && json.endsWith('}')) payload = `${json.slice(0, -1)},"max_tokens":${HUGE[Math.floor(r() * HUGE.length)]}}`;
+        else if (mode < 0.8 && json.endsWith('}'))
+          payload = `${json.slice(0, -1)},"max_tokens":${HUGE[Math.floor(r() * HUGE.length)]}}`;
         else payload = json;
       }
       const headers: Record<string, string> = { 'content-type': r() < 0.9 ? 'application/json' : 'text/plain' };
@@ -127,7 +161,12 @@ describe('HTTP fuzz', () => {
       const ac = new AbortController();
       if (r() < 0.1) setTimeout(() => ac.abort(), Math.floor(r() * 20));
       try {
-        const res = await request(`${router.url}${path}`, { method: method as 'POST', headers, body: method === 'GET' ? undefined : payload, signal: ac.signal });
+        const res = await request(`${router.url}${path}`, {
+          method: method as 'POST',
+          headers,
+          body: method === 'GET' ? undefined : payload,
+          signal: ac.signal,
+        });
         await res.body.text();
         statuses.set(res.statusCode, (statuses.get(res.statusCode) ?? 0) + 1);
         if (res.statusCode >= 500) bad.push(`#${i} ${method} ${path} -> ${res.statusCode}: ${payload?.slice(0, 200)}`);
@@ -140,11 +179,20 @@ describe('HTTP fuzz', () => {
     expect([...statuses.keys()].some((s) => s >= 400 && s < 500)).toBe(true);
     expect(statuses.get(200) ?? 0).toBeGreaterThan(500);
     // Still serving, and nothing booked.
-    const ok = await request(`${router.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(VALID[0][2]) });
+    const ok = await request(`${router.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(VALID[0][2]),
+    });
     expect(ok.statusCode).toBe(200);
     await ok.body.text();
     const deadline = Date.now() + 10_000;
     while (router.scheduler.active.size > 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
-    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+    expect(router.scheduler.active.totals()).toEqual({
+      activePrefillTokens: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+    });
   });
 });

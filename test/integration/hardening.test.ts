@@ -65,12 +65,22 @@ async function call(method: string, path: string, body: unknown, key: string | n
 async function metric(name: string): Promise<number> {
   const m = await request(`${router.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
   let sum = 0;
-  for (const line of (await m.body.text()).split('\n')) if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  for (const line of (await m.body.text()).split('\n'))
+    if (line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+      sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   return sum;
 }
 
 const SYSTEM = 'You are the archivist of a river town; answer in one sentence. '.repeat(40);
-const chat = (q: string, extra: Record<string, unknown> = {}) => ({ model: MODEL, max_tokens: 2, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }], ...extra });
+const chat = (q: string, extra: Record<string, unknown> = {}) => ({
+  model: MODEL,
+  max_tokens: 2,
+  messages: [
+    { role: 'system', content: SYSTEM },
+    { role: 'user', content: q },
+  ],
+  ...extra,
+});
 
 describe('work is bounded before tokenizing', () => {
   it('refuses a prompt over the limits from its size alone, without tokenizing it', async () => {
@@ -79,12 +89,19 @@ describe('work is bounded before tokenizing', () => {
       return Number(/kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(await m.body.text())?.[1] ?? 0);
     };
     const tokenizedBefore = await tokenizations();
-    const words = await call('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'word '.repeat(30_000) }] }, ADMIN);
+    const words = await call(
+      'POST',
+      '/v1/chat/completions',
+      { model: MODEL, messages: [{ role: 'user', content: 'word '.repeat(30_000) }] },
+      ADMIN,
+    );
     expect(words.status).toBe(400);
     expect(words.body.error.message).toBe('the prompt has at least 30000 tokens, the limit is 20000');
     const chars = await call('POST', '/v1/completions', { model: MODEL, prompt: 'x'.repeat(250_000) }, ADMIN);
     expect(chars.status).toBe(400);
-    expect(chars.body.error.message).toMatch(/the prompt has 250000 characters, the limit is 200000 \(server\.max_prompt_chars\)/);
+    expect(chars.body.error.message).toMatch(
+      /the prompt has 250000 characters, the limit is 200000 \(server\.max_prompt_chars\)/,
+    );
     // The decision API goes through the same preparation.
     expect((await call('POST', '/v1/route', { model: MODEL, prompt: 'word '.repeat(30_000) }, ADMIN)).status).toBe(400);
     expect(await tokenizations()).toBe(tokenizedBefore);
@@ -96,12 +113,35 @@ describe('work is bounded before tokenizing', () => {
   it('counts every input of the chat template against max_prompt_chars: tool-call arguments, tools, documents', async () => {
     const tokenizedBefore = await metric('kvrouter_tokenize_seconds_count');
     const digits = '7'.repeat(250_000);
-    const toolCalls = [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: JSON.stringify({ n: digits }) } }];
+    const toolCalls = [
+      { id: 'c1', type: 'function', function: { name: 'lookup', arguments: JSON.stringify({ n: digits }) } },
+    ];
     const bodies = [
-      { model: MODEL, messages: [{ role: 'user', content: 'call it' }, { role: 'assistant', content: null, tool_calls: toolCalls }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }] },
-      { model: MODEL, messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { name: 'f', description: digits } }] },
-      { model: MODEL, messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: { documents: [{ title: 'd', text: digits }] } },
-      { model: MODEL, messages: [{ role: 'user', content: 'hi' }, { role: 'tool', tool_call_id: 'c1', content: digits }] },
+      {
+        model: MODEL,
+        messages: [
+          { role: 'user', content: 'call it' },
+          { role: 'assistant', content: null, tool_calls: toolCalls },
+          { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+        ],
+      },
+      {
+        model: MODEL,
+        messages: [{ role: 'user', content: 'hi' }],
+        tools: [{ type: 'function', function: { name: 'f', description: digits } }],
+      },
+      {
+        model: MODEL,
+        messages: [{ role: 'user', content: 'hi' }],
+        chat_template_kwargs: { documents: [{ title: 'd', text: digits }] },
+      },
+      {
+        model: MODEL,
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'tool', tool_call_id: 'c1', content: digits },
+        ],
+      },
     ];
     for (const [i, body] of bodies.entries()) {
       const r = await call('POST', '/v1/chat/completions', body, ADMIN);
@@ -115,7 +155,12 @@ describe('work is bounded before tokenizing', () => {
     const encodedBefore = await metric('kvrouter_tokenizer_encoded_chars_total');
     // 190,000 digits: under max_prompt_chars, one "word", 190,000 tokens.
     for (const path of ['/v1/chat/completions', '/v1/route']) {
-      const r = await call('POST', path, { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(190_000) }] }, ADMIN);
+      const r = await call(
+        'POST',
+        path,
+        { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(190_000) }] },
+        ADMIN,
+      );
       expect(r.status, path).toBe(400);
       expect(r.body.error.message, path).toMatch(/^the prompt has at least \d+ tokens, the limit is 20000$/);
       expect(r.body.error.code, path).toBe('prompt_too_long');
@@ -125,7 +170,16 @@ describe('work is bounded before tokenizing', () => {
     expect(encoded).toBeGreaterThan(2 * 20_000);
     expect(encoded).toBeLessThanOrEqual(2 * (20_000 + 2 * PIECE_CHARS));
     // The control: digits under the limit are tokenized and routed.
-    expect((await call('POST', '/v1/route/loads', { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(15_000) }] }, ADMIN)).status).toBe(200);
+    expect(
+      (
+        await call(
+          'POST',
+          '/v1/route/loads',
+          { model: MODEL, messages: [{ role: 'user', content: '7'.repeat(15_000) }] },
+          ADMIN,
+        )
+      ).status,
+    ).toBe(200);
   });
 
   it('answers 400 for tools nested 100,000 levels deep on every route that prepares a chat', async () => {
@@ -145,7 +199,13 @@ describe('work is bounded before tokenizing', () => {
     // Tenant a's salt makes the router rewrite the body: that is when it must re-serialize.
     const nested = await call('POST', '/v1/chat/completions', undefined, KEYS.a, deep);
     expect(nested.status).toBe(400);
-    const huge = await call('POST', '/v1/chat/completions', undefined, KEYS.a, `{"model":"${MODEL}","max_tokens":1e400,"messages":[{"role":"user","content":"hi"}]}`);
+    const huge = await call(
+      'POST',
+      '/v1/chat/completions',
+      undefined,
+      KEYS.a,
+      `{"model":"${MODEL}","max_tokens":1e400,"messages":[{"role":"user","content":"hi"}]}`,
+    );
     expect(huge.status).toBe(400);
     expect(huge.body.error.message).toMatch(/number JSON cannot represent/);
     expect(router.scheduler.active.size).toBe(0);
@@ -169,7 +229,9 @@ describe('every route under the same limits', () => {
     s.on('data', (d) => (got += d.toString()));
     s.on('error', () => undefined); // writes after the router closed may fail
     await new Promise((r) => s.on('connect', r));
-    s.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ADMIN}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`);
+    s.write(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ADMIN}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`,
+    );
     const chunk = 'a'.repeat(64 * 1024);
     for (let i = 0; i < 20 && !s.destroyed; i++) s.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
     await waitFor('a response', () => got.includes('\r\n\r\n'));
@@ -189,15 +251,22 @@ describe('every route under the same limits', () => {
     expect(Number(second.headers['retry-after'])).toBeGreaterThan(0);
     expect((await call('POST', '/query', q, KEYS.slow)).status).toBe(429);
     // A model the key may not use (checked once the bucket has a token again).
-    await waitFor('a token again', async () => (await call('POST', '/query', { ...q, model: MODEL }, KEYS.slow)).status === 403);
+    await waitFor(
+      'a token again',
+      async () => (await call('POST', '/query', { ...q, model: MODEL }, KEYS.slow)).status === 403,
+    );
   });
 });
 
 describe('tenants cannot see each other', () => {
   it("a body cache_salt cannot override a tenant's, nor name another tenant's", async () => {
     expect((await call('POST', '/v1/chat/completions', chat('q', { cache_salt: 'salt-b' }), KEYS.a)).status).toBe(403);
-    expect((await call('POST', '/v1/chat/completions', chat('q', { cache_salt: 'salt-b' }), KEYS.open)).status).toBe(403);
-    expect((await call('POST', '/v1/chat/completions', chat('q', { cache_salt: 'my-own' }), KEYS.open)).status).toBe(200);
+    expect((await call('POST', '/v1/chat/completions', chat('q', { cache_salt: 'salt-b' }), KEYS.open)).status).toBe(
+      403,
+    );
+    expect((await call('POST', '/v1/chat/completions', chat('q', { cache_salt: 'my-own' }), KEYS.open)).status).toBe(
+      200,
+    );
   });
 
   it("/query from tenant a sees neither b's nor the admin's blocks, only its own", async () => {
@@ -206,10 +275,31 @@ describe('tenants cannot see each other', () => {
     const warmAdmin = await call('POST', '/v1/chat/completions', chat('warm admin'), ADMIN);
     expect([warmB.status, warmAdmin.status]).toEqual([200, 200]);
     // The admin reads any namespace.
-    expect((await call('POST', '/query', { model: MODEL, block_size: 16, token_ids: [1, 2, 3], cache_salt: 'salt-b' }, ADMIN)).status).toBe(200);
+    expect(
+      (
+        await call(
+          'POST',
+          '/query',
+          { model: MODEL, block_size: 16, token_ids: [1, 2, 3], cache_salt: 'salt-b' },
+          ADMIN,
+        )
+      ).status,
+    ).toBe(200);
     // Tenant a: naming b's salt is refused; naming none reads a's own namespace (not the admin's).
-    expect((await call('POST', '/query', { model: MODEL, block_size: 16, token_ids: [1, 2, 3], cache_salt: 'salt-b' }, KEYS.a)).status).toBe(403);
-    expect((await call('POST', '/query', { model: MODEL, block_size: 16, token_ids: [1, 2, 3], tenant_id: 'other' }, KEYS.a)).status).toBe(403);
+    expect(
+      (
+        await call(
+          'POST',
+          '/query',
+          { model: MODEL, block_size: 16, token_ids: [1, 2, 3], cache_salt: 'salt-b' },
+          KEYS.a,
+        )
+      ).status,
+    ).toBe(403);
+    expect(
+      (await call('POST', '/query', { model: MODEL, block_size: 16, token_ids: [1, 2, 3], tenant_id: 'other' }, KEYS.a))
+        .status,
+    ).toBe(403);
     const prompt = (q: string) => ({ model: MODEL, messages: chat(q).messages });
     // The admin's /debug/route shows the admin's prompt cached on some instance...
     await waitFor('admin prompt indexed', async () => {
@@ -219,12 +309,22 @@ describe('tenants cannot see each other', () => {
     // ...while tenant a, asking the same prompt through the decision API, sees nothing cached.
     const seenByA = await call('POST', '/v1/route/loads', prompt('warm admin'), KEYS.a);
     expect(seenByA.status).toBe(200);
-    expect(seenByA.body.loads.map((l: { overlap_tokens: { gpu: number; cpu: number } }) => l.overlap_tokens.gpu + l.overlap_tokens.cpu)).toEqual([0, 0]);
+    expect(
+      seenByA.body.loads.map(
+        (l: { overlap_tokens: { gpu: number; cpu: number } }) => l.overlap_tokens.gpu + l.overlap_tokens.cpu,
+      ),
+    ).toEqual([0, 0]);
     // And the same prompt under b's salt is cached for b, not for a.
-    await waitFor('b sees its own prompt cached', async () => (await call('POST', '/v1/route/loads', prompt('warm b'), KEYS.b)).body.loads.some((l: { overlap_tokens: { gpu: number } }) => l.overlap_tokens.gpu > 0));
+    await waitFor('b sees its own prompt cached', async () =>
+      (await call('POST', '/v1/route/loads', prompt('warm b'), KEYS.b)).body.loads.some(
+        (l: { overlap_tokens: { gpu: number } }) => l.overlap_tokens.gpu > 0,
+      ),
+    );
     const seenByAofB = await call('POST', '/v1/route/loads', prompt('warm b'), KEYS.a);
     expect(seenByAofB.status).toBe(200);
-    expect(seenByAofB.body.loads.every((l: { overlap_tokens: { gpu: number } }) => l.overlap_tokens.gpu === 0)).toBe(true);
+    expect(seenByAofB.body.loads.every((l: { overlap_tokens: { gpu: number } }) => l.overlap_tokens.gpu === 0)).toBe(
+      true,
+    );
   });
 
   it('tenants get instance ids from /v1/route, never engine URLs', async () => {
@@ -244,7 +344,8 @@ describe('tenants cannot see each other', () => {
 
 describe('/register names only endpoints the operator allows', () => {
   it('refuses inproc://, ipc:// paths not in the allowlist, and ports outside 1-65535', async () => {
-    const reg = (endpoint: string) => call('POST', '/register', { endpoint, type: 'vLLM', modelname: MODEL, instance_id: 'x', block_size: 16 }, ADMIN);
+    const reg = (endpoint: string) =>
+      call('POST', '/register', { endpoint, type: 'vLLM', modelname: MODEL, instance_id: 'x', block_size: 16 }, ADMIN);
     expect((await reg('inproc://kv')).status).toBe(403);
     expect((await reg('ipc:///tmp/some.sock')).status).toBe(403);
     expect((await reg('tcp://127.0.0.1:0')).status).toBe(400);

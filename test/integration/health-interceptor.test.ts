@@ -30,10 +30,19 @@ afterAll(() => new Promise<void>((r) => server.close(() => r())));
 function upstream(target = url) {
   const health = new InstanceHealth({ failureThreshold: 2, ejectionBaseMs: 60_000, ejectionMaxMs: 60_000 });
   const events: HealthEvent[] = [];
-  const u = createUpstream('e0', target, { connectTimeoutMs: 1_000, headersTimeoutMs: 300, bodyTimeoutMs: 300, connections: 4 }, { health, now: Date.now, onChange: (e) => events.push(e) });
+  const u = createUpstream(
+    'e0',
+    target,
+    { connectTimeoutMs: 1_000, headersTimeoutMs: 300, bodyTimeoutMs: 300, connections: 4 },
+    { health, now: Date.now, onChange: (e) => events.push(e) },
+  );
   const get = (path: string, signal?: AbortSignal) =>
     u.pool.request({ path, method: 'GET', ...(signal ? { signal } : {}) }).then(
-      (r) => r.body.text().then(() => r.statusCode, () => -1),
+      (r) =>
+        r.body.text().then(
+          () => r.statusCode,
+          () => -1,
+        ),
       () => -1,
     );
   return { health, events, get, close: () => u.pool.close() };
@@ -65,7 +74,10 @@ describe('health interceptor', () => {
     expect(u.health.snapshot(Date.now()).consecutive_failures).toBe(1);
     // 200 (a success: the count starts over), then the socket dies mid-stream: a failure again.
     expect(await u.get('/break')).toBe(-1);
-    expect(u.health.snapshot(Date.now())).toMatchObject({ consecutive_failures: 1, last_error: expect.stringMatching(/^failed mid-response/) });
+    expect(u.health.snapshot(Date.now())).toMatchObject({
+      consecutive_failures: 1,
+      last_error: expect.stringMatching(/^failed mid-response/),
+    });
     expect(await u.get('/500')).toBe(500);
     expect(u.events).toEqual(['ejected']);
     await u.close();

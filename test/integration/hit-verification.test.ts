@@ -29,7 +29,13 @@ const CASES: Case[] = [
   { name: 'correct', engineArgs: [], action: 'warn', expect: 'none' },
   // The router re-chunks a larger engine block into its own (32 over 16 agrees): a smaller one is the trap.
   { name: 'block-size', engineArgs: ['--block-size', '16'], routerBlockSize: 64, action: 'warn', expect: 'alarm' },
-  { name: 'hash-seed', engineArgs: ['--event-format', 'mooncake', '--hash-seed', '7'], eventFormat: 'Mooncake', action: 'distrust', expect: 'alarm' },
+  {
+    name: 'hash-seed',
+    engineArgs: ['--event-format', 'mooncake', '--hash-seed', '7'],
+    eventFormat: 'Mooncake',
+    action: 'distrust',
+    expect: 'alarm',
+  },
   { name: 'template', engineArgs: [], model: 'template', action: 'resync', expect: 'alarm' },
 ];
 
@@ -85,13 +91,28 @@ async function ask(r: RouterHandle, q: string): Promise<{ status: number; cached
   const res = await request(`${r.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }] }),
+    body: JSON.stringify({
+      model: MODEL,
+      max_tokens: 2,
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: q },
+      ],
+    }),
   });
   const body = (await res.body.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } } };
   return { status: res.statusCode, cached: body.usage?.prompt_tokens_details?.cached_tokens ?? -1 };
 }
 
-async function health(r: RouterHandle): Promise<{ hit_predictions: { alarms: Array<{ instance: string; message: string; distrusted: boolean }>; instances: Record<string, Record<string, number>>; recent_actions: Array<{ action: string }> } }> {
+async function health(
+  r: RouterHandle,
+): Promise<{
+  hit_predictions: {
+    alarms: Array<{ instance: string; message: string; distrusted: boolean }>;
+    instances: Record<string, Record<string, number>>;
+    recent_actions: Array<{ action: string }>;
+  };
+}> {
   return (await request(`${r.url}/health`)).body.json() as never;
 }
 
@@ -113,20 +134,28 @@ describe('closed-loop hit verification', () => {
       expect(h.alarms).toEqual([]);
       expect(logs.get(c.name)!.filter((l) => l.includes('hit-prediction alarm'))).toEqual([]);
       expect(totals.agree).toBeGreaterThanOrEqual(REQUESTS - 3);
-      expect(metrics).toMatch(new RegExp(`kvrouter_hit_predictions_total\\{instance="${c.name}",verdict="agree"\\} \\d+`));
+      expect(metrics).toMatch(
+        new RegExp(`kvrouter_hit_predictions_total\\{instance="${c.name}",verdict="agree"\\} \\d+`),
+      );
       return;
     }
     // Raised within the first full window of informative requests (+2 for the cold first one and event lag).
     expect(raisedAt).toBeGreaterThan(0);
     expect(raisedAt).toBeLessThanOrEqual(WINDOW + 2);
-    const line = logs.get(c.name)!.find((l) => l.includes("hit-prediction alarm:"))!;
-    expect(line).toMatch(new RegExp(`instance ${c.name}: predicted [\\d,]+ cached tokens, engine reported [\\d,]+ in \\d+ of ${WINDOW} requests: .*check `));
+    const line = logs.get(c.name)!.find((l) => l.includes('hit-prediction alarm:'))!;
+    expect(line).toMatch(
+      new RegExp(
+        `instance ${c.name}: predicted [\\d,]+ cached tokens, engine reported [\\d,]+ in \\d+ of ${WINDOW} requests: .*check `,
+      ),
+    );
     expect(r.feedback.actions[0].action).toBe(c.action);
     expect(h.recent_actions[0].action).toBe(c.action);
     if (c.action === 'distrust') {
       expect(h.alarms[0]).toMatchObject({ instance: c.name, distrusted: true });
       expect(r.scheduler.distrusted.has(c.name)).toBe(true);
-      expect(metrics).toMatch(new RegExp(`kvrouter_hit_prediction_alarm\\{instance="${c.name}",direction="(over|under)"\\} 1`));
+      expect(metrics).toMatch(
+        new RegExp(`kvrouter_hit_prediction_alarm\\{instance="${c.name}",direction="(over|under)"\\} 1`),
+      );
     }
     if (c.action === 'resync') expect(line).toMatch(/re-synced: purged its \d+ indexed block\(s\)/);
     if (c.action === 'warn') expect(line).toMatch(/warning only/);

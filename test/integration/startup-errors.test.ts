@@ -35,15 +35,48 @@ function expectOneLine(r: { code: number | null; stderr: string }, pattern: RegE
 
 describe('a taken port is one clear line and a non-zero exit', () => {
   it('kvrouter serve: the router port names server.port', async () => {
-    const r = await runCli(['serve', '--config', 'router.example.yaml', '--no-watch', '--port', String(taken), '--set', 'engine_sim.count=0', '--set', 'models.0.instances.0.id=a', '--set', 'models.0.instances.0.url=http://127.0.0.1:1']);
-    expectOneLine(r, new RegExp(`^kvrouter serve: cannot listen on 127\\.0\\.0\\.1:${taken} for the router HTTP server: it is already in use; set server\\.port`));
+    const r = await runCli([
+      'serve',
+      '--config',
+      'router.example.yaml',
+      '--no-watch',
+      '--port',
+      String(taken),
+      '--set',
+      'engine_sim.count=0',
+      '--set',
+      'models.0.instances.0.id=a',
+      '--set',
+      'models.0.instances.0.url=http://127.0.0.1:1',
+    ]);
+    expectOneLine(
+      r,
+      new RegExp(
+        `^kvrouter serve: cannot listen on 127\\.0\\.0\\.1:${taken} for the router HTTP server: it is already in use; set server\\.port`,
+      ),
+    );
   });
 
   it('kvrouter serve: an embedded engine port names engine_sim.port', async () => {
     // Engine 1 of two takes port + 1: hold that one. Engine 0's port, one below, must be free; on a
     // shared machine another process may hold it, and then the run is tried with another port.
     for (let attempt = 1; ; attempt++) {
-      const r = await runCli(['serve', '--config', 'router.example.yaml', '--no-watch', '--port', '0', '--set', 'engine_sim.count=2', '--set', `engine_sim.port=${taken - 1}`, '--set', 'engine_sim.zmq_port=0', '--set', 'engine_sim.replay_port=0']);
+      const r = await runCli([
+        'serve',
+        '--config',
+        'router.example.yaml',
+        '--no-watch',
+        '--port',
+        '0',
+        '--set',
+        'engine_sim.count=2',
+        '--set',
+        `engine_sim.port=${taken - 1}`,
+        '--set',
+        'engine_sim.zmq_port=0',
+        '--set',
+        'engine_sim.replay_port=0',
+      ]);
       if (attempt < 4 && r.stderr.includes(`127.0.0.1:${taken - 1} `)) {
         await new Promise<void>((res) => holder.close(() => res()));
         holder = createServer();
@@ -51,23 +84,48 @@ describe('a taken port is one clear line and a non-zero exit', () => {
         taken = (holder.address() as { port: number }).port;
         continue;
       }
-      expectOneLine(r, new RegExp(`^kvrouter serve: cannot listen on 127\\.0\\.0\\.1:${taken} for the simulated engine's HTTP server: it is already in use; set engine_sim\\.port`));
+      expectOneLine(
+        r,
+        new RegExp(
+          `^kvrouter serve: cannot listen on 127\\.0\\.0\\.1:${taken} for the simulated engine's HTTP server: it is already in use; set engine_sim\\.port`,
+        ),
+      );
       return;
     }
   });
 
   it('kvrouter engine-sim: HTTP and ZMQ ports name their flags', async () => {
     const http = await runCli(['engine-sim', '--port', String(taken), '--zmq-port', '0', '--replay-port', '0']);
-    expectOneLine(http, new RegExp(`^kvrouter engine-sim: cannot listen on 127\\.0\\.0\\.1:${taken} .*HTTP server: it is already in use; set --port`));
+    expectOneLine(
+      http,
+      new RegExp(
+        `^kvrouter engine-sim: cannot listen on 127\\.0\\.0\\.1:${taken} .*HTTP server: it is already in use; set --port`,
+      ),
+    );
     const zmq = await runCli(['engine-sim', '--port', '0', '--zmq-port', String(taken), '--replay-port', '0']);
-    expectOneLine(zmq, new RegExp(`^kvrouter engine-sim: cannot listen on tcp://127\\.0\\.0\\.1:${taken} .*PUB socket: it is already in use; set --zmq-port`));
+    expectOneLine(
+      zmq,
+      new RegExp(
+        `^kvrouter engine-sim: cannot listen on tcp://127\\.0\\.0\\.1:${taken} .*PUB socket: it is already in use; set --zmq-port`,
+      ),
+    );
     const replay = await runCli(['engine-sim', '--port', '0', '--zmq-port', '0', '--replay-port', String(taken)]);
-    expectOneLine(replay, new RegExp(`^kvrouter engine-sim: cannot listen on tcp://127\\.0\\.0\\.1:${taken} .*replay socket: it is already in use; set --replay-port`));
+    expectOneLine(
+      replay,
+      new RegExp(
+        `^kvrouter engine-sim: cannot listen on tcp://127\\.0\\.0\\.1:${taken} .*replay socket: it is already in use; set --replay-port`,
+      ),
+    );
   });
 
   it('kvrouter indexer: the port names --port', async () => {
     const r = await runCli(['indexer', '--port', String(taken)]);
-    expectOneLine(r, new RegExp(`^kvrouter indexer: cannot listen on 127\\.0\\.0\\.1:${taken} for the indexer HTTP server: it is already in use; set --port`));
+    expectOneLine(
+      r,
+      new RegExp(
+        `^kvrouter indexer: cannot listen on 127\\.0\\.0\\.1:${taken} for the indexer HTTP server: it is already in use; set --port`,
+      ),
+    );
   });
 
   it('a bad config names the file and each bad key, without a stack', async () => {

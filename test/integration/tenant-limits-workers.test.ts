@@ -36,7 +36,13 @@ models:
 `;
 
 const headers = (key: string) => ({ 'content-type': 'application/json', authorization: `Bearer ${key}` });
-const slow = (i: number) => JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `hold the slot ${i}` }], max_tokens: 4000, stream: true });
+const slow = (i: number) =>
+  JSON.stringify({
+    model: MODEL,
+    messages: [{ role: 'user', content: `hold the slot ${i}` }],
+    max_tokens: 4000,
+    stream: true,
+  });
 const small = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
 
 const connect = (): Client => {
@@ -84,9 +90,14 @@ const drop = (r: Dispatcher.ResponseData) => {
 beforeAll(async () => {
   const file = join(mkdtempSync(join(tmpdir(), 'kvr-limits-')), 'r.yaml');
   writeFileSync(file, config);
-  router = await spawnCli(['serve', '--config', file, '--workers', '2'], /kvrouter listening on \S+ \(2 router processes\)/);
+  router = await spawnCli(
+    ['serve', '--config', file, '--workers', '2'],
+    /kvrouter listening on \S+ \(2 router processes\)/,
+  );
   base = /listening on (http:\/\/\S+) \(2/.exec(router.lines.find((l) => l.includes('router processes'))!)![1];
-  const health = (await (await fetch(`${base}/health`)).json()) as { models: Array<{ instances: Array<{ url: string }> }> };
+  const health = (await (await fetch(`${base}/health`)).json()) as {
+    models: Array<{ instances: Array<{ url: string }> }>;
+  };
   engines = health.models[0].instances.map((i) => i.url);
   expect(engines).toHaveLength(2);
 }, 180_000);
@@ -101,21 +112,37 @@ describe("a tenant's concurrency cap over serve --workers 2", () => {
     const [a, b] = await connectionsEach(15);
     // Three bursts: the race it closes was lost in about nine of ten bursts (docs/scale-out.md).
     for (let burst = 0; burst < 3; burst++) {
-      const res = await Promise.all([...a, ...b].map((c, i) => c.request({ method: 'POST', path: '/v1/chat/completions', headers: headers(DUO), body: slow(30 * burst + i) })));
+      const res = await Promise.all(
+        [...a, ...b].map((c, i) =>
+          c.request({
+            method: 'POST',
+            path: '/v1/chat/completions',
+            headers: headers(DUO),
+            body: slow(30 * burst + i),
+          }),
+        ),
+      );
       const admitted = res.filter((r) => r.statusCode === 200);
       const refused = res.filter((r) => r.statusCode === 429);
-      const codes = await Promise.all(refused.map(async (r) => (JSON.parse(await r.body.text()) as { error: { code: string } }).error.code));
+      const codes = await Promise.all(
+        refused.map(async (r) => (JSON.parse(await r.body.text()) as { error: { code: string } }).error.code),
+      );
       try {
         expect(admitted, `burst ${burst}`).toHaveLength(LIMIT);
         expect(refused).toHaveLength(30 - LIMIT);
         expect(new Set(codes)).toEqual(new Set(['concurrency_limit_exceeded']));
         // At the engines: the admitted streams, and never more.
         let most = 0;
-        await waitFor('the engines hold the admitted requests', async () => {
-          const n = await atEngines();
-          most = Math.max(most, n);
-          return n === LIMIT;
-        }, 30_000, 50);
+        await waitFor(
+          'the engines hold the admitted requests',
+          async () => {
+            const n = await atEngines();
+            most = Math.max(most, n);
+            return n === LIMIT;
+          },
+          30_000,
+          50,
+        );
         expect(most).toBe(LIMIT);
       } finally {
         for (const r of admitted) drop(r);
@@ -132,10 +159,19 @@ describe("a tenant's concurrency cap over serve --workers 2", () => {
 
   it('gives back the slots of a router process that dies', async () => {
     const [a, b] = await connectionsEach(1);
-    const held = await Promise.all([a[0], b[0]].map((c, i) => c.request({ method: 'POST', path: '/v1/chat/completions', headers: headers(DUO), body: slow(100 + i) })));
+    const held = await Promise.all(
+      [a[0], b[0]].map((c, i) =>
+        c.request({ method: 'POST', path: '/v1/chat/completions', headers: headers(DUO), body: slow(100 + i) }),
+      ),
+    );
     try {
       expect(held.map((r) => r.statusCode)).toEqual([200, 200]);
-      const over = await connect().request({ method: 'POST', path: '/v1/chat/completions', headers: headers(DUO), body: small });
+      const over = await connect().request({
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: headers(DUO),
+        body: small,
+      });
       expect(over.statusCode).toBe(429);
       await over.body.text();
       // One of the two holders goes (SIGKILL: nothing of it runs to give its slot back).
@@ -149,19 +185,44 @@ describe("a tenant's concurrency cap over serve --workers 2", () => {
       expect(victim).toBeGreaterThan(0);
       process.kill(victim, 'SIGKILL');
       // New connections go to the survivor once the primary has seen the exit.
-      await waitFor('the primary sees the exit', () => router.lines.some((l) => /^router process \d+ exited/.test(l)), 30_000, 50);
+      await waitFor(
+        'the primary sees the exit',
+        () => router.lines.some((l) => /^router process \d+ exited/.test(l)),
+        30_000,
+        50,
+      );
       // Its slot is free at once: the tenant holds one (the survivor's stream), so one more is admitted.
-      const next = await waitFor('the tenant is admitted again', async () => {
-        const r = await connect().request({ method: 'POST', path: '/v1/chat/completions', headers: headers(DUO), body: slow(200) });
-        if (r.statusCode === 200) return r;
-        await r.body.text();
-        return undefined;
-      }, 60_000, 100);
+      const next = await waitFor(
+        'the tenant is admitted again',
+        async () => {
+          const r = await connect().request({
+            method: 'POST',
+            path: '/v1/chat/completions',
+            headers: headers(DUO),
+            body: slow(200),
+          });
+          if (r.statusCode === 200) return r;
+          await r.body.text();
+          return undefined;
+        },
+        60_000,
+        100,
+      );
       held.push(next);
       // While the survivor's stream still runs (its slot was not what came back): two at the engines.
-      await waitFor('the survivor and the new stream at the engines', async () => (await atEngines()) === LIMIT, 30_000, 50);
+      await waitFor(
+        'the survivor and the new stream at the engines',
+        async () => (await atEngines()) === LIMIT,
+        30_000,
+        50,
+      );
       // And the cap still holds: the survivor's stream and this one.
-      const third = await connect().request({ method: 'POST', path: '/v1/chat/completions', headers: headers(DUO), body: small });
+      const third = await connect().request({
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: headers(DUO),
+        body: small,
+      });
       await third.body.text();
       expect(third.statusCode).toBe(429);
     } finally {

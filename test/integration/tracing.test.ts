@@ -68,7 +68,12 @@ beforeAll(async () => {
     req.on('end', () => {
       if (typeof req.headers['x-collector-token'] === 'string') collectorTokens.add(req.headers['x-collector-token']);
       if (req.url === '/v1/traces' && String(req.headers['content-type']).includes('json')) {
-        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceSpans: Array<{ resource: { attributes: Array<{ key: string; value: OtlpValue }> }; scopeSpans: Array<{ spans: OtlpSpan[] }> }> };
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+          resourceSpans: Array<{
+            resource: { attributes: Array<{ key: string; value: OtlpValue }> };
+            scopeSpans: Array<{ spans: OtlpSpan[] }>;
+          }>;
+        };
         for (const rs of body.resourceSpans) {
           resources.push(Object.fromEntries(rs.resource.attributes.map((a) => [a.key, a.value.stringValue])));
           for (const ss of rs.scopeSpans) spans.push(...ss.spans);
@@ -80,7 +85,9 @@ beforeAll(async () => {
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/v1/traces`;
   engine = await startEngineProc(['--speedup', '10']);
-  traced = await routerWith(`tracing: { enabled: true, endpoint: "${receiverUrl}", batch_delay_ms: 50, service_name: kvrouter-test, headers: ["x-collector-token: t0ken"] }`);
+  traced = await routerWith(
+    `tracing: { enabled: true, endpoint: "${receiverUrl}", batch_delay_ms: 50, service_name: kvrouter-test, headers: ["x-collector-token: t0ken"] }`,
+  );
   plain = await routerWith('');
 });
 
@@ -91,24 +98,41 @@ afterAll(async () => {
   await new Promise((r) => receiver?.close(r));
 });
 
-async function chat(url: string, headers: Record<string, string>, q: string): Promise<{ status: number; engineTraceparent: string | undefined }> {
+async function chat(
+  url: string,
+  headers: Record<string, string>,
+  q: string,
+): Promise<{ status: number; engineTraceparent: string | undefined }> {
   const res = await request(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
-    body: JSON.stringify({ model: MODEL, max_tokens: 3, stream: true, messages: [{ role: 'system', content: 'You are terse. '.repeat(20) }, { role: 'user', content: q }] }),
+    body: JSON.stringify({
+      model: MODEL,
+      max_tokens: 3,
+      stream: true,
+      messages: [
+        { role: 'system', content: 'You are terse. '.repeat(20) },
+        { role: 'user', content: q },
+      ],
+    }),
   });
   await res.body.text();
   const tp = res.headers['x-engine-traceparent'];
   return { status: res.statusCode, engineTraceparent: typeof tp === 'string' ? tp : undefined };
 }
 
-const traceOf = (traceId: string, n: number) => waitFor(`${n} spans of trace ${traceId}`, () => {
-  const mine = spans.filter((s) => s.traceId === traceId);
-  return mine.length >= n ? mine : undefined;
-}, 20_000);
+const traceOf = (traceId: string, n: number) =>
+  waitFor(
+    `${n} spans of trace ${traceId}`,
+    () => {
+      const mine = spans.filter((s) => s.traceId === traceId);
+      return mine.length >= n ? mine : undefined;
+    },
+    20_000,
+  );
 
 describe('OpenTelemetry traces', () => {
-  it('continue the client\'s trace: request, tokenize, route and upstream spans, and the engine gets the upstream span as parent', async () => {
+  it("continue the client's trace: request, tokenize, route and upstream spans, and the engine gets the upstream span as parent", async () => {
     const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
     const parent = '00f067aa0ba902b7';
     const r = await chat(traced.url, { traceparent: `00-${traceId}-${parent}-01` }, 'Which crane is free?');
@@ -120,7 +144,8 @@ describe('OpenTelemetry traces', () => {
     expect(root.kind).toBe(2); // SERVER
     expect(attr(root, 'gen_ai.request.model')).toBe(MODEL);
     expect(attr(root, 'http.response.status_code')).toBe(200);
-    for (const name of ['tokenize', 'route', 'upstream']) expect(byName.get(name)?.parentSpanId, name).toBe(root.spanId);
+    for (const name of ['tokenize', 'route', 'upstream'])
+      expect(byName.get(name)?.parentSpanId, name).toBe(root.spanId);
     const route = byName.get('route')!;
     expect(attr(route, 'kvrouter.policy')).toBe('kv');
     expect(attr(route, 'kvrouter.instance')).toBe('e0');
@@ -128,7 +153,9 @@ describe('OpenTelemetry traces', () => {
     expect(attr(route, 'kvrouter.overlap.gpu_tokens')).toBe(0);
     expect(typeof attr(route, 'kvrouter.cost')).toBe('number');
     expect(Number(attr(route, 'gen_ai.usage.input_tokens'))).toBeGreaterThan(40);
-    expect(Number(attr(byName.get('tokenize')!, 'gen_ai.usage.input_tokens'))).toBe(attr(route, 'gen_ai.usage.input_tokens'));
+    expect(Number(attr(byName.get('tokenize')!, 'gen_ai.usage.input_tokens'))).toBe(
+      attr(route, 'gen_ai.usage.input_tokens'),
+    );
     const upstream = byName.get('upstream')!;
     expect(upstream.kind).toBe(3); // CLIENT
     expect(upstream.events?.map((e) => e.name)).toContain('first_token');
@@ -141,7 +168,17 @@ describe('OpenTelemetry traces', () => {
 
   it('a second request with the same prefix shows the cached overlap on its route span; no traceparent starts a new trace', async () => {
     await waitFor('blocks indexed', async () => {
-      const res = await request(`${traced.url}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'system', content: 'You are terse. '.repeat(20) }, { role: 'user', content: 'x' }] }) });
+      const res = await request(`${traced.url}/debug/route`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [
+            { role: 'system', content: 'You are terse. '.repeat(20) },
+            { role: 'user', content: 'x' },
+          ],
+        }),
+      });
       const b = (await res.body.json()) as { candidates?: Array<{ overlap_tokens?: number | { gpu: number } }> };
       const o = b.candidates?.[0]?.overlap_tokens;
       return (typeof o === 'number' ? o : (o?.gpu ?? 0)) > 0;
@@ -166,7 +203,7 @@ describe('OpenTelemetry traces', () => {
     expect(spans.filter((s) => s.traceId === traceId)).toEqual([]);
   });
 
-  it('with tracing off, a client\'s traceparent passes through to the engine unchanged', async () => {
+  it("with tracing off, a client's traceparent passes through to the engine unchanged", async () => {
     const tp = '00-cccc2f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const r = await chat(plain.url, { traceparent: tp, tracestate: 'vendor=1' }, 'Plain?');
     expect(r.status).toBe(200);

@@ -41,7 +41,12 @@ afterEach(async () => {
 
 function subscriber(endpoint: string, topic: string, opts: ConstructorParameters<typeof ZmtpSubscriber>[3] = {}) {
   const { h, log } = recorder();
-  const sub = new ZmtpSubscriber(endpoint, [topic], h, { reconnectMs: 20, reconnectMaxMs: 200, heartbeatMs: 0, ...opts });
+  const sub = new ZmtpSubscriber(endpoint, [topic], h, {
+    reconnectMs: 20,
+    reconnectMaxMs: 200,
+    heartbeatMs: 0,
+    ...opts,
+  });
   sub.start();
   cleanups.push(() => sub.close());
   return { sub, log };
@@ -167,7 +172,13 @@ describe('SUB client choice', () => {
     ] as const) {
       const pub = await publisher(endpoint);
       const { h, log } = recorder();
-      const sub = openSubscriber('auto', endpoint, '', { reconnectMs: 20, reconnectMaxMs: 200, heartbeatMs: 0, receiveHwm: 1000, maxMessageBytes: 1 << 20 }, h);
+      const sub = openSubscriber(
+        'auto',
+        endpoint,
+        '',
+        { reconnectMs: 20, reconnectMaxMs: 200, heartbeatMs: 0, receiveHwm: 1000, maxMessageBytes: 1 << 20 },
+        h,
+      );
       cleanups.push(() => sub.close());
       expect(sub.client).toBe(expected);
       await joined(pub, log);
@@ -185,7 +196,9 @@ describe('ZMTP subscriber against scripted peers', () => {
       s.on('data', () => {}); // swallows PINGs, never answers
     });
     const { log } = subscriber(endpoint, '', { heartbeatMs: 40 });
-    await waitFor('heartbeat timeout', () => log.events.some((e) => e.startsWith('disconnected: no data or heartbeat')));
+    await waitFor('heartbeat timeout', () =>
+      log.events.some((e) => e.startsWith('disconnected: no data or heartbeat')),
+    );
     expect(log.events[0]).toBe('connected');
   });
 
@@ -205,14 +218,19 @@ describe('ZMTP subscriber against scripted peers', () => {
   it('reports why a handshake fails and keeps retrying', async () => {
     const http = await fakePeer((s) => s.end('HTTP/1.1 400 Bad Request\r\n\r\n'.padEnd(80, ' ')));
     const a = subscriber(http.endpoint, '');
-    await waitFor('two refused handshakes', () => a.log.events.filter((e) => e === 'retrying: peer is not a ZMTP endpoint (bad signature)').length >= 2);
+    await waitFor(
+      'two refused handshakes',
+      () => a.log.events.filter((e) => e === 'retrying: peer is not a ZMTP endpoint (bad signature)').length >= 2,
+    );
 
     const rep = await fakePeer((s) => {
       s.write(greeting());
       s.write(ready({ 'Socket-Type': 'REP' }));
     });
     const b = subscriber(rep.endpoint, '');
-    await waitFor('socket type refused', () => b.log.events.includes('retrying: peer socket type REP cannot feed a SUB'));
+    await waitFor('socket type refused', () =>
+      b.log.events.includes('retrying: peer socket type REP cannot feed a SUB'),
+    );
 
     const huge = await fakePeer((s) => {
       s.write(greeting());
@@ -223,7 +241,9 @@ describe('ZMTP subscriber against scripted peers', () => {
       s.write(h);
     });
     const c = subscriber(huge.endpoint, '', { maxMessageBytes: 1 << 20 });
-    await waitFor('oversize refused', () => c.log.events.includes(`disconnected: protocol: message larger than ${1 << 20} bytes`));
+    await waitFor('oversize refused', () =>
+      c.log.events.includes(`disconnected: protocol: message larger than ${1 << 20} bytes`),
+    );
     expect(c.log.messages).toEqual([]);
   });
 
@@ -232,10 +252,14 @@ describe('ZMTP subscriber against scripted peers', () => {
     expect(parseEndpoint('tcp://[::1]:5557')).toEqual({ host: '::1', port: 5557 });
     expect(parseEndpoint('tcp://engine-0.svc:5557')).toEqual({ host: 'engine-0.svc', port: 5557 });
     expect(parseEndpoint('ipc:///tmp/kv.sock')).toEqual({ path: '/tmp/kv.sock' });
-    expect(parseEndpoint('tcp://*:5557')).toEqual({ error: "tcp://*:5557 is a bind address; connect to the publisher's host" });
+    expect(parseEndpoint('tcp://*:5557')).toEqual({
+      error: "tcp://*:5557 is a bind address; connect to the publisher's host",
+    });
     expect('error' in parseEndpoint('inproc://x')).toBe(true);
     expect('error' in parseEndpoint('tcp://h:0')).toBe(true);
-    expect(parseEndpoint('ipc://@kv-events')).toEqual({ error: 'ipc://@kv-events is an abstract socket (use zmq_client: libzmq)' });
+    expect(parseEndpoint('ipc://@kv-events')).toEqual({
+      error: 'ipc://@kv-events is an abstract socket (use zmq_client: libzmq)',
+    });
     expect('error' in parseEndpoint('tcp://10.0.0.1;10.0.0.2:5557')).toBe(true); // libzmq source;dest form
   });
 });

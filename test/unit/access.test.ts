@@ -3,7 +3,14 @@
 import { describe, expect, it } from 'vitest';
 import { Access, sha256Hex, type TenantSpec } from '../../src/auth/access.js';
 
-const tenant = (id: string, key: string, over: Partial<TenantSpec> = {}): TenantSpec => ({ id, api_keys_sha256: [sha256Hex(key)], allowed_models: ['*'], rate_limit: { requests_per_second: 0, burst: 0 }, max_concurrency: 0, ...over });
+const tenant = (id: string, key: string, over: Partial<TenantSpec> = {}): TenantSpec => ({
+  id,
+  api_keys_sha256: [sha256Hex(key)],
+  allowed_models: ['*'],
+  rate_limit: { requests_per_second: 0, burst: 0 },
+  max_concurrency: 0,
+  ...over,
+});
 const ADMIN = 'admin-token-0123456789';
 const salted = tenant('b', 'sk-b', { cache_salt: 'salt-of-b' });
 const plain = tenant('a', 'sk-a');
@@ -31,14 +38,14 @@ describe('Access.authenticate', () => {
 });
 
 describe('Access.mayTarget and saltFor', () => {
-  it('x-kvrouter-target is the admin\'s while auth is on, anyone\'s when it is off', () => {
+  it("x-kvrouter-target is the admin's while auth is on, anyone's when it is off", () => {
     expect(on.mayTarget({ kind: 'admin' })).toBe(true);
     expect(on.mayTarget({ kind: 'tenant', tenant: plain })).toBe(false);
     expect(on.mayTarget({ kind: 'anonymous' })).toBe(false);
     expect(off.mayTarget({ kind: 'anonymous' })).toBe(true);
   });
 
-  it('no one but the admin and the tenant itself runs under a tenant\'s salt', () => {
+  it("no one but the admin and the tenant itself runs under a tenant's salt", () => {
     const refused = { status: 403, code: 'cache_salt_not_allowed' };
     expect(on.saltFor({ kind: 'anonymous' }, 'salt-of-b')).toMatchObject(refused);
     expect(on.saltFor({ kind: 'tenant', tenant: plain }, 'salt-of-b')).toMatchObject(refused);

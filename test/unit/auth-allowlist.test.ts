@@ -8,18 +8,41 @@ const allowed = (host: string, allowlist: readonly string[] = DEFAULT_REGISTER_A
 
 describe('isLoopbackHost', () => {
   it('knows IPv4, IPv6 and IPv4-mapped loopback', () => {
-    for (const host of ['localhost', '127.0.0.1', '127.255.0.9', '::1', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1', '::ffff:7f00:1']) expect(isLoopbackHost(host), host).toBe(true);
+    for (const host of [
+      'localhost',
+      '127.0.0.1',
+      '127.255.0.9',
+      '::1',
+      '0:0:0:0:0:0:0:1',
+      '::ffff:127.0.0.1',
+      '::ffff:7f00:1',
+    ])
+      expect(isLoopbackHost(host), host).toBe(true);
   });
 
   it('rejects wildcard, private, mapped non-loopback and non-addresses', () => {
-    for (const host of ['0.0.0.0', '::', '10.0.0.1', '128.0.0.1', '::2', '::ffff:10.0.0.1', '::127.0.0.1', 'example.com', '127.0.0', '', 'localhost.evil.com']) expect(isLoopbackHost(host), host).toBe(false);
+    for (const host of [
+      '0.0.0.0',
+      '::',
+      '10.0.0.1',
+      '128.0.0.1',
+      '::2',
+      '::ffff:10.0.0.1',
+      '::127.0.0.1',
+      'example.com',
+      '127.0.0',
+      '',
+      'localhost.evil.com',
+    ])
+      expect(isLoopbackHost(host), host).toBe(false);
   });
 });
 
 describe('endpointAllowed', () => {
   it('allows loopback publishers by default, IPv4-mapped ones included', () => {
     for (const host of ['127.0.0.1', '::1', 'localhost', '::ffff:127.0.0.1']) expect(allowed(host), host).toBe(true);
-    for (const host of ['192.0.2.10', '::ffff:192.0.2.10', '2001:db8::1', 'example.com']) expect(allowed(host), host).toBe(false);
+    for (const host of ['192.0.2.10', '::ffff:192.0.2.10', '2001:db8::1', 'example.com'])
+      expect(allowed(host), host).toBe(false);
   });
 
   it('matches an IPv4-mapped IPv6 address against an IPv4 CIDR', () => {
@@ -67,7 +90,16 @@ describe('endpointAllowed', () => {
     expect(endpointAllowed('ipc:///run/vllm/e0.sock', ['ipc:///run/vllm/*'])).toBe(true);
     expect(endpointAllowed('ipc:///etc/x.sock', ['ipc:///run/vllm/*'])).toBe(false);
     expect(endpointAllowed('inproc://kv', ['ipc://*', 'inproc://*', '127.0.0.0/8'])).toBe(false);
-    for (const e of ['tcp://127.0.0.1', 'tcp://127.0.0.1:', 'tcp://127.0.0.1:port', 'tcp://::1:5557', 'udp://127.0.0.1:5557', 'http://127.0.0.1:5557', '127.0.0.1:5557', ''])
+    for (const e of [
+      'tcp://127.0.0.1',
+      'tcp://127.0.0.1:',
+      'tcp://127.0.0.1:port',
+      'tcp://::1:5557',
+      'udp://127.0.0.1:5557',
+      'http://127.0.0.1:5557',
+      '127.0.0.1:5557',
+      '',
+    ])
       expect(endpointAllowed(e, DEFAULT_REGISTER_ALLOWLIST), e).toBe(false);
   });
 

@@ -12,7 +12,16 @@ describe('rampFlatSteps', () => {
   });
 
   it('replays a ramp that dipped early: it runs on to its real peak', () => {
-    const steps: Array<[number, number]> = [[1, 1000], [2, 900], [4, 950], [8, 1500], [16, 1800], [32, 1790], [64, 1700], [128, 1750]];
+    const steps: Array<[number, number]> = [
+      [1, 1000],
+      [2, 900],
+      [4, 950],
+      [8, 1500],
+      [16, 1800],
+      [32, 1790],
+      [64, 1700],
+      [128, 1750],
+    ];
     let flat = 0;
     let best = 0;
     const ran: number[] = [];
@@ -31,7 +40,11 @@ describe('cpuSplitUsPerReq', () => {
   const at = (...xs: Array<[number, number]>) => xs.map(([pid, seconds]) => ({ pid, seconds }));
   it('gives each process its µs per request over the measured part of the step', () => {
     // 1,000 requests, the CPU window 1.5 times the measured part: 0.3 s of a worker = 200 µs/req.
-    expect(cpuSplitUsPerReq(at([10, 1], [11, 2], [12, 3]), at([10, 1.003], [11, 2.3], [12, 3.015]), 1000, 1.5)!.map((x) => +x.toFixed(3))).toEqual([2, 200, 10]);
+    expect(
+      cpuSplitUsPerReq(at([10, 1], [11, 2], [12, 3]), at([10, 1.003], [11, 2.3], [12, 3.015]), 1000, 1.5)!.map(
+        (x) => +x.toFixed(3),
+      ),
+    ).toEqual([2, 200, 10]);
   });
   it('is null when the processes changed between the readings, or nothing completed', () => {
     expect(cpuSplitUsPerReq(at([10, 1], [11, 2]), at([10, 1.1], [13, 0.1]), 1000, 1)).toBeNull();
@@ -42,7 +55,16 @@ describe('cpuSplitUsPerReq', () => {
 });
 
 describe('busyCores', () => {
-  const step = (over: Partial<Step>): Step => ({ concurrency: 16, rps: 4000, latencyMs: { n: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 }, errors: 0, proxyCpuUsPerReq: 200, loadgenCores: 0.4, upstreamCpuUsPerReq: 60, ...over });
+  const step = (over: Partial<Step>): Step => ({
+    concurrency: 16,
+    rps: 4000,
+    latencyMs: { n: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 },
+    errors: 0,
+    proxyCpuUsPerReq: 200,
+    loadgenCores: 0.4,
+    upstreamCpuUsPerReq: 60,
+    ...over,
+  });
   it('adds the proxy, the upstreams (per request, at the step rate) and the load generator', () => {
     // 4,000 req/s x (200 + 60) µs = 1.04 cores, + 0.4 of the load generator.
     expect(busyCores(step({}))).toBeCloseTo(1.44, 10);

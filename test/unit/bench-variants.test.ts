@@ -4,8 +4,12 @@ import { routerYaml } from '../../src/bench/procs/router.js';
 import { loadConfigText } from '../../src/config/load.js';
 
 describe('bench cluster variants', () => {
-  it('inline routing keys replace the base variant\'s lines; bad keys are refused', () => {
-    expect(variant('kv-blocks[overlap_weight=2,medium_weights.cpu=0.5]').routingYaml).toEqual(['  cost_model: blocks', '  overlap_weight: 2', '  medium_weights: { cpu: 0.5 }']);
+  it("inline routing keys replace the base variant's lines; bad keys are refused", () => {
+    expect(variant('kv-blocks[overlap_weight=2,medium_weights.cpu=0.5]').routingYaml).toEqual([
+      '  cost_model: blocks',
+      '  overlap_weight: 2',
+      '  medium_weights: { cpu: 0.5 }',
+    ]);
     expect(() => variant('kv[no_such_key=1]')).toThrow(/not routing_key=value/);
     expect(() => variant('kv[uncached_token_threshold=1]')).toThrow(/not routing_key=value/);
   });
@@ -27,7 +31,11 @@ describe('bench cluster variants', () => {
       ],
     });
     const cfg = loadConfigText(yaml, 'bench');
-    expect(cfg.models[0].disaggregation).toMatchObject({ protocol: 'vllm', bypass: true, uncached_token_threshold: 1024 });
+    expect(cfg.models[0].disaggregation).toMatchObject({
+      protocol: 'vllm',
+      bypass: true,
+      uncached_token_threshold: 1024,
+    });
     expect(cfg.models[0].instances.map((i) => i.role)).toEqual(['prefill', 'decode']);
     expect(variant('pd-no-bypass').pd).toEqual({ bypass: false });
   });
@@ -42,7 +50,13 @@ describe('bench cluster variants', () => {
         policy: v.policy,
         routingYaml: v.routingYaml,
         extraYaml: v.extraYaml,
-        instances: [{ id: 'e0', url: 'http://127.0.0.1:1', ...(v.kvEvents ? { kvEvents: { endpoint: 'tcp://127.0.0.1:2', replay: 'tcp://127.0.0.1:3' } } : {}) }],
+        instances: [
+          {
+            id: 'e0',
+            url: 'http://127.0.0.1:1',
+            ...(v.kvEvents ? { kvEvents: { endpoint: 'tcp://127.0.0.1:2', replay: 'tcp://127.0.0.1:3' } } : {}),
+          },
+        ],
       });
       const cfg = loadConfigText(yaml, 'bench');
       expect(cfg.routing.policy).toBe(name);
@@ -50,7 +64,8 @@ describe('bench cluster variants', () => {
       // reads them (every 50 ms, stale after 2 s), for the profiles that score them.
       expect([name, v.kvEvents]).toEqual([name, ['dynamo', 'llm-d', 'vllm-router'].includes(name)]);
       expect([name, cfg.engine_metrics.scrape]).toEqual([name, ['gie', 'llm-d'].includes(name)]);
-      if (cfg.engine_metrics.scrape) expect([cfg.engine_metrics.interval_ms, cfg.engine_metrics.stale_ms]).toEqual([50, 2000]);
+      if (cfg.engine_metrics.scrape)
+        expect([cfg.engine_metrics.interval_ms, cfg.engine_metrics.stale_ms]).toEqual([50, 2000]);
     }
   });
 });

@@ -128,7 +128,9 @@ describe('BlockIndex equals a reference model on random event sequences', () => 
         const q = pick(prompts).slice(0, 1 + Math.floor(rnd() * 8));
         const got = idx.query(BigUint64Array.from(q), now);
         const want = ref.query(q, now);
-        const gotMap = Object.fromEntries(got.candidates.map((c) => [`${c.instance}/${c.dpRank}`, [c.device, c.host, c.disk]]));
+        const gotMap = Object.fromEntries(
+          got.candidates.map((c) => [`${c.instance}/${c.dpRank}`, [c.device, c.host, c.disk]]),
+        );
         expect({ step, out: gotMap, shared: got.sharedBlocks }).toEqual({ step, out: want.out, shared: want.shared });
       }
       // Everything removed -> the index is empty.

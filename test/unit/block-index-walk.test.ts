@@ -32,7 +32,12 @@ interface Internals {
   cands: Array<{ instance: string; dpRank: number }>;
 }
 
-function oracleQuery(index: BlockIndex, seq: BigUint64Array, now: number, limitInstances?: ReadonlySet<string>): OverlapResult {
+function oracleQuery(
+  index: BlockIndex,
+  seq: BigUint64Array,
+  now: number,
+  limitInstances?: ReadonlySet<string>,
+): OverlapResult {
   const { table, rec, recExp, hCand, hBit, hSpec, cands } = index as unknown as Internals;
   const sv = new Int32Array(seq.buffer, seq.byteOffset, seq.length * 2);
   const n = seq.length;
@@ -116,7 +121,13 @@ function oracleQuery(index: BlockIndex, seq: BigUint64Array, now: number, limitI
     if (qHost[c] === EXT) qHost[c] = done;
     if (qDisk[c] === EXT) qDisk[c] = done;
   }
-  const candidates = touched.map((c) => ({ instance: cands[c].instance, dpRank: cands[c].dpRank, device: qDev[c], host: qHost[c], disk: qDisk[c] }));
+  const candidates = touched.map((c) => ({
+    instance: cands[c].instance,
+    dpRank: cands[c].dpRank,
+    device: qDev[c],
+    host: qHost[c],
+    disk: qDisk[c],
+  }));
   return { queriedBlocks: n, candidates, sharedBlocks: shared };
 }
 
@@ -135,11 +146,19 @@ function recordOf(x: LruInternals, seq: BigUint64Array, i: number, id: number): 
   const sv = new Int32Array(seq.buffer, seq.byteOffset, seq.length * 2);
   const slot = x.table.find(sv[2 * i], sv[2 * i + 1]);
   if (slot === NONE) return NONE;
-  for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E]) if (x.rec[r * R + R_HOLDER] === id) return r;
+  for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E])
+    if (x.rec[r * R + R_HOLDER] === id) return r;
   return NONE;
 }
 
-function oracleSurviving(index: BlockIndex, instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
+function oracleSurviving(
+  index: BlockIndex,
+  instance: string,
+  dpRank: number,
+  seq: BigUint64Array,
+  depth: number,
+  allocations: number,
+): number {
   const x = index as unknown as LruInternals;
   const id = gpuHolderOf(index, instance, dpRank);
   const h = id === NONE ? null : x.holders[id];
@@ -222,13 +241,19 @@ function randomIndex(k: Knobs) {
     } else if (op < 0.6) {
       // Evictions: the deepest blocks first, or anywhere.
       const h = idx.holder(b, rank, medium);
-      const gone = rnd() < 0.5 ? prompt.slice(prompt.length - 1 - int(prompt.length)) : prompt.filter(() => rnd() < 0.2);
+      const gone =
+        rnd() < 0.5 ? prompt.slice(prompt.length - 1 - int(prompt.length)) : prompt.filter(() => rnd() < 0.2);
       idx.remove(h, BigUint64Array.from(dual.has(b) ? gone.map((x) => x ^ ENGINE_XOR) : gone));
     } else if (op < 0.78) {
       // A booking: the routed prompt's prefix, speculative until it expires.
       const inst = pick(instances);
       const to = 1 + int(prompt.length);
-      idx.store(idx.speculativeHolder(inst, int(2), pick([50, 2000])), BigUint64Array.from(prompt.slice(0, to)), null, now + 1 + int(60));
+      idx.store(
+        idx.speculativeHolder(inst, int(2), pick([50, 2000])),
+        BigUint64Array.from(prompt.slice(0, to)),
+        null,
+        now + 1 + int(60),
+      );
     } else if (op < 0.82) {
       idx.clearHolder(idx.holder(b, rank, medium));
     } else if (op < 0.84) {
@@ -256,13 +281,20 @@ function queries(k: Knobs): Array<{ got: unknown; want: unknown }> {
     const limit = rnd() < 0.5 ? undefined : new Set(instances.filter(() => rnd() < 0.6));
     out.push({ got: idx.query(seq, at, limit), want: oracleQuery(idx, seq, at, limit) });
     // The scheduler's entry: a list of (instance, dp rank), in its order, duplicates allowed.
-    const cands = Array.from({ length: int(8) }, () => ({ instance: rnd() < 0.9 ? instances[int(instances.length)] : 'nobody', dpRank: int(2) }));
+    const cands = Array.from({ length: int(8) }, () => ({
+      instance: rnd() < 0.9 ? instances[int(instances.length)] : 'nobody',
+      dpRank: int(2),
+    }));
     const o = idx.overlapsFor(seq, at, cands);
     const ref = oracleQuery(idx, seq, at, new Set(cands.map((c) => c.instance)));
-    const per = (c: { instance: string; dpRank: number }) => ref.candidates.find((x) => x.instance === c.instance && x.dpRank === c.dpRank);
+    const per = (c: { instance: string; dpRank: number }) =>
+      ref.candidates.find((x) => x.instance === c.instance && x.dpRank === c.dpRank);
     out.push({
       got: { shared: o.shared, lists: cands.map((_, j) => [o.device[j], o.host[j], o.disk[j]]) },
-      want: { shared: ref.sharedBlocks, lists: cands.map((c) => [per(c)?.device ?? 0, per(c)?.host ?? 0, per(c)?.disk ?? 0]) },
+      want: {
+        shared: ref.sharedBlocks,
+        lists: cands.map((c) => [per(c)?.device ?? 0, per(c)?.host ?? 0, per(c)?.disk ?? 0]),
+      },
     });
   }
   return out;
@@ -373,7 +405,13 @@ describe('the predicted walk answers exactly as the block-by-block walk (issue 4
             }
           }
           if (rnd() < 0.1) idx.remove(h, BigUint64Array.of(prompt[int(depth)])); // a gap
-          if (rnd() < 0.1) idx.store(idx.speculativeHolder(`i${f}`, 0, 2000), BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length))), null, 1 + int(10));
+          if (rnd() < 0.1)
+            idx.store(
+              idx.speculativeHolder(`i${f}`, 0, 2000),
+              BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length))),
+              null,
+              1 + int(10),
+            );
         }
         for (let q = 0; q < 4; q++) {
           const seq = BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length)));

@@ -4,7 +4,9 @@ import { U64Table } from '../../src/indexer/u64-table.js';
 
 const H = (...xs: Array<number | bigint>) => BigUint64Array.from(xs.map((x) => BigInt(x)));
 const overlap = (idx: BlockIndex, q: BigUint64Array, now = 0) =>
-  Object.fromEntries(idx.query(q, now).candidates.map((c) => [`${c.instance}/${c.dpRank}`, [c.device, c.host, c.disk]]));
+  Object.fromEntries(
+    idx.query(q, now).candidates.map((c) => [`${c.instance}/${c.dpRank}`, [c.device, c.host, c.disk]]),
+  );
 
 describe('U64Table', () => {
   it('inserts, finds, and deletes with backward shift across growth', () => {
@@ -18,7 +20,9 @@ describe('U64Table', () => {
     });
     expect(t.size).toBe(5000);
     expect(t.insert(keys[9][0], keys[9][1]) >= 0 && t.created).toBe(false);
-    keys.forEach(([lo, hi], i) => { expect(t.data[t.find(lo, hi) * 4 + 3]).toBe(i); });
+    keys.forEach(([lo, hi], i) => {
+      expect(t.data[t.find(lo, hi) * 4 + 3]).toBe(i);
+    });
     for (let i = 0; i < 5000; i += 2) t.removeSlot(t.find(keys[i][0], keys[i][1]));
     expect(t.size).toBe(2500);
     keys.forEach(([lo, hi], i) => {

@@ -3,7 +3,14 @@
 import { describe, expectTypeOf, it } from 'vitest';
 import type { ClusterConfig } from '../../src/cluster/config.js';
 import type { TenantSpec } from '../../src/auth/access.js';
-import type { InstanceConfig, ModelConfig, PolicyName, RouterConfig, RoutingConfig, TenantConfig } from '../../src/config/schema.js';
+import type {
+  InstanceConfig,
+  ModelConfig,
+  PolicyName,
+  RouterConfig,
+  RoutingConfig,
+  TenantConfig,
+} from '../../src/config/schema.js';
 import type { KvEventsConfig } from '../../src/events/config.js';
 
 describe('config types derived from the schema', () => {
@@ -13,8 +20,14 @@ describe('config types derived from the schema', () => {
     expectTypeOf<RouterConfig['auth']['admin_token']>().toEqualTypeOf<string | undefined>();
     expectTypeOf<RouterConfig['routing']['seed']>().toEqualTypeOf<number | undefined>();
     expectTypeOf<RouterConfig['engine_sim']['event_format']>().toEqualTypeOf<'map' | 'array' | 'sglang' | 'mooncake'>();
-    expectTypeOf<RouterConfig['auth']['tenants'][number]['rate_limit']>().toEqualTypeOf<{ requests_per_second: number; burst: number }>();
-    expectTypeOf<InstanceConfig['kv_events']>().toEqualTypeOf<{ endpoint: string; type: 'vLLM' | 'SGLang' | 'LMCache' | 'Mooncake'; topic: string; replay_endpoint?: string } | undefined>();
+    expectTypeOf<RouterConfig['auth']['tenants'][number]['rate_limit']>().toEqualTypeOf<{
+      requests_per_second: number;
+      burst: number;
+    }>();
+    expectTypeOf<InstanceConfig['kv_events']>().toEqualTypeOf<
+      | { endpoint: string; type: 'vLLM' | 'SGLang' | 'LMCache' | 'Mooncake'; topic: string; replay_endpoint?: string }
+      | undefined
+    >();
     expectTypeOf<ModelConfig['aliases']>().toEqualTypeOf<string[]>();
   });
 
@@ -31,7 +44,7 @@ describe('config types derived from the schema', () => {
     expectTypeOf<RouterConfig['kv_events']>().toEqualTypeOf<KvEventsConfig>();
   });
 
-  it("matches what Access takes for a tenant (auth cannot import config: the folders would cycle)", () => {
+  it('matches what Access takes for a tenant (auth cannot import config: the folders would cycle)', () => {
     expectTypeOf<TenantConfig>().toEqualTypeOf<TenantSpec>();
   });
 });

@@ -31,16 +31,21 @@ function docs(file: string): Doc[] {
   });
 }
 
-const manifests = yamlFiles.filter((f) => f.includes('/kubernetes/')).flatMap(docs).filter((d) => d && typeof d.kind === 'string');
+const manifests = yamlFiles
+  .filter((f) => f.includes('/kubernetes/'))
+  .flatMap(docs)
+  .filter((d) => d && typeof d.kind === 'string');
 const byKind = (kind: string) => manifests.filter((d) => d.kind === kind);
 // Walk a parsed manifest without casts at every step.
-const at = (o: unknown, ...path: Array<string | number>): any => path.reduce((v: any, k) => (v === undefined || v === null ? undefined : v[k]), o);
+const at = (o: unknown, ...path: Array<string | number>): any =>
+  path.reduce((v: any, k) => (v === undefined || v === null ? undefined : v[k]), o);
 
 describe('deploy/', () => {
   it('has parseable YAML and JSON files', () => {
     expect(yamlFiles.length).toBeGreaterThanOrEqual(6);
     for (const f of yamlFiles) expect(() => docs(f), relative(ROOT, f)).not.toThrow();
-    for (const f of all.filter((x) => x.endsWith('.json'))) expect(() => JSON.parse(readFileSync(f, 'utf8')), relative(ROOT, f)).not.toThrow();
+    for (const f of all.filter((x) => x.endsWith('.json')))
+      expect(() => JSON.parse(readFileSync(f, 'utf8')), relative(ROOT, f)).not.toThrow();
   });
 
   it('ships router configurations that validate', () => {
@@ -53,7 +58,10 @@ describe('deploy/', () => {
     expect(cfg.auth.tenants.length > 0 || cfg.auth.admin_token !== undefined).toBe(true);
     expect(cfg.models[0].instances.length).toBeGreaterThan(0);
 
-    const compose = loadConfigText(readFileSync(join(DEPLOY, 'compose/router.yaml'), 'utf8'), 'deploy/compose/router.yaml');
+    const compose = loadConfigText(
+      readFileSync(join(DEPLOY, 'compose/router.yaml'), 'utf8'),
+      'deploy/compose/router.yaml',
+    );
     expect(compose.models[0].instances.map((i) => i.id)).toEqual(['engine-0', 'engine-1']);
   });
 
@@ -82,10 +90,13 @@ describe('deploy/', () => {
   });
 
   it('has a compose file with the router, NATS and two simulated engines', () => {
-    const compose = docs(join(DEPLOY, 'docker-compose.yaml'))[0] as { services: Record<string, { command?: string[]; volumes?: string[]; build?: unknown; image?: string }> };
+    const compose = docs(join(DEPLOY, 'docker-compose.yaml'))[0] as {
+      services: Record<string, { command?: string[]; volumes?: string[]; build?: unknown; image?: string }>;
+    };
     const s = compose.services;
     expect(Object.keys(s).sort()).toEqual(['engine-0', 'engine-1', 'nats', 'router']);
-    for (const e of ['engine-0', 'engine-1']) expect(s[e].command?.slice(0, 3)).toEqual(['engine-sim', '--host', '0.0.0.0']);
+    for (const e of ['engine-0', 'engine-1'])
+      expect(s[e].command?.slice(0, 3)).toEqual(['engine-sim', '--host', '0.0.0.0']);
     const [src] = s.router.volumes![0].split(':');
     expect(all).toContain(join(DEPLOY, src));
   });
@@ -109,11 +120,17 @@ describe('deploy/', () => {
   });
 
   it('has a Grafana dashboard that only uses documented metrics', () => {
-    const dash = JSON.parse(readFileSync(join(DEPLOY, 'grafana/kvrouter.json'), 'utf8')) as { panels: Array<{ type: string; targets?: Array<{ expr: string }> }> };
+    const dash = JSON.parse(readFileSync(join(DEPLOY, 'grafana/kvrouter.json'), 'utf8')) as {
+      panels: Array<{ type: string; targets?: Array<{ expr: string }> }>;
+    };
     const doc = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
     const exprs = dash.panels.flatMap((p) => p.targets ?? []).map((t) => t.expr);
     expect(exprs.length).toBeGreaterThan(20);
-    const used = new Set(exprs.flatMap((e) => [...e.matchAll(/\b((?:kvrouter|kv_events?)_[a-z0-9_]+)/g)].map((m) => m[1].replace(/_(bucket|sum|count)$/, ''))));
+    const used = new Set(
+      exprs.flatMap((e) =>
+        [...e.matchAll(/\b((?:kvrouter|kv_events?)_[a-z0-9_]+)/g)].map((m) => m[1].replace(/_(bucket|sum|count)$/, '')),
+      ),
+    );
     expect([...used].filter((m) => !doc.includes(`\`${m}\``))).toEqual([]);
   });
 });

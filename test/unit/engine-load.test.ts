@@ -20,7 +20,11 @@ describe('Prometheus text', () => {
   it('parses samples with labels (escaped quotes, timestamps) and sums by name', () => {
     const s = parsePromSamples(VLLM);
     expect(s).toHaveLength(7);
-    expect(s[6]).toEqual({ name: 'vllm:prefix_cache_hits_total', labels: { engine: '0', model_name: 'a "quoted" name' }, value: 12 });
+    expect(s[6]).toEqual({
+      name: 'vllm:prefix_cache_hits_total',
+      labels: { engine: '0', model_name: 'a "quoted" name' },
+      value: 12,
+    });
     expect(parseProm(VLLM).get('vllm:num_requests_running')).toBe(4);
     expect(parseProm('up 1\nbad line\n').get('up')).toBe(1);
   });
@@ -29,7 +33,12 @@ describe('Prometheus text', () => {
     const l = loadsFromSamples(parsePromSamples(VLLM), 7)!;
     expect(l.get(0)).toEqual({ running: 3, waiting: 5, kvUsage: 0.93, at: 7 });
     expect(l.get(1)).toEqual({ running: 1, waiting: 0, kvUsage: null, at: 7 });
-    const sg = loadsFromSamples(parsePromSamples('sglang:num_running_reqs{dp_rank="2"} 4\nsglang:num_queue_reqs{dp_rank="2"} 1\nsglang:token_usage{dp_rank="2"} 0.4\n'), 1)!;
+    const sg = loadsFromSamples(
+      parsePromSamples(
+        'sglang:num_running_reqs{dp_rank="2"} 4\nsglang:num_queue_reqs{dp_rank="2"} 1\nsglang:token_usage{dp_rank="2"} 0.4\n',
+      ),
+      1,
+    )!;
     expect(sg.get(2)).toEqual({ running: 4, waiting: 1, kvUsage: 0.4, at: 1 });
     expect(loadsFromSamples(parsePromSamples('process_cpu_seconds_total 3\n'), 1)).toBeNull();
   });
@@ -45,10 +54,19 @@ describe('Prometheus text', () => {
 
 describe('blending engine load with bookings', () => {
   const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
-  const W: CostWeights = { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0.1 };
+  const W: CostWeights = {
+    model: 'time',
+    overlapWeight: 1,
+    medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+    trackActiveBlocks: true,
+    decodeInterference: 0.1,
+  };
   const base = (engine: RouteInput['engineLoad']): RouteInput => ({
     ns,
-    candidates: [{ instance: 'a', dpRank: 0 }, { instance: 'b', dpRank: 0 }],
+    candidates: [
+      { instance: 'a', dpRank: 0 },
+      { instance: 'b', dpRank: 0 },
+    ],
     tokens: Array.from({ length: 400 }, (_, i) => i + 1),
     policy: 'kv',
     weights: W,
@@ -59,7 +77,8 @@ describe('blending engine load with bookings', () => {
 
   it('sees load the router did not book, and never counts a booked request twice', () => {
     const s = new Scheduler(new TieredIndexer(), () => 0);
-    const busyA = (i: string) => (i === 'a' ? { running: 6, waiting: 4, kvUsage: 0.5, at: 0 } : { running: 0, waiting: 0, kvUsage: 0.1, at: 0 });
+    const busyA = (i: string) =>
+      i === 'a' ? { running: 6, waiting: 4, kvUsage: 0.5, at: 0 } : { running: 0, waiting: 0, kvUsage: 0.1, at: 0 };
     // Bookings alone: a tie; with the engines' view, a is busy and b wins whatever the tie-break.
     expect(new Set(s.decide(base(null), 0).candidates.map((c) => c.cost)).size).toBe(1);
     const d = s.decide(base(busyA), 0);

@@ -52,7 +52,9 @@ function replay(evts: CoreKvEvent[]): { GPU: Set<bigint>; CPU: Set<bigint> } {
 
 describe('engine hashes', () => {
   it('vLLM sha256_cbor matches the reference vector (PYTHONHASHSEED=0, tokens 1..32)', () => {
-    expect(Buffer.from(vllmNoneHash('0')).toString('hex')).toBe('4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e');
+    expect(Buffer.from(vllmNoneHash('0')).toString('hex')).toBe(
+      '4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e',
+    );
     const h = vllmHasher('0');
     const t = tokens(32);
     const d0 = h.digest(null, t.subarray(0, 16), null);
@@ -123,7 +125,9 @@ describe('prefix cache', () => {
     expect(out.at(-1)!.finishReason).toBe('length');
     expect(out.slice(0, -1).every((t) => t.finishReason === null)).toBe(true);
     // 10 prompt + 6 tokens with KV = 16 = 4 full blocks (the last sampled token has no KV).
-    const stored = events(steps).filter((e) => e.type === 'stored').flatMap((e) => (e.type === 'stored' ? e.blocks : []));
+    const stored = events(steps)
+      .filter((e) => e.type === 'stored')
+      .flatMap((e) => (e.type === 'stored' ? e.blocks : []));
     expect(stored.map((b) => b.depth)).toEqual([0, 1, 2, 3]);
     expect(stored[0].parent).toBeNull();
     expect(stored[1].parent).toBe(stored[0].hash);
@@ -175,7 +179,9 @@ describe('eviction and tiers', () => {
     drain(e);
     e.add(spec('b', tokens(28, 1000), 1), 1e6);
     const evicting = events(drain(e, 1e6));
-    const order = evicting.filter((x) => x.type !== 'cleared').map((x) => `${x.type}:${x.medium}:${x.blocks.map((b) => b.hash).join(',')}`);
+    const order = evicting
+      .filter((x) => x.type !== 'cleared')
+      .map((x) => `${x.type}:${x.medium}:${x.blocks.map((b) => b.hash).join(',')}`);
     for (const x of evicting) {
       if (x.type !== 'removed' || x.medium !== 'GPU') continue;
       const h = x.blocks[0].hash;
@@ -231,7 +237,15 @@ describe('events describe the cache exactly', () => {
   it('replaying every event gives the snapshot, for random workloads', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.record({ prefix: fc.integer({ min: 0, max: 3 }), len: fc.integer({ min: 1, max: 40 }), out: fc.integer({ min: 1, max: 12 }), gap: fc.integer({ min: 0, max: 3 }) }), { minLength: 1, maxLength: 25 }),
+        fc.array(
+          fc.record({
+            prefix: fc.integer({ min: 0, max: 3 }),
+            len: fc.integer({ min: 1, max: 40 }),
+            out: fc.integer({ min: 1, max: 12 }),
+            gap: fc.integer({ min: 0, max: 3 }),
+          }),
+          { minLength: 1, maxLength: 25 },
+        ),
         fc.integer({ min: 0, max: 12 }),
         fc.boolean(),
         (reqs, cpu, abortSome) => {

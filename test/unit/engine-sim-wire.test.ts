@@ -24,11 +24,26 @@ function blocks(): BlockContent[] {
   const base = { loraName: null, cacheSalt: null, extraKeys: null };
   return [
     { ...base, hash: h.id(d0), digest: d0, parent: null, depth: 0, tokens: tokens.slice(0, 16), routerHash: router[0] },
-    { ...base, hash: h.id(d1), digest: d1, parent: h.id(d0), depth: 1, tokens: tokens.slice(16), routerHash: router[1] },
+    {
+      ...base,
+      hash: h.id(d1),
+      digest: d1,
+      parent: h.id(d0),
+      depth: 1,
+      tokens: tokens.slice(16),
+      routerHash: router[1],
+    },
   ];
 }
 
-const ctx: WireContext = { blockSize: 16, modelName: 'm', dpRank: 0, loraIds: new Map(), tenantId: 'default', backendId: 'w0' };
+const ctx: WireContext = {
+  blockSize: 16,
+  modelName: 'm',
+  dpRank: 0,
+  loraIds: new Map(),
+  tenantId: 'default',
+  backendId: 'w0',
+};
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
 
 describe('vLLM wire encodings match the reference bytes', () => {
@@ -40,12 +55,18 @@ describe('vLLM wire encodings match the reference bytes', () => {
       expect(hex(stored)).toBe(hexAfter(`${layout} BlockStored batch`));
       const removed = encodeBatch(TS, enc.render([{ type: 'removed', medium: 'GPU', blocks: [b1] }], 0), 0);
       expect(hex(removed)).toBe(hexAfter(`${layout} BlockRemoved batch`));
-      expect(hex(encodeBatch(TS, enc.render([{ type: 'cleared' }], 0), 0))).toBe(hexAfter(`${layout} AllBlocksCleared batch`));
+      expect(hex(encodeBatch(TS, enc.render([{ type: 'cleared' }], 0), 0))).toBe(
+        hexAfter(`${layout} AllBlocksCleared batch`),
+      );
     });
   }
 
   it('writes ts as float64 even when integral, and one BlockRemoved per block', () => {
-    const bytes = encodeBatch(1757500000, vllmEncoder(ctx, 'map').render([{ type: 'removed', medium: 'CPU', blocks: blocks() }], 0), 3);
+    const bytes = encodeBatch(
+      1757500000,
+      vllmEncoder(ctx, 'map').render([{ type: 'removed', medium: 'CPU', blocks: blocks() }], 0),
+      3,
+    );
     expect(bytes[1]).toBe(0xcb);
     const [ts, events, rank] = decode(bytes, { useBigInt64: true }) as [number, Record<string, unknown>[], number];
     expect(ts).toBe(1757500000);
@@ -67,7 +88,15 @@ describe('SGLang and Mooncake encodings', () => {
       0,
     ) as Record<string, unknown>[];
     expect(evs).toHaveLength(3);
-    expect(evs[0]).toEqual({ type: 'BlockStored', block_hashes: [b0.hash], parent_block_hash: null, token_ids: Array.from(b0.tokens), block_size: 16, lora_id: null, medium: 'GPU' });
+    expect(evs[0]).toEqual({
+      type: 'BlockStored',
+      block_hashes: [b0.hash],
+      parent_block_hash: null,
+      token_ids: Array.from(b0.tokens),
+      block_size: 16,
+      lora_id: null,
+      medium: 'GPU',
+    });
     expect(evs[1].block_hashes).toEqual([-(1n << 63n) + 5n]);
     expect(evs[1].cache_salt).toBe('s');
     expect(evs[2].medium).toBe('CPU_PINNED');

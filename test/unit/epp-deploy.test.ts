@@ -12,11 +12,16 @@ import { ROOT } from '../helpers/procs.js';
 
 const DIR = join(ROOT, 'deploy/gateway');
 type Doc = Record<string, any>;
-const kust = parseAllDocuments(readFileSync(join(DIR, 'kustomization.yaml'), 'utf8'))[0].toJS() as { resources: string[]; namespace: string };
-const docs: Doc[] = kust.resources.flatMap((f) => parseAllDocuments(readFileSync(join(DIR, f), 'utf8')).map((d) => {
-  if (d.errors.length) throw new Error(`${f}: ${d.errors[0].message}`);
-  return d.toJS() as Doc;
-}));
+const kust = parseAllDocuments(readFileSync(join(DIR, 'kustomization.yaml'), 'utf8'))[0].toJS() as {
+  resources: string[];
+  namespace: string;
+};
+const docs: Doc[] = kust.resources.flatMap((f) =>
+  parseAllDocuments(readFileSync(join(DIR, f), 'utf8')).map((d) => {
+    if (d.errors.length) throw new Error(`${f}: ${d.errors[0].message}`);
+    return d.toJS() as Doc;
+  }),
+);
 const one = (kind: string): Doc => {
   const found = docs.filter((d) => d.kind === kind);
   expect(found, kind).toHaveLength(1);
@@ -37,7 +42,12 @@ describe('deploy/gateway', () => {
     expect(args[args.indexOf('--config') + 1]).toBe(`${c.volumeMounts[0].mountPath}/router.yaml`);
     const parsed = parseCommand('epp', '', EPP_OPTIONS, own);
     expect('values' in parsed).toBe(true);
-    const opts = eppOptions((parsed as { values: Record<string, string> }).values, true) as { grpcPort: number; healthPort: number; poolName: string; poolNamespace: string };
+    const opts = eppOptions((parsed as { values: Record<string, string> }).values, true) as {
+      grpcPort: number;
+      healthPort: number;
+      poolName: string;
+      poolNamespace: string;
+    };
     const port = (name: string) => c.ports.find((p: Doc) => p.name === name).containerPort;
     expect(port('grpc')).toBe(opts.grpcPort);
     expect(port('grpc-health')).toBe(opts.healthPort);
@@ -48,7 +58,9 @@ describe('deploy/gateway', () => {
     const pool = one('InferencePool');
     expect(opts.poolName).toBe(pool.metadata.name);
     expect(opts.poolNamespace).toBe(kust.namespace);
-    expect(one('Deployment').spec.template.spec.terminationGracePeriodSeconds * 1000).toBeGreaterThan(cfg.server.shutdown_grace_ms);
+    expect(one('Deployment').spec.template.spec.terminationGracePeriodSeconds * 1000).toBeGreaterThan(
+      cfg.server.shutdown_grace_ms,
+    );
   });
 
   it('wires the pool to the picker Service and the route to the pool', () => {
@@ -63,6 +75,10 @@ describe('deploy/gateway', () => {
     for (const i of cfg.models[0].instances) expect(new URL(i.url).port).toBe(String(pool.spec.targetPorts[0].number));
     const route = one('HTTPRoute');
     expect(route.spec.parentRefs[0].name).toBe(one('Gateway').metadata.name);
-    expect(route.spec.rules[0].backendRefs[0]).toMatchObject({ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: pool.metadata.name });
+    expect(route.spec.rules[0].backendRefs[0]).toMatchObject({
+      group: 'inference.networking.k8s.io',
+      kind: 'InferencePool',
+      name: pool.metadata.name,
+    });
   });
 });

@@ -8,25 +8,60 @@ describe('wire', () => {
   it('hands a body back in chunks under the 64 KiB frame, the last one flagged', () => {
     const body = Buffer.alloc(2 * BODY_CHUNK_BYTES + 7, 1);
     const out = streamedBody('request_body', body, true);
-    const sr = out.map((m) => ('request_body' in m ? m.request_body.response.body_mutation : null) as { streamed_response: { body: Buffer; end_of_stream: boolean } });
+    const sr = out.map(
+      (m) =>
+        ('request_body' in m ? m.request_body.response.body_mutation : null) as {
+          streamed_response: { body: Buffer; end_of_stream: boolean };
+        },
+    );
     expect(sr.map((x) => x.streamed_response.body.length)).toEqual([BODY_CHUNK_BYTES, BODY_CHUNK_BYTES, 7]);
     expect(sr.map((x) => x.streamed_response.end_of_stream)).toEqual([false, false, true]);
     expect(Buffer.concat(sr.map((x) => x.streamed_response.body)).equals(body)).toBe(true);
     // Trailers follow: no chunk ends the stream. An empty body is one empty chunk.
-    expect(streamedBody('request_body', body, false).some((m) => 'request_body' in m && (m.request_body.response.body_mutation as { streamed_response: { end_of_stream: boolean } }).streamed_response.end_of_stream)).toBe(false);
+    expect(
+      streamedBody('request_body', body, false).some(
+        (m) =>
+          'request_body' in m &&
+          (m.request_body.response.body_mutation as { streamed_response: { end_of_stream: boolean } }).streamed_response
+            .end_of_stream,
+      ),
+    ).toBe(false);
     const empty = streamedBody('response_body', Buffer.alloc(0), true);
     expect(empty).toHaveLength(1);
-    expect(empty[0]).toEqual({ response_body: { response: { body_mutation: { streamed_response: { body: Buffer.alloc(0), end_of_stream: true } } } } });
+    expect(empty[0]).toEqual({
+      response_body: {
+        response: { body_mutation: { streamed_response: { body: Buffer.alloc(0), end_of_stream: true } } },
+      },
+    });
   });
 
   it('overwrites headers it sets, reads raw values, joins repeated headers', () => {
-    expect(setHeaders({ 'x-gateway-destination-endpoint': '10.0.0.1:8000' }).set_headers).toEqual([{ header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from('10.0.0.1:8000') }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }]);
-    expect(headerRecord({ headers: [{ key: ':Path', raw_value: Buffer.from('/v1/completions') }, { key: 'a', value: 'old-style' }, { key: 'a', raw_value: Buffer.from('2') }] })).toEqual({ ':path': '/v1/completions', a: 'old-style, 2' });
+    expect(setHeaders({ 'x-gateway-destination-endpoint': '10.0.0.1:8000' }).set_headers).toEqual([
+      {
+        header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from('10.0.0.1:8000') },
+        append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
+      },
+    ]);
+    expect(
+      headerRecord({
+        headers: [
+          { key: ':Path', raw_value: Buffer.from('/v1/completions') },
+          { key: 'a', value: 'old-style' },
+          { key: 'a', raw_value: Buffer.from('2') },
+        ],
+      }),
+    ).toEqual({ ':path': '/v1/completions', a: 'old-style, 2' });
   });
 
   it('writes and reads Struct values', () => {
-    expect(toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:8000' } })).toEqual({ fields: { 'envoy.lb': { structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: '10.0.0.1:8000' } } } } } });
-    expect(stringsOf({ listValue: { values: [{ stringValue: 'a:1' }, { numberValue: 3 }, { stringValue: 'b:2' }] } })).toEqual(['a:1', 'b:2']);
+    expect(toStruct({ 'envoy.lb': { 'x-gateway-destination-endpoint': '10.0.0.1:8000' } })).toEqual({
+      fields: {
+        'envoy.lb': { structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: '10.0.0.1:8000' } } } },
+      },
+    });
+    expect(
+      stringsOf({ listValue: { values: [{ stringValue: 'a:1' }, { numberValue: 3 }, { stringValue: 'b:2' }] } }),
+    ).toEqual(['a:1', 'b:2']);
     expect(stringsOf({ stringValue: 'a:1,b:2' })).toEqual(['a:1,b:2']);
     expect(stringsOf({ boolValue: true })).toBeNull();
     expect(stringsOf(undefined)).toBeNull();
@@ -47,11 +82,15 @@ describe('EndpointAddresses', () => {
     let t = 0;
     let answer: string | Error = '10.0.0.5';
     let lookups = 0;
-    const a = new EndpointAddresses(() => t, 5000, async () => {
-      lookups++;
-      if (answer instanceof Error) throw answer;
-      return answer;
-    });
+    const a = new EndpointAddresses(
+      () => t,
+      5000,
+      async () => {
+        lookups++;
+        if (answer instanceof Error) throw answer;
+        return answer;
+      },
+    );
     const url = 'http://vllm-0.vllm.llm.svc:8000';
     expect(a.addressOf(url)).toBeNull();
     await a.refresh([url, url]);

@@ -14,7 +14,17 @@ const T16 = Array.from({ length: 16 }, (_, i) => i + 1);
 const T32 = Array.from({ length: 32 }, (_, i) => i + 1);
 
 function ctx(type: PublisherType = 'vLLM', over: Partial<DecodeContext['reg']> = {}): DecodeContext {
-  return decodeContext({ type, model: 'm', blockSize: 16, tenant: 't', loraName: null, additionalSalt: null, backendId: 'b', dpRank: 0, ...over });
+  return decodeContext({
+    type,
+    model: 'm',
+    blockSize: 16,
+    tenant: 't',
+    loraName: null,
+    additionalSalt: null,
+    backendId: 'b',
+    dpRank: 0,
+    ...over,
+  });
 }
 
 function run(c: DecodeContext, events: unknown[], rank: number | null = 0, ts: unknown = 1757500000.25): DecodedBatch {
@@ -35,28 +45,62 @@ describe('vLLM positional generations', () => {
     ['v0.14..v0.1x (lora_name)', [...head, null, 'GPU', null], 'GPU'],
     ['v0.10.2..v0.13 (medium)', [...head, null, 'CPU'], 'CPU'],
     ['v0.9.x', [...head, null], null],
-    ['longer than known (future field)', [...head, null, 'GPU', null, [null, null], 0, 'full_attention', null, 'LOCAL', 'x', 'y'], 'GPU'],
+    [
+      'longer than known (future field)',
+      [...head, null, 'GPU', null, [null, null], 0, 'full_attention', null, 'LOCAL', 'x', 'y'],
+      'GPU',
+    ],
   ];
   for (const [name, ev, medium] of cases) {
     it(`BlockStored ${name}`, () => {
       const b = one(ctx(), ev);
       expect(b.errors).toBe(0);
-      expect(st(b)).toMatchObject({ event_type: 'stored', seq_hashes: [H1, H2], token_ids: T32, medium, block_size: 16, parent_hash: null });
+      expect(st(b)).toMatchObject({
+        event_type: 'stored',
+        seq_hashes: [H1, H2],
+        token_ids: T32,
+        medium,
+        block_size: 16,
+        parent_hash: null,
+      });
     });
   }
 
   it('BlockRemoved with and without medium/group', () => {
-    expect(one(ctx(), ['BlockRemoved', [H2], 'GPU', 0]).events[0]).toMatchObject({ event_type: 'removed', seq_hashes: [H2], medium: 'GPU' });
+    expect(one(ctx(), ['BlockRemoved', [H2], 'GPU', 0]).events[0]).toMatchObject({
+      event_type: 'removed',
+      seq_hashes: [H2],
+      medium: 'GPU',
+    });
     expect(one(ctx(), ['BlockRemoved', [H2], 'GPU']).events[0]).toMatchObject({ medium: 'GPU' });
     expect(one(ctx(), ['BlockRemoved', [H2]]).events[0]).toMatchObject({ medium: null });
   });
 });
 
 describe('vLLM map form', () => {
-  const base = { type: 'BlockStored', block_hashes: [H1, H2], parent_block_hash: null, token_ids: T32, block_size: 16, lora_id: null, medium: 'GPU', lora_name: null };
+  const base = {
+    type: 'BlockStored',
+    block_hashes: [H1, H2],
+    parent_block_hash: null,
+    token_ids: T32,
+    block_size: 16,
+    lora_id: null,
+    medium: 'GPU',
+    lora_name: null,
+  };
 
   it('tolerates later and unknown keys (locality, ownership, session_id, event_version, typed extra keys)', () => {
-    const b = one(ctx(), { ...base, extra_keys: [null, null], group_idx: 0, kv_cache_spec_kind: 'full_attention', locality: 'LOCAL', ownership: 'x', session_id: 's', event_version: 2, brand_new: [1] });
+    const b = one(ctx(), {
+      ...base,
+      extra_keys: [null, null],
+      group_idx: 0,
+      kv_cache_spec_kind: 'full_attention',
+      locality: 'LOCAL',
+      ownership: 'x',
+      session_id: 's',
+      event_version: 2,
+      brand_new: [1],
+    });
     expect(b.errors + b.skipped).toBe(0);
     expect(st(b).seq_hashes).toEqual([H1, H2]);
   });
@@ -69,12 +113,21 @@ describe('vLLM map form', () => {
 
   it('accepts signed hashes and a parent above 2^63', () => {
     const b = one(ctx(), { ...base, block_hashes: [-1n, -2], parent_block_hash: 2n ** 64n - 5n, token_ids: T32 });
-    expect(st(b)).toMatchObject({ seq_hashes: [2n ** 64n - 1n, 2n ** 64n - 2n], parent_hash: 2n ** 64n - 5n, base_block_idx: null });
+    expect(st(b)).toMatchObject({
+      seq_hashes: [2n ** 64n - 1n, 2n ** 64n - 2n],
+      parent_hash: 2n ** 64n - 5n,
+      base_block_idx: null,
+    });
   });
 
   it('takes the LoRA from the event, and an unnamed lora_id only from the registration', () => {
-    expect(st(one(ctx(), { ...base, lora_id: 3, lora_name: 'sql', extra_keys: [['sql'], ['sql']] }))).toMatchObject({ lora_name: 'sql', seq_hashes: [H1, H2] });
-    expect(st(one(ctx(), { ...base, extra_keys: [[{ type: 'lora', name: 'sql' }], null], lora_name: 'sql' })).seq_hashes).toHaveLength(2);
+    expect(st(one(ctx(), { ...base, lora_id: 3, lora_name: 'sql', extra_keys: [['sql'], ['sql']] }))).toMatchObject({
+      lora_name: 'sql',
+      seq_hashes: [H1, H2],
+    });
+    expect(
+      st(one(ctx(), { ...base, extra_keys: [[{ type: 'lora', name: 'sql' }], null], lora_name: 'sql' })).seq_hashes,
+    ).toHaveLength(2);
     expect(one(ctx(), { ...base, lora_id: 3 }).skipped).toBe(1);
     expect(st(one(ctx('vLLM', { loraName: 'sql' }), { ...base, lora_id: 3 })).lora_name).toBe('sql');
     // An explicit null lora_name is the base model even when the registration names an adapter.
@@ -118,7 +171,11 @@ describe('vLLM map form', () => {
   it('splits engine blocks that are a multiple of the registered size, and expands their removals', () => {
     const c = ctx('vLLM', { blockSize: 8 });
     const b = one(c, { ...base, block_size: 16 });
-    expect(st(b)).toMatchObject({ block_size: 8, token_ids: T32, seq_hashes: [subBlockId(H1, 0), H1, subBlockId(H2, 0), H2] });
+    expect(st(b)).toMatchObject({
+      block_size: 8,
+      token_ids: T32,
+      seq_hashes: [subBlockId(H1, 0), H1, subBlockId(H2, 0), H2],
+    });
     const r = one(c, ['BlockRemoved', [H2], 'GPU', 0]);
     expect(r.events).toHaveLength(1);
     expect((r.events[0] as RemovedEvent).seq_hashes).toEqual([subBlockId(H2, 0), H2]);
@@ -151,7 +208,9 @@ describe('vLLM map form', () => {
   it('takes the batch rank over the registration, and tolerates a map-shaped batch', () => {
     expect(one(ctx('vLLM', { dpRank: 2 }), base, 5).events[0].dp_rank).toBe(5);
     expect(one(ctx('vLLM', { dpRank: 2 }), base, null).events[0].dp_rank).toBe(2);
-    const r = plainResult(decodePayload(encode({ ts: 1757500000.25, events: [base], data_parallel_rank: 4 }, { useBigInt64: true }), ctx()));
+    const r = plainResult(
+      decodePayload(encode({ ts: 1757500000.25, events: [base], data_parallel_rank: 4 }, { useBigInt64: true }), ctx()),
+    );
     expect(r.ok && r.batch.events[0]).toMatchObject({ dp_rank: 4, timestamp: 1757500000250 });
   });
 
@@ -174,21 +233,47 @@ describe('SGLang', () => {
       ['BlockStored', [h], null, T16, 16, null],
     ]);
     expect(b.errors).toBe(0);
-    expect(st(b, 0)).toMatchObject({ seq_hashes: [BigInt.asUintN(64, h)], medium: 'CPU_PINNED', additional_salt: null });
+    expect(st(b, 0)).toMatchObject({
+      seq_hashes: [BigInt.asUintN(64, h)],
+      medium: 'CPU_PINNED',
+      additional_salt: null,
+    });
     expect(st(b, 1)).toMatchObject({ parent_hash: BigInt.asUintN(64, h), additional_salt: 'tenant-a' });
     expect(b.events.filter((e) => e.event_type === 'removed').map((e) => e.medium)).toEqual(['CPU_TIER1', 'CPU_TIER1']); // fanned out to 2 salts
     expect(st(b, b.events.length - 1).medium).toBe(null);
   });
 
   it('decodes map events with cache_salt and an attn_dp_rank map batch, and EAGLE bigrams', () => {
-    const r = plainResult(decodePayload(
-      encode(
-        { ts: 1.5, attn_dp_rank: 1, events: [{ type: 'BlockStored', block_hashes: [h], parent_block_hash: null, token_ids: T16.map((t) => [t, t + 1]), block_size: 16, lora_id: null, medium: 'GPU', cache_salt: 's' }] },
-        { useBigInt64: true },
+    const r = plainResult(
+      decodePayload(
+        encode(
+          {
+            ts: 1.5,
+            attn_dp_rank: 1,
+            events: [
+              {
+                type: 'BlockStored',
+                block_hashes: [h],
+                parent_block_hash: null,
+                token_ids: T16.map((t) => [t, t + 1]),
+                block_size: 16,
+                lora_id: null,
+                medium: 'GPU',
+                cache_salt: 's',
+              },
+            ],
+          },
+          { useBigInt64: true },
+        ),
+        ctx('SGLang'),
       ),
-      ctx('SGLang'),
-    ));
-    expect(r.ok && r.batch.events[0]).toMatchObject({ dp_rank: 1, additional_salt: 's', token_ids: T16, timestamp: 1500 });
+    );
+    expect(r.ok && r.batch.events[0]).toMatchObject({
+      dp_rank: 1,
+      additional_salt: 's',
+      token_ids: T16,
+      timestamp: 1500,
+    });
   });
 });
 
@@ -254,16 +339,47 @@ describe('Mooncake standardized events', () => {
     const c = ctx('Mooncake', { backendId: 'mc', additionalSalt: 'w8a8' });
     const r = plainResult(decodePayload(encode({ type: 'removed', block_hashes: [7], event_id: 3 }), c));
     expect(r.ok && r.batch.events).toEqual([
-      { model_name: 'm', block_size: 16, additional_salt: 'w8a8', lora_name: null, tenant_id: 't', backend_id: 'mc', medium: null, dp_rank: 0, event_id: 3n, timestamp: null, event_type: 'removed', seq_hashes: [7n], base_block_idx: null },
+      {
+        model_name: 'm',
+        block_size: 16,
+        additional_salt: 'w8a8',
+        lora_name: null,
+        tenant_id: 't',
+        backend_id: 'mc',
+        medium: null,
+        dp_rank: 0,
+        event_id: 3n,
+        timestamp: null,
+        event_type: 'removed',
+        seq_hashes: [7n],
+        base_block_idx: null,
+      },
     ]);
-    const list = plainResult(decodePayload(encode([{ event_type: 'cleared', medium: 'gpu' }, { event_type: 'stored', seq_hashes: [1], token_ids: T16 }]), c));
+    const list = plainResult(
+      decodePayload(
+        encode([
+          { event_type: 'cleared', medium: 'gpu' },
+          { event_type: 'stored', seq_hashes: [1], token_ids: T16 },
+        ]),
+        c,
+      ),
+    );
     expect(list.ok && list.batch.events.map((e) => e.event_type)).toEqual(['cleared', 'stored']);
     expect(list.ok && (list.batch.events[1] as StoredEvent).token_ids).toEqual(T16);
   });
 
   it('hands vLLM-tagged events on a Mooncake stream to the vLLM adapter, and counts bad envelopes', () => {
     const b = run(ctx('Mooncake'), [
-      { type: 'BlockStored', block_hashes: [H1], parent_block_hash: null, token_ids: T16, block_size: 16, lora_id: null, medium: 'GPU', lora_name: null },
+      {
+        type: 'BlockStored',
+        block_hashes: [H1],
+        parent_block_hash: null,
+        token_ids: T16,
+        block_size: 16,
+        lora_id: null,
+        medium: 'GPU',
+        lora_name: null,
+      },
       { ...stored, event_id: -1 },
       { ...stored, seq_hashes: 'x' },
       { ...stored, event_type: 'teleported' },

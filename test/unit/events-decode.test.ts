@@ -3,11 +3,16 @@
 import { decode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { parseJson } from '../../src/common/json.js';
-import { decodeContext, decodeMessage, decodePayload, parseLiveFrames, parseReplayFrames } from '../../src/events/decode/index.js';
+import {
+  decodeContext,
+  decodeMessage,
+  decodePayload,
+  parseLiveFrames,
+  parseReplayFrames,
+} from '../../src/events/decode/index.js';
 import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { plainBatch } from '../helpers/plain-events.js';
 import { fixture } from '../helpers/fixtures.js';
-
 
 interface Example {
   title: string;
@@ -17,18 +22,34 @@ interface Example {
 }
 
 function examples(): Example[] {
-  const lines = fixture('vllm-event-frames.txt').split('\n').filter((l) => l.trim() !== '');
+  const lines = fixture('vllm-event-frames.txt')
+    .split('\n')
+    .filter((l) => l.trim() !== '');
   const out: Example[] = [];
   for (let i = 0; i < lines.length; i += 3) {
     const m = /^== (.*) \((\d+) bytes\)$/.exec(lines[i]);
     if (!m) throw new Error(`unexpected line ${lines[i]}`);
-    out.push({ title: m[1], bytes: Number(m[2]), json: lines[i + 1], payload: Buffer.from(lines[i + 2].trim(), 'hex') });
+    out.push({
+      title: m[1],
+      bytes: Number(m[2]),
+      json: lines[i + 1],
+      payload: Buffer.from(lines[i + 2].trim(), 'hex'),
+    });
   }
   return out;
 }
 
 // Registration: rank 3, so the batch rank (0) visibly overrides it and the 2-tuple batch keeps it.
-const REG = { type: 'vLLM' as const, model: 'qwen', blockSize: 16, tenant: 'default', loraName: null, additionalSalt: null, backendId: 'w0', dpRank: 3 };
+const REG = {
+  type: 'vLLM' as const,
+  model: 'qwen',
+  blockSize: 16,
+  tenant: 'default',
+  loraName: null,
+  additionalSalt: null,
+  backendId: 'w0',
+  dpRank: 3,
+};
 const H1 = 3236607068019569386n;
 const H2 = 2758186210834249151n;
 const TOKENS = Array.from({ length: 32 }, (_, i) => i + 1);
@@ -130,7 +151,10 @@ describe('ZMQ framing', () => {
 
   it('parses both replay layouts and their end markers', () => {
     const p = Buffer.from([0x90]);
-    expect(parseReplayFrames([E, Buffer.from('kv'), seq(5n), p])).toMatchObject({ ok: true, value: { end: false, seq: 5n } });
+    expect(parseReplayFrames([E, Buffer.from('kv'), seq(5n), p])).toMatchObject({
+      ok: true,
+      value: { end: false, seq: 5n },
+    });
     expect(parseReplayFrames([E, seq(5n), p])).toMatchObject({ ok: true, value: { end: false, seq: 5n } });
     expect(parseReplayFrames([E, E, FF, E])).toEqual({ ok: true, value: { end: true } });
     expect(parseReplayFrames([E, FF, E])).toEqual({ ok: true, value: { end: true } });

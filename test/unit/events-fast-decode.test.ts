@@ -6,7 +6,13 @@ import { encode } from '@msgpack/msgpack';
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { fastUnpack } from '../../src/events/decode/fast-unpack.js';
-import { type DecodeContext, decodeContext, decodePayload, decodePayloadGeneric, type RegistrationDefaults } from '../../src/events/decode/index.js';
+import {
+  type DecodeContext,
+  decodeContext,
+  decodePayload,
+  decodePayloadGeneric,
+  type RegistrationDefaults,
+} from '../../src/events/decode/index.js';
 import { unpack } from '../../src/events/decode/msgpack.js';
 import { PUBLISHER_TYPES } from '../../src/events/registry.js';
 import { plainResult } from '../helpers/plain-events.js';
@@ -25,7 +31,10 @@ const pick = <T>(r: Rand, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)
  * (hashes as u64, which is how every reader takes them), everything else must be identical.
  */
 function asLibrary(fast: unknown, lib: unknown): unknown {
-  if (fast instanceof BigUint64Array) return Array.isArray(lib) && lib.every((x) => typeof x === 'number' || typeof x === 'bigint') ? Array.from(fast).map((h, i) => (BigInt.asUintN(64, BigInt(lib[i] as number | bigint)) === h ? lib[i] : h)) : Array.from(fast);
+  if (fast instanceof BigUint64Array)
+    return Array.isArray(lib) && lib.every((x) => typeof x === 'number' || typeof x === 'bigint')
+      ? Array.from(fast).map((h, i) => (BigInt.asUintN(64, BigInt(lib[i] as number | bigint)) === h ? lib[i] : h))
+      : Array.from(fast);
   if (fast instanceof Uint32Array) return Array.from(fast);
   if (Array.isArray(fast)) return fast.map((x, i) => asLibrary(x, Array.isArray(lib) ? lib[i] : undefined));
   if (fast !== null && typeof fast === 'object' && !(fast instanceof Uint8Array)) {
@@ -53,7 +62,14 @@ function hash(r: Rand): bigint | number {
 }
 
 function token(r: Rand): number {
-  return pick(r, [Math.floor(r() * 128), Math.floor(r() * 256), Math.floor(r() * 65536), Math.floor(r() * 151_000), Math.floor(r() * 2 ** 32), 0xffffffff]);
+  return pick(r, [
+    Math.floor(r() * 128),
+    Math.floor(r() * 256),
+    Math.floor(r() * 65536),
+    Math.floor(r() * 151_000),
+    Math.floor(r() * 2 ** 32),
+    0xffffffff,
+  ]);
 }
 
 function tokenList(r: Rand, n: number, bs: number): unknown {
@@ -67,13 +83,25 @@ function tokenList(r: Rand, n: number, bs: number): unknown {
 
 function hashList(r: Rand, n: number): unknown {
   const k = r();
-  if (k < 0.03) return [...Array.from({ length: n - 1 }, () => hash(r)), pick(r, [new Uint8Array([1, 2, 3]), 1.5, 'h', null])];
+  if (k < 0.03)
+    return [...Array.from({ length: n - 1 }, () => hash(r)), pick(r, [new Uint8Array([1, 2, 3]), 1.5, 'h', null])];
   if (k < 0.05) return null;
   return Array.from({ length: n }, () => hash(r));
 }
 
 function extraKeys(r: Rand, n: number): unknown {
-  const per = (): unknown => pick(r, [null, null, ['sql'], ['salt-a'], [['mm-0', 0]], [{ type: 'lora', name: 'sql' }], ['sql', 'salt-b'], [], [7]]);
+  const per = (): unknown =>
+    pick(r, [
+      null,
+      null,
+      ['sql'],
+      ['salt-a'],
+      [['mm-0', 0]],
+      [{ type: 'lora', name: 'sql' }],
+      ['sql', 'salt-b'],
+      [],
+      [7],
+    ]);
   const k = r();
   if (k < 0.3) return null;
   if (k < 0.5) return Array.from({ length: n }, () => null);
@@ -84,7 +112,20 @@ function extraKeys(r: Rand, n: number): unknown {
 const TAGS = ['BlockStored', 'BlockStoredWithMetadata', 'BlockRemoved', 'AllBlocksCleared', 'Unknown'] as const;
 const MEDIA = ['GPU', 'CPU', 'cpu', 'CPU_PINNED', 'DISK', '', null, 7];
 const KINDS = ['full_attention', 'sliding_window', 'mamba', 'mla_attention', null];
-const VLLM_STORED_FIELDS = ['block_hashes', 'parent_block_hash', 'token_ids', 'block_size', 'lora_id', 'medium', 'lora_name', 'extra_keys', 'group_idx', 'kv_cache_spec_kind', 'kv_cache_spec_sliding_window', 'locality'];
+const VLLM_STORED_FIELDS = [
+  'block_hashes',
+  'parent_block_hash',
+  'token_ids',
+  'block_size',
+  'lora_id',
+  'medium',
+  'lora_name',
+  'extra_keys',
+  'group_idx',
+  'kv_cache_spec_kind',
+  'kv_cache_spec_sliding_window',
+  'locality',
+];
 const VLLM_REMOVED_FIELDS = ['block_hashes', 'medium', 'group_idx', 'locality'];
 
 function vllmFields(r: Rand, tag: string): Record<string, unknown> {
@@ -104,7 +145,8 @@ function vllmFields(r: Rand, tag: string): Record<string, unknown> {
     kv_cache_spec_sliding_window: pick(r, [null, 4096]),
     locality: pick(r, [null, 'LOCAL']),
   };
-  if (tag === 'BlockRemoved') return { block_hashes: f.block_hashes, medium: f.medium, group_idx: f.group_idx, locality: f.locality };
+  if (tag === 'BlockRemoved')
+    return { block_hashes: f.block_hashes, medium: f.medium, group_idx: f.group_idx, locality: f.locality };
   if (tag === 'AllBlocksCleared') return { medium: f.medium };
   return f;
 }
@@ -121,17 +163,21 @@ function vllmEvent(r: Rand): unknown {
     return m;
   }
   // Positional: every field-history length, sometimes longer than known.
-  const names = tag === 'BlockRemoved' ? VLLM_REMOVED_FIELDS : tag === 'AllBlocksCleared' ? ['medium'] : VLLM_STORED_FIELDS;
+  const names =
+    tag === 'BlockRemoved' ? VLLM_REMOVED_FIELDS : tag === 'AllBlocksCleared' ? ['medium'] : VLLM_STORED_FIELDS;
   const len = Math.floor(r() * (names.length + 3));
   const arr: unknown[] = [tag];
   for (let i = 0; i < len; i++) arr.push(i < names.length ? f[names[i]] : 'extra');
-  if (tag.startsWith('BlockStored') && r() < 0.1) return [...arr.slice(0, 7), ...Array(Math.max(0, 7 - arr.length)).fill(null), { cache_salt: 'sg' }]; // SGLang salted 8th element
+  if (tag.startsWith('BlockStored') && r() < 0.1)
+    return [...arr.slice(0, 7), ...Array(Math.max(0, 7 - arr.length)).fill(null), { cache_salt: 'sg' }]; // SGLang salted 8th element
   return arr;
 }
 
 function standardEvent(r: Rand, id: number): unknown {
   const n = Math.floor(r() * 5);
-  const e: Record<string, unknown> = { event_type: pick(r, ['stored', 'stored', 'removed', 'cleared', 'Stored', 'bogus']) };
+  const e: Record<string, unknown> = {
+    event_type: pick(r, ['stored', 'stored', 'removed', 'cleared', 'Stored', 'bogus']),
+  };
   if (r() < 0.8) e.event_id = id;
   if (r() < 0.9) e[r() < 0.8 ? 'seq_hashes' : 'block_hashes'] = hashList(r, n);
   if (r() < 0.5) e.token_ids = tokenList(r, n, 16);
@@ -146,10 +192,19 @@ function standardEvent(r: Rand, id: number): unknown {
 }
 
 function batchPayload(r: Rand, mooncake: boolean, id: number): Buffer {
-  const events = Array.from({ length: 1 + Math.floor(r() * 4) }, (_, i) => (mooncake && r() < 0.7 ? standardEvent(r, id + i) : vllmEvent(r)));
+  const events = Array.from({ length: 1 + Math.floor(r() * 4) }, (_, i) =>
+    mooncake && r() < 0.7 ? standardEvent(r, id + i) : vllmEvent(r),
+  );
   const ts = pick(r, [1757500000.25, 1757500000, 1757500000250, null]);
   const k = r();
-  const body = k < 0.2 ? [ts, events] : k < 0.9 ? [ts, events, pick(r, [0, 1, 3, null])] : k < 0.95 ? { ts, events, dp_rank: 1 } : events;
+  const body =
+    k < 0.2
+      ? [ts, events]
+      : k < 0.9
+        ? [ts, events, pick(r, [0, 1, 3, null])]
+        : k < 0.95
+          ? { ts, events, dp_rank: 1 }
+          : events;
   return Buffer.from(encode(body, { useBigInt64: true }));
 }
 
@@ -161,7 +216,8 @@ function mutate(p: Buffer, r: Rand): Buffer {
       for (let i = 0, n = 1 + Math.floor(r() * 3); i < n && b.length; i++) b[at()] ^= 1 << Math.floor(r() * 8);
       return b;
     case 1:
-      if (b.length) b[at()] = pick(r, [0xc1, 0xc4, 0xd4, 0xcb, 0xcf, 0xd3, 0xdc, 0xdf, 0xc0, 0x80, 0x90, 0xa0, 0xe0, 0x7f]);
+      if (b.length)
+        b[at()] = pick(r, [0xc1, 0xc4, 0xd4, 0xcb, 0xcf, 0xd3, 0xdc, 0xdf, 0xc0, 0x80, 0x90, 0xa0, 0xe0, 0x7f]);
       return b;
     case 2:
       return b.subarray(0, at());
@@ -241,7 +297,11 @@ describe('fast msgpack path', () => {
           const p = r() < 0.25 ? mutate(valid, r) : valid;
           const fa = decodePayload(p, a);
           const fb = decodePayloadGeneric(p, b);
-          if (fa.ok && fa.batch.events.some((e) => e.event_type !== 'cleared' && e.seq_hashes instanceof BigUint64Array)) typed++;
+          if (
+            fa.ok &&
+            fa.batch.events.some((e) => e.event_type !== 'cleared' && e.seq_hashes instanceof BigUint64Array)
+          )
+            typed++;
           expect(plainResult(fa)).toEqual(fb);
         }
         expect(a.state).toEqual(b.state);

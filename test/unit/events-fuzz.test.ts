@@ -17,9 +17,26 @@ const ITERATIONS = 100_000;
 const BS = 16;
 const NS = { model: 'm', blockSize: BS, loraName: null, salt: null, tenant: 'default' };
 
-
 function reg(type: PublisherType, backendId: string): Registration {
-  return { endpoint: 'tcp://127.0.0.1:1', replayEndpoint: null, type, model: 'm', loraName: null, tenant: 'default', instanceId: backendId, blockSize: BS, dpRank: 0, additionalSalt: null, topic: '', backendId, shared: false, key: `${backendId}|default|0`, status: 'active', lastError: null, registeredAt: 0 };
+  return {
+    endpoint: 'tcp://127.0.0.1:1',
+    replayEndpoint: null,
+    type,
+    model: 'm',
+    loraName: null,
+    tenant: 'default',
+    instanceId: backendId,
+    blockSize: BS,
+    dpRank: 0,
+    additionalSalt: null,
+    topic: '',
+    backendId,
+    shared: false,
+    key: `${backendId}|default|0`,
+    status: 'active',
+    lastError: null,
+    registeredAt: 0,
+  };
 }
 
 const referencePayloads = fixture('vllm-event-frames.txt')
@@ -37,15 +54,38 @@ function validPayloads(rand: () => number): Buffer[] {
     const t = tokens(Math.floor(rand() * 1000), n * BS);
     const hashes = Array.from({ length: n }, h);
     const evs = [
-      { type: 'BlockStored', block_hashes: hashes, parent_block_hash: null, token_ids: t, block_size: BS, lora_id: null, medium: 'GPU', lora_name: null, extra_keys: hashes.map(() => null), group_idx: 0, kv_cache_spec_kind: 'full_attention' },
+      {
+        type: 'BlockStored',
+        block_hashes: hashes,
+        parent_block_hash: null,
+        token_ids: t,
+        block_size: BS,
+        lora_id: null,
+        medium: 'GPU',
+        lora_name: null,
+        extra_keys: hashes.map(() => null),
+        group_idx: 0,
+        kv_cache_spec_kind: 'full_attention',
+      },
       ['BlockStored', hashes, null, t, BS, null, 'CPU', null],
       ['BlockRemoved', [hashes[0]], 'GPU', 0],
       { type: 'BlockRemoved', block_hashes: [-5n], medium: 'CPU_PINNED' },
-      { event_type: 'stored', event_id: i, seq_hashes: hashes, token_ids: rand() < 0.5 ? null : t, parent_hash: null, medium: 'gpu' },
+      {
+        event_type: 'stored',
+        event_id: i,
+        seq_hashes: hashes,
+        token_ids: rand() < 0.5 ? null : t,
+        parent_hash: null,
+        medium: 'gpu',
+      },
       { event_type: 'removed', event_id: i + 1, seq_hashes: [hashes[0]] },
       ['AllBlocksCleared'],
     ];
-    out.push(Buffer.from(encode([Date.now() / 1000, evs.slice(0, 1 + Math.floor(rand() * evs.length)), 0], { useBigInt64: true })));
+    out.push(
+      Buffer.from(
+        encode([Date.now() / 1000, evs.slice(0, 1 + Math.floor(rand() * evs.length)), 0], { useBigInt64: true }),
+      ),
+    );
   }
   return out;
 }
@@ -64,7 +104,11 @@ function mutate(p: Buffer, rand: () => number): Buffer {
     case 2: // truncate
       return b.subarray(0, at());
     case 3: // insert junk
-      return Buffer.concat([b.subarray(0, at()), Buffer.from(Array.from({ length: 1 + Math.floor(rand() * 9) }, () => Math.floor(rand() * 256))), b.subarray(at())]);
+      return Buffer.concat([
+        b.subarray(0, at()),
+        Buffer.from(Array.from({ length: 1 + Math.floor(rand() * 9) }, () => Math.floor(rand() * 256))),
+        b.subarray(at()),
+      ]);
     case 4: // msgpack type bytes that claim huge lengths
       if (b.length) b[at()] = [0xdd, 0xdf, 0xc6, 0xdb, 0xcf, 0xd3, 0xc1][Math.floor(rand() * 7)];
       return b;
@@ -77,11 +121,39 @@ function randomValue(rand: () => number, depth = 0): unknown {
   const r = rand();
   if (depth > 3 || r < 0.3) {
     const pick = Math.floor(rand() * 9);
-    return [null, true, Math.floor(rand() * 100), -Math.floor(rand() * 2 ** 40), rand(), 'BlockStored', 'GPU', 2n ** 64n - 1n, new Uint8Array([1, 2, 3])][pick];
+    return [
+      null,
+      true,
+      Math.floor(rand() * 100),
+      -Math.floor(rand() * 2 ** 40),
+      rand(),
+      'BlockStored',
+      'GPU',
+      2n ** 64n - 1n,
+      new Uint8Array([1, 2, 3]),
+    ][pick];
   }
   if (r < 0.65) return Array.from({ length: Math.floor(rand() * 6) }, () => randomValue(rand, depth + 1));
-  const keys = ['type', 'event_type', 'block_hashes', 'seq_hashes', 'token_ids', 'block_size', 'medium', 'parent_block_hash', 'group_idx', 'events', 'ts', 'x'];
-  return Object.fromEntries(Array.from({ length: Math.floor(rand() * 6) }, () => [keys[Math.floor(rand() * keys.length)], randomValue(rand, depth + 1)]));
+  const keys = [
+    'type',
+    'event_type',
+    'block_hashes',
+    'seq_hashes',
+    'token_ids',
+    'block_size',
+    'medium',
+    'parent_block_hash',
+    'group_idx',
+    'events',
+    'ts',
+    'x',
+  ];
+  return Object.fromEntries(
+    Array.from({ length: Math.floor(rand() * 6) }, () => [
+      keys[Math.floor(rand() * keys.length)],
+      randomValue(rand, depth + 1),
+    ]),
+  );
 }
 
 describe('decoder fuzz', () => {
@@ -94,13 +166,34 @@ describe('decoder fuzz', () => {
     const control = new StreamIngest(reg('vLLM', 'control-backend'), { writer, metrics: NOOP_METRICS, now: Date.now });
     const ctrlTokens = tokens(5000, 4 * BS);
     const ctrlPayload = Buffer.from(
-      encode([1.0, [{ type: 'BlockStored', block_hashes: [11n, 12n, 13n, 14n], parent_block_hash: null, token_ids: ctrlTokens, block_size: BS, lora_id: null, medium: 'GPU', lora_name: null }], 0], { useBigInt64: true }),
+      encode(
+        [
+          1.0,
+          [
+            {
+              type: 'BlockStored',
+              block_hashes: [11n, 12n, 13n, 14n],
+              parent_block_hash: null,
+              token_ids: ctrlTokens,
+              block_size: BS,
+              lora_id: null,
+              medium: 'GPU',
+              lora_name: null,
+            },
+          ],
+          0,
+        ],
+        { useBigInt64: true },
+      ),
     );
     expect(control.applyPayload(ctrlPayload, false)).toEqual({ ok: true });
-    const controlDevice = () => indexer.queryTokens(NS, ctrlTokens, Date.now()).candidates.find((c) => c.instance === 'control-backend')?.device;
+    const controlDevice = () =>
+      indexer.queryTokens(NS, ctrlTokens, Date.now()).candidates.find((c) => c.instance === 'control-backend')?.device;
     expect(controlDevice()).toBe(4);
 
-    const ingests = PUBLISHER_TYPES.map((t) => new StreamIngest(reg(t, `fuzz-${t}`), { writer, metrics: NOOP_METRICS, now: Date.now }));
+    const ingests = PUBLISHER_TYPES.map(
+      (t) => new StreamIngest(reg(t, `fuzz-${t}`), { writer, metrics: NOOP_METRICS, now: Date.now }),
+    );
     const contexts = PUBLISHER_TYPES.map((t) => decodeContext(reg(t, `pure-${t}`)));
     const valid = validPayloads(rand);
     const seq = Buffer.alloc(8);
@@ -110,7 +203,8 @@ describe('decoder fuzz', () => {
     for (let i = 0; i < ITERATIONS; i++) {
       const kind = rand();
       let payload: Buffer;
-      if (kind < 0.25) payload = Buffer.from(Array.from({ length: Math.floor(rand() * 200) }, () => Math.floor(rand() * 256)));
+      if (kind < 0.25)
+        payload = Buffer.from(Array.from({ length: Math.floor(rand() * 200) }, () => Math.floor(rand() * 256)));
       else if (kind < 0.4) payload = Buffer.from(encode(randomValue(rand), { useBigInt64: true }));
       else if (kind < 0.45) payload = valid[Math.floor(rand() * valid.length)];
       else payload = mutate(valid[Math.floor(rand() * valid.length)], rand);
@@ -146,7 +240,12 @@ describe('decoder fuzz', () => {
     // A clean stream applied after the storm is indexed exactly.
     const fresh = new StreamIngest(reg('vLLM', 'fresh'), { writer, metrics: NOOP_METRICS, now: Date.now });
     const t2 = tokens(9000, 3 * BS);
-    fresh.applyPayload(Buffer.from(encode([1.0, [['BlockStored', [21n, 22n, 23n], null, t2, BS, null, 'GPU']], 0], { useBigInt64: true })), false);
+    fresh.applyPayload(
+      Buffer.from(
+        encode([1.0, [['BlockStored', [21n, 22n, 23n], null, t2, BS, null, 'GPU']], 0], { useBigInt64: true }),
+      ),
+      false,
+    );
     fresh.applyPayload(Buffer.from(encode([1.0, [['BlockRemoved', [23n], 'GPU']], 0], { useBigInt64: true })), false);
     expect(indexer.queryTokens(NS, t2, Date.now()).candidates.find((c) => c.instance === 'fresh')?.device).toBe(2);
     expect(fresh.counts.applied.ok).toBe(2);

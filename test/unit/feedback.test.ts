@@ -8,7 +8,18 @@ import type { Decision } from '../../src/scheduler/scheduler.js';
 
 describe('usage tail', () => {
   it('reads the last usage of a JSON body and of an SSE stream, whatever the chunking', () => {
-    const json = Buffer.from(JSON.stringify({ id: 'x', choices: [{ text: 'a'.repeat(20_000) }], usage: { prompt_tokens: 300, completion_tokens: 4, total_tokens: 304, prompt_tokens_details: { cached_tokens: 256 } } }));
+    const json = Buffer.from(
+      JSON.stringify({
+        id: 'x',
+        choices: [{ text: 'a'.repeat(20_000) }],
+        usage: {
+          prompt_tokens: 300,
+          completion_tokens: 4,
+          total_tokens: 304,
+          prompt_tokens_details: { cached_tokens: 256 },
+        },
+      }),
+    );
     const sse = Buffer.from(
       [
         `data: ${JSON.stringify({ choices: [{ delta: { content: 'hi' } }], usage: { prompt_tokens: 300, prompt_tokens_details: { cached_tokens: 0 } } })}`,
@@ -17,7 +28,10 @@ describe('usage tail', () => {
         '',
       ].join('\n\n'),
     );
-    for (const [body, cached] of [[json, 256], [sse, 288]] as const) {
+    for (const [body, cached] of [
+      [json, 256],
+      [sse, 288],
+    ] as const) {
       for (const size of [1, 7, 4096, body.length]) {
         const t = new UsageTail();
         for (let i = 0; i < body.length; i += size) t.push(body.subarray(i, i + size));
@@ -25,7 +39,10 @@ describe('usage tail', () => {
       }
     }
     // Without prompt_tokens_details (vLLM without --enable-prompt-tokens-details) or without usage at all.
-    expect(parseUsage('{"usage":{"prompt_tokens":12,"completion_tokens":3}}')).toEqual({ promptTokens: 12, cachedTokens: null });
+    expect(parseUsage('{"usage":{"prompt_tokens":12,"completion_tokens":3}}')).toEqual({
+      promptTokens: 12,
+      cachedTokens: null,
+    });
     expect(parseUsage('data: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: [DONE]')).toBeNull();
     expect(USAGE_TAIL_BYTES).toBeGreaterThanOrEqual(4096);
   });
@@ -39,7 +56,14 @@ describe('HitVerifier', () => {
     expect(v.observe('a', 0, 0, 16, 0)).toBeNull();
     for (let i = 0; i < 9; i++) expect(v.observe('a', 512, 0, 16, i)!.raised).toBeNull();
     const o = v.observe('a', 512, 0, 16, 9)!;
-    expect(o.raised).toMatchObject({ instance: 'a', direction: 'over', count: 10, of: 10, meanPredicted: 512, meanReported: 0 });
+    expect(o.raised).toMatchObject({
+      instance: 'a',
+      direction: 'over',
+      count: 10,
+      of: 10,
+      meanPredicted: 512,
+      meanReported: 0,
+    });
     expect(o.raised!.message).toBe(
       'instance a: predicted 512 cached tokens, engine reported 0 in 10 of 10 requests: the index credits blocks the engine does not reuse: check block_size, hash seed, LoRA / cache_salt scoping, or an engine that lost its cache without a cleared event',
     );
@@ -67,19 +91,35 @@ describe('FeedbackLoop', () => {
     const lines: string[] = [];
     const distrusted = new Set<string>();
     const judged: string[] = [];
-    const loop = new FeedbackLoop({ enabled: true, window: 5, alarmRatio: 0.8, action: 'distrust' }, { writer: new KvIndexWriter(new TieredIndexer()), distrusted, log: (l) => lines.push(l), now: () => 0, judged: (i, v) => judged.push(`${i}:${v}`) });
+    const loop = new FeedbackLoop(
+      { enabled: true, window: 5, alarmRatio: 0.8, action: 'distrust' },
+      {
+        writer: new KvIndexWriter(new TieredIndexer()),
+        distrusted,
+        log: (l) => lines.push(l),
+        now: () => 0,
+        judged: (i, v) => judged.push(`${i}:${v}`),
+      },
+    );
     for (let i = 0; i < 5; i++) loop.reported(decision('a', 0), { promptTokens: 1000, cachedTokens: 800 });
     expect(distrusted.has('a')).toBe(true);
-    expect(lines[0]).toMatch(/^kvrouter: hit-prediction alarm: instance a: predicted 0 cached tokens, engine reported 800 in 5 of 5 requests: .*; its index entries earn no credit until predictions agree again$/);
+    expect(lines[0]).toMatch(
+      /^kvrouter: hit-prediction alarm: instance a: predicted 0 cached tokens, engine reported 800 in 5 of 5 requests: .*; its index entries earn no credit until predictions agree again$/,
+    );
     loop.reported(decision('a', 0), { promptTokens: 1000, cachedTokens: null });
     expect(judged.at(-1)).toBe('a:unverified');
     for (let i = 0; i < 4; i++) loop.reported(decision('a', 50), { promptTokens: 1000, cachedTokens: 800 });
     expect(distrusted.has('a')).toBe(false);
-    expect(lines.at(-1)).toMatch(/alarm cleared: instance a's predictions agree with the engine again; its index entries are credited again/);
+    expect(lines.at(-1)).toMatch(
+      /alarm cleared: instance a's predictions agree with the engine again; its index entries are credited again/,
+    );
     expect(loop.actions.map((a) => a.action)).toEqual(['distrust', 'trust']);
     // A cache-blind policy's decisions are not judged (its routing ignores the index).
     const judgedBefore = judged.length;
-    loop.reported({ ...decision('a', 0), policy: 'round-robin' } as Decision, { promptTokens: 1000, cachedTokens: 800 });
+    loop.reported({ ...decision('a', 0), policy: 'round-robin' } as Decision, {
+      promptTokens: 1000,
+      cachedTokens: 800,
+    });
     expect(judged.length).toBe(judgedBefore);
     // Reloads: switching to distrust takes instances with open alarms out of credit at once;
     // switching away lets them back in; a new window starts afresh.

@@ -27,7 +27,11 @@ describe('fleet-sim EventQueue', () => {
     expect(q.now).toBe(5);
     q.push(1, 'late'); // scheduled at "now" (5), after everything already due then
     q.push(5, 'same');
-    expect([q.pop()!, q.pop()!, q.pop()!].map((e) => [e.ev, e.at])).toEqual([['late', 5], ['same', 5], ['a', 10]]);
+    expect([q.pop()!, q.pop()!, q.pop()!].map((e) => [e.ev, e.at])).toEqual([
+      ['late', 5],
+      ['same', 5],
+      ['a', 10],
+    ]);
     expect(q.pop()).toBeNull();
     expect(q.now).toBe(10);
   });

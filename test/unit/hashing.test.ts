@@ -76,7 +76,9 @@ describe('LoRA and salt hash spaces (Dynamo derivation)', () => {
 
   it('derives the local seed', () => {
     expect(hashSpace({ loraName: d.lora_name }).localSeed).toBe(BigInt(d.local_seed_lora_only.dec));
-    expect(hashSpace({ loraName: d.lora_name, salt: d.cache_salt }).localSeed).toBe(BigInt(d.local_seed_lora_and_salt.dec));
+    expect(hashSpace({ loraName: d.lora_name, salt: d.cache_salt }).localSeed).toBe(
+      BigInt(d.local_seed_lora_and_salt.dec),
+    );
     expect(hashSpace({ loraName: d.lora_name }).chainSeed).toBe(1337n);
   });
 
@@ -131,7 +133,10 @@ describe('WASM XXH3 agrees with @node-rs/xxhash', () => {
       }
       expect([...wasm.blocks(tokens, bs, space.localSeed, null, null)]).toEqual(locals);
       expect([...wasm.blocks(tokens, bs, space.localSeed, space.chainSeed, null)]).toEqual(seq);
-      if (seq.length > 1) expect([...wasm.blocks(tokens.subarray(bs), bs, space.localSeed, space.chainSeed, seq[0])]).toEqual(seq.slice(1));
+      if (seq.length > 1)
+        expect([...wasm.blocks(tokens.subarray(bs), bs, space.localSeed, space.chainSeed, seq[0])]).toEqual(
+          seq.slice(1),
+        );
     }
   });
 });

@@ -13,7 +13,27 @@ import { ROOT } from '../helpers/procs.js';
 const SRC = join(ROOT, 'src');
 
 /** What every proxied request runs through (folders whole, or single files). */
-const HOT = ['api/body.ts', 'api/openai.ts', 'api/token-body.ts', 'common/lean-metrics.ts', 'disagg', 'epp/exchange.ts', 'epp/picker.ts', 'hashing', 'indexer/block-index.ts', 'indexer/namespaces.ts', 'indexer/namespace.ts', 'proxy', 'router/completions.ts', 'router/decision-log.ts', 'router/hot-path.ts', 'router/metrics.ts', 'router/overrides.ts', 'scheduler', 'tokenizer'];
+const HOT = [
+  'api/body.ts',
+  'api/openai.ts',
+  'api/token-body.ts',
+  'common/lean-metrics.ts',
+  'disagg',
+  'epp/exchange.ts',
+  'epp/picker.ts',
+  'hashing',
+  'indexer/block-index.ts',
+  'indexer/namespaces.ts',
+  'indexer/namespace.ts',
+  'proxy',
+  'router/completions.ts',
+  'router/decision-log.ts',
+  'router/hot-path.ts',
+  'router/metrics.ts',
+  'router/overrides.ts',
+  'scheduler',
+  'tokenizer',
+];
 
 /** Keys after a leading spread that the spread object always has (overrides: the fast path). */
 const OVERRIDES: Record<string, string[]> = {
@@ -26,7 +46,9 @@ function files(rel: string): string[] {
   const p = join(SRC, rel);
   if (!statSync(p).isDirectory()) return [p];
   // The AssemblyScript sources (src/hashing/wasm) are not TypeScript the parser reads.
-  return readdirSync(p).flatMap((f) => (f === 'wasm' ? [] : files(join(rel, f)))).filter((f) => f.endsWith('.ts'));
+  return readdirSync(p)
+    .flatMap((f) => (f === 'wasm' ? [] : files(join(rel, f))))
+    .filter((f) => f.endsWith('.ts'));
 }
 
 interface Node {

@@ -6,18 +6,57 @@ import { RelayTap } from '../../src/cluster/relay-taps.js';
 import type { KvEvent } from '../../src/indexer/kv-event.js';
 import { dumpIndex } from '../../src/indexer/snapshot.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
-import { KvIndexWriter, type IndexedRegistration, registerInIndex, unregisterFromIndex } from '../../src/indexer/writer.js';
+import {
+  KvIndexWriter,
+  type IndexedRegistration,
+  registerInIndex,
+  unregisterFromIndex,
+} from '../../src/indexer/writer.js';
 
 const BS = 4;
-const ns = (tenant = 'default', loraName: string | null = null) => ({ model: 'm', blockSize: BS, loraName, salt: null, tenant });
+const ns = (tenant = 'default', loraName: string | null = null) => ({
+  model: 'm',
+  blockSize: BS,
+  loraName,
+  salt: null,
+  tenant,
+});
 
 function stored(hashes: bigint[], o: Partial<KvEvent> = {}): KvEvent {
   return {
-    event_type: 'stored', model_name: 'm', block_size: BS, additional_salt: null, lora_name: null, tenant_id: 'default', backend_id: 'e0', medium: 'GPU', dp_rank: 0,
-    event_id: null, timestamp: null, seq_hashes: hashes, base_block_idx: null, parent_hash: null, token_ids: null, ...o,
+    event_type: 'stored',
+    model_name: 'm',
+    block_size: BS,
+    additional_salt: null,
+    lora_name: null,
+    tenant_id: 'default',
+    backend_id: 'e0',
+    medium: 'GPU',
+    dp_rank: 0,
+    event_id: null,
+    timestamp: null,
+    seq_hashes: hashes,
+    base_block_idx: null,
+    parent_hash: null,
+    token_ids: null,
+    ...o,
   } as KvEvent;
 }
-const cleared = (o: Partial<KvEvent> = {}): KvEvent => ({ event_type: 'cleared', model_name: 'm', block_size: BS, additional_salt: null, lora_name: null, tenant_id: 'default', backend_id: 'e0', medium: null, dp_rank: 0, event_id: null, timestamp: null, ...o }) as KvEvent;
+const cleared = (o: Partial<KvEvent> = {}): KvEvent =>
+  ({
+    event_type: 'cleared',
+    model_name: 'm',
+    block_size: BS,
+    additional_salt: null,
+    lora_name: null,
+    tenant_id: 'default',
+    backend_id: 'e0',
+    medium: null,
+    dp_rank: 0,
+    event_id: null,
+    timestamp: null,
+    ...o,
+  }) as KvEvent;
 
 /** Overlap of a query: per candidate its prefix on each tier, and the shared pool's. */
 function hits(ix: TieredIndexer, id: ReturnType<typeof ns>, hashes: bigint[]): unknown {
@@ -37,9 +76,19 @@ describe('IndexWriter', () => {
     expect(blocksOf(w.indexer)).toBe(4); // distinct blocks per namespace: {1,2}, {7}, {1}
     const out = w.apply(cleared());
     expect(out).toEqual({ status: 'ok', blocks: 5 }); // (block, holder) pairs: 2 GPU + 2 CPU + 1 LoRA
-    expect(w.indexer.find(ns())!.index.holderInfos().map((h) => [h.dpRank, h.medium, h.blocks])).toEqual([[1, 'GPU', 1]]);
+    expect(
+      w.indexer
+        .find(ns())!
+        .index.holderInfos()
+        .map((h) => [h.dpRank, h.medium, h.blocks]),
+    ).toEqual([[1, 'GPU', 1]]);
     expect(w.indexer.find(ns('default', 'ad'))!.index.holderInfos()).toEqual([]);
-    expect(w.indexer.find(ns('other'))!.index.holderInfos().map((h) => h.blocks)).toEqual([1]);
+    expect(
+      w.indexer
+        .find(ns('other'))!
+        .index.holderInfos()
+        .map((h) => h.blocks),
+    ).toEqual([1]);
   });
 
   it('a purge is scoped by tenant, for blocks and for ordering state', () => {
@@ -47,7 +96,12 @@ describe('IndexWriter', () => {
     w.apply(stored([1n], { event_id: 1n }));
     w.apply(stored([1n], { event_id: 1n, tenant_id: 'other' }));
     expect(w.purge({ backend: 'e0', tenant: 'default' })).toBe(1);
-    expect(w.indexer.find(ns('other'))!.index.holderInfos().map((h) => h.blocks)).toEqual([1]);
+    expect(
+      w.indexer
+        .find(ns('other'))!
+        .index.holderInfos()
+        .map((h) => h.blocks),
+    ).toEqual([1]);
     // The other tenant's stream keeps its ordering: skipping ids there is still a gap.
     expect(w.apply(stored([2n], { event_id: 3n, tenant_id: 'other' })).status).toBe('gap');
     // The purged stream starts from a clean baseline: any id is accepted.
@@ -67,7 +121,18 @@ describe('IndexWriter', () => {
 
   it('registrations bind shared pools, enrol instances, and unregister purges and forgets on the last rank', () => {
     const w = new KvIndexWriter(new TieredIndexer());
-    const reg = (o: Partial<IndexedRegistration>): IndexedRegistration => ({ model: 'm', blockSize: BS, loraName: null, additionalSalt: null, tenant: 'default', instanceId: 'i0', backendId: 'i0', dpRank: 0, shared: false, ...o });
+    const reg = (o: Partial<IndexedRegistration>): IndexedRegistration => ({
+      model: 'm',
+      blockSize: BS,
+      loraName: null,
+      additionalSalt: null,
+      tenant: 'default',
+      instanceId: 'i0',
+      backendId: 'i0',
+      dpRank: 0,
+      shared: false,
+      ...o,
+    });
     registerInIndex(w, reg({}));
     registerInIndex(w, reg({ instanceId: 'pool', backendId: 'store', shared: true }));
     registerInIndex(w, reg({ instanceId: 'i1', backendId: 'b1' }));
@@ -102,7 +167,8 @@ describe('IndexWriter', () => {
     for (const op of ops) {
       if (op.op === 'bind') replica.bind(op.backend, op.instance);
       else if (op.op === 'event') replica.apply(op.event);
-      else if (op.op === 'remove_backend') replica.purge({ backend: op.backend, ...(op.dpRank !== null ? { dpRank: op.dpRank } : {}) });
+      else if (op.op === 'remove_backend')
+        replica.purge({ backend: op.backend, ...(op.dpRank !== null ? { dpRank: op.dpRank } : {}) });
       else if (op.op === 'remove_instance') replica.purgeInstance({ instance: op.instance });
     }
     expect(dumpIndex(replica.indexer, 0)).toEqual(dumpIndex(tap.indexer, 0));

@@ -12,7 +12,12 @@ const OUTCOMES = ['done', 'upstream_error', 'client_abort'];
 function pair() {
   const libReg = new Registry();
   const leanReg = new Registry();
-  const cfg = { name: 'kvr_seconds', help: 'Request time', labelNames: ['model', 'outcome'] as const, buckets: BUCKETS };
+  const cfg = {
+    name: 'kvr_seconds',
+    help: 'Request time',
+    labelNames: ['model', 'outcome'] as const,
+    buckets: BUCKETS,
+  };
   const lib = new Histogram({ ...cfg, labelNames: [...cfg.labelNames], registers: [libReg] });
   const lean = new LeanHistogram({ ...cfg, labelNames: [...cfg.labelNames], registers: [leanReg] });
   const ccfg = { name: 'kvr_requests_total', help: 'Requests', labelNames: ['model', 'status'] };
@@ -30,7 +35,14 @@ describe('LeanHistogram and LeanCounter', () => {
       const outcome = OUTCOMES[Math.floor(rand() * OUTCOMES.length)];
       // Values on bucket bounds, between them, above the last and negative.
       const r = rand();
-      const v = r < 0.2 ? BUCKETS[Math.floor(rand() * BUCKETS.length)] : r < 0.25 ? 20 + rand() : r < 0.3 ? -rand() : rand() * rand();
+      const v =
+        r < 0.2
+          ? BUCKETS[Math.floor(rand() * BUCKETS.length)]
+          : r < 0.25
+            ? 20 + rand()
+            : r < 0.3
+              ? -rand()
+              : rand() * rand();
       p.lib.observe({ model, outcome }, v);
       p.lean.child({ model, outcome }).observe(v);
       const status = rand() < 0.9 ? '200' : '502';
@@ -44,7 +56,9 @@ describe('LeanHistogram and LeanCounter', () => {
     const libJson = await p.libReg.getMetricsAsJSON();
     const leanJson = await p.leanReg.getMetricsAsJSON();
     expect(leanJson).toEqual(libJson);
-    expect(await AggregatorRegistry.aggregate([leanJson, leanJson]).metrics()).toBe(await AggregatorRegistry.aggregate([libJson, libJson]).metrics());
+    expect(await AggregatorRegistry.aggregate([leanJson, leanJson]).metrics()).toBe(
+      await AggregatorRegistry.aggregate([libJson, libJson]).metrics(),
+    );
   });
 
   it('reset zeroes the bound children, which keep counting afterwards', async () => {

@@ -43,10 +43,19 @@ describe('AdapterDirectory', () => {
 
 describe('adapter affinity', () => {
   const ns = { model: 'm', blockSize: 4, loraName: 'sql-a', salt: null, tenant: 'default' };
-  const W: CostWeights = { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
+  const W: CostWeights = {
+    model: 'time',
+    overlapWeight: 1,
+    medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+    trackActiveBlocks: true,
+    decodeInterference: 0,
+  };
   const input = (tokens: number[]): RouteInput => ({
     ns,
-    candidates: [{ instance: 'a', dpRank: 0 }, { instance: 'b', dpRank: 0 }],
+    candidates: [
+      { instance: 'a', dpRank: 0 },
+      { instance: 'b', dpRank: 0 },
+    ],
     tokens,
     policy: 'kv',
     weights: W,

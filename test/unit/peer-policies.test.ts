@@ -21,7 +21,10 @@ import { type CandidateScore, type RouteInput, Scheduler } from '../../src/sched
 const NS = { model: 'm', blockSize: 16, loraName: null, salt: null, tenant: 'default' };
 
 /** A candidate as Scheduler.score makes it, zero but for what an example sets. */
-function cand(instance: string, over: Partial<Omit<CandidateScore, 'load'>> & { load?: Partial<CandidateScore['load']> } = {}): CandidateScore {
+function cand(
+  instance: string,
+  over: Partial<Omit<CandidateScore, 'load'>> & { load?: Partial<CandidateScore['load']> } = {},
+): CandidateScore {
   const { load, ...rest } = over;
   return {
     instance,
@@ -78,7 +81,13 @@ function context<S>(spec: PolicySpec<string, S>, state: S, over: Partial<PolicyC
 let booked = 0;
 
 /** Pick, then book the pick (or `bookOn`) as the Scheduler does; returns the picked instance. */
-function route<S>(spec: PolicySpec<string, S>, state: S, c: CandidateScore[], over: Partial<PolicyContext<S>> = {}, bookOn?: string): string {
+function route<S>(
+  spec: PolicySpec<string, S>,
+  state: S,
+  c: CandidateScore[],
+  over: Partial<PolicyContext<S>> = {},
+  bookOn?: string,
+): string {
   const ctx = context(spec, state, over);
   const i = spec.pick(c, ctx);
   const chosen = bookOn ? c.find((x) => x.instance === bookOn)! : c[i];
@@ -104,9 +113,22 @@ describe('dynamo (selector/default.rs)', () => {
     idx.store(idx.holder('a', 0, 'GPU'), seq.subarray(0, 6));
     idx.store(idx.holder('b', 0, 'CPU'), seq.subarray(0, 8));
     const s = new Scheduler(indexer, () => 0);
-    s.active.book('x', 'a', 0, BigUint64Array.from({ length: 10 }, (_, i) => BigInt(9000 + i)), 16, 0);
+    s.active.book(
+      'x',
+      'a',
+      0,
+      BigUint64Array.from({ length: 10 }, (_, i) => BigInt(9000 + i)),
+      16,
+      0,
+    );
     // routing says: time model, overlap weight 5, no host credit; and the engines report a queue.
-    const routing: CostWeights = { model: 'time', overlapWeight: 5, medium: { cpu: 0, disk: 0, shared: 0.5 }, trackActiveBlocks: false, decodeInterference: 0.1 };
+    const routing: CostWeights = {
+      model: 'time',
+      overlapWeight: 5,
+      medium: { cpu: 0, disk: 0, shared: 0.5 },
+      trackActiveBlocks: false,
+      decodeInterference: 0.1,
+    };
     const input: RouteInput = {
       ns,
       candidates: ['a', 'b', 'c'].map((instance) => ({ instance, dpRank: 0 })),
@@ -132,7 +154,11 @@ describe('dynamo (selector/default.rs)', () => {
 
 describe('sglang (cache_aware.rs, CLI defaults)', () => {
   const fresh = () => sglang.createState!() as SglangState;
-  const three = (a: number, b: number, c: number) => [cand('a', { load: { activeRequests: a } }), cand('b', { load: { activeRequests: b } }), cand('c', { load: { activeRequests: c } })];
+  const three = (a: number, b: number, c: number) => [
+    cand('a', { load: { activeRequests: a } }),
+    cand('b', { load: { activeRequests: b } }),
+    cand('c', { load: { activeRequests: c } }),
+  ];
 
   it('follows a matched prefix above 0.3, spills past 1.5 x and 64 over the mean, else takes the least loaded', () => {
     const s = fresh();
@@ -150,7 +176,11 @@ describe('sglang (cache_aware.rs, CLI defaults)', () => {
     //    -> the least loaded: c (a 1, b 1, c 0).
     expect(route(sglang, s, three(1, 1, 0), { text: chars('Hello, a completely different question') })).toBe('c');
     // Requests sent (the min-load tie-break): b 2, a 2, c 1.
-    expect([...s.sent.entries()].map(([k, v]) => [k.split('\u0000')[0], v])).toEqual([['b', 2], ['a', 2], ['c', 1]]);
+    expect([...s.sent.entries()].map(([k, v]) => [k.split('\u0000')[0], v])).toEqual([
+      ['b', 2],
+      ['a', 2],
+      ['c', 1],
+    ]);
   });
 
   it('matches token ids in whole 16-token pages (SMG over gRPC; the fleet simulator)', () => {
@@ -202,18 +232,30 @@ describe('gie (defaults.go: queue 2, kv-cache-utilization 2, prefix-cache 3)', (
     //   b = 2 x 0.667 + 2 x 0.5 + 3 x 0.25 = 3.083
     //   c = 2 x 1 + 2 x 0.8 + 0 = 3.6        -> c
     const idx = seeded();
-    const pods = [cand('a', { engine: engine(6, 0.9) }), cand('b', { engine: engine(2, 0.5) }), cand('c', { engine: engine(0, 0.2) })];
+    const pods = [
+      cand('a', { engine: engine(6, 0.9) }),
+      cand('b', { engine: engine(2, 0.5) }),
+      cand('c', { engine: engine(0, 0.2) }),
+    ];
     const ctx = context(gie, idx, { text: chars(R) });
     expect(pods[gie.pick(pods, ctx)].instance).toBe('c');
     expect((ctx.memo as BigUint64Array).length).toBe(4);
     // a lighter (waiting 1, usage 0.3; queue max 2): a = 2 x 0.5 + 2 x 0.7 + 2.25 = 4.65,
     // b = 0 + 1 + 0.75 = 1.75, c = 2 + 1.6 = 3.6 -> a.
-    const lighter = [cand('a', { engine: engine(1, 0.3) }), cand('b', { engine: engine(2, 0.5) }), cand('c', { engine: engine(0, 0.2) })];
+    const lighter = [
+      cand('a', { engine: engine(1, 0.3) }),
+      cand('b', { engine: engine(2, 0.5) }),
+      cand('c', { engine: engine(0, 0.2) }),
+    ];
     expect(lighter[gie.pick(lighter, context(gie, idx, { text: chars(R) }))].instance).toBe('a');
     // Queue against cache: waiting a 4, b 0, c 2 -> queue a 0, b 1, c 0.5; usage a 0.2, b 0.6,
     // c 0.9 -> kv a 0.8, b 0.4, c 0.1. a = 0 + 1.6 + 2.25 = 3.85, b = 2 + 0.8 + 0.75 = 3.55,
     // c = 1 + 0.2 + 0 = 1.2 -> a (with the queue at weight 3, b would win: 4.55).
-    const queued = [cand('a', { engine: engine(4, 0.2) }), cand('b', { engine: engine(0, 0.6) }), cand('c', { engine: engine(2, 0.9) })];
+    const queued = [
+      cand('a', { engine: engine(4, 0.2) }),
+      cand('b', { engine: engine(0, 0.6) }),
+      cand('c', { engine: engine(2, 0.9) }),
+    ];
     expect(queued[gie.pick(queued, context(gie, idx, { text: chars(R) }))].instance).toBe('a');
   });
 
@@ -232,7 +274,10 @@ describe('gie (defaults.go: queue 2, kv-cache-utilization 2, prefix-cache 3)', (
     // Token ids are tokens already: 16 to a block.
     expect(approxBlockHashes({ kind: 'tokens', symbols: new Uint32Array(40) }, 16, 256, space).length).toBe(3);
     // Chained: equal prefixes, equal hashes; a different first block changes every later one.
-    const [p, q] = [approxBlockHashes(chars('a'.repeat(128)), 16, 256, space), approxBlockHashes(chars('b'.repeat(64) + 'a'.repeat(64)), 16, 256, space)];
+    const [p, q] = [
+      approxBlockHashes(chars('a'.repeat(128)), 16, 256, space),
+      approxBlockHashes(chars('b'.repeat(64) + 'a'.repeat(64)), 16, 256, space),
+    ];
     expect(p[1]).not.toBe(q[1]);
   });
 });
@@ -262,7 +307,10 @@ describe('llm-d (v0.8 precise prefix profile: prefix 2, kv-cache-utilization 1, 
     // Min-max, not a share of the prompt: a holds 8 blocks and is idle, b holds 10 with 1 waiting
     // and usage 0.5. a = 2 x 0 + 1 + 1 = 2 (the lowest hit scores 0), b = 2 x 1 + 0.5 + 0 = 2.5 -> b.
     // (Scored as matched / 10 prompt blocks, as v0.10 does: a = 1.6 + 2 = 3.6 > b = 2.5.)
-    const two = [cand('a', { device: 8, host: 8, disk: 8, engine: engine(0, 0) }), cand('b', { device: 10, host: 10, disk: 10, engine: engine(1, 0.5) })];
+    const two = [
+      cand('a', { device: 8, host: 8, disk: 8, engine: engine(0, 0) }),
+      cand('b', { device: 10, host: 10, disk: 10, engine: engine(1, 0.5) }),
+    ];
     expect(two[llmD.pick(two, context(llmD, undefined))].instance).toBe('b');
   });
 
@@ -322,7 +370,7 @@ describe('llm-d-sticky (prefix-cache-affinity-filter + token-load-scorer)', () =
     expect(['b', 'c']).toContain(route(llmDSticky, s, pods(), { tokens: R, isl: 320, rand: () => 0 }));
   });
 
-  it('counts a request\'s uncached tokens in flight until its first token', () => {
+  it("counts a request's uncached tokens in flight until its first token", () => {
     const s = seeded();
     s.inflight.clear();
     // R on a: 4 of 5 blocks matched -> (5 - 4) x 64 + max(0, 320 - 320) = 64 tokens.
@@ -377,7 +425,11 @@ describe('vllm-router (kv_aware.rs)', () => {
     const c = [cand('a', { device: 3, host: 3, disk: 3 }), cand('b', { host: 5, disk: 5 }), cand('c', { disk: 5 })];
     expect(c[vllmRouter.pick(c, context(vllmRouter, undefined, { seq }))].instance).toBe('c');
     // No hit: in flight a 3, b 1, c 1 -> b (the first of 1s).
-    const cold = [cand('a', { load: { activeRequests: 3 } }), cand('b', { load: { activeRequests: 1 } }), cand('c', { load: { activeRequests: 1 } })];
+    const cold = [
+      cand('a', { load: { activeRequests: 3 } }),
+      cand('b', { load: { activeRequests: 1 } }),
+      cand('c', { load: { activeRequests: 1 } }),
+    ];
     expect(cold[vllmRouter.pick(cold, context(vllmRouter, undefined, { seq }))].instance).toBe('b');
     // A prompt without a complete block: least loaded, whatever the index says.
     expect(c[vllmRouter.pick(c, context(vllmRouter, undefined))].instance).toBe('a');
@@ -386,8 +438,23 @@ describe('vllm-router (kv_aware.rs)', () => {
 
 describe('the pipeline the peers need', () => {
   const cands = ['a', 'b', 'c'].map((instance) => ({ instance, dpRank: 0 }));
-  const W: CostWeights = { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0.1 };
-  const input = (policy: RouteInput['policy'], text: string, over: Partial<RouteInput> = {}): RouteInput => ({ ns: NS, candidates: cands, tokens: [], policy, weights: W, temperature: 0, text: chars(text), ...over });
+  const W: CostWeights = {
+    model: 'time',
+    overlapWeight: 1,
+    medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+    trackActiveBlocks: true,
+    decodeInterference: 0.1,
+  };
+  const input = (policy: RouteInput['policy'], text: string, over: Partial<RouteInput> = {}): RouteInput => ({
+    ns: NS,
+    candidates: cands,
+    tokens: [],
+    policy,
+    weights: W,
+    temperature: 0,
+    text: chars(text),
+    ...over,
+  });
 
   it("keeps a policy's state per pool across requests, changed by bookings only, and forgets a dropped instance", () => {
     const s = new Scheduler(new TieredIndexer(), () => 0);
@@ -435,7 +502,11 @@ describe('the pipeline the peers need', () => {
     s.free('r1');
     // A 300,000-token prompt on a: 2,048 hashed blocks x 64 + 168,928 past them = 300,000 uncached
     // tokens in flight -> a's estimated TTFT 18.8 s > 18 s over b and c: R is not kept on a.
-    sticky(Array.from({ length: 300_000 }, (_, i) => 1_000_000 + i), 'big', [cands[0]]);
+    sticky(
+      Array.from({ length: 300_000 }, (_, i) => 1_000_000 + i),
+      'big',
+      [cands[0]],
+    );
     expect(sticky(R, null)).toBe('b');
     // Its first token releases them: R is sticky on a again.
     s.prefillComplete('big', 10);
@@ -450,14 +521,15 @@ describe('the pipeline the peers need', () => {
     idx.store(idx.holder('b', 0, 'GPU'), seqHashes(tokens, 16, hashSpace()));
     const s = new Scheduler(indexer, () => 0);
     s.distrusted.add('b');
-    const run = (policy: RouteInput['policy']) => s.decide({ ns: NS, candidates: cands, tokens, policy, weights: W, temperature: 0 }, 0).candidates[1].device;
+    const run = (policy: RouteInput['policy']) =>
+      s.decide({ ns: NS, candidates: cands, tokens, policy, weights: W, temperature: 0 }, 0).candidates[1].device;
     expect(run('kv')).toBe(0);
     expect(run('vllm-router')).toBe(4);
   });
 });
 
 describe('the request text', () => {
-  it('joins a chat\'s message texts with spaces (SMG) and keeps token ids as tokens', () => {
+  it("joins a chat's message texts with spaces (SMG) and keeps token ids as tokens", () => {
     const t = requestText({
       kind: 'chat',
       chat: {
@@ -471,7 +543,10 @@ describe('the request text', () => {
     });
     expect(t.kind).toBe('chars');
     expect(String.fromCodePoint(...t.symbols)).toBe('You are Hi Yo think');
-    expect(requestText({ kind: 'tokens', tokens: Uint32Array.of(5, 6) })).toEqual({ kind: 'tokens', symbols: Uint32Array.of(5, 6) });
+    expect(requestText({ kind: 'tokens', tokens: Uint32Array.of(5, 6) })).toEqual({
+      kind: 'tokens',
+      symbols: Uint32Array.of(5, 6),
+    });
     // A surrogate pair is one symbol.
     expect(codePoints('a😀b')).toEqual(Uint32Array.of(97, 0x1f600, 98));
   });

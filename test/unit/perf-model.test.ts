@@ -13,17 +13,29 @@ import { kvCapacityBlocks, selectProfile, type ModelProfile } from '../../src/en
 import { loadPerfModel } from '../../src/engine-sim/perf-models.js';
 import { resolveOptions } from '../../src/engine-sim/options.js';
 
-const read = (f: string): unknown => JSON.parse(readFileSync(new URL(`../../src/engine-sim/profiles/${f}`, import.meta.url), 'utf8'));
+const read = (f: string): unknown =>
+  JSON.parse(readFileSync(new URL(`../../src/engine-sim/profiles/${f}`, import.meta.url), 'utf8'));
 const DENSE = read('h200-qwen3-dense.json');
 const MIXED = read('h200-mixed-passes.json') as {
-  models: { model: string; mixed: { prefill_new: number; prefill_cached: number; decodes: number; decode_context: number; ms: number }[]; batched_prefill: { sequences: number; tokens_each: number; ms: number }[] }[];
+  models: {
+    model: string;
+    mixed: { prefill_new: number; prefill_cached: number; decodes: number; decode_context: number; ms: number }[];
+    batched_prefill: { sequences: number; tokens_each: number; ms: number }[];
+  }[];
 };
 const MODELS = ['qwen3-0.6b', 'qwen3-8b', 'qwen3-32b'] as const;
-const model = (name: string, profile: ModelProfile = selectProfile(DENSE, name)): CalibratedModel => new CalibratedModel(name, profile);
+const model = (name: string, profile: ModelProfile = selectProfile(DENSE, name)): CalibratedModel =>
+  new CalibratedModel(name, profile);
 const relErr = (got: number, want: number): number => Math.abs(got / want - 1);
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const knobs = { speedup: 1, decodeSpeedup: 1, cpuLoadFraction: 0.2 };
-const pass = (p: Partial<PassContents>): PassContents => ({ prefills: [], decodes: 0, decodeContextTokens: 0, kvUsage: 0, ...p });
+const pass = (p: Partial<PassContents>): PassContents => ({
+  prefills: [],
+  decodes: 0,
+  decodeContextTokens: 0,
+  kvUsage: 0,
+  ...p,
+});
 
 describe('calibrated perf model: single-sequence prefill', () => {
   it('the fits are the least-squares fits the data README states (a + b·N + c·N·(P + N/2); d + e·B + f·S)', () => {
@@ -35,7 +47,9 @@ describe('calibrated perf model: single-sequence prefill', () => {
     for (const name of MODELS) {
       const m = model(name);
       const got = [m.prefillFit.a, m.prefillFit.b, m.prefillFit.c, m.decodeFit.d, m.decodeFit.e, m.decodeFit.f];
-      got.forEach((v, i) => { expect(relErr(v, readme[name][i]), `${name} coefficient ${i}`).toBeLessThan(0.01); });
+      got.forEach((v, i) => {
+        expect(relErr(v, readme[name][i]), `${name} coefficient ${i}`).toBeLessThan(0.01);
+      });
     }
   });
 
@@ -44,7 +58,10 @@ describe('calibrated perf model: single-sequence prefill', () => {
       const m = model(name);
       const p = selectProfile(DENSE, name);
       expect(p.prefill.length).toBe(40);
-      for (const r of p.prefill) expect(relErr(m.prefillMs(r.new, r.prefix), r.ms), `${name} new=${r.new} prefix=${r.prefix}`).toBeLessThan(1e-9);
+      for (const r of p.prefill)
+        expect(relErr(m.prefillMs(r.new, r.prefix), r.ms), `${name} new=${r.new} prefix=${r.prefix}`).toBeLessThan(
+          1e-9,
+        );
       // The fit alone misses single points by up to 25-39 %: the residual interpolation is what reproduces them.
       const fitWorst = Math.max(...p.prefill.map((r) => relErr(m.fitMs(r.new, r.prefix), r.ms)));
       expect(fitWorst).toBeGreaterThan(0.2);
@@ -57,14 +74,19 @@ describe('calibrated perf model: single-sequence prefill', () => {
   // (0.6B), 2.3 / 10.5 % (8B), 1.9 / 10.7 % (32B); prefix 0.8 / 16.8 % (0.6B), 0.9 / 10.6 % (8B),
   // 0.7 / 2.0 % (32B). Plain bilinear interpolation, without the fit's shape: new medians 2.9-3.7 %.
   it('held-out points: median error 0.7-2.5 %, max 2-17 % at twice the measured spacing', () => {
-    const bounds = { 'qwen3-0.6b': [0.025, 0.138, 0.009, 0.168], 'qwen3-8b': [0.023, 0.106, 0.009, 0.106], 'qwen3-32b': [0.019, 0.108, 0.008, 0.02] };
+    const bounds = {
+      'qwen3-0.6b': [0.025, 0.138, 0.009, 0.168],
+      'qwen3-8b': [0.023, 0.106, 0.009, 0.106],
+      'qwen3-32b': [0.019, 0.108, 0.008, 0.02],
+    };
     for (const name of MODELS) {
       const full = selectProfile(DENSE, name);
       const news = [...new Set(full.prefill.map((r) => r.new))].sort((a, b) => a - b);
       const errN: number[] = [];
       for (const out of news.slice(1, -1)) {
         const m = model(name, { ...full, prefill: full.prefill.filter((r) => r.new !== out) });
-        for (const r of full.prefill.filter((x) => x.new === out)) errN.push(relErr(m.prefillMs(r.new, r.prefix), r.ms));
+        for (const r of full.prefill.filter((x) => x.new === out))
+          errN.push(relErr(m.prefillMs(r.new, r.prefix), r.ms));
       }
       const m = model(name, { ...full, prefill: full.prefill.filter((r) => r.prefix !== 4096) });
       const errP = full.prefill.filter((r) => r.prefix === 4096).map((r) => relErr(m.prefillMs(r.new, r.prefix), r.ms));
@@ -109,9 +131,21 @@ describe('calibrated perf model: decode, mixed passes, batched prefill', () => {
       let worst = 0;
       let worstSum = 0;
       for (const r of rows) {
-        const t = m.pass(pass({ prefills: [{ newTokens: r.prefill_new, contextTokens: r.prefill_cached }], decodes: r.decodes, decodeContextTokens: r.decodes * r.decode_context }));
+        const t = m.pass(
+          pass({
+            prefills: [{ newTokens: r.prefill_new, contextTokens: r.prefill_cached }],
+            decodes: r.decodes,
+            decodeContextTokens: r.decodes * r.decode_context,
+          }),
+        );
         worst = Math.max(worst, relErr(t.prefillMs + t.decodeMs, r.ms));
-        worstSum = Math.max(worstSum, relErr(m.prefillMs(r.prefill_new, r.prefill_cached) + m.decodeMs(r.decodes, r.decodes * r.decode_context), r.ms));
+        worstSum = Math.max(
+          worstSum,
+          relErr(
+            m.prefillMs(r.prefill_new, r.prefill_cached) + m.decodeMs(r.decodes, r.decodes * r.decode_context),
+            r.ms,
+          ),
+        );
       }
       expect(worst, mm.model).toBeLessThan(bound[mm.model]);
       expect(worstSum, mm.model).toBeGreaterThan(0.35);
@@ -123,23 +157,33 @@ describe('calibrated perf model: decode, mixed passes, batched prefill', () => {
     const m = model('qwen3-8b');
     expect(rows.length).toBe(6);
     for (const r of rows) {
-      const t = m.pass(pass({ prefills: Array.from({ length: r.sequences }, () => ({ newTokens: r.tokens_each, contextTokens: 0 })) })).prefillMs;
+      const t = m.pass(
+        pass({ prefills: Array.from({ length: r.sequences }, () => ({ newTokens: r.tokens_each, contextTokens: 0 })) }),
+      ).prefillMs;
       expect(t / r.ms - 1, `${r.sequences} x ${r.tokens_each}`).toBeLessThan(0);
       expect(t / r.ms - 1, `${r.sequences} x ${r.tokens_each}`).toBeGreaterThan(-0.08);
     }
     // A batch is never faster than its longest sequence alone.
-    const two = m.batchedPrefillMs([{ newTokens: 64, contextTokens: 0 }, { newTokens: 64, contextTokens: 16384 }]);
+    const two = m.batchedPrefillMs([
+      { newTokens: 64, contextTokens: 0 },
+      { newTokens: 64, contextTokens: 16384 },
+    ]);
     expect(two).toBeGreaterThanOrEqual(m.prefillMs(64, 16384));
   });
 
   it('--decode-speedup divides only the decodes share of a mixed pass; host loads cost a fraction of their recompute', () => {
     const m = model('qwen3-8b');
-    const c = pass({ prefills: [{ newTokens: 2048, contextTokens: 0 }], decodes: 128, decodeContextTokens: 128 * 2048 });
+    const c = pass({
+      prefills: [{ newTokens: 2048, contextTokens: 0 }],
+      decodes: 128,
+      decodeContextTokens: 128 * 2048,
+    });
     const t = m.pass(c);
     expect(t.decodeMs).toBeCloseTo(m.decodeMs(128, 128 * 2048) - MIXED_SHARED * m.decodeFit.d, 9);
     expect(passMs(m, c, 0, { ...knobs, decodeSpeedup: 2 })).toBeCloseTo(t.prefillMs + t.decodeMs / 2, 9);
     expect(passMs(m, c, 0, { ...knobs, speedup: 4 })).toBeCloseTo((t.prefillMs + t.decodeMs) / 4, 9);
-    const load = m.pass({ ...c, prefills: [...c.prefills, { newTokens: 1024, contextTokens: 0 }] }).prefillMs - t.prefillMs;
+    const load =
+      m.pass({ ...c, prefills: [...c.prefills, { newTokens: 1024, contextTokens: 0 }] }).prefillMs - t.prefillMs;
     expect(load).toBeGreaterThan(0);
     expect(passMs(m, c, 1024, knobs)).toBeCloseTo(t.prefillMs + 0.2 * load + t.decodeMs, 9);
   });
@@ -147,7 +191,15 @@ describe('calibrated perf model: decode, mixed passes, batched prefill', () => {
 
 describe('mocker perf model', () => {
   it('is the Dynamo polynomials, summed over chunks, decode from KV usage, loads as before', () => {
-    const c = pass({ prefills: [{ newTokens: 1000, contextTokens: 5000 }, { newTokens: 24, contextTokens: 0 }], decodes: 3, decodeContextTokens: 999, kvUsage: 0.4 });
+    const c = pass({
+      prefills: [
+        { newTokens: 1000, contextTokens: 5000 },
+        { newTokens: 24, contextTokens: 0 },
+      ],
+      decodes: 3,
+      decodeContextTokens: 999,
+      kvUsage: 0.4,
+    });
     expect(mockerModel.pass(c)).toEqual({ prefillMs: prefillMs(1024), decodeMs: decodeMs(0.4) });
     expect(prefillMs(1024)).toBe(4.209989e-7 * 1024 * 1024 + 1.518344e-2 * 1024 + 1.650142e1);
     expect(decodeMs(0.4)).toBe(-25.74 * 0.4 * 0.4 + 54.01 * 0.4 + 5.74);
@@ -177,14 +229,32 @@ describe('KV capacity from GPU memory', () => {
 
   it('engine options: capacity, KV bytes and served model follow the profile; an explicit --num-gpu-blocks wins', () => {
     const o = resolveOptions({ perfModel: 'h200-qwen3-8b' });
-    expect([o.numGpuBlocks, o.gpuMemoryGb, o.kvBytesPerToken, o.model, o.maxModelLen]).toEqual([50_810, 141, 147_456, 'Qwen/Qwen3-8B', 32_768]);
-    expect(resolveOptions({ perfModel: 'h200-qwen3-8b', gpuMemoryGb: 80, gpuMemoryUtilization: 0.5 }).numGpuBlocks).toBe(Math.floor((80 * 2 ** 30 * 0.5 - 2 * 8_190_731_264) / (147_456 * 16)));
+    expect([o.numGpuBlocks, o.gpuMemoryGb, o.kvBytesPerToken, o.model, o.maxModelLen]).toEqual([
+      50_810,
+      141,
+      147_456,
+      'Qwen/Qwen3-8B',
+      32_768,
+    ]);
+    expect(
+      resolveOptions({ perfModel: 'h200-qwen3-8b', gpuMemoryGb: 80, gpuMemoryUtilization: 0.5 }).numGpuBlocks,
+    ).toBe(Math.floor((80 * 2 ** 30 * 0.5 - 2 * 8_190_731_264) / (147_456 * 16)));
     expect(resolveOptions({ perfModel: 'h200-qwen3-8b', numGpuBlocks: 300 }).numGpuBlocks).toBe(300);
     const mocker = resolveOptions({});
-    expect([mocker.perfModel, mocker.numGpuBlocks, mocker.kvBytesPerToken, mocker.model, mocker.perf]).toEqual(['mocker', 2048, 114_688, 'Qwen/Qwen3-0.6B', mockerModel]);
-    expect(() => resolveOptions({ perfModel: 'h200-qwen3-32b', gpuMemoryGb: 40 })).toThrow(/leaves no room for KV beside 61\.0 GB of weights/);
+    expect([mocker.perfModel, mocker.numGpuBlocks, mocker.kvBytesPerToken, mocker.model, mocker.perf]).toEqual([
+      'mocker',
+      2048,
+      114_688,
+      'Qwen/Qwen3-0.6B',
+      mockerModel,
+    ]);
+    expect(() => resolveOptions({ perfModel: 'h200-qwen3-32b', gpuMemoryGb: 40 })).toThrow(
+      /leaves no room for KV beside 61\.0 GB of weights/,
+    );
     expect(() => resolveOptions({ gpuMemoryGb: 80 })).toThrow(/gpu-memory-gb needs a calibrated perf-model/);
-    expect(() => resolveOptions({ perfModel: 'h200-qwen3-8b', gpuMemoryUtilization: 1.5 })).toThrow(/gpu-memory-utilization must be in \(0, 1\]/);
+    expect(() => resolveOptions({ perfModel: 'h200-qwen3-8b', gpuMemoryUtilization: 1.5 })).toThrow(
+      /gpu-memory-utilization must be in \(0, 1\]/,
+    );
   });
 });
 
@@ -206,22 +276,43 @@ describe('perf model selection', () => {
       }
       throw new Error('did not throw');
     };
-    expect(oneLine(() => loadPerfModel('h100-llama'))).toBe('perf-model must be mocker|h200-qwen3-0.6b|h200-qwen3-8b|h200-qwen3-32b or a calibration JSON file[#model], got "h100-llama" (no such file)');
-    expect(oneLine(() => loadPerfModel(path))).toMatch(/holds 3 models \(qwen3-8b, qwen3-0\.6b, qwen3-32b\): name one as FILE#MODEL/);
+    expect(oneLine(() => loadPerfModel('h100-llama'))).toBe(
+      'perf-model must be mocker|h200-qwen3-0.6b|h200-qwen3-8b|h200-qwen3-32b or a calibration JSON file[#model], got "h100-llama" (no such file)',
+    );
+    expect(oneLine(() => loadPerfModel(path))).toMatch(
+      /holds 3 models \(qwen3-8b, qwen3-0\.6b, qwen3-32b\): name one as FILE#MODEL/,
+    );
     expect(oneLine(() => loadPerfModel(`${path}#qwen3-14b`))).toMatch(/no model "qwen3-14b"/);
-    expect(oneLine(() => loadPerfModel(new URL('../../package.json', import.meta.url).pathname))).toMatch(/no "models" array/);
+    expect(oneLine(() => loadPerfModel(new URL('../../package.json', import.meta.url).pathname))).toMatch(
+      /no "models" array/,
+    );
     const p = selectProfile(DENSE, 'qwen3-8b');
-    const file = (prefill: unknown, decode: unknown = p.decode): unknown => ({ models: [{ model: 'x', params: 1e9, kv_bytes_per_token: 1000, prefill, decode }] });
-    expect(() => selectProfile(file(p.prefill.slice(1)), null)).toThrow('models[0].prefill is not a full grid: no point new=16 prefix=0');
-    expect(() => selectProfile(file([{ new: 16, prefix: 0, ms: -1 }]), null)).toThrow('models[0].prefill[0].ms must be a number >= 0, got -1');
-    expect(() => selectProfile(file(p.prefill, p.decode.slice(0, 2)), null)).toThrow('models[0].decode needs at least 3 rows, has 2');
+    const file = (prefill: unknown, decode: unknown = p.decode): unknown => ({
+      models: [{ model: 'x', params: 1e9, kv_bytes_per_token: 1000, prefill, decode }],
+    });
+    expect(() => selectProfile(file(p.prefill.slice(1)), null)).toThrow(
+      'models[0].prefill is not a full grid: no point new=16 prefix=0',
+    );
+    expect(() => selectProfile(file([{ new: 16, prefix: 0, ms: -1 }]), null)).toThrow(
+      'models[0].prefill[0].ms must be a number >= 0, got -1',
+    );
+    expect(() => selectProfile(file(p.prefill, p.decode.slice(0, 2)), null)).toThrow(
+      'models[0].decode needs at least 3 rows, has 2',
+    );
     expect(selectProfile(file(p.prefill), null).model).toBe('x');
   });
 });
 
 describe('EngineCore with the calibrated 8B model', () => {
   const m8 = loadPerfModel('h200-qwen3-8b').model;
-  const core = (): EngineCore => new EngineCore({ blockSize: 16, numGpuBlocks: 4096, maxNumBatchedTokens: 32_768, outputVocab: rangeVocab(1000, 5000), perfModel: m8 });
+  const core = (): EngineCore =>
+    new EngineCore({
+      blockSize: 16,
+      numGpuBlocks: 4096,
+      maxNumBatchedTokens: 32_768,
+      outputVocab: rangeVocab(1000, 5000),
+      perfModel: m8,
+    });
   const tokens = (n: number, base: number): Uint32Array => Uint32Array.from({ length: n }, (_, i) => base + i);
 
   it('a cold 16k prompt takes the measured 583.6 ms; 4,096 new tokens after its cached 16k take 246.1 ms, not the 120.8 ms of a cold 4k', () => {

@@ -1,12 +1,37 @@
 // The policy registry: every policy declared once, consistent, and read by the config schema.
 import { describe, expect, it } from 'vitest';
 import { ROUTER_SCHEMA } from '../../src/config/schema.js';
-import { isPolicy, POLICIES, POLICY_NAMES, policySpec, predictionTtlMs, predictsHits, servingPolicy, TARGET_POLICY } from '../../src/scheduler/policies/registry.js';
+import {
+  isPolicy,
+  POLICIES,
+  POLICY_NAMES,
+  policySpec,
+  predictionTtlMs,
+  predictsHits,
+  servingPolicy,
+  TARGET_POLICY,
+} from '../../src/scheduler/policies/registry.js';
 
 describe('policy registry', () => {
   it('lists each policy once, and the config schema accepts exactly those names', () => {
     expect(new Set(POLICY_NAMES).size).toBe(POLICIES.length);
-    expect(POLICY_NAMES).toEqual(['kv', 'approx', 'round-robin', 'random', 'least-loaded', 'power-of-two', 'session', 'direct', 'dynamo', 'sglang', 'gie', 'llm-d', 'llm-d-sticky', 'aibrix', 'vllm-router']);
+    expect(POLICY_NAMES).toEqual([
+      'kv',
+      'approx',
+      'round-robin',
+      'random',
+      'least-loaded',
+      'power-of-two',
+      'session',
+      'direct',
+      'dynamo',
+      'sglang',
+      'gie',
+      'llm-d',
+      'llm-d-sticky',
+      'aibrix',
+      'vllm-router',
+    ]);
     expect(ROUTER_SCHEMA.fields.routing.fields.policy.enum).toEqual(POLICY_NAMES);
     for (const name of POLICY_NAMES) expect(ROUTER_SCHEMA.fields.routing.fields.policy.doc).toContain(`${name} (`);
     expect(isPolicy('kv')).toBe(true);
@@ -37,7 +62,7 @@ describe('policy registry', () => {
     expect(POLICIES.filter((p) => p.adminOnly).map((p) => p.name)).toEqual([TARGET_POLICY]);
   });
 
-  it('names the TTL key of its predicted blocks, or a peer\'s own lifetime', () => {
+  it("names the TTL key of its predicted blocks, or a peer's own lifetime", () => {
     expect(policySpec('approx').predictionTtlKey).toBe('approx_ttl_ms');
     expect(policySpec('kv').predictionTtlKey).toBe('speculative_ttl_ms');
     const routing = { speculative_ttl_ms: 5000, approx_ttl_ms: 60_000 };
@@ -52,7 +77,15 @@ describe('policy registry', () => {
 
   it('every peer names its source, version and defaults; only peers that score engine gauges need them', () => {
     const peers = POLICIES.filter((p) => 'peer' in p && p.peer !== undefined);
-    expect(peers.map((p) => p.name)).toEqual(['dynamo', 'sglang', 'gie', 'llm-d', 'llm-d-sticky', 'aibrix', 'vllm-router']);
+    expect(peers.map((p) => p.name)).toEqual([
+      'dynamo',
+      'sglang',
+      'gie',
+      'llm-d',
+      'llm-d-sticky',
+      'aibrix',
+      'vllm-router',
+    ]);
     for (const p of peers) {
       const src = (p as { peer: { source: string; version: string; defaults: string } }).peer;
       expect(src.source.length).toBeGreaterThan(10);

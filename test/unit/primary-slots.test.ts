@@ -27,7 +27,10 @@ describe('PrimarySlots', () => {
     const sent: ToPrimary[] = [];
     const slots = new PrimarySlots((m) => (sent.push(m), true), 5);
     expect(await slots.claim('acme', 1)).toBeNull();
-    expect(sent).toEqual([{ t: 'slot-claim', id: 0, tenant: 'acme', limit: 1 }, { t: 'slot-free', id: 0 }]);
+    expect(sent).toEqual([
+      { t: 'slot-claim', id: 0, tenant: 'acme', limit: 1 },
+      { t: 'slot-free', id: 0 },
+    ]);
     slots.answer({ t: 'slot', id: 0, granted: true, held: 0 }); // late: nobody waits for it
   });
 

@@ -9,9 +9,13 @@ describe('sync batch framing', () => {
   it('gives back every message, byte for byte and in order', () => {
     const rand = mulberry32(6);
     for (const count of [0, 1, 2, 5, 40]) {
-      const messages = Array.from({ length: count }, (_, i) => Uint8Array.from({ length: i % 3 === 0 ? 0 : Math.floor(rand() * 2000) }, () => Math.floor(rand() * 256)));
+      const messages = Array.from({ length: count }, (_, i) =>
+        Uint8Array.from({ length: i % 3 === 0 ? 0 : Math.floor(rand() * 2000) }, () => Math.floor(rand() * 256)),
+      );
       const back = unframeBatch(frameBatch(messages));
-      expect(back.map((m) => Buffer.from(m).toString('hex'))).toEqual(messages.map((m) => Buffer.from(m).toString('hex')));
+      expect(back.map((m) => Buffer.from(m).toString('hex'))).toEqual(
+        messages.map((m) => Buffer.from(m).toString('hex')),
+      );
     }
   });
 

@@ -6,7 +6,10 @@ import { aggregateMetrics, processMetrics } from '../../src/processes/metrics.js
 
 function processRegistry(requests: number, indexBlocks: number, queue: number, latency: number[]): Registry {
   const r = new Registry();
-  new Counter({ name: 'kvrouter_requests_total', help: 'h', labelNames: ['instance'], registers: [r] }).inc({ instance: 'e0' }, requests);
+  new Counter({ name: 'kvrouter_requests_total', help: 'h', labelNames: ['instance'], registers: [r] }).inc(
+    { instance: 'e0' },
+    requests,
+  );
   new Gauge({ name: 'kvrouter_index_blocks', help: 'h', registers: [r] }).set(indexBlocks);
   new Gauge({ name: 'kvrouter_queue_depth', help: 'h', registers: [r] }).set(queue);
   new Gauge({ name: 'process_resident_memory_bytes', help: 'h', registers: [r] }).set(1000);
@@ -15,7 +18,8 @@ function processRegistry(requests: number, indexBlocks: number, queue: number, l
   return r;
 }
 
-const value = (text: string, line: string): number => Number(new RegExp(`^${line.replace(/[{}"+]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+const value = (text: string, line: string): number =>
+  Number(new RegExp(`^${line.replace(/[{}"+]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
 
 describe('aggregated metrics of router processes', () => {
   it('adds up work and keeps shared state whole', async () => {

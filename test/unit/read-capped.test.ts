@@ -120,10 +120,13 @@ describe('readCapped', () => {
     const { port } = server.address() as AddressInfo;
     const post = (chunks: string[]) =>
       new Promise<number>((resolve, reject) => {
-        const r = request({ port, host: '127.0.0.1', method: 'POST', path: '/', headers: { 'transfer-encoding': 'chunked' } }, (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        });
+        const r = request(
+          { port, host: '127.0.0.1', method: 'POST', path: '/', headers: { 'transfer-encoding': 'chunked' } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
         r.on('error', reject);
         for (const c of chunks) r.write(c);
         r.end();

@@ -8,7 +8,13 @@ import type { CostWeights } from '../../src/scheduler/cost.js';
 import { Scheduler } from '../../src/scheduler/scheduler.js';
 
 const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
-const W: CostWeights = { model: 'time', overlapWeight: 1, medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
+const W: CostWeights = {
+  model: 'time',
+  overlapWeight: 1,
+  medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+  trackActiveBlocks: true,
+  decodeInterference: 0,
+};
 
 class ThrowingLink implements SyncLink {
   readonly connected = true;
@@ -30,9 +36,23 @@ describe('replica sync, a message that cannot be sent', () => {
     const scheduler = new Scheduler(indexer, () => 0);
     const link = new ThrowingLink();
     const logs: string[] = [];
-    const sync = new ReplicaSync(link, { scheduler, indexer, log: (l) => logs.push(l) }, { routerId: 'r', subject: 's', heartbeatMs: 60_000, peerTimeoutMs: 120_000, advertiseUrl: null });
+    const sync = new ReplicaSync(
+      link,
+      { scheduler, indexer, log: (l) => logs.push(l) },
+      { routerId: 'r', subject: 's', heartbeatMs: 60_000, peerTimeoutMs: 120_000, advertiseUrl: null },
+    );
     try {
-      const d = scheduler.decide({ ns, candidates: [{ instance: 'a', dpRank: 0 }], tokens: [1, 2, 3, 4, 5, 6, 7, 8], policy: 'kv', weights: W, temperature: 0 }, 0);
+      const d = scheduler.decide(
+        {
+          ns,
+          candidates: [{ instance: 'a', dpRank: 0 }],
+          tokens: [1, 2, 3, 4, 5, 6, 7, 8],
+          policy: 'kv',
+          weights: W,
+          temperature: 0,
+        },
+        0,
+      );
       expect(() => scheduler.book(d, ns, { requestId: 'b1', now: 0, speculativeTtlMs: 1000 })).not.toThrow();
       expect(scheduler.active.get('b1')).toBeDefined();
       expect(() => scheduler.prefillComplete('b1', 5)).not.toThrow();

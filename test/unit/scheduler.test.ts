@@ -7,8 +7,23 @@ import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 import { PrefillRates, type RateSample } from '../../src/scheduler/rates.js';
 
 // The Dynamo block cost: these tests hold kvrouter to the seed's worked examples.
-const W: CostWeights = { model: 'blocks', overlapWeight: 1, medium: { cpu: 0.5, disk: 0.25, shared: 0.5 }, trackActiveBlocks: true, decodeInterference: 0 };
-const zero = { device: 0, host: 0, disk: 0, shared: 0, activePrefillTokens: 0, activeBlocks: 0, decodingRequests: 0, newBlocks: 0 };
+const W: CostWeights = {
+  model: 'blocks',
+  overlapWeight: 1,
+  medium: { cpu: 0.5, disk: 0.25, shared: 0.5 },
+  trackActiveBlocks: true,
+  decodeInterference: 0,
+};
+const zero = {
+  device: 0,
+  host: 0,
+  disk: 0,
+  shared: 0,
+  activePrefillTokens: 0,
+  activeBlocks: 0,
+  decodingRequests: 0,
+  newBlocks: 0,
+};
 const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 };
 
 function seeded(seed: number): () => number {
@@ -22,7 +37,8 @@ function seeded(seed: number): () => number {
 describe('cost function', () => {
   it("reproduces Dynamo's worked example (w = 1, block size 1)", () => {
     // ISL 10: W1 cached 2 (prefill 8) decode 10; W2 cached 5, decode 5; W3 cached 8, decode 9.
-    const c = (cached: number, decode: number) => cost({ ...zero, device: cached, host: cached, disk: cached, activeBlocks: decode }, 10, 1, W, RATE).cost;
+    const c = (cached: number, decode: number) =>
+      cost({ ...zero, device: cached, host: cached, disk: cached, activeBlocks: decode }, 10, 1, W, RATE).cost;
     expect([c(2, 10), c(5, 5), c(8, 9)]).toEqual([18, 10, 11]);
   });
 
@@ -43,8 +59,22 @@ describe('cost function', () => {
   });
 
   it('never credits more than the prompt and ignores decode when not tracked', () => {
-    const b = cost({ ...zero, device: 10, host: 10, disk: 10, activeBlocks: 7, newBlocks: 3 }, 64, 16, { ...W, trackActiveBlocks: false }, RATE);
-    expect(b).toMatchObject({ creditedBlocks: 10, prefillBlocks: 0, decodeBlocks: 0, cost: 0, queueMs: 0, prefillMs: 20, interferenceMs: 0 });
+    const b = cost(
+      { ...zero, device: 10, host: 10, disk: 10, activeBlocks: 7, newBlocks: 3 },
+      64,
+      16,
+      { ...W, trackActiveBlocks: false },
+      RATE,
+    );
+    expect(b).toMatchObject({
+      creditedBlocks: 10,
+      prefillBlocks: 0,
+      decodeBlocks: 0,
+      cost: 0,
+      queueMs: 0,
+      prefillMs: 20,
+      interferenceMs: 0,
+    });
   });
 });
 
@@ -75,7 +105,12 @@ describe('ActiveSequences', () => {
     const p2 = BigUint64Array.of(1n, 2n, 4n, 5n);
     a.book('r1', 'w', 0, p1, 48, 0);
     a.book('r2', 'w', 0, p2, 30, 0);
-    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 78, activeBlocks: 5, activeRequests: 2, decodingRequests: 0 });
+    expect(a.load('w', 0)).toEqual({
+      activePrefillTokens: 78,
+      activeBlocks: 5,
+      activeRequests: 2,
+      decodingRequests: 0,
+    });
     expect(a.newBlocks('w', 0, BigUint64Array.of(1n, 2n, 9n))).toBe(1);
     expect(a.newBlocks('x', 0, p1)).toBe(3);
     expect(a.prefillComplete('r1')).toBe(true);
@@ -83,7 +118,12 @@ describe('ActiveSequences', () => {
     expect(a.load('w', 0).activePrefillTokens).toBe(30);
     expect(a.free('r1')).toBe(true);
     expect(a.free('r1')).toBe(false);
-    expect(a.load('w', 0)).toEqual({ activePrefillTokens: 30, activeBlocks: 4, activeRequests: 1, decodingRequests: 0 });
+    expect(a.load('w', 0)).toEqual({
+      activePrefillTokens: 30,
+      activeBlocks: 4,
+      activeRequests: 1,
+      decodingRequests: 0,
+    });
     expect(() => a.book('r2', 'w', 0, p1, 1, 0)).toThrow(/already exists/);
     expect(a.sweep(1000, 500)).toEqual(['r2']);
     expect(a.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
@@ -99,7 +139,15 @@ describe('Scheduler', () => {
     { instance: 'c', dpRank: 0 },
   ];
   const tokens = Array.from({ length: 64 }, (_, i) => i + 1);
-  const input = (over: Partial<RouteInput> = {}): RouteInput => ({ ns, candidates: cands, tokens, policy: 'kv', weights: W, temperature: 0, ...over });
+  const input = (over: Partial<RouteInput> = {}): RouteInput => ({
+    ns,
+    candidates: cands,
+    tokens,
+    policy: 'kv',
+    weights: W,
+    temperature: 0,
+    ...over,
+  });
 
   function withCache() {
     const indexer = new TieredIndexer();
@@ -115,7 +163,18 @@ describe('Scheduler', () => {
     const d = s.decide(input(), 0);
     // 16 blocks on CPU at 0.5 credit as much as 8 on GPU: b and c tie, a is cold.
     expect(['b', 'c']).toContain(d.chosen?.instance);
-    expect(d.candidates.map((c) => [c.instance, c.device, c.host, c.disk, c.creditedBlocks, c.prefillBlocks, c.decodeBlocks, c.cost])).toEqual([
+    expect(
+      d.candidates.map((c) => [
+        c.instance,
+        c.device,
+        c.host,
+        c.disk,
+        c.creditedBlocks,
+        c.prefillBlocks,
+        c.decodeBlocks,
+        c.cost,
+      ]),
+    ).toEqual([
       ['a', 0, 0, 0, 0, 16, 16, 32],
       ['b', 8, 8, 8, 8, 8, 16, 24],
       ['c', 0, 16, 16, 8, 8, 16, 24],
@@ -149,7 +208,12 @@ describe('Scheduler', () => {
     const d1 = s.decide(input(), 0);
     const first = d1.chosen!.instance;
     s.book(d1, ns, { requestId: 'r1', now: 0, speculativeTtlMs: 2000 });
-    expect(s.active.load(first, 0)).toEqual({ activePrefillTokens: 64, activeBlocks: 16, activeRequests: 1, decodingRequests: 0 });
+    expect(s.active.load(first, 0)).toEqual({
+      activePrefillTokens: 64,
+      activeBlocks: 16,
+      activeRequests: 1,
+      decodingRequests: 0,
+    });
     // While r1 prefills, its queued tokens offset the cache credit: a tie.
     expect(new Set(s.decide(input(), 5).candidates.map((c) => c.cost))).toEqual(new Set([32]));
     s.prefillComplete('r1');
@@ -159,7 +223,12 @@ describe('Scheduler', () => {
     s.free('r1');
     // After the TTL the prediction is gone.
     expect(s.decide(input(), 2001).candidates.every((c) => c.device === 0)).toBe(true);
-    expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+    expect(s.active.totals()).toEqual({
+      activePrefillTokens: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+    });
   });
 
   it("a failed attempt's free withdraws its speculative insert, a served one's keeps it, and hooks hear which", () => {
@@ -180,8 +249,17 @@ describe('Scheduler', () => {
     s.book(s.decide(onA, 30), ns, { requestId: 'cut2', now: 30, speculativeTtlMs: 2000 });
     s.free('cut2', { failed: true, now: 35 });
     expect(deviceOnA(36)).toBe(16);
-    expect(freed).toEqual([['cut', true], ['served', false], ['cut2', true]]);
-    expect(s.active.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+    expect(freed).toEqual([
+      ['cut', true],
+      ['served', false],
+      ['cut2', true],
+    ]);
+    expect(s.active.totals()).toEqual({
+      activePrefillTokens: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+    });
   });
 
   it('reports all_busy, skips excluded candidates, and honours direct targets', () => {
@@ -190,11 +268,18 @@ describe('Scheduler', () => {
     s.book(d, ns, { requestId: 'x', now: 0, speculativeTtlMs: 0 });
     const busy = { maxActivePrefillTokens: 10, maxActiveBlocks: 1000 };
     expect(s.decide(input({ busy }), 0).chosen?.instance).not.toBe(d.chosen!.instance);
-    s.book(s.decide(input({ busy, exclude: new Set([d.chosen!.instance]) }), 0), ns, { requestId: 'y', now: 0, speculativeTtlMs: 0 });
+    s.book(s.decide(input({ busy, exclude: new Set([d.chosen!.instance]) }), 0), ns, {
+      requestId: 'y',
+      now: 0,
+      speculativeTtlMs: 0,
+    });
     s.book(s.decide(input({ busy }), 0), ns, { requestId: 'z', now: 0, speculativeTtlMs: 0 });
     expect(s.decide(input({ busy }), 0)).toMatchObject({ chosen: null, reason: 'all_busy' });
     expect(s.decide(input({ policy: 'direct', target: 'a', busy }), 0).chosen?.instance).toBe('a');
-    expect(s.decide(input({ policy: 'direct', target: 'zz' }), 0)).toMatchObject({ chosen: null, reason: 'unknown_target' });
+    expect(s.decide(input({ policy: 'direct', target: 'zz' }), 0)).toMatchObject({
+      chosen: null,
+      reason: 'unknown_target',
+    });
     expect(s.decide(input({ exclude: new Set(['a', 'b', 'c']) }), 0).reason).toBe('no_candidates');
   });
 
@@ -202,9 +287,19 @@ describe('Scheduler', () => {
     const s = new Scheduler(new TieredIndexer(), seeded(11));
     const rr = Array.from({ length: 6 }, () => s.decide(input({ policy: 'round-robin' }), 0).chosen!.instance);
     expect(rr).toEqual(['a', 'b', 'c', 'a', 'b', 'c']);
-    const sticky = new Set(Array.from({ length: 20 }, () => s.decide(input({ policy: 'session', sessionKey: 'user-42' }), 0).chosen!.instance));
+    const sticky = new Set(
+      Array.from(
+        { length: 20 },
+        () => s.decide(input({ policy: 'session', sessionKey: 'user-42' }), 0).chosen!.instance,
+      ),
+    );
     expect(sticky.size).toBe(1);
-    const spread = new Set(Array.from({ length: 40 }, (_, i) => s.decide(input({ policy: 'session', sessionKey: `u${i}` }), 0).chosen!.instance));
+    const spread = new Set(
+      Array.from(
+        { length: 40 },
+        (_, i) => s.decide(input({ policy: 'session', sessionKey: `u${i}` }), 0).chosen!.instance,
+      ),
+    );
     expect(spread.size).toBe(3);
     s.book(s.decide(input({ policy: 'direct', target: 'a' }), 0), ns, { requestId: 'q1', now: 0, speculativeTtlMs: 0 });
     s.book(s.decide(input({ policy: 'direct', target: 'b' }), 0), ns, { requestId: 'q2', now: 0, speculativeTtlMs: 0 });
@@ -216,7 +311,10 @@ describe('rendezvous hashing (session, prefix co-location)', () => {
   const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
   const workers = Array.from({ length: 8 }, (_, i) => ({ instance: `w${i}`, dpRank: i % 2 }));
   const pick = (s: Scheduler, key: string, exclude?: Set<string>) =>
-    s.decide({ ns, candidates: workers, tokens: [], policy: 'session', sessionKey: key, weights: W, temperature: 0, exclude }, 0).chosen!.instance;
+    s.decide(
+      { ns, candidates: workers, tokens: [], policy: 'session', sessionKey: key, weights: W, temperature: 0, exclude },
+      0,
+    ).chosen!.instance;
 
   it('spreads keys evenly, and a worker leaving moves only the keys it had', () => {
     const s = new Scheduler(new TieredIndexer(), seeded(3));
@@ -235,11 +333,22 @@ describe('rendezvous hashing (session, prefix co-location)', () => {
 });
 
 describe('time cost model', () => {
-  const T: CostWeights = { ...W, model: 'time', medium: { cpu: 0.75, disk: 0.25, shared: 0.5 }, decodeInterference: 0.1 };
+  const T: CostWeights = {
+    ...W,
+    model: 'time',
+    medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+    decodeInterference: 0.1,
+  };
 
   it('prices queue, own prefill and decode stall in milliseconds', () => {
     // 6,600-token prompt, 6,000 cached on GPU (block 64: 93 full blocks = 5,952 tokens), 2,000 queued.
-    const b = cost({ ...zero, device: 93, host: 93, disk: 93, activePrefillTokens: 2000, decodingRequests: 4 }, 6600, 64, T, RATE);
+    const b = cost(
+      { ...zero, device: 93, host: 93, disk: 93, activePrefillTokens: 2000, decodingRequests: 4 },
+      6600,
+      64,
+      T,
+      RATE,
+    );
     expect(b.queueMs).toBeCloseTo(100, 9);
     expect(b.prefillMs).toBeCloseTo(20 + 648 * 0.05, 9);
     expect(b.ttftMs).toBeCloseTo(100 + 52.4, 9);
@@ -267,7 +376,7 @@ describe('time cost model', () => {
 });
 
 describe('PrefillRates', () => {
-  it('stays at the prior without data and learns a worker\'s speed from first-token times', async () => {
+  it("stays at the prior without data and learns a worker's speed from first-token times", async () => {
     const { PrefillRates } = await import('../../src/scheduler/rates.js');
     const r = new PrefillRates();
     const prior = { tokensPerS: 20_000, overheadMs: 20 };
@@ -327,11 +436,22 @@ describe('PrefillRates', () => {
     s.addHooks({ freed: (_id, rate) => published.push(rate) });
     const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
     const tokens = (n: number, salt: number) => Array.from({ length: n }, (_, i) => salt * 100_000 + i + 1);
-    const base: RouteInput = { ns, candidates: [{ instance: 'a', dpRank: 0 }], tokens: tokens(400, 0), policy: 'kv', weights: { ...W, model: 'time' }, temperature: 0 };
+    const base: RouteInput = {
+      ns,
+      candidates: [{ instance: 'a', dpRank: 0 }],
+      tokens: tokens(400, 0),
+      policy: 'kv',
+      weights: { ...W, model: 'time' },
+      temperature: 0,
+    };
     // The worker really does 5 ms + 0.002 ms per token (500k tokens/s), on prompts of 200-8,000 tokens.
     for (let i = 0; i < 50; i++) {
       const n = 200 + ((i * 797) % 7800);
-      s.book(s.decide({ ...base, tokens: tokens(n, i + 1) }, i * 1000), ns, { requestId: `r${i}`, now: i * 1000, speculativeTtlMs: 0 });
+      s.book(s.decide({ ...base, tokens: tokens(n, i + 1) }, i * 1000), ns, {
+        requestId: `r${i}`,
+        now: i * 1000,
+        speculativeTtlMs: 0,
+      });
       s.prefillComplete(`r${i}`, i * 1000 + 5 + 0.002 * n);
       s.free(`r${i}`);
     }
@@ -358,8 +478,15 @@ describe('prefix co-location', () => {
   const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
   const cands = ['a', 'b', 'c', 'd'].map((instance) => ({ instance, dpRank: 0 }));
   const T: CostWeights = { ...W, model: 'time', decodeInterference: 0 };
-  const prompt = (group: number, q: number) => [...Array.from({ length: 64 }, (_, i) => group * 1000 + i + 1), ...Array.from({ length: 8 }, (_, i) => 900_000 + q * 10 + i)];
-  const route = (s: Scheduler, tokens: number[], prefixAffinity: number, now: number) => s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, prefixAffinity, affinityBlocks: 4 }, now);
+  const prompt = (group: number, q: number) => [
+    ...Array.from({ length: 64 }, (_, i) => group * 1000 + i + 1),
+    ...Array.from({ length: 8 }, (_, i) => 900_000 + q * 10 + i),
+  ];
+  const route = (s: Scheduler, tokens: number[], prefixAffinity: number, now: number) =>
+    s.decide(
+      { ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, prefixAffinity, affinityBlocks: 4 },
+      now,
+    );
 
   it('siblings of a new prefix meet on one instance without any speculative insert or event', () => {
     const s = new Scheduler(new TieredIndexer(), seeded(6));
@@ -392,7 +519,9 @@ describe('prefix co-location', () => {
     const next = route(s, prompt(1, 1), 0.5, 0).chosen!.instance;
     expect(next).not.toBe(first);
     // Every sibling now spills to the same second choice, not anywhere.
-    expect(new Set(Array.from({ length: 5 }, (_, q) => route(s, prompt(1, q + 2), 0.5, 0).chosen!.instance))).toEqual(new Set([next]));
+    expect(new Set(Array.from({ length: 5 }, (_, q) => route(s, prompt(1, q + 2), 0.5, 0).chosen!.instance))).toEqual(
+      new Set([next]),
+    );
   });
 
   it('never queues a prefix behind a prefill while an idle candidate is within the slack', () => {
@@ -405,7 +534,8 @@ describe('prefix co-location', () => {
     expect(picks.has(first)).toBe(false);
     expect(picks.size).toBe(1);
     // With the queue everywhere, the preferred instance is back in.
-    for (const inst of ['a', 'b', 'c', 'd']) if (inst !== first) s.active.book(`q-${inst}`, inst, 0, new BigUint64Array(0), 4, 0);
+    for (const inst of ['a', 'b', 'c', 'd'])
+      if (inst !== first) s.active.book(`q-${inst}`, inst, 0, new BigUint64Array(0), 4, 0);
     expect(route(s, prompt(2, 1), 0.5, 0).chosen!.instance).toBe(first);
   });
 
@@ -432,7 +562,9 @@ describe('bounded load', () => {
   // A 40-block system prompt everyone shares, then each conversation's own tokens.
   const sys = Array.from({ length: 160 }, (_, i) => i + 1);
   const convo = (u: number, len: number) => [...sys, ...Array.from({ length: len }, (_, i) => 100_000 * (u + 1) + i)];
-  const route = (s: Scheduler, tokens: number[], loadBound: number) => s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, loadBound }, 0).chosen!.instance;
+  const route = (s: Scheduler, tokens: number[], loadBound: number) =>
+    s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, loadBound }, 0).chosen!
+      .instance;
   let n = 0;
   const fill = (s: Scheduler, inst: string, count: number) => {
     for (let i = 0; i < count; i++) s.active.book(`r${n++}`, inst, 0, new BigUint64Array(0), 0, 0);
@@ -456,7 +588,9 @@ describe('bounded load', () => {
     // cap = 1.25 x (9 + 1) / 4 = 3.125: a (3 + 1) would exceed it; b and c, the cheapest, would not.
     for (let u = 1; u < 20; u++) expect(['b', 'c']).toContain(route(s, convo(u, 160), 1.25));
     // Without the bound a ties with b and c (no queue anywhere) and takes its share.
-    expect(new Set(Array.from({ length: 40 }, (_, u) => route(s, convo(u + 1, 160), 0)))).toEqual(new Set(['a', 'b', 'c']));
+    expect(new Set(Array.from({ length: 40 }, (_, u) => route(s, convo(u + 1, 160), 0)))).toEqual(
+      new Set(['a', 'b', 'c']),
+    );
     fill(s, 'a', 2);
     fill(s, 'b', 3);
     fill(s, 'c', 3);
@@ -470,7 +604,21 @@ describe('bounded load', () => {
     const s = setup();
     fill(s, 'a', 3);
     const fresh = (k: number) => Array.from({ length: 64 }, (_, i) => 5_000_000 + k * 1000 + i);
-    const withAffinity = (tokens: number[], loadBound: number) => s.decide({ ns, candidates: cands, tokens, policy: 'kv', weights: T, temperature: 0, loadBound, prefixAffinity: 0.5, affinityBlocks: 4 }, 0).chosen!.instance;
+    const withAffinity = (tokens: number[], loadBound: number) =>
+      s.decide(
+        {
+          ns,
+          candidates: cands,
+          tokens,
+          policy: 'kv',
+          weights: T,
+          temperature: 0,
+          loadBound,
+          prefixAffinity: 0.5,
+          affinityBlocks: 4,
+        },
+        0,
+      ).chosen!.instance;
     // a is over its cap (1.25 x 4 / 4), yet new prefixes hash to it as they would without the bound.
     const picks = Array.from({ length: 40 }, (_, k) => withAffinity(fresh(k), 1.25));
     expect(picks).toEqual(Array.from({ length: 40 }, (_, k) => withAffinity(fresh(k), 0)));
@@ -494,7 +642,14 @@ describe('rate samples', () => {
   it('take the prompt tokens the engine reports it computed over the predicted ones', () => {
     const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
     const tokens = Array.from({ length: 4000 }, (_, i) => i + 1);
-    const input: RouteInput = { ns, candidates: [{ instance: 'a', dpRank: 0 }], tokens, policy: 'kv', weights: { ...W, model: 'time' }, temperature: 0 };
+    const input: RouteInput = {
+      ns,
+      candidates: [{ instance: 'a', dpRank: 0 }],
+      tokens,
+      policy: 'kv',
+      weights: { ...W, model: 'time' },
+      temperature: 0,
+    };
     // Predicted: 4,000 uncached tokens each. The engine found 3,600 cached: it computed 400, in 10 ms.
     const learn = (report: boolean) => {
       const s = new Scheduler(new TieredIndexer(), seeded(12));
@@ -554,6 +709,9 @@ describe('decode_block_ms', () => {
     const c = { ...zero, activeBlocks: 1000, newBlocks: 10 };
     expect(cost(c, 640, 64, T, RATE).cost).toBeCloseTo(20 + 640 * 0.05, 9);
     expect(cost(c, 640, 64, { ...T, decodeBlockMs: 0.05 }, RATE).cost).toBeCloseTo(20 + 640 * 0.05 + 0.05 * 1010, 9);
-    expect(cost(c, 640, 64, { ...T, decodeBlockMs: 0.05, trackActiveBlocks: false }, RATE).cost).toBeCloseTo(20 + 640 * 0.05, 9);
+    expect(cost(c, 640, 64, { ...T, decodeBlockMs: 0.05, trackActiveBlocks: false }, RATE).cost).toBeCloseTo(
+      20 + 640 * 0.05,
+      9,
+    );
   });
 });

@@ -3,7 +3,14 @@
 // input the chat template receives, and refuses nesting too deep to render without recursing on it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
-import { ChatTemplateError, chatSizeFloor, loadTokenizer, MAX_INPUT_NESTING, type PromptTokenizer, textSizeFloor } from '../../src/tokenizer/index.js';
+import {
+  ChatTemplateError,
+  chatSizeFloor,
+  loadTokenizer,
+  MAX_INPUT_NESTING,
+  type PromptTokenizer,
+  textSizeFloor,
+} from '../../src/tokenizer/index.js';
 
 let tok: PromptTokenizer;
 beforeAll(async () => {
@@ -11,13 +18,28 @@ beforeAll(async () => {
 });
 afterAll(async () => tok?.close());
 
-const POOLS = ['abc xyz', '  \t\n\r', '\u00a0\u2003\u3000\u2028\u0085', 'éß漢字🙂', '.,;:!?-_=+*/\\\'"', '0123456789', '<|im_start|>'];
+const POOLS = [
+  'abc xyz',
+  '  \t\n\r',
+  '\u00a0\u2003\u3000\u2028\u0085',
+  'éß漢字🙂',
+  '.,;:!?-_=+*/\\\'"',
+  '0123456789',
+  '<|im_start|>',
+];
 
 describe('prompt size floor', () => {
   it('counts words as runs of non-whitespace', () => {
     expect(textSizeFloor('  one two\tthree\n\nfour  ')).toEqual({ chars: 23, words: 4 });
     expect(textSizeFloor('a\u00a0b\u3000c')).toEqual({ chars: 5, words: 3 });
-    expect(chatSizeFloor({ messages: [{ role: 'user', content: 'hi there' }, { role: 'user', content: [{ type: 'text', text: 'x y' }] }] })).toEqual({ chars: 11, words: 4 });
+    expect(
+      chatSizeFloor({
+        messages: [
+          { role: 'user', content: 'hi there' },
+          { role: 'user', content: [{ type: 'text', text: 'x y' }] },
+        ],
+      }),
+    ).toEqual({ chars: 11, words: 4 });
   });
 
   it('skips the word scan when the characters cannot pass the limit', () => {
@@ -44,33 +66,73 @@ describe('what the chat size floor counts', () => {
   const user = { role: 'user', content: 'hi' };
   const args = JSON.stringify({ city: 'Paris', days: [1, 2, 3] });
   const call = [{ id: 'call-1', type: 'function', function: { name: 'weather', arguments: args } }];
-  const tools = [{ type: 'function', function: { name: 'weather', description: 'Forecast for a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+  const tools = [
+    {
+      type: 'function',
+      function: {
+        name: 'weather',
+        description: 'Forecast for a city',
+        parameters: { type: 'object', properties: { city: { type: 'string' } } },
+      },
+    },
+  ];
 
   it('counts tool calls, tool results, reasoning, tools and template kwargs by their JSON length', () => {
     const base = chatSizeFloor({ messages: [user] }).chars;
     expect(base).toBe(2);
     // The arguments are a JSON string: its quotes are escaped in the JSON, not counted twice here.
     const quotes = args.split('"').length - 1;
-    expect(chatSizeFloor({ messages: [user, { role: 'assistant', content: null, tool_calls: call }] }).chars).toBe(base + JSON.stringify(call).length - quotes);
-    expect(chatSizeFloor({ messages: [user, { role: 'tool', tool_call_id: 'call-1', content: 'sunny, 21 C' }] }).chars).toBe(base + 'call-1'.length + 'sunny, 21 C'.length);
-    expect(chatSizeFloor({ messages: [user, { role: 'assistant', content: 'ok', reasoning: 'think first' }] }).chars).toBe(base + 2 + 'think first'.length);
+    expect(chatSizeFloor({ messages: [user, { role: 'assistant', content: null, tool_calls: call }] }).chars).toBe(
+      base + JSON.stringify(call).length - quotes,
+    );
+    expect(
+      chatSizeFloor({ messages: [user, { role: 'tool', tool_call_id: 'call-1', content: 'sunny, 21 C' }] }).chars,
+    ).toBe(base + 'call-1'.length + 'sunny, 21 C'.length);
+    expect(
+      chatSizeFloor({ messages: [user, { role: 'assistant', content: 'ok', reasoning: 'think first' }] }).chars,
+    ).toBe(base + 2 + 'think first'.length);
     expect(chatSizeFloor({ messages: [user], tools }).chars).toBe(base + JSON.stringify(tools).length);
-    const kwargs = { documents: [{ title: 'Flood report', text: 'The river rose two metres.' }], enable_thinking: false };
-    expect(chatSizeFloor({ messages: [user], chat_template_kwargs: kwargs }).chars).toBe(base + JSON.stringify(kwargs).length);
-    expect(chatSizeFloor({ messages: [user, { role: 'developer', content: 'be terse', tools }] }).chars).toBe(base + 'be terse'.length + JSON.stringify(tools).length);
+    const kwargs = {
+      documents: [{ title: 'Flood report', text: 'The river rose two metres.' }],
+      enable_thinking: false,
+    };
+    expect(chatSizeFloor({ messages: [user], chat_template_kwargs: kwargs }).chars).toBe(
+      base + JSON.stringify(kwargs).length,
+    );
+    expect(chatSizeFloor({ messages: [user, { role: 'developer', content: 'be terse', tools }] }).chars).toBe(
+      base + 'be terse'.length + JSON.stringify(tools).length,
+    );
   });
 
   it('counts 5,000,000 digits of tool-call arguments', () => {
-    const huge = [{ id: 'c', type: 'function', function: { name: 'f', arguments: JSON.stringify({ n: '7'.repeat(5_000_000) }) } }];
-    expect(chatSizeFloor({ messages: [user, { role: 'assistant', content: null, tool_calls: huge }] }).chars).toBeGreaterThan(5_000_000);
+    const huge = [
+      { id: 'c', type: 'function', function: { name: 'f', arguments: JSON.stringify({ n: '7'.repeat(5_000_000) }) } },
+    ];
+    expect(
+      chatSizeFloor({ messages: [user, { role: 'assistant', content: null, tool_calls: huge }] }).chars,
+    ).toBeGreaterThan(5_000_000);
   });
 
   it('leaves out what the template never sees: media parts, tool calls outside assistant messages', () => {
     const image = { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(10_000)}` } };
-    expect(chatSizeFloor({ messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, image] }] }).chars).toBe(4);
+    expect(
+      chatSizeFloor({ messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, image] }] }).chars,
+    ).toBe(4);
     expect(chatSizeFloor({ messages: [{ role: 'user', content: 'hi', tool_calls: call }] }).chars).toBe(2);
     // Refusal and thinking parts are text to the template.
-    expect(chatSizeFloor({ messages: [{ role: 'assistant', content: [{ type: 'refusal', refusal: 'no' }, { type: 'thinking', thinking: 'hmm' }] }] }).chars).toBe(5);
+    expect(
+      chatSizeFloor({
+        messages: [
+          {
+            role: 'assistant',
+            content: [
+              { type: 'refusal', refusal: 'no' },
+              { type: 'thinking', thinking: 'hmm' },
+            ],
+          },
+        ],
+      }).chars,
+    ).toBe(5);
   });
 
   it('refuses nesting deeper than MAX_INPUT_NESTING by name, without recursing (100,000 levels)', () => {
@@ -86,7 +148,11 @@ describe('what the chat size floor counts', () => {
     expect(deep).toThrow(ChatTemplateError);
     expect(deep).toThrow(`tools nests deeper than ${MAX_INPUT_NESTING} levels`);
     const deepCall = [{ id: 'c', type: 'function', function: { name: 'f', arguments: nest(100_000) } }];
-    expect(() => chatSizeFloor({ messages: [user, { role: 'assistant', content: null, tool_calls: deepCall }] })).toThrow('messages[1].tool_calls nests deeper');
-    expect(() => chatSizeFloor({ messages: [user], chat_template_kwargs: { documents: [nest(100_000)] } })).toThrow('chat_template_kwargs nests deeper');
+    expect(() =>
+      chatSizeFloor({ messages: [user, { role: 'assistant', content: null, tool_calls: deepCall }] }),
+    ).toThrow('messages[1].tool_calls nests deeper');
+    expect(() => chatSizeFloor({ messages: [user], chat_template_kwargs: { documents: [nest(100_000)] } })).toThrow(
+      'chat_template_kwargs nests deeper',
+    );
   });
 });

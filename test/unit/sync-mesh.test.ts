@@ -21,7 +21,8 @@ const open = async (name: string, log: string[] = []): Promise<{ mesh: SyncMesh;
   const got: Got[] = [];
   const mesh = await SyncMesh.listen({
     path: join(dir, name),
-    deliver: (subject, messages) => got.push({ subject, messages: messages.map((m) => Buffer.from(m).toString('hex')) }),
+    deliver: (subject, messages) =>
+      got.push({ subject, messages: messages.map((m) => Buffer.from(m).toString('hex')) }),
     log: (l) => log.push(l),
   });
   opened.push(mesh);
@@ -48,7 +49,9 @@ describe('SyncMesh', () => {
     const sent: Got[] = [];
     for (let t = 0; t < 300; t++) {
       // Sizes around the short/long frame boundary (255) and up to several socket reads.
-      const messages = Array.from({ length: 1 + (t % 5) }, (_, k) => bytes([0, 1, 255, 256, 70_000][(t + k) % 5], t + k));
+      const messages = Array.from({ length: 1 + (t % 5) }, (_, k) =>
+        bytes([0, 1, 255, 256, 70_000][(t + k) % 5], t + k),
+      );
       const subject = t % 2 ? 'kvrouter.sync.a' : 'kvrouter.sync.b';
       a.mesh.send(subject, messages);
       sent.push({ subject, messages: messages.map((m) => m.toString('hex')) });
@@ -70,10 +73,15 @@ describe('SyncMesh', () => {
     b = await open('b.sock');
     // Turns sent while it was gone are lost (the receiver's sequence check asks for a resend); a
     // later one arrives once the mesh has reconnected.
-    await waitFor('a turn after the restart', () => {
-      a.mesh.send('s', [bytes(3, 2)]);
-      return b.got.length > 0;
-    }, 30_000, 50);
+    await waitFor(
+      'a turn after the restart',
+      () => {
+        a.mesh.send('s', [bytes(3, 2)]);
+        return b.got.length > 0;
+      },
+      30_000,
+      50,
+    );
     expect(b.got[0]).toEqual({ subject: 's', messages: [bytes(3, 2).toString('hex')] });
   });
 
@@ -100,7 +108,12 @@ describe('SyncMesh', () => {
 
   it('cuts off a peer that does not read, and connects again', async () => {
     const log: string[] = [];
-    const a = await SyncMesh.listen({ path: join(dir, 'a.sock'), deliver: () => undefined, log: (l) => log.push(l), maxBufferedBytes: 64 * 1024 });
+    const a = await SyncMesh.listen({
+      path: join(dir, 'a.sock'),
+      deliver: () => undefined,
+      log: (l) => log.push(l),
+      maxBufferedBytes: 64 * 1024,
+    });
     opened.push(a);
     const sockets: net.Socket[] = [];
     const server = net.createServer((s) => {
@@ -109,12 +122,22 @@ describe('SyncMesh', () => {
     });
     const path = join(dir, 'slow.sock');
     await new Promise<void>((r) => server.listen(path, r));
-    opened.push({ close: () => { for (const s of sockets) s.destroy(); return new Promise<void>((r) => server.close(() => r())); } });
+    opened.push({
+      close: () => {
+        for (const s of sockets) s.destroy();
+        return new Promise<void>((r) => server.close(() => r()));
+      },
+    });
     a.setPeers([a.path, path]);
-    await waitFor('cut off and reconnected', () => {
-      a.send('s', [bytes(256 * 1024, 0)]);
-      return sockets.length >= 2;
-    }, 30_000, 20);
+    await waitFor(
+      'cut off and reconnected',
+      () => {
+        a.send('s', [bytes(256 * 1024, 0)]);
+        return sockets.length >= 2;
+      },
+      30_000,
+      20,
+    );
     expect(log.some((l) => /reads too slowly \(\d+ bytes queued\); reconnecting/.test(l))).toBe(true);
   });
 
@@ -136,11 +159,15 @@ describe('SyncMesh', () => {
 
   it('refuses a path longer than a Unix socket takes, which Node 20 would cut silently', async () => {
     const path = join(dir, `${'y'.repeat(120)}.sock`);
-    await expect(SyncMesh.listen({ path, deliver: () => undefined })).rejects.toThrow(/socket path of \d+ bytes exceeds 10[37]/);
+    await expect(SyncMesh.listen({ path, deliver: () => undefined })).rejects.toThrow(
+      /socket path of \d+ bytes exceeds 10[37]/,
+    );
   });
 
   it('refuses to listen where it cannot (the caller falls back to the relay)', async () => {
-    await expect(SyncMesh.listen({ path: join(dir, 'no-such-dir', 'x.sock'), deliver: () => undefined })).rejects.toThrow(/ENOENT|EACCES/);
+    await expect(
+      SyncMesh.listen({ path: join(dir, 'no-such-dir', 'x.sock'), deliver: () => undefined }),
+    ).rejects.toThrow(/ENOENT|EACCES/);
   });
 
   it('openSyncDir makes a 0700 directory and removes it; where it cannot, says so and gives none', async () => {
@@ -155,7 +182,9 @@ describe('SyncMesh', () => {
       expect(existsSync(made!.path)).toBe(false);
       process.env.TMPDIR = join(dir, 'no-such-dir');
       expect(await openSyncDir((l) => log.push(l))).toBeNull();
-      expect(log).toEqual([expect.stringMatching(/^no directory for the replica sync sockets \(ENOENT.*\); the primary relays$/)]);
+      expect(log).toEqual([
+        expect.stringMatching(/^no directory for the replica sync sockets \(ENOENT.*\); the primary relays$/),
+      ]);
     } finally {
       if (saved === undefined) delete process.env.TMPDIR;
       else process.env.TMPDIR = saved;

@@ -7,7 +7,14 @@ import { TokenBucket } from '../../src/auth/rate-limit.js';
 import { TenantUsage } from '../../src/auth/tenant-usage.js';
 import { type SlotOwner, TenantSlots } from '../../src/auth/tenant-slots.js';
 
-const tenant = (over: Partial<TenantSpec>): TenantSpec => ({ id: 'acme', api_keys_sha256: ['0'.repeat(64)], allowed_models: ['*'], rate_limit: { requests_per_second: 0, burst: 0 }, max_concurrency: 0, ...over });
+const tenant = (over: Partial<TenantSpec>): TenantSpec => ({
+  id: 'acme',
+  api_keys_sha256: ['0'.repeat(64)],
+  allowed_models: ['*'],
+  rate_limit: { requests_per_second: 0, burst: 0 },
+  max_concurrency: 0,
+  ...over,
+});
 const as = (t: TenantSpec): Principal => ({ kind: 'tenant', tenant: t });
 const admitted = (r: Admission | Denial): boolean => 'release' in r;
 
@@ -87,7 +94,15 @@ describe('Access over shared TenantUsage', () => {
 
   it('takes a partial report for the tenants it names, a full one for all', () => {
     const usage = new TenantUsage();
-    usage.applyPeer('w1', [['a', 2, 2], ['b', 1, 1]], true, 0);
+    usage.applyPeer(
+      'w1',
+      [
+        ['a', 2, 2],
+        ['b', 1, 1],
+      ],
+      true,
+      0,
+    );
     usage.applyPeer('w1', [['a', 1, 2]], false, 0);
     expect([usage.inflightOf('a'), usage.inflightOf('b')]).toEqual([1, 1]);
     usage.applyPeer('w1', [['a', 1, 2]], true, 0); // b is no longer in flight there

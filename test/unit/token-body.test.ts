@@ -29,7 +29,9 @@ function agrees(text: string | Buffer): 'fast' | 'fallback' {
 function body(rand: () => number): string {
   const ws = () => [' ', '', '\n', '\t', '\r\n  '][Math.floor(rand() * 5)];
   const n = 1 + Math.floor(rand() * 300);
-  const ids = Array.from({ length: n }, () => (rand() < 0.05 ? [0, 4294967295, 10, 9][Math.floor(rand() * 4)] : Math.floor(rand() * 200_000)));
+  const ids = Array.from({ length: n }, () =>
+    rand() < 0.05 ? [0, 4294967295, 10, 9][Math.floor(rand() * 4)] : Math.floor(rand() * 200_000),
+  );
   const fields: string[] = [
     `"prompt"${ws()}:${ws()}[${ws()}${ids.join(`${ws()},${ws()}`)}${ws()}]`,
     `"model":${ws()}${JSON.stringify(['qwen', 'llama-3 "8b"', 'm\\x', 'ünï', '😀 [x] {y}'][Math.floor(rand() * 5)])}`,
@@ -56,12 +58,36 @@ describe('parseTokenIdBody', () => {
 
   it('leaves every body it does not take whole to JSON.parse', () => {
     const cases = [
-      '{"prompt":[1,2,]}', '{"prompt":[01]}', '{"prompt":[1.5]}', '{"prompt":[1.0]}', '{"prompt":[1e3]}', '{"prompt":[-1]}',
-      '{"prompt":[4294967296]}', '{"prompt":[9007199254740993]}', '{"prompt":[[1,2],[3]]}', '{"prompt":[]}', '{"prompt":["a"]}',
-      '{"prompt":[1 2]}', '{"prompt" [1]}', '{"prompt":[1],}', '{"prompt":[1]} x', '\ufeff{"prompt":[1]}', '{"prompt":[1]',
-      '{"prompt":[1],"__proto__":{"x":1}}', '{"prompt":[1],"prompt":"text"}', '{"prompt":"text","prompt":[7]}', '{"pro\\u006dpt":[5,6]}',
-      '{"a\tb":1,"prompt":[1]}', '{"model":"unterminated,"prompt":[1]}', '{"prompt":[1],"x":[}', '{"prompt":[1],"x":tru}', '[1,2]', '{}', '',
-      '{"prompt":[1],"x":"\\ud800"}', '{"prompt":[1],"x":1e400}',
+      '{"prompt":[1,2,]}',
+      '{"prompt":[01]}',
+      '{"prompt":[1.5]}',
+      '{"prompt":[1.0]}',
+      '{"prompt":[1e3]}',
+      '{"prompt":[-1]}',
+      '{"prompt":[4294967296]}',
+      '{"prompt":[9007199254740993]}',
+      '{"prompt":[[1,2],[3]]}',
+      '{"prompt":[]}',
+      '{"prompt":["a"]}',
+      '{"prompt":[1 2]}',
+      '{"prompt" [1]}',
+      '{"prompt":[1],}',
+      '{"prompt":[1]} x',
+      '\ufeff{"prompt":[1]}',
+      '{"prompt":[1]',
+      '{"prompt":[1],"__proto__":{"x":1}}',
+      '{"prompt":[1],"prompt":"text"}',
+      '{"prompt":"text","prompt":[7]}',
+      '{"pro\\u006dpt":[5,6]}',
+      '{"a\tb":1,"prompt":[1]}',
+      '{"model":"unterminated,"prompt":[1]}',
+      '{"prompt":[1],"x":[}',
+      '{"prompt":[1],"x":tru}',
+      '[1,2]',
+      '{}',
+      '',
+      '{"prompt":[1],"x":"\\ud800"}',
+      '{"prompt":[1],"x":1e400}',
     ];
     const verdicts = cases.map((c) => agrees(c));
     // The scanner did take the valid ones it is meant for:
@@ -79,7 +105,8 @@ describe('parseTokenIdBody', () => {
     let fast = 0;
     for (let i = 0; i < 3000; i++) {
       const b = Buffer.from(body(rand));
-      for (let m = 1 + Math.floor(rand() * 3); m > 0; m--) b[Math.floor(rand() * b.length)] = alphabet.charCodeAt(Math.floor(rand() * alphabet.length));
+      for (let m = 1 + Math.floor(rand() * 3); m > 0; m--)
+        b[Math.floor(rand() * b.length)] = alphabet.charCodeAt(Math.floor(rand() * alphabet.length));
       if (agrees(b) === 'fast') fast++;
     }
     expect(fast).toBeGreaterThan(100); // the mutations left many bodies valid, and those were read
@@ -93,7 +120,9 @@ describe('parseOpenAIBody with a token-id prompt', () => {
     const parsed = parseCompletion('completion', raw);
     expect(parsed.prompt).toEqual({ kind: 'tokens', tokens: new Uint32Array([3, 1, 4, 1, 5]) });
     expect((parsed.prompt as { tokens: Uint32Array }).tokens.constructor).toBe(Uint32Array);
-    expect(reserialize({ ...raw, model: 'alias' }).toString()).toBe('{"model":"alias","prompt":[3,1,4,1,5],"max_tokens":1}');
+    expect(reserialize({ ...raw, model: 'alias' }).toString()).toBe(
+      '{"model":"alias","prompt":[3,1,4,1,5],"max_tokens":1}',
+    );
     // Bodies without a prompt key, and prompts JSON.parse reads, are unchanged:
     expect(parseOpenAIBody(Buffer.from('{"model":"m","prompt":[1.0]}')).prompt).toEqual([1]);
     expect(() => parseOpenAIBody(Buffer.from('{"model":"m","prompt":[1,]}'))).toThrow(/not valid JSON/);

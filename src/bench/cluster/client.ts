@@ -33,9 +33,24 @@ export interface SendOptions {
 
 export async function sendStreaming(o: SendOptions): Promise<Omit<Sample, 'index' | 'sentAt' | 'lagMs'>> {
   const start = performance.now();
-  const out = { ttftMs: null as number | null, e2eMs: 0, status: 0, instance: null as string | null, promptTokens: 0, cachedTokens: 0, completionTokens: 0, error: null as string | null };
+  const out = {
+    ttftMs: null as number | null,
+    e2eMs: 0,
+    status: 0,
+    instance: null as string | null,
+    promptTokens: 0,
+    cachedTokens: 0,
+    completionTokens: 0,
+    error: null as string | null,
+  };
   try {
-    const res = await request(o.url, { method: 'POST', body: o.body, headers: { 'content-type': 'application/json', ...o.headers }, dispatcher: o.dispatcher, signal: o.signal });
+    const res = await request(o.url, {
+      method: 'POST',
+      body: o.body,
+      headers: { 'content-type': 'application/json', ...o.headers },
+      dispatcher: o.dispatcher,
+      signal: o.signal,
+    });
     out.status = res.statusCode;
     const inst = res.headers['x-kvrouter-instance'];
     out.instance = typeof inst === 'string' ? inst : null;
@@ -51,7 +66,15 @@ export async function sendStreaming(o: SendOptions): Promise<Omit<Sample, 'index
           carry = carry.slice(sep + 2);
           if (out.ttftMs === null && TOKEN_EVENT.test(ev)) out.ttftMs = performance.now() - start;
           if (ev.includes('"usage":{')) {
-            const u = (JSON.parse(ev.slice(ev.indexOf('{'))) as { usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } }).usage;
+            const u = (
+              JSON.parse(ev.slice(ev.indexOf('{'))) as {
+                usage?: {
+                  prompt_tokens?: number;
+                  completion_tokens?: number;
+                  prompt_tokens_details?: { cached_tokens?: number };
+                };
+              }
+            ).usage;
             out.promptTokens = u?.prompt_tokens ?? 0;
             out.completionTokens = u?.completion_tokens ?? 0;
             out.cachedTokens = u?.prompt_tokens_details?.cached_tokens ?? 0;

@@ -17,7 +17,23 @@ export interface ClusterReport {
   workload: { name: string; description: string; requests: number };
   oracle: OracleStats;
   sizing: Sizing;
-  config: { engines: number; blockSize: number; speedup: number; perfModel?: string; rateScale: number; cacheRatio: number; cpuRatio: number; seed: number; quick: boolean; maxOutputTokens: number | null; model: string; routers?: number; routerProcesses?: number; bypass?: number; pd?: string };
+  config: {
+    engines: number;
+    blockSize: number;
+    speedup: number;
+    perfModel?: string;
+    rateScale: number;
+    cacheRatio: number;
+    cpuRatio: number;
+    seed: number;
+    quick: boolean;
+    maxOutputTokens: number | null;
+    model: string;
+    routers?: number;
+    routerProcesses?: number;
+    bypass?: number;
+    pd?: string;
+  };
   arrivals: { scheduleS: number; followUps: number };
   loadAverage: { before: number[]; after: number[] };
   runSeconds: number;
@@ -36,16 +52,54 @@ export function setupTable(d: ClusterReport): Table {
       ['workload', d.workload.description],
       ['requests', d.workload.requests],
       ['oracle hit rate (infinite cache)', `${(100 * d.oracle.hitRate).toFixed(1)}%`],
-      ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens = ${((d.oracle.distinctBlocks * c.blockSize) / 1e6).toFixed(2)} M tokens`],
-      ['engines', `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, pass times ${c.perfModel ?? 'mocker'} (${c.model}), speedup ${c.speedup}, max_model_len ${z.maxModelLen}`],
-      ['cache sizing', `working set = ${z.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${z.clusterRatio.toFixed(2)}x working set`],
-      ...(c.bypass ? [['bypass', `${(100 * c.bypass).toFixed(0)}% of the requests go straight to engine e0, not through the router (load it did not book)`]] : []),
-      ...(d.results.some((r) => r.policy.startsWith('pd')) && c.pd ? [['disaggregated (pd variants)', `${c.pd}: engines e0.. prefill, then decode, each sized as one aggregated engine; vLLM connector protocol, KV transfer 25 GB/s`]] : []),
-      ...(c.routers && c.routers > 1 ? [['routers', `${c.routers} independent routers, no sync between them; requests alternate (a plain L4 balancer)`]] : []),
-      ...(c.routerProcesses && c.routerProcesses > 1 ? [['router processes', `${c.routerProcesses} per router (kvrouter serve --workers ${c.routerProcesses})`]] : []),
-      ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(0)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
+      [
+        'working set',
+        `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens = ${((d.oracle.distinctBlocks * c.blockSize) / 1e6).toFixed(2)} M tokens`,
+      ],
+      [
+        'engines',
+        `${c.engines} simulated (one process), ${z.numGpuBlocks} GPU + ${z.numCpuBlocks} host-tier blocks each, pass times ${c.perfModel ?? 'mocker'} (${c.model}), speedup ${c.speedup}, max_model_len ${z.maxModelLen}`,
+      ],
+      [
+        'cache sizing',
+        `working set = ${z.perEngineRatio.toFixed(2)}x one engine's GPU cache; cluster GPU cache = ${z.clusterRatio.toFixed(2)}x working set`,
+      ],
+      ...(c.bypass
+        ? [
+            [
+              'bypass',
+              `${(100 * c.bypass).toFixed(0)}% of the requests go straight to engine e0, not through the router (load it did not book)`,
+            ],
+          ]
+        : []),
+      ...(d.results.some((r) => r.policy.startsWith('pd')) && c.pd
+        ? [
+            [
+              'disaggregated (pd variants)',
+              `${c.pd}: engines e0.. prefill, then decode, each sized as one aggregated engine; vLLM connector protocol, KV transfer 25 GB/s`,
+            ],
+          ]
+        : []),
+      ...(c.routers && c.routers > 1
+        ? [
+            [
+              'routers',
+              `${c.routers} independent routers, no sync between them; requests alternate (a plain L4 balancer)`,
+            ],
+          ]
+        : []),
+      ...(c.routerProcesses && c.routerProcesses > 1
+        ? [['router processes', `${c.routerProcesses} per router (kvrouter serve --workers ${c.routerProcesses})`]]
+        : []),
+      [
+        'arrivals',
+        `open loop, timestamps / ${+c.rateScale.toFixed(2)} (${d.arrivals.scheduleS.toFixed(0)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`,
+      ],
       ['machine', JSON.stringify(d.machine)],
-      ['load average (1, 5, 15 min) before / after', `${la(d.loadAverage.before)} / ${la(d.loadAverage.after)} (2 cores shared with other work)`],
+      [
+        'load average (1, 5, 15 min) before / after',
+        `${la(d.loadAverage.before)} / ${la(d.loadAverage.after)} (2 cores shared with other work)`,
+      ],
       ['run time', `${d.runSeconds.toFixed(0)} s`],
     ],
   };
@@ -57,7 +111,21 @@ export function writeClusterReport(d: ClusterReport, outDir?: string): string {
   writeCharts(dir, d.results, d.oracle, d.workload.name);
   appendFileSync(
     join(dir, 'cluster.md'),
-    ['', '## Charts', '', `![TTFT CDF](${CHARTS.cdf})`, '', `![hit rate](${CHARTS.hits})`, '', `![per-engine load](${CHARTS.load})`, '', '## How measured', '', ...METHOD_NOTES, ''].join('\n'),
+    [
+      '',
+      '## Charts',
+      '',
+      `![TTFT CDF](${CHARTS.cdf})`,
+      '',
+      `![hit rate](${CHARTS.hits})`,
+      '',
+      `![per-engine load](${CHARTS.load})`,
+      '',
+      '## How measured',
+      '',
+      ...METHOD_NOTES,
+      '',
+    ].join('\n'),
   );
   return dir;
 }
@@ -68,16 +136,47 @@ const pct = (v: number) => +(100 * v).toFixed(1);
 export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
   const main: Table = {
     title: 'Per policy',
-    columns: ['policy', 'ok/sent', 'TTFT p50 ms', 'p90', 'p99', 'TPOT p50 ms', 'p90', 'E2E p50 ms', 'p99', 'req/s', 'out tok/s', 'hit % (first admission)', 'oracle %', 'engine hit % (GPU+host)', 'of which host', 'preempt', 'busy CoV', 'req CoV', 'router CPU s', 'µs/req'],
+    columns: [
+      'policy',
+      'ok/sent',
+      'TTFT p50 ms',
+      'p90',
+      'p99',
+      'TPOT p50 ms',
+      'p90',
+      'E2E p50 ms',
+      'p99',
+      'req/s',
+      'out tok/s',
+      'hit % (first admission)',
+      'oracle %',
+      'engine hit % (GPU+host)',
+      'of which host',
+      'preempt',
+      'busy CoV',
+      'req CoV',
+      'router CPU s',
+      'µs/req',
+    ],
     rows: results.map((r) => [
       r.policy,
       `${r.requests.ok}/${r.requests.sent}`,
-      ms(r.ttftMs.p50), ms(r.ttftMs.p90), ms(r.ttftMs.p99),
-      r.tpotMs ? +r.tpotMs.p50.toFixed(1) : 'n/a', r.tpotMs ? +r.tpotMs.p90.toFixed(1) : 'n/a',
-      ms(r.e2eMs.p50), ms(r.e2eMs.p99),
-      +r.throughput.requestsPerS.toFixed(2), Math.round(r.throughput.outputTokensPerS),
-      pct(r.hitRate.usage), pct(o.hitRate), pct(r.hitRate.engines), pct(r.hitRate.host), r.preemptions,
-      +r.imbalance.busyCov.toFixed(3), +r.imbalance.requestCov.toFixed(3),
+      ms(r.ttftMs.p50),
+      ms(r.ttftMs.p90),
+      ms(r.ttftMs.p99),
+      r.tpotMs ? +r.tpotMs.p50.toFixed(1) : 'n/a',
+      r.tpotMs ? +r.tpotMs.p90.toFixed(1) : 'n/a',
+      ms(r.e2eMs.p50),
+      ms(r.e2eMs.p99),
+      +r.throughput.requestsPerS.toFixed(2),
+      Math.round(r.throughput.outputTokensPerS),
+      pct(r.hitRate.usage),
+      pct(o.hitRate),
+      pct(r.hitRate.engines),
+      pct(r.hitRate.host),
+      r.preemptions,
+      +r.imbalance.busyCov.toFixed(3),
+      +r.imbalance.requestCov.toFixed(3),
       r.cpu.router === null ? 'n/a' : +r.cpu.router.toFixed(2),
       r.cpu.routerUsPerRequest === null ? 'n/a' : Math.round(r.cpu.routerUsPerRequest),
     ]),
@@ -87,7 +186,11 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
     tables.push({
       title: `TTFT without the warm-up: requests sent after the first ${WARMUP_MS / 1000} s (ms)`,
       columns: ['policy', 'requests', 'TTFT p50', 'p90', 'p99'],
-      rows: results.map((r) => (r.steadyTtftMs ? [r.policy, r.steadyTtftMs.requests, ms(r.steadyTtftMs.p50), ms(r.steadyTtftMs.p90), ms(r.steadyTtftMs.p99)] : [r.policy, 'n/a', 'n/a', 'n/a', 'n/a'])),
+      rows: results.map((r) =>
+        r.steadyTtftMs
+          ? [r.policy, r.steadyTtftMs.requests, ms(r.steadyTtftMs.p50), ms(r.steadyTtftMs.p90), ms(r.steadyTtftMs.p99)]
+          : [r.policy, 'n/a', 'n/a', 'n/a', 'n/a'],
+      ),
     });
   }
   const base = results.find((r) => r.policy === 'round-robin') ?? results.find((r) => r.policy === 'random');
@@ -98,8 +201,12 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
       columns: ['policy', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'E2E p50', 'out tok/s', 'hit rate (first admission)'],
       rows: results.map((r) => [
         r.policy,
-        x(base.ttftMs.p50, r.ttftMs.p50), x(base.ttftMs.p90, r.ttftMs.p90), x(base.ttftMs.p99, r.ttftMs.p99),
-        x(base.e2eMs.p50, r.e2eMs.p50), x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS), x(r.hitRate.usage, base.hitRate.usage),
+        x(base.ttftMs.p50, r.ttftMs.p50),
+        x(base.ttftMs.p90, r.ttftMs.p90),
+        x(base.ttftMs.p99, r.ttftMs.p99),
+        x(base.e2eMs.p50, r.e2eMs.p50),
+        x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS),
+        x(r.hitRate.usage, base.hitRate.usage),
       ]),
     });
   }
@@ -110,13 +217,23 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
       rows: results.map((r) => {
         const x = r.split;
         if (!x) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
-        return [r.policy, ms(x.routed.p50), ms(x.routed.p90), ms(x.routed.p99), x.routedToBypassTarget, ms(x.bypassed.p50), ms(x.bypassed.p90), ms(x.bypassed.p99)];
+        return [
+          r.policy,
+          ms(x.routed.p50),
+          ms(x.routed.p90),
+          ms(x.routed.p99),
+          x.routedToBypassTarget,
+          ms(x.bypassed.p50),
+          ms(x.bypassed.p90),
+          ms(x.bypassed.p99),
+        ];
       }),
     });
   }
   if (results.some((r) => r.hitCheck)) {
     tables.push({
-      title: "The routers' closed-loop hit check: predicted against engine-reported cached tokens (responses where either side expected a hit)",
+      title:
+        "The routers' closed-loop hit check: predicted against engine-reported cached tokens (responses where either side expected a hit)",
       columns: ['policy', 'agree', 'over-predicted', 'under-predicted', 'agree %', 'alarms at the end'],
       rows: results.map((r) => {
         const h = r.hitCheck;
@@ -130,7 +247,10 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
   tables.push({
     title: 'Per engine: requests / busy seconds / prefilled k-tokens',
     columns: ['policy', ...ids],
-    rows: results.map((r) => [r.policy, ...r.engines.map((e) => `${e.requests} / ${e.busyS.toFixed(1)} / ${(e.prefilledTokens / 1000).toFixed(0)}`)]),
+    rows: results.map((r) => [
+      r.policy,
+      ...r.engines.map((e) => `${e.requests} / ${e.busyS.toFixed(1)} / ${(e.prefilledTokens / 1000).toFixed(0)}`),
+    ]),
   });
   tables.push({
     title: 'CPU seconds during the replay (2 cores shared by all three processes)',
@@ -149,14 +269,23 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
 export const CHARTS = { cdf: 'ttft-cdf.svg', hits: 'hit-rate.svg', load: 'engine-load.svg' } as const;
 
 /** `perEngine: false` leaves out the per-engine bars (one series per engine: unreadable for large fleets). */
-export function writeCharts(dir: string, results: PolicyResult[], o: OracleStats, title: string, opts: { perEngine?: boolean } = {}): void {
+export function writeCharts(
+  dir: string,
+  results: PolicyResult[],
+  o: OracleStats,
+  title: string,
+  opts: { perEngine?: boolean } = {},
+): void {
   const cdf = lineChart({
     title: `TTFT CDF per policy — ${title}`,
     xLabel: 'time to first token (ms, log scale)',
     yLabel: 'fraction of requests',
     xLog: true,
     yMax: 1,
-    series: results.map((r) => ({ name: r.policy, points: r.ttftCdf.map((v, i) => [v, i / (r.ttftCdf.length - 1)] as const) })),
+    series: results.map((r) => ({
+      name: r.policy,
+      points: r.ttftCdf.map((v, i) => [v, i / (r.ttftCdf.length - 1)] as const),
+    })),
   });
   writeFileSync(join(dir, CHARTS.cdf), cdf);
   const hits = barChart({
@@ -190,8 +319,8 @@ export const METHOD_NOTES = [
   '- Throughput: successful requests and output tokens (usage.completion_tokens) over the wall time from the first send to the last completion.',
   '- Hit rate (first admission): sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens over the responses: what each request found cached when first admitted; this is what the oracle bounds.',
   '- Engine hit rate: (vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total) / vllm:prefix_cache_queries_total summed over the engines (tokens), as an operator would read it. A preempted request is admitted again and queries again, mostly hitting its own blocks, so with preemptions this rate exceeds the first-admission rate (and can exceed the oracle).',
-  '- Oracle: the workload\'s infinite-cache hit rate at the engines\' block size (every prompt hits the longest block prefix of any earlier prompt; the last token is always recomputed).',
-  '- Load imbalance: coefficient of variation (stdev / mean) across engines of the busy time (wall time with at least one of the engine\'s requests in flight, client-observed) and of request counts.',
+  "- Oracle: the workload's infinite-cache hit rate at the engines' block size (every prompt hits the longest block prefix of any earlier prompt; the last token is always recomputed).",
+  "- Load imbalance: coefficient of variation (stdev / mean) across engines of the busy time (wall time with at least one of the engine's requests in flight, client-observed) and of request counts.",
   '- Router CPU: user + system CPU of the router process (a child process; all its threads, incl. the tokenizer worker and libzmq) from /proc/<pid>/stat over the replay; µs/req divides by requests sent.',
   '- Each policy runs on a fresh engine process and a fresh router process (cold caches), replaying identical, seeded requests open-loop by timestamp.',
 ];

@@ -30,7 +30,13 @@ export function bypasses(i: number, fraction: number): boolean {
 }
 
 export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): Promise<ReplayResult> {
-  const dispatcher = new Agent({ connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000 });
+  const dispatcher = new Agent({
+    connections: null,
+    pipelining: 1,
+    headersTimeout: 0,
+    bodyTimeout: 0,
+    keepAliveTimeout: 30_000,
+  });
   const abort = new AbortController();
   setMaxListeners(0, abort.signal); // one signal aborts every in-flight request at the deadline
   const followers = new Map<number, number[]>();
@@ -50,12 +56,24 @@ export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): P
   const send = (i: number, due: number) => {
     const r = reqs[i];
     const sentAt = performance.now() - t0;
-    const body = JSON.stringify({ model: o.model, stream: true, stream_options: { include_usage: true }, max_tokens: r.maxTokens, ...r.body() });
+    const body = JSON.stringify({
+      model: o.model,
+      stream: true,
+      stream_options: { include_usage: true },
+      max_tokens: r.maxTokens,
+      ...r.body(),
+    });
     const headers: Record<string, string> = r.sessionKey ? { [o.sessionHeader]: r.sessionKey } : {};
     const bypassed = o.bypass !== undefined && bypasses(i, o.bypass.fraction);
     const base = bypassed ? o.bypass!.url : urls[i % urls.length];
     void sendStreaming({ dispatcher, url: `${base}${r.path}`, body, headers, signal: abort.signal }).then((res) => {
-      const s: Sample = { index: i, sentAt, lagMs: Math.max(0, sentAt - due), ...res, ...(bypassed ? { instance: o.bypass!.id, bypassed: true } : {}) };
+      const s: Sample = {
+        index: i,
+        sentAt,
+        lagMs: Math.max(0, sentAt - due),
+        ...res,
+        ...(bypassed ? { instance: o.bypass!.id, bypassed: true } : {}),
+      };
       samples[i] = s;
       lastEnd = Math.max(lastEnd, sentAt + res.e2eMs);
       o.onDone?.(s);
@@ -69,7 +87,10 @@ export async function replay(reqs: readonly BenchRequest[], o: ReplayOptions): P
   };
 
   // Open-loop arrivals in time order, released by one timer chain.
-  const open = reqs.map((r, i) => ({ i, at: r.atMs / o.rateScale })).filter((x) => reqs[x.i].after === null).sort((a, b) => a.at - b.at);
+  const open = reqs
+    .map((r, i) => ({ i, at: r.atMs / o.rateScale }))
+    .filter((x) => reqs[x.i].after === null)
+    .sort((a, b) => a.at - b.at);
   let next = 0;
   const tick = () => {
     const now = performance.now() - t0;

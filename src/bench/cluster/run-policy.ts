@@ -28,7 +28,14 @@ export interface PolicyRunOptions {
 }
 
 /** One fleet, or (pd variants) a prefill fleet and a decode fleet: engines e0.. are prefill, then decode. */
-async function startFleets(v: PolicyVariant, o: PolicyRunOptions): Promise<{ engines: Array<EngineEndpoint & { role?: 'prefill' | 'decode' }>; pids: number[]; stop(): Promise<void> }> {
+async function startFleets(
+  v: PolicyVariant,
+  o: PolicyRunOptions,
+): Promise<{
+  engines: Array<EngineEndpoint & { role?: 'prefill' | 'decode' }>;
+  pids: number[];
+  stop(): Promise<void>;
+}> {
   if (!v.pd) {
     const f = await startFleet(o.fleet);
     return { engines: f.engines, pids: [f.child.pid ?? -1], stop: () => f.stop() };
@@ -36,9 +43,17 @@ async function startFleets(v: PolicyVariant, o: PolicyRunOptions): Promise<{ eng
   const pd = o.pd ?? { prefill: 2, decode: 2 };
   const p = await startFleet({ ...o.fleet, count: pd.prefill, extra: [...(o.fleet.extra ?? []), '--role', 'prefill'] });
   try {
-    const d = await startFleet({ ...o.fleet, count: pd.decode, seed: o.fleet.seed + pd.prefill, extra: [...(o.fleet.extra ?? []), '--role', 'decode'] });
+    const d = await startFleet({
+      ...o.fleet,
+      count: pd.decode,
+      seed: o.fleet.seed + pd.prefill,
+      extra: [...(o.fleet.extra ?? []), '--role', 'decode'],
+    });
     return {
-      engines: [...p.engines.map((e) => ({ ...e, role: 'prefill' as const })), ...d.engines.map((e) => ({ ...e, role: 'decode' as const }))],
+      engines: [
+        ...p.engines.map((e) => ({ ...e, role: 'prefill' as const })),
+        ...d.engines.map((e) => ({ ...e, role: 'decode' as const })),
+      ],
       pids: [p.child.pid ?? -1, d.child.pid ?? -1],
       stop: async () => void (await Promise.all([p.stop(), d.stop()])),
     };
@@ -48,19 +63,24 @@ async function startFleets(v: PolicyVariant, o: PolicyRunOptions): Promise<{ eng
   }
 }
 
-export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<{ result: PolicyResult; samples: Sample[] }> {
+export async function runPolicy(
+  v: PolicyVariant,
+  o: PolicyRunOptions,
+): Promise<{ result: PolicyResult; samples: Sample[] }> {
   const fleet = await startFleets(v, o);
-  const enginesCpu = () => fleet.pids.reduce<number | null>((sum, pid) => {
-    const c = processCpuSeconds(pid);
-    return sum === null || c === null ? null : sum + c;
-  }, 0);
+  const enginesCpu = () =>
+    fleet.pids.reduce<number | null>((sum, pid) => {
+      const c = processCpuSeconds(pid);
+      return sum === null || c === null ? null : sum + c;
+    }, 0);
   try {
     const ids = fleet.engines.map((_, i) => `e${i}`);
     const routers: RouterProc[] = [];
-    const routerCpu = () => routers.reduce<number | null>((sum, r) => {
-      const c = processTreeCpuSeconds(r.child.pid);
-      return sum === null || c === null ? null : sum + c;
-    }, 0);
+    const routerCpu = () =>
+      routers.reduce<number | null>((sum, r) => {
+        const c = processTreeCpuSeconds(r.child.pid);
+        return sum === null || c === null ? null : sum + c;
+      }, 0);
     try {
       for (let k = 0; k < (o.routers ?? 1); k++) {
         routers.push(
@@ -72,8 +92,17 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
             processes: o.routerProcesses ?? 1,
             routingYaml: v.routingYaml,
             extraYaml: v.extraYaml,
-            modelYaml: v.pd ? [`    disaggregation: { ${['protocol: vllm', `bypass: ${v.pd.bypass}`, ...(v.pd.yaml ?? [])].join(', ')} }`] : [],
-            instances: fleet.engines.map((e, i) => ({ id: ids[i], url: e.url, role: e.role, ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}) })),
+            modelYaml: v.pd
+              ? [
+                  `    disaggregation: { ${['protocol: vllm', `bypass: ${v.pd.bypass}`, ...(v.pd.yaml ?? [])].join(', ')} }`,
+                ]
+              : [],
+            instances: fleet.engines.map((e, i) => ({
+              id: ids[i],
+              url: e.url,
+              role: e.role,
+              ...(v.kvEvents ? { kvEvents: { endpoint: e.zmq, replay: e.replay } } : {}),
+            })),
           }),
         );
       }
@@ -91,7 +120,16 @@ export async function runPolicy(v: PolicyVariant, o: PolicyRunOptions): Promise<
       const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
       const checks = await Promise.all(routers.map((r) => scrapeHitCheck(r.url).catch(() => null)));
       const hitCheck = checks.every((c) => c !== null)
-        ? checks.reduce<HitCheck>((a, c) => ({ agree: a.agree + c!.agree, over: a.over + c!.over, under: a.under + c!.under, unverified: a.unverified + c!.unverified, alarms: a.alarms + c!.alarms }), { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 })
+        ? checks.reduce<HitCheck>(
+            (a, c) => ({
+              agree: a.agree + c!.agree,
+              over: a.over + c!.over,
+              under: a.under + c!.under,
+              unverified: a.unverified + c!.unverified,
+              alarms: a.alarms + c!.alarms,
+            }),
+            { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 },
+          )
         : null;
       const delta = (a: number | null, b: number | null) => (a === null || b === null ? null : b - a);
       const result = summarize(v.name, v.summary, samples, ids, counters, wallMs, {

@@ -14,11 +14,17 @@ export interface Sizing {
   maxModelLen: number;
 }
 
-export function sizeFleet(o: OracleStats, engines: number, blockSize: number, cacheRatio: number, cpuRatio: number): Sizing {
+export function sizeFleet(
+  o: OracleStats,
+  engines: number,
+  blockSize: number,
+  cacheRatio: number,
+  cpuRatio: number,
+): Sizing {
   const maxModelLen = Math.ceil(o.maxSequence / blockSize) * blockSize;
   // Room for the requests running at once: two of the longest, or 48 average ones (a tighter cache
   // preempts, and a preempted request re-queries the cache, which inflates the engines' hit rate).
-  const meanBlocks = (o.promptTokens / Math.max(1, o.requests)) / blockSize;
+  const meanBlocks = o.promptTokens / Math.max(1, o.requests) / blockSize;
   const floor = Math.ceil(Math.max(2 * (maxModelLen / blockSize), 48 * meanBlocks));
   const numGpuBlocks = Math.max(floor, Math.ceil((o.distinctBlocks * cacheRatio) / engines));
   return {

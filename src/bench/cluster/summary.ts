@@ -59,7 +59,15 @@ export interface PolicyResult {
 /** Sends in the first 5 s are the warm-up left out of `steadyTtftMs`. */
 export const WARMUP_MS = 5000;
 
-export function summarize(policy: string, summary: string, samples: readonly Sample[], engineIds: readonly string[], counters: readonly EngineCounters[], wallMs: number, cpu: CpuSeconds): PolicyResult {
+export function summarize(
+  policy: string,
+  summary: string,
+  samples: readonly Sample[],
+  engineIds: readonly string[],
+  counters: readonly EngineCounters[],
+  wallMs: number,
+  cpu: CpuSeconds,
+): PolicyResult {
   const ok = samples.filter((s) => s.error === null && s.ttftMs !== null);
   const errs = samples.filter((s) => s.error !== null || s.ttftMs === null);
   const ttft = ok.map((s) => s.ttftMs!);
@@ -81,9 +89,16 @@ export function summarize(policy: string, summary: string, samples: readonly Sam
   return {
     policy,
     summary,
-    requests: { sent: samples.length, ok: ok.length, errors: errs.length, firstErrors: [...new Set(errs.map((s) => s.error ?? 'no token'))].slice(0, 5) },
+    requests: {
+      sent: samples.length,
+      ok: ok.length,
+      errors: errs.length,
+      firstErrors: [...new Set(errs.map((s) => s.error ?? 'no token'))].slice(0, 5),
+    },
     ttftMs: dist(ttft),
-    steadyTtftMs: ((v) => ({ ...dist(v), requests: v.length }))(ok.filter((s) => s.sentAt >= WARMUP_MS).map((s) => s.ttftMs!)),
+    steadyTtftMs: ((v) => ({ ...dist(v), requests: v.length }))(
+      ok.filter((s) => s.sentAt >= WARMUP_MS).map((s) => s.ttftMs!),
+    ),
     e2eMs: dist(ok.map((s) => s.e2eMs)),
     tpotMs: dist(ok.filter((s) => s.completionTokens > 1).map((s) => (s.e2eMs - s.ttftMs!) / (s.completionTokens - 1))),
     maxLagMs: samples.reduce((a, s) => Math.max(a, s.lagMs), 0),

@@ -73,14 +73,32 @@ function setupTable(d: FleetReport): Table {
       ['requests', d.workload.requests],
       ['oracle hit rate (infinite cache)', `${(100 * d.oracle.hitRate).toFixed(1)}%`],
       ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens`],
-      ['engines', `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, engine block hash ${c.engineHash}, speedup ${c.speedup}`],
-      ['routers', `${c.routers} replica(s), requests alternate (a plain L4 balancer); replica sync: ${c.syncDelayMs === null ? 'none' : `${c.syncDelayMs} ms delay`}`],
-      ['request latency', `${c.requestLatencyMs} ms from the client's send to the engine (HTTP hops and router time; TTFT includes it)`],
-      ['KV events', `engine-sim vLLM encoder -> router decoder + EventApplier (${c.eventWire === 'bytes' ? 'msgpack bytes' : 'encoder values, no msgpack'}), delivered ${c.kvEventDelayMs} ms after the pass starts`],
-      ['arrivals', `open loop, timestamps / ${+c.rateScale.toFixed(2)}${c.spreadBurstsMs ? `, simultaneous ones spread over ${c.spreadBurstsMs} ms first` : ''} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`],
+      [
+        'engines',
+        `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, engine block hash ${c.engineHash}, speedup ${c.speedup}`,
+      ],
+      [
+        'routers',
+        `${c.routers} replica(s), requests alternate (a plain L4 balancer); replica sync: ${c.syncDelayMs === null ? 'none' : `${c.syncDelayMs} ms delay`}`,
+      ],
+      [
+        'request latency',
+        `${c.requestLatencyMs} ms from the client's send to the engine (HTTP hops and router time; TTFT includes it)`,
+      ],
+      [
+        'KV events',
+        `engine-sim vLLM encoder -> router decoder + EventApplier (${c.eventWire === 'bytes' ? 'msgpack bytes' : 'encoder values, no msgpack'}), delivered ${c.kvEventDelayMs} ms after the pass starts`,
+      ],
+      [
+        'arrivals',
+        `open loop, timestamps / ${+c.rateScale.toFixed(2)}${c.spreadBurstsMs ? `, simultaneous ones spread over ${c.spreadBurstsMs} ms first` : ''} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`,
+      ],
       ['SLO (goodput)', `TTFT <= ${c.slo.ttftMs} ms and TPOT <= ${c.slo.tpotMs} ms`],
       ['machine', JSON.stringify(d.machine)],
-      ['wall time', `${d.wall.totalSeconds.toFixed(1)} s (preparation ${d.wall.prepareSeconds.toFixed(1)} s), peak RSS ${d.wall.peakRssMiB.toFixed(0)} MiB`],
+      [
+        'wall time',
+        `${d.wall.totalSeconds.toFixed(1)} s (preparation ${d.wall.prepareSeconds.toFixed(1)} s), peak RSS ${d.wall.peakRssMiB.toFixed(0)} MiB`,
+      ],
     ],
   };
 }
@@ -93,25 +111,91 @@ function fleetTables(d: FleetReport): Table[] {
   return [
     {
       title: 'Fleet: goodput, refusals, balance over engines',
-      columns: ['policy', 'refused', 'goodput req', 'goodput %', 'goodput req/s', 'req/engine min', 'p50', 'max', 'req CoV', 'busy CoV (passes)', 'prefilled CoV', 'virtual s', 'events'],
+      columns: [
+        'policy',
+        'refused',
+        'goodput req',
+        'goodput %',
+        'goodput req/s',
+        'req/engine min',
+        'p50',
+        'max',
+        'req CoV',
+        'busy CoV (passes)',
+        'prefilled CoV',
+        'virtual s',
+        'events',
+      ],
       rows: res.map((r) => {
         const f = r.fleet;
-        return [r.policy, f.refused, f.goodput.requests, pct(f.goodput.share), +f.goodput.perS.toFixed(2), f.balance.requests.min, f.balance.requests.p50, f.balance.requests.max, +f.balance.requests.cov.toFixed(3), +f.balance.busyCov.toFixed(3), +f.balance.prefilledCov.toFixed(3), +f.virtualS.toFixed(1), f.events];
+        return [
+          r.policy,
+          f.refused,
+          f.goodput.requests,
+          pct(f.goodput.share),
+          +f.goodput.perS.toFixed(2),
+          f.balance.requests.min,
+          f.balance.requests.p50,
+          f.balance.requests.max,
+          +f.balance.requests.cov.toFixed(3),
+          +f.balance.busyCov.toFixed(3),
+          +f.balance.prefilledCov.toFixed(3),
+          +f.virtualS.toFixed(1),
+          f.events,
+        ];
       }),
     },
     {
       title: 'Routers: KV events applied, hit check, sync, index size (per replica)',
-      columns: ['policy', 'router', 'decisions', 'refused', 'events ok', 'not ok', 'hit check agree/over/under', 'sync sent/received', 'index blocks', '(block, holder) records', 'bytes/record'],
+      columns: [
+        'policy',
+        'router',
+        'decisions',
+        'refused',
+        'events ok',
+        'not ok',
+        'hit check agree/over/under',
+        'sync sent/received',
+        'index blocks',
+        '(block, holder) records',
+        'bytes/record',
+      ],
       rows: res.flatMap((r) =>
         r.fleet.routers.map((t) => {
-          const notOk = Object.entries(t.applied).filter(([k]) => k !== 'ok').reduce((a, [, v]) => a + v, 0);
-          return [r.policy, t.id, t.decisions, t.refused, t.applied.ok ?? 0, notOk, `${t.hitCheck.agree}/${t.hitCheck.over}/${t.hitCheck.under}`, `${t.sync.sent}/${t.sync.received}`, t.index.blocks, t.index.records, t.index.records ? +(t.index.bytes / t.index.records).toFixed(1) : 'n/a'];
+          const notOk = Object.entries(t.applied)
+            .filter(([k]) => k !== 'ok')
+            .reduce((a, [, v]) => a + v, 0);
+          return [
+            r.policy,
+            t.id,
+            t.decisions,
+            t.refused,
+            t.applied.ok ?? 0,
+            notOk,
+            `${t.hitCheck.agree}/${t.hitCheck.over}/${t.hitCheck.under}`,
+            `${t.sync.sent}/${t.sync.received}`,
+            t.index.blocks,
+            t.index.records,
+            t.index.records ? +(t.index.bytes / t.index.records).toFixed(1) : 'n/a',
+          ];
         }),
       ),
     },
     {
       title: 'Wall clock (real time on this machine; not part of the deterministic summary)',
-      columns: ['policy', 'simulation s', 'CPU s', 'events/s', 'decide µs p50', 'p90', 'p99', 'ISL >= 16k p50', 'ISL >= 28k p50 (n)', 'candidates', 'heap MiB'],
+      columns: [
+        'policy',
+        'simulation s',
+        'CPU s',
+        'events/s',
+        'decide µs p50',
+        'p90',
+        'p99',
+        'ISL >= 16k p50',
+        'ISL >= 28k p50 (n)',
+        'candidates',
+        'heap MiB',
+      ],
       rows: d.wall.policies.map((w) => [
         w.policy,
         +w.simSeconds.toFixed(1),
@@ -131,16 +215,27 @@ function fleetTables(d: FleetReport): Table[] {
 
 export const FLEET_NOTES = [
   '- Virtual time: engines, routers and the client share one event queue ordered by (time, seq); nothing waits on a socket or a timer, so a run is as fast as the CPU allows and the same seed gives the same summary (summary.json).',
-  '- Engines: engine-sim\'s EngineCore, one per engine, stepped as its RankRunner steps it (KV events at pass start, tokens at pass end). Routers: the server\'s Scheduler, TieredIndexer, StreamIngest (decoder + EventApplier), FeedbackLoop and RemoteBookings, configured from the same YAML as bench cluster\'s routers.',
-  '- TTFT, TPOT, E2E, hit rate and per-engine tables are computed by bench cluster\'s own summary over the simulated responses; times are virtual ms (no client, network or router CPU time).',
+  "- Engines: engine-sim's EngineCore, one per engine, stepped as its RankRunner steps it (KV events at pass start, tokens at pass end). Routers: the server's Scheduler, TieredIndexer, StreamIngest (decoder + EventApplier), FeedbackLoop and RemoteBookings, configured from the same YAML as bench cluster's routers.",
+  "- TTFT, TPOT, E2E, hit rate and per-engine tables are computed by bench cluster's own summary over the simulated responses; times are virtual ms (no client, network or router CPU time).",
   '- Goodput: requests with TTFT within the SLO and, for 2+ output tokens, mean TPOT within the SLO; per second of the run and as a share of the requests sent.',
   '- Decision time: the real clock (performance.now) around each Scheduler.decide inside the simulation (hashing the prompt, the index walk over every candidate, costs and policy); it never feeds back into virtual time.',
-  '- Index size: TieredIndexer.stats() of each replica at the end of the run (typed arrays\' bytes over (block, holder) records).',
+  "- Index size: TieredIndexer.stats() of each replica at the end of the run (typed arrays' bytes over (block, holder) records).",
 ];
 
 /** Markdown + JSON (report.ts), the deterministic summary, and the charts; returns the directory. */
 export function writeFleetReport(d: FleetReport, outDir?: string): string {
-  const dir = writeReport('fleet', d, [setupTable(d), ...resultTables(d.results, d.oracle).filter((t) => !t.title.startsWith('Per engine') && !t.title.startsWith('CPU seconds')), ...fleetTables(d)], outDir);
+  const dir = writeReport(
+    'fleet',
+    d,
+    [
+      setupTable(d),
+      ...resultTables(d.results, d.oracle).filter(
+        (t) => !t.title.startsWith('Per engine') && !t.title.startsWith('CPU seconds'),
+      ),
+      ...fleetTables(d),
+    ],
+    outDir,
+  );
   writeFileSync(join(dir, SUMMARY_FILE), summaryJson(summaryOf(d)));
   writeCharts(dir, d.results, d.oracle, d.workload.name, { perEngine: false });
   // bench cluster's per-engine bars are unreadable at hundreds of engines: requests per engine, sorted.
@@ -150,7 +245,13 @@ export function writeFleetReport(d: FleetReport, outDir?: string): string {
       title: `Requests per engine, sorted — ${d.workload.name}, ${d.config.engines} engines`,
       xLabel: 'engine rank (fewest requests first)',
       yLabel: 'requests',
-      series: d.results.map((r) => ({ name: r.policy, points: r.engines.map((e) => e.requests).sort((a, b) => a - b).map((v, i) => [i, v] as const) })),
+      series: d.results.map((r) => ({
+        name: r.policy,
+        points: r.engines
+          .map((e) => e.requests)
+          .sort((a, b) => a - b)
+          .map((v, i) => [i, v] as const),
+      })),
     }),
   );
   const md = join(dir, 'fleet.md');

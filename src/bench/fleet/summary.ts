@@ -72,31 +72,64 @@ export function summarizeFleet(policy: string, summary: string, out: FleetOutput
     requests: e.requests,
   }));
   const ids = out.engines.map((e) => e.id);
-  const base = summarize(policy, summary, samples, ids, counters, out.spanMs, { router: null, engines: null, client: 0 });
+  const base = summarize(policy, summary, samples, ids, counters, out.spanMs, {
+    router: null,
+    engines: null,
+    client: 0,
+  });
   const hitCheck: HitCheck = { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 };
-  for (const r of out.routers) for (const k of Object.keys(hitCheck) as Array<keyof HitCheck>) hitCheck[k] += r.hitCheck[k];
+  for (const r of out.routers)
+    for (const k of Object.keys(hitCheck) as Array<keyof HitCheck>) hitCheck[k] += r.hitCheck[k];
   const good = out.records.filter(
-    (r) => r.error === null && r.ttftMs !== null && r.ttftMs <= slo.ttftMs && (r.completionTokens < 2 || (r.e2eMs - r.ttftMs) / (r.completionTokens - 1) <= slo.tpotMs),
+    (r) =>
+      r.error === null &&
+      r.ttftMs !== null &&
+      r.ttftMs <= slo.ttftMs &&
+      (r.completionTokens < 2 || (r.e2eMs - r.ttftMs) / (r.completionTokens - 1) <= slo.tpotMs),
   ).length;
   const perEngine = [...base.engines.map((e) => e.requests)].sort((a, b) => a - b);
-  const widest = out.routers.reduce((a, r) => (r.index.bytes > a.bytes ? r.index : a), out.routers[0]?.index ?? { records: 0, bytes: 0, namespaces: 0, blocks: 0 });
+  const widest = out.routers.reduce(
+    (a, r) => (r.index.bytes > a.bytes ? r.index : a),
+    out.routers[0]?.index ?? { records: 0, bytes: 0, namespaces: 0, blocks: 0 },
+  );
   const fleet: FleetExtras = {
     refused: out.records.filter((r) => r.status === 503).length,
-    goodput: { sloTtftMs: slo.ttftMs, sloTpotMs: slo.tpotMs, requests: good, share: out.records.length ? good / out.records.length : 0, perS: out.spanMs > 0 ? good / (out.spanMs / 1000) : 0 },
+    goodput: {
+      sloTtftMs: slo.ttftMs,
+      sloTpotMs: slo.tpotMs,
+      requests: good,
+      share: out.records.length ? good / out.records.length : 0,
+      perS: out.spanMs > 0 ? good / (out.spanMs / 1000) : 0,
+    },
     balance: {
-      requests: { min: perEngine[0] ?? 0, p50: perEngine[Math.floor((perEngine.length - 1) / 2)] ?? 0, max: perEngine[perEngine.length - 1] ?? 0, cov: cov(perEngine) },
+      requests: {
+        min: perEngine[0] ?? 0,
+        p50: perEngine[Math.floor((perEngine.length - 1) / 2)] ?? 0,
+        max: perEngine[perEngine.length - 1] ?? 0,
+        cov: cov(perEngine),
+      },
       busyCov: cov(out.engines.map((e) => e.busyMs)),
       prefilledCov: cov(base.engines.map((e) => e.prefilledTokens)),
     },
     routers: out.routers,
-    index: { records: widest.records, bytes: widest.bytes, bytesPerRecord: widest.records ? widest.bytes / widest.records : 0 },
+    index: {
+      records: widest.records,
+      bytes: widest.bytes,
+      bytesPerRecord: widest.records ? widest.bytes / widest.records : 0,
+    },
     virtualS: out.spanMs / 1000,
     events: out.events,
   };
   return { ...base, hitCheck, fleet };
 }
 
-export function wallFigures(policy: string, out: FleetOutput, simSeconds: number, cpuSeconds: number, heapBytes: number): FleetWall {
+export function wallFigures(
+  policy: string,
+  out: FleetOutput,
+  simSeconds: number,
+  cpuSeconds: number,
+  heapBytes: number,
+): FleetWall {
   const w = out.wallDecisions;
   const pick = (minIsl: number) => {
     const xs: number[] = [];
@@ -108,7 +141,12 @@ export function wallFigures(policy: string, out: FleetOutput, simSeconds: number
     simSeconds,
     cpuSeconds,
     eventsPerS: simSeconds > 0 ? out.events / simSeconds : 0,
-    decisionUs: { all: dist(Array.from(w.us)), isl16k: pick(16_000), isl28k: pick(28_000), candidates: w.candidates.reduce((a, c) => Math.max(a, c), 0) },
+    decisionUs: {
+      all: dist(Array.from(w.us)),
+      isl16k: pick(16_000),
+      isl28k: pick(28_000),
+      candidates: w.candidates.reduce((a, c) => Math.max(a, c), 0),
+    },
     heapMiB: heapBytes / 2 ** 20,
   };
 }

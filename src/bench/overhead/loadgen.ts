@@ -13,7 +13,13 @@ export interface LoadSpec {
   headers: Record<string, string>;
 }
 
-export type ClosedCommand = { type: 'closed'; spec: LoadSpec; concurrency: number; warmupMs: number; durationMs: number };
+export type ClosedCommand = {
+  type: 'closed';
+  spec: LoadSpec;
+  concurrency: number;
+  warmupMs: number;
+  durationMs: number;
+};
 export type LoadCommand = { type: 'latency'; spec: LoadSpec; requests: number; warmup: number } | ClosedCommand;
 
 /** What runs the throughput ramp's steps: this generator, or wrk (wrk.ts). */

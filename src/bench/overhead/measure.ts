@@ -25,7 +25,12 @@ export interface ProcessCpu {
  * of processes changed: a worker replaced mid-step). Shows how the work was split: node:cluster may
  * give one process most of a load generator's connections.
  */
-export function cpuSplitUsPerReq(before: readonly ProcessCpu[] | null, after: readonly ProcessCpu[] | null, requests: number, covered: number): number[] | null {
+export function cpuSplitUsPerReq(
+  before: readonly ProcessCpu[] | null,
+  after: readonly ProcessCpu[] | null,
+  requests: number,
+  covered: number,
+): number[] | null {
   if (!before || !after || requests === 0 || before.length !== after.length) return null;
   const out: number[] = [];
   for (let i = 0; i < after.length; i++) {
@@ -94,10 +99,29 @@ export function rampFlatSteps(flat: number, rps: number, bestRps: number, c: num
 }
 
 /** `closed` runs the ramp's steps (default: `lg`, which always measures the one-at-a-time latency). */
-export async function measureTargets(targets: readonly Target[], lg: LoadGenerator, o: MeasureOptions, log: (l: string) => void, upstreamCpu?: () => number | null, closed: ClosedLoop = lg): Promise<TargetResult[]> {
+export async function measureTargets(
+  targets: readonly Target[],
+  lg: LoadGenerator,
+  o: MeasureOptions,
+  log: (l: string) => void,
+  upstreamCpu?: () => number | null,
+  closed: ClosedLoop = lg,
+): Promise<TargetResult[]> {
   const lat = new Map<string, number[]>(targets.map((t) => [t.name, []]));
   const res = new Map<string, TargetResult>(
-    targets.map((t) => [t.name, { name: t.name, description: t.description, latencyMs: dist([]), steps: [], maxRps: 0, maxRpsConcurrency: 1, errors: 0, firstError: null }]),
+    targets.map((t) => [
+      t.name,
+      {
+        name: t.name,
+        description: t.description,
+        latencyMs: dist([]),
+        steps: [],
+        maxRps: 0,
+        maxRpsConcurrency: 1,
+        errors: 0,
+        firstError: null,
+      },
+    ]),
   );
   const note = (t: Target, errors: number, first: string | null) => {
     const r = res.get(t.name)!;
@@ -115,7 +139,9 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
   }
   for (const t of targets) {
     res.get(t.name)!.latencyMs = dist(lat.get(t.name)!);
-    log(`${t.name}: latency p50 ${res.get(t.name)!.latencyMs.p50.toFixed(3)} ms, p99 ${res.get(t.name)!.latencyMs.p99.toFixed(3)} ms`);
+    log(
+      `${t.name}: latency p50 ${res.get(t.name)!.latencyMs.p50.toFixed(3)} ms, p99 ${res.get(t.name)!.latencyMs.p99.toFixed(3)} ms`,
+    );
   }
 
   const flat = new Map<string, number>(targets.map((t) => [t.name, 0]));
@@ -126,13 +152,22 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
       const c0 = t.cpu();
       const p0 = t.cpuByProcess?.() ?? null;
       const u0 = upstreamCpu?.() ?? null;
-      const r = await closed.run({ type: 'closed', spec: t.spec, concurrency: c, warmupMs: o.stepWarmupMs, durationMs: o.stepMs });
+      const r = await closed.run({
+        type: 'closed',
+        spec: t.spec,
+        concurrency: c,
+        warmupMs: o.stepWarmupMs,
+        durationMs: o.stepMs,
+      });
       const c1 = t.cpu();
       const p1 = t.cpuByProcess?.() ?? null;
       const u1 = upstreamCpu?.() ?? null;
       const rps = r.completed / r.seconds;
       // The CPU window also spans the step's warm-up and tail: scale it to the measured part.
-      const covered = r.spanSeconds !== undefined && r.seconds > 0 ? r.spanSeconds / r.seconds : (o.stepWarmupMs + o.stepMs) / o.stepMs;
+      const covered =
+        r.spanSeconds !== undefined && r.seconds > 0
+          ? r.spanSeconds / r.seconds
+          : (o.stepWarmupMs + o.stepMs) / o.stepMs;
       const d = r.latencyDist ?? dist(r.latencies);
       const out = res.get(t.name)!;
       out.steps.push({
@@ -140,13 +175,21 @@ export async function measureTargets(targets: readonly Target[], lg: LoadGenerat
         rps,
         latencyMs: d,
         errors: r.errors,
-        proxyCpuUsPerReq: c0 === null || c1 === null || r.completed === 0 ? null : ((c1 - c0) * 1e6) / (r.completed * covered),
+        proxyCpuUsPerReq:
+          c0 === null || c1 === null || r.completed === 0 ? null : ((c1 - c0) * 1e6) / (r.completed * covered),
         ...(t.cpuByProcess ? { processCpuUsPerReq: cpuSplitUsPerReq(p0, p1, r.completed, covered) } : {}),
         loadgenCores: r.cpuSeconds / r.seconds,
-        ...(upstreamCpu ? { upstreamCpuUsPerReq: u0 === null || u1 === null || r.completed === 0 ? null : ((u1 - u0) * 1e6) / (r.completed * covered) } : {}),
+        ...(upstreamCpu
+          ? {
+              upstreamCpuUsPerReq:
+                u0 === null || u1 === null || r.completed === 0 ? null : ((u1 - u0) * 1e6) / (r.completed * covered),
+            }
+          : {}),
       });
       note(t, r.errors, r.firstError);
-      log(`${t.name}: concurrency ${c}: ${rps.toFixed(0)} req/s, p50 ${d.p50.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`);
+      log(
+        `${t.name}: concurrency ${c}: ${rps.toFixed(0)} req/s, p50 ${d.p50.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`,
+      );
       flat.set(t.name, rampFlatSteps(flat.get(t.name)!, rps, out.maxRps, c, o.minConcurrency));
       if (rps > out.maxRps) {
         out.maxRps = rps;

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { type Child, processTreeCpuSeconds, spawnChild } from '../procs/children.js';
 
 export function findNginx(): string | null {
-  for (const p of ['/usr/sbin/nginx', '/usr/local/sbin/nginx', '/usr/local/nginx/sbin/nginx', '/usr/bin/nginx']) if (existsSync(p)) return p;
+  for (const p of ['/usr/sbin/nginx', '/usr/local/sbin/nginx', '/usr/local/nginx/sbin/nginx', '/usr/bin/nginx'])
+    if (existsSync(p)) return p;
   try {
     return execFileSync('sh', ['-c', 'command -v nginx'], { encoding: 'utf8' }).trim() || null;
   } catch {
@@ -77,7 +78,11 @@ export function stubAnswers(model: string): { completions: string; chat: string 
     `data: ${JSON.stringify({ ...head, object, choices: [choice] })}\n\ndata: ${JSON.stringify({ ...head, object, choices: [], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } })}\n\ndata: [DONE]\n\n`;
   return {
     completions: sse('text_completion', { index: 0, text: ' hello', finish_reason: 'length' }),
-    chat: sse('chat.completion.chunk', { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: 'length' }),
+    chat: sse('chat.completion.chunk', {
+      index: 0,
+      delta: { role: 'assistant', content: ' hello' },
+      finish_reason: 'length',
+    }),
   };
 }
 
@@ -100,7 +105,12 @@ ${ports.map((p) => `    listen 127.0.0.1:${p} backlog=4096;`).join('\n')}
 }
 
 /** nginx on `conf(dir, ports)` in a fresh temporary directory, listening on `count` free ports; all of it removed on stop or on a failed start. */
-async function runNginx(bin: string, prefix: string, count: number, conf: (dir: string, ports: number[]) => string): Promise<{ child: Child; ports: number[]; stop(): Promise<void> }> {
+async function runNginx(
+  bin: string,
+  prefix: string,
+  count: number,
+  conf: (dir: string, ports: number[]) => string,
+): Promise<{ child: Child; ports: number[]; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   let child: Child | null = null;
   const stop = async () => {
@@ -121,15 +131,26 @@ async function runNginx(bin: string, prefix: string, count: number, conf: (dir: 
     // the timeout. Its stderr is whole once the process has closed its pipes.
     await child?.stop(3000);
     const proc = child?.proc;
-    if (proc?.stderr && !proc.stderr.destroyed) await Promise.race([once(proc, 'close'), new Promise((r) => setTimeout(r, 1000))]);
-    const why = [child?.stderr().trim(), existsSync(join(dir, 'error.log')) ? readFileSync(join(dir, 'error.log'), 'utf8').trim() : ''].filter(Boolean).join('\n').slice(-600);
+    if (proc?.stderr && !proc.stderr.destroyed)
+      await Promise.race([once(proc, 'close'), new Promise((r) => setTimeout(r, 1000))]);
+    const why = [
+      child?.stderr().trim(),
+      existsSync(join(dir, 'error.log')) ? readFileSync(join(dir, 'error.log'), 'utf8').trim() : '',
+    ]
+      .filter(Boolean)
+      .join('\n')
+      .slice(-600);
     await stop();
     throw why ? new Error(`${(err as Error).message}: ${why}`) : err;
   }
 }
 
 /** The stub upstreams served by one nginx worker on `count` ports (Upstreams of targets.ts). */
-export async function startNginxStubs(bin: string, count: number, model: string): Promise<{ child: Child; urls: string[]; stop(): Promise<void> }> {
+export async function startNginxStubs(
+  bin: string,
+  count: number,
+  model: string,
+): Promise<{ child: Child; urls: string[]; stop(): Promise<void> }> {
   const n = await runNginx(bin, 'kvrouter-nginx-stubs-', count, (dir, ports) => nginxStubConf(dir, ports, model));
   return { child: n.child, urls: n.ports.map((p) => `http://127.0.0.1:${p}`), stop: n.stop };
 }
@@ -146,7 +167,8 @@ export interface NginxProc {
 async function waitListening(port: number, timeoutMs: number, child: Child): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (child.proc.exitCode !== null || child.proc.signalCode !== null) throw new Error(`nginx exited (${child.proc.exitCode ?? child.proc.signalCode}) before listening on ${port}`);
+    if (child.proc.exitCode !== null || child.proc.signalCode !== null)
+      throw new Error(`nginx exited (${child.proc.exitCode ?? child.proc.signalCode}) before listening on ${port}`);
     const ok = await new Promise<boolean>((r) => {
       const s = connect(port, '127.0.0.1', () => {
         s.destroy();
@@ -162,5 +184,10 @@ async function waitListening(port: number, timeoutMs: number, child: Child): Pro
 
 export async function startNginx(bin: string, upstreams: string[], workers = 1): Promise<NginxProc> {
   const n = await runNginx(bin, 'kvrouter-nginx-', 1, (dir, [port]) => nginxConf(dir, port, upstreams, workers));
-  return { url: `http://127.0.0.1:${n.ports[0]}`, child: n.child, cpuSeconds: () => processTreeCpuSeconds(n.child.pid), stop: n.stop };
+  return {
+    url: `http://127.0.0.1:${n.ports[0]}`,
+    child: n.child,
+    cpuSeconds: () => processTreeCpuSeconds(n.child.pid),
+    stop: n.stop,
+  };
 }

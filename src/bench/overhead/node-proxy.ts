@@ -15,14 +15,21 @@ async function main(upstreams: string[]): Promise<void> {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const pool = pools[turn++ % pools.length];
-      pool.request({ path: req.url ?? '/', method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) }).then(
-        async (up) => {
-          res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
-          for await (const c of up.body) if (!res.write(c)) await new Promise((r) => res.once('drain', r));
-          res.end();
-        },
-        () => res.writeHead(502).end(),
-      );
+      pool
+        .request({
+          path: req.url ?? '/',
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: Buffer.concat(chunks),
+        })
+        .then(
+          async (up) => {
+            res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
+            for await (const c of up.body) if (!res.write(c)) await new Promise((r) => res.once('drain', r));
+            res.end();
+          },
+          () => res.writeHead(502).end(),
+        );
     });
   });
   server.keepAliveTimeout = 60_000;

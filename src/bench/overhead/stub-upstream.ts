@@ -12,14 +12,18 @@ async function sse(res: ServerResponse, id: string, model: string, chat: boolean
   const object = chat ? 'chat.completion.chunk' : 'text_completion';
   for (let k = 0; k < chunks; k++) {
     const finish = k === chunks - 1 ? 'length' : null;
-    const choice = chat ? { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: finish } : { index: 0, text: ' hello', finish_reason: finish };
+    const choice = chat
+      ? { index: 0, delta: { role: 'assistant', content: ' hello' }, finish_reason: finish }
+      : { index: 0, text: ' hello', finish_reason: finish };
     res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [choice] })}\n\n`);
     // Writes of one tick leave as one packet: a turn of the event loop between chunks makes each
     // its own read on the proxy's side, as a model's tokens (milliseconds apart) are.
     if (chunks > 1) await new Promise<void>((r) => setImmediate(r));
     if (res.destroyed) return;
   }
-  res.write(`data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [], usage: { prompt_tokens: 0, completion_tokens: chunks, total_tokens: chunks } })}\n\n`);
+  res.write(
+    `data: ${JSON.stringify({ id, object, created: CREATED, model, choices: [], usage: { prompt_tokens: 0, completion_tokens: chunks, total_tokens: chunks } })}\n\n`,
+  );
   res.end('data: [DONE]\n\n');
 }
 
@@ -42,9 +46,19 @@ function handle(req: IncomingMessage, res: ServerResponse, n: { i: number }): vo
     const chat = req.url === '/v1/chat/completions';
     const id = `cmpl-${++n.i}`;
     const model = body.model ?? 'stub';
-    if (body.stream) return void sse(res, id, model, chat, Math.max(1, Math.min(10_000, Math.floor(body.max_tokens ?? 1))));
-    const choice = chat ? { index: 0, message: { role: 'assistant', content: ' hello' }, finish_reason: 'length' } : { index: 0, text: ' hello', finish_reason: 'length' };
-    const out = JSON.stringify({ id, object: chat ? 'chat.completion' : 'text_completion', created: CREATED, model, choices: [choice], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } });
+    if (body.stream)
+      return void sse(res, id, model, chat, Math.max(1, Math.min(10_000, Math.floor(body.max_tokens ?? 1))));
+    const choice = chat
+      ? { index: 0, message: { role: 'assistant', content: ' hello' }, finish_reason: 'length' }
+      : { index: 0, text: ' hello', finish_reason: 'length' };
+    const out = JSON.stringify({
+      id,
+      object: chat ? 'chat.completion' : 'text_completion',
+      created: CREATED,
+      model,
+      choices: [choice],
+      usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 },
+    });
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
     res.end(out);
   });

@@ -14,15 +14,25 @@ const STUB = fileURLToPath(new URL('./stub-upstream.js', import.meta.url));
 
 export async function startStubs(count: number): Promise<Upstreams> {
   const child = await spawnChild(process.execPath, [STUB, '--stub-upstream', String(count)], /^stub /, { count });
-  return { child, urls: child.lines.filter((l) => l.startsWith('stub ')).map((l) => l.slice(5)), stop: () => child.stop() };
+  return {
+    child,
+    urls: child.lines.filter((l) => l.startsWith('stub ')).map((l) => l.slice(5)),
+    stop: () => child.stop(),
+  };
 }
 
 const NODE_PROXY = fileURLToPath(new URL('./node-proxy.js', import.meta.url));
 
 /** The floor of a Node proxy (node:http + undici, nothing else) over the upstreams. */
-export async function startNodeProxy(upstreams: string[]): Promise<{ child: Child; url: string; stop(): Promise<void> }> {
+export async function startNodeProxy(
+  upstreams: string[],
+): Promise<{ child: Child; url: string; stop(): Promise<void> }> {
   const child = await spawnChild(process.execPath, [NODE_PROXY, '--node-proxy', upstreams.join(',')], /^node-proxy /);
-  return { child, url: child.lines.find((l) => l.startsWith('node-proxy '))!.slice('node-proxy '.length), stop: () => child.stop() };
+  return {
+    child,
+    url: child.lines.find((l) => l.startsWith('node-proxy '))!.slice('node-proxy '.length),
+    stop: () => child.stop(),
+  };
 }
 
 export async function startRouterOver(upstreams: string[], model: string, processes = 1): Promise<RouterProc> {

@@ -35,7 +35,9 @@ export function wrkScript(path: string, bodies: readonly string[], headers: Read
     `local bodies = {\n${bodies.map(luaLong).join(',\n')}\n}`,
     'local i = 0',
     'wrk.method = "POST"',
-    ...Object.entries({ 'content-type': 'application/json', ...headers }).map(([k, v]) => `wrk.headers[(${luaLong(k)})] = ${luaLong(v)}`),
+    ...Object.entries({ 'content-type': 'application/json', ...headers }).map(
+      ([k, v]) => `wrk.headers[(${luaLong(k)})] = ${luaLong(v)}`,
+    ),
     'request = function()',
     '  i = i + 1',
     `  return wrk.format(nil, ${luaLong(path)}, nil, bodies[(i % #bodies) + 1])`,
@@ -101,7 +103,8 @@ export class WrkLoad {
     // step keeps exactly `concurrency` requests in flight, as the Node generator does.
     const origins = [...byOrigin.keys()].slice(0, Math.max(1, cmd.concurrency));
     const scripts = origins.map((o) => this.script(byOrigin.get(o)!, cmd.spec));
-    const conns = (i: number) => Math.floor(cmd.concurrency / origins.length) + (i < cmd.concurrency % origins.length ? 1 : 0);
+    const conns = (i: number) =>
+      Math.floor(cmd.concurrency / origins.length) + (i < cmd.concurrency % origins.length ? 1 : 0);
     const all = (seconds: number) => Promise.all(origins.map((o, i) => this.once(o, scripts[i], conns(i), seconds)));
     const t0 = performance.now();
     if (cmd.warmupMs > 0) await all(Math.max(1, Math.round(cmd.warmupMs / 1000)));
@@ -118,7 +121,10 @@ export class WrkLoad {
       latencyDist,
       completed: Math.max(0, requests - runs.reduce((a, r) => a + r.non2xx, 0)),
       errors,
-      firstError: errors > 0 ? `wrk: ${runs.map((r) => `${r.non2xx} non-2xx, ${r.socketErrors} socket errors`).join('; ')}` : null,
+      firstError:
+        errors > 0
+          ? `wrk: ${runs.map((r) => `${r.non2xx} non-2xx, ${r.socketErrors} socket errors`).join('; ')}`
+          : null,
       seconds,
       spanSeconds: span,
       cpuSeconds: runs.reduce((a, r) => a + r.cpuSeconds, 0),
@@ -138,21 +144,28 @@ export class WrkLoad {
     return file;
   }
 
-
   private once(origin: string, script: string, connections: number, seconds: number): Promise<WrkRun> {
     // bash's `times` gives wrk's CPU; the exit status stays wrk's. A response slower than wrk's
     // default 2 s timeout would be dropped from its percentiles: the Node generator has no cut-off.
     const cmd = `"$0" -t1 -c${connections} -d${seconds}s --timeout 60s --latency -s "$1" "$2"; s=$?; times; exit $s`;
     return new Promise((resolve, reject) => {
       // C locale: `times` writes its decimal point as the locale says.
-      execFile('bash', ['-c', cmd, this.bin, script, origin], { maxBuffer: 1 << 20, env: { ...process.env, LC_ALL: 'C' } }, (err, stdout, stderr) => {
-        if (err) return reject(new Error(`wrk failed (${origin}): ${(stderr || stdout || err.message).trim().slice(0, 300)}`));
-        try {
-          resolve(parseWrk(stdout));
-        } catch (e) {
-          reject(e as Error);
-        }
-      });
+      execFile(
+        'bash',
+        ['-c', cmd, this.bin, script, origin],
+        { maxBuffer: 1 << 20, env: { ...process.env, LC_ALL: 'C' } },
+        (err, stdout, stderr) => {
+          if (err)
+            return reject(
+              new Error(`wrk failed (${origin}): ${(stderr || stdout || err.message).trim().slice(0, 300)}`),
+            );
+          try {
+            resolve(parseWrk(stdout));
+          } catch (e) {
+            reject(e as Error);
+          }
+        },
+      );
     });
   }
 

@@ -37,9 +37,18 @@ function hookExit(): void {
 }
 
 /** Spawn `cmd args` and resolve once a stdout line matches `ready` `count` times. */
-export function spawnChild(cmd: string, args: string[], ready: RegExp | null, opts: { count?: number; timeoutMs?: number; cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Child> {
+export function spawnChild(
+  cmd: string,
+  args: string[],
+  ready: RegExp | null,
+  opts: { count?: number; timeoutMs?: number; cwd?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<Child> {
   hookExit();
-  const proc = spawn(cmd, args, { cwd: opts.cwd ?? REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
+  const proc = spawn(cmd, args, {
+    cwd: opts.cwd ?? REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...opts.env },
+  });
   live.add(proc);
   const lines: string[] = [];
   let err = '';
@@ -67,7 +76,9 @@ export function spawnChild(cmd: string, args: string[], ready: RegExp | null, op
     let seen = 0;
     const timer = setTimeout(() => {
       void child.stop(0);
-      reject(new Error(`timed out waiting for ${String(ready)} from ${cmd} ${args.join(' ')}\n${lines.join('\n')}\n${err}`));
+      reject(
+        new Error(`timed out waiting for ${String(ready)} from ${cmd} ${args.join(' ')}\n${lines.join('\n')}\n${err}`),
+      );
     }, opts.timeoutMs ?? 60_000);
     proc.stdout!.on('data', (d: Buffer) => {
       buf += d.toString();
@@ -98,7 +109,11 @@ export function spawnChild(cmd: string, args: string[], ready: RegExp | null, op
 }
 
 /** `kvrouter <args>` as a child (same node binary; `nodeArgs` before the script, e.g. --cpu-prof). */
-export function spawnCli(args: string[], ready: RegExp, opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv; nodeArgs?: string[] } = {}): Promise<Child> {
+export function spawnCli(
+  args: string[],
+  ready: RegExp,
+  opts: { count?: number; timeoutMs?: number; env?: NodeJS.ProcessEnv; nodeArgs?: string[] } = {},
+): Promise<Child> {
   return spawnChild(process.execPath, [...(opts.nodeArgs ?? []), CLI, ...args], ready, opts);
 }
 

@@ -43,7 +43,8 @@ export async function scrapeHitCheck(routerUrl: string): Promise<HitCheck> {
   const r = await request(`${routerUrl}/metrics`);
   const out: HitCheck = { agree: 0, over: 0, under: 0, unverified: 0, alarms: 0 };
   for (const s of parsePromSamples(await r.body.text())) {
-    if (s.name === 'kvrouter_hit_predictions_total' && s.labels.verdict in out) out[s.labels.verdict as keyof HitCheck] += s.value;
+    if (s.name === 'kvrouter_hit_predictions_total' && s.labels.verdict in out)
+      out[s.labels.verdict as keyof HitCheck] += s.value;
     if (s.name === 'kvrouter_hit_prediction_alarm') out.alarms += s.value;
   }
   return out;

@@ -46,16 +46,41 @@ const LINE = /^engine-sim \S+ (http:\/\/\S+) zmq (tcp:\/\/\S+) replay (tcp:\/\/\
 
 export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const args = [
-    'engine-sim', '--count', String(o.count), '--port', '0', '--zmq-port', '0', '--replay-port', '0',
-    '--model', o.model, '--tokenizer', o.tokenizer, '--block-size', String(o.blockSize),
-    '--num-gpu-blocks', String(o.numGpuBlocks), '--num-cpu-blocks', String(o.numCpuBlocks),
-    '--max-model-len', String(o.maxModelLen), '--speedup', String(o.speedup), '--perf-model', o.perfModel, '--seed', String(o.seed),
+    'engine-sim',
+    '--count',
+    String(o.count),
+    '--port',
+    '0',
+    '--zmq-port',
+    '0',
+    '--replay-port',
+    '0',
+    '--model',
+    o.model,
+    '--tokenizer',
+    o.tokenizer,
+    '--block-size',
+    String(o.blockSize),
+    '--num-gpu-blocks',
+    String(o.numGpuBlocks),
+    '--num-cpu-blocks',
+    String(o.numCpuBlocks),
+    '--max-model-len',
+    String(o.maxModelLen),
+    '--speedup',
+    String(o.speedup),
+    '--perf-model',
+    o.perfModel,
+    '--seed',
+    String(o.seed),
     ...(o.extra ?? []),
   ];
   const child = await spawnCli(args, LINE, { count: o.count, timeoutMs: 120_000 });
-  const engines = child.lines.filter((l) => LINE.test(l)).map((l) => {
-    const m = LINE.exec(l)!;
-    return { url: m[1], zmq: m[2], replay: m[3] };
-  });
+  const engines = child.lines
+    .filter((l) => LINE.test(l))
+    .map((l) => {
+      const m = LINE.exec(l)!;
+      return { url: m[1], zmq: m[2], replay: m[3] };
+    });
   return { child, engines, stop: () => child.stop() };
 }

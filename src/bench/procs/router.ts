@@ -38,8 +38,9 @@ export interface RouterProc {
 }
 
 export function routerYaml(o: RouterProcOptions): string {
-  const inst = o.instances.map((i) =>
-    `      - { id: ${i.id}, url: "${i.url}"${i.role ? `, role: ${i.role}` : ''}${i.kvEvents ? `, kv_events: { endpoint: "${i.kvEvents.endpoint}", replay_endpoint: "${i.kvEvents.replay}" }` : ''} }`,
+  const inst = o.instances.map(
+    (i) =>
+      `      - { id: ${i.id}, url: "${i.url}"${i.role ? `, role: ${i.role}` : ''}${i.kvEvents ? `, kv_events: { endpoint: "${i.kvEvents.endpoint}", replay_endpoint: "${i.kvEvents.replay}" }` : ''} }`,
   );
   return [
     'server: { host: 127.0.0.1, port: 0, shutdown_grace_ms: 2000 }',
@@ -68,7 +69,11 @@ export async function startRouterProc(o: RouterProcOptions): Promise<RouterProc>
   // BENCH_ROUTER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the router
   // process of any benchmark (NODE_OPTIONS refuses --cpu-prof).
   const nodeArgs = (process.env.BENCH_ROUTER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
-  const child = await spawnCli(['serve', '--config', file, ...(o.processes && o.processes > 1 ? ['--workers', String(o.processes)] : [])], LISTENING, { timeoutMs: 120_000, nodeArgs });
+  const child = await spawnCli(
+    ['serve', '--config', file, ...(o.processes && o.processes > 1 ? ['--workers', String(o.processes)] : [])],
+    LISTENING,
+    { timeoutMs: 120_000, nodeArgs },
+  );
   const url = LISTENING.exec(child.lines.find((l) => LISTENING.test(l))!)![1];
   const want = o.instances.filter((i) => i.kvEvents).length;
   const deadline = Date.now() + 30_000;

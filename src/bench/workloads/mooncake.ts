@@ -50,7 +50,13 @@ export function tileTrace(records: readonly TraceRecord[], copies: number, seed:
     const shift = k === 0 ? 0 : Math.floor((mix(seed, 0x711e, k) / 2 ** 32) * TILE_SHIFT_MS);
     const offset = k * (maxId + 1);
     records.forEach((r, pos) => {
-      out.push({ ...r, timestamp: r.timestamp + shift, hash_ids: k === 0 ? r.hash_ids : r.hash_ids.map((h) => (h === 0 ? 0 : h + offset)), copy: k, pos });
+      out.push({
+        ...r,
+        timestamp: r.timestamp + shift,
+        hash_ids: k === 0 ? r.hash_ids : r.hash_ids.map((h) => (h === 0 ? 0 : h + offset)),
+        copy: k,
+        pos,
+      });
     });
   }
   out.sort((a, b) => a.timestamp - b.timestamp || a.copy - b.copy || a.pos - b.pos);
@@ -70,11 +76,20 @@ export function parseTrace(text: string, file: string): TraceRecord[] {
     const line = lines[i].trim();
     if (!line) continue;
     const r = JSON.parse(line) as Partial<TraceRecord>;
-    if (typeof r.timestamp !== 'number' || typeof r.input_length !== 'number' || typeof r.output_length !== 'number' || !Array.isArray(r.hash_ids)) {
-      throw new Error(`${file}:${i + 1}: not a Mooncake trace record (timestamp, input_length, output_length, hash_ids)`);
+    if (
+      typeof r.timestamp !== 'number' ||
+      typeof r.input_length !== 'number' ||
+      typeof r.output_length !== 'number' ||
+      !Array.isArray(r.hash_ids)
+    ) {
+      throw new Error(
+        `${file}:${i + 1}: not a Mooncake trace record (timestamp, input_length, output_length, hash_ids)`,
+      );
     }
     if (r.hash_ids.length !== Math.ceil(r.input_length / TRACE_BLOCK)) {
-      throw new Error(`${file}:${i + 1}: ${r.hash_ids.length} hash ids for ${r.input_length} tokens (expected ceil(input_length / ${TRACE_BLOCK}))`);
+      throw new Error(
+        `${file}:${i + 1}: ${r.hash_ids.length} hash ids for ${r.input_length} tokens (expected ceil(input_length / ${TRACE_BLOCK}))`,
+      );
     }
     out.push(r as TraceRecord);
   }
@@ -104,7 +119,10 @@ export function mooncakeWorkload(o: MooncakeOptions): Workload & { skipped: numb
   for (const r of all) {
     if (kept.length >= o.maxRequests) break;
     if (o.sample < 1 && mix(o.seed, conversationKey(r)) / 2 ** 32 >= o.sample) continue;
-    const out = Math.max(1, o.maxOutputTokens === null ? r.output_length : Math.min(r.output_length, o.maxOutputTokens));
+    const out = Math.max(
+      1,
+      o.maxOutputTokens === null ? r.output_length : Math.min(r.output_length, o.maxOutputTokens),
+    );
     if (r.input_length + out > o.maxModelLen) {
       skipped++;
       continue;

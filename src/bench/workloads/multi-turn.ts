@@ -25,7 +25,9 @@ export interface MultiTurnOptions {
 }
 
 export function conversation(o: MultiTurnOptions, user: number, turn: number): ChatMessage[] {
-  const msgs: ChatMessage[] = [{ role: 'system', content: `You are a helpful assistant. ${words(o.seed, mix(1), o.systemLen)}` }];
+  const msgs: ChatMessage[] = [
+    { role: 'system', content: `You are a helpful assistant. ${words(o.seed, mix(1), o.systemLen)}` },
+  ];
   for (let t = 0; t <= turn; t++) {
     const q = words(o.seed, mix(3, user, t), o.questionLen);
     msgs.push({ role: 'user', content: t === 0 ? `${words(o.seed, mix(2, user), o.contextLen)}\n\n${q}?` : `${q}?` });

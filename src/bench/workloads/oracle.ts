@@ -19,7 +19,11 @@ export interface OracleStats {
   maxSequence: number;
 }
 
-export async function oracle(w: Workload, blockSize: number, onProgress?: (done: number) => void): Promise<OracleStats> {
+export async function oracle(
+  w: Workload,
+  blockSize: number,
+  onProgress?: (done: number) => void,
+): Promise<OracleStats> {
   const space = hashSpace();
   // A u64 set in typed arrays, read through the hashes' lo/hi words: tens of millions of blocks
   // (bench fleet's scale runs) fit without a bigint per block.

@@ -38,7 +38,8 @@ export async function buildWorkload(f: WorkloadFlags): Promise<Workload> {
   const k = (name: string, full: number, quick: number) => f.knobs[name] ?? (f.quick ? quick : full);
   if (f.workload === 'mooncake') {
     const file = resolveTrace(f.trace ?? DEFAULT_TRACE);
-    if (!existsSync(file)) throw new Error(`trace not found: ${file} (pass --trace FILE, or --workload shared-prefix|multi-turn)`);
+    if (!existsSync(file))
+      throw new Error(`trace not found: ${file} (pass --trace FILE, or --workload shared-prefix|multi-turn)`);
     return mooncakeWorkload({
       file,
       seed: f.seed,

@@ -16,7 +16,10 @@ export interface SharedPrefixOptions {
 
 export function sharedPrefixWorkload(o: SharedPrefixOptions): Workload {
   const order = shuffle(
-    Array.from({ length: o.groups * o.promptsPerGroup }, (_, i) => ({ group: Math.floor(i / o.promptsPerGroup), q: i % o.promptsPerGroup })),
+    Array.from({ length: o.groups * o.promptsPerGroup }, (_, i) => ({
+      group: Math.floor(i / o.promptsPerGroup),
+      q: i % o.promptsPerGroup,
+    })),
     o.seed,
   );
   const arrivals = poissonArrivals(order.length, o.rate, o.seed);

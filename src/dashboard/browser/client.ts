@@ -26,7 +26,11 @@ function $<T extends Element = HTMLElement>(id: string): T {
   if (!e) throw new Error(`dashboard: no #${id} in the page`);
   return e;
 }
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string | number | null): HTMLElementTagNameMap[K] {
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  cls?: string,
+  text?: string | number | null,
+): HTMLElementTagNameMap[K] {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
   if (text !== undefined && text !== null) e.textContent = String(text);
@@ -57,7 +61,12 @@ function numCell(value: number, max: number, cls?: string): HTMLTableCellElement
   c.appendChild(bar(value, max, cls));
   return c;
 }
-function replaceRows(tbody: HTMLTableSectionElement, rows: HTMLTableRowElement[], emptyText: string, cols: number): void {
+function replaceRows(
+  tbody: HTMLTableSectionElement,
+  rows: HTMLTableRowElement[],
+  emptyText: string,
+  cols: number,
+): void {
   tbody.textContent = '';
   if (rows.length === 0) {
     const tr = el('tr');
@@ -119,14 +128,25 @@ function spark(id: string, series: Series[]): void {
   }
 }
 
-const TIERS = [['GPU', 'gpu'], ['CPU', 'cpu'], ['DISK', 'disk'], ['EXTERNAL', 'ext']] as const;
+const TIERS = [
+  ['GPU', 'gpu'],
+  ['CPU', 'cpu'],
+  ['DISK', 'disk'],
+  ['EXTERNAL', 'ext'],
+] as const;
 
 function renderInstances(s: DashboardSnapshot): void {
   let maxLoad = 1;
   let maxCached = 1;
   for (const i of s.instances) {
     maxLoad = Math.max(maxLoad, i.load.active_prefill_tokens, i.load.active_blocks);
-    maxCached = Math.max(maxCached, i.cached_blocks.GPU, i.cached_blocks.CPU, i.cached_blocks.DISK, i.cached_blocks.EXTERNAL);
+    maxCached = Math.max(
+      maxCached,
+      i.cached_blocks.GPU,
+      i.cached_blocks.CPU,
+      i.cached_blocks.DISK,
+      i.cached_blocks.EXTERNAL,
+    );
   }
   const rows = s.instances.map((i) => {
     const tr = el('tr');
@@ -200,7 +220,10 @@ function onSnapshot(msg: SnapshotEvent): void {
     wHit = s.prefix.overlap_tokens;
   }
   $('hit-rate').textContent = wPrompt > 0 ? pct(wHit, wPrompt) : pct(s.prefix.overlap_tokens, s.prefix.prompt_tokens);
-  $('hit-rate-sub').textContent = s.prefix.prompt_tokens > 0 ? `last 60 s; ${pct(s.prefix.overlap_tokens, s.prefix.prompt_tokens)} since start` : 'no traffic yet';
+  $('hit-rate-sub').textContent =
+    s.prefix.prompt_tokens > 0
+      ? `last 60 s; ${pct(s.prefix.overlap_tokens, s.prefix.prompt_tokens)} since start`
+      : 'no traffic yet';
   const hw = $<HTMLTableRowElement>('hit-window').cells;
   const ht = $<HTMLTableRowElement>('hit-total').cells;
   hw[1].textContent = num(wPrompt);
@@ -217,10 +240,12 @@ function onSnapshot(msg: SnapshotEvent): void {
   $('queue-depth').textContent = `open; queue ${num(s.queue_depth)}`;
   const l = s.listeners;
   $('listeners-active').textContent = num(l.active || 0);
-  $('listeners-sub').textContent = `active; ${num(l.pending || 0)} pending, ${num(l.paused || 0)} paused, ${num(l.failed || 0)} failed`;
+  $('listeners-sub').textContent =
+    `active; ${num(l.pending || 0)} pending, ${num(l.paused || 0)} paused, ${num(l.failed || 0)} failed`;
   $('tile-listeners').classList.toggle('warn', (l.failed || 0) + (l.paused || 0) > 0);
   $('index-blocks').textContent = num(s.index.blocks);
-  $('index-sub').textContent = `blocks; ${num(s.index.records)} holders, ${bytes(s.index.bytes)}, ${s.index.namespaces} ns`;
+  $('index-sub').textContent =
+    `blocks; ${num(s.index.records)} holders, ${bytes(s.index.bytes)}, ${s.index.namespaces} ns`;
 
   const outcomes = STATUSES.concat(Object.keys(s.events).filter((k) => STATUSES.indexOf(k) < 0));
   const rows = outcomes.map((k) => {
@@ -238,7 +263,8 @@ function onSnapshot(msg: SnapshotEvent): void {
   const good = last ? delta(sum(s.events, GOOD), sum(last.events, GOOD)) / dt : 0;
   const bad = last ? delta(sum(s.events, all), sum(last.events, all)) / dt - good : 0;
   $('events-rate').textContent = `${rate(good)}/s`;
-  $('events-sub').textContent = `${num(sum(s.events, GOOD))} applied; ${num(sum(s.events, all) - sum(s.events, GOOD))} problems`;
+  $('events-sub').textContent =
+    `${num(sum(s.events, GOOD))} applied; ${num(sum(s.events, all) - sum(s.events, GOOD))} problems`;
 
   if (last) {
     eventSeries.push({ good, bad: Math.max(0, bad) });
@@ -257,7 +283,9 @@ function onSnapshot(msg: SnapshotEvent): void {
 
   renderInstances(s);
   prev = s;
-  if (dropped > 0) $('decisions-note').textContent = `newest first; ${num(dropped)} decisions not streamed (rate limit); click a row for details`;
+  if (dropped > 0)
+    $('decisions-note').textContent =
+      `newest first; ${num(dropped)} decisions not streamed (rate limit); click a row for details`;
 }
 
 function label(d: DecisionRecord, c: CandidateView): string {
@@ -268,7 +296,12 @@ function chosenCandidate(d: DecisionRecord): CandidateView | null {
   let best: CandidateView | null = null;
   for (const c of d.candidates) {
     if (c.instance !== d.chosen) continue;
-    if (d.chosen_dp_rank !== undefined && d.chosen_dp_rank !== null ? c.dp_rank === d.chosen_dp_rank : !best || c.cost < best.cost) best = c;
+    if (
+      d.chosen_dp_rank !== undefined && d.chosen_dp_rank !== null
+        ? c.dp_rank === d.chosen_dp_rank
+        : !best || c.cost < best.cost
+    )
+      best = c;
   }
   return best;
 }
@@ -292,7 +325,11 @@ function renderDecisions(): void {
     const cands = td('', 'candidates');
     const win = chosenCandidate(d);
     for (const c of d.candidates.slice().sort(byCost)) {
-      const chip = el('span', `chip${c === win ? ' chosen' : ''}${c.busy ? ' busy' : ''}`, `${label(d, c)} ${c.cost.toFixed(2)}`);
+      const chip = el(
+        'span',
+        `chip${c === win ? ' chosen' : ''}${c.busy ? ' busy' : ''}`,
+        `${label(d, c)} ${c.cost.toFixed(2)}`,
+      );
       if (cached(c) > 0) chip.appendChild(el('span', 'hit', num(cached(c))));
       chip.title =
         `gpu ${c.overlap.gpu}, cpu ${c.overlap.cpu}, disk ${c.overlap.disk}, shared ${c.overlap.shared} cached tokens; ` +
@@ -316,25 +353,30 @@ function renderDetail(d: DecisionRecord | undefined): void {
     replaceRows(tbody, [], 'no decision yet', 10);
     return;
   }
-  $('detail-title').textContent = `${clock(d.time)}, ${d.model}, ${num(d.prompt_tokens)} prompt tokens, policy ${d.policy}, chosen ${d.chosen || '-'}`;
+  $('detail-title').textContent =
+    `${clock(d.time)}, ${d.model}, ${num(d.prompt_tokens)} prompt tokens, policy ${d.policy}, chosen ${d.chosen || '-'}`;
   const win = chosenCandidate(d);
-  const rows = d.candidates.slice().sort(byCost).map((c) => {
-    const tr = el('tr');
-    if (c === win) tr.style.fontWeight = '600';
-    tr.appendChild(td(c.instance));
-    tr.appendChild(td(c.dp_rank, 'num'));
-    tr.appendChild(td(num(c.overlap.gpu), 'num'));
-    tr.appendChild(td(num(c.overlap.cpu), 'num'));
-    tr.appendChild(td(num(c.overlap.disk), 'num'));
-    tr.appendChild(td(num(c.overlap.shared), 'num'));
-    tr.appendChild(td(num(c.load.active_prefill_tokens), 'num'));
-    tr.appendChild(td(num(c.load.active_blocks), 'num'));
-    const cost = td(c.cost.toFixed(3), 'num cost');
-    if (c.prefill_blocks !== undefined) cost.title = `prefill ${c.prefill_blocks.toFixed(2)} blocks (credited ${c.credited_blocks.toFixed(2)}) + decode ${c.decode_blocks} blocks`;
-    tr.appendChild(cost);
-    tr.appendChild(td(c.busy ? 'busy' : ''));
-    return tr;
-  });
+  const rows = d.candidates
+    .slice()
+    .sort(byCost)
+    .map((c) => {
+      const tr = el('tr');
+      if (c === win) tr.style.fontWeight = '600';
+      tr.appendChild(td(c.instance));
+      tr.appendChild(td(c.dp_rank, 'num'));
+      tr.appendChild(td(num(c.overlap.gpu), 'num'));
+      tr.appendChild(td(num(c.overlap.cpu), 'num'));
+      tr.appendChild(td(num(c.overlap.disk), 'num'));
+      tr.appendChild(td(num(c.overlap.shared), 'num'));
+      tr.appendChild(td(num(c.load.active_prefill_tokens), 'num'));
+      tr.appendChild(td(num(c.load.active_blocks), 'num'));
+      const cost = td(c.cost.toFixed(3), 'num cost');
+      if (c.prefill_blocks !== undefined)
+        cost.title = `prefill ${c.prefill_blocks.toFixed(2)} blocks (credited ${c.credited_blocks.toFixed(2)}) + decode ${c.decode_blocks} blocks`;
+      tr.appendChild(cost);
+      tr.appendChild(td(c.busy ? 'busy' : ''));
+      return tr;
+    });
   replaceRows(tbody, rows, 'no candidates', 10);
 }
 

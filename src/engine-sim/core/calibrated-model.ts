@@ -57,7 +57,8 @@ export function leastSquares(rows: readonly number[][], y: readonly number[]): n
   for (let col = 0; col < k; col++) {
     let pivot = col;
     for (let r = col + 1; r < k; r++) if (Math.abs(m[r][col]) > Math.abs(m[pivot][col])) pivot = r;
-    if (!(Math.abs(m[pivot][col]) > 1e-12)) throw new Error('the points do not determine a fit (too few distinct values)');
+    if (!(Math.abs(m[pivot][col]) > 1e-12))
+      throw new Error('the points do not determine a fit (too few distinct values)');
     [m[col], m[pivot]] = [m[pivot], m[col]];
     for (let r = 0; r < k; r++) {
       if (r === col) continue;
@@ -104,7 +105,8 @@ export class CalibratedModel implements PerfModel {
     this.news = [...new Set(p.map((r) => r.new))].sort((x, y) => x - y);
     this.prefixes = [...new Set(p.map((r) => r.prefix))].sort((x, y) => x - y);
     this.residual = this.news.map(() => new Array<number>(this.prefixes.length).fill(0));
-    for (const r of p) this.residual[this.news.indexOf(r.new)][this.prefixes.indexOf(r.prefix)] = r.ms - this.fitMs(r.new, r.prefix);
+    for (const r of p)
+      this.residual[this.news.indexOf(r.new)][this.prefixes.indexOf(r.prefix)] = r.ms - this.fitMs(r.new, r.prefix);
   }
 
   /** The least-squares fit alone (the shape between and beyond measured points). */

@@ -61,7 +61,8 @@ export function validateCoreConfig(c: CoreConfig): string[] {
   posInt('num-gpu-blocks', c.numGpuBlocks);
   posInt('max-num-seqs', c.maxNumSeqs);
   posInt('max-num-batched-tokens', c.maxNumBatchedTokens);
-  if (!Number.isInteger(c.numCpuBlocks) || c.numCpuBlocks < 0) errs.push(`num-cpu-blocks must be >= 0, got ${c.numCpuBlocks}`);
+  if (!Number.isInteger(c.numCpuBlocks) || c.numCpuBlocks < 0)
+    errs.push(`num-cpu-blocks must be >= 0, got ${c.numCpuBlocks}`);
   if (!(c.speedup > 0)) errs.push(`speedup must be > 0, got ${c.speedup}`);
   if (!(c.decodeSpeedup > 0)) errs.push(`decode-speedup must be > 0, got ${c.decodeSpeedup}`);
   if (!(c.cpuLoadFraction >= 0)) errs.push(`cpu-load-fraction must be >= 0, got ${c.cpuLoadFraction}`);

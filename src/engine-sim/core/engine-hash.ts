@@ -118,7 +118,12 @@ export function sglangHasher(): EngineHasher {
       const h = createHash('sha256');
       // SGLang seeds a salted chain from a salt digest; LoRA gets the same treatment here (approximation).
       if (parent) h.update(parent);
-      else if (extra && extra.length > 0) h.update(createHash('sha256').update(SGLANG_SALT_PREFIX + extra.join('\u0000')).digest());
+      else if (extra && extra.length > 0)
+        h.update(
+          createHash('sha256')
+            .update(SGLANG_SALT_PREFIX + extra.join('\u0000'))
+            .digest(),
+        );
       const le = Buffer.alloc(tokens.length * 4);
       for (let i = 0; i < tokens.length; i++) le.writeUInt32LE(tokens[i], i * 4);
       return h.update(le).digest();
@@ -181,7 +186,9 @@ export function murmurHasher(): EngineHasher {
       d[7] = lo;
       return d;
     },
-    id: (d) => (BigInt(((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0) << 32n) | BigInt(((d[4] << 24) | (d[5] << 16) | (d[6] << 8) | d[7]) >>> 0),
+    id: (d) =>
+      (BigInt(((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0) << 32n) |
+      BigInt(((d[4] << 24) | (d[5] << 16) | (d[6] << 8) | d[7]) >>> 0),
   };
 }
 

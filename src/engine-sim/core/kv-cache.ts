@@ -151,7 +151,8 @@ export class KvCache {
     if (this.host) {
       if (this.host.has(content.hash)) this.host.touch(content);
       else {
-        for (const gone of this.host.store(content)) this.events.push({ type: 'removed', medium: 'CPU', blocks: [gone] });
+        for (const gone of this.host.store(content))
+          this.events.push({ type: 'removed', medium: 'CPU', blocks: [gone] });
         this.emitStored('CPU', content);
       }
     }

@@ -49,7 +49,9 @@ export function passMs(model: PerfModel, contents: PassContents, loadedTokens: n
   const load =
     loadedTokens > 0
       ? knobs.cpuLoadFraction *
-        (model.pass({ ...contents, prefills: [...contents.prefills, { newTokens: loadedTokens, contextTokens: 0 }] }).prefillMs - t.prefillMs)
+        (model.pass({ ...contents, prefills: [...contents.prefills, { newTokens: loadedTokens, contextTokens: 0 }] })
+          .prefillMs -
+          t.prefillMs)
       : 0;
   return (t.prefillMs + load) / knobs.speedup + t.decodeMs / (knobs.speedup * knobs.decodeSpeedup);
 }

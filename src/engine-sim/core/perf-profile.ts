@@ -32,7 +32,8 @@ const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null 
 
 function num(row: Json, key: string, where: string, min: number): number {
   const v = row[key];
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < min) throw new Error(`${where}.${key} must be a number >= ${min}, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min)
+    throw new Error(`${where}.${key} must be a number >= ${min}, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -52,7 +53,8 @@ export function selectProfile(file: unknown, model: string | null): ModelProfile
   const models = (file as { models: unknown[] }).models;
   let i: number;
   if (model === null) {
-    if (models.length > 1) throw new Error(`holds ${models.length} models (${names.join(', ')}): name one as FILE#MODEL`);
+    if (models.length > 1)
+      throw new Error(`holds ${models.length} models (${names.join(', ')}): name one as FILE#MODEL`);
     i = 0;
   } else {
     i = names.indexOf(model);
@@ -78,7 +80,9 @@ export function selectProfile(file: unknown, model: string | null): ModelProfile
   if (news.size < 3) throw new Error(`${at}.prefill needs at least 3 distinct "new" values, has ${news.size}`);
   const seen = new Set(prefill.map((p) => `${p.new}/${p.prefix}`));
   if (seen.size !== prefill.length) throw new Error(`${at}.prefill has a duplicate (new, prefix) point`);
-  for (const n of news) for (const p of prefixes) if (!seen.has(`${n}/${p}`)) throw new Error(`${at}.prefill is not a full grid: no point new=${n} prefix=${p}`);
+  for (const n of news)
+    for (const p of prefixes)
+      if (!seen.has(`${n}/${p}`)) throw new Error(`${at}.prefill is not a full grid: no point new=${n} prefix=${p}`);
   if (decode.length < 3) throw new Error(`${at}.decode needs at least 3 rows, has ${decode.length}`);
   return {
     model: typeof m.model === 'string' ? m.model : `model ${i}`,
@@ -103,7 +107,12 @@ export const GPU_GB = 2 ** 30;
  * floor((memory x utilization − params x 2 bytes (bf16)) / (KV bytes per token x block size)).
  * 0 when the weights leave no room.
  */
-export function kvCapacityBlocks(profile: Pick<ModelProfile, 'params' | 'kvBytesPerToken'>, gpuMemoryGb: number, utilization: number, blockSize: number): number {
+export function kvCapacityBlocks(
+  profile: Pick<ModelProfile, 'params' | 'kvBytesPerToken'>,
+  gpuMemoryGb: number,
+  utilization: number,
+  blockSize: number,
+): number {
   const free = gpuMemoryGb * GPU_GB * utilization - profile.params * 2;
   return Math.max(0, Math.floor(free / (profile.kvBytesPerToken * blockSize)));
 }

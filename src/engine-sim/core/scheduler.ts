@@ -82,7 +82,12 @@ export class Scheduler {
       i++;
     }
 
-    while (plan.preempted.length === 0 && budget > 0 && this.waiting.length > 0 && this.running.length < this.cfg.maxNumSeqs) {
+    while (
+      plan.preempted.length === 0 &&
+      budget > 0 &&
+      this.waiting.length > 0 &&
+      this.running.length < this.cfg.maxNumSeqs
+    ) {
       const req = this.waiting[0];
       const admission = this.admit(req, budget, plan);
       if (!admission) {

@@ -15,7 +15,8 @@ interface StreamKey {
 
 export function mooncakeEncoder(ctx: WireContext, media: readonly Medium[]): WireEncoder {
   const nextId = new Map<string, { key: StreamKey; next: bigint }>();
-  for (const medium of media) nextId.set(`\u0000\u0000${medium}`, { key: { salt: null, lora: null, medium }, next: 0n });
+  for (const medium of media)
+    nextId.set(`\u0000\u0000${medium}`, { key: { salt: null, lora: null, medium }, next: 0n });
 
   const envelope = (key: StreamKey, type: string, nowMs: number): Record<string, unknown> => {
     const k = `${key.salt ?? ''}\u0000${key.lora ?? ''}\u0000${key.medium}`;
@@ -59,7 +60,11 @@ export function mooncakeEncoder(ctx: WireContext, media: readonly Medium[]): Wir
           });
         } else {
           for (const b of ev.blocks)
-            out.push({ ...envelope(keyOf(b, ev.medium), 'removed', nowMs), seq_hashes: [b.hash], base_block_idx: b.depth });
+            out.push({
+              ...envelope(keyOf(b, ev.medium), 'removed', nowMs),
+              seq_hashes: [b.hash],
+              base_block_idx: b.depth,
+            });
         }
       }
       return out;

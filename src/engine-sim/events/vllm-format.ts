@@ -53,7 +53,8 @@ export function vllmEncoder(ctx: WireContext, layout: 'map' | 'array'): WireEnco
       const out: unknown[] = [];
       for (const ev of events) {
         if (ev.type === 'cleared') out.push(layout === 'map' ? { type: 'AllBlocksCleared' } : ['AllBlocksCleared']);
-        else if (ev.type === 'stored') out.push(layout === 'map' ? storedMap(ctx, ev.medium, ev.blocks) : storedArray(ctx, ev.medium, ev.blocks));
+        else if (ev.type === 'stored')
+          out.push(layout === 'map' ? storedMap(ctx, ev.medium, ev.blocks) : storedArray(ctx, ev.medium, ev.blocks));
         else
           for (const b of ev.blocks)
             out.push(

@@ -6,7 +6,11 @@ import { asListenError, ListenError } from '../../common/listen.js';
 import { ReplayBuffer } from './replay-buffer.js';
 
 /** What each socket of a simulated engine is, as named in a ListenError (hints are added by callers). */
-export const ENGINE_ROLES = { http: "simulated engine's HTTP server", pub: "simulated engine's KV-event PUB socket", replay: "simulated engine's KV-event replay socket" } as const;
+export const ENGINE_ROLES = {
+  http: "simulated engine's HTTP server",
+  pub: "simulated engine's KV-event PUB socket",
+  replay: "simulated engine's KV-event replay socket",
+} as const;
 
 export type ReplayLayout = 'topic' | 'no-topic';
 
@@ -118,7 +122,9 @@ export class ZmqEventPublisher {
         const withTopic = this.opts.replayLayout === 'topic';
         // Snapshot first: publishing continues while the replies are sent.
         for (const [seq, payload] of [...this.buffer.from(from)]) {
-          await router.send(withTopic ? [id, '', this.topic, seqBytes(seq), payload] : [id, '', seqBytes(seq), payload]);
+          await router.send(
+            withTopic ? [id, '', this.topic, seqBytes(seq), payload] : [id, '', seqBytes(seq), payload],
+          );
         }
         await router.send(withTopic ? [id, '', '', END_SEQ, ''] : [id, '', END_SEQ, '']);
       }

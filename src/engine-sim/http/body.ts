@@ -15,6 +15,7 @@ export async function readJsonObject(req: IncomingMessage): Promise<Record<strin
   } catch (err) {
     throw badRequest(`invalid JSON body: ${(err as Error).message}`);
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw badRequest('request body must be a JSON object');
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw badRequest('request body must be a JSON object');
   return value as Record<string, unknown>;
 }

@@ -14,7 +14,13 @@ import { encodeOrReject } from './tokenize.js';
 export const CHAT_SHAPE: ResponseShape = {
   object: 'chat.completion',
   chunkObject: 'chat.completion.chunk',
-  opening: (gen) => gen.choices.map((c) => ({ index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null })),
+  opening: (gen) =>
+    gen.choices.map((c) => ({
+      index: c.index,
+      delta: { role: 'assistant', content: '' },
+      logprobs: null,
+      finish_reason: null,
+    })),
   delta: (d, ids) => ({
     index: d.index,
     delta: d.text === '' && d.finishReason !== null ? {} : { content: d.text },
@@ -43,12 +49,20 @@ function checkMessages(v: unknown): ChatMessage[] {
   return v as ChatMessage[];
 }
 
-export async function handleChat(backend: EngineBackend, body: Body, res: ServerResponse, headers: Record<string, string>, dpRank: number | null): Promise<void> {
+export async function handleChat(
+  backend: EngineBackend,
+  body: Body,
+  res: ServerResponse,
+  headers: Record<string, string>,
+  dpRank: number | null,
+): Promise<void> {
   const params = parseSampling(body, backend.model, backend.loraNames);
   const messages = checkMessages(body.messages);
-  if (body.tools !== undefined && body.tools !== null && !Array.isArray(body.tools)) throw badRequest('tools must be a list', 'tools');
+  if (body.tools !== undefined && body.tools !== null && !Array.isArray(body.tools))
+    throw badRequest('tools must be a list', 'tools');
   const kwargs = body.chat_template_kwargs;
-  if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== 'object' || Array.isArray(kwargs))) throw badRequest('chat_template_kwargs must be an object', 'chat_template_kwargs');
+  if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== 'object' || Array.isArray(kwargs)))
+    throw badRequest('chat_template_kwargs must be an object', 'chat_template_kwargs');
   const returnTokenIds = optBool(body, 'return_token_ids') ?? false;
   const prompt = await encodeOrReject(() =>
     backend.codec.encodeChat({
@@ -65,5 +79,12 @@ export async function handleChat(backend: EngineBackend, body: Body, res: Server
   if (pd.maxTokens !== undefined) params.maxTokens = pd.maxTokens;
   const gen = new Generation(backend, id, [prompt], params, dpRank);
   gen.imported = pd.imported;
-  respond(res, gen, params, CHAT_SHAPE, { created: Math.floor(Date.now() / 1000), model: params.model, returnTokenIds, headers, fields: pd.fields, onFinished: pd.onFinished });
+  respond(res, gen, params, CHAT_SHAPE, {
+    created: Math.floor(Date.now() / 1000),
+    model: params.model,
+    returnTokenIds,
+    headers,
+    fields: pd.fields,
+    onFinished: pd.onFinished,
+  });
 }

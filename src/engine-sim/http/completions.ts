@@ -10,7 +10,9 @@ import { respond, type ResponseShape } from './respond.js';
 import { encodeOrReject } from './tokenize.js';
 
 const isTokenList = (v: unknown): v is number[] =>
-  Array.isArray(v) && v.length > 0 && v.every((t) => typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= 0xffffffff);
+  Array.isArray(v) &&
+  v.length > 0 &&
+  v.every((t) => typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= 0xffffffff);
 
 /** The prompt field as a list of prompts, each text or token ids. */
 function promptList(prompt: unknown): (string | number[])[] {
@@ -20,7 +22,10 @@ function promptList(prompt: unknown): (string | number[])[] {
     if (prompt.every((p) => typeof p === 'string')) return prompt as string[];
     if (prompt.every(isTokenList)) return prompt as number[][];
   }
-  throw badRequest('prompt must be a non-empty string, list of strings, list of token ids or list of token id lists', 'prompt');
+  throw badRequest(
+    'prompt must be a non-empty string, list of strings, list of token ids or list of token id lists',
+    'prompt',
+  );
 }
 
 export const COMPLETION_SHAPE: ResponseShape = {
@@ -47,10 +52,17 @@ export const COMPLETION_SHAPE: ResponseShape = {
   extra: () => ({}),
 };
 
-export async function handleCompletions(backend: EngineBackend, body: Body, res: ServerResponse, headers: Record<string, string>, dpRank: number | null): Promise<void> {
+export async function handleCompletions(
+  backend: EngineBackend,
+  body: Body,
+  res: ServerResponse,
+  headers: Record<string, string>,
+  dpRank: number | null,
+): Promise<void> {
   const params = parseSampling(body, backend.model, backend.loraNames);
   if (body.prompt === undefined || body.prompt === null) throw badRequest('prompt is required', 'prompt');
-  if (body.prompt_embeds !== undefined && body.prompt_embeds !== null) throw badRequest('prompt_embeds is not supported by engine-sim', 'prompt_embeds');
+  if (body.prompt_embeds !== undefined && body.prompt_embeds !== null)
+    throw badRequest('prompt_embeds is not supported by engine-sim', 'prompt_embeds');
   const returnTokenIds = optBool(body, 'return_token_ids') ?? false;
   const prompts: Uint32Array[] = [];
   for (const p of promptList(body.prompt)) {
@@ -63,6 +75,12 @@ export async function handleCompletions(backend: EngineBackend, body: Body, res:
   if (pd.maxTokens !== undefined) params.maxTokens = pd.maxTokens;
   const gen = new Generation(backend, id, prompts, params, dpRank);
   gen.imported = pd.imported;
-  respond(res, gen, params, COMPLETION_SHAPE, { created: Math.floor(Date.now() / 1000), model: params.model, returnTokenIds, headers, fields: pd.fields, onFinished: pd.onFinished });
+  respond(res, gen, params, COMPLETION_SHAPE, {
+    created: Math.floor(Date.now() / 1000),
+    model: params.model,
+    returnTokenIds,
+    headers,
+    fields: pd.fields,
+    onFinished: pd.onFinished,
+  });
 }
-

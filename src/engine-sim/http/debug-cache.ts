@@ -37,7 +37,13 @@ function blockDetail(b: BlockContent & { refs?: number }, wireHash: (h: bigint) 
   };
 }
 
-function tier(blocks: (BlockContent & { refs?: number })[], capacity: number, detail: boolean, wireHash: (h: bigint) => string, extra: Record<string, unknown>) {
+function tier(
+  blocks: (BlockContent & { refs?: number })[],
+  capacity: number,
+  detail: boolean,
+  wireHash: (h: bigint) => string,
+  extra: Record<string, unknown>,
+) {
   const sorted = [...blocks].sort(byDepthThenHash);
   return {
     capacity,

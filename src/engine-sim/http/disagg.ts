@@ -74,15 +74,19 @@ export interface DisaggPlan {
   onFinished?: (ok: boolean) => void;
 }
 
-const obj = (v: unknown): Record<string, unknown> | null => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
+const obj = (v: unknown): Record<string, unknown> | null =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
 const hostForUrl = (h: string) => (h.includes(':') ? `[${h}]` : h);
 
 /** Ask a prefill engine for a handoff (long poll): its prompt length, or null. */
 async function fetchHandoff(host: string, port: number, key: string, timeoutMs: number): Promise<number | null> {
   try {
-    const res = await request(`http://${hostForUrl(host)}:${port}/kvsim/kv/${encodeURIComponent(key)}?timeout_ms=${timeoutMs}`, {
-      signal: AbortSignal.timeout(timeoutMs + 5000),
-    });
+    const res = await request(
+      `http://${hostForUrl(host)}:${port}/kvsim/kv/${encodeURIComponent(key)}?timeout_ms=${timeoutMs}`,
+      {
+        signal: AbortSignal.timeout(timeoutMs + 5000),
+      },
+    );
     const text = await res.body.text();
     if (res.statusCode !== 200) return null;
     const n = (JSON.parse(text) as { prompt_tokens?: unknown }).prompt_tokens;
@@ -95,13 +99,22 @@ async function fetchHandoff(host: string, port: number, key: string, timeoutMs: 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Read a request's disaggregation fields and do the decode side's waiting; throws HttpError on what it cannot serve. */
-export async function disaggregate(backend: EngineBackend, body: Body, requestId: string, prompts: readonly Uint32Array[]): Promise<DisaggPlan> {
+export async function disaggregate(
+  backend: EngineBackend,
+  body: Body,
+  requestId: string,
+  prompts: readonly Uint32Array[],
+): Promise<DisaggPlan> {
   const role = backend.disagg.role;
   const promptTokens = prompts.reduce((s, p) => s + p.length, 0);
   const kvp = obj(body.kv_transfer_params);
   const board = backend.disagg.board;
   if (kvp?.do_remote_decode === true) {
-    if (role === 'decode') throw badRequest('this engine is a decode instance: it does not serve prefill legs (do_remote_decode)', 'kv_transfer_params');
+    if (role === 'decode')
+      throw badRequest(
+        'this engine is a decode instance: it does not serve prefill legs (do_remote_decode)',
+        'kv_transfer_params',
+      );
     if (prompts.length !== 1) throw badRequest('a prefill leg takes one prompt', 'prompt');
     const bs = backend.blockSize;
     return {
@@ -123,17 +136,30 @@ export async function disaggregate(backend: EngineBackend, body: Body, requestId
     };
   }
   if (kvp?.do_remote_prefill === true) {
-    if (role === 'prefill') throw badRequest('this engine is a prefill instance: it does not serve decode legs (do_remote_prefill)', 'kv_transfer_params');
+    if (role === 'prefill')
+      throw badRequest(
+        'this engine is a prefill instance: it does not serve decode legs (do_remote_prefill)',
+        'kv_transfer_params',
+      );
     const need = ['remote_engine_id', 'remote_block_ids', 'remote_request_id', 'remote_host', 'remote_port'];
     const missing = need.filter((k) => kvp[k] === undefined || kvp[k] === null);
     if (missing.length > 0 || typeof kvp.remote_host !== 'string' || typeof kvp.remote_port !== 'number') {
-      process.stderr.write(`${backend.engineId}: got invalid KVTransferParams (missing ${missing.join(', ') || 'host/port'}): prefilling locally\n`);
+      process.stderr.write(
+        `${backend.engineId}: got invalid KVTransferParams (missing ${missing.join(', ') || 'host/port'}): prefilling locally\n`,
+      );
       return { imported: false };
     }
-    const n = await fetchHandoff(kvp.remote_host, kvp.remote_port, String(kvp.remote_request_id), backend.disagg.transferTimeoutMs);
+    const n = await fetchHandoff(
+      kvp.remote_host,
+      kvp.remote_port,
+      String(kvp.remote_request_id),
+      backend.disagg.transferTimeoutMs,
+    );
     if (n === null || n !== promptTokens) {
       // vLLM's kv_load_failure_policy "recompute": a failed transfer costs time, not the request.
-      process.stderr.write(`${backend.engineId}: KV transfer from ${kvp.remote_engine_id} failed (${n === null ? 'no handoff' : `prompt ${n} != ${promptTokens} tokens`}): prefilling locally\n`);
+      process.stderr.write(
+        `${backend.engineId}: KV transfer from ${kvp.remote_engine_id} failed (${n === null ? 'no handoff' : `prompt ${n} != ${promptTokens} tokens`}): prefilling locally\n`,
+      );
       return { imported: false };
     }
     await sleep(backend.disagg.transferMs(promptTokens));
@@ -141,14 +167,18 @@ export async function disaggregate(backend: EngineBackend, body: Body, requestId
   }
   if (body.bootstrap_room !== undefined && body.bootstrap_room !== null && role !== 'both') {
     const room = body.bootstrap_room;
-    if (typeof room !== 'number' || !Number.isSafeInteger(room) || room < 0) throw badRequest('engine-sim takes one bootstrap_room per request: a non-negative integer', 'bootstrap_room');
+    if (typeof room !== 'number' || !Number.isSafeInteger(room) || room < 0)
+      throw badRequest('engine-sim takes one bootstrap_room per request: a non-negative integer', 'bootstrap_room');
     const key = `room:${room}`;
-    if (role === 'prefill') return { imported: false, maxTokens: 1, onFinished: (ok) => ok && board.publish(key, promptTokens, Date.now()) };
+    if (role === 'prefill')
+      return { imported: false, maxTokens: 1, onFinished: (ok) => ok && board.publish(key, promptTokens, Date.now()) };
     const host = body.bootstrap_host;
     const port = body.bootstrap_port;
-    if (typeof host !== 'string' || typeof port !== 'number') throw badRequest('a decode leg needs bootstrap_host and bootstrap_port', 'bootstrap_host');
+    if (typeof host !== 'string' || typeof port !== 'number')
+      throw badRequest('a decode leg needs bootstrap_host and bootstrap_port', 'bootstrap_host');
     const n = await fetchHandoff(host, port, key, backend.disagg.transferTimeoutMs);
-    if (n === null) throw new HttpError(503, `KV transfer for bootstrap room ${room} from ${host}:${port} failed or timed out`);
+    if (n === null)
+      throw new HttpError(503, `KV transfer for bootstrap room ${room} from ${host}:${port} failed or timed out`);
     await sleep(backend.disagg.transferMs(promptTokens));
     return { imported: true };
   }
@@ -156,7 +186,13 @@ export async function disaggregate(backend: EngineBackend, body: Body, requestId
 }
 
 /** GET /kvsim/kv/<key>?timeout_ms=N: a prefilled prompt's handoff (long poll), 504 when it does not come. */
-export async function serveHandoff(backend: EngineBackend, key: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
+export async function serveHandoff(
+  backend: EngineBackend,
+  key: string,
+  timeoutMs: number,
+): Promise<{ status: number; body: unknown }> {
   const h = await backend.disagg.board.wait(key, Math.min(Math.max(0, timeoutMs), 600_000));
-  return h ? { status: 200, body: { prompt_tokens: h.promptTokens } } : { status: 504, body: errorObject(504, `no prefilled KV for ${key}`) };
+  return h
+    ? { status: 200, body: { prompt_tokens: h.promptTokens } }
+    : { status: 504, body: errorObject(504, `no prefilled KV for ${key}`) };
 }

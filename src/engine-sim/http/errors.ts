@@ -22,10 +22,15 @@ export class HttpError extends Error {
   }
 }
 
-export const badRequest = (message: string, param: string | null = null): HttpError => new HttpError(400, message, param);
+export const badRequest = (message: string, param: string | null = null): HttpError =>
+  new HttpError(400, message, param);
 
 /** The one error shape of the engine's answers (JSON bodies and SSE error events). */
-export function errorObject(status: number, message: string, param: string | null = null): { error: { message: string; type: string; param: string | null; code: number } } {
+export function errorObject(
+  status: number,
+  message: string,
+  param: string | null = null,
+): { error: { message: string; type: string; param: string | null; code: number } } {
   return { error: { message, type: TYPES[status] ?? 'Error', param, code: status } };
 }
 

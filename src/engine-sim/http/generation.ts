@@ -40,7 +40,9 @@ export interface Usage {
 export function maxTokensFor(backend: EngineBackend, promptLen: number, requested: number | null): number {
   const limit = backend.maxModelLen;
   if (promptLen >= limit)
-    throw badRequest(`This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`);
+    throw badRequest(
+      `This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`,
+    );
   if (requested === null) return Math.min(backend.defaultMaxTokens, limit - promptLen);
   if (promptLen + requested > limit)
     throw badRequest(
@@ -69,7 +71,17 @@ export class Generation {
     prompts.forEach((_, p) => {
       for (let j = 0; j < params.n; j++) {
         const index = p * params.n + j;
-        this.choices.push({ index, promptIndex: p, id: `${id}-${index}`, text: '', emitted: 0, tokenIds: [], finishReason: null, stopReason: null, cachedTokens: 0 });
+        this.choices.push({
+          index,
+          promptIndex: p,
+          id: `${id}-${index}`,
+          text: '',
+          emitted: 0,
+          tokenIds: [],
+          finishReason: null,
+          stopReason: null,
+          cachedTokens: 0,
+        });
       }
     });
     this.remaining = this.choices.length;
@@ -132,7 +144,12 @@ export class Generation {
       cached += this.choices[i * this.params.n].cachedTokens;
     });
     const completion = this.choices.reduce((s, c) => s + c.tokenIds.length, 0);
-    return { prompt_tokens: prompt, total_tokens: prompt + completion, completion_tokens: completion, prompt_tokens_details: { cached_tokens: cached } };
+    return {
+      prompt_tokens: prompt,
+      total_tokens: prompt + completion,
+      completion_tokens: completion,
+      prompt_tokens_details: { cached_tokens: cached },
+    };
   }
 
   private onToken(c: ChoiceState, t: TokenOutput): ChoiceDelta {

@@ -29,7 +29,13 @@ export interface ResponseMeta {
   onFinished?: (ok: boolean) => void;
 }
 
-export function respond(res: ServerResponse, gen: Generation, params: SamplingParams, shape: ResponseShape, meta: ResponseMeta): void {
+export function respond(
+  res: ServerResponse,
+  gen: Generation,
+  params: SamplingParams,
+  shape: ResponseShape,
+  meta: ResponseMeta,
+): void {
   // The client may have left while the prompt was being tokenized: then queue nothing.
   if (res.socket === null || res.socket.destroyed) return;
   let done = false;

@@ -20,7 +20,8 @@ function rankHeader(req: IncomingMessage, dpSize: number): number | null {
   const raw = req.headers['x-data-parallel-rank'];
   if (raw === undefined) return null;
   const n = Number(Array.isArray(raw) ? raw[0] : raw);
-  if (!Number.isInteger(n) || n < 0 || n >= dpSize) throw new HttpError(400, `X-data-parallel-rank must be 0..${dpSize - 1}`);
+  if (!Number.isInteger(n) || n < 0 || n >= dpSize)
+    throw new HttpError(400, `X-data-parallel-rank must be 0..${dpSize - 1}`);
   return n;
 }
 
@@ -42,14 +43,24 @@ export function engineRequestListener(backend: EngineBackend): RequestListener {
           max_model_len: backend.maxModelLen,
           permission: [],
         });
-        json(res, 200, { object: 'list', data: [card(backend.model, null), ...backend.loraNames.map((l) => card(l, backend.model))] }, headers);
+        json(
+          res,
+          200,
+          {
+            object: 'list',
+            data: [card(backend.model, null), ...backend.loraNames.map((l) => card(l, backend.model))],
+          },
+          headers,
+        );
       },
     },
     '/v1/completions': {
-      POST: async (req, res) => handleCompletions(backend, await readJsonObject(req), res, headers, rankHeader(req, backend.dpSize)),
+      POST: async (req, res) =>
+        handleCompletions(backend, await readJsonObject(req), res, headers, rankHeader(req, backend.dpSize)),
     },
     '/v1/chat/completions': {
-      POST: async (req, res) => handleChat(backend, await readJsonObject(req), res, headers, rankHeader(req, backend.dpSize)),
+      POST: async (req, res) =>
+        handleChat(backend, await readJsonObject(req), res, headers, rankHeader(req, backend.dpSize)),
     },
     '/metrics': {
       GET: async (_q, res) => {
@@ -92,7 +103,10 @@ export function engineRequestListener(backend: EngineBackend): RequestListener {
     const route = routes[url.pathname];
     const handler = route?.[req.method ?? 'GET'];
     const fail = (err: unknown): void => {
-      const e = err instanceof HttpError ? err : new HttpError(500, `internal error: ${(err as Error)?.message ?? String(err)}`);
+      const e =
+        err instanceof HttpError
+          ? err
+          : new HttpError(500, `internal error: ${(err as Error)?.message ?? String(err)}`);
       sendError(res, e);
     };
     if (!route) return fail(new HttpError(404, `Not Found: ${url.pathname}`));

@@ -2,7 +2,12 @@
 import type { ServerResponse } from 'node:http';
 
 export function startSse(res: ServerResponse, headers: Record<string, string>): void {
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive', ...headers });
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+    ...headers,
+  });
 }
 
 export function sendEvent(res: ServerResponse, data: unknown): void {

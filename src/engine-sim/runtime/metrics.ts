@@ -4,7 +4,9 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { CoreStats } from '../core/engine-core.js';
 import type { Admission } from '../core/scheduler.js';
 
-const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
+const TTFT_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560,
+];
 const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
 
@@ -50,7 +52,9 @@ export class EngineMetrics {
         labelNames,
         registers,
         collect() {
-          ranks.forEach((stats, rank) => { this.set({ model_name: model, engine: String(rank) }, pick(stats())); });
+          ranks.forEach((stats, rank) => {
+            this.set({ model_name: model, engine: String(rank) }, pick(stats()));
+          });
         },
       });
     };
@@ -72,11 +76,21 @@ export class EngineMetrics {
       },
       1,
     );
-    const counter = (name: string, help: string): Counter<Labels> => new Counter<Labels>({ name, help, labelNames, registers });
-    this.queries = counter('vllm:prefix_cache_queries_total', 'Prefix cache queries, in terms of number of queried tokens.');
+    const counter = (name: string, help: string): Counter<Labels> =>
+      new Counter<Labels>({ name, help, labelNames, registers });
+    this.queries = counter(
+      'vllm:prefix_cache_queries_total',
+      'Prefix cache queries, in terms of number of queried tokens.',
+    );
     this.hits = counter('vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens.');
-    this.extQueries = counter('vllm:external_prefix_cache_queries_total', 'External prefix cache queries (host tier), in tokens.');
-    this.extHits = counter('vllm:external_prefix_cache_hits_total', 'External prefix cache hits (host tier), in tokens.');
+    this.extQueries = counter(
+      'vllm:external_prefix_cache_queries_total',
+      'External prefix cache queries (host tier), in tokens.',
+    );
+    this.extHits = counter(
+      'vllm:external_prefix_cache_hits_total',
+      'External prefix cache hits (host tier), in tokens.',
+    );
     this.promptTokens = counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.');
     this.genTokens = counter('vllm:generation_tokens_total', 'Number of generation tokens processed.');
     this.preemptions = counter('vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.');
@@ -87,7 +101,10 @@ export class EngineMetrics {
       registers,
     });
     this.published = counter('engine_sim_kv_event_batches_published_total', 'KV event batches sent on the PUB socket.');
-    this.dropped = counter('engine_sim_kv_event_batches_dropped_total', 'KV event batches skipped by --drop-rate (still replayable).');
+    this.dropped = counter(
+      'engine_sim_kv_event_batches_dropped_total',
+      'KV event batches skipped by --drop-rate (still replayable).',
+    );
     const hist = (name: string, help: string, buckets: number[]): Histogram<Labels> =>
       new Histogram<Labels>({ name, help, labelNames, buckets, registers });
     this.ttft = hist('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS);

@@ -76,7 +76,8 @@ export function nullCodec(vocabFrom = CANDIDATE_FROM, vocabSize = CANDIDATE_COUN
     encodeText: () => Promise.reject(new NoTokenizerError()),
     tokenText(id: number): string {
       let s = ' ';
-      for (let x = id; x > 0 || s.length === 1; x = Math.floor(x / SYLLABLES.length)) s += SYLLABLES[x % SYLLABLES.length];
+      for (let x = id; x > 0 || s.length === 1; x = Math.floor(x / SYLLABLES.length))
+        s += SYLLABLES[x % SYLLABLES.length];
       return s;
     },
     close: async () => {},

@@ -20,7 +20,11 @@ function toMs(ts: number | null): number | null {
 
 export function readBatch(v: unknown): RawBatch | Bad {
   if (Array.isArray(v)) {
-    if (v.length >= 2 && Array.isArray(v[1]) && (typeof v[0] === 'number' || typeof v[0] === 'bigint' || v[0] === null)) {
+    if (
+      v.length >= 2 &&
+      Array.isArray(v[1]) &&
+      (typeof v[0] === 'number' || typeof v[0] === 'bigint' || v[0] === null)
+    ) {
       const ts = optNumber(v[0]);
       const rank = optUint(v[2]);
       if (ts === undefined) return { error: 'batch ts is not a number' };

@@ -31,7 +31,8 @@ export class DecodeState {
   noteVariant(blockSize: number, loraName: string | null, salt: string | null, ratio: number): void {
     // Fast path: nearly every stream stores into its registration's namespace only.
     const last = this.list[this.list.length - 1];
-    if (last && last.blockSize === blockSize && last.loraName === loraName && last.salt === salt && last.ratio >= ratio) return;
+    if (last && last.blockSize === blockSize && last.loraName === loraName && last.salt === salt && last.ratio >= ratio)
+      return;
     const key = `${blockSize}\u0000${loraName ?? ''}\u0000${salt ?? ''}`;
     const old = this.variants.get(key);
     if (old) old.ratio = Math.max(old.ratio, ratio);

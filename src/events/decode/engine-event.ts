@@ -69,7 +69,13 @@ export const NO_TAG: Bad = { error: 'positional event without a string tag' };
 export function fromPositional(arr: readonly unknown[], schema: PositionalSchema): Record<string, unknown> | null {
   const tag = arr[0];
   if (typeof tag !== 'string') return null;
-  const names = STORED_TAGS.has(tag) ? schema.stored : REMOVED_TAGS.has(tag) ? schema.removed : CLEARED_TAGS.has(tag) ? schema.cleared : [];
+  const names = STORED_TAGS.has(tag)
+    ? schema.stored
+    : REMOVED_TAGS.has(tag)
+      ? schema.removed
+      : CLEARED_TAGS.has(tag)
+        ? schema.cleared
+        : [];
   const rec: Record<string, unknown> = { type: tag };
   const n = Math.min(names.length, arr.length - 1);
   for (let i = 0; i < n; i++) rec[names[i]] = arr[i + 1];

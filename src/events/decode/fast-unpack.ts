@@ -346,7 +346,12 @@ function eventMap(m: number, depth: number): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (let i = 0; i < m; i++) {
     const k = key(); // internalized: the comparisons below are pointer compares
-    out[k] = k === 'token_ids' ? tokens(depth + 1) : k === 'block_hashes' || k === 'seq_hashes' ? hashes(depth + 1) : value(depth + 1);
+    out[k] =
+      k === 'token_ids'
+        ? tokens(depth + 1)
+        : k === 'block_hashes' || k === 'seq_hashes'
+          ? hashes(depth + 1)
+          : value(depth + 1);
   }
   return out;
 }
@@ -364,7 +369,8 @@ function event(depth: number): unknown {
     out[0] = tag;
     const stored = typeof tag === 'string' && STORED_TAGS.has(tag);
     const typed = stored || (typeof tag === 'string' && REMOVED_TAGS.has(tag));
-    for (let i = 1; i < n; i++) out[i] = typed && i === 1 ? hashes(depth + 1) : stored && i === 3 ? tokens(depth + 1) : value(depth + 1);
+    for (let i = 1; i < n; i++)
+      out[i] = typed && i === 1 ? hashes(depth + 1) : stored && i === 3 ? tokens(depth + 1) : value(depth + 1);
     return out;
   }
   pos = start;

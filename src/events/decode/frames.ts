@@ -43,7 +43,8 @@ export function parseLiveFrames(frames: readonly Uint8Array[]): FrameResult<Live
 
 /** Parse one DEALER reply from a replay ROUTER, in either layout. */
 export function parseReplayFrames(frames: readonly Uint8Array[]): FrameResult<ReplayFrame> {
-  if (frames.length !== 3 && frames.length !== 4) return { ok: false, error: `replay reply has ${frames.length} frames` };
+  if (frames.length !== 3 && frames.length !== 4)
+    return { ok: false, error: `replay reply has ${frames.length} frames` };
   if (frames[0].byteLength !== 0) return { ok: false, error: 'replay reply lacks the empty delimiter frame' };
   const seqFrame = frames[frames.length - 2];
   const payload = frames[frames.length - 1];

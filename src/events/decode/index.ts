@@ -37,7 +37,9 @@ export interface DecodedBatch {
 }
 
 export type PayloadResult = { ok: true; batch: DecodedBatch } | { ok: false; error: string };
-export type MessageResult = { ok: true; frame: LiveFrame; batch: DecodedBatch } | { ok: false; error: string; frame: LiveFrame | null };
+export type MessageResult =
+  | { ok: true; frame: LiveFrame; batch: DecodedBatch }
+  | { ok: false; error: string; frame: LiveFrame | null };
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -68,7 +70,15 @@ export function decodeValue(value: unknown, ctx: DecodeContext): PayloadResult {
   if ('error' in raw) return { ok: false, error: raw.error };
   const info: BatchInfo = { dpRank: raw.dpRank ?? ctx.reg.dpRank, tsMs: raw.tsMs };
   const decode = ADAPTERS[ctx.reg.type] ?? decodeVllmEvent;
-  const batch: DecodedBatch = { tsMs: raw.tsMs, dpRank: info.dpRank, events: [], errors: 0, skipped: 0, firstError: null, firstSkip: null };
+  const batch: DecodedBatch = {
+    tsMs: raw.tsMs,
+    dpRank: info.dpRank,
+    events: [],
+    errors: 0,
+    skipped: 0,
+    firstError: null,
+    firstSkip: null,
+  };
   for (const ev of raw.events) {
     let out: Normalized;
     try {

@@ -23,7 +23,15 @@ interface Space {
 
 // Object literals with every field spelled out (not spreads): this is the per-event hot path and
 // V8 builds these an order of magnitude faster than `{ ...identity, ... }`.
-function storedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: U64List, parent: bigint | null, tokens: U32List): StoredEvent {
+function storedEvent(
+  ctx: DecodeContext,
+  b: BatchInfo,
+  medium: string | null,
+  v: Space,
+  hashes: U64List,
+  parent: bigint | null,
+  tokens: U32List,
+): StoredEvent {
   return {
     model_name: ctx.reg.model,
     block_size: v.blockSize,
@@ -43,7 +51,13 @@ function storedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v:
   };
 }
 
-function removedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space, hashes: U64List): RemovedEvent {
+function removedEvent(
+  ctx: DecodeContext,
+  b: BatchInfo,
+  medium: string | null,
+  v: Space,
+  hashes: U64List,
+): RemovedEvent {
   return {
     model_name: ctx.reg.model,
     block_size: v.blockSize,
@@ -91,7 +105,8 @@ function plainPrefix(extra: readonly unknown[] | null, blocks: number, lora: str
     if (!Array.isArray(keys)) return i;
     for (const k of keys) {
       if (typeof k === 'string' && k === lora) continue;
-      if (k !== null && typeof k === 'object' && !Array.isArray(k) && (k as { type?: unknown }).type === 'lora') continue;
+      if (k !== null && typeof k === 'object' && !Array.isArray(k) && (k as { type?: unknown }).type === 'lora')
+        continue;
       return i;
     }
   }
@@ -103,7 +118,11 @@ function plainPrefix(extra: readonly unknown[] | null, blocks: number, lora: str
  * block 0 that is not the LoRA name, with no keys on block 1, is that salt: the block is indexed in
  * the salted namespace (later blocks follow their parent there, see EventApplier).
  */
-function saltFromExtraKeys(extra: readonly unknown[] | null, lora: string | null, firstDepth: number | null): string | null {
+function saltFromExtraKeys(
+  extra: readonly unknown[] | null,
+  lora: string | null,
+  firstDepth: number | null,
+): string | null {
   if (extra === null || extra.length === 0 || firstDepth !== 0) return null;
   const k0 = extra[0];
   if (!Array.isArray(k0)) return null;
@@ -122,7 +141,9 @@ function withoutSalt(extra: readonly unknown[] | null, salt: string | null): rea
 function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
   const reg = ctx.reg;
   if (!ctx.state.groups.admitStored(b.dpRank, e.groupIdx, e.specKind)) {
-    return { skip: `KV cache group ${e.groupIdx ?? '-'} (${e.specKind ?? 'unknown kind'}) is not a full-attention group` };
+    return {
+      skip: `KV cache group ${e.groupIdx ?? '-'} (${e.specKind ?? 'unknown kind'}) is not a full-attention group`,
+    };
   }
   let lora = e.loraName !== undefined ? e.loraName : reg.loraName || null;
   if (lora === null && e.loraId !== null) {
@@ -131,13 +152,14 @@ function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
     lora = reg.loraName;
   }
   const extraSalt = e.salt ? null : saltFromExtraKeys(e.extraKeys, lora, e.parent === null ? 0 : null);
-  const salt = e.salt ? e.salt : extraSalt ?? (reg.additionalSalt || null);
+  const salt = e.salt ? e.salt : (extraSalt ?? (reg.additionalSalt || null));
 
   let hashes = e.hashes;
   let tokens = e.tokens;
   let blockSize = e.blockSize ?? reg.blockSize;
   const plain = plainPrefix(withoutSalt(e.extraKeys, extraSalt), hashes.length, lora);
-  if (plain === 0 && hashes.length > 0) return { skip: 'extra_keys (multimodal, cache_salt or prompt embeds) the router hash cannot reproduce' };
+  if (plain === 0 && hashes.length > 0)
+    return { skip: 'extra_keys (multimodal, cache_salt or prompt embeds) the router hash cannot reproduce' };
   if (plain < hashes.length) {
     hashes = hashes.slice(0, plain);
     tokens = tokens.slice(0, plain * blockSize);
@@ -165,9 +187,11 @@ export function normalizeEngineEvent(e: EngineEvent, ctx: DecodeContext, b: Batc
     case 'stored':
       return stored(e, ctx, b);
     case 'removed': {
-      if (!ctx.state.groups.admitRemoved(b.dpRank, e.groupIdx)) return { skip: `KV cache group ${e.groupIdx} is not indexed` };
+      if (!ctx.state.groups.admitRemoved(b.dpRank, e.groupIdx))
+        return { skip: `KV cache group ${e.groupIdx} is not indexed` };
       const out: KvEvent[] = [];
-      for (const v of ctx.state.spaceVariants()) out.push(removedEvent(ctx, b, e.medium, v, expandRemoved(e.hashes, v.ratio)));
+      for (const v of ctx.state.spaceVariants())
+        out.push(removedEvent(ctx, b, e.medium, v, expandRemoved(e.hashes, v.ratio)));
       return out;
     }
     case 'cleared': {

@@ -31,7 +31,8 @@ export function parseVllmEvent(raw: unknown): Parsed {
   if (Array.isArray(raw) && raw.length === 8 && isRecord(raw[7])) {
     const meta = raw[7];
     const p = parseTagged(raw.slice(0, 7), VLLM_SCHEMA);
-    if ('kind' in p && p.kind === 'stored') p.salt = typeof meta.cache_salt === 'string' && meta.cache_salt !== '' ? meta.cache_salt : null;
+    if ('kind' in p && p.kind === 'stored')
+      p.salt = typeof meta.cache_salt === 'string' && meta.cache_salt !== '' ? meta.cache_salt : null;
     return p;
   }
   return parseTagged(raw, VLLM_SCHEMA);

@@ -35,7 +35,8 @@ export function parseGreeting(g: Uint8Array): PeerGreeting | { error: string } {
   while (end < 32 && g[end] !== 0) end++;
   const mechanism = Buffer.from(g.subarray(12, end)).toString('latin1');
   if (major < 3) return { error: `peer speaks ZMTP ${major}.x (libzmq < 4); use zmq_client: libzmq` };
-  if (mechanism !== 'NULL') return { error: `peer requires the ${mechanism} security mechanism; use zmq_client: libzmq` };
+  if (mechanism !== 'NULL')
+    return { error: `peer requires the ${mechanism} security mechanism; use zmq_client: libzmq` };
   return { major, minor, mechanism };
 }
 
@@ -138,7 +139,9 @@ export function parseProperties(data: Uint8Array): Map<string, string> | { error
   while (off < data.length) {
     const n = data[off];
     if (n === 0 || off + 1 + n + 4 > data.length) return { error: 'malformed metadata' };
-    const name = Buffer.from(data.buffer, data.byteOffset + off + 1, n).toString('latin1').toLowerCase();
+    const name = Buffer.from(data.buffer, data.byteOffset + off + 1, n)
+      .toString('latin1')
+      .toLowerCase();
     off += 1 + n;
     const len = ((data[off] << 24) >>> 0) + (data[off + 1] << 16) + (data[off + 2] << 8) + data[off + 3];
     off += 4;
@@ -216,7 +219,8 @@ export class FrameReader {
         size = buf[off + 1];
         hdr = 2;
       }
-      if (size > this.maxMessageBytes - this.partsBytes) return this.fail(`message larger than ${this.maxMessageBytes} bytes`);
+      if (size > this.maxMessageBytes - this.partsBytes)
+        return this.fail(`message larger than ${this.maxMessageBytes} bytes`);
       if (len - off < hdr + size) {
         need = hdr + size;
         break;

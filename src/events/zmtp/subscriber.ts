@@ -4,7 +4,18 @@
 // the zeromq binding because that costs 11-21 us per received message (one native call and promise
 // each) against ~2 us here: the difference between ~400k and >1M block events/s on one core.
 import net from 'node:net';
-import { FrameReader, GREETING_SIZE, greeting, parseCommand, parseGreeting, parseProperties, ping, pong, ready, subscription } from './codec.js';
+import {
+  FrameReader,
+  GREETING_SIZE,
+  greeting,
+  parseCommand,
+  parseGreeting,
+  parseProperties,
+  ping,
+  pong,
+  ready,
+  subscription,
+} from './codec.js';
 
 export interface ZmtpSubOptions {
   /** First reconnect delay; doubles per failed attempt up to reconnectMaxMs. */
@@ -46,7 +57,10 @@ export function parseEndpoint(endpoint: string): ConnectTarget | { error: string
   const ipc = /^ipc:\/\/(.+)$/.exec(endpoint);
   // libzmq's ipc://@name is a Linux abstract socket; Node 20's net cannot connect to one (tried:
   // a leading NUL gives ECONNREFUSED), so it is left to libzmq.
-  if (ipc) return ipc[1].startsWith('@') ? { error: `${endpoint} is an abstract socket (use zmq_client: libzmq)` } : { path: ipc[1] };
+  if (ipc)
+    return ipc[1].startsWith('@')
+      ? { error: `${endpoint} is an abstract socket (use zmq_client: libzmq)` }
+      : { path: ipc[1] };
   // Hosts exclude ';' (libzmq's tcp://source;dest:port form is left to libzmq).
   const tcp = /^tcp:\/\/(?:\[([0-9a-fA-F:.]+)\]|([^:/\[\];]+)):(\d{1,5})$/.exec(endpoint);
   if (!tcp) return { error: `unsupported endpoint ${endpoint} (tcp://host:port or ipc://path)` };
@@ -99,7 +113,10 @@ export class ZmtpSubscriber {
 
   private connect(): void {
     if (this.closed) return;
-    const sock = 'path' in this.target ? net.connect({ path: this.target.path }) : net.connect({ host: this.target.host, port: this.target.port });
+    const sock =
+      'path' in this.target
+        ? net.connect({ path: this.target.path })
+        : net.connect({ host: this.target.host, port: this.target.port });
     this.sock = sock;
     sock.setNoDelay(true);
     let handshaken = false;
@@ -134,7 +151,8 @@ export class ZmtpSubscriber {
               const props = parseProperties(c.data);
               if ('error' in props) return drop(`READY: ${props.error}`);
               const type = props.get('socket-type');
-              if (type !== 'PUB' && type !== 'XPUB') return drop(`peer socket type ${type ?? '(none)'} cannot feed a SUB`);
+              if (type !== 'PUB' && type !== 'XPUB')
+                return drop(`peer socket type ${type ?? '(none)'} cannot feed a SUB`);
               handshaken = true;
               if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
               this.handshakeTimer = null;
@@ -163,7 +181,10 @@ export class ZmtpSubscriber {
     );
 
     // Covers the TCP connect too: a host that drops SYNs would otherwise hang an attempt for minutes.
-    this.handshakeTimer = setTimeout(() => drop(greeted ? 'handshake timed out' : 'connect timed out'), this.opts.handshakeTimeoutMs);
+    this.handshakeTimer = setTimeout(
+      () => drop(greeted ? 'handshake timed out' : 'connect timed out'),
+      this.opts.handshakeTimeoutMs,
+    );
     this.handshakeTimer.unref();
     sock.on('connect', () => {
       sock.write(greeting());

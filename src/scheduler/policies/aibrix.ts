@@ -27,16 +27,26 @@ interface AibrixMemo {
 export const aibrix = definePolicy({
   name: 'aibrix',
   summary: "AIBrix's prefix-cache router: 4-character block table, imbalance gate 8, mean + 1 sd; a peer baseline",
-  needs: { tokens: false, index: false, predictions: false, sessionKey: false, target: false, text: true, engineMetrics: false },
+  needs: {
+    tokens: false,
+    index: false,
+    predictions: false,
+    sessionKey: false,
+    target: false,
+    text: true,
+    engineMetrics: false,
+  },
   fallback: null,
   busyFilter: true,
   adminOnly: false,
   predictionTtlKey: 'speculative_ttl_ms',
   predictionTtlMs: 0,
   peer: {
-    source: 'vllm-project/aibrix pkg/plugins/gateway/algorithms/prefix_cache.go (+ least_request.go, util.go), pkg/utils/prefixcacheindexer/hash.go',
+    source:
+      'vllm-project/aibrix pkg/plugins/gateway/algorithms/prefix_cache.go (+ least_request.go, util.go), pkg/utils/prefixcacheindexer/hash.go',
     version: 'e3e10f9 (2026-08-22)',
-    defaults: 'imbalance gate max - min running > 8, mean + 1 sd; blocks of 4 characters, table of 200,000 blocks, 20 min idle expiry',
+    defaults:
+      'imbalance gate max - min running > 8, mean + 1 sd; blocks of 4 characters, table of 200,000 blocks, 20 min idle expiry',
   },
   createState: () => new PrefixTable(),
   pick(c, ctx) {
@@ -45,7 +55,9 @@ export const aibrix = definePolicy({
     const min = Math.min(...running);
     const max = Math.max(...running);
     const ready = max - min > AIBRIX.imbalanceAbsCount ? c.filter((_, i) => running[i] === min) : c;
-    const hashes = ctx.text ? tableBlockHashes(ctx.text.symbols, hashSpace({ loraName: ctx.ns.loraName, salt: ctx.ns.salt })) : new BigUint64Array(0);
+    const hashes = ctx.text
+      ? tableBlockHashes(ctx.text.symbols, hashSpace({ loraName: ctx.ns.loraName, salt: ctx.ns.salt }))
+      : new BigUint64Array(0);
     const matched = ctx.state.match(hashes, ready.map(workerKey), ctx.now);
     ctx.memo = { hashes } satisfies AibrixMemo;
     if (matched.size > 0) {

@@ -6,7 +6,15 @@ import { definePolicy } from './types.js';
 export const approx = definePolicy({
   name: 'approx',
   summary: 'cost on router-predicted blocks, for engines without KV events',
-  needs: { tokens: true, index: false, predictions: true, sessionKey: false, target: false, text: false, engineMetrics: false },
+  needs: {
+    tokens: true,
+    index: false,
+    predictions: true,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: 'least-loaded',
   busyFilter: true,
   adminOnly: false,

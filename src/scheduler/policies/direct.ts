@@ -5,7 +5,15 @@ import { definePolicy } from './types.js';
 export const direct = definePolicy({
   name: 'direct',
   summary: 'the instance the admin names in x-kvrouter-target',
-  needs: { tokens: false, index: false, predictions: false, sessionKey: false, target: true, text: false, engineMetrics: false },
+  needs: {
+    tokens: false,
+    index: false,
+    predictions: false,
+    sessionKey: false,
+    target: true,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: null,
   busyFilter: false,
   adminOnly: true,

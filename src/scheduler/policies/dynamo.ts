@@ -15,7 +15,15 @@ import { definePolicy } from './types.js';
 export const dynamo = definePolicy({
   name: 'dynamo',
   summary: "Dynamo's default block cost on KV events: device 1, host 0.75, disk 0.25; a peer baseline",
-  needs: { tokens: true, index: true, predictions: false, sessionKey: false, target: false, text: false, engineMetrics: false },
+  needs: {
+    tokens: true,
+    index: true,
+    predictions: false,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: 'least-loaded',
   busyFilter: true,
   adminOnly: false,
@@ -25,7 +33,8 @@ export const dynamo = definePolicy({
   peer: {
     source: 'ai-dynamo/dynamo lib/kv-router/src/scheduling/selector/default.rs, scheduling/config.rs',
     version: '07a6c9c (default.rs), 0243c51 (config.rs)',
-    defaults: 'overlap_score_credit 1.0, decay 0, prefill_load_scale 1.0, host 0.75, disk 0.25, shared 0, active-request weight 0, temperature 0; KV events, no predict-on-route',
+    defaults:
+      'overlap_score_credit 1.0, decay 0, prefill_load_scale 1.0, host 0.75, disk 0.25, shared 0, active-request weight 0, temperature 0; KV events, no predict-on-route',
   },
   pick: byCost,
 });

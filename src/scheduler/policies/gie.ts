@@ -28,29 +28,51 @@ export const GIE = {
 
 export const gie = definePolicy({
   name: 'gie',
-  summary: "Gateway API Inference Extension's default profile: queue 2, KV utilisation 2, approximate prefix 3; a peer baseline, needs engine_metrics.scrape",
-  needs: { tokens: false, index: false, predictions: false, sessionKey: false, target: false, text: true, engineMetrics: true },
+  summary:
+    "Gateway API Inference Extension's default profile: queue 2, KV utilisation 2, approximate prefix 3; a peer baseline, needs engine_metrics.scrape",
+  needs: {
+    tokens: false,
+    index: false,
+    predictions: false,
+    sessionKey: false,
+    target: false,
+    text: true,
+    engineMetrics: true,
+  },
   fallback: null,
   busyFilter: true,
   adminOnly: false,
   predictionTtlKey: 'speculative_ttl_ms',
   predictionTtlMs: 0,
   peer: {
-    source: 'kubernetes-sigs/gateway-api-inference-extension pkg/epp/config/loader/defaults.go, scheduling/scorer/{queuedepth,kvcacheutilization,prefix}, requestcontrol/dataproducer/approximateprefix, picker/maxscore',
+    source:
+      'kubernetes-sigs/gateway-api-inference-extension pkg/epp/config/loader/defaults.go, scheduling/scorer/{queuedepth,kvcacheutilization,prefix}, requestcontrol/dataproducer/approximateprefix, picker/maxscore',
     version: '1748e82 (2026-06-16, last with the EPP; same profile in llm-d/llm-d-router ebab687)',
-    defaults: 'queue 2, kv-cache-utilization 2, prefix-cache 3; blocks of block_size x 4 characters, at most 256, per-pod LRU 31,250; max-score picker, random ties; metrics every 50 ms, stale after 2 s',
+    defaults:
+      'queue 2, kv-cache-utilization 2, prefix-cache 3; blocks of block_size x 4 characters, at most 256, per-pod LRU 31,250; max-score picker, random ties; metrics every 50 ms, stale after 2 s',
   },
   createState: () => new ApproxPrefixIndex(GIE.lruBlocksPerPod),
   pick(c, ctx) {
     if (c.length === 0) return -1;
-    const hashes = ctx.text ? approxBlockHashes(ctx.text, ctx.ns.blockSize, GIE.maxPrefixBlocks, hashSpace({ loraName: ctx.ns.loraName, salt: ctx.ns.salt })) : new BigUint64Array(0);
+    const hashes = ctx.text
+      ? approxBlockHashes(
+          ctx.text,
+          ctx.ns.blockSize,
+          GIE.maxPrefixBlocks,
+          hashSpace({ loraName: ctx.ns.loraName, salt: ctx.ns.salt }),
+        )
+      : new BigUint64Array(0);
     const matched = ctx.state.match(hashes);
     const g = c.map((x) => gauges(x.engine));
     const queue = queueScores(g.map((x) => x.waiting));
     const w = GIE.weights;
     const totals = c.map((x, i) => {
       const prefix = hashes.length === 0 ? 0 : (matched.get(workerKey(x)) ?? 0) / hashes.length;
-      return w.queue * clamp01(queue[i]) + w.kvUtilization * clamp01(kvUtilizationScore(g[i].kvUsage)) + w.prefix * clamp01(prefix);
+      return (
+        w.queue * clamp01(queue[i]) +
+        w.kvUtilization * clamp01(kvUtilizationScore(g[i].kvUsage)) +
+        w.prefix * clamp01(prefix)
+      );
     });
     ctx.memo = hashes;
     return maxScore(totals, ctx.rand);

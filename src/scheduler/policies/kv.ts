@@ -7,7 +7,15 @@ import { definePolicy } from './types.js';
 export const kv = definePolicy({
   name: 'kv',
   summary: 'cache-aware cost on the index fed by KV events',
-  needs: { tokens: true, index: true, predictions: true, sessionKey: false, target: false, text: false, engineMetrics: false },
+  needs: {
+    tokens: true,
+    index: true,
+    predictions: true,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: 'least-loaded',
   busyFilter: true,
   adminOnly: false,

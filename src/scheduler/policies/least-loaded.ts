@@ -5,7 +5,15 @@ import { definePolicy } from './types.js';
 export const leastLoaded = definePolicy({
   name: 'least-loaded',
   summary: 'fewest in-flight requests, then prefill tokens, then blocks; no cache credit',
-  needs: { tokens: false, index: false, predictions: false, sessionKey: false, target: false, text: false, engineMetrics: false },
+  needs: {
+    tokens: false,
+    index: false,
+    predictions: false,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: null,
   busyFilter: true,
   adminOnly: false,

@@ -46,26 +46,53 @@ interface StickyMemo {
 
 export const llmDSticky = definePolicy({
   name: 'llm-d-sticky',
-  summary: "llm-d's sticky-until-saturated design: prefix affinity filter at 0.8 with an 18 s TTFT gate, then in-flight token load; a peer baseline",
-  needs: { tokens: true, index: false, predictions: false, sessionKey: false, target: false, text: false, engineMetrics: false },
+  summary:
+    "llm-d's sticky-until-saturated design: prefix affinity filter at 0.8 with an 18 s TTFT gate, then in-flight token load; a peer baseline",
+  needs: {
+    tokens: true,
+    index: false,
+    predictions: false,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: 'least-loaded',
   busyFilter: true,
   adminOnly: false,
   predictionTtlKey: 'speculative_ttl_ms',
   predictionTtlMs: 0,
   peer: {
-    source: 'llm-d/llm-d guides/optimized-baseline (values); llm-d/llm-d-router scheduling/filter/prefixcacheaffinity, scheduling/scorer/tokenload, dataproducer/{inflightload,approximateprefix}',
+    source:
+      'llm-d/llm-d guides/optimized-baseline (values); llm-d/llm-d-router scheduling/filter/prefixcacheaffinity, scheduling/scorer/tokenload, dataproducer/{inflightload,approximateprefix}',
     version: 'guide 0a3b0c9; router ebab687 (2026-08-22)',
-    defaults: 'affinity >= 0.80, TTFT gate 18,000 ms at 15,928 tok/s, exploration 0; token load 1 - tokens/4,194,304; approximate prefix over 64-token blocks, LRU 31,250 per pod',
+    defaults:
+      'affinity >= 0.80, TTFT gate 18,000 ms at 15,928 tok/s, exploration 0; token load 1 - tokens/4,194,304; approximate prefix over 64-token blocks, LRU 31,250 per pod',
   },
-  createState: (): StickyState => ({ index: new ApproxPrefixIndex(LLM_D_STICKY.lruBlocksPerPod), inflight: new Map(), open: new Map() }),
+  createState: (): StickyState => ({
+    index: new ApproxPrefixIndex(LLM_D_STICKY.lruBlocksPerPod),
+    inflight: new Map(),
+    open: new Map(),
+  }),
   pick(c, ctx) {
     if (c.length === 0) return -1;
     const s = ctx.state;
     const p = LLM_D_STICKY;
     const block = Math.max(ctx.ns.blockSize, p.minBlockTokens);
-    const tokens = ctx.tokens && ctx.tokens.length > 0 ? (ctx.tokens instanceof Uint32Array ? ctx.tokens : Uint32Array.from(ctx.tokens)) : null;
-    const hashes = tokens ? approxBlockHashes({ kind: 'tokens', symbols: tokens }, block, Math.floor(p.maxPrefixTokens / block), hashSpace({ loraName: ctx.ns.loraName, salt: ctx.ns.salt })) : new BigUint64Array(0);
+    const tokens =
+      ctx.tokens && ctx.tokens.length > 0
+        ? ctx.tokens instanceof Uint32Array
+          ? ctx.tokens
+          : Uint32Array.from(ctx.tokens)
+        : null;
+    const hashes = tokens
+      ? approxBlockHashes(
+          { kind: 'tokens', symbols: tokens },
+          block,
+          Math.floor(p.maxPrefixTokens / block),
+          hashSpace({ loraName: ctx.ns.loraName, salt: ctx.ns.salt }),
+        )
+      : new BigUint64Array(0);
     const matched = s.index.match(hashes);
     const prefix = c.map((x) => (hashes.length === 0 ? 0 : (matched.get(workerKey(x)) ?? 0) / hashes.length));
     const inflight = c.map((x) => s.inflight.get(workerKey(x)) ?? 0);
@@ -75,7 +102,11 @@ export const llmDSticky = definePolicy({
       const other = kept.filter((i) => prefix[i] < p.affinityThreshold);
       const ttft = (i: number) => (inflight[i] / p.peakPrefillTokensPerS) * 1000;
       const best = (ix: number[]) => Math.min(...ix.map(ttft));
-      if (sticky.length > 0 && !(p.maxTtftPenaltyMs > 0 && other.length > 0 && best(sticky) - best(other) > p.maxTtftPenaltyMs)) kept = sticky;
+      if (
+        sticky.length > 0 &&
+        !(p.maxTtftPenaltyMs > 0 && other.length > 0 && best(sticky) - best(other) > p.maxTtftPenaltyMs)
+      )
+        kept = sticky;
     }
     const scores = kept.map((i) => 1 - Math.min(1, inflight[i] / p.queueThresholdTokens));
     ctx.memo = { hashes, matched, block } satisfies StickyMemo;

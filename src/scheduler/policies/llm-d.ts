@@ -34,17 +34,28 @@ export function tierWeightedPrefix(c: { device: number; host: number; disk: numb
 
 export const llmD = definePolicy({
   name: 'llm-d',
-  summary: "llm-d's v0.8 precise prefix profile: KV-event prefix with tier weights 2, KV utilisation 1, queue 1; a peer baseline, needs engine_metrics.scrape",
-  needs: { tokens: true, index: true, predictions: true, sessionKey: false, target: false, text: false, engineMetrics: true },
+  summary:
+    "llm-d's v0.8 precise prefix profile: KV-event prefix with tier weights 2, KV utilisation 1, queue 1; a peer baseline, needs engine_metrics.scrape",
+  needs: {
+    tokens: true,
+    index: true,
+    predictions: true,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: true,
+  },
   fallback: 'least-loaded',
   busyFilter: true,
   adminOnly: false,
   predictionTtlKey: 'speculative_ttl_ms',
   predictionTtlMs: 2000,
   peer: {
-    source: 'llm-d/llm-d guides/precise-prefix-cache-aware (values), llm-d/llm-d-inference-scheduler scorer/preciseprefixcache, llm-d/llm-d-kv-cache pkg/kvcache/kvblock_scorer.go',
+    source:
+      'llm-d/llm-d guides/precise-prefix-cache-aware (values), llm-d/llm-d-inference-scheduler scorer/preciseprefixcache, llm-d/llm-d-kv-cache pkg/kvcache/kvblock_scorer.go',
     version: 'guide 019a3f3, scheduler v0.8.0 (05c91f0), kv-cache v0.8.0',
-    defaults: 'precise prefix 2, kv-cache-utilization 1, queue 1; tier weights gpu 1.0, cpu 0.8 (others 1.0); min-max over pods with hits; speculative entries 2 s; max-score picker, random ties',
+    defaults:
+      'precise prefix 2, kv-cache-utilization 1, queue 1; tier weights gpu 1.0, cpu 0.8 (others 1.0); min-max over pods with hits; speculative entries 2 s; max-score picker, random ties',
   },
   pick(c, ctx) {
     if (c.length === 0) return -1;
@@ -61,7 +72,11 @@ export const llmD = definePolicy({
     const w = LLM_D.weights;
     const totals = c.map((_, i) => {
       const prefix = raw[i] <= 0 ? 0 : max === min ? 1 : (raw[i] - min) / (max - min);
-      return w.prefix * clamp01(prefix) + w.kvUtilization * clamp01(kvUtilizationScore(g[i].kvUsage)) + w.queue * clamp01(queue[i]);
+      return (
+        w.prefix * clamp01(prefix) +
+        w.kvUtilization * clamp01(kvUtilizationScore(g[i].kvUsage)) +
+        w.queue * clamp01(queue[i])
+      );
     });
     return maxScore(totals, ctx.rand);
   },

@@ -77,7 +77,8 @@ export const byCostWithAffinity: Picker = (c, ctx) => {
   let top = hrw(key, best);
   for (let k = 0; k < c.length; k++) {
     const x = c[k];
-    if (k === i || x.cost > limit || x.creditedBlocks !== best.creditedBlocks || x.load.activeRequests + 1 > cap) continue;
+    if (k === i || x.cost > limit || x.creditedBlocks !== best.creditedBlocks || x.load.activeRequests + 1 > cap)
+      continue;
     // While the cheapest has no prefill queued, neither has the pick: at light load a cold prefill
     // waiting for another is the tail, and its siblings find it by its booking wherever it goes.
     // Once every instance queues (saturation), the slack alone decides: meeting is worth more then.
@@ -121,7 +122,8 @@ function withinBound(c: readonly CandidateScore[], i: number, cap: number): numb
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */
-const loadOf = (c: CandidateScore) => c.load.activeRequests * 1e9 + c.load.activePrefillTokens / 16 + c.load.activeBlocks;
+const loadOf = (c: CandidateScore) =>
+  c.load.activeRequests * 1e9 + c.load.activePrefillTokens / 16 + c.load.activeBlocks;
 
 export const leastLoad: Picker = (c, ctx) => pickByCost(c.map(loadOf), 0, ctx.rand);
 
@@ -158,5 +160,11 @@ export const uniform: Picker = (c, ctx) => (c.length === 0 ? -1 : Math.floor(ctx
 export const namedTarget: Picker = (c, ctx) => {
   const idx = c.map((x, i) => [x, i] as const).filter(([x]) => x.instance === ctx.target);
   if (idx.length === 0) return -1;
-  return idx[pickByCost(idx.map(([x]) => x.cost), 0, ctx.rand)][1];
+  return idx[
+    pickByCost(
+      idx.map(([x]) => x.cost),
+      0,
+      ctx.rand,
+    )
+  ][1];
 };

@@ -20,7 +20,23 @@ import type { PolicySpec } from './types.js';
 import { vllmRouter } from './vllm-router.js';
 
 /** kvrouter's own policies, then the peers' default algorithms reimplemented as baselines (`peer` set). */
-export const POLICIES = [kv, approx, roundRobin, random, leastLoaded, powerOfTwo, session, direct, dynamo, sglang, gie, llmD, llmDSticky, aibrix, vllmRouter] as const;
+export const POLICIES = [
+  kv,
+  approx,
+  roundRobin,
+  random,
+  leastLoaded,
+  powerOfTwo,
+  session,
+  direct,
+  dynamo,
+  sglang,
+  gie,
+  llmD,
+  llmDSticky,
+  aibrix,
+  vllmRouter,
+] as const;
 
 export type PolicyName = (typeof POLICIES)[number]['name'];
 
@@ -49,12 +65,16 @@ export function policySpec(name: PolicyName): PolicySpec<PolicyName> {
  */
 export function servingPolicy(name: PolicyName, has: { tokens: boolean }): PolicyName {
   let p = policySpec(name);
-  for (let hops = 0; p.needs.tokens && !has.tokens && p.fallback !== null && hops < POLICIES.length; hops++) p = policySpec(p.fallback as PolicyName);
+  for (let hops = 0; p.needs.tokens && !has.tokens && p.fallback !== null && hops < POLICIES.length; hops++)
+    p = policySpec(p.fallback as PolicyName);
   return p.name;
 }
 
 /** How long the routed prompt's blocks stay speculatively in the index: the peer's own lifetime, else the routing key's. */
-export function predictionTtlMs(name: PolicyName, routing: Readonly<Record<PolicySpec['predictionTtlKey'], number>>): number {
+export function predictionTtlMs(
+  name: PolicyName,
+  routing: Readonly<Record<PolicySpec['predictionTtlKey'], number>>,
+): number {
   const p = policySpec(name);
   return p.predictionTtlMs ?? routing[p.predictionTtlKey];
 }

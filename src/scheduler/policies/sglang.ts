@@ -40,19 +40,35 @@ const EMPTY: RequestText = { kind: 'chars', symbols: new Uint32Array(0) };
 
 export const sglang = definePolicy({
   name: 'sglang',
-  summary: "SGLang Model Gateway's cache_aware: its own approximate tree of the request text, CLI defaults; a peer baseline",
-  needs: { tokens: false, index: false, predictions: false, sessionKey: false, target: false, text: true, engineMetrics: false },
+  summary:
+    "SGLang Model Gateway's cache_aware: its own approximate tree of the request text, CLI defaults; a peer baseline",
+  needs: {
+    tokens: false,
+    index: false,
+    predictions: false,
+    sessionKey: false,
+    target: false,
+    text: true,
+    engineMetrics: false,
+  },
   fallback: null,
   busyFilter: true,
   adminOnly: false,
   predictionTtlKey: 'speculative_ttl_ms',
   predictionTtlMs: 0,
   peer: {
-    source: 'smg-project/smg model_gateway/src/policies/cache_aware.rs, model_gateway/src/main.rs (CLI), crates/kv_index/src/string_tree.rs',
+    source:
+      'smg-project/smg model_gateway/src/policies/cache_aware.rs, model_gateway/src/main.rs (CLI), crates/kv_index/src/string_tree.rs',
     version: 'f8daa88 (2026-08-22)',
-    defaults: 'cache_threshold 0.3, balance_abs 64, balance_rel 1.5 (spill gate on the chosen worker vs the mean), eviction 120 s, max_tree_size 2^26, 16-token pages; KV-usage triggers off',
+    defaults:
+      'cache_threshold 0.3, balance_abs 64, balance_rel 1.5 (spill gate on the chosen worker vs the mean), eviction 120 s, max_tree_size 2^26, 16-token pages; KV-usage triggers off',
   },
-  createState: (): SglangState => ({ chars: new TextTree(1), tokens: new TextTree(SGLANG.tokenPage), sent: new Map(), lastEviction: null }),
+  createState: (): SglangState => ({
+    chars: new TextTree(1),
+    tokens: new TextTree(SGLANG.tokenPage),
+    sent: new Map(),
+    lastEviction: null,
+  }),
   pick(c, ctx) {
     if (c.length === 0) return -1;
     const s = ctx.state;
@@ -62,7 +78,8 @@ export const sglang = definePolicy({
       const l = c[i].load.activeRequests;
       sum += l;
       const m = c[minLoad].load.activeRequests;
-      if (l < m || (l === m && (s.sent.get(workerKey(c[i])) ?? 0) < (s.sent.get(workerKey(c[minLoad])) ?? 0))) minLoad = i;
+      if (l < m || (l === m && (s.sent.get(workerKey(c[i])) ?? 0) < (s.sent.get(workerKey(c[minLoad])) ?? 0)))
+        minLoad = i;
     }
     const avg = sum / c.length;
     const text = ctx.text ?? EMPTY;
@@ -74,7 +91,13 @@ export const sglang = definePolicy({
       const idx = c.map((x, i) => (holders.has(workerKey(x)) ? i : -1)).filter((i) => i >= 0);
       // No holder among the candidates: SMG takes the first healthy worker and inserts nothing.
       if (idx.length === 0) return 0;
-      chosen = idx[argminRandomTies(idx.map((i) => c[i].load.activeRequests), ctx.rand)];
+      chosen =
+        idx[
+          argminRandomTies(
+            idx.map((i) => c[i].load.activeRequests),
+            ctx.rand,
+          )
+        ];
       const load = c[chosen].load.activeRequests;
       if (load > avg * SGLANG.balanceRel && load > avg + SGLANG.balanceAbs) chosen = minLoad;
     }

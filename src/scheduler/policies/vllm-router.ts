@@ -14,7 +14,15 @@ import { definePolicy } from './types.js';
 export const vllmRouter = definePolicy({
   name: 'vllm-router',
   summary: "vllm-project/router's kv_aware: longest KV-event prefix on any tier, else least loaded; a peer baseline",
-  needs: { tokens: true, index: true, predictions: true, sessionKey: false, target: false, text: false, engineMetrics: false },
+  needs: {
+    tokens: true,
+    index: true,
+    predictions: true,
+    sessionKey: false,
+    target: false,
+    text: false,
+    engineMetrics: false,
+  },
   fallback: 'least-loaded',
   busyFilter: true,
   adminOnly: false,
@@ -23,7 +31,8 @@ export const vllmRouter = definePolicy({
   peer: {
     source: 'vllm-project/router src/policies/kv_aware.rs, src/kv_index/{scorer,updater}.rs (open PR #130)',
     version: '71af994 (kv_aware.rs), 2ec0ff0 (kv_index)',
-    defaults: 'block 16 (the engine\'s), speculative entries 2 s, longest contiguous prefix on any tier (last of equals), zero hits: least in-flight requests (first of equals)',
+    defaults:
+      "block 16 (the engine's), speculative entries 2 s, longest contiguous prefix on any tier (last of equals), zero hits: least in-flight requests (first of equals)",
   },
   pick(c, ctx) {
     if (c.length <= 1) return c.length - 1;

@@ -34,4 +34,8 @@ export function gauges(e: EngineLoad | null): { waiting: number; kvUsage: number
 }
 
 /** Index of the highest total, uniformly among equal totals; -1 for none. */
-export const maxScore = (totals: readonly number[], rand: () => number): number => argminRandomTies(totals.map((t) => -t), rand);
+export const maxScore = (totals: readonly number[], rand: () => number): number =>
+  argminRandomTies(
+    totals.map((t) => -t),
+    rand,
+  );

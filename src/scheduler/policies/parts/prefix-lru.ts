@@ -16,7 +16,12 @@ export const CHARS_PER_TOKEN = 4;
  * characters; token ids are tokens already), at most `maxBlocks` of them, then the partial tail if
  * any. Empty when the prompt is shorter than one block (GIE: "too small for prefix cache").
  */
-export function approxBlockHashes(text: RequestText, blockSizeTokens: number, maxBlocks: number, space: HashSpace): BigUint64Array {
+export function approxBlockHashes(
+  text: RequestText,
+  blockSizeTokens: number,
+  maxBlocks: number,
+  space: HashSpace,
+): BigUint64Array {
   const per = text.kind === 'chars' ? blockSizeTokens * CHARS_PER_TOKEN : blockSizeTokens;
   let s = text.symbols;
   if (per <= 0 || s.length < per) return new BigUint64Array(0);

@@ -23,7 +23,12 @@ export interface TreeMatch {
   tenants: string[];
 }
 
-const node = (edge: Uint32Array, parent: Node | null): Node => ({ edge, children: new Map(), tenants: new Map(), parent });
+const node = (edge: Uint32Array, parent: Node | null): Node => ({
+  edge,
+  children: new Map(),
+  tenants: new Map(),
+  parent,
+});
 
 export class TextTree {
   private readonly root = node(new Uint32Array(0), null);
@@ -106,7 +111,8 @@ export class TextTree {
       total -= n.edge.length;
       const p = n.parent;
       if (n.children.size === 0 && n.tenants.size === 0 && p) p.children.delete(n.edge[0]);
-      if (p && p !== this.root && p.tenants.has(tenant) && this.isLeafFor(p, tenant)) heap.push({ t: p.tenants.get(tenant)!, tenant, n: p });
+      if (p && p !== this.root && p.tenants.has(tenant) && this.isLeafFor(p, tenant))
+        heap.push({ t: p.tenants.get(tenant)!, tenant, n: p });
     }
   }
 
@@ -134,7 +140,8 @@ export class TextTree {
   }
 
   private mark(n: Node, tenant: string, t: number): void {
-    if (!n.tenants.has(tenant) && n !== this.root) this.sizeOf.set(tenant, (this.sizeOf.get(tenant) ?? 0) + n.edge.length);
+    if (!n.tenants.has(tenant) && n !== this.root)
+      this.sizeOf.set(tenant, (this.sizeOf.get(tenant) ?? 0) + n.edge.length);
     n.tenants.set(tenant, t);
   }
 
