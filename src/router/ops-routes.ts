@@ -40,16 +40,14 @@ export function mountOpsRoutes(
     return c.json({
       object: 'list',
       data: [
-        ...[...deps.models.keys()]
-          .filter(usable)
-          .map((id) => ({
-            id,
-            object: 'model',
-            created: 0,
-            owned_by: 'kvrouter',
-            root: deps.models.get(id)!.name,
-            parent: null,
-          })),
+        ...[...deps.models.keys()].filter(usable).map((id) => ({
+          id,
+          object: 'model',
+          created: 0,
+          owned_by: 'kvrouter',
+          root: deps.models.get(id)!.name,
+          parent: null,
+        })),
         // LoRA adapters as vLLM lists them: the adapter's id with its base model as parent.
         ...rt.adapters
           .list()
@@ -94,19 +92,17 @@ export function mountOpsRoutes(
       // Closed-loop check: per instance, judged responses and any open alarm with its cause.
       hit_predictions: {
         action: rt.deps.cfg.verification.enabled ? rt.deps.cfg.verification.action : 'off',
-        alarms: rt.feedback.verifier
-          .alarms()
-          .map((a) => ({
-            instance: a.instance,
-            direction: a.direction,
-            count: a.count,
-            of: a.of,
-            mean_predicted_tokens: a.meanPredicted,
-            mean_reported_tokens: a.meanReported,
-            since: a.since,
-            message: a.message,
-            distrusted: scheduler.distrusted.has(a.instance),
-          })),
+        alarms: rt.feedback.verifier.alarms().map((a) => ({
+          instance: a.instance,
+          direction: a.direction,
+          count: a.count,
+          of: a.of,
+          mean_predicted_tokens: a.meanPredicted,
+          mean_reported_tokens: a.meanReported,
+          since: a.since,
+          message: a.message,
+          distrusted: scheduler.distrusted.has(a.instance),
+        })),
         instances: Object.fromEntries(
           rt.all.flatMap((m) => m.instances.map((i) => [i.id, rt.feedback.verifier.totals(i.id)])),
         ),

@@ -276,9 +276,7 @@ async function roundTrip(
   return { ...p, ...r };
 }
 
-async function immediateFor(
-  spec: RequestSpec,
-): Promise<{
+async function immediateFor(spec: RequestSpec): Promise<{
   status: number;
   body: { error: { message: string; type: string; code: unknown } };
   headers: Record<string, string>;

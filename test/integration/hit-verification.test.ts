@@ -104,9 +104,7 @@ async function ask(r: RouterHandle, q: string): Promise<{ status: number; cached
   return { status: res.statusCode, cached: body.usage?.prompt_tokens_details?.cached_tokens ?? -1 };
 }
 
-async function health(
-  r: RouterHandle,
-): Promise<{
+async function health(r: RouterHandle): Promise<{
   hit_predictions: {
     alarms: Array<{ instance: string; message: string; distrusted: boolean }>;
     instances: Record<string, Record<string, number>>;
