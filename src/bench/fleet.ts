@@ -18,7 +18,7 @@ import { simulateFleet } from '../fleet-sim/simulation.js';
 import type { EventWire, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
 import { applyOverrides } from '../router/overrides.js';
 import { feedbackOptions } from '../router/runtime.js';
-import { splitPolicies } from './cluster.js';
+import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
 import { sizeFleet } from './cluster/sizing.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
@@ -136,24 +136,11 @@ const OPTIONS: OptionTable = {
     arg: 'N',
     help: 'GPU KV blocks per engine (default: sized from the working set like bench cluster, see --cache-ratio)',
   },
-  'cache-ratio': {
-    type: 'string',
-    default: '0.2',
-    arg: 'X',
-    help: 'cluster GPU KV cache / working set (one engine holds ratio/engines of it)',
-  },
-  'cpu-ratio': { type: 'string', default: '2', arg: 'X', help: 'host-tier blocks per GPU block (0 = no host tier)' },
-  'max-model-len': {
-    type: 'string',
-    default: '32768',
-    arg: 'N',
-    help: 'longest prompt + output; longer trace requests are skipped',
-  },
-  'max-output-tokens': {
-    type: 'string',
-    arg: 'N',
-    help: "cap on output tokens (default: the workload's; quick mooncake 32)",
-  },
+  // The engines' sizing and the trace's limits, as bench cluster takes them.
+  'cache-ratio': FLEET_OPTIONS['cache-ratio'],
+  'cpu-ratio': FLEET_OPTIONS['cpu-ratio'],
+  'max-model-len': FLEET_OPTIONS['max-model-len'],
+  'max-output-tokens': FLEET_OPTIONS['max-output-tokens'],
   seed: {
     type: 'string',
     default: '0',
