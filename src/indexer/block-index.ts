@@ -210,9 +210,8 @@ export class BlockIndex {
   private qDev = new Int32Array(64);
   private qHost = new Int32Array(64);
   private qDisk = new Int32Array(64);
-  private qDevN = new Int32Array(64);
-  private qHostN = new Int32Array(64);
-  private qAllN = new Int32Array(64);
+  /** Per candidate, its live holders at the current block: [any level, device, device+host, -] (rows of 4). */
+  private qCount = new Int32Array(64 * 4);
   /** Candidates still walking (those whose disk level has ended are skipped, and dropped on the next settle). */
   private qAlive = new Int32Array(64);
   private qTracked = new Int32Array(64);
@@ -376,9 +375,7 @@ export class BlockIndex {
       this.qDev = grow(this.qDev, n);
       this.qHost = grow(this.qHost, n);
       this.qDisk = grow(this.qDisk, n);
-      this.qDevN = grow(this.qDevN, n);
-      this.qHostN = grow(this.qHostN, n);
-      this.qAllN = grow(this.qAllN, n);
+      this.qCount = grow(this.qCount, n * 4);
       this.qAlive = grow(this.qAlive, n);
       this.qTracked = grow(this.qTracked, n);
     }
@@ -946,7 +943,7 @@ export class BlockIndex {
       this.qBucket = new Int32Array(m);
       this.qBucketStamp = new Int32Array(m);
     }
-    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qDevN, qHostN, qAllN } = this;
+    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
     const tbl = table.data;
     this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
     let slot = table.find(sv[0], sv[1]);
@@ -985,15 +982,15 @@ export class BlockIndex {
             if (c === SHARED) this.qSharedN--;
             if (c < 0 || qDisk[c] !== EXT) continue;
             const b = nodes[k * Q + 2];
-            if (--qAllN[c] === 0) {
+            if (--qCount[4 * c] === 0) {
               if (qDev[c] === EXT) qDev[c] = i;
               if (qHost[c] === EXT) qHost[c] = i;
               qDisk[c] = i;
               this.qLive--;
               continue;
             }
-            if (b & GPU && --qDevN[c] === 0 && qDev[c] === EXT) qDev[c] = i;
-            if (b & GPU_CPU && --qHostN[c] === 0 && qHost[c] === EXT) qHost[c] = i;
+            if (b & GPU && --qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
+            if (b & GPU_CPU && --qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
           }
           if (sharedAlive && this.qSharedN === 0) {
             shared = i;
@@ -1041,21 +1038,23 @@ export class BlockIndex {
     limit: ReadonlySet<string> | undefined,
     stamped: boolean,
   ): void {
-    const { rec, qDevN, qHostN, qAllN, qAlive } = this;
+    const { rec, qCount, qAlive } = this;
     for (let k = 0; k < this.qAliveN; k++) {
-      const c = qAlive[k];
-      qDevN[c] = 0;
-      qHostN[c] = 0;
-      qAllN[c] = 0;
+      const o = 4 * qAlive[k];
+      qCount[o] = 0;
+      qCount[o + 1] = 0;
+      qCount[o + 2] = 0;
     }
     // Seeds from before this block no longer stand: their nodes are ignored.
     this.qNodeFloor = this.qNodeN;
     const seedK = this.qSeeds++;
-    if (this.qKeepFirst) {
+    const keep = this.qKeepFirst;
+    if (keep) {
       if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
       this.qSeedDepth[seedK] = i;
     }
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qhFirst, qhFirstQ, qStamp, qDisk, qBucket, qBucketStamp } = this;
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qStamp, qWant, qDev, qHost, qDisk, qBucket, qBucketStamp } =
+      this;
     let nodes = this.qNodes;
     let k = this.qNodeN;
     let shared = 0;
@@ -1063,6 +1062,7 @@ export class BlockIndex {
       const h = rec[r * R + R_HOLDER];
       const spec = hSpec[h] === 1;
       const exp = spec ? recExp[r] : 0;
+      const b = hBit[h];
       // Who the holder counts for: a tracked candidate's level, the shared pool, or nobody.
       const c = hCand[h];
       let who = NONE;
@@ -1070,26 +1070,34 @@ export class BlockIndex {
         who = SHARED;
         shared++;
       } else if (!spec || exp > now) {
-        if (
-          qStamp[c] !== qid &&
-          i === 0 &&
-          (stamped ? this.qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))
-        )
-          this.track(c, qid);
-        if (qStamp[c] === qid && qDisk[c] === EXT) {
+        if (qStamp[c] === qid) {
+          if (qDisk[c] === EXT) who = c;
+        } else if (i === 0 && (stamped ? qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) {
+          // First seen: tracked from here, its levels open.
+          qStamp[c] = qid;
+          qDev[c] = EXT;
+          qHost[c] = EXT;
+          qDisk[c] = EXT;
+          qCount[4 * c] = 0;
+          qCount[4 * c + 1] = 0;
+          qCount[4 * c + 2] = 0;
+          qAlive[this.qAliveN++] = c;
+          this.qTracked[this.qTrackedN++] = c;
+          this.qLive++;
           who = c;
-          const b = hBit[h];
-          qAllN[c]++;
-          if (b & GPU) qDevN[c]++;
-          if (b & GPU_CPU) qHostN[c]++;
+        }
+        if (who >= 0) {
+          qCount[4 * c]++;
+          if (b & GPU) qCount[4 * c + 1]++;
+          if (b & GPU_CPU) qCount[4 * c + 2]++;
         }
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
       const end = i + Math.max(1, runLen[rec[r * R + R_RUN]] - rec[r * R + R_POS]);
-      if (this.qKeepFirst) {
+      if (keep) {
         if (i === 0) {
-          qhFirst[h] = r;
-          qhFirstQ[h] = qid;
+          this.qhFirst[h] = r;
+          this.qhFirstQ[h] = qid;
         }
         this.qhSeedQ[h] = qid;
         this.qhSeedK[h] = seedK;
@@ -1099,7 +1107,7 @@ export class BlockIndex {
       if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
       nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
       nodes[k * Q + 1] = who;
-      nodes[k * Q + 2] = hBit[h];
+      nodes[k * Q + 2] = b;
       if (qBucketStamp[end] !== qid) {
         qBucketStamp[end] = qid;
         nodes[k * Q + 3] = NONE;
@@ -1110,34 +1118,21 @@ export class BlockIndex {
     this.qSharedN = shared;
   }
 
-  private track(c: number, qid: number): void {
-    this.qStamp[c] = qid;
-    this.qDev[c] = EXT;
-    this.qHost[c] = EXT;
-    this.qDisk[c] = EXT;
-    this.qDevN[c] = 0;
-    this.qHostN[c] = 0;
-    this.qAllN[c] = 0;
-    this.qAlive[this.qAliveN++] = c;
-    this.qLive++;
-    this.qTracked[this.qTrackedN++] = c;
-  }
-
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
   private settleAll(i: number): void {
-    const { qAlive, qDev, qHost, qDisk, qDevN, qHostN, qAllN } = this;
+    const { qAlive, qDev, qHost, qDisk, qCount } = this;
     let kept = 0;
     for (let k = 0; k < this.qAliveN; k++) {
       const c = qAlive[k];
       if (qDisk[c] !== EXT) continue;
-      if (qAllN[c] === 0) {
+      if (qCount[4 * c] === 0) {
         if (qDev[c] === EXT) qDev[c] = i;
         if (qHost[c] === EXT) qHost[c] = i;
         qDisk[c] = i;
         continue;
       }
-      if (qDevN[c] === 0 && qDev[c] === EXT) qDev[c] = i;
-      if (qHostN[c] === 0 && qHost[c] === EXT) qHost[c] = i;
+      if (qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
+      if (qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
       qAlive[kept++] = c;
     }
     this.qAliveN = kept;
@@ -1317,12 +1312,12 @@ export class BlockIndex {
     h.count--;
     this.liveRecords--;
     // Forget the engine hash once no medium of this group holds the block any more.
-    const elo = this.recEng[2 * r];
-    const ehi = this.recEng[2 * r + 1];
     const emptied = tbl[headAt] === NONE;
-    if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
-      const em = this.groups[h.group].engineMap;
-      if (em) {
+    const em = this.groups[h.group].engineMap;
+    if (em) {
+      const elo = this.recEng[2 * r];
+      const ehi = this.recEng[2 * r + 1];
+      if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
         const s = em.find(elo, ehi);
         if (s !== NONE && em.data[s * EM + 3] === lo && em.data[s * EM + 4] === hi) em.removeSlot(s);
       }

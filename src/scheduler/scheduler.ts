@@ -197,8 +197,9 @@ export class Scheduler {
 
   /**
    * Every candidate's overlap per tier, load and cost for a prompt; changes nothing. Beyond the
-   * index walk, O(1) per candidate (O(log) for one with requests in flight): nothing here walks the
-   * prompt per candidate.
+   * index walk, O(1) per candidate (O(log) for one with requests in flight). The one per-candidate
+   * walk of the prompt left is the index's eviction judgement of a loaded candidate whose GPU cache
+   * has evicted (up to its first block that would go, O(1) a block).
    */
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
     const bs = input.ns.blockSize;

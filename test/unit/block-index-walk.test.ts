@@ -422,4 +422,33 @@ describe('the predicted walk answers exactly as the block-by-block walk (issue 4
       { numRuns: 80 },
     );
   });
+
+  it('reads only block 0 when holders stored their chains whole or in pieces naming their parents', () => {
+    // The work, not the time: how many blocks had their records read (the walk's seeds).
+    const seeds = (idx: BlockIndex) => (idx as unknown as { qSeeds: number }).qSeeds;
+    const prompt = BigUint64Array.from({ length: 300 }, (_, i) => (BigInt(i) << 40n) + 77n);
+    const rnd = mulberry32(40);
+    const idx = new BlockIndex(64);
+    for (let f = 0; f < 400; f++) {
+      const h = idx.holder(`i${f}`, f % 2, f % 5 === 0 ? 'CPU' : 'GPU');
+      const depth = 1 + Math.floor(rnd() * prompt.length);
+      // Decode-sized pieces, each naming its parent, interleaved with another chain of the holder.
+      for (let a = 0; a < depth; a += 7) {
+        idx.store(h, prompt.subarray(a, Math.min(depth, a + 7)), null, 0, a > 0 ? prompt[a - 1] : null);
+        idx.store(h, BigUint64Array.of(BigInt(f) * 1000n + BigInt(a) + 1n));
+      }
+    }
+    const got = idx.query(prompt, 0);
+    expect(got).toEqual(oracleQuery(idx, prompt, 0));
+    expect(got.candidates.length).toBe(400);
+    expect(seeds(idx)).toBe(1);
+    // Without the parents' hashes each piece is a run of its own: the walk has to read block after block.
+    const blind = new BlockIndex(64);
+    for (let f = 0; f < 50; f++) {
+      const h = blind.holder(`i${f}`, 0, 'GPU');
+      for (let a = 0; a < 100; a += 7) blind.store(h, prompt.subarray(a, Math.min(100, a + 7)));
+    }
+    expect(blind.query(prompt, 0)).toEqual(oracleQuery(blind, prompt, 0));
+    expect(seeds(blind)).toBeGreaterThan(10);
+  });
 });

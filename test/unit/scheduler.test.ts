@@ -131,6 +131,31 @@ describe('ActiveSequences', () => {
   });
 });
 
+describe('ActiveSequences: held prefixes by binary search', () => {
+  it('equal the block-by-block count for prompts that share prefixes (a seq hash names its prefix)', () => {
+    const rnd = seeded(17);
+    const int = (n: number) => Math.floor(rnd() * n);
+    for (let run = 0; run < 200; run++) {
+      // Prompts as chains of a tree: each branches off an earlier one at a random depth.
+      const prompts: bigint[][] = [];
+      for (let p = 0; p < 8; p++) {
+        const base = p === 0 ? [] : prompts[int(p)].slice(0, int(20));
+        prompts.push([...base, ...Array.from({ length: 1 + int(20) }, (_, i) => BigInt(run * 1_000_000 + p * 1000 + i + 1))]);
+      }
+      const a = new ActiveSequences();
+      const booked = prompts.filter(() => rnd() < 0.5);
+      booked.forEach((p, i) => a.book(`r${i}`, 'w', 0, BigUint64Array.from(p), 1, 0));
+      if (booked.length > 1 && rnd() < 0.5) a.free('r0');
+      const held = new Set(booked.filter((_, i) => a.get(`r${i}`) !== undefined).flat());
+      for (const p of prompts) {
+        let linear = 0;
+        while (linear < p.length && held.has(p[linear])) linear++;
+        expect(a.newBlocks('w', 0, BigUint64Array.from(p))).toBe(p.length - linear);
+      }
+    }
+  });
+});
+
 describe('Scheduler', () => {
   const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
   const cands = [
