@@ -140,11 +140,16 @@ describe('ActiveSequences: held prefixes by binary search', () => {
       const prompts: bigint[][] = [];
       for (let p = 0; p < 8; p++) {
         const base = p === 0 ? [] : prompts[int(p)].slice(0, int(20));
-        prompts.push([...base, ...Array.from({ length: 1 + int(20) }, (_, i) => BigInt(run * 1_000_000 + p * 1000 + i + 1))]);
+        prompts.push([
+          ...base,
+          ...Array.from({ length: 1 + int(20) }, (_, i) => BigInt(run * 1_000_000 + p * 1000 + i + 1)),
+        ]);
       }
       const a = new ActiveSequences();
       const booked = prompts.filter(() => rnd() < 0.5);
-      booked.forEach((p, i) => a.book(`r${i}`, 'w', 0, BigUint64Array.from(p), 1, 0));
+      booked.forEach((p, i) => {
+        a.book(`r${i}`, 'w', 0, BigUint64Array.from(p), 1, 0);
+      });
       if (booked.length > 1 && rnd() < 0.5) a.free('r0');
       const held = new Set(booked.filter((_, i) => a.get(`r${i}`) !== undefined).flat());
       for (const p of prompts) {
