@@ -1,6 +1,7 @@
 // Real processes for integration tests: the benchmarks' child-process helper (spawn the compiled
 // CLI, wait for its ready line, kill it; none outlives the test process) under the tests' names.
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { REPO_ROOT, spawnCli as spawnChildCli } from '../../src/bench/procs/children.js';
 
 export const ROOT = REPO_ROOT;
@@ -65,4 +66,19 @@ export async function waitFor<T>(
     await new Promise((r) => setTimeout(r, everyMs));
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+}
+
+/** Run the kvrouter CLI to its end, stdout ignored: its exit code and everything it wrote to stderr. */
+export function runCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    p.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    p.on('close', (code) => resolve({ code, stderr }));
+  });
 }

@@ -1,11 +1,11 @@
 // Smoke test of `kvrouter bench cluster --quick`: the built CLI runs every policy and its JSON report
 // holds plausible values. No timing thresholds: the machine may be busy.
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ROOT } from '../helpers/procs.js';
+import { runCli } from '../helpers/procs.js';
+import { ordered } from '../helpers/report.js';
 
 const POLICIES = ['kv', 'kv-no-tier', 'approx', 'round-robin', 'random', 'least-loaded', 'session'];
 const dir = mkdtempSync(join(tmpdir(), 'bench-cluster-test-'));
@@ -31,25 +31,6 @@ interface Result {
   preemptions: number;
   engines: Array<{ requests: number; busyS: number }>;
   ttftCdf: number[];
-}
-
-function runCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], {
-      cwd: ROOT,
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let stderr = '';
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.on('exit', (code) => resolve({ code, stderr }));
-  });
-}
-
-function ordered(d: Dist): void {
-  expect(d.p50).toBeGreaterThan(0);
-  expect(d.p50).toBeLessThanOrEqual(d.p90);
-  expect(d.p90).toBeLessThanOrEqual(d.p99);
-  expect(d.p99).toBeLessThanOrEqual(d.max);
 }
 
 describe('kvrouter bench cluster --quick', () => {

@@ -6,7 +6,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ROOT } from '../helpers/procs.js';
+import { ROOT, runCli } from '../helpers/procs.js';
+import { ordered } from '../helpers/report.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-fleet-test-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -54,25 +55,6 @@ interface Report {
   policies: string[];
   results: Result[];
   wall?: unknown;
-}
-
-function runCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [join(ROOT, 'bin/kvrouter.js'), ...args], {
-      cwd: ROOT,
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let stderr = '';
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.on('exit', (code) => resolve({ code, stderr }));
-  });
-}
-
-function ordered(d: Dist): void {
-  expect(d.p50).toBeGreaterThan(0);
-  expect(d.p50).toBeLessThanOrEqual(d.p90);
-  expect(d.p90).toBeLessThanOrEqual(d.p99);
-  expect(d.p99).toBeLessThanOrEqual(d.max);
 }
 
 describe('kvrouter bench fleet --quick', () => {

@@ -1,10 +1,9 @@
 // Start-up failures print one line naming the port, what wanted it and how to move it, and exit
 // non-zero; no stack trace. Each case holds a real port on loopback and starts the real CLI.
-import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POLICY_NAMES } from '../../src/scheduler/policies/registry.js';
-import { ROOT } from '../helpers/procs.js';
+import { runCli } from '../helpers/procs.js';
 
 let holder: Server;
 let taken: number;
@@ -15,15 +14,6 @@ beforeAll(async () => {
   taken = (holder.address() as { port: number }).port;
 });
 afterAll(() => new Promise<void>((r) => holder.close(() => r())));
-
-function runCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, ['bin/kvrouter.js', ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.on('close', (code) => resolve({ code, stderr }));
-  });
-}
 
 function expectOneLine(r: { code: number | null; stderr: string }, pattern: RegExp): void {
   expect(r.code, r.stderr).toBe(1);
