@@ -329,13 +329,41 @@ export async function run(argv: string[]): Promise<number> {
     }
   }
 
-  const small: SmallRow[] = [];
-  const cold: ColdRow[] = [];
-  const multi: TurnRow[] = [];
-  const stalls: StallRow[] = [];
-  const loads: Record<string, number> = {};
+  const results = await measureAll(names, quick, turns);
+  const { small, cold, multi, stalls, loads } = results;
+  const tables = tokenizerTables(results);
+  writeReport(
+    'tokenizer',
+    { loadMs: loads, small, cold, multiTurn: multi, stalls },
+    tables,
+    typeof v.out === 'string' ? v.out : undefined,
+  );
+  return 0;
+}
+
+interface TokenizerResults {
+  small: SmallRow[];
+  cold: ColdRow[];
+  multi: TurnRow[];
+  stalls: StallRow[];
+  loads: Record<string, number>;
+}
+
+type Loaded = Map<string, { cached: PromptTokenizer; whole: PromptTokenizer }>;
+
+async function measureAll(names: string[], quick: boolean, turns: number): Promise<TokenizerResults> {
+  const r: TokenizerResults = { small: [], cold: [], multi: [], stalls: [], loads: {} };
   // Native-only measurements first: the pure-JS tokenizer's large heap would add GC pauses to them.
-  const loaded = new Map<string, { cached: PromptTokenizer; whole: PromptTokenizer }>();
+  const loaded = await measureNative(names, quick, turns, r);
+  await measureAgainstJs(names, quick, loaded, r);
+  r.stalls.sort((a, b) => names.indexOf(a.model) - names.indexOf(b.model));
+  return r;
+}
+
+/** Loads each model's tokenizers and measures what needs only the native tokenizer. */
+async function measureNative(names: string[], quick: boolean, turns: number, r: TokenizerResults): Promise<Loaded> {
+  const { small, multi, stalls, loads } = r;
+  const loaded: Loaded = new Map();
   for (const name of names) {
     const pkg = MODELS[name];
     const t0 = performance.now();
@@ -350,6 +378,12 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`${name}: event-loop stalls...\n`);
     stalls.push(...(await benchStall(name, cached, whole)));
   }
+  return loaded;
+}
+
+/** Cold throughput and stalls compared against the pure-JS port. */
+async function measureAgainstJs(names: string[], quick: boolean, loaded: Loaded, r: TokenizerResults): Promise<void> {
+  const { cold, stalls } = r;
   // The pure-JS port is a dev dependency (only this comparison uses it): present in a clone after `npm ci`.
   const { Tokenizer: JsTokenizerClass } = await import('@huggingface/tokenizers').catch(() => {
     throw new Error(
@@ -369,9 +403,10 @@ export async function run(argv: string[]): Promise<number> {
     stalls.push(...(await benchStall(name, cached, whole, js)));
     await Promise.all([cached.close(), whole.close(), native.close()]);
   }
-  stalls.sort((a, b) => names.indexOf(a.model) - names.indexOf(b.model));
+}
 
-  const tables: Table[] = [
+function tokenizerTables({ small, cold, multi, stalls }: TokenizerResults): Table[] {
+  return [
     {
       title:
         "Small chats, warm (bench overhead's chat requests: 300-word system prompt, 40-word question; µs per request)",
@@ -453,11 +488,4 @@ export async function run(argv: string[]): Promise<number> {
       ]),
     },
   ];
-  writeReport(
-    'tokenizer',
-    { loadMs: loads, small, cold, multiTurn: multi, stalls },
-    tables,
-    typeof v.out === 'string' ? v.out : undefined,
-  );
-  return 0;
 }
