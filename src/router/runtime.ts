@@ -118,29 +118,14 @@ export async function createRuntime(
   now: () => number,
   sharedEngines?: readonly EngineRef[],
 ): Promise<RouterRuntime> {
-  const access = new Access({ admin_token: cfg0.auth.admin_token, tenants: cfg0.auth.tenants }, now);
-  checkAuth(cfg0, access);
-  if (!access.enabled)
-    log(
-      `auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg0.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`,
-    );
+  const access = createAccess(cfg0, log, now);
   const engines = sharedEngines ? [] : await startEmbeddedEngines(cfg0, log);
   const engineRefs = sharedEngines ?? engines;
   fillEngineInstances(cfg0, engineRefs);
 
-  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds: modelSeeds(cfg0) });
-  const writer = new KvIndexWriter(indexer);
-  const registry = new Registry();
   const prom = new PromRegistry();
   collectDefaultMetrics({ register: prom });
-  const listeners = new ListenerPool({
-    registry,
-    writer,
-    metrics: prom,
-    now,
-    options: listenerOptionsFromConfig(cfg0.kv_events),
-    ingestLimits: ingestLimitsFromConfig(cfg0.kv_events),
-  });
+  const { indexer, writer, registry, listeners } = createIndexParts(cfg0, prom, now);
   const scheduler = new Scheduler(
     indexer,
     cfg0.routing.seed !== undefined ? mulberry32(cfg0.routing.seed) : Math.random,
@@ -156,50 +141,15 @@ export async function createRuntime(
   const relayed = cfg0.cluster.events.source === 'jetstream';
   if (!relayed) await reconcileRegistrations(cfg0, ownedRegs, registry, listeners, now());
   const modelOfInstance = new Map<string, string>();
-  const label = (i: string) => modelOfInstance.get(i) ?? 'unknown';
-  // The metrics sink is bound late: the loop is created first so the metrics can read its alarms.
-  let judged: RouterMetrics['hitJudged'] = () => undefined;
-  const feedback = new FeedbackLoop(feedbackOptions(cfg0), {
+  const { feedback, metrics, decisions } = createMonitoring(cfg0, prom, {
     writer,
-    distrusted: scheduler.distrusted,
+    scheduler,
+    queue,
     log,
     now,
-    judged: (...a) => judged(...a),
+    models: () => rt.all,
+    label: (i) => modelOfInstance.get(i) ?? 'unknown',
   });
-  // The gauges read `rt.all` at scrape time, so they follow reloads.
-  const metrics = createRouterMetrics(
-    prom,
-    {
-      scheduler,
-      instances: () =>
-        rt.all.flatMap((m) =>
-          m.instances.map((i) => ({
-            id: i.id,
-            model: m.name,
-            healthy: i.health.available(now()),
-            dpSize: i.dpSize,
-            role: roleOf(m, i.id),
-          })),
-        ),
-      queueDepth: () => queue.depth,
-      tokenizerStats: () => {
-        let hits = 0;
-        let misses = 0;
-        let encodedChars = 0;
-        for (const t of new Set(rt.all.map((m) => m.tokenizer))) {
-          const s = t.stats();
-          hits += s.segmentCacheHits;
-          misses += s.segmentCacheMisses;
-          encodedChars += s.encodedChars;
-        }
-        return { hits, misses, encodedChars };
-      },
-      alarms: () => feedback.verifier.alarms(),
-    },
-    label,
-  );
-  judged = metrics.hitJudged;
-  const decisions = new DecisionLog(500, label, now);
   const adapters = new AdapterDirectory();
   const engineLoads = new EngineLoadView();
   const rt: RouterRuntime = {
@@ -247,6 +197,99 @@ export async function createRuntime(
   };
   indexInstances(rt);
   return rt;
+}
+
+/** The feedback loop, the Prometheus metrics and the decision log, which all label by instance. */
+function createMonitoring(
+  cfg: RouterConfig,
+  prom: PromRegistry,
+  parts: {
+    writer: KvIndexWriter;
+    scheduler: Scheduler;
+    queue: CapacityQueue;
+    log: (line: string) => void;
+    now: () => number;
+    /** Read at scrape time, so the gauges follow reloads. */
+    models: () => readonly ModelRuntime[];
+    label: (instance: string) => string;
+  },
+) {
+  const { writer, scheduler, queue, log, now, models, label } = parts;
+  // The metrics sink is bound late: the loop is created first so the metrics can read its alarms.
+  let judged: RouterMetrics['hitJudged'] = () => undefined;
+  const feedback = new FeedbackLoop(feedbackOptions(cfg), {
+    writer,
+    distrusted: scheduler.distrusted,
+    log,
+    now,
+    judged: (...a) => judged(...a),
+  });
+  const metrics = createRouterMetrics(
+    prom,
+    {
+      scheduler,
+      instances: () => instanceGauges(models(), now()),
+      queueDepth: () => queue.depth,
+      tokenizerStats: () => tokenizerTotals(models()),
+      alarms: () => feedback.verifier.alarms(),
+    },
+    label,
+  );
+  judged = metrics.hitJudged;
+  return { feedback, metrics, decisions: new DecisionLog(500, label, now) };
+}
+
+function createAccess(cfg: RouterConfig, log: (line: string) => void, now: () => number): Access {
+  const access = new Access({ admin_token: cfg.auth.admin_token, tenants: cfg.auth.tenants }, now);
+  checkAuth(cfg, access);
+  if (!access.enabled)
+    log(
+      `auth disabled: no admin token and no tenants, serving without credentials${isLoopbackHost(cfg.server.host) ? ' (loopback only)' : ' (allow_unauthenticated is set)'}`,
+    );
+  return access;
+}
+
+/** The index, its one writer, the registrations and the KV event listeners that feed the writer. */
+function createIndexParts(cfg: RouterConfig, prom: PromRegistry, now: () => number) {
+  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg.hashing.seed), modelSeeds: modelSeeds(cfg) });
+  const writer = new KvIndexWriter(indexer);
+  const registry = new Registry();
+  const listeners = new ListenerPool({
+    registry,
+    writer,
+    metrics: prom,
+    now,
+    options: listenerOptionsFromConfig(cfg.kv_events),
+    ingestLimits: ingestLimitsFromConfig(cfg.kv_events),
+  });
+  return { indexer, writer, registry, listeners };
+}
+
+/** Every instance of every model as the health/role gauges label it (read at scrape time). */
+function instanceGauges(all: readonly ModelRuntime[], now: number) {
+  return all.flatMap((m) =>
+    m.instances.map((i) => ({
+      id: i.id,
+      model: m.name,
+      healthy: i.health.available(now),
+      dpSize: i.dpSize,
+      role: roleOf(m, i.id),
+    })),
+  );
+}
+
+/** Segment cache counters summed over the distinct tokenizers (models may share one). */
+function tokenizerTotals(all: readonly ModelRuntime[]) {
+  let hits = 0;
+  let misses = 0;
+  let encodedChars = 0;
+  for (const t of new Set(all.map((m) => m.tokenizer))) {
+    const s = t.stats();
+    hits += s.segmentCacheHits;
+    misses += s.segmentCacheMisses;
+    encodedChars += s.encodedChars;
+  }
+  return { hits, misses, encodedChars };
 }
 
 /** The tracer, when `tracing.enabled` (fixed for the process: a reload keeps it); the SDK is loaded only then. */
