@@ -138,17 +138,18 @@ async function waitUntil(what: string, ok: () => boolean, ms = 30_000): Promise<
   }
 }
 
-async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
-  const n = v.replicas === 'one' ? 1 : ctx.replicas;
-  let fleet: Fleet | null = null;
-  let nats: LocalNats | null = null;
-  let stopRelay: (() => Promise<void>) | null = null;
-  const routers: RouterHandle[] = [];
-  const clusters: ClusterHandle[] = [];
-  const proms: PromRegistry[] = [];
-  try {
-    fleet = await startFleet(ctx.fleet);
-    const instances = fleet.engines.map((e, i) => ({
+/** The processes one variant runs: the engine fleet, NATS and the relay when it uses them, and the router replicas. */
+class VariantRig {
+  fleet: Fleet | null = null;
+  private nats: LocalNats | null = null;
+  private stopRelay: (() => Promise<void>) | null = null;
+  readonly routers: RouterHandle[] = [];
+  readonly clusters: ClusterHandle[] = [];
+  readonly proms: PromRegistry[] = [];
+
+  async start(v: Variant, ctx: Ctx, n: number): Promise<void> {
+    this.fleet = await startFleet(ctx.fleet);
+    const instances = this.fleet.engines.map((e, i) => ({
       id: `e${i}`,
       url: e.url,
       kvEvents: { endpoint: e.zmq, replay: e.replay },
@@ -160,99 +161,121 @@ async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
       policy: 'kv',
       extraYaml: ['health: { probe_interval_ms: 0 }'],
     };
-    if (v.sync || v.relay) nats = await startLocalNats({ jetstream: v.relay });
-    if (v.relay) stopRelay = await startRelay(nats!, routerYaml({ ...common, instances }));
+    if (v.sync || v.relay) this.nats = await startLocalNats({ jetstream: v.relay });
+    if (v.relay) this.stopRelay = await startRelay(this.nats!, routerYaml({ ...common, instances }));
     // With the relay the routers open no ZMQ socket: their index comes from the stream.
     const yaml = routerYaml({
       ...common,
       instances: v.relay ? instances.map(({ kvEvents: _k, ...i }) => i) : instances,
     });
-    for (let i = 0; i < n; i++) {
-      const r = await startRouter(loadConfigText(yaml, 'bench'), { log: () => {} });
-      routers.push(r);
-      const prom = new PromRegistry();
-      proms.push(prom);
-      if (nats) {
-        const c = attachCluster(
-          { scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom },
-          {
-            routerId: `bench-${i}`,
-            nats: { url: nats.url },
-            sync: { enabled: v.sync },
-            events: { source: v.relay ? 'jetstream' : 'zmq' },
-          },
-        );
-        clusters.push(c);
-        await c.ready;
-      }
-    }
+    for (let i = 0; i < n; i++) await this.startReplica(v, yaml, i);
     await waitUntil('listeners active', () =>
-      routers.every((r) => r.registry.all().every((x) => x.status === 'active')),
+      this.routers.every((r) => r.registry.all().every((x) => x.status === 'active')),
     );
     if (v.sync && n > 1)
-      await waitUntil('replicas meshed', () => clusters.every((c) => c.status().sync?.peers.length === n - 1));
+      await waitUntil('replicas meshed', () => this.clusters.every((c) => c.status().sync?.peers.length === n - 1));
+  }
 
-    // A round-robin load balancer in front of the replicas: request i goes to replica i mod n.
-    const parts: Array<{ idx: number[]; reqs: BenchRequest[] }> = routers.map(() => ({ idx: [], reqs: [] }));
-    ctx.workload.requests.forEach((r, i) => {
-      parts[i % n].idx.push(i);
-      parts[i % n].reqs.push(r);
-    });
-    const runs = await Promise.all(
-      parts.map((p, k) =>
-        replay(p.reqs, {
-          url: routers[k].url,
-          model: ctx.fleet.model,
-          rateScale: ctx.rateScale,
-          sessionHeader: 'x-session-id',
-          drainTimeoutMs: 300_000,
-        }),
-      ),
+  private async startReplica(v: Variant, yaml: string, i: number): Promise<void> {
+    const r = await startRouter(loadConfigText(yaml, 'bench'), { log: () => {} });
+    this.routers.push(r);
+    const prom = new PromRegistry();
+    this.proms.push(prom);
+    if (!this.nats) return;
+    const c = attachCluster(
+      { scheduler: r.scheduler, writer: r.writer, url: r.url, metrics: prom },
+      {
+        routerId: `bench-${i}`,
+        nats: { url: this.nats.url },
+        sync: { enabled: v.sync },
+        events: { source: v.relay ? 'jetstream' : 'zmq' },
+      },
     );
-    const samples: Array<Sample & { global: number }> = runs.flatMap((r, k) =>
-      r.samples.map((s) => ({ ...s, global: parts[k].idx[s.index] })),
-    );
+    this.clusters.push(c);
+    await c.ready;
+  }
 
-    const counters = await Promise.all(fleet.engines.map((e) => scrapeEngine(e.url)));
-    const ok = samples.filter((s) => s.status === 200 && !s.error);
-    const perEngine = fleet.engines.map((_, i) => ok.filter((s) => s.instance === `e${i}`).length);
-    const mean = perEngine.reduce((a, b) => a + b, 0) / perEngine.length;
-    const byGroup = new Map<string, Set<string>>();
-    for (const s of ok) {
-      const g = ctx.groupOf(s.global);
-      if (!byGroup.has(g)) byGroup.set(g, new Set());
-      if (s.instance) byGroup.get(g)!.add(s.instance);
-    }
-    const metric = async (p: PromRegistry, name: string) => {
-      const m = (await p.getSingleMetric(name)?.get())?.values ?? [];
-      return m
-        .filter((x) => ['add', 'prefill', 'free'].includes(String(x.labels.kind)))
-        .reduce((a, x) => a + x.value, 0);
-    };
-    let published = 0;
-    let received = 0;
-    for (const p of proms) {
-      published += await metric(p, 'kvrouter_cluster_messages_published_total');
-      received += await metric(p, 'kvrouter_cluster_messages_received_total');
-    }
-    const queries = counters.reduce((a, c) => a + c.queries, 0);
-    return {
-      variant: v.name,
-      routers: n,
-      requests: { sent: samples.length, ok: ok.length, errors: samples.length - ok.length },
-      ttftMs: dist(ok.map((s) => s.ttftMs ?? s.e2eMs)),
-      e2eMs: dist(ok.map((s) => s.e2eMs)),
-      hitRate: queries ? counters.reduce((a, c) => a + c.gpuHits, 0) / queries : 0,
-      imbalance: { maxOverMean: mean ? Math.max(...perEngine) / mean : NaN, cov: cov(perEngine), perEngine },
-      enginesPerGroup: [...byGroup.values()].reduce((a, s) => a + s.size, 0) / Math.max(1, byGroup.size),
-      syncMessages: { published, received },
-    };
+  async close(): Promise<void> {
+    await Promise.all(this.clusters.map((c) => c.close()));
+    await Promise.all(this.routers.map((r) => r.close()));
+    await this.stopRelay?.();
+    await this.nats?.stop();
+    await this.fleet?.stop();
+  }
+}
+
+type GlobalSample = Sample & { global: number };
+
+/** A round-robin load balancer in front of the replicas: request i goes to replica i mod n. */
+async function replayRoundRobin(ctx: Ctx, routers: RouterHandle[]): Promise<GlobalSample[]> {
+  const n = routers.length;
+  const parts: Array<{ idx: number[]; reqs: BenchRequest[] }> = routers.map(() => ({ idx: [], reqs: [] }));
+  ctx.workload.requests.forEach((r, i) => {
+    parts[i % n].idx.push(i);
+    parts[i % n].reqs.push(r);
+  });
+  const runs = await Promise.all(
+    parts.map((p, k) =>
+      replay(p.reqs, {
+        url: routers[k].url,
+        model: ctx.fleet.model,
+        rateScale: ctx.rateScale,
+        sessionHeader: 'x-session-id',
+        drainTimeoutMs: 300_000,
+      }),
+    ),
+  );
+  return runs.flatMap((r, k) => r.samples.map((s) => ({ ...s, global: parts[k].idx[s.index] })));
+}
+
+/** Cluster sync messages about blocks (add, prefill, free) summed over the replicas' registries. */
+async function syncMessages(proms: PromRegistry[]): Promise<{ published: number; received: number }> {
+  const metric = async (p: PromRegistry, name: string) => {
+    const m = (await p.getSingleMetric(name)?.get())?.values ?? [];
+    return m.filter((x) => ['add', 'prefill', 'free'].includes(String(x.labels.kind))).reduce((a, x) => a + x.value, 0);
+  };
+  let published = 0;
+  let received = 0;
+  for (const p of proms) {
+    published += await metric(p, 'kvrouter_cluster_messages_published_total');
+    received += await metric(p, 'kvrouter_cluster_messages_received_total');
+  }
+  return { published, received };
+}
+
+async function summarize(v: Variant, ctx: Ctx, rig: VariantRig, samples: GlobalSample[]): Promise<VariantResult> {
+  const engines = rig.fleet!.engines;
+  const counters = await Promise.all(engines.map((e) => scrapeEngine(e.url)));
+  const ok = samples.filter((s) => s.status === 200 && !s.error);
+  const perEngine = engines.map((_, i) => ok.filter((s) => s.instance === `e${i}`).length);
+  const mean = perEngine.reduce((a, b) => a + b, 0) / perEngine.length;
+  const byGroup = new Map<string, Set<string>>();
+  for (const s of ok) {
+    const g = ctx.groupOf(s.global);
+    if (!byGroup.has(g)) byGroup.set(g, new Set());
+    if (s.instance) byGroup.get(g)!.add(s.instance);
+  }
+  const queries = counters.reduce((a, c) => a + c.queries, 0);
+  return {
+    variant: v.name,
+    routers: rig.routers.length,
+    requests: { sent: samples.length, ok: ok.length, errors: samples.length - ok.length },
+    ttftMs: dist(ok.map((s) => s.ttftMs ?? s.e2eMs)),
+    e2eMs: dist(ok.map((s) => s.e2eMs)),
+    hitRate: queries ? counters.reduce((a, c) => a + c.gpuHits, 0) / queries : 0,
+    imbalance: { maxOverMean: mean ? Math.max(...perEngine) / mean : NaN, cov: cov(perEngine), perEngine },
+    enginesPerGroup: [...byGroup.values()].reduce((a, s) => a + s.size, 0) / Math.max(1, byGroup.size),
+    syncMessages: await syncMessages(rig.proms),
+  };
+}
+
+async function runVariant(v: Variant, ctx: Ctx): Promise<VariantResult> {
+  const rig = new VariantRig();
+  try {
+    await rig.start(v, ctx, v.replicas === 'one' ? 1 : ctx.replicas);
+    return await summarize(v, ctx, rig, await replayRoundRobin(ctx, rig.routers));
   } finally {
-    await Promise.all(clusters.map((c) => c.close()));
-    await Promise.all(routers.map((r) => r.close()));
-    await stopRelay?.();
-    await nats?.stop();
-    await fleet?.stop();
+    await rig.close();
   }
 }
 
@@ -323,22 +346,59 @@ export async function run(argv: string[]): Promise<number> {
       `variant ${variant.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate).toFixed(1)}%, engines/group ${r.enginesPerGroup.toFixed(2)}, max/mean ${r.imbalance.maxOverMean.toFixed(2)}\n`,
     );
   }
+  const tables = replicaTables(
+    {
+      workload,
+      orc,
+      size,
+      engines,
+      blockSize,
+      perfModel,
+      speedup: fleet.speedup,
+      replicas: ctx.replicas,
+      runSeconds: (Date.now() - t0) / 1000,
+    },
+    results,
+  );
+  writeReport(
+    'replicas',
+    { bench: 'replicas', args: argv, workload: wo, oracle: orc, sizing: size, results },
+    tables,
+    typeof v.out === 'string' ? v.out : undefined,
+  );
+  await workload.close();
+  return results.every((r) => r.requests.ok > 0) ? 0 : 1;
+}
+
+interface ReplicaSetup {
+  workload: { description: string };
+  orc: { hitRate: number };
+  size: { numGpuBlocks: number; clusterRatio: number };
+  engines: number;
+  blockSize: number;
+  perfModel: string;
+  speedup: number;
+  replicas: number;
+  runSeconds: number;
+}
+
+function replicaTables(s: ReplicaSetup, results: VariantResult[]): Table[] {
   const setup: Table = {
     title: 'Setup',
     columns: ['item', 'value'],
     rows: [
-      ['workload', workload.description],
-      ['oracle hit rate', `${(100 * orc.hitRate).toFixed(1)}%`],
+      ['workload', s.workload.description],
+      ['oracle hit rate', `${(100 * s.orc.hitRate).toFixed(1)}%`],
       [
         'engines',
-        `${engines} simulated (one child process), ${size.numGpuBlocks} GPU blocks of ${blockSize} each (cluster cache = ${size.clusterRatio.toFixed(2)}x working set), pass times ${perfModel}, speedup ${fleet.speedup}`,
+        `${s.engines} simulated (one child process), ${s.size.numGpuBlocks} GPU blocks of ${s.blockSize} each (cluster cache = ${s.size.clusterRatio.toFixed(2)}x working set), pass times ${s.perfModel}, speedup ${s.speedup}`,
       ],
       [
         'routers',
-        `in the benchmark process; replicas behind a round-robin split (request i -> replica i mod ${ctx.replicas}); policy kv, speculative_ttl_ms 2000`,
+        `in the benchmark process; replicas behind a round-robin split (request i -> replica i mod ${s.replicas}); policy kv, speculative_ttl_ms 2000`,
       ],
       ['machine', JSON.stringify(machine())],
-      ['run time', `${((Date.now() - t0) / 1000).toFixed(0)} s`],
+      ['run time', `${s.runSeconds.toFixed(0)} s`],
     ],
   };
   const table: Table = {
@@ -370,12 +430,5 @@ export async function run(argv: string[]): Promise<number> {
       `${r.syncMessages.published}/${r.syncMessages.received}`,
     ]),
   };
-  writeReport(
-    'replicas',
-    { bench: 'replicas', args: argv, workload: wo, oracle: orc, sizing: size, results },
-    [setup, table],
-    typeof v.out === 'string' ? v.out : undefined,
-  );
-  await workload.close();
-  return results.every((r) => r.requests.ok > 0) ? 0 : 1;
+  return [setup, table];
 }
