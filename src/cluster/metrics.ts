@@ -33,106 +33,83 @@ function getOrCreate<T>(reg: PromRegistry, name: string, make: () => T): T {
   return (reg.getSingleMetric(name) as T | undefined) ?? make();
 }
 
+function counter(reg: PromRegistry, name: string, help: string, label: string): Counter<string> {
+  return getOrCreate(reg, name, () => new Counter({ name, help, labelNames: [label], registers: [reg] }));
+}
+
+/** A gauge set by `collect` at scrape time. */
+function gauge(
+  reg: PromRegistry,
+  name: string,
+  help: string,
+  collect: (g: Gauge<string>) => void,
+  labelNames: string[] = [],
+): void {
+  getOrCreate(
+    reg,
+    name,
+    () =>
+      new Gauge({
+        name,
+        help,
+        labelNames,
+        registers: [reg],
+        collect() {
+          collect(this);
+        },
+      }),
+  );
+}
+
 export function createClusterMetrics(reg: PromRegistry | undefined): ClusterMetrics {
   if (!reg) return NOOP_CLUSTER_METRICS;
-  const registers = [reg];
   const connected: Partial<Record<Link, () => boolean>> = {};
   let peers: (() => number) | null = null;
   let remote: (() => number) | null = null;
-  getOrCreate(
+  gauge(
     reg,
     'kvrouter_cluster_connected',
-    () =>
-      new Gauge({
-        name: 'kvrouter_cluster_connected',
-        help: '1 while the NATS link is connected (link: sync = replica sync, events = JetStream event fan-in)',
-        labelNames: ['link'],
-        registers,
-        collect() {
-          for (const [link, up] of Object.entries(connected)) this.set({ link }, up() ? 1 : 0);
-        },
-      }),
+    '1 while the NATS link is connected (link: sync = replica sync, events = JetStream event fan-in)',
+    (g) => {
+      for (const [link, up] of Object.entries(connected)) g.set({ link }, up() ? 1 : 0);
+    },
+    ['link'],
   );
-  getOrCreate(
-    reg,
-    'kvrouter_cluster_peers',
-    () =>
-      new Gauge({
-        name: 'kvrouter_cluster_peers',
-        help: 'Other router replicas heard from within the peer timeout',
-        registers,
-        collect() {
-          if (peers) this.set(peers());
-        },
-      }),
-  );
-  getOrCreate(
+  gauge(reg, 'kvrouter_cluster_peers', 'Other router replicas heard from within the peer timeout', (g) => {
+    if (peers) g.set(peers());
+  });
+  gauge(
     reg,
     'kvrouter_cluster_remote_bookings',
-    () =>
-      new Gauge({
-        name: 'kvrouter_cluster_remote_bookings',
-        help: "Bookings of other replicas counted in this router's load view",
-        registers,
-        collect() {
-          if (remote) this.set(remote());
-        },
-      }),
+    "Bookings of other replicas counted in this router's load view",
+    (g) => {
+      if (remote) g.set(remote());
+    },
   );
-  const pub = getOrCreate(
-    reg,
-    'kvrouter_cluster_messages_published_total',
-    () =>
-      new Counter({
-        name: 'kvrouter_cluster_messages_published_total',
-        help: 'Cluster messages published, by kind',
-        labelNames: ['kind'],
-        registers,
-      }),
-  );
-  const rec = getOrCreate(
+  const pub = counter(reg, 'kvrouter_cluster_messages_published_total', 'Cluster messages published, by kind', 'kind');
+  const rec = counter(
     reg,
     'kvrouter_cluster_messages_received_total',
-    () =>
-      new Counter({
-        name: 'kvrouter_cluster_messages_received_total',
-        help: 'Cluster messages received and applied, by kind',
-        labelNames: ['kind'],
-        registers,
-      }),
+    'Cluster messages received and applied, by kind',
+    'kind',
   );
-  const drop = getOrCreate(
+  const drop = counter(
     reg,
     'kvrouter_cluster_messages_dropped_total',
-    () =>
-      new Counter({
-        name: 'kvrouter_cluster_messages_dropped_total',
-        help: 'Cluster messages not sent or not applied, by reason',
-        labelNames: ['reason'],
-        registers,
-      }),
+    'Cluster messages not sent or not applied, by reason',
+    'reason',
   );
-  const resets = getOrCreate(
+  const resets = counter(
     reg,
     'kvrouter_cluster_peer_resets_total',
-    () =>
-      new Counter({
-        name: 'kvrouter_cluster_peer_resets_total',
-        help: "Times a peer's remote bookings were all freed (gap, restarted, expired)",
-        labelNames: ['reason'],
-        registers,
-      }),
+    "Times a peer's remote bookings were all freed (gap, restarted, expired)",
+    'reason',
   );
-  const restores = getOrCreate(
+  const restores = counter(
     reg,
     'kvrouter_cluster_snapshot_restores_total',
-    () =>
-      new Counter({
-        name: 'kvrouter_cluster_snapshot_restores_total',
-        help: 'Index snapshots restored at start or resync, by source',
-        labelNames: ['source'],
-        registers,
-      }),
+    'Index snapshots restored at start or resync, by source',
+    'source',
   );
   return {
     published: (kind, n = 1) => pub.inc({ kind }, n),
@@ -146,21 +123,13 @@ export function createClusterMetrics(reg: PromRegistry | undefined): ClusterMetr
       remote = s.remoteBookings ?? remote;
       const leader = s.relayLeader;
       // Only relays have it: registered on demand, so a router's /metrics does not show a 0.
-      if (leader) {
-        getOrCreate(
+      if (leader)
+        gauge(
           reg,
           'kvrouter_relay_leader',
-          () =>
-            new Gauge({
-              name: 'kvrouter_relay_leader',
-              help: '1 while this relay publishes (holds the --ha lease, or runs without --ha)',
-              registers,
-              collect() {
-                this.set(leader() ? 1 : 0);
-              },
-            }),
+          '1 while this relay publishes (holds the --ha lease, or runs without --ha)',
+          (g) => g.set(leader() ? 1 : 0),
         );
-      }
     },
   };
 }
