@@ -86,21 +86,42 @@ function readTokenIds(o: Obj, maxTokens: number): U32List | null | Failure {
   return null;
 }
 
-/** Read one standardized event. `maxTokens` bounds token_ids. */
-export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxTokens = 1 << 22): ParseResult {
+/** The event's kind from event_type (or type), in either naming (stored / BlockStored, ...). */
+function readKind(o: Obj): 'stored' | 'removed' | 'cleared' | Failure {
   const type = optStr(o, ['event_type', 'type'], null);
   if (type instanceof Error) return fail(type.message, 'must be a string');
   const t = type?.toLowerCase();
-  const kind =
-    t === 'stored' || t === 'blockstored'
-      ? 'stored'
-      : t === 'removed' || t === 'blockremoved'
-        ? 'removed'
-        : t === 'cleared' || t === 'allblockscleared'
-          ? 'cleared'
-          : null;
-  if (!kind) return fail('event_type', 'must be one of stored, removed, cleared');
+  if (t === 'stored' || t === 'blockstored') return 'stored';
+  if (t === 'removed' || t === 'blockremoved') return 'removed';
+  if (t === 'cleared' || t === 'allblockscleared') return 'cleared';
+  return fail('event_type', 'must be one of stored, removed, cleared');
+}
 
+/** The fields every kind carries, normalized (empty tenant, salt, LoRA read as their defaults). */
+interface Header {
+  event_id: bigint | null;
+  timestamp: number | null;
+  model_name: string;
+  block_size: number;
+  additional_salt: string | null;
+  lora_name: string | null;
+  tenant_id: string;
+  backend_id: string;
+  medium: string | null;
+  dp_rank: number;
+}
+
+/** backend_id: a string, or an integer id some publishers send (kept as its decimal text). */
+function readBackend(o: Obj, def: string | null): string | null | Failure {
+  const backend = optStr(o, ['backend_id'], def);
+  if (!(backend instanceof Error)) return backend;
+  const v = o.backend_id;
+  if (typeof v === 'number' && Number.isSafeInteger(v)) return String(v);
+  if (typeof v === 'bigint') return v.toString();
+  return fail('backend_id', 'must be a string');
+}
+
+function readHeader(o: Obj, defaults: EventDefaults): Header | Failure {
   const model = optStr(o, ['model_name', 'model', 'modelname'], defaults.model_name ?? null);
   if (model instanceof Error) return fail(model.message, 'must be a string');
   if (!model) return fail('model_name', 'is required');
@@ -113,13 +134,8 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
   if (lora instanceof Error) return fail('lora_name', 'must be a string or null');
   const tenant = optStr(o, ['tenant_id'], defaults.tenant_id ?? 'default');
   if (tenant instanceof Error) return fail('tenant_id', 'must be a string');
-  let backend: string | null | Error = optStr(o, ['backend_id'], defaults.backend_id ?? null);
-  if (backend instanceof Error) {
-    const v = o.backend_id;
-    backend =
-      typeof v === 'number' && Number.isSafeInteger(v) ? String(v) : typeof v === 'bigint' ? v.toString() : backend;
-    if (backend instanceof Error) return fail('backend_id', 'must be a string');
-  }
+  const backend = readBackend(o, defaults.backend_id ?? null);
+  if (isFailure(backend)) return backend;
   if (!backend) return fail('backend_id', 'is required');
   const medium = optStr(o, ['medium'], defaults.medium ?? null);
   if (medium instanceof Error) return fail('medium', 'must be a string or null');
@@ -132,28 +148,42 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
       return fail('event_id', 'must be a u64');
   }
   const ts = o.timestamp;
-  const timestamp = typeof ts === 'number' && Number.isFinite(ts) ? ts : typeof ts === 'bigint' ? Number(ts) : null;
+  return {
+    event_id: eventId,
+    timestamp: typeof ts === 'number' && Number.isFinite(ts) ? ts : typeof ts === 'bigint' ? Number(ts) : null,
+    model_name: model,
+    block_size: bs,
+    additional_salt: salt || null,
+    lora_name: lora || null,
+    tenant_id: tenant || 'default',
+    backend_id: backend,
+    medium,
+    dp_rank: dp ?? 0,
+  };
+}
 
+/** Read one standardized event. `maxTokens` bounds token_ids. */
+export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxTokens = 1 << 22): ParseResult {
+  const kind = readKind(o);
+  if (isFailure(kind)) return kind;
+  const h = readHeader(o, defaults);
+  if (isFailure(h)) return h;
   // Plain object literals below (not spreads of a shared base): measured 2x faster per event.
-  const tenantId = tenant || 'default';
-  const dpRank = dp ?? 0;
-  const saltV = salt || null;
-  const loraV = lora || null;
   if (kind === 'cleared') {
     return {
       ok: true,
       event: {
         event_type: 'cleared',
-        event_id: eventId,
-        timestamp,
-        model_name: model,
-        block_size: bs,
-        additional_salt: saltV,
-        lora_name: loraV,
-        tenant_id: tenantId,
-        backend_id: backend,
-        medium,
-        dp_rank: dpRank,
+        event_id: h.event_id,
+        timestamp: h.timestamp,
+        model_name: h.model_name,
+        block_size: h.block_size,
+        additional_salt: h.additional_salt,
+        lora_name: h.lora_name,
+        tenant_id: h.tenant_id,
+        backend_id: h.backend_id,
+        medium: h.medium,
+        dp_rank: h.dp_rank,
       },
     };
   }
@@ -167,16 +197,16 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
       ok: true,
       event: {
         event_type: 'removed',
-        event_id: eventId,
-        timestamp,
-        model_name: model,
-        block_size: bs,
-        additional_salt: saltV,
-        lora_name: loraV,
-        tenant_id: tenantId,
-        backend_id: backend,
-        medium,
-        dp_rank: dpRank,
+        event_id: h.event_id,
+        timestamp: h.timestamp,
+        model_name: h.model_name,
+        block_size: h.block_size,
+        additional_salt: h.additional_salt,
+        lora_name: h.lora_name,
+        tenant_id: h.tenant_id,
+        backend_id: h.backend_id,
+        medium: h.medium,
+        dp_rank: h.dp_rank,
         seq_hashes: seq,
         base_block_idx,
       },
@@ -194,16 +224,16 @@ export function parseStandardEvent(o: Obj, defaults: EventDefaults = {}, maxToke
     ok: true,
     event: {
       event_type: 'stored',
-      event_id: eventId,
-      timestamp,
-      model_name: model,
-      block_size: bs,
-      additional_salt: saltV,
-      lora_name: loraV,
-      tenant_id: tenantId,
-      backend_id: backend,
-      medium,
-      dp_rank: dpRank,
+      event_id: h.event_id,
+      timestamp: h.timestamp,
+      model_name: h.model_name,
+      block_size: h.block_size,
+      additional_salt: h.additional_salt,
+      lora_name: h.lora_name,
+      tenant_id: h.tenant_id,
+      backend_id: h.backend_id,
+      medium: h.medium,
+      dp_rank: h.dp_rank,
       seq_hashes: seq,
       base_block_idx,
       parent_hash: parent,
