@@ -174,22 +174,8 @@ export interface ClusterSetup {
   pd: { prefill: number; decode: number };
 }
 
-/** Parse the shared options, build the workload and size the fleet (the caller closes the workload). */
-export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<ClusterSetup> {
-  const quick = v.quick === true;
-  const trace = typeof v.trace === 'string' ? v.trace : null;
-  const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
-  if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
-  if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
-  const engines = intOption(v, 'engines');
-  const blockSize = intOption(v, 'block-size');
-  const seed = intOption(v, 'seed');
-  const speedup = opt(v, 'speedup', quick ? 4 : 1);
-  const perfModel = String(v['perf-model']);
-  const perf = loadPerfModel(perfModel); // a bad value fails here, before the workload is built
-  const model = benchModelName(perfModel);
-  const cacheRatio = numberOption(v, 'cache-ratio');
-  const cpuRatio = numberOption(v, 'cpu-ratio');
+/** --routers, --router-processes, --bypass and --pd, checked. */
+function routerTopology(v: ParsedOptions) {
   const routers = intOption(v, 'routers');
   if (routers < 1) throw new Error('--routers must be at least 1');
   const routerProcesses = intOption(v, 'router-processes');
@@ -199,26 +185,53 @@ export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<
   const pdm = /^(\d+)P(\d+)D$/i.exec(String(v.pd ?? '2P2D'));
   if (!pdm || Number(pdm[1]) < 1 || Number(pdm[2]) < 1)
     throw new Error('--pd must be like 2P2D (at least one prefill and one decode engine)');
-  const pd = { prefill: Number(pdm[1]), decode: Number(pdm[2]) };
-  const maxOut =
-    v['max-output-tokens'] !== undefined
-      ? intOption(v, 'max-output-tokens')
-      : quick && wname === 'mooncake'
-        ? 32
-        : null;
+  return { routers, routerProcesses, bypass, pd: { prefill: Number(pdm[1]), decode: Number(pdm[2]) } };
+}
+
+/** What buildWorkload needs, from the workload options (--workload, --trace, --requests, the knobs...). */
+function workloadOptions(v: ParsedOptions): Parameters<typeof buildWorkload>[0] & { workload: WorkloadName } {
+  const quick = v.quick === true;
+  const trace = typeof v.trace === 'string' ? v.trace : null;
+  const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
+  if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
+  if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
   const knobs: Record<string, number | undefined> = {};
   for (const k of KNOBS) if (v[k] !== undefined) knobs[k] = numberOption(v, k);
-  const workload = await buildWorkload({
+  return {
     workload: wname,
     trace,
     requests: v.requests !== undefined ? intOption(v, 'requests') : null,
-    seed,
+    seed: intOption(v, 'seed'),
     quick,
     maxModelLen: intOption(v, 'max-model-len'),
-    maxOutputTokens: maxOut,
+    maxOutputTokens:
+      v['max-output-tokens'] !== undefined
+        ? intOption(v, 'max-output-tokens')
+        : quick && wname === 'mooncake'
+          ? 32
+          : null,
     sample: v.sample !== undefined ? numberOption(v, 'sample') : null,
     knobs,
-  });
+  };
+}
+
+/** Parse the shared options, build the workload and size the fleet (the caller closes the workload). */
+export async function prepareCluster(v: ParsedOptions, argv: string[]): Promise<ClusterSetup> {
+  const quick = v.quick === true;
+  const wo = workloadOptions(v);
+  const wname = wo.workload;
+  const maxOut = wo.maxOutputTokens;
+  const engines = intOption(v, 'engines');
+  const blockSize = intOption(v, 'block-size');
+  const seed = intOption(v, 'seed');
+  const speedup = opt(v, 'speedup', quick ? 4 : 1);
+  const perfModel = String(v['perf-model']);
+  const perf = loadPerfModel(perfModel); // a bad value fails here, before the workload is built
+  const model = benchModelName(perfModel);
+  const cacheRatio = numberOption(v, 'cache-ratio');
+  const cpuRatio = numberOption(v, 'cpu-ratio');
+  const { routers, routerProcesses, bypass, pd } = routerTopology(v);
+  const workload = await buildWorkload(wo);
   try {
     const spanMs = Math.max(...workload.requests.map((r) => r.atMs));
     const rateScale = opt(
