@@ -15,6 +15,7 @@ import { readJson } from './body.js';
 import { conductorHits, dynamoShape, dynamoWorkers } from './conductor.js';
 import { ApiError, badField } from './errors.js';
 import { asObject, hashList, id, int, type JsonObject, pick, str, tokenIds } from './fields.js';
+import { SharedRoutes } from './shared-routes.js';
 
 /** What the API needs from the ZMQ side (ListenerPool implements it). */
 export interface ListenerControl {
@@ -56,6 +57,8 @@ export interface IndexerApiDeps {
   onQuery?: (route: 'query' | 'query_by_hash', result: OverlapResult) => void;
   /** The serving role of an instance the router proxies to (GET /workers shows it); absent: no role field. */
   roleOf?: (instanceId: string) => string | null;
+  /** Where the state-changing routes declare their sharing among `--workers` processes (the router's). */
+  shared?: SharedRoutes;
 }
 
 const ENDPOINT_RE = /^(tcp:\/\/[^\s]+:\d+|ipc:\/\/[^\s]+|inproc:\/\/[^\s]+)$/;
@@ -116,12 +119,13 @@ interface RouteContext {
   registry: Registry;
   indexer: TieredIndexer;
   body: (c: Context) => Promise<JsonObject>;
+  shared: SharedRoutes;
 }
 
 /** POST /register, POST /unregister: publishers come and go (their listeners and index state with them). */
 function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
-  const { deps, now, writer, registry, body } = x;
-  app.post('/register', async (c) => {
+  const { deps, now, writer, registry, body, shared } = x;
+  app.post(shared.replicated('/register'), async (c) => {
     const o = await body(c);
     const type = publisherType(o);
     const instanceId = id(o, 'instance_id', { required: true })!;
@@ -169,7 +173,7 @@ function mountRegistrationRoutes(app: Hono, x: RouteContext): void {
 
   // Conductor: (instance_id, tenant_id, dp_rank). Dynamo: a missing tenant_id or dp_rank means all
   // of them, and model_name narrows. Both are served: whatever is given narrows the match.
-  app.post('/unregister', async (c) => {
+  app.post(shared.replicated('/unregister'), async (c) => {
     const o = await body(c);
     const instanceId = id(o, 'instance_id', { required: true })!;
     const tenant = str(o, 'tenant_id') || null;
@@ -264,8 +268,8 @@ function mountQueryRoutes(app: Hono, x: RouteContext): void {
 
 /** POST /events: standardized events, validated as a whole before any is applied. */
 function mountEventRoutes(app: Hono, x: RouteContext): void {
-  const { limits, writer } = x;
-  app.post('/events', async (c) => {
+  const { limits, writer, shared } = x;
+  app.post(shared.replicated('/events'), async (c) => {
     const raw = await readJson(c, limits.maxBodyBytes);
     const list = Array.isArray(raw) ? raw : [raw];
     if (list.length > limits.maxEventsPerRequest) {
@@ -329,6 +333,7 @@ export function mountIndexerRoutes(app: Hono, deps: IndexerApiDeps): void {
     writer: deps.writer,
     registry: deps.registry,
     indexer: deps.writer.indexer,
+    shared: deps.shared ?? new SharedRoutes(),
     body: async (c) => asObject(await readJson(c, limits.maxBodyBytes)),
   };
   mountRegistrationRoutes(app, x);

@@ -38,7 +38,8 @@ import { startAdapterDiscovery } from './adapter-discovery.js';
 import { startEngineScrape } from './engine-scrape.js';
 import type { SyncLink } from '../cluster/nats-link.js';
 import type { EngineRef } from './engines.js';
-import { readCapped } from '../api/body.js';
+import { SharedRoutes } from '../api/shared-routes.js';
+import { installProcessSharing } from './process-share.js';
 
 export type { ReloadResult } from './reload.js';
 
@@ -110,30 +111,6 @@ export interface ProcessRole {
   slots?: SlotOwner;
 }
 
-/** What belongs to the client's connection, not to a request passed to another process. */
-const CONNECTION_HEADERS = new Set([
-  'host',
-  'connection',
-  'keep-alive',
-  'content-length',
-  'transfer-encoding',
-  'expect',
-  'upgrade',
-]);
-
-/** Decision API calls on a booking: the process that made it must see them, whichever gets them. */
-const BOOKING_CALL = /^\/v1\/route\/[^/]+\/(free|prefill_complete)$/;
-
-/** Requests that change what every process must agree on (registrations, index writes, peers, config). */
-const REPLAYED_PATHS = new Set([
-  '/register',
-  '/unregister',
-  '/events',
-  '/register_peer',
-  '/deregister_peer',
-  '/admin/reload',
-]);
-
 export interface StartOptions {
   log?: (line: string) => void;
   now?: () => number;
@@ -185,44 +162,14 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
     () => deps.access,
     (cls, d) => rt.metrics.denied(cls, d.status),
   );
+  // The table the mounts below fill: which routes the `--workers` processes share.
+  const shared = new SharedRoutes();
   if (role) {
-    // After access control: only what this process accepted (2xx) is passed on, with the caller's
-    // credentials; a replay (marked in the env, which no client can set) is not passed on again.
-    app.use('*', async (c, next) => {
-      if (c.req.method !== 'POST' || (c.env as { replayed?: boolean } | undefined)?.replayed) return next();
-      const u = new URL(c.req.url);
-      const request = (body: Uint8Array): ReplayedRequest => {
-        const headers: Record<string, string> = {};
-        for (const [k, v] of c.req.raw.headers) if (!CONNECTION_HEADERS.has(k)) headers[k] = v;
-        return { method: 'POST', path: u.pathname + u.search, headers, body };
-      };
-      if (BOOKING_CALL.test(c.req.path)) {
-        const copy = c.req.raw.clone();
-        await next();
-        if (c.res.status !== 404) return void copy.body?.cancel().catch(() => undefined);
-        const body = await readCapped(copy.body as AsyncIterable<Uint8Array> | null, 64 * 1024).catch(() => null);
-        const answer = body === null ? null : await role.ask(request(body));
-        if (answer)
-          c.res = new Response(new Uint8Array(answer.body), {
-            status: answer.status,
-            headers: { 'content-type': 'application/json' },
-          });
-        return;
-      }
-      if (!REPLAYED_PATHS.has(c.req.path)) return next();
-      const copy = c.req.raw.clone();
-      await next();
-      const body =
-        c.res.status < 300
-          ? await readCapped(copy.body as AsyncIterable<Uint8Array> | null, deps.cfg.server.max_body_bytes).catch(
-              () => null,
-            )
-          : (void copy.body?.cancel().catch(() => undefined), null);
-      if (body !== null) role.replay(request(body));
-    });
+    installProcessSharing(app, shared, role, () => deps.cfg.server.max_body_bytes);
     app.get('/metrics', async (c) => c.body(await role.metrics(), 200, { 'content-type': rt.prom.contentType }));
   }
   mountIndexerRoutes(app, {
+    shared,
     writer: rt.writer,
     registry: rt.registry,
     listeners: rt.listeners,
@@ -248,9 +195,9 @@ function routes(rt: RouterRuntime, reload: RouterHandle['reload'], role: Process
       return null;
     },
   });
-  mountOpsRoutes(app, rt, reload);
-  mountDecisionRoutes(app, deps);
-  mountPeerRoutes(app, { peers: rt.peers });
+  mountOpsRoutes(app, rt, reload, shared);
+  mountDecisionRoutes(app, deps, shared);
+  mountPeerRoutes(app, { peers: rt.peers, shared });
   const dashboard = dashboardSource({
     models: () => rt.all,
     indexer: rt.indexer,

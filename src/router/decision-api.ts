@@ -30,6 +30,7 @@ import {
   splitLegs,
 } from '../proxy/disagg.js';
 import { predictsHits } from '../scheduler/policies/registry.js';
+import { SharedRoutes } from '../api/shared-routes.js';
 
 interface PrefillAnswer {
   cfg: DisaggConfig;
@@ -415,12 +416,13 @@ class DecisionRoutes {
   };
 }
 
-export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps): void {
+/** `shared`: where the booking calls are declared (the router's table; a throwaway one when alone). */
+export function mountDecisionRoutes(app: Hono, deps: DecisionApiDeps, shared = new SharedRoutes()): void {
   const { now } = deps;
   const routes = new DecisionRoutes(deps);
   app.post('/v1/route/loads', routes.loads);
   app.post('/v1/route', routes.route);
-  app.post('/v1/route/:id/prefill_complete', routes.lifecycle('prefill_complete'));
-  app.post('/v1/route/:id/free', routes.lifecycle('free'));
+  app.post(shared.bookingCall('/v1/route/:id/prefill_complete'), routes.lifecycle('prefill_complete'));
+  app.post(shared.bookingCall('/v1/route/:id/free'), routes.lifecycle('free'));
   app.get('/v1/route/events', (c) => json(c, dumpIndex(deps.indexer, now())));
 }

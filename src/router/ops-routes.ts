@@ -2,6 +2,7 @@
 import { roleOf } from './models.js';
 import type { Hono } from 'hono';
 import { json } from '../api/indexer-routes.js';
+import type { SharedRoutes } from '../api/shared-routes.js';
 import type { RouterConfig } from '../config/schema.js';
 import type { ReloadResult } from './reload.js';
 import { isReady, type RouterRuntime } from './runtime.js';
@@ -31,6 +32,7 @@ export function mountOpsRoutes(
   app: Hono,
   rt: RouterRuntime,
   reload: (next?: RouterConfig) => Promise<ReloadResult>,
+  shared: SharedRoutes,
 ): void {
   const { deps, scheduler, now } = rt;
   app.get('/v1/models', (c) => {
@@ -132,7 +134,7 @@ export function mountOpsRoutes(
     );
   });
   app.get('/metrics', async (c) => c.body(await rt.prom.metrics(), 200, { 'content-type': rt.prom.contentType }));
-  app.post('/admin/reload', async (c) => {
+  app.post(shared.replicated('/admin/reload'), async (c) => {
     const r = await reload();
     return json(
       c,
