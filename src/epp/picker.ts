@@ -6,6 +6,7 @@ import { parseOpenAIBody } from '../api/body.js';
 import { completionKindOf, OpenAIError } from '../api/openai.js';
 import type { Denial, Principal } from '../auth/access.js';
 import type { NamespaceId } from '../indexer/namespace.js';
+import { decideWithinCapacity } from '../proxy/capacity.js';
 import { explanationHeaders, type InstanceRuntime } from '../proxy/forward.js';
 import { engineBody, type PreparedRoute, prepareRoute, speculativeTtl } from '../router/completions.js';
 import { decideMainLeg, type MainLeg } from '../router/decision-api.js';
@@ -112,9 +113,9 @@ async function decideWithin(
 ): Promise<MainLeg> {
   const { deps, queue, now } = rt;
   const deadline = req.receivedAt + deps.cfg.routing.busy.queue_timeout_ms;
-  for (;;) {
+  const r = await decideWithinCapacity<MainLeg, MainLeg>(queue, { deadline, now, signal }, () => {
     const m = decideMainLeg(p, deps, keep);
-    if (m.d.chosen) return m;
+    if (m.d.chosen) return { done: m };
     if (m.d.reason === 'unknown_target')
       throw new Refused(
         400,
@@ -128,26 +129,19 @@ async function decideWithin(
         : 'no instance of this model has an address the gateway can reach (ip:port)';
       throw new Refused(503, why, 'server_error', 'no_eligible_endpoint');
     }
-    const turn = await queue.turn(deadline, now, signal);
-    if (turn === 'aborted') throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
-    if (turn === 'gave_up') {
-      if (m.d.reason === 'all_busy')
-        throw new Refused(
-          429,
-          'every instance is over its busy threshold; retry later',
-          'rate_limit_error',
-          'pool_over_limit',
-          RETRY,
-        );
-      throw new Refused(
-        503,
-        'no healthy instance is available; retry later',
-        'server_error',
-        'no_healthy_endpoint',
-        RETRY,
-      );
-    }
-  }
+    return { wait: m };
+  });
+  if ('done' in r) return r.done;
+  if ('aborted' in r) throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
+  if (r.gaveUp.d.reason === 'all_busy')
+    throw new Refused(
+      429,
+      'every instance is over its busy threshold; retry later',
+      'rate_limit_error',
+      'pool_over_limit',
+      RETRY,
+    );
+  throw new Refused(503, 'no healthy instance is available; retry later', 'server_error', 'no_healthy_endpoint', RETRY);
 }
 
 /** Pick and book for a completion body. Throws Refused / OpenAIError for the gateway to answer. */

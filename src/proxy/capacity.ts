@@ -39,20 +39,35 @@ export class CapacityQueue {
     });
   }
 
-  /**
-   * One turn of a request's wait for capacity (the proxy's and the gateway picker's), bounded by
-   * its deadline and at most a second long: 'again' to decide again, 'aborted' when the signal
-   * fired, 'gave_up' when the queue is full or the deadline has passed.
-   */
-  async turn(deadline: number, now: () => number, signal: AbortSignal): Promise<'again' | 'aborted' | 'gave_up'> {
-    const waited = await this.wait(Math.min(deadline - now(), 1000), signal);
-    if (signal.aborted) return 'aborted';
-    return waited === 'full' || (waited === 'timeout' && now() >= deadline) ? 'gave_up' : 'again';
-  }
-
   /** Wake up to `n` waiters (oldest first). */
   notify(n = Infinity): void {
     const woken = this.waiters.splice(0, Math.min(n, this.waiters.length));
     for (const w of woken) w();
+  }
+}
+
+/** One try of a decision: `done` (act on it: chosen, or refused for good), or `wait` for capacity. */
+export type CapacityTry<T, W> = { done: T } | { wait: W };
+
+/** How the wait ended: decided, gave up (queue full or deadline passed; the last try), or aborted. */
+export type CapacityWait<T, W> = { done: T } | { gaveUp: W } | { aborted: true };
+
+/**
+ * "Wait for capacity, decide again", the proxy's and the gateway picker's: `decide` until it is
+ * done, waiting on `queue` between tries (each wait at most a second, so a missed wake-up costs
+ * one second, not the whole bound), until `deadline` (ms on `now`'s clock) or the signal aborts.
+ */
+export async function decideWithinCapacity<T, W>(
+  queue: CapacityQueue,
+  bound: { deadline: number; now: () => number; signal: AbortSignal },
+  decide: () => CapacityTry<T, W>,
+): Promise<CapacityWait<T, W>> {
+  const { deadline, now, signal } = bound;
+  for (;;) {
+    const t = decide();
+    if ('done' in t) return t;
+    const waited = await queue.wait(Math.min(deadline - now(), 1000), signal);
+    if (signal.aborted) return { aborted: true };
+    if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) return { gaveUp: t.wait };
   }
 }
