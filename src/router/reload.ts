@@ -5,6 +5,7 @@ import { ConfigInvalidError, loadConfigFile, type LoadOptions } from '../config/
 import type { RouterConfig } from '../config/schema.js';
 import { fillEngineInstances } from './engines.js';
 import { keepsInstance, reconcileModels } from './models.js';
+import type { InstanceRuntime } from '../proxy/forward.js';
 import { reconcileRegistrations } from './registrations.js';
 import { checkAuth, feedbackOptions, indexInstances, type RouterRuntime } from './runtime.js';
 
@@ -37,11 +38,8 @@ const RESTART_ONLY: ReadonlyArray<[string, (c: RouterConfig) => unknown]> = [
 /** Sections whose change a reload applies as a whole, named in its changes (routing and auth are named below). */
 const APPLIED_SECTIONS = ['health', 'engine_metrics', 'lora', 'verification', 'epp'] as const;
 
-async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<ReloadResult> {
-  const { deps, now, writer } = rt;
-  const cur = deps.cfg;
-  fillEngineInstances(next, rt.engineRefs);
-  const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
+/** Keys only a restart changes keep their running values (RESTART_ONLY reports them). */
+function keepRestartOnly(cur: RouterConfig, next: RouterConfig): void {
   const {
     host,
     port,
@@ -64,6 +62,55 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   next.engine_sim = cur.engine_sim;
   next.hashing = cur.hashing;
   next.tracing = cur.tracing;
+}
+
+/** Forget a removed instance everywhere (index, bookings, checks, adapters, load); its pool closes once drained. */
+function dropInstance(rt: RouterRuntime, i: InstanceRuntime): string {
+  rt.writer.purgeInstance({ instance: i.id });
+  const freed = rt.scheduler.dropInstance(i.id);
+  rt.feedback.forget(i.id);
+  rt.adapters.forget(i.id);
+  rt.engineLoads.drop(i.id);
+  void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
+  return `removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`;
+}
+
+/** Every setting that took effect, named (a raised shutdown grace, say, is not 'no changes'). */
+function settingChanges(cur: RouterConfig, next: RouterConfig, renewedPools: number): string[] {
+  const changes: string[] = [];
+  if (
+    JSON.stringify(cur.routing) !== JSON.stringify(next.routing) ||
+    JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))
+  )
+    changes.push('routing settings');
+  if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
+  // Every other setting that took effect is named too (a raised shutdown grace, say, is not 'no changes').
+  for (const k of Object.keys(next.server) as Array<keyof RouterConfig['server']>)
+    if (cur.server[k] !== next.server[k]) changes.push(`server.${k}`);
+  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy))
+    changes.push(`proxy settings${renewedPools ? ` (new connection pools for ${renewedPools} instance(s))` : ''}`);
+  for (const s of APPLIED_SECTIONS)
+    if (JSON.stringify(cur[s]) !== JSON.stringify(next[s])) changes.push(`${s} settings`);
+  const modelSettings = (c: RouterConfig) =>
+    JSON.stringify(c.models.map(({ instances: _i, routing: _r, ...rest }) => rest));
+  if (modelSettings(cur) !== modelSettings(next)) changes.push('model settings');
+  // A kept instance's own settings (role, adapters, KV events...); a new URL or dp_size made it a new instance above.
+  const instancesOf = (c: RouterConfig) => new Map(c.models.flatMap((m) => m.instances.map((i) => [i.id, i] as const)));
+  const before = instancesOf(cur);
+  for (const [id, i] of instancesOf(next)) {
+    const was = before.get(id);
+    if (was && keepsInstance(was.url, was.dp_size, i) && JSON.stringify(was) !== JSON.stringify(i))
+      changes.push(`instance ${id} settings`);
+  }
+  return changes;
+}
+
+async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<ReloadResult> {
+  const { deps, now, writer } = rt;
+  const cur = deps.cfg;
+  fillEngineInstances(next, rt.engineRefs);
+  const restartRequired = RESTART_ONLY.filter(([, get]) => get(cur) !== get(next)).map(([k]) => k);
+  keepRestartOnly(cur, next);
   const access = new Access({ admin_token: next.auth.admin_token, tenants: next.auth.tenants }, now, deps.access.usage);
   try {
     checkAuth(next, access);
@@ -101,45 +148,14 @@ async function applyConfig(rt: RouterRuntime, next: RouterConfig): Promise<Reloa
   rt.queue.setMaxSize(next.routing.busy.queue_size);
   rt.feedback.configure(feedbackOptions(next));
   if (!next.lora.discover) rt.adapters.clearDiscovered();
-  for (const i of r.removedInstances) {
-    writer.purgeInstance({ instance: i.id });
-    const freed = rt.scheduler.dropInstance(i.id);
-    rt.feedback.forget(i.id);
-    rt.adapters.forget(i.id);
-    rt.engineLoads.drop(i.id);
-    changes.push(`removed instance ${i.id}${freed ? ` (released ${freed} booking(s))` : ''}`);
-    void i.upstream.pool.close().catch(() => undefined); // waits for its in-flight requests
-  }
+  for (const i of r.removedInstances) changes.push(dropInstance(rt, i));
   const renewed = r.applyToKept();
   for (const u of renewed) void u.pool.close().catch(() => undefined); // the same
   for (const i of r.addedInstances) changes.push(`added instance ${i.id}`);
   for (const k of regs.added) changes.push(`listening to KV events of ${k}`);
   indexInstances(rt);
   for (const t of r.unusedTokenizers) void t.close();
-  if (
-    JSON.stringify(cur.routing) !== JSON.stringify(next.routing) ||
-    JSON.stringify(cur.models.map((m) => m.routing)) !== JSON.stringify(next.models.map((m) => m.routing))
-  )
-    changes.push('routing settings');
-  if (JSON.stringify(cur.auth) !== JSON.stringify(next.auth)) changes.push('auth settings');
-  // Every other setting that took effect is named too (a raised shutdown grace, say, is not 'no changes').
-  for (const k of Object.keys(next.server) as Array<keyof RouterConfig['server']>)
-    if (cur.server[k] !== next.server[k]) changes.push(`server.${k}`);
-  if (JSON.stringify(cur.proxy) !== JSON.stringify(next.proxy))
-    changes.push(`proxy settings${renewed.length ? ` (new connection pools for ${renewed.length} instance(s))` : ''}`);
-  for (const s of APPLIED_SECTIONS)
-    if (JSON.stringify(cur[s]) !== JSON.stringify(next[s])) changes.push(`${s} settings`);
-  const modelSettings = (c: RouterConfig) =>
-    JSON.stringify(c.models.map(({ instances: _i, routing: _r, ...rest }) => rest));
-  if (modelSettings(cur) !== modelSettings(next)) changes.push('model settings');
-  // A kept instance's own settings (role, adapters, KV events...); a new URL or dp_size made it a new instance above.
-  const instancesOf = (c: RouterConfig) => new Map(c.models.flatMap((m) => m.instances.map((i) => [i.id, i] as const)));
-  const before = instancesOf(cur);
-  for (const [id, i] of instancesOf(next)) {
-    const was = before.get(id);
-    if (was && keepsInstance(was.url, was.dp_size, i) && JSON.stringify(was) !== JSON.stringify(i))
-      changes.push(`instance ${id} settings`);
-  }
+  changes.push(...settingChanges(cur, next, renewed.length));
   rt.queue.notify();
   return { ok: true, changes, restartRequired, errors: [] };
 }
