@@ -60,6 +60,64 @@ export function roleOf(m: ModelRuntime, instance: string): InstanceRole {
 /** Hears every health change of every instance (metrics, the capacity queue). */
 export type HealthListener = (instance: string, event: HealthEvent) => void;
 
+function healthOptionsOf(cfg: RouterConfig) {
+  return {
+    failureThreshold: cfg.health.failure_threshold,
+    ejectionBaseMs: cfg.health.ejection_base_ms,
+    ejectionMaxMs: cfg.health.ejection_max_ms,
+  };
+}
+
+function upstreamOptionsOf(cfg: RouterConfig) {
+  return {
+    connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+    headersTimeoutMs: cfg.proxy.headers_timeout_ms,
+    bodyTimeoutMs: cfg.proxy.body_timeout_ms,
+    connections: cfg.proxy.connections,
+  };
+}
+
+/** What reconcileModels shares with each instance it reconciles: the new options, the old instances, what it kept and added. */
+interface InstanceBuild {
+  healthOptions: ReturnType<typeof healthOptionsOf>;
+  upstreamOptions: ReturnType<typeof upstreamOptionsOf>;
+  onHealth: HealthListener;
+  now: () => number;
+  oldInst: ReadonlyMap<string, InstanceRuntime>;
+  /** Kept instances, and the pool each takes at the swap when the proxy settings changed (null: its own). */
+  kept: Map<InstanceRuntime, Upstream | null>;
+  added: InstanceRuntime[];
+}
+
+/** The running instance kept (noted in `kept`, with a new pool when the proxy settings changed), or a new one (noted in `added`). */
+function reconcileInstance(c: InstanceConfig, b: InstanceBuild): InstanceRuntime {
+  const { upstreamOptions, onHealth, now } = b;
+  const old = b.oldInst.get(c.id);
+  if (old && sameInstance(old, c)) {
+    // A new pool is made now (it opens no connection until used), so the swap itself cannot fail.
+    b.kept.set(
+      old,
+      sameUpstreamOptions(old.upstream.options, upstreamOptions)
+        ? null
+        : createUpstream(c.id, c.url, upstreamOptions, {
+            health: old.health,
+            now,
+            onChange: (ev) => onHealth(c.id, ev),
+          }),
+    );
+    return old;
+  }
+  const health = new InstanceHealth(b.healthOptions);
+  const rt: InstanceRuntime = {
+    id: c.id,
+    dpSize: c.dp_size,
+    upstream: createUpstream(c.id, c.url, upstreamOptions, { health, now, onChange: (ev) => onHealth(c.id, ev) }),
+    health,
+  };
+  b.added.push(rt);
+  return rt;
+}
+
 export async function reconcileModels(
   cfg: RouterConfig,
   previous: ModelSet | null,
@@ -89,16 +147,15 @@ export async function reconcileModels(
           () => undefined,
         );
   };
-  const healthOptions = {
-    failureThreshold: cfg.health.failure_threshold,
-    ejectionBaseMs: cfg.health.ejection_base_ms,
-    ejectionMaxMs: cfg.health.ejection_max_ms,
-  };
-  const upstreamOptions = {
-    connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-    headersTimeoutMs: cfg.proxy.headers_timeout_ms,
-    bodyTimeoutMs: cfg.proxy.body_timeout_ms,
-    connections: cfg.proxy.connections,
+  const healthOptions = healthOptionsOf(cfg);
+  const build: InstanceBuild = {
+    healthOptions,
+    upstreamOptions: upstreamOptionsOf(cfg),
+    onHealth,
+    now,
+    oldInst,
+    kept,
+    added,
   };
   try {
     for (const m of cfg.models) {
@@ -106,32 +163,7 @@ export async function reconcileModels(
       if (!tokenizers.has(key))
         tokenizers.set(key, oldTok.has(key) ? Promise.resolve(oldTok.get(key)!) : loadTokenizer(m.tokenizer));
       const tokenizer = await tokenizers.get(key)!;
-      const instances = m.instances.map((c) => {
-        const old = oldInst.get(c.id);
-        if (old && sameInstance(old, c)) {
-          // A new pool is made now (it opens no connection until used), so the swap itself cannot fail.
-          kept.set(
-            old,
-            sameUpstreamOptions(old.upstream.options, upstreamOptions)
-              ? null
-              : createUpstream(c.id, c.url, upstreamOptions, {
-                  health: old.health,
-                  now,
-                  onChange: (ev) => onHealth(c.id, ev),
-                }),
-          );
-          return old;
-        }
-        const health = new InstanceHealth(healthOptions);
-        const rt: InstanceRuntime = {
-          id: c.id,
-          dpSize: c.dp_size,
-          upstream: createUpstream(c.id, c.url, upstreamOptions, { health, now, onChange: (ev) => onHealth(c.id, ev) }),
-          health,
-        };
-        added.push(rt);
-        return rt;
-      });
+      const instances = m.instances.map((c) => reconcileInstance(c, build));
       const roles = new Map(m.instances.map((i) => [i.id, i.role]));
       const disaggregated = m.instances.some((i) => i.role === 'prefill');
       const rt: ModelRuntime = {
