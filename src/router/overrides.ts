@@ -2,7 +2,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { OpenAIError } from '../api/openai.js';
 import type { RoutingConfig } from '../config/schema.js';
-import { COST_MODELS, type CostModel } from '../scheduler/cost.js';
+import { COST_MODELS } from '../scheduler/cost.js';
 import { isPolicy, type PolicyName, policySpec, TARGET_POLICY } from '../scheduler/policies/registry.js';
 import { DISAGG_MODES, type DisaggMode } from '../disagg/protocol.js';
 
@@ -30,6 +30,52 @@ function bounded(h: IncomingHttpHeaders, name: string, min: number, max: number)
     );
   }
   return n;
+}
+
+/** The numeric knobs a header may set, each bounded to [0, 100]. */
+const NUMERIC_OVERRIDES: ReadonlyArray<
+  [string, 'overlap_weight' | 'temperature' | 'decode_interference' | 'prefix_affinity' | 'load_bound']
+> = [
+  ['x-kvrouter-overlap-weight', 'overlap_weight'],
+  ['x-kvrouter-temperature', 'temperature'],
+  ['x-kvrouter-decode-interference', 'decode_interference'],
+  ['x-kvrouter-prefix-affinity', 'prefix_affinity'],
+  ['x-kvrouter-load-bound', 'load_bound'],
+];
+
+function oneOf<T extends string>(h: IncomingHttpHeaders, name: string, values: readonly T[]): T | undefined {
+  const v = header(h, name);
+  if (v === undefined || (values as readonly string[]).includes(v)) return v as T | undefined;
+  throw new OpenAIError(
+    400,
+    `header ${name} must be one of ${values.join(', ')}, got "${v}"`,
+    'invalid_request_error',
+    name,
+  );
+}
+
+/** x-kvrouter-medium-weights: "cpu=0.5,disk=0.1", each weight in [0, 1]. */
+function mediumWeights(h: IncomingHttpHeaders): Array<['cpu' | 'disk' | 'shared', number]> {
+  const mw = header(h, 'x-kvrouter-medium-weights');
+  if (mw === undefined) return [];
+  const out: Array<['cpu' | 'disk' | 'shared', number]> = [];
+  for (const part of mw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
+    const m = /^(cpu|disk|shared)\s*=\s*([0-9.eE+-]+)$/.exec(part);
+    const v = m ? Number(m[2]) : NaN;
+    if (!m || !Number.isFinite(v) || v < 0 || v > 1) {
+      throw new OpenAIError(
+        400,
+        `header x-kvrouter-medium-weights: "${part}" is not cpu|disk|shared=<0..1> (e.g. "cpu=0.5,disk=0.1")`,
+        'invalid_request_error',
+        'x-kvrouter-medium-weights',
+      );
+    }
+    out.push([m[1] as 'cpu' | 'disk' | 'shared', v]);
+  }
+  return out;
 }
 
 const OVERRIDE_HEADERS = [
@@ -85,58 +131,16 @@ export function applyOverrides(h: IncomingHttpHeaders, base: RoutingConfig, allo
   const edit = (): RequestRouting =>
     (copy ??= { target: null, disagg: 'auto', ...base, medium_weights: { ...base.medium_weights } });
   const target = header(h, 'x-kvrouter-target');
-  const w = bounded(h, 'x-kvrouter-overlap-weight', 0, 100);
-  if (w !== undefined && w !== base.overlap_weight) edit().overlap_weight = w;
-  const t = bounded(h, 'x-kvrouter-temperature', 0, 100);
-  if (t !== undefined && t !== base.temperature) edit().temperature = t;
-  const di = bounded(h, 'x-kvrouter-decode-interference', 0, 100);
-  if (di !== undefined && di !== base.decode_interference) edit().decode_interference = di;
-  const pa = bounded(h, 'x-kvrouter-prefix-affinity', 0, 100);
-  if (pa !== undefined && pa !== base.prefix_affinity) edit().prefix_affinity = pa;
-  const lb = bounded(h, 'x-kvrouter-load-bound', 0, 100);
-  if (lb !== undefined && lb !== base.load_bound) edit().load_bound = lb;
-  const cm = header(h, 'x-kvrouter-cost-model');
-  if (cm !== undefined) {
-    if (!(COST_MODELS as readonly string[]).includes(cm))
-      throw new OpenAIError(
-        400,
-        `header x-kvrouter-cost-model must be one of ${COST_MODELS.join(', ')}, got "${cm}"`,
-        'invalid_request_error',
-        'x-kvrouter-cost-model',
-      );
-    if (cm !== base.cost_model) edit().cost_model = cm as CostModel;
+  for (const [name, key] of NUMERIC_OVERRIDES) {
+    const v = bounded(h, name, 0, 100);
+    if (v !== undefined && v !== base[key]) edit()[key] = v;
   }
-  const mw = header(h, 'x-kvrouter-medium-weights');
-  if (mw !== undefined) {
-    for (const part of mw
-      .split(',')
-      .map((s) => s.trim())
-      .filter(Boolean)) {
-      const m = /^(cpu|disk|shared)\s*=\s*([0-9.eE+-]+)$/.exec(part);
-      const v = m ? Number(m[2]) : NaN;
-      if (!m || !Number.isFinite(v) || v < 0 || v > 1) {
-        throw new OpenAIError(
-          400,
-          `header x-kvrouter-medium-weights: "${part}" is not cpu|disk|shared=<0..1> (e.g. "cpu=0.5,disk=0.1")`,
-          'invalid_request_error',
-          'x-kvrouter-medium-weights',
-        );
-      }
-      const medium = m[1] as 'cpu' | 'disk' | 'shared';
-      if (v !== (copy ?? base).medium_weights[medium]) edit().medium_weights[medium] = v;
-    }
-  }
-  const dm = header(h, 'x-kvrouter-disagg');
-  if (dm !== undefined) {
-    if (!(DISAGG_MODES as readonly string[]).includes(dm))
-      throw new OpenAIError(
-        400,
-        `header x-kvrouter-disagg must be one of ${DISAGG_MODES.join(', ')}, got "${dm}"`,
-        'invalid_request_error',
-        'x-kvrouter-disagg',
-      );
-    if (dm !== 'auto') edit().disagg = dm as DisaggMode;
-  }
+  const cm = oneOf(h, 'x-kvrouter-cost-model', COST_MODELS);
+  if (cm !== undefined && cm !== base.cost_model) edit().cost_model = cm;
+  for (const [medium, v] of mediumWeights(h))
+    if (v !== (copy ?? base).medium_weights[medium]) edit().medium_weights[medium] = v;
+  const dm = oneOf(h, 'x-kvrouter-disagg', DISAGG_MODES);
+  if (dm !== undefined && dm !== 'auto') edit().disagg = dm;
   const p = header(h, 'x-kvrouter-policy');
   if (p !== undefined) {
     if (!isPolicy(p))
