@@ -8,9 +8,15 @@ import type { IndexWriter } from '../indexer/writer.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import { DEFAULT_STREAM_MAX_AGE_MS } from './jetstream.js';
 import { EventConsumer, type EventConsumerStatus } from './event-consumer.js';
-import { createClusterMetrics } from './metrics.js';
+import { type ClusterMetrics, createClusterMetrics } from './metrics.js';
 import { NatsLink, type SyncLink } from './nats-link.js';
-import { type ClusterOptionsInput, clusterOptions, eventsSubject, syncSubject } from './options.js';
+import {
+  type ClusterOptions,
+  type ClusterOptionsInput,
+  clusterOptions,
+  eventsSubject,
+  syncSubject,
+} from './options.js';
 import { PeerList, type RecoveryResult, recoverFromPeers } from './peers.js';
 import { ReplicaSync, type ReplicaSyncStatus } from './replica-sync.js';
 
@@ -58,6 +64,61 @@ export interface ClusterHandle {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
 
+/** What the parts below share: the caller's deps with the defaults filled in. */
+type Wiring = Omit<ClusterDeps, 'metrics'> & {
+  now: () => number;
+  log: (line: string) => void;
+  metrics: ClusterMetrics;
+};
+
+function startSync(link: SyncLink, o: ClusterOptions, w: Wiring & { routerId: string }): ReplicaSync {
+  return new ReplicaSync(
+    link,
+    {
+      scheduler: w.scheduler,
+      indexer: w.writer.indexer,
+      now: w.now,
+      metrics: w.metrics,
+      log: w.log,
+      ...(w.onReleased ? { onReleased: w.onReleased } : {}),
+      ...(w.tenants ? { tenants: w.tenants } : {}),
+    },
+    {
+      routerId: w.routerId,
+      subject: syncSubject(o),
+      heartbeatMs: o.sync.heartbeatMs,
+      peerTimeoutMs: o.sync.peerTimeoutMs,
+      advertiseUrl: o.advertiseUrl ?? w.url,
+    },
+  );
+}
+
+/** Index recovery: the relay's snapshot and stream when events come through JetStream, else a peer's dump (if any peer). */
+function startRecovery(
+  recovery: ClusterStatus['recovery'],
+  o: ClusterOptions,
+  events: EventConsumer | null,
+  peers: PeerList,
+  w: Wiring,
+): Promise<void> {
+  if (events) {
+    recovery.state = 'pending';
+    return events.ready;
+  }
+  if (peers.list().length === 0) return Promise.resolve();
+  recovery.state = 'pending';
+  return (async () => {
+    if (o.recovery.delayMs > 0) await sleep(o.recovery.delayMs);
+    recovery.result = await recoverFromPeers(peers.list(), w.writer, w.now, {
+      timeoutMs: o.recovery.timeoutMs,
+      token: o.recovery.token ?? null,
+      self: w.url,
+      log: w.log,
+    });
+    if (recovery.result.peer) w.metrics.restored('peer', recovery.result.blocks);
+  })();
+}
+
 export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}): ClusterHandle {
   const o = clusterOptions(input);
   const routerId = o.routerId ?? `r-${randomBytes(3).toString('hex')}`;
@@ -71,28 +132,7 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
     ? new NatsLink({ url: o.nats.url, name: `kvrouter ${routerId}`, reconnectWaitMs: o.nats.reconnectWaitMs, log })
     : null;
   const syncLink: SyncLink | null = link ?? deps.localLink ?? null;
-  const sync =
-    syncLink && o.sync.enabled
-      ? new ReplicaSync(
-          syncLink,
-          {
-            scheduler: deps.scheduler,
-            indexer: deps.writer.indexer,
-            now,
-            metrics,
-            log,
-            ...(deps.onReleased ? { onReleased: deps.onReleased } : {}),
-            ...(deps.tenants ? { tenants: deps.tenants } : {}),
-          },
-          {
-            routerId,
-            subject: syncSubject(o),
-            heartbeatMs: o.sync.heartbeatMs,
-            peerTimeoutMs: o.sync.peerTimeoutMs,
-            advertiseUrl: o.advertiseUrl ?? deps.url,
-          },
-        )
-      : null;
+  const sync = syncLink && o.sync.enabled ? startSync(syncLink, o, { ...deps, routerId, now, log, metrics }) : null;
   if (o.events.source === 'jetstream' && !link)
     throw new Error('cluster.events.source=jetstream needs cluster.nats.url');
   const events =
@@ -113,23 +153,7 @@ export function attachCluster(deps: ClusterDeps, input: ClusterOptionsInput = {}
       : null;
 
   const recovery: ClusterStatus['recovery'] = { state: 'none', result: null };
-  let recovered: Promise<void>;
-  if (events) {
-    recovery.state = 'pending';
-    recovered = events.ready;
-  } else if (peers.list().length > 0) {
-    recovery.state = 'pending';
-    recovered = (async () => {
-      if (o.recovery.delayMs > 0) await sleep(o.recovery.delayMs);
-      recovery.result = await recoverFromPeers(peers.list(), deps.writer, now, {
-        timeoutMs: o.recovery.timeoutMs,
-        token: o.recovery.token ?? null,
-        self: deps.url,
-        log,
-      });
-      if (recovery.result.peer) metrics.restored('peer', recovery.result.blocks);
-    })();
-  } else recovered = Promise.resolve();
+  const recovered = startRecovery(recovery, o, events, peers, { ...deps, now, log, metrics });
 
   let isReady = false;
   const ready = Promise.race([
