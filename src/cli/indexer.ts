@@ -8,7 +8,7 @@ import { ListenerPool } from '../events/listener-pool.js';
 import { Registry } from '../events/registry.js';
 import { TieredIndexer } from '../indexer/namespaces.js';
 import { PeerList, recoverFromPeers } from '../cluster/peers.js';
-import { intOption, type OptionTable, parseCommand } from '../common/args.js';
+import { intOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { LISTENER_FLAGS, listenerOptionsFromFlags } from './listener-flags.js';
 import { parseWorkersFlag, registerWorkers } from './workers-flag.js';
 
@@ -85,37 +85,54 @@ function nonNegative(raw: string, flag: string): number {
   return n;
 }
 
-export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('indexer', SUMMARY, OPTIONS, argv);
-  if ('code' in parsed) return parsed.code;
-  const v = parsed.values;
+/** The flags checked before anything starts (a bad one exits 2 with its message). */
+function readSettings(v: ParsedOptions) {
   let seed: bigint;
   try {
     seed = BigInt(String(v['hash-seed']));
   } catch {
-    process.stderr.write('kvrouter indexer: --hash-seed must be an integer\n');
-    return 2;
+    throw new Error('--hash-seed must be an integer');
   }
-  let listenerOptions: ReturnType<typeof listenerOptionsFromFlags>;
+  const listenerOptions = listenerOptionsFromFlags(v);
+  const peers = new PeerList(typeof v.peers === 'string' ? v.peers.split(',').filter(Boolean) : []);
+  const minWorkers = nonNegative(
+    String(v['min-initial-workers'] ?? process.env.DYN_ROUTER_MIN_INITIAL_WORKERS ?? '0'),
+    '--min-initial-workers',
+  );
+  intOption(v, 'threads');
+  return { seed, listenerOptions, peers, minWorkers };
+}
+
+/** A copy of a peer's index, after the slow-joiner delay (--recovery-delay-ms). */
+async function recoverFirst(
+  v: ParsedOptions,
+  peers: PeerList,
+  writer: KvIndexWriter,
+  token: string | undefined,
+  self: string,
+): Promise<void> {
+  await new Promise((r) => setTimeout(r, intOption(v, 'recovery-delay-ms')));
+  const log = (l: string) => process.stdout.write(`kvrouter indexer: ${l.replace(/^cluster: /, '')}\n`);
+  await recoverFromPeers(peers.list(), writer, Date.now, {
+    timeoutMs: intOption(v, 'recovery-timeout-ms'),
+    token: token ?? null,
+    self,
+    log,
+  });
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('indexer', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  let settings: ReturnType<typeof readSettings>;
   try {
-    listenerOptions = listenerOptionsFromFlags(v);
+    settings = readSettings(v);
   } catch (err) {
     process.stderr.write(`kvrouter indexer: ${(err as Error).message}\n`);
     return 2;
   }
-  let peers: PeerList;
-  let minWorkers: number;
-  try {
-    peers = new PeerList(typeof v.peers === 'string' ? v.peers.split(',').filter(Boolean) : []);
-    minWorkers = nonNegative(
-      String(v['min-initial-workers'] ?? process.env.DYN_ROUTER_MIN_INITIAL_WORKERS ?? '0'),
-      '--min-initial-workers',
-    );
-    intOption(v, 'threads');
-  } catch (err) {
-    process.stderr.write(`kvrouter indexer: ${(err as Error).message}\n`);
-    return 2;
-  }
+  const { seed, listenerOptions, peers, minWorkers } = settings;
   const indexer = new TieredIndexer({ defaultSeed: seed });
   const registry = new Registry();
   const writer = new KvIndexWriter(indexer);
@@ -169,16 +186,7 @@ export async function run(argv: string[]): Promise<number> {
   // As Dynamo's standalone indexer: recover from a peer first (after the slow-joiner delay), then
   // start the --workers listeners; /ready answers 503 until then. Listeners with a replay endpoint
   // re-read the publisher's buffer from seq 0 on first connect, so nothing published meanwhile is lost.
-  if (peers.list().length > 0) {
-    await new Promise((r) => setTimeout(r, intOption(v, 'recovery-delay-ms')));
-    const log = (l: string) => process.stdout.write(`kvrouter indexer: ${l.replace(/^cluster: /, '')}\n`);
-    await recoverFromPeers(peers.list(), writer, Date.now, {
-      timeoutMs: intOption(v, 'recovery-timeout-ms'),
-      token: adminToken ?? null,
-      self: server.url,
-      log,
-    });
-  }
+  if (peers.list().length > 0) await recoverFirst(v, peers, writer, adminToken, server.url);
   for (const r of workers) listeners.add(r);
   recovered = true;
   await new Promise<void>((resolve) => {
