@@ -6,7 +6,7 @@ import { readFileSync, unwatchFile, watch, watchFile } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { ConfigInvalidError, loadConfigFile } from '../config/load.js';
 import { type RouterHandle, startRouter } from '../router/app.js';
-import { type OptionTable, parseCommand } from '../common/args.js';
+import { type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import type { EppHandle } from '../epp/server.js';
 import { EPP_OPTIONS, eppOptions } from './epp.js';
 import { PROCESS_INDEX_ENV } from '../processes/messages.js';
@@ -66,19 +66,7 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     return 2;
   }
   const file = (v.config as string | undefined) ?? process.env.KVROUTER_CONFIG ?? 'router.example.yaml';
-  const set = [...((v.set as string[] | undefined) ?? [])];
-  if (typeof v.host === 'string') set.push(`server.host=${v.host}`);
-  if (typeof v.port === 'string') set.push(`server.port=${v.port}`);
-  if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
-  if (typeof v.nats === 'string') set.push(`cluster.nats.url=${v.nats}`);
-  if (typeof v['router-id'] === 'string') set.push(`cluster.router_id=${v['router-id']}`);
-  if (typeof v.peers === 'string')
-    v.peers
-      .split(',')
-      .filter(Boolean)
-      .forEach((p, i) => {
-        set.push(`cluster.peers.${i}=${p}`);
-      });
+  const set = configOverrides(v);
   let cfg: ReturnType<typeof loadConfigFile>;
   const loadOptions = { set, env: process.env };
   try {
@@ -104,13 +92,7 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     // The IPC channel to the primary would keep this process alive: it is done once drained.
     process.exit(code);
   }
-  const digest = () => {
-    try {
-      return createHash('sha256').update(readFileSync(file)).digest('hex');
-    } catch {
-      return null;
-    }
-  };
+  const digest = () => fileDigest(file);
   // Taken before starting, so a change made while the router starts is not missed.
   const lastDigest = digest();
   // Signals are handled from before the router announces itself: a SIGHUP or SIGTERM that arrives
@@ -156,6 +138,33 @@ export async function run(argv: string[], command: 'serve' | 'epp' = 'serve'): P
     await picker?.close(running.config.server.shutdown_grace_ms);
     await running.close();
   });
+}
+
+/** --set, then the flags that are shorthands for config keys (--port is server.port, ...). */
+function configOverrides(v: ParsedOptions): string[] {
+  const set = [...((v.set as string[] | undefined) ?? [])];
+  if (typeof v.host === 'string') set.push(`server.host=${v.host}`);
+  if (typeof v.port === 'string') set.push(`server.port=${v.port}`);
+  if (typeof v.policy === 'string') set.push(`routing.policy=${v.policy}`);
+  if (typeof v.nats === 'string') set.push(`cluster.nats.url=${v.nats}`);
+  if (typeof v['router-id'] === 'string') set.push(`cluster.router_id=${v['router-id']}`);
+  if (typeof v.peers === 'string')
+    v.peers
+      .split(',')
+      .filter(Boolean)
+      .forEach((p, i) => {
+        set.push(`cluster.peers.${i}=${p}`);
+      });
+  return set;
+}
+
+/** The config file's content hash (null while it cannot be read): a reload runs only when it changed. */
+function fileDigest(file: string): string | null {
+  try {
+    return createHash('sha256').update(readFileSync(file)).digest('hex');
+  } catch {
+    return null;
+  }
 }
 
 /** `--workers`: 1 by default, `auto` = one per core; an error message for anything else. */
