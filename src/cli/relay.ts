@@ -157,13 +157,38 @@ const pick = (
   fallback: string,
 ): string => (typeof flag === 'string' ? flag : (fromConfig ?? fallback));
 
+type RelayOptions = Parameters<typeof EventRelay.start>[2];
+
+/** The relay's settings: flags over the config's cluster section over the defaults; a bad combination throws. */
+function relayOptions(v: ParsedOptions, src: Sources): RelayOptions {
+  const opts: RelayOptions = {
+    relayId: typeof v['relay-id'] === 'string' ? v['relay-id'] : `relay-${randomBytes(3).toString('hex')}`,
+    subject: `${pick(v['subject-prefix'], src.cluster?.nats?.subject_prefix, D.nats.subjectPrefix)}.events`,
+    stream: pick(v.stream, src.cluster?.events?.stream, D.events.stream),
+    bucket: pick(v.bucket, src.cluster?.events?.bucket, D.events.bucket),
+    snapshotEvery: intOption(v, 'snapshot-every'),
+    snapshotIntervalMs: intOption(v, 'snapshot-interval-ms'),
+    streamMaxAgeMs: intOption(v, 'max-age-ms'),
+    resetState: v['reset-state'] === true,
+    publishTimeoutMs: 5000,
+    maxBatchBytes: 256 * 1024,
+    ha: v.ha === true ? { bucket: String(v['lease-bucket']), leaseMs: intOption(v, 'lease-ms') } : null,
+  };
+  if (opts.ha && opts.resetState)
+    throw new Error("--reset-state cannot be combined with --ha (a restarting standby would wipe the leader's stream)");
+  if (opts.ha && (opts.ha.leaseMs < 300 || opts.ha.leaseMs > 600_000))
+    throw new Error('--lease-ms must be between 300 and 600000');
+  if (opts.ha && !/^[\w-]+$/.test(opts.ha.bucket)) throw new Error('--lease-bucket takes letters, digits, _ and -');
+  return opts;
+}
+
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('relay', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
   const v = parsed.values;
   const fail = (msg: string) => (process.stderr.write(`kvrouter relay: ${msg}\n`), 2);
   let src: Sources;
-  let opts: Parameters<typeof EventRelay.start>[2];
+  let opts: RelayOptions;
   let url: string | undefined;
   try {
     src = sources(v);
@@ -171,24 +196,7 @@ export async function run(argv: string[]): Promise<number> {
     if (!url) return fail('--nats (or cluster.nats.url in --config, or $KVROUTER_NATS_URL) is required');
     if (src.specs.length === 0 && !src.workers)
       return fail('nothing to relay: give --config (instances with kv_events) or --workers');
-    opts = {
-      relayId: typeof v['relay-id'] === 'string' ? v['relay-id'] : `relay-${randomBytes(3).toString('hex')}`,
-      subject: `${pick(v['subject-prefix'], src.cluster?.nats?.subject_prefix, D.nats.subjectPrefix)}.events`,
-      stream: pick(v.stream, src.cluster?.events?.stream, D.events.stream),
-      bucket: pick(v.bucket, src.cluster?.events?.bucket, D.events.bucket),
-      snapshotEvery: intOption(v, 'snapshot-every'),
-      snapshotIntervalMs: intOption(v, 'snapshot-interval-ms'),
-      streamMaxAgeMs: intOption(v, 'max-age-ms'),
-      resetState: v['reset-state'] === true,
-      publishTimeoutMs: 5000,
-      maxBatchBytes: 256 * 1024,
-      ha: v.ha === true ? { bucket: String(v['lease-bucket']), leaseMs: intOption(v, 'lease-ms') } : null,
-    };
-    if (opts.ha && opts.resetState)
-      return fail("--reset-state cannot be combined with --ha (a restarting standby would wipe the leader's stream)");
-    if (opts.ha && (opts.ha.leaseMs < 300 || opts.ha.leaseMs > 600_000))
-      return fail('--lease-ms must be between 300 and 600000');
-    if (opts.ha && !/^[\w-]+$/.test(opts.ha.bucket)) return fail('--lease-bucket takes letters, digits, _ and -');
+    opts = relayOptions(v, src);
   } catch (err) {
     return fail(err instanceof ConfigInvalidError ? err.message : (err as Error).message);
   }
