@@ -76,6 +76,15 @@ export function zmtpSupports(endpoint: string): boolean {
   return !('error' in parseEndpoint(endpoint));
 }
 
+/** Why a peer's READY cannot start a SUB connection (bad properties, not a publisher), or null. */
+function readyError(data: Uint8Array): string | null {
+  const props = parseProperties(data);
+  if ('error' in props) return `READY: ${props.error}`;
+  const type = props.get('socket-type');
+  if (type !== 'PUB' && type !== 'XPUB') return `peer socket type ${type ?? '(none)'} cannot feed a SUB`;
+  return null;
+}
+
 export class ZmtpSubscriber {
   private sock: net.Socket | null = null;
   private closed = false;
@@ -148,18 +157,10 @@ export class ZmtpSubscriber {
           switch (c.name) {
             case 'READY': {
               if (handshaken) return drop('second READY');
-              const props = parseProperties(c.data);
-              if ('error' in props) return drop(`READY: ${props.error}`);
-              const type = props.get('socket-type');
-              if (type !== 'PUB' && type !== 'XPUB')
-                return drop(`peer socket type ${type ?? '(none)'} cannot feed a SUB`);
+              const bad = readyError(c.data);
+              if (bad !== null) return drop(bad);
               handshaken = true;
-              if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
-              this.handshakeTimer = null;
-              for (const t of this.topics) sock.write(subscription(t));
-              this.backoff = this.opts.reconnectMs;
-              this.armHeartbeat(sock);
-              this.handlers.connected();
+              this.handshakeDone(sock);
               return;
             }
             case 'ERROR': {
@@ -218,6 +219,16 @@ export class ZmtpSubscriber {
       else this.handlers.retrying(reason);
       this.scheduleReconnect(handshaken);
     });
+  }
+
+  /** The peer's READY was good: subscribe, reset the backoff, start the heartbeat. */
+  private handshakeDone(sock: net.Socket): void {
+    if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
+    this.handshakeTimer = null;
+    for (const t of this.topics) sock.write(subscription(t));
+    this.backoff = this.opts.reconnectMs;
+    this.armHeartbeat(sock);
+    this.handlers.connected();
   }
 
   private scheduleReconnect(wasUp: boolean): void {
