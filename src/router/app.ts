@@ -270,6 +270,45 @@ function startTimers(rt: RouterRuntime): () => void {
   };
 }
 
+/**
+ * A replacement `--workers` process: before it takes connections, a copy of a living process's
+ * index (its own KV-event listeners are already connected, so nothing published since is missed).
+ */
+async function recoverFromProcess(rt: RouterRuntime, recoverIndex: () => Promise<IndexSnapshot | null>): Promise<void> {
+  const snap = await recoverIndex();
+  try {
+    if (snap)
+      rt.log(
+        `recovered ${rt.writer.restore(snap, rt.now())} blocks in ${snap.namespaces.length} namespaces from another router process`,
+      );
+    else rt.log('no other router process sent its index in time; starting with an empty one');
+  } catch (err) {
+    rt.log(`could not restore another router process's index (${(err as Error).message}); starting with an empty one`);
+  }
+}
+
+/** Replica sync and index recovery (`cluster:`); each `--workers` process is a replica of its own. */
+function joinCluster(rt: RouterRuntime, cfg: RouterConfig, role: ProcessRole | null, url: string): ClusterHandle {
+  const o = clusterOptionsFromConfig(cfg.cluster);
+  // Over NATS with cluster.nats.url, else over the processes' mesh.
+  if (role) o.routerId = `${o.routerId ?? `r-${process.ppid}`}-w${role.index}`;
+  return attachCluster(
+    {
+      scheduler: rt.scheduler,
+      writer: rt.writer,
+      url,
+      peers: rt.peers,
+      metrics: rt.prom,
+      now: rt.now,
+      onReleased: () => rt.queue.notify(),
+      log: rt.log,
+      tenants: rt.deps.access.usage,
+      ...(role ? { localLink: role.link } : {}),
+    },
+    o,
+  );
+}
+
 export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}): Promise<RouterHandle> {
   const cfg0 = structuredClone(cfgIn);
   const role = opts.process ?? null;
@@ -283,22 +322,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
   if (role?.slots) rt.deps.access.usage.owner = role.slots;
   const reload = createReloader(rt, opts);
   const app = routes(rt, reload, role);
-  if (role?.recoverIndex) {
-    // A replacement process: before it takes connections, a copy of a living process's index (its
-    // own KV-event listeners are already connected, so nothing published since is missed).
-    const snap = await role.recoverIndex();
-    try {
-      if (snap)
-        rt.log(
-          `recovered ${rt.writer.restore(snap, rt.now())} blocks in ${snap.namespaces.length} namespaces from another router process`,
-        );
-      else rt.log('no other router process sent its index in time; starting with an empty one');
-    } catch (err) {
-      rt.log(
-        `could not restore another router process's index (${(err as Error).message}); starting with an empty one`,
-      );
-    }
-  }
+  if (role?.recoverIndex) await recoverFromProcess(rt, role.recoverIndex);
   let server: RunningServer;
   try {
     const s = cfg0.server;
@@ -319,26 +343,7 @@ export async function startRouter(cfgIn: RouterConfig, opts: StartOptions = {}):
     await Promise.all(rt.engines.map((e) => e.close()));
     throw err instanceof ListenError ? err.withHint('server.port (kvrouter serve --port)') : err;
   }
-  if (role || clusterEnabled(cfg0.cluster)) {
-    const o = clusterOptionsFromConfig(cfg0.cluster);
-    // Each process is a replica of its own: over NATS with cluster.nats.url, else over the processes' mesh.
-    if (role) o.routerId = `${o.routerId ?? `r-${process.ppid}`}-w${role.index}`;
-    rt.cluster = attachCluster(
-      {
-        scheduler: rt.scheduler,
-        writer: rt.writer,
-        url: server.url,
-        peers: rt.peers,
-        metrics: rt.prom,
-        now: rt.now,
-        onReleased: () => rt.queue.notify(),
-        log: rt.log,
-        tenants: rt.deps.access.usage,
-        ...(role ? { localLink: role.link } : {}),
-      },
-      o,
-    );
-  }
+  if (role || clusterEnabled(cfg0.cluster)) rt.cluster = joinCluster(rt, cfg0, role, server.url);
   const stopTimers = startTimers(rt);
   rt.log(
     `kvrouter listening on ${server.url} (models: ${rt.all.map((m) => `${m.name} x${m.instances.length}`).join(', ')})`,
