@@ -53,10 +53,8 @@ async function replayWhenAccepted(
 ): Promise<void> {
   const copy = c.req.raw.clone();
   await next();
-  const body =
-    c.res.status < 300
-      ? await readCapped(copy.body as Body, maxBodyBytes).catch(() => null)
-      : (void copy.body?.cancel().catch(() => undefined), null);
+  if (c.res.status >= 300) return void copy.body?.cancel().catch(() => undefined);
+  const body = await readCapped(copy.body as Body, maxBodyBytes).catch(() => null);
   if (body !== null) role.replay(replayedRequest(c, body));
 }
 
