@@ -128,7 +128,11 @@ export async function createRuntime(
   const engineRefs = sharedEngines ?? engines;
   fillEngineInstances(cfg0, engineRefs);
 
-  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg0.hashing.seed), modelSeeds: modelSeeds(cfg0) });
+  const indexer = new TieredIndexer({
+    defaultSeed: BigInt(cfg0.hashing.seed),
+    modelSeeds: modelSeeds(cfg0),
+    kvCacheGroups: cfg0.kv_events.kv_cache_groups,
+  });
   const writer = new KvIndexWriter(indexer);
   const registry = new Registry();
   const prom = new PromRegistry();

@@ -232,6 +232,10 @@ export class Scheduler {
     }
     // Overlaps in the candidates' order: no result object or key string per candidate.
     const overlap = ns && seq.length > 0 ? ns.index.overlapsFor(seq, now, input.candidates, allocations) : null;
+    // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
+    // reuses at most the prompt less its last token). Nothing to do for single-group fleets.
+    if (overlap && ns!.groups !== null && !ns!.groups.empty)
+      ns!.groups.clampOverlaps(seq, Math.floor(Math.max(0, isl - 1) / bs), input.candidates, overlap);
     const shared = overlap?.shared ?? 0;
     const busy = input.busy;
     // The pool's rate once per request; each candidate's own fit shrinks toward it.

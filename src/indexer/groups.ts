@@ -1,0 +1,321 @@
+// The secondary KV-cache groups of hybrid instances (sliding window, Mamba / linear-attention state)
+// of one namespace, kept beside the prefix index (block-index.ts holds the full-attention groups
+// exactly as for a single-group engine). A group's blocks never extend a prefix; they decide
+// where an instance's hit may end. The rules, as vLLM's hybrid manager applies them
+// (vllm/v1/core/single_type_kv_cache_manager.py: SlidingWindowManager.find_longest_cache_hit,
+// MambaManager.find_longest_cache_hit; the coordinator in vllm/v1/core/kv_cache_coordinator.py
+// takes the largest length every group accepts) and as llm-d/llm-d-kv-cache#650 and Dynamo's
+// proposal ai-dynamo/dynamo#12169 state them:
+//   - full attention: a contiguous run from block 0 (the prefix index's answer, `hit`);
+//   - sliding window of W tokens: a hit ending at c needs the last ceil((W - 1) / B) group blocks
+//     before c cached (B = the group's block size); a run shorter than that reaching block 0 also
+//     counts (the window then covers the whole prefix);
+//   - Mamba: the state is cached only at the group's block ends, so c must end a stored state block;
+//   - the instance's hit is the largest c <= hit (and <= the blocks vLLM may reuse, the prompt
+//     less its last token) that every group accepts.
+// Blocks are kept as router seq hashes (the applier re-hashes a group's token_ids as it does the
+// prefix's), per (backend, dp rank) and group, with the tiers holding each. Pure: no I/O.
+import type { CandidateOverlaps, OverlapResult } from './block-index.js';
+import type { KvCacheGroup } from './kv-event.js';
+import { type Medium, TIER_BIT } from './tiers.js';
+
+/** One secondary group of one (backend, dp rank). */
+interface GroupSet {
+  readonly idx: number;
+  kind: KvCacheGroup['kind'];
+  /** Router blocks a sliding-window hit needs before its end (0: any end). */
+  need: number;
+  /** Router blocks per group block (a Mamba state ends every `ratio`-th router block). */
+  ratio: number;
+  /** Router seq hash -> tier bits (TIER_BIT) of the media holding it. */
+  readonly held: Map<bigint, number>;
+  /** Published (engine) id -> router seq hash, for removals. */
+  readonly alias: Map<bigint, bigint>;
+}
+
+interface GroupHolder {
+  readonly backend: string;
+  readonly dpRank: number;
+  /** The routable instance reading it (null: a shared pool, which has no hit of its own). */
+  readonly instance: string | null;
+  readonly groups: GroupSet[];
+}
+
+/** Tier bits a query level reads: device, device + host, any own tier (block-index.ts's levels). */
+export const DEVICE_TIERS = TIER_BIT.GPU;
+export const HOST_TIERS = TIER_BIT.GPU | TIER_BIT.CPU;
+export const ANY_TIERS = TIER_BIT.GPU | TIER_BIT.CPU | TIER_BIT.DISK | TIER_BIT.EXTERNAL;
+
+function candidateKey(instance: string, dpRank: number): string {
+  return `${instance}\u0000${dpRank}`;
+}
+
+export class KvGroups {
+  private readonly holders = new Map<string, GroupHolder>();
+  private readonly byCandidate = new Map<string, GroupHolder[]>();
+
+  /** No instance of this namespace has a secondary group (queries skip the clamp). */
+  get empty(): boolean {
+    return this.holders.size === 0;
+  }
+
+  /**
+   * Record a group's stored blocks: `router` are their router seq hashes, `published` the ids the
+   * engine names them by (same length), `routerBlockSize` the namespace's block size.
+   */
+  store(
+    backend: string,
+    instance: string | null,
+    dpRank: number,
+    medium: Medium,
+    group: KvCacheGroup,
+    routerBlockSize: number,
+    router: BigUint64Array,
+    published: ArrayLike<bigint>,
+  ): number {
+    const g = this.group(backend, instance, dpRank, group, routerBlockSize);
+    const bit = TIER_BIT[medium];
+    let n = 0;
+    for (let i = 0; i < router.length; i++) {
+      // A Mamba state exists only at the end of a group block; the event starts at a group block.
+      if (g.kind === 'mamba' && i % g.ratio !== g.ratio - 1) continue;
+      const h = router[i];
+      const old = g.held.get(h) ?? 0;
+      if ((old & bit) === 0) n++;
+      g.held.set(h, old | bit);
+      g.alias.set(published[i], h);
+    }
+    return n;
+  }
+
+  /** The router seq hash of a block a group of (backend, dp rank) stored, by the engine's id. */
+  resolve(backend: string, dpRank: number, engineHash: bigint): bigint | null {
+    const holder = this.holders.get(candidateKey(backend, dpRank));
+    if (!holder) return null;
+    for (const g of holder.groups) {
+      const h = g.alias.get(engineHash);
+      if (h !== undefined) return h;
+    }
+    return null;
+  }
+
+  /** Forget a group's blocks on one medium, named by the engine's ids. */
+  remove(backend: string, dpRank: number, medium: Medium, groupIdx: number, published: ArrayLike<bigint>): number {
+    const holder = this.holders.get(candidateKey(backend, dpRank));
+    const g = holder?.groups.find((x) => x.idx === groupIdx);
+    if (!g) return 0;
+    const bit = TIER_BIT[medium];
+    let n = 0;
+    for (let i = 0; i < published.length; i++) {
+      const h = g.alias.get(published[i]);
+      if (h === undefined) continue;
+      const mask = g.held.get(h) ?? 0;
+      if ((mask & bit) === 0) continue;
+      n++;
+      if (mask === bit) {
+        g.held.delete(h);
+        g.alias.delete(published[i]);
+      } else g.held.set(h, mask & ~bit);
+    }
+    return n;
+  }
+
+  /**
+   * Purge: a backend's groups (one dp rank, one medium when given). A holder left without blocks
+   * is forgotten, so a fleet whose hybrid engines all left pays no clamp again.
+   */
+  clear(backend: string, dpRank?: number, medium?: Medium): number {
+    let n = 0;
+    for (const [key, holder] of this.holders) {
+      if (holder.backend !== backend || (dpRank !== undefined && holder.dpRank !== dpRank)) continue;
+      for (const g of holder.groups) n += medium === undefined ? clearAll(g) : clearMedium(g, TIER_BIT[medium]);
+      if (holder.groups.every((g) => g.held.size === 0)) this.drop(key, holder);
+    }
+    return n;
+  }
+
+  /** Purge the groups read by an instance (all its backends). */
+  clearInstance(instance: string, dpRank?: number): number {
+    let n = 0;
+    for (const [key, holder] of this.holders) {
+      if (holder.instance !== instance || (dpRank !== undefined && holder.dpRank !== dpRank)) continue;
+      for (const g of holder.groups) n += clearAll(g);
+      this.drop(key, holder);
+    }
+    return n;
+  }
+
+  clearEverything(): number {
+    let n = 0;
+    for (const holder of this.holders.values()) for (const g of holder.groups) n += clearAll(g);
+    this.holders.clear();
+    this.byCandidate.clear();
+    return n;
+  }
+
+  /**
+   * The largest c <= min(hit, maxBlocks) every secondary group of (instance, dp rank) accepts,
+   * reading group blocks on the tiers in `tiers`. `seq` is the prompt's router seq hashes.
+   * Without groups the hit is returned unchanged.
+   */
+  clamp(instance: string, dpRank: number, seq: BigUint64Array, hit: number, maxBlocks: number, tiers: number): number {
+    const holders = this.byCandidate.get(candidateKey(instance, dpRank));
+    if (holders === undefined || hit === 0) return hit;
+    let c = Math.min(hit, maxBlocks, seq.length);
+    // Each rule gives the largest end at or below c it accepts; repeat until all agree (a fixed
+    // point, as vLLM's coordinator iterates).
+    for (let changed = true; changed && c > 0; ) {
+      changed = false;
+      for (const holder of holders)
+        for (const g of holder.groups) {
+          const next = g.kind === 'mamba' ? stateEnd(g, seq, c, tiers) : windowEnd(g, seq, c, tiers);
+          if (next < c) {
+            c = next;
+            changed = true;
+          }
+        }
+    }
+    return c;
+  }
+
+  /**
+   * Clamp the scheduler's per-candidate overlaps in place (device, host, disk and the surviving
+   * device prefix), with `maxBlocks` the blocks the engine may reuse (the prompt less its last token).
+   */
+  clampOverlaps(
+    seq: BigUint64Array,
+    maxBlocks: number,
+    candidates: ReadonlyArray<{ instance: string; dpRank: number }>,
+    o: CandidateOverlaps,
+  ): void {
+    for (let k = 0; k < candidates.length; k++) {
+      if (o.disk[k] === 0 && o.device[k] === 0) continue;
+      const { instance, dpRank } = candidates[k];
+      if (!this.byCandidate.has(candidateKey(instance, dpRank))) continue;
+      const device = o.device[k];
+      o.device[k] = this.clamp(instance, dpRank, seq, device, maxBlocks, DEVICE_TIERS);
+      o.host[k] = this.clamp(instance, dpRank, seq, o.host[k], maxBlocks, HOST_TIERS);
+      o.disk[k] = this.clamp(instance, dpRank, seq, o.disk[k], maxBlocks, ANY_TIERS);
+      if (o.surviving !== o.device)
+        o.surviving[k] =
+          o.surviving[k] === device
+            ? o.device[k]
+            : this.clamp(instance, dpRank, seq, o.surviving[k], maxBlocks, DEVICE_TIERS);
+    }
+  }
+
+  /** Clamp a query's result (GET/POST query, the indexer API) in place. */
+  clampResult(seq: BigUint64Array, maxBlocks: number, r: OverlapResult): void {
+    for (const c of r.candidates) {
+      if (!this.byCandidate.has(candidateKey(c.instance, c.dpRank))) continue;
+      c.device = this.clamp(c.instance, c.dpRank, seq, c.device, maxBlocks, DEVICE_TIERS);
+      c.host = this.clamp(c.instance, c.dpRank, seq, c.host, maxBlocks, HOST_TIERS);
+      c.disk = this.clamp(c.instance, c.dpRank, seq, c.disk, maxBlocks, ANY_TIERS);
+    }
+  }
+
+  /** Learned groups per (backend, dp rank), for diagnostics. */
+  describe(): Array<{
+    backend: string;
+    dpRank: number;
+    groups: Array<{ idx: number; kind: string; needBlocks: number; ratio: number; blocks: number }>;
+  }> {
+    return [...this.holders.values()].map((h) => ({
+      backend: h.backend,
+      dpRank: h.dpRank,
+      groups: h.groups.map((g) => ({
+        idx: g.idx,
+        kind: g.kind,
+        needBlocks: g.need,
+        ratio: g.ratio,
+        blocks: g.held.size,
+      })),
+    }));
+  }
+
+  private group(
+    backend: string,
+    instance: string | null,
+    dpRank: number,
+    spec: KvCacheGroup,
+    routerBlockSize: number,
+  ): GroupSet {
+    const key = candidateKey(backend, dpRank);
+    let holder = this.holders.get(key);
+    if (holder === undefined) {
+      holder = { backend, dpRank, instance, groups: [] };
+      this.holders.set(key, holder);
+      if (instance !== null) {
+        const ck = candidateKey(instance, dpRank);
+        const list = this.byCandidate.get(ck);
+        if (list) list.push(holder);
+        else this.byCandidate.set(ck, [holder]);
+      }
+    }
+    let g = holder.groups.find((x) => x.idx === spec.idx);
+    const ratio = Math.max(1, Math.round(spec.blockSize / routerBlockSize));
+    const groupBlocks = spec.kind === 'sliding_window' ? Math.ceil((spec.window - 1) / spec.blockSize) : 0;
+    if (g === undefined) {
+      g = { idx: spec.idx, kind: spec.kind, need: groupBlocks * ratio, ratio, held: new Map(), alias: new Map() };
+      holder.groups.push(g);
+    } else if (g.kind !== spec.kind || g.ratio !== ratio || g.need !== groupBlocks * ratio) {
+      // The engine restarted with another layout: what was learned no longer applies.
+      clearAll(g);
+      g.kind = spec.kind;
+      g.ratio = ratio;
+      g.need = groupBlocks * ratio;
+    }
+    return g;
+  }
+
+  private drop(key: string, holder: GroupHolder): void {
+    this.holders.delete(key);
+    if (holder.instance === null) return;
+    const ck = candidateKey(holder.instance, holder.dpRank);
+    const list = this.byCandidate.get(ck);
+    if (!list) return;
+    const rest = list.filter((h) => h !== holder);
+    if (rest.length > 0) this.byCandidate.set(ck, rest);
+    else this.byCandidate.delete(ck);
+  }
+}
+
+function clearAll(g: GroupSet): number {
+  const n = g.held.size;
+  g.held.clear();
+  g.alias.clear();
+  return n;
+}
+
+function clearMedium(g: GroupSet, bit: number): number {
+  let n = 0;
+  for (const [h, mask] of g.held) {
+    if ((mask & bit) === 0) continue;
+    n++;
+    if (mask === bit) g.held.delete(h);
+    else g.held.set(h, mask & ~bit);
+  }
+  if (g.held.size === 0) g.alias.clear();
+  return n;
+}
+
+/**
+ * Sliding window: scanning down from c, the first end with `need` held blocks right before it (or a
+ * shorter held run reaching block 0). vLLM's SlidingWindowManager.find_longest_cache_hit.
+ */
+function windowEnd(g: GroupSet, seq: BigUint64Array, c: number, tiers: number): number {
+  if (g.need === 0) return c;
+  let run = 0;
+  for (let i = c - 1; i >= 0; i--) {
+    if (((g.held.get(seq[i]) ?? 0) & tiers) !== 0) {
+      if (++run >= g.need) return i + g.need;
+    } else run = 0;
+  }
+  return run;
+}
+
+/** Mamba: the largest end at or below c whose state block is held (0 when none). */
+function stateEnd(g: GroupSet, seq: BigUint64Array, c: number, tiers: number): number {
+  for (let e = c; e > 0; e--) if (((g.held.get(seq[e - 1]) ?? 0) & tiers) !== 0) return e;
+  return 0;
+}
