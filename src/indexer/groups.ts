@@ -4,8 +4,9 @@
 // where an instance's hit may end. The rules, as vLLM's hybrid manager applies them
 // (vllm/v1/core/single_type_kv_cache_manager.py: SlidingWindowManager.find_longest_cache_hit,
 // MambaManager.find_longest_cache_hit; the coordinator in vllm/v1/core/kv_cache_coordinator.py
-// takes the largest length every group accepts) and as llm-d/llm-d-kv-cache#650 and Dynamo's
-// proposal ai-dynamo/dynamo#12169 state them:
+// takes the largest length every group accepts) and as issue 39 quotes llm-d/llm-d-kv-cache#650 and
+// Dynamo's proposal ai-dynamo/dynamo#12169 (llm-d-kv-cache#510 keeps, per pod entry, the groups
+// that stored a block, as this keeps a set per group):
 //   - full attention: a contiguous run from block 0 (the prefix index's answer, `hit`);
 //   - sliding window of W tokens: a hit ending at c needs the last ceil((W - 1) / B) group blocks
 //     before c cached (B = the group's block size); a run shorter than that reaching block 0 also

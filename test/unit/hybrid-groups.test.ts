@@ -1,6 +1,7 @@
 // Hit rule of hybrid KV-cache groups (src/indexer/groups.ts), hand-worked per group kind, and the
 // path from normalized events through the applier to the scheduler's overlaps.
 import { describe, expect, it } from 'vitest';
+import { decodeBatch, encodeBatch, encodeOp } from '../../src/cluster/event-wire.js';
 import { seqHashes } from '../../src/hashing/index.js';
 import { EventApplier } from '../../src/indexer/apply.js';
 import { KvGroups } from '../../src/indexer/groups.js';
@@ -233,5 +234,22 @@ describe('applier and query', () => {
     expect(hits).toEqual([3, 8]);
     idx.removeBackend('a');
     expect(idx.find({ model: 'm', blockSize: BS })!.groups!.empty).toBe(true);
+  });
+});
+
+describe('relayed events (kvrouter relay -> JetStream -> routers)', () => {
+  it('keep their KV-cache group, so a relay consumer indexes a window block as a window block', () => {
+    const ev = stored([0, 2], swa(33));
+    const removed = { ...stored([0, 1]), event_type: 'removed', seq_hashes: [5000n], group: mamba(64) } as KvEvent;
+    const plain = stored([0, 2]);
+    const back = decodeBatch(
+      encodeBatch(
+        'r',
+        [ev, removed, plain].map((event) => encodeOp({ op: 'event', event })),
+      ),
+    ).ops.map((o) => (o.op === 'event' ? o.event : null));
+    expect((back[0] as StoredEvent).group).toEqual(swa(33));
+    expect((back[1] as KvEvent & { group?: KvCacheGroup }).group).toEqual(mamba(64));
+    expect((back[2] as StoredEvent).group).toBeUndefined();
   });
 });
