@@ -253,3 +253,49 @@ describe('relayed events (kvrouter relay -> JetStream -> routers)', () => {
     expect((back[2] as StoredEvent).group).toBeUndefined();
   });
 });
+
+describe('co-location on hybrid instances', () => {
+  it('keys a new session past the full-attention prefix every instance holds, not on the shared system prompt', () => {
+    // Four instances hold a 16-block system prompt (full attention) but no Mamba state at its end,
+    // so no instance can reuse it. Sessions differ after it: they must not all meet on one instance.
+    const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+    const cands = ['a', 'b', 'c', 'd'].map((instance) => ({ instance, dpRank: 0 }));
+    const system = Array.from({ length: 64 }, (_, i) => i + 1);
+    const prompt = (q: number) => [...system, ...Array.from({ length: 24 }, (_, i) => 500_000 + q * 100 + i)];
+    const idx = new TieredIndexer();
+    const n = idx.namespace(ns);
+    const seq = seqHashes(system, 4, n.space);
+    for (const c of cands) {
+      n.index.store(n.index.holder(c.instance, 0, 'GPU'), seq);
+      n.hybridGroups().store(c.instance, c.instance, 0, 'GPU', mamba(4), 4, BigUint64Array.of(42n), [42n]);
+    }
+    const weights: CostWeights = {
+      model: 'time',
+      overlapWeight: 1,
+      medium: { cpu: 0.5, disk: 0.25, shared: 0.5 },
+      trackActiveBlocks: true,
+      decodeInterference: 0,
+    };
+    const s = new Scheduler(idx, () => 0.5);
+    const picks = new Set<string>();
+    for (let q = 0; q < 12; q++) {
+      const d = s.decide(
+        {
+          ns,
+          candidates: cands,
+          tokens: prompt(q),
+          policy: 'kv',
+          weights,
+          temperature: 0,
+          prefixAffinity: 0.5,
+          affinityBlocks: 4,
+        },
+        0,
+      );
+      expect(d.chosen!.indexedBlocks).toBe(0);
+      expect(d.chosen!.hybridPrefix).toBe(16);
+      picks.add(d.chosen!.instance);
+    }
+    expect(picks.size).toBeGreaterThan(1);
+  });
+});
