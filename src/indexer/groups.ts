@@ -23,6 +23,8 @@ import { type Medium, TIER_BIT } from './tiers.js';
 /** One secondary group of one (backend, dp rank). */
 interface GroupSet {
   readonly idx: number;
+  /** As the engine's events describe the group (kept for snapshots). */
+  spec: KvCacheGroup;
   kind: KvCacheGroup['kind'];
   /** Router blocks a sliding-window hit needs before its end (0: any end). */
   need: number;
@@ -40,6 +42,20 @@ interface GroupHolder {
   /** The routable instance reading it (null: a shared pool, which has no hit of its own). */
   readonly instance: string | null;
   readonly groups: GroupSet[];
+}
+
+/** One (backend, dp rank, group) in a snapshot. */
+export interface GroupSnapshot {
+  backend_id: string;
+  instance_id: string | null;
+  dp_rank: number;
+  group: KvCacheGroup;
+  /** Router seq hashes of the group's blocks, with their tier bits (TIER_BIT) in `tiers`. */
+  seq_hashes: bigint[];
+  tiers: number[];
+  /** Engine ids and the router seq hash each names (removals). */
+  engine_hashes: bigint[];
+  engine_seq_hashes: bigint[];
 }
 
 /** Tier bits a query level reads: device, device + host, any own tier (block-index.ts's levels). */
@@ -215,6 +231,39 @@ export class KvGroups {
     }
   }
 
+  /** Every group's blocks, for snapshots (GET /dump, peer recovery): see `restore`. */
+  dump(): GroupSnapshot[] {
+    const out: GroupSnapshot[] = [];
+    for (const h of this.holders.values())
+      for (const g of h.groups) {
+        if (g.held.size === 0) continue;
+        out.push({
+          backend_id: h.backend,
+          instance_id: h.instance,
+          dp_rank: h.dpRank,
+          group: { ...g.spec },
+          seq_hashes: [...g.held.keys()],
+          tiers: [...g.held.values()],
+          engine_hashes: [...g.alias.keys()],
+          engine_seq_hashes: [...g.alias.values()],
+        });
+      }
+    return out;
+  }
+
+  /** Add a dumped group's blocks (idempotent, like the index's restore). Returns blocks added. */
+  restore(s: GroupSnapshot, routerBlockSize: number): number {
+    const g = this.group(s.backend_id, s.instance_id, s.dp_rank, s.group, routerBlockSize);
+    let n = 0;
+    s.seq_hashes.forEach((h, i) => {
+      const old = g.held.get(h) ?? 0;
+      if (old === 0) n++;
+      g.held.set(h, old | (s.tiers[i] & ANY_TIERS));
+    });
+    s.engine_hashes.forEach((e, i) => g.alias.set(e, s.engine_seq_hashes[i]));
+    return n;
+  }
+
   /** Learned groups per (backend, dp rank), for diagnostics. */
   describe(): Array<{
     backend: string;
@@ -257,11 +306,20 @@ export class KvGroups {
     const ratio = Math.max(1, Math.round(spec.blockSize / routerBlockSize));
     const groupBlocks = spec.kind === 'sliding_window' ? Math.ceil((spec.window - 1) / spec.blockSize) : 0;
     if (g === undefined) {
-      g = { idx: spec.idx, kind: spec.kind, need: groupBlocks * ratio, ratio, held: new Map(), alias: new Map() };
+      g = {
+        idx: spec.idx,
+        spec,
+        kind: spec.kind,
+        need: groupBlocks * ratio,
+        ratio,
+        held: new Map(),
+        alias: new Map(),
+      };
       holder.groups.push(g);
     } else if (g.kind !== spec.kind || g.ratio !== ratio || g.need !== groupBlocks * ratio) {
       // The engine restarted with another layout: what was learned no longer applies.
       clearAll(g);
+      g.spec = spec;
       g.kind = spec.kind;
       g.ratio = ratio;
       g.need = groupBlocks * ratio;

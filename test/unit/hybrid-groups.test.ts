@@ -2,7 +2,9 @@
 // path from normalized events through the applier to the scheduler's overlaps.
 import { describe, expect, it } from 'vitest';
 import { decodeBatch, encodeBatch, encodeOp } from '../../src/cluster/event-wire.js';
+import { parseJson, stringifyJson } from '../../src/common/json.js';
 import { seqHashes } from '../../src/hashing/index.js';
+import { dumpIndex, type IndexSnapshot, restoreIndex } from '../../src/indexer/snapshot.js';
 import { EventApplier } from '../../src/indexer/apply.js';
 import { KvGroups } from '../../src/indexer/groups.js';
 import type { KvCacheGroup, KvEvent, StoredEvent } from '../../src/indexer/kv-event.js';
@@ -297,5 +299,27 @@ describe('co-location on hybrid instances', () => {
       picks.add(d.chosen!.instance);
     }
     expect(picks.size).toBeGreaterThan(1);
+  });
+});
+
+describe('snapshots (GET /dump, peer recovery)', () => {
+  it('carry the groups: a restored index clamps as the original, through JSON', () => {
+    const idx = new TieredIndexer();
+    apply(idx, [stored([0, 8]), stored([0, 4], swa(33))]);
+    const ns = idx.find({ model: 'm', blockSize: BS })!;
+    expect(idx.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(4);
+    const wire = stringifyJson(dumpIndex(idx, 0));
+    const copy = new TieredIndexer();
+    restoreIndex(copy, parseJson(wire) as IndexSnapshot, 0);
+    expect(copy.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(4);
+    // A removal by engine hash still finds its block in the restored copy: block 3 gone, the last
+    // two blocks before 3 (1 and 2) are held.
+    const removed = { ...stored([0, 1]), event_type: 'removed', seq_hashes: [5003n], group: swa(33) } as KvEvent;
+    apply(copy, [removed]);
+    expect(copy.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(3);
+    // A full-attention-only index ignores them.
+    const fa = new TieredIndexer({ kvCacheGroups: 'full_attention' });
+    restoreIndex(fa, parseJson(wire) as IndexSnapshot, 0);
+    expect(fa.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(8);
   });
 });
