@@ -260,7 +260,7 @@ export class KvGroups {
       if (old === 0) n++;
       g.held.set(h, old | (s.tiers[i] & ANY_TIERS));
     });
-    s.engine_hashes.forEach((e, i) => g.alias.set(e, s.engine_seq_hashes[i]));
+    for (let i = 0; i < s.engine_hashes.length; i++) g.alias.set(s.engine_hashes[i], s.engine_seq_hashes[i]);
     return n;
   }
 

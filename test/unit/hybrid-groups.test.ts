@@ -310,7 +310,7 @@ describe('snapshots (GET /dump, peer recovery)', () => {
     expect(idx.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(4);
     const wire = stringifyJson(dumpIndex(idx, 0));
     const copy = new TieredIndexer();
-    restoreIndex(copy, parseJson(wire) as IndexSnapshot, 0);
+    restoreIndex(copy, parseJson(wire) as unknown as IndexSnapshot, 0);
     expect(copy.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(4);
     // A removal by engine hash still finds its block in the restored copy: block 3 gone, the last
     // two blocks before 3 (1 and 2) are held.
@@ -319,7 +319,7 @@ describe('snapshots (GET /dump, peer recovery)', () => {
     expect(copy.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(3);
     // A full-attention-only index ignores them.
     const fa = new TieredIndexer({ kvCacheGroups: 'full_attention' });
-    restoreIndex(fa, parseJson(wire) as IndexSnapshot, 0);
+    restoreIndex(fa, parseJson(wire) as unknown as IndexSnapshot, 0);
     expect(fa.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(8);
   });
 });
