@@ -70,6 +70,8 @@ function candidateKey(instance: string, dpRank: number): string {
 export class KvGroups {
   private readonly holders = new Map<string, GroupHolder>();
   private readonly byCandidate = new Map<string, GroupHolder[]>();
+  /** Some group block was ever stored off the device (host, disk): the tiers' clamps can differ. */
+  private offDevice = false;
 
   /** No instance of this namespace has a secondary group (queries skip the clamp). */
   get empty(): boolean {
@@ -92,6 +94,7 @@ export class KvGroups {
   ): number {
     const g = this.group(backend, instance, dpRank, group, routerBlockSize);
     const bit = TIER_BIT[medium];
+    if (bit !== DEVICE_TIERS) this.offDevice = true;
     let n = 0;
     for (let i = 0; i < router.length; i++) {
       // A Mamba state exists only at the end of a group block; the event starts at a group block.
@@ -211,8 +214,15 @@ export class KvGroups {
       if (!this.byCandidate.has(candidateKey(instance, dpRank))) continue;
       const device = o.device[k];
       o.device[k] = this.clamp(instance, dpRank, seq, device, maxBlocks, DEVICE_TIERS);
-      o.host[k] = this.clamp(instance, dpRank, seq, o.host[k], maxBlocks, HOST_TIERS);
-      o.disk[k] = this.clamp(instance, dpRank, seq, o.disk[k], maxBlocks, ANY_TIERS);
+      // With every group block on the device, a tier level with the device's hit clamps alike.
+      o.host[k] =
+        !this.offDevice && o.host[k] === device
+          ? o.device[k]
+          : this.clamp(instance, dpRank, seq, o.host[k], maxBlocks, HOST_TIERS);
+      o.disk[k] =
+        !this.offDevice && o.disk[k] === device
+          ? o.device[k]
+          : this.clamp(instance, dpRank, seq, o.disk[k], maxBlocks, ANY_TIERS);
       if (o.surviving !== o.device)
         o.surviving[k] =
           o.surviving[k] === device
@@ -258,7 +268,9 @@ export class KvGroups {
     s.seq_hashes.forEach((h, i) => {
       const old = g.held.get(h) ?? 0;
       if (old === 0) n++;
-      g.held.set(h, old | (s.tiers[i] & ANY_TIERS));
+      const bits = s.tiers[i] & ANY_TIERS;
+      if ((bits & ~DEVICE_TIERS) !== 0) this.offDevice = true;
+      g.held.set(h, old | bits);
     });
     for (let i = 0; i < s.engine_hashes.length; i++) g.alias.set(s.engine_hashes[i], s.engine_seq_hashes[i]);
     return n;
@@ -359,22 +371,36 @@ function clearMedium(g: GroupSet, bit: number): number {
 }
 
 /**
- * Sliding window: scanning down from c, the first end with `need` held blocks right before it (or a
- * shorter held run reaching block 0). vLLM's SlidingWindowManager.find_longest_cache_hit.
+ * Sliding window: the largest end e <= c with the `need` blocks before it held, or else the held run
+ * from block 0 (vLLM's SlidingWindowManager.find_longest_cache_hit, which scans block by block).
+ * The far block of a window is read first: when it is missing no window containing it can end the
+ * hit, so the scan jumps a whole window (the skip vLLM's TODO there describes).
  */
 function windowEnd(g: GroupSet, seq: BigUint64Array, c: number, tiers: number): number {
-  if (g.need === 0) return c;
-  let run = 0;
-  for (let i = c - 1; i >= 0; i--) {
-    if (((g.held.get(seq[i]) ?? 0) & tiers) !== 0) {
-      if (++run >= g.need) return i + g.need;
-    } else run = 0;
+  const m = g.need;
+  if (m === 0) return c;
+  const held = g.held;
+  let e = c;
+  while (e >= m) {
+    if (((held.get(seq[e - m]) ?? 0) & tiers) === 0) {
+      e -= m;
+      continue;
+    }
+    let i = e - 1;
+    while (i > e - m && ((held.get(seq[i]) ?? 0) & tiers) !== 0) i--;
+    if (i === e - m) return e;
+    e = i; // block i is missing: every window holding it is out
   }
-  return run;
+  let r = 0;
+  while (r < e && ((held.get(seq[r]) ?? 0) & tiers) !== 0) r++;
+  return r;
 }
 
-/** Mamba: the largest end at or below c whose state block is held (0 when none). */
+/**
+ * Mamba: the largest end at or below c whose state block is held (0 when none). States end group
+ * blocks, so only multiples of the group's ratio are read.
+ */
 function stateEnd(g: GroupSet, seq: BigUint64Array, c: number, tiers: number): number {
-  for (let e = c; e > 0; e--) if (((g.held.get(seq[e - 1]) ?? 0) & tiers) !== 0) return e;
+  for (let e = c - (c % g.ratio); e > 0; e -= g.ratio) if (((g.held.get(seq[e - 1]) ?? 0) & tiers) !== 0) return e;
   return 0;
 }

@@ -1,5 +1,6 @@
 // Hit rule of hybrid KV-cache groups (src/indexer/groups.ts), hand-worked per group kind, and the
 // path from normalized events through the applier to the scheduler's overlaps.
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decodeBatch, encodeBatch, encodeOp } from '../../src/cluster/event-wire.js';
 import { parseJson, stringifyJson } from '../../src/common/json.js';
@@ -321,5 +322,38 @@ describe('snapshots (GET /dump, peer recovery)', () => {
     const fa = new TieredIndexer({ kvCacheGroups: 'full_attention' });
     restoreIndex(fa, parseJson(wire) as unknown as IndexSnapshot, 0);
     expect(fa.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(8);
+  });
+});
+
+describe('the window scan that skips answers as vLLM block by block scan', () => {
+  /** SlidingWindowManager.find_longest_cache_hit, transcribed: right to left, one block at a time. */
+  function reference(held: Set<number>, need: number, c: number): number {
+    let run = 0;
+    for (let i = c - 1; i >= 0; i--) {
+      if (held.has(i)) {
+        if (++run >= need) return i + need;
+      } else run = 0;
+    }
+    return run;
+  }
+
+  it('on random held sets, windows and hit ends', () => {
+    const seq = BigUint64Array.from({ length: 48 }, (_, i) => 100n + BigInt(i));
+    fc.assert(
+      fc.property(
+        fc.array(fc.boolean(), { minLength: 48, maxLength: 48 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.integer({ min: 0, max: 48 }),
+        (bits, needBlocks, c) => {
+          const positions = bits.flatMap((b, i) => (b ? [i] : []));
+          const g = new KvGroups();
+          const router = BigUint64Array.from(positions.map((p) => seq[p]));
+          g.store('a', 'a', 0, 'GPU', swa(needBlocks * BS, BS), BS, router, Array.from(router));
+          // W = need x 16 tokens: ceil((W - 1) / 16) = need blocks.
+          expect(g.clamp('a', 0, seq, c, 48, DEV)).toBe(c === 0 ? 0 : reference(new Set(positions), needBlocks, c));
+        },
+      ),
+      { numRuns: 2000 },
+    );
   });
 });
