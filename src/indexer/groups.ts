@@ -40,7 +40,7 @@ interface GroupHolder {
   readonly backend: string;
   readonly dpRank: number;
   /** The routable instance reading it (null: a shared pool, which has no hit of its own). */
-  readonly instance: string | null;
+  instance: string | null;
   readonly groups: GroupSet[];
 }
 
@@ -152,6 +152,22 @@ export class KvGroups {
       if (holder.groups.every((g) => g.held.size === 0)) this.drop(key, holder);
     }
     return n;
+  }
+
+  /** A backend now belongs to another instance (TieredIndexer.bindBackend): its groups follow. */
+  rebind(backend: string, instance: string | null): void {
+    for (const [key, holder] of this.holders) {
+      if (holder.backend !== backend || holder.instance === instance) continue;
+      this.drop(key, holder);
+      holder.instance = instance;
+      this.holders.set(key, holder);
+      if (instance !== null) {
+        const ck = candidateKey(instance, holder.dpRank);
+        const list = this.byCandidate.get(ck);
+        if (list) list.push(holder);
+        else this.byCandidate.set(ck, [holder]);
+      }
+    }
   }
 
   /** Purge the groups read by an instance (all its backends). */

@@ -60,7 +60,10 @@ export class TieredIndexer {
   bindBackend(backend: string, instance: string | null): void {
     this.gen++;
     this.owners.set(backend, instance);
-    for (const ns of this.spaces.values()) ns.index.bindBackend(backend, instance);
+    for (const ns of this.spaces.values()) {
+      ns.index.bindBackend(backend, instance);
+      ns.groups?.rebind(backend, instance);
+    }
   }
 
   /** The instance a backend's blocks belong to (null = shared pool). */

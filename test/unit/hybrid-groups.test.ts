@@ -357,3 +357,16 @@ describe('the window scan that skips answers as vLLM block by block scan', () =>
     );
   });
 });
+
+describe('backend bindings', () => {
+  it('a backend rebound to another instance takes its groups along', () => {
+    const idx = new TieredIndexer();
+    apply(idx, [stored([0, 8]), stored([0, 4], swa(33))]);
+    const ns = idx.find({ model: 'm', blockSize: BS })!;
+    idx.bindBackend('a', 'x');
+    const seq = seqHashes(TOKENS, BS, ns.space);
+    expect(ns.groups!.clamp('x', 0, seq, 8, 8, DEV)).toBe(4);
+    expect(ns.groups!.clamp('a', 0, seq, 8, 8, DEV)).toBe(8);
+    expect(idx.queryTokens(ns.id, TOKENS, 0).candidates.map((c) => [c.instance, c.device])).toEqual([['x', 4]]);
+  });
+});
