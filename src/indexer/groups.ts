@@ -32,9 +32,16 @@ interface GroupSet {
   ratio: number;
   /** Router seq hash -> tier bits (TIER_BIT) of the media holding it. */
   readonly held: Map<bigint, number>;
-  /** Published (engine) id -> router seq hash, for removals. */
+  /**
+   * Published (engine) id -> router seq hash, for removals and parents. Kept a while after the block
+   * leaves (up to `ALIAS_SLACK` beyond the held blocks, oldest dropped first): a window group evicts
+   * a request's early blocks long before the request's next blocks name them as parent, and when the
+   * group's block size differs from the full-attention group's only this map knows the parent.
+   */
   readonly alias: Map<bigint, bigint>;
 }
+
+const ALIAS_SLACK = 4096;
 
 interface GroupHolder {
   readonly backend: string;
@@ -132,11 +139,10 @@ export class KvGroups {
       const mask = g.held.get(h) ?? 0;
       if ((mask & bit) === 0) continue;
       n++;
-      if (mask === bit) {
-        g.held.delete(h);
-        g.alias.delete(published[i]);
-      } else g.held.set(h, mask & ~bit);
+      if (mask === bit) g.held.delete(h);
+      else g.held.set(h, mask & ~bit);
     }
+    if (g.alias.size > g.held.size + ALIAS_SLACK) trimAlias(g);
     return n;
   }
 
@@ -364,6 +370,17 @@ export class KvGroups {
     const rest = list.filter((h) => h !== holder);
     if (rest.length > 0) this.byCandidate.set(ck, rest);
     else this.byCandidate.delete(ck);
+  }
+}
+
+/** Drop the oldest aliases of blocks no longer held until ALIAS_SLACK / 2 of them are left. */
+function trimAlias(g: GroupSet): void {
+  let excess = g.alias.size - g.held.size - ALIAS_SLACK / 2;
+  for (const [e, h] of g.alias) {
+    if (excess <= 0) break;
+    if (g.held.has(h)) continue;
+    g.alias.delete(e);
+    excess--;
   }
 }
 

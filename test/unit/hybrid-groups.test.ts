@@ -370,3 +370,17 @@ describe('backend bindings', () => {
     expect(idx.queryTokens(ns.id, TOKENS, 0).candidates.map((c) => [c.instance, c.device])).toEqual([['x', 4]]);
   });
 });
+
+describe('group parents', () => {
+  it('a window block names a parent the group already evicted, in ids the full-attention group does not use', () => {
+    // Full attention names its blocks 9000+i, the window group 5000+i (a group block size of its own
+    // gives the group other engine ids); the group evicts 0..3 before 4..5 arrive naming 3 as parent.
+    const idx = new TieredIndexer();
+    const fa = (i: number) => 9000n + BigInt(i);
+    const gone = { ...stored([0, 1]), event_type: 'removed', seq_hashes: [5000n, 5001n, 5002n, 5003n], group: swa(33) };
+    apply(idx, [stored([0, 8], undefined, {}, fa), stored([0, 4], swa(33)), gone as KvEvent, stored([4, 6], swa(33))]);
+    const ns = idx.find({ model: 'm', blockSize: BS })!;
+    // Blocks 4 and 5 are the last two before 6: a hit of 6 (their router hashes are the prompt's).
+    expect(idx.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(6);
+  });
+});
