@@ -11,6 +11,7 @@ import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
 import { EngineCore } from '../engine-sim/core/engine-core.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
+import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
 import { resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
@@ -131,6 +132,17 @@ const OPTIONS: OptionTable = {
     help: 'engine speedup (only to match a bench cluster run: virtual time needs none)',
   },
   'block-size': { type: 'string', default: '64', arg: 'N', help: 'KV block size of engines and routers' },
+  hybrid: {
+    type: 'string',
+    arg: 'swa:W|mamba',
+    help: "hybrid engines (engine-sim --hybrid): a second KV-cache group, sliding window of W tokens or Mamba state; compare kv with kv-fa-only (docs/benchmarks.md, 'Hybrid models')",
+  },
+  'hybrid-blocks': {
+    type: 'string',
+    default: '0',
+    arg: 'N',
+    help: "blocks of each engine's second-group pool (0: as many as its GPU blocks)",
+  },
   'gpu-blocks': {
     type: 'string',
     arg: 'N',
@@ -223,6 +235,9 @@ export interface FleetSetup {
   cacheRatio: number;
   cpuRatio: number;
   gpuBlocks: number | null;
+  /** engine-sim --hybrid ('' = none) and --hybrid-blocks. */
+  hybrid: string;
+  hybridBlocks: number;
   rateScale: number | null;
   ratePerEngine: number | null;
   spreadBurstsMs: number;
@@ -265,6 +280,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   if (eventWire !== 'bytes' && eventWire !== 'values') throw new Error('--event-wire must be bytes or values');
   const engineHash = String(v['engine-hash']) as HashFlavor;
   if (engineHash !== 'vllm' && engineHash !== 'murmur') throw new Error('--engine-hash must be vllm or murmur');
+  if (typeof v.hybrid === 'string' && parseHybrid(v.hybrid) === null)
+    throw new Error(`--hybrid must be swa:W (W >= 1 tokens) or mamba, got ${v.hybrid}`);
   const perfModel = String(v['perf-model']);
   perfModelConfig(perfModel);
   const seed = intOption(v, 'seed');
@@ -310,6 +327,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     cacheRatio: numberOption(v, 'cache-ratio'),
     cpuRatio: numberOption(v, 'cpu-ratio'),
     gpuBlocks: v['gpu-blocks'] !== undefined ? intOption(v, 'gpu-blocks') : null,
+    hybrid: typeof v.hybrid === 'string' ? v.hybrid : '',
+    hybridBlocks: intOption(v, 'hybrid-blocks'),
     rateScale: v['rate-scale'] !== undefined ? numberOption(v, 'rate-scale') : null,
     ratePerEngine: v['rate-per-engine'] !== undefined ? numberOption(v, 'rate-per-engine') : null,
     spreadBurstsMs: numberOption(v, 'spread-bursts'),
@@ -361,6 +380,8 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
       numCpuBlocks,
       speedup: s.speedup,
       seed: s.seed + i,
+      hybrid: s.hybrid,
+      hybridBlocks: s.hybridBlocks,
     });
     return new EngineCore({
       blockSize: o.blockSize,
@@ -378,6 +399,8 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
       pythonHashSeed: o.pythonHashSeed,
       routerHashSeed: o.hashSeed,
       outputVocab: vocab,
+      hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
+      hybridBlocks: o.hybridBlocks,
       ...timing,
     });
   });
@@ -517,6 +540,7 @@ async function runParsed(
         numCpuBlocks: size.numCpuBlocks,
         perfModel: s.perfModel,
         engineHash: s.engineHash,
+        ...(s.hybrid !== '' ? { hybrid: { spec: s.hybrid, blocks: s.hybridBlocks || size.numGpuBlocks } } : {}),
         speedup: s.speedup,
         rateScale,
         seed: s.seed,

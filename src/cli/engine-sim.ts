@@ -70,6 +70,17 @@ const OPTIONS: OptionTable = {
     arg: 'N',
   },
   'num-cpu-blocks': { type: 'string', default: '0', help: 'host-tier blocks (0 = no host tier)', arg: 'N' },
+  hybrid: {
+    type: 'string',
+    help: 'hybrid model: a second KV-cache group, swa:W (sliding window of W tokens) or mamba (state checkpoints), published with vLLM group fields',
+    arg: 'KIND',
+  },
+  'hybrid-blocks': {
+    type: 'string',
+    default: '0',
+    help: "blocks of the second group's pool (0 = --num-gpu-blocks)",
+    arg: 'N',
+  },
   'cpu-load-fraction': {
     type: 'string',
     default: '0.2',
@@ -207,6 +218,8 @@ export function toEngineOptions(values: ParsedOptions): { count: number; options
       kvBytesPerToken: optionalNumber(values, 'kv-bytes-per-token'),
       kvTransferGbps: numberOption(values, 'kv-transfer-gbps'),
       transferTimeoutMs: intOption(values, 'transfer-timeout-ms'),
+      hybrid: str(values, 'hybrid'),
+      hybridBlocks: intOption(values, 'hybrid-blocks'),
     },
   };
 }

@@ -1,7 +1,7 @@
 // Relayed KV-event messages (`kvrouter relay` -> JetStream -> routers). One JetStream message holds
 // an ordered batch of operations; the relay's index is exactly what applying them in stream order
 // builds. Hashes travel as packed u64 (seq_hashes) or decimal strings (parent_hash, event_id).
-import type { KvEvent, StreamIdentity } from '../indexer/kv-event.js';
+import type { KvCacheGroup, KvEvent, StoredEvent, RemovedEvent, StreamIdentity } from '../indexer/kv-event.js';
 import { asObj, int, type Obj, optStr, packU64, str, unpackU64 } from './codec.js';
 
 export type RelayedOp =
@@ -48,18 +48,35 @@ function eventToWire(e: KvEvent): Obj {
   });
   switch (e.event_type) {
     case 'stored':
-      return Object.assign(base, {
+      Object.assign(base, {
         seq_hashes: packU64(e.seq_hashes),
         base_block_idx: e.base_block_idx,
         parent_hash: e.parent_hash === null ? null : e.parent_hash.toString(),
         // Plain array: JSON would render a Uint32Array as an object.
         token_ids: e.token_ids === null || Array.isArray(e.token_ids) ? e.token_ids : Array.from(e.token_ids),
       });
+      // A hybrid model's sliding-window / Mamba group (absent: full attention).
+      if (e.group) base.group = groupToWire(e.group);
+      return base;
     case 'removed':
-      return Object.assign(base, { seq_hashes: packU64(e.seq_hashes), base_block_idx: e.base_block_idx });
+      Object.assign(base, { seq_hashes: packU64(e.seq_hashes), base_block_idx: e.base_block_idx });
+      if (e.group) base.group = groupToWire(e.group);
+      return base;
     case 'cleared':
       return base;
   }
+}
+
+function groupToWire(g: KvCacheGroup): Obj {
+  return { idx: g.idx, kind: g.kind, window: g.window, block_size: g.blockSize };
+}
+
+function groupFromWire(v: unknown): KvCacheGroup | null {
+  if (v === undefined || v === null) return null;
+  const g = asObj(v, 'group');
+  const kind = str(g, 'kind');
+  if (kind !== 'sliding_window' && kind !== 'mamba') throw new Error(`unknown KV-cache group kind ${kind}`);
+  return { idx: int(g, 'idx'), kind, window: int(g, 'window'), blockSize: int(g, 'block_size', 1) };
 }
 
 const optBig = (o: Obj, k: string): bigint | null => {
@@ -85,7 +102,7 @@ function eventFromWire(o: Obj): KvEvent {
     case 'stored': {
       const t = o.token_ids;
       if (t !== null && !Array.isArray(t)) throw new Error('token_ids must be an array or null');
-      return {
+      const ev: StoredEvent = {
         model_name,
         block_size,
         additional_salt,
@@ -102,9 +119,12 @@ function eventFromWire(o: Obj): KvEvent {
         parent_hash: optBig(o, 'parent_hash'),
         token_ids: t as number[] | null,
       };
+      const group = groupFromWire(o.group);
+      if (group) ev.group = group;
+      return ev;
     }
-    case 'removed':
-      return {
+    case 'removed': {
+      const ev: RemovedEvent = {
         model_name,
         block_size,
         additional_salt,
@@ -119,6 +139,10 @@ function eventFromWire(o: Obj): KvEvent {
         seq_hashes: unpackU64(str(o, 'seq_hashes')),
         base_block_idx: optInt(o, 'base_block_idx'),
       };
+      const group = groupFromWire(o.group);
+      if (group) ev.group = group;
+      return ev;
+    }
     case 'cleared':
       return {
         model_name,

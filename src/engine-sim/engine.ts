@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { createServer, type RequestListener, type Server } from 'node:http';
 import { listenOn } from '../common/listen.js';
 import { EngineCore, type CoreStats } from './core/engine-core.js';
+import { parseHybrid } from './core/hybrid-cache.js';
 import { Rng } from './core/rng.js';
 import type { SimRequestSpec } from './core/request.js';
 import { mooncakeEncoder } from './events/mooncake-format.js';
@@ -191,6 +192,8 @@ function rankCore(o: ResolvedEngineOptions, rank: number, codec: TextCodec): Eng
     pythonHashSeed: o.pythonHashSeed,
     routerHashSeed: o.hashSeed,
     outputVocab: codec.outputVocab,
+    hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
+    hybridBlocks: o.hybridBlocks,
   });
 }
 

@@ -1,5 +1,6 @@
 // User-facing engine options (programmatic API and CLI), their defaults and validation.
 import { CORE_DEFAULTS } from './core/config.js';
+import { parseHybrid } from './core/hybrid-cache.js';
 import type { PerfModel } from './core/perf-model.js';
 import { GPU_GB, kvCapacityBlocks } from './core/perf-profile.js';
 import { EVENT_FORMATS, type EventFormat } from './events/wire.js';
@@ -70,6 +71,10 @@ export interface EngineOptions {
   kvTransferGbps?: number;
   /** Longest wait of a decode leg for its prefill's KV (ms, default 30000). */
   transferTimeoutMs?: number;
+  /** Hybrid model: a second KV-cache group, `swa:W` (sliding window of W tokens) or `mamba`; '' = none. */
+  hybrid?: string;
+  /** Blocks of the second group's pool (default 0: num_gpu_blocks). */
+  hybridBlocks?: number;
 }
 
 export type ResolvedEngineOptions = Required<
@@ -164,6 +169,8 @@ export function resolveOptions(o: EngineOptions = {}): ResolvedEngineOptions {
     kvBytesPerToken: o.kvBytesPerToken ?? perf.profile?.kvBytesPerToken ?? ENGINE_DEFAULTS.kvBytesPerToken,
     kvTransferGbps: o.kvTransferGbps ?? ENGINE_DEFAULTS.kvTransferGbps,
     transferTimeoutMs: o.transferTimeoutMs ?? ENGINE_DEFAULTS.transferTimeoutMs,
+    hybrid: o.hybrid ?? '',
+    hybridBlocks: o.hybridBlocks ?? CORE_DEFAULTS.hybridBlocks,
   };
   const errs = validateOptions(r);
   if (errs.length > 0) throw new RangeError(errs.join('; '));
@@ -236,6 +243,13 @@ function validateOptions(r: ResolvedEngineOptions): string[] {
     errs.push(`kv-transfer-gbps must be > 0, got ${r.kvTransferGbps}`);
   if (!Number.isInteger(r.transferTimeoutMs) || r.transferTimeoutMs < 1)
     errs.push(`transfer-timeout-ms must be >= 1, got ${r.transferTimeoutMs}`);
+  if (r.hybrid !== '') {
+    if (parseHybrid(r.hybrid) === null) errs.push(`hybrid must be swa:W (W >= 1 tokens) or mamba, got ${r.hybrid}`);
+    if (r.eventFormat !== 'map' && r.eventFormat !== 'array')
+      errs.push(`hybrid needs a vLLM event format (map|array): ${r.eventFormat} has no KV-cache groups`);
+  }
+  if (!Number.isInteger(r.hybridBlocks) || r.hybridBlocks < 0)
+    errs.push(`hybrid-blocks must be >= 0, got ${r.hybridBlocks}`);
   // vLLM offsets both endpoints by the DP rank, so the two ranges must not overlap.
   if (r.zmqPort && r.replayPort && r.replayPort < r.zmqPort + r.dpSize && r.zmqPort < r.replayPort + r.dpSize)
     errs.push(

@@ -67,6 +67,10 @@ export const KV_EVENTS_SCHEMA = obj(
       enum: ['skip', 'purge'],
       default: D.onDecodeError,
     }),
+    kv_cache_groups: str(
+      "KV-cache groups of hybrid models (docs/events.md, KV-cache groups): all keeps each instance's sliding-window and Mamba groups beside the prefix index and ends a predicted hit where every group accepts it, as the engine does; full_attention indexes the full-attention groups only (the behaviour before hybrid support, which over-claims hits on hybrid engines; kept to measure that).",
+      { enum: ['all', 'full_attention'], default: 'all' },
+    ),
     max_dp_ranks: int(
       "Distinct dp ranks one publisher's batches may name (a batch's data_parallel_rank overrides the registration's); events beyond are rejected and counted. Each rank costs index memory.",
       { min: 1, max: 65_536, default: DEFAULT_INGEST_LIMITS.maxDpRanks },

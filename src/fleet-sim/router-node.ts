@@ -48,7 +48,11 @@ export class RouterNode {
     publish: ((bytes: Uint8Array) => void) | null,
   ) {
     const cfg = plan.cfg;
-    this.indexer = new TieredIndexer({ defaultSeed: BigInt(cfg.hashing.seed), modelSeeds: modelSeeds(cfg) });
+    this.indexer = new TieredIndexer({
+      defaultSeed: BigInt(cfg.hashing.seed),
+      modelSeeds: modelSeeds(cfg),
+      kvCacheGroups: cfg.kv_events.kv_cache_groups,
+    });
     this.writer = new KvIndexWriter(this.indexer);
     this.scheduler = new Scheduler(this.indexer, mulberry32(cfg.routing.seed ?? seed));
     this.tally = {

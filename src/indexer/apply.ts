@@ -6,7 +6,7 @@ import type { BlockIndex } from './block-index.js';
 import type { Namespace, NamespaceId } from './namespace.js';
 import type { TieredIndexer } from './namespaces.js';
 import { canonicalMedium, type Medium } from './tiers.js';
-import type { ApplyStatus, KvEvent, StoredEvent, StreamIdentity, U64List } from './kv-event.js';
+import type { ApplyStatus, KvCacheGroup, KvEvent, StoredEvent, StreamIdentity, U64List } from './kv-event.js';
 
 export interface ApplyOptions {
   /** What to do with a stream when its event_id skips ahead: purge its blocks (default) or keep them. */
@@ -140,11 +140,11 @@ export class EventApplier {
       const last = this.lastIds.get(key);
       if (last !== undefined && ev.event_id !== last + 1n) {
         if (ev.event_id <= last) {
-          purged = ns.index.clearHolder(holder);
+          purged = this.clearStream(ns, holder, ev.backend_id, ev.dp_rank, medium);
           status = 'purged';
         } else {
           status = 'gap';
-          if (this.onGap === 'purge') purged = ns.index.clearHolder(holder);
+          if (this.onGap === 'purge') purged = this.clearStream(ns, holder, ev.backend_id, ev.dp_rank, medium);
         }
       }
       this.lastIds.set(key, ev.event_id);
@@ -157,16 +157,81 @@ export class EventApplier {
         const n =
           ev.medium === null
             ? this.indexer.clearBackend(ev.backend_id, ev.dp_rank, ev.tenant_id)
-            : ns.index.clearHolder(holder);
+            : this.clearStream(ns, holder, ev.backend_id, ev.dp_rank, medium);
         return { status, blocks: n + purged };
       }
       case 'removed': {
+        if (ev.group !== undefined) {
+          const n = this.indexer.groupAware
+            ? (ns.groups?.remove(ev.backend_id, ev.dp_rank, medium, ev.group.idx, ev.seq_hashes) ?? 0)
+            : 0;
+          return { status, blocks: n };
+        }
         const n = ns.index.remove(holder, u64Array(ev.seq_hashes));
         return { status, blocks: n };
       }
       case 'stored':
+        if (ev.group !== undefined)
+          return this.indexer.groupAware
+            ? this.storeGroup(ev, ev.group, ns, holder, medium, status)
+            : { status, blocks: 0, reason: 'kv_cache_groups: full_attention' };
         return this.store(ev, ns.index, ns.space, holder, status);
     }
+  }
+
+  /** Empty one stream's holder and its secondary groups on that medium. */
+  private clearStream(ns: Namespace, holder: number, backend: string, dpRank: number, medium: Medium): number {
+    ns.groups?.clear(backend, dpRank, medium);
+    return ns.index.clearHolder(holder);
+  }
+
+  /**
+   * A secondary KV-cache group's blocks (hybrid models): re-hashed like the prefix's, their parent
+   * resolved through the prefix index (the full-attention group stored the same engine hashes) or
+   * the group's own blocks, and kept beside the index (groups.ts).
+   */
+  private storeGroup(
+    ev: StoredEvent,
+    group: KvCacheGroup,
+    ns: Namespace,
+    holder: number,
+    medium: Medium,
+    status: ApplyStatus,
+  ): ApplyOutcome {
+    const n = ev.seq_hashes.length;
+    if (n === 0) return { status, blocks: 0 };
+    const bs = ev.block_size;
+    if (ev.token_ids === null || ev.token_ids.length < n * bs)
+      return { status: 'rejected', blocks: 0, reason: `group ${group.idx}: token_ids do not cover ${n} blocks` };
+    let parent: bigint | null = null;
+    let target = ns;
+    if (ev.parent_hash !== null) {
+      parent =
+        ns.index.resolve(holder, ev.parent_hash) ??
+        ns.groups?.resolve(ev.backend_id, ev.dp_rank, ev.parent_hash) ??
+        null;
+      if (parent === null) {
+        const moved = this.parentElsewhere(ev);
+        if (moved === null) return { status: 'orphan', blocks: 0, reason: 'parent block not found' };
+        parent = moved.parent;
+        target = this.indexer.namespace(moved.id);
+      }
+    } else if (ev.base_block_idx !== null && ev.base_block_idx > 0) {
+      return { status: 'orphan', blocks: 0, reason: 'no parent_hash for a block below the root' };
+    }
+    let router: BigUint64Array;
+    try {
+      const t = ev.token_ids;
+      const tokens = t.length === n * bs ? t : t instanceof Uint32Array ? t.subarray(0, n * bs) : t.slice(0, n * bs);
+      router = seqHashesTransient(tokens, bs, target.space, parent).slice();
+    } catch (err) {
+      return { status: 'rejected', blocks: 0, reason: (err as Error).message };
+    }
+    const owner = this.indexer.ownerOf(ev.backend_id);
+    const blocks = target
+      .hybridGroups()
+      .store(ev.backend_id, owner, ev.dp_rank, medium, group, bs, router, ev.seq_hashes);
+    return { status, blocks };
   }
 
   private parentElsewhere(

@@ -29,8 +29,25 @@ interface EventBase extends StreamIdentity {
   timestamp: number | null;
 }
 
+/**
+ * A KV-cache group of a hybrid model that is not full attention (vLLM's `group_idx` with its
+ * `kv_cache_spec_kind`): its blocks do not extend the prefix, they decide where a hit may end
+ * (src/indexer/groups.ts). Events without one belong to the full-attention group(s).
+ */
+export interface KvCacheGroup {
+  /** The engine's group_idx. */
+  idx: number;
+  kind: 'sliding_window' | 'mamba';
+  /** Sliding window in tokens (sliding_window only; 0 for mamba). */
+  window: number;
+  /** The group's own block size in tokens as the engine publishes it (before any split). */
+  blockSize: number;
+}
+
 export interface StoredEvent extends EventBase {
   event_type: 'stored';
+  /** Absent: a full-attention block (the prefix index). */
+  group?: KvCacheGroup;
   /** Hashes of consecutive blocks as the publisher computed them (router seq hashes or engine-native). */
   seq_hashes: U64List;
   /** Zero-based depth of the first block, when known. */
@@ -43,6 +60,8 @@ export interface StoredEvent extends EventBase {
 
 export interface RemovedEvent extends EventBase {
   event_type: 'removed';
+  /** Absent: a full-attention block. */
+  group?: KvCacheGroup;
   seq_hashes: U64List;
   base_block_idx: number | null;
 }

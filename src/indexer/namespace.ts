@@ -2,6 +2,7 @@
 // adapters, salts or tenants can never match each other (tenant A never sees tenant B's blocks).
 import { DEFAULT_HASH_SEED, type HashSpace, hashSpace } from '../hashing/index.js';
 import { BlockIndex } from './block-index.js';
+import { KvGroups } from './groups.js';
 
 export interface NamespaceId {
   model: string;
@@ -47,6 +48,11 @@ export class Namespace {
   readonly index: BlockIndex;
   /** Instances known in this namespace (registered, or seen through events). */
   readonly instances = new Set<string>();
+  /**
+   * Secondary KV-cache groups of hybrid instances (groups.ts); null until one is seen, so queries
+   * of single-group fleets do no extra work.
+   */
+  groups: KvGroups | null = null;
 
   constructor(
     readonly id: NamespaceId,
@@ -57,5 +63,11 @@ export class Namespace {
     this.key = namespaceKey(id);
     this.space = hashSpace({ seed, loraName: id.loraName, salt: id.salt });
     this.index = new BlockIndex(1024, onHoldersPurged);
+  }
+
+  /** The groups, created on the first secondary-group event. */
+  hybridGroups(): KvGroups {
+    this.groups ??= new KvGroups();
+    return this.groups;
   }
 }

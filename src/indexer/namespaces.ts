@@ -10,7 +10,15 @@ export interface TieredIndexerOptions {
   defaultSeed?: bigint;
   /** Per-model seeds (model pools may configure their own). */
   modelSeeds?: ReadonlyMap<string, bigint>;
+  /**
+   * KV-cache groups of hybrid engines: 'all' (default) keeps sliding-window and Mamba groups beside
+   * the prefix index and clamps hits by them (groups.ts); 'full_attention' drops them (the old
+   * behaviour, which over-claims on hybrid engines).
+   */
+  kvCacheGroups?: KvCacheGroupsMode;
 }
+
+export type KvCacheGroupsMode = 'all' | 'full_attention';
 
 export class TieredIndexer {
   private readonly spaces = new Map<string, Namespace>();
@@ -18,6 +26,8 @@ export class TieredIndexer {
   private readonly modelSeeds: ReadonlyMap<string, bigint>;
   private readonly owners = new Map<string, string | null>();
   private gen = 0;
+  /** Whether secondary KV-cache groups are kept (TieredIndexerOptions.kvCacheGroups). */
+  readonly groupAware: boolean;
 
   /** Changes whenever holders may have been purged or backends rebound (caches of holder ids check it). */
   get generation(): number {
@@ -27,6 +37,7 @@ export class TieredIndexer {
   constructor(opts: TieredIndexerOptions = {}) {
     this.defaultSeed = opts.defaultSeed;
     this.modelSeeds = opts.modelSeeds ?? new Map();
+    this.groupAware = (opts.kvCacheGroups ?? 'all') === 'all';
   }
 
   /** The namespace for an identity, created on first use. */
@@ -49,7 +60,10 @@ export class TieredIndexer {
   bindBackend(backend: string, instance: string | null): void {
     this.gen++;
     this.owners.set(backend, instance);
-    for (const ns of this.spaces.values()) ns.index.bindBackend(backend, instance);
+    for (const ns of this.spaces.values()) {
+      ns.index.bindBackend(backend, instance);
+      ns.groups?.rebind(backend, instance);
+    }
   }
 
   /** The instance a backend's blocks belong to (null = shared pool). */
@@ -83,14 +97,21 @@ export class TieredIndexer {
     const ns = this.find(id);
     const blocks = Math.floor(tokens.length / id.blockSize);
     if (!ns) return { queriedBlocks: blocks, candidates: [], sharedBlocks: 0 };
-    return ns.index.query(seqHashes(tokens, id.blockSize, ns.space), now, instances);
+    const seq = seqHashes(tokens, id.blockSize, ns.space);
+    const r = ns.index.query(seq, now, instances);
+    if (ns.groups !== null && !ns.groups.empty)
+      ns.groups.clampResult(seq, Math.floor(Math.max(0, tokens.length - 1) / id.blockSize), r);
+    return r;
   }
 
   /** Overlap for precomputed router seq hashes. */
   queryHashes(id: NamespaceId, hashes: BigUint64Array, now: number, instances?: ReadonlySet<string>): OverlapResult {
     const ns = this.find(id);
     if (!ns) return { queriedBlocks: hashes.length, candidates: [], sharedBlocks: 0 };
-    return ns.index.query(hashes, now, instances);
+    const r = ns.index.query(hashes, now, instances);
+    // Without tokens the prompt's last partial block is unknown: every full block may be reused.
+    if (ns.groups !== null && !ns.groups.empty) ns.groups.clampResult(hashes, hashes.length, r);
+    return r;
   }
 
   /** Purge one backend (optionally one dp rank) from every namespace of a tenant, or all tenants. */
@@ -99,6 +120,7 @@ export class TieredIndexer {
     for (const ns of this.spaces.values()) {
       if (opts.tenant !== undefined && ns.id.tenant !== opts.tenant) continue;
       n += ns.index.removeBackend(backend, opts.dpRank);
+      ns.groups?.clear(backend, opts.dpRank);
     }
     return n;
   }
@@ -106,14 +128,21 @@ export class TieredIndexer {
   /** Empty one backend's dp rank on every medium in every namespace of a tenant (AllBlocksCleared). */
   clearBackend(backend: string, dpRank: number, tenant: string): number {
     let n = 0;
-    for (const ns of this.spaces.values()) if (ns.id.tenant === tenant) n += ns.index.clearBackend(backend, dpRank);
+    for (const ns of this.spaces.values()) {
+      if (ns.id.tenant !== tenant) continue;
+      n += ns.index.clearBackend(backend, dpRank);
+      ns.groups?.clear(backend, dpRank);
+    }
     return n;
   }
 
   /** Empty every event-confirmed holder everywhere (a relay epoch); bookings stay. */
   clearConfirmed(): number {
     let n = 0;
-    for (const ns of this.spaces.values()) n += ns.index.clearConfirmed();
+    for (const ns of this.spaces.values()) {
+      n += ns.index.clearConfirmed();
+      ns.groups?.clearEverything();
+    }
     return n;
   }
 
@@ -128,6 +157,7 @@ export class TieredIndexer {
     for (const ns of this.spaces.values()) {
       if (opts.tenant !== undefined && ns.id.tenant !== opts.tenant) continue;
       n += ns.index.removeInstance(instance, opts.dpRank);
+      ns.groups?.clearInstance(instance, opts.dpRank);
       if (opts.dpRank === undefined) ns.instances.delete(instance);
     }
     return n;

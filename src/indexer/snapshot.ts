@@ -1,6 +1,7 @@
 // Dump and restore of the whole index (GET /dump, peer recovery, JetStream snapshots).
 // Hashes stay bigint; serialize with stringifyJson so they are exact integers on the wire.
 import { toU64 } from '../common/u64.js';
+import type { GroupSnapshot } from './groups.js';
 import { canonicalMedium, type Medium } from './tiers.js';
 import type { TieredIndexer } from './namespaces.js';
 
@@ -28,6 +29,8 @@ export interface SnapshotNamespace {
   tenant_id: string;
   instances: string[];
   holders: SnapshotHolder[];
+  /** Hybrid instances' sliding-window and Mamba groups (src/indexer/groups.ts); absent when none. */
+  groups?: GroupSnapshot[];
 }
 
 export interface IndexSnapshot {
@@ -58,7 +61,7 @@ export function dumpIndex(indexer: TieredIndexer, now: number): IndexSnapshot {
       }
       holders.push(out);
     }
-    namespaces.push({
+    const entry: SnapshotNamespace = {
       model: ns.id.model,
       block_size: ns.id.blockSize,
       lora_name: ns.id.loraName,
@@ -66,7 +69,10 @@ export function dumpIndex(indexer: TieredIndexer, now: number): IndexSnapshot {
       tenant_id: ns.id.tenant,
       instances: [...ns.instances],
       holders,
-    });
+    };
+    const groups = ns.groups?.dump() ?? [];
+    if (groups.length > 0) entry.groups = groups;
+    namespaces.push(entry);
   }
   return { version: 1, created_at: now, namespaces };
 }
@@ -111,6 +117,21 @@ export function restoreIndex(indexer: TieredIndexer, snap: IndexSnapshot, now: n
       const eng = h.engine_hashes ? BigUint64Array.from(h.engine_hashes, (e, i) => hash(e ?? h.seq_hashes[i])) : null;
       added += ns.index.store(holder, seq, eng);
     }
+    if (indexer.groupAware)
+      for (const g of s.groups ?? []) {
+        if (g.group.kind !== 'sliding_window' && g.group.kind !== 'mamba')
+          throw new Error(`snapshot holds an unknown KV-cache group kind: ${String(g.group.kind)}`);
+        added += ns.hybridGroups().restore(
+          {
+            ...g,
+            seq_hashes: g.seq_hashes.map(hash),
+            engine_hashes: g.engine_hashes.map(hash),
+            engine_seq_hashes: g.engine_seq_hashes.map(hash),
+            tiers: g.tiers.map(Number),
+          },
+          s.block_size,
+        );
+      }
   }
   return added;
 }

@@ -251,7 +251,11 @@ function createAccess(cfg: RouterConfig, log: (line: string) => void, now: () =>
 
 /** The index, its one writer, the registrations and the KV event listeners that feed the writer. */
 function createIndexParts(cfg: RouterConfig, prom: PromRegistry, now: () => number) {
-  const indexer = new TieredIndexer({ defaultSeed: BigInt(cfg.hashing.seed), modelSeeds: modelSeeds(cfg) });
+  const indexer = new TieredIndexer({
+    defaultSeed: BigInt(cfg.hashing.seed),
+    modelSeeds: modelSeeds(cfg),
+    kvCacheGroups: cfg.kv_events.kv_cache_groups,
+  });
   const writer = new KvIndexWriter(indexer);
   const registry = new Registry();
   const listeners = new ListenerPool({

@@ -106,6 +106,12 @@ export interface CandidateScore extends Candidate {
   tokensPerS: number;
   /** Longest prefix the index holds for it on any tier, in blocks, credited or not (what the engine should report). */
   indexedBlocks: number;
+  /**
+   * Hybrid instances: the full-attention device prefix before the sliding-window / Mamba groups
+   * ended the hit earlier (0 when they did not). Co-location keys on it: a prefix every instance
+   * holds is not a new one to meet on, whether or not its end is reusable.
+   */
+  hybridPrefix?: number;
   /** Its predictions failed the closed-loop check: its index entries earn no credit. */
   distrusted: boolean;
   /** Adapter load time assumed for this worker (0: it served the adapter recently, or no adapter). */
@@ -232,6 +238,13 @@ export class Scheduler {
     }
     // Overlaps in the candidates' order: no result object or key string per candidate.
     const overlap = ns && seq.length > 0 ? ns.index.overlapsFor(seq, now, input.candidates, allocations) : null;
+    // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
+    // reuses at most the prompt less its last token). Nothing to do for single-group fleets.
+    let unclamped: Int32Array | null = null;
+    if (overlap && ns!.groups !== null && !ns!.groups.empty) {
+      unclamped = overlap.device.slice();
+      ns!.groups.clampOverlaps(seq, Math.floor(Math.max(0, isl - 1) / bs), input.candidates, overlap);
+    }
     const shared = overlap?.shared ?? 0;
     const busy = input.busy;
     // The pool's rate once per request; each candidate's own fit shrinks toward it.
@@ -315,6 +328,7 @@ export class Scheduler {
         interferenceMs: b.interferenceMs,
         tokensPerS: 1000 / rate.msPerToken,
         indexedBlocks,
+        hybridPrefix: unclamped !== null && !distrusted && unclamped[k] > overlap!.device[k] ? unclamped[k] : 0,
         distrusted,
         adapterLoadMs,
         unbookedRequests: unbooked,

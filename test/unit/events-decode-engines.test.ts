@@ -148,18 +148,57 @@ describe('vLLM map form', () => {
     expect(mm0.skipped).toBe(1);
   });
 
-  it('indexes full-attention groups only, learning group kinds from BlockStored', () => {
+  it('sends full-attention groups to the index and tags sliding-window and Mamba groups, learning kinds from BlockStored', () => {
     const c = ctx();
-    const sw = one(c, { ...base, group_idx: 1, kv_cache_spec_kind: 'sliding_window' });
-    expect(sw.skipped).toBe(1);
+    // A sliding-window kind without a window cannot be ruled on: skipped.
+    expect(one(c, { ...base, group_idx: 1, kv_cache_spec_kind: 'sliding_window' }).skipped).toBe(1);
+    const sw = one(c, {
+      ...base,
+      group_idx: 1,
+      kv_cache_spec_kind: 'sliding_window',
+      kv_cache_spec_sliding_window: 128,
+    });
+    expect(st(sw).group).toEqual({ idx: 1, kind: 'sliding_window', window: 128, blockSize: 16 });
+    expect(st(sw).seq_hashes).toEqual([H1, H2]);
     expect(one(c, { ...base, group_idx: 0, kv_cache_spec_kind: 'full_attention' }).events).toHaveLength(1);
-    expect(one(c, { ...base, group_idx: 2, kv_cache_spec_kind: 'mla_attention' }).events).toHaveLength(1);
-    expect(one(c, { ...base, group_idx: 3, kv_cache_spec_kind: 'mamba' }).skipped).toBe(1);
-    expect(one(c, { type: 'BlockRemoved', block_hashes: [H1], medium: 'GPU', group_idx: 1 }).skipped).toBe(1);
-    expect(one(c, { type: 'BlockRemoved', block_hashes: [H1], medium: 'GPU', group_idx: 2 }).events).toHaveLength(1);
+    expect(st(one(c, { ...base, group_idx: 0, kv_cache_spec_kind: 'full_attention' })).group).toBeUndefined();
+    expect(st(one(c, { ...base, group_idx: 2, kv_cache_spec_kind: 'mla_attention' })).group).toBeUndefined();
+    const mamba = one(c, { ...base, group_idx: 3, kv_cache_spec_kind: 'mamba' });
+    expect(st(mamba).group).toEqual({ idx: 3, kind: 'mamba', window: 0, blockSize: 16 });
+    expect(one(c, { ...base, group_idx: 4, kv_cache_spec_kind: 'chunked_local_attention' }).skipped).toBe(1);
+    // Removals carry only group_idx: the learned kind decides.
+    const r1 = one(c, { type: 'BlockRemoved', block_hashes: [H1], medium: 'GPU', group_idx: 1 });
+    expect((r1.events[0] as RemovedEvent).group?.kind).toBe('sliding_window');
+    expect(
+      (one(c, { type: 'BlockRemoved', block_hashes: [H1], medium: 'GPU', group_idx: 2 }).events[0] as RemovedEvent)
+        .group,
+    ).toBeUndefined();
+    expect((one(c, ['BlockRemoved', [H1], 'GPU', 3]).events[0] as RemovedEvent).group?.kind).toBe('mamba');
+    expect(one(c, { type: 'BlockRemoved', block_hashes: [H1], medium: 'GPU', group_idx: 4 }).skipped).toBe(1);
     expect(one(c, { type: 'BlockRemoved', block_hashes: [H1], medium: 'GPU', group_idx: 7 }).skipped).toBe(1); // never seen
     expect(one(c, { ...base, group_idx: 5 }).skipped).toBe(1); // no kind, not group 0
     expect(one(ctx(), { ...base, group_idx: 0 }).events).toHaveLength(1); // no kind, group 0
+    expect(one(c, { ...base, group_idx: 1, kv_cache_spec_sliding_window: -1 }).errors).toBe(1);
+  });
+
+  it('reads the group fields of the positional form too (v0.2x: ..., group_idx, kind, window)', () => {
+    const c = ctx();
+    const b = one(c, ['BlockStored', [H1, H2], null, T32, 16, null, 'GPU', null, null, 1, 'sliding_window', 4096]);
+    expect(st(b).group).toEqual({ idx: 1, kind: 'sliding_window', window: 4096, blockSize: 16 });
+  });
+
+  it('splits an inflated group block size like the prefix and expands its removals by the group ratio', () => {
+    const c = ctx('vLLM', { blockSize: 8 });
+    const b = one(c, { ...base, block_size: 16, group_idx: 1, kv_cache_spec_kind: 'mamba' });
+    expect(st(b)).toMatchObject({
+      block_size: 8,
+      seq_hashes: [subBlockId(H1, 0), H1, subBlockId(H2, 0), H2],
+      group: { idx: 1, kind: 'mamba', window: 0, blockSize: 16 },
+    });
+    const r = one(c, { type: 'BlockRemoved', block_hashes: [H2], medium: 'GPU', group_idx: 1 });
+    expect((r.events[0] as RemovedEvent).seq_hashes).toEqual([subBlockId(H2, 0), H2]);
+    // A group block size that is not a multiple of the registered one cannot be placed: skipped.
+    expect(one(ctx('vLLM', { blockSize: 12 }), { ...base, group_idx: 1, kv_cache_spec_kind: 'mamba' }).skipped).toBe(1);
   });
 
   it('reduces EAGLE [t, t_next] pairs to the block tokens', () => {

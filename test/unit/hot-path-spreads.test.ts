@@ -23,6 +23,7 @@ const HOT = [
   'epp/picker.ts',
   'hashing',
   'indexer/block-index.ts',
+  'indexer/groups.ts',
   'indexer/namespaces.ts',
   'indexer/namespace.ts',
   'proxy',

@@ -43,6 +43,15 @@ export const VARIANTS: readonly PolicyVariant[] = [
     summary: 'kv without tier credit (cpu=0, disk=0, shared=0)',
   },
   {
+    name: 'kv-fa-only',
+    policy: 'kv',
+    routingYaml: [],
+    extraYaml: ['kv_events: { kv_cache_groups: full_attention }'],
+    kvEvents: true,
+    summary:
+      "kv on an index of the full-attention KV-cache groups only (hybrid engines' sliding-window and Mamba groups ignored, the behaviour before issue 39)",
+  },
+  {
     name: 'kv-scrape',
     policy: 'kv',
     routingYaml: [],

@@ -23,6 +23,8 @@ export interface FleetSummary {
     numCpuBlocks: number;
     perfModel: string;
     engineHash: string;
+    /** engine-sim --hybrid and --hybrid-blocks (absent: full attention only). */
+    hybrid?: { spec: string; blocks: number };
     speedup: number;
     rateScale: number;
     seed: number;
@@ -75,7 +77,7 @@ function setupTable(d: FleetReport): Table {
       ['working set', `${d.oracle.distinctBlocks} blocks x ${c.blockSize} tokens`],
       [
         'engines',
-        `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, engine block hash ${c.engineHash}, speedup ${c.speedup}`,
+        `${c.engines} simulated EngineCores in virtual time, ${c.numGpuBlocks} GPU + ${c.numCpuBlocks} host-tier blocks each, perf model ${c.perfModel}, engine block hash ${c.engineHash}, speedup ${c.speedup}${c.hybrid ? `, hybrid ${c.hybrid.spec} (second group ${c.hybrid.blocks} blocks)` : ''}`,
       ],
       [
         'routers',

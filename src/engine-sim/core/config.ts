@@ -1,5 +1,6 @@
 // Knobs of one engine core (one DP rank). Defaults follow vLLM / Dynamo's mocker where they exist.
 import type { HashFlavor } from './engine-hash.js';
+import type { HybridSpec } from './hybrid-cache.js';
 import { mockerModel } from './mocker-model.js';
 import type { PerfModel } from './perf-model.js';
 
@@ -25,6 +26,10 @@ export interface CoreConfig {
   routerHashSeed: bigint;
   /** Token ids random output is drawn from (ordinary ids, so decode is clean). */
   outputVocab: Uint32Array;
+  /** A second KV-cache group (hybrid model, hybrid-cache.ts); null: full attention only. */
+  hybrid: HybridSpec | null;
+  /** Blocks of the second group's pool (0: numGpuBlocks). */
+  hybridBlocks: number;
 }
 
 export const CORE_DEFAULTS: Omit<CoreConfig, 'outputVocab'> = {
@@ -43,6 +48,8 @@ export const CORE_DEFAULTS: Omit<CoreConfig, 'outputVocab'> = {
   hashFlavor: 'vllm',
   pythonHashSeed: '0',
   routerHashSeed: 1337n,
+  hybrid: null,
+  hybridBlocks: 0,
 };
 
 /** Default output vocabulary: a contiguous range of ordinary ids. */
@@ -67,5 +74,7 @@ export function validateCoreConfig(c: CoreConfig): string[] {
   if (!(c.decodeSpeedup > 0)) errs.push(`decode-speedup must be > 0, got ${c.decodeSpeedup}`);
   if (!(c.cpuLoadFraction >= 0)) errs.push(`cpu-load-fraction must be >= 0, got ${c.cpuLoadFraction}`);
   if (c.outputVocab.length === 0) errs.push('output vocabulary is empty');
+  if (!Number.isInteger(c.hybridBlocks) || c.hybridBlocks < 0)
+    errs.push(`hybrid-blocks must be >= 0, got ${c.hybridBlocks}`);
   return errs;
 }

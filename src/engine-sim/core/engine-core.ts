@@ -6,6 +6,7 @@ import type { ChainContext } from './chain.js';
 import { extendChain } from './chain.js';
 import { CORE_DEFAULTS, validateCoreConfig, type CoreConfig } from './config.js';
 import { makeHasher } from './engine-hash.js';
+import { HybridCache } from './hybrid-cache.js';
 import { KvCache } from './kv-cache.js';
 import type { CoreKvEvent } from './kv-events.js';
 import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
@@ -45,6 +46,8 @@ export interface CoreStats {
   activeBlocks: number;
   cachedGpuBlocks: number;
   cachedCpuBlocks: number;
+  /** Blocks cached in the hybrid model's second group (0 without one). */
+  cachedGroupBlocks: number;
   /** vLLM's kv_cache_usage_perc: blocks held by requests / total (0..1). */
   kvUsage: number;
   clockMs: number;
@@ -57,6 +60,8 @@ export interface CachedBlockView extends BlockContent {
 export class EngineCore {
   readonly cfg: CoreConfig;
   private readonly cache: KvCache;
+  /** The hybrid model's second KV-cache group (null: full attention only). */
+  private readonly groups: HybridCache | null;
   private readonly scheduler: Scheduler;
   private readonly chainCtx: ChainContext;
   private readonly byId = new Map<string, SimRequest>();
@@ -73,7 +78,10 @@ export class EngineCore {
       blockSize: this.cfg.blockSize,
       routerSeed: this.cfg.routerHashSeed,
     };
-    this.scheduler = new Scheduler(this.cfg, this.cache, this.chainCtx);
+    this.groups = this.cfg.hybrid
+      ? new HybridCache(this.cfg.hybrid, this.cfg.hybridBlocks || this.cfg.numGpuBlocks, this.cfg.blockSize)
+      : null;
+    this.scheduler = new Scheduler(this.cfg, this.cache, this.chainCtx, this.groups);
   }
 
   /** Largest prompt + max_tokens one request may ask for. */
@@ -117,6 +125,10 @@ export class EngineCore {
       added++;
     }
     this.cache.release(held);
+    if (this.groups) {
+      this.groups.commit(req.id, chain, 0, full, full * this.cfg.blockSize);
+      this.groups.releaseRequest(req.id);
+    }
     return added;
   }
 
@@ -182,7 +194,7 @@ export class EngineCore {
       admitted: plan.admitted,
       preempted: plan.preempted.map((r) => r.id),
       rejected: plan.rejected.map((r) => r.id),
-      events: this.cache.drainEvents(),
+      events: this.drainEvents(),
       prefillTokens,
       loadedTokens: plan.loadedTokens,
       decodeRequests,
@@ -192,8 +204,9 @@ export class EngineCore {
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
   resetPrefixCache(): CoreKvEvent[] {
     this.cache.reset();
+    this.groups?.reset();
     for (const req of this.scheduler.running) req.committed = 0;
-    return this.cache.drainEvents();
+    return this.drainEvents();
   }
 
   stats(): CoreStats {
@@ -203,6 +216,7 @@ export class EngineCore {
       activeBlocks: this.cache.activeBlocks,
       cachedGpuBlocks: this.cache.cachedBlocks,
       cachedCpuBlocks: this.cache.host?.size ?? 0,
+      cachedGroupBlocks: this.groups?.cachedBlocks ?? 0,
       kvUsage: this.cache.activeBlocks / this.cfg.numGpuBlocks,
       clockMs: this.clock,
     };
@@ -221,7 +235,16 @@ export class EngineCore {
     if (full <= req.committed) return;
     const chain = extendChain(this.chainCtx, req, full);
     for (let i = req.committed; i < full; i++) req.blocks[i] = this.cache.commit(req.blocks[i], chain[i]);
+    this.groups?.commit(req.id, chain, req.committed, full, req.computed);
     req.committed = full;
+  }
+
+  /** Full-attention events, then the second group's (its parents are full-attention blocks too). */
+  private drainEvents(): CoreKvEvent[] {
+    const events = this.cache.drainEvents();
+    if (this.groups === null) return events;
+    const more = this.groups.drainEvents();
+    return more.length === 0 ? events : events.concat(more);
   }
 
   private sample(req: SimRequest, endMs: number): TokenOutput {

@@ -3,6 +3,7 @@
 // It only allocates and reuses blocks; computing tokens and committing blocks is engine-core's job.
 import { extendChain, type ChainContext } from './chain.js';
 import type { CoreConfig } from './config.js';
+import type { HybridCache } from './hybrid-cache.js';
 import type { KvCache } from './kv-cache.js';
 import type { SimRequest } from './request.js';
 
@@ -40,6 +41,8 @@ export class Scheduler {
     private readonly cfg: CoreConfig,
     private readonly cache: KvCache,
     private readonly chainCtx: ChainContext,
+    /** A hybrid model's second KV-cache group: it decides where a hit may end. */
+    private readonly groups: HybridCache | null = null,
   ) {}
 
   add(req: SimRequest): void {
@@ -118,6 +121,8 @@ export class Scheduler {
       chain.slice(0, maxHit).map((c) => c.hash),
       maxHit,
     );
+    // A hybrid model reuses the largest prefix every group accepts (vLLM's coordinator).
+    if (this.groups) hits.length = this.groups.clampHit(chain, hits.length);
     const hitTokens = hits.length * bs;
     const toCompute = req.length - hitTokens;
     const n = Math.min(toCompute, budget);
@@ -140,6 +145,7 @@ export class Scheduler {
     }
     req.committed = hits.length;
     req.computed = hitTokens;
+    this.groups?.admit(req.id, chain, hits.length);
     this.grow(req, hitTokens + n);
     plan.loadedTokens += hostHits * bs;
     const first = req.cachedTokens === null;
@@ -172,6 +178,7 @@ export class Scheduler {
 
   private freeBlocks(req: SimRequest): void {
     this.cache.release(req.blocks);
+    this.groups?.releaseRequest(req.id);
     req.blocks.length = 0;
     req.committed = 0;
     req.computed = 0;

@@ -21,6 +21,8 @@ export interface EngineStored {
   extraKeys: unknown[] | null;
   groupIdx: number | null;
   specKind: string | null;
+  /** kv_cache_spec_sliding_window (tokens), null when absent. */
+  slidingWindow: number | null;
   /** SGLang's per-event cache_salt; undefined when absent. */
   salt: string | null | undefined;
 }
@@ -110,6 +112,8 @@ export function readEvent(rec: Record<string, unknown>): Parsed {
     const groupIdx = optUint(rec.group_idx);
     if (groupIdx === undefined) return { error: 'group_idx is not an integer' };
     const specKind = optString(rec.kv_cache_spec_kind);
+    const window = optUint(rec.kv_cache_spec_sliding_window);
+    if (window === undefined) return { error: 'kv_cache_spec_sliding_window is not an integer' };
     const salt = 'cache_salt' in rec ? optString(rec.cache_salt) : undefined;
     return {
       kind: 'stored',
@@ -124,6 +128,7 @@ export function readEvent(rec: Record<string, unknown>): Parsed {
       extraKeys: (extra as unknown[] | null | undefined) ?? null,
       groupIdx,
       specKind: specKind ?? null,
+      slidingWindow: window,
       salt: salt === '' ? null : salt,
     };
   }

@@ -1,39 +1,80 @@
-// KV-cache group filter. Hybrid models (sliding-window, Mamba, ...) publish one event stream per KV
-// cache group; only blocks of the main attention groups describe a reusable prefix. vLLM tags
-// BlockStored with `group_idx` + `kv_cache_spec_kind` (BlockRemoved has only `group_idx`), so the kind
-// of each (dp rank, group) is learned from stored events:
-//   - a known kind: indexed iff it is a full-attention kind;
-//   - an unknown kind: group 0 (or no group at all: single-group engines, SGLang) is indexed, any
-//     other group is dropped.
-// Every full-attention group is indexed into the same holder: a store from any of them adds the block
-// and a removal from any of them drops it, so the index can under-claim but never keep a block one
-// group evicted.
+// KV-cache groups. Hybrid models (sliding-window, Mamba / linear attention, ...) publish one event
+// stream per KV-cache group (vLLM's hybrid KV-cache manager; vllm-project/vllm#37688 added
+// `group_idx`, #40984 `kv_cache_spec_kind` and `kv_cache_spec_sliding_window`). BlockStored names
+// the group's kind, BlockRemoved only its index, so the kind of each (dp rank, group) is learned
+// from stored events:
+//   - full_attention, mla_attention, sink_full_attention: the prefix index ('main'). Every such
+//     group feeds the same holder: a removal from any of them drops the block (may under-claim,
+//     never stale);
+//   - sliding_window / sliding_window_mla with a window, and mamba: a secondary group, kept beside
+//     the prefix index (src/indexer/groups.ts), where it decides where a hit may end;
+//   - any other kind (chunked local attention, unknown): skipped;
+//   - no kind learned yet: group 0 (or no group at all: single-group engines, SGLang) is 'main',
+//     any other group is skipped.
+// Kind strings are vLLM's KVCacheSpecKind values (vllm/v1/kv_cache_interface.py,
+// get_kv_cache_spec_kind).
+import type { KvCacheGroup } from '../../indexer/kv-event.js';
+
 const MAIN_KINDS = new Set(['full_attention', 'mla_attention', 'sink_full_attention']);
+const WINDOW_KINDS = new Set(['sliding_window', 'sliding_window_mla']);
+const STATE_KINDS = new Set(['mamba']);
 const MAX_GROUPS = 4096;
 
-export class GroupFilter {
-  private readonly kinds = new Map<string, string>();
+/** Where an event's blocks go: the prefix index, a secondary group, or nowhere. */
+export type GroupClass = 'main' | 'skip' | KvCacheGroup;
 
-  admitStored(dpRank: number, group: number | null, kind: string | null): boolean {
-    if (kind !== null) {
-      if (group !== null && this.kinds.size < MAX_GROUPS) this.kinds.set(`${dpRank}:${group}`, kind);
-      return MAIN_KINDS.has(kind);
+type Learned = 'main' | 'skip' | KvCacheGroup;
+
+export class GroupFilter {
+  private readonly kinds = new Map<string, Learned>();
+  private readonly names = new Map<string, string>();
+
+  /** A BlockStored of `group` (null: none on the wire) whose engine block size is `blockSize`. */
+  classifyStored(
+    dpRank: number,
+    group: number | null,
+    kind: string | null,
+    window: number | null,
+    blockSize: number,
+  ): GroupClass {
+    if (kind === null) return this.classifyUnlabelled(dpRank, group);
+    let learned: Learned;
+    if (MAIN_KINDS.has(kind)) learned = 'main';
+    else if (group === null) learned = 'skip';
+    else if (WINDOW_KINDS.has(kind) && window !== null && window > 0)
+      learned = { idx: group, kind: 'sliding_window', window, blockSize };
+    else if (STATE_KINDS.has(kind)) learned = { idx: group, kind: 'mamba', window: 0, blockSize };
+    else learned = 'skip';
+    if (group !== null) {
+      const key = `${dpRank}:${group}`;
+      const old = this.kinds.get(key);
+      if (old === undefined ? this.kinds.size < MAX_GROUPS : !sameClass(old, learned)) {
+        this.kinds.set(key, learned);
+        this.names.set(key, kind);
+      }
+      if (old !== undefined && sameClass(old, learned)) return old;
     }
-    return this.admitUnlabelled(dpRank, group);
+    return learned;
   }
 
-  admitRemoved(dpRank: number, group: number | null): boolean {
-    return this.admitUnlabelled(dpRank, group);
+  classifyRemoved(dpRank: number, group: number | null): GroupClass {
+    return this.classifyUnlabelled(dpRank, group);
   }
 
   /** Learned kind of a group (diagnostics). */
   kindOf(dpRank: number, group: number): string | undefined {
-    return this.kinds.get(`${dpRank}:${group}`);
+    return this.names.get(`${dpRank}:${group}`);
   }
 
-  private admitUnlabelled(dpRank: number, group: number | null): boolean {
-    if (group === null) return true;
+  private classifyUnlabelled(dpRank: number, group: number | null): GroupClass {
+    if (group === null) return 'main';
     const known = this.kinds.get(`${dpRank}:${group}`);
-    return known !== undefined ? MAIN_KINDS.has(known) : group === 0;
+    if (known !== undefined) return known;
+    return group === 0 ? 'main' : 'skip';
   }
+}
+
+function sameClass(a: Learned, b: Learned): boolean {
+  if (typeof a === 'string' || typeof b === 'string') return a === b;
+  return a.idx === b.idx && a.kind === b.kind && a.window === b.window && a.blockSize === b.blockSize;
 }

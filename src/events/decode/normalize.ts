@@ -1,6 +1,14 @@
 // vLLM-family events (vLLM, SGLang, LMCache) -> normalized KvEvents: registration defaults, KV-cache
 // group filter, LoRA and salt resolution, extra_keys, block splitting, and removal fan-out.
-import type { ClearedEvent, KvEvent, RemovedEvent, StoredEvent, U32List, U64List } from '../../indexer/kv-event.js';
+import type {
+  ClearedEvent,
+  KvCacheGroup,
+  KvEvent,
+  RemovedEvent,
+  StoredEvent,
+  U32List,
+  U64List,
+} from '../../indexer/kv-event.js';
 import type { DecodeContext } from './context.js';
 import type { Bad, EngineEvent, EngineStored, Skip } from './engine-event.js';
 import { expandRemoved, splitBlocks, splitRatio } from './rechunk.js';
@@ -31,8 +39,9 @@ function storedEvent(
   hashes: U64List,
   parent: bigint | null,
   tokens: U32List,
+  group: KvCacheGroup | null,
 ): StoredEvent {
-  return {
+  const ev: StoredEvent = {
     model_name: ctx.reg.model,
     block_size: v.blockSize,
     additional_salt: v.salt,
@@ -49,6 +58,8 @@ function storedEvent(
     parent_hash: parent,
     token_ids: tokens,
   };
+  if (group !== null) ev.group = group;
+  return ev;
 }
 
 function removedEvent(
@@ -57,8 +68,9 @@ function removedEvent(
   medium: string | null,
   v: Space,
   hashes: U64List,
+  group: KvCacheGroup | null,
 ): RemovedEvent {
-  return {
+  const ev: RemovedEvent = {
     model_name: ctx.reg.model,
     block_size: v.blockSize,
     additional_salt: v.salt,
@@ -73,6 +85,8 @@ function removedEvent(
     seq_hashes: hashes,
     base_block_idx: null,
   };
+  if (group !== null) ev.group = group;
+  return ev;
 }
 
 function clearedEvent(ctx: DecodeContext, b: BatchInfo, medium: string | null, v: Space): ClearedEvent {
@@ -140,11 +154,19 @@ function withoutSalt(extra: readonly unknown[] | null, salt: string | null): rea
 
 function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
   const reg = ctx.reg;
-  if (!ctx.state.groups.admitStored(b.dpRank, e.groupIdx, e.specKind)) {
+  const cls = ctx.state.groups.classifyStored(
+    b.dpRank,
+    e.groupIdx,
+    e.specKind,
+    e.slidingWindow,
+    e.blockSize ?? reg.blockSize,
+  );
+  if (cls === 'skip') {
     return {
-      skip: `KV cache group ${e.groupIdx ?? '-'} (${e.specKind ?? 'unknown kind'}) is not a full-attention group`,
+      skip: `KV cache group ${e.groupIdx ?? '-'} (${e.specKind ?? 'unknown kind'}) is neither full attention, a sliding window nor mamba`,
     };
   }
+  const group = cls === 'main' ? null : cls;
   let lora = e.loraName !== undefined ? e.loraName : reg.loraName || null;
   if (lora === null && e.loraId !== null) {
     // Deprecated lora_id without a name: only the registration can name the adapter.
@@ -166,6 +188,11 @@ function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
   }
 
   let ratio = 1;
+  // A secondary group's blocks only matter in the namespace the prefix is queried in: they are
+  // split when a whole multiple of the registered size (a Mamba checkpoint then ends its last
+  // router block) and skipped otherwise.
+  if (group !== null && blockSize !== reg.blockSize && blockSize % reg.blockSize !== 0)
+    return { skip: `KV cache group ${group.idx}: block size ${blockSize} is not a multiple of ${reg.blockSize}` };
   // Split engine blocks larger than the registered size (see rechunk.ts). Smaller ones (SGLang with a
   // page size below the registered block size) stay in their own block-size namespace.
   if (blockSize > reg.blockSize && tokens.length > 0 && (blockSize % reg.blockSize === 0 || hashes.length === 1)) {
@@ -176,10 +203,11 @@ function stored(e: EngineStored, ctx: DecodeContext, b: BatchInfo): Normalized {
     blockSize = reg.blockSize;
   }
   const v: Space = { blockSize, loraName: lora, salt };
-  ctx.state.noteVariant(blockSize, lora, salt, ratio);
+  // A group's removals expand by the group's own ratio (see removal below).
+  ctx.state.noteVariant(blockSize, lora, salt, group === null ? ratio : 1);
   // Engine hashes are not router hashes: the applier always gets tokens (possibly empty, which it
   // rejects) so it never mistakes engine hashes for router seq hashes.
-  return [storedEvent(ctx, b, e.medium, v, hashes, e.parent, tokens)];
+  return [storedEvent(ctx, b, e.medium, v, hashes, e.parent, tokens, group)];
 }
 
 export function normalizeEngineEvent(e: EngineEvent, ctx: DecodeContext, b: BatchInfo): Normalized {
@@ -187,11 +215,16 @@ export function normalizeEngineEvent(e: EngineEvent, ctx: DecodeContext, b: Batc
     case 'stored':
       return stored(e, ctx, b);
     case 'removed': {
-      if (!ctx.state.groups.admitRemoved(b.dpRank, e.groupIdx))
-        return { skip: `KV cache group ${e.groupIdx} is not indexed` };
+      const cls = ctx.state.groups.classifyRemoved(b.dpRank, e.groupIdx);
+      if (cls === 'skip') return { skip: `KV cache group ${e.groupIdx} is not indexed` };
       const out: KvEvent[] = [];
-      for (const v of ctx.state.spaceVariants())
-        out.push(removedEvent(ctx, b, e.medium, v, expandRemoved(e.hashes, v.ratio)));
+      for (const v of ctx.state.spaceVariants()) {
+        if (cls === 'main') out.push(removedEvent(ctx, b, e.medium, v, expandRemoved(e.hashes, v.ratio), null));
+        else {
+          const ratio = cls.blockSize > v.blockSize ? splitRatio(cls.blockSize, v.blockSize) : 1;
+          out.push(removedEvent(ctx, b, e.medium, v, expandRemoved(e.hashes, ratio), cls));
+        }
+      }
       return out;
     }
     case 'cleared': {

@@ -70,7 +70,8 @@ export const byCostWithAffinity: Picker = (c, ctx) => {
   }
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
-  const depth = Math.min(ctx.seq.length, Math.floor(best.creditedBlocks) + Math.max(1, ctx.affinityBlocks));
+  const held = Math.max(Math.floor(best.creditedBlocks), best.hybridPrefix ?? 0);
+  const depth = Math.min(ctx.seq.length, held + Math.max(1, ctx.affinityBlocks));
   const key = keyHalves(ctx.seq[depth - 1]);
   const limit = best.cost + ctx.prefixAffinity * best.prefillMs;
   let chosen = i;
