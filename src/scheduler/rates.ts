@@ -1,25 +1,42 @@
 // Each worker's prefill speed, learned online from what the router sees: for every booking, the
-// prefill work ahead of it plus its own uncached tokens (x1), the requests decoding there when it
-// was booked (x2: every pass that prefills it also runs their decode step), and its time to first
-// token (y). A decayed least-squares fit of y = overheadMs + msPerToken x1 + msPerDecoding x2,
-// pulled toward the configured prior (ridge): with no or uninformative data the prior stands, and
-// one odd sample cannot swing it. Pure: callers pass every observation; no clocks.
+// prefill work ahead of it plus its own uncached tokens (work), the same prefill's attention over
+// its context (attention: Σ N·(P + N/2) for N tokens computed after P cached, the calibrated
+// engines' context term), the requests decoding there when it was booked (every pass that prefills
+// it also runs their decode step) and their summed context (a decode step reads their KV), and its
+// time to first token (y). A decayed least-squares fit of
+//   y = overheadMs + msPerToken work + msPerAttention attention + msPerDecoding decoding
+//       + msPerDecodingContext decoding_context
+// pulled toward the configured prior (ridge; the context terms toward 0, so a cold start is the
+// flat per-token model): with no or uninformative data the prior stands, and one odd sample cannot
+// swing it. Pure: callers pass every observation; no clocks.
 import { WorkerMap } from '../common/worker-map.js';
 import type { PrefillRate } from './cost.js';
 
 /** One booking's first-token observation: PrefillRates.observe's arguments beyond the worker. */
 export interface RateSample {
   workTokens: number;
+  /** Σ N·(P + N/2) over the same prefills (token²; absent from older senders: 0). */
+  attentionWork?: number;
   decoding: number;
+  /** Context tokens of the requests decoding (absent from older senders: 0). */
+  decodingContext?: number;
   ttftMs: number;
   pool: string;
 }
 
-const finiteNonNegative = (x: number): boolean => Number.isFinite(x) && x >= 0;
+const finiteNonNegative = (x: number | undefined): boolean => x === undefined || (Number.isFinite(x) && x >= 0);
 
-/** A sample PrefillRates learns from: finite, non-negative work, decoding count and TTFT. */
-export function validSample(s: Pick<RateSample, 'workTokens' | 'decoding' | 'ttftMs'>): boolean {
-  return finiteNonNegative(s.workTokens) && finiteNonNegative(s.decoding) && finiteNonNegative(s.ttftMs);
+/** A sample PrefillRates learns from: finite, non-negative work, attention, decoding, context and TTFT. */
+export function validSample(
+  s: Pick<RateSample, 'workTokens' | 'decoding' | 'ttftMs' | 'attentionWork' | 'decodingContext'>,
+): boolean {
+  return (
+    finiteNonNegative(s.workTokens) &&
+    finiteNonNegative(s.decoding) &&
+    finiteNonNegative(s.ttftMs) &&
+    finiteNonNegative(s.attentionWork) &&
+    finiteNonNegative(s.decodingContext)
+  );
 }
 
 export interface RatePrior {
@@ -29,88 +46,142 @@ export interface RatePrior {
   overheadMs: number;
 }
 
-/** Weight of the prior slope, in tokens^2: worth 5 samples spread 2,000 tokens around their mean. */
-const PRIOR_STRENGTH = 5 * 2000 * 2000;
-/** Weight of the prior per-decoding-request time (0), in requests^2: 5 samples spread over 4 requests. */
-const DECODE_PRIOR_STRENGTH = 5 * 4 * 4;
+// The regressors, in this order: work tokens, decoding requests, attention work, decoding context.
+const K = 4;
+/**
+ * Weight of each prior coefficient, in its regressor's units squared: worth 5 samples spread
+ * 2,000 tokens, 4 requests, 2e6 token² (1,000 tokens after 1,500 cached) and 16,000 context
+ * tokens around their means. Only data that varies the context moves the context terms off 0.
+ */
+const PRIOR_WEIGHTS = [5 * 2000 * 2000, 5 * 4 * 4, 5 * 2e6 * 2e6, 5 * 16_000 * 16_000];
 /** Each observation keeps this share of the older ones' weight (an effective window of ~200). */
 const DECAY = 0.995;
 /** A learned rate stays within this factor of the prior (a burst of timeouts is not a slow GPU). */
 const BOUND = 20;
 /** Most a decoding request may add to a first token (ms): far beyond any real decode step. */
 const MAX_DECODE_MS = 100;
+/** Most a token may cost per context token (ms): 50x the H200 8B shape's attention (1.9e-6). */
+const MAX_ATTENTION_MS = 1e-4;
+/** Most a decoding context token may add (ms): 30x the H200 8B shape's decode step (3.1e-5). */
+const MAX_DECODE_CONTEXT_MS = 1e-3;
 
 class Fit {
   n = 0;
-  s1 = 0;
-  s2 = 0;
   sy = 0;
-  s11 = 0;
-  s12 = 0;
-  s22 = 0;
-  s1y = 0;
-  s2y = 0;
+  readonly s = new Float64Array(K);
+  /** Σ x xᵀ, row-major. */
+  readonly sxx = new Float64Array(K * K);
+  readonly sxy = new Float64Array(K);
   samples = 0;
 
-  add(x1: number, x2: number, y: number): void {
+  add(x: readonly number[], y: number): void {
     const d = DECAY;
     this.n = this.n * d + 1;
-    this.s1 = this.s1 * d + x1;
-    this.s2 = this.s2 * d + x2;
     this.sy = this.sy * d + y;
-    this.s11 = this.s11 * d + x1 * x1;
-    this.s12 = this.s12 * d + x1 * x2;
-    this.s22 = this.s22 * d + x2 * x2;
-    this.s1y = this.s1y * d + x1 * y;
-    this.s2y = this.s2y * d + x2 * y;
+    for (let j = 0; j < K; j++) {
+      this.s[j] = this.s[j] * d + x[j];
+      this.sxy[j] = this.sxy[j] * d + x[j] * y;
+      for (let k = 0; k < K; k++) this.sxx[j * K + k] = this.sxx[j * K + k] * d + x[j] * x[k];
+    }
     this.samples++;
   }
 
   /** The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights. */
   rate(prior: PrefillRate, strength = 1): PrefillRate {
     if (this.n < 1) return prior;
-    const ps = PRIOR_STRENGTH * strength;
-    const ds = DECODE_PRIOR_STRENGTH * strength;
     const n = this.n;
-    const m1 = this.s1 / n;
-    const m2 = this.s2 / n;
+    const p = [prior.msPerToken, prior.msPerDecoding, prior.msPerAttention, prior.msPerDecodingContext];
+    const w = PRIOR_WEIGHTS.map((v) => v * strength);
+    const lo = [prior.msPerToken / BOUND, 0, 0, 0];
+    const hi = [prior.msPerToken * BOUND, MAX_DECODE_MS, MAX_ATTENTION_MS, MAX_DECODE_CONTEXT_MS];
+    const m = Array.from(this.s, (v) => v / n);
     const my = this.sy / n;
-    // Centered (co)variances, ridge toward the prior slopes.
-    const v11 = Math.max(0, this.s11 - n * m1 * m1) + ps;
-    const v22 = Math.max(0, this.s22 - n * m2 * m2) + ds;
-    const v12 = this.s12 - n * m1 * m2;
-    const r1 = this.s1y - n * m1 * my + ps * prior.msPerToken;
-    const r2 = this.s2y - n * m2 * my + ds * prior.msPerDecoding;
-    const solved = solve2(v11, v12, v22, r1, r2);
-    const clampB = (b: number) => Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b));
-    const clampC = (c: number) => Math.min(MAX_DECODE_MS, Math.max(0, c));
-    let msPerToken = clampB(solved[0]);
-    let msPerDecoding = clampC(solved[1]);
+    // Centered (co)variances, ridge toward the prior coefficients.
+    const a = new Float64Array(K * K);
+    const r = new Array<number>(K);
+    for (let j = 0; j < K; j++) {
+      for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k] - n * m[j] * m[k];
+      a[j * K + j] = Math.max(0, a[j * K + j]) + w[j];
+      r[j] = this.sxy[j] - n * m[j] * my + w[j] * p[j];
+    }
+    let beta = boxedSolve(a, r, lo, hi);
     // The intercept shrinks toward the prior with few samples, as the slopes do.
-    const k = n / (n + 5 * strength);
-    let overheadMs = k * (my - msPerToken * m1 - msPerDecoding * m2) + (1 - k) * prior.overheadMs;
+    const kk = n / (n + 5 * strength);
+    let overheadMs = kk * (my - dot(beta, m)) + (1 - kk) * prior.overheadMs;
     if (overheadMs < 0) {
       // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
-      const o = solve2(
-        this.s11 + ps,
-        this.s12,
-        this.s22 + ds,
-        this.s1y + ps * prior.msPerToken,
-        this.s2y + ds * prior.msPerDecoding,
-      );
-      msPerToken = clampB(o[0]);
-      msPerDecoding = clampC(o[1]);
+      for (let j = 0; j < K; j++) {
+        for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k];
+        a[j * K + j] += w[j];
+        r[j] = this.sxy[j] + w[j] * p[j];
+      }
+      beta = boxedSolve(a, r, lo, hi);
     }
-    return { msPerToken, overheadMs, msPerDecoding };
+    return {
+      msPerToken: beta[0],
+      overheadMs,
+      msPerDecoding: beta[1],
+      msPerAttention: beta[2],
+      msPerDecodingContext: beta[3],
+    };
   }
 }
 
-/** [a b; b c] x = [r1; r2] (positive definite here: the ridge terms keep the diagonal dominant enough). */
-function solve2(a: number, b: number, c: number, r1: number, r2: number): [number, number] {
-  const det = a * c - b * b;
-  if (!(Math.abs(det) > 1e-12)) return [r1 / a, r2 / c];
-  return [(r1 * c - b * r2) / det, (a * r2 - b * r1) / det];
+const dot = (x: readonly number[], y: readonly number[]): number => x.reduce((acc, v, i) => acc + v * y[i], 0);
+
+/**
+ * a·β = r (a symmetric positive definite: the ridge terms are on its diagonal) with lo <= β <= hi:
+ * a coefficient the solution pushes out of its bounds is held at the bound it crossed and the
+ * others solved again (at most K rounds), so one clamped term does not leave the others biased.
+ */
+function boxedSolve(a: Float64Array, r: readonly number[], lo: readonly number[], hi: readonly number[]): number[] {
+  const fixed = new Array<number | null>(K).fill(null);
+  let beta = new Array<number>(K).fill(0);
+  for (let round = 0; round <= K; round++) {
+    const free = [...Array(K).keys()].filter((j) => fixed[j] === null);
+    const rhs = free.map(
+      (j) => r[j] - fixed.reduce<number>((acc, v, k) => acc + (v === null ? 0 : a[j * K + k] * v), 0),
+    );
+    const sub = free.map((j) => free.map((k) => a[j * K + k]));
+    const x = solveScaled(sub, rhs);
+    beta = fixed.map((v) => v ?? 0);
+    for (let i = 0; i < free.length; i++) beta[free[i]] = x[i];
+    // The free coefficient furthest out of its bounds (relative to them) is held there.
+    let worst = -1;
+    let excess = 0;
+    for (const j of free) {
+      const span = Math.max(hi[j] - lo[j], 1e-300);
+      const e = Math.max(lo[j] - beta[j], beta[j] - hi[j]) / span;
+      if (!(e <= excess)) {
+        worst = j;
+        excess = Number.isNaN(e) ? Infinity : e;
+      }
+    }
+    if (worst < 0) return beta;
+    fixed[worst] = Number.isNaN(beta[worst]) || beta[worst] < lo[worst] ? lo[worst] : hi[worst];
+  }
+  return beta.map((b, j) => Math.min(hi[j], Math.max(lo[j], Number.isFinite(b) ? b : lo[j])));
+}
+
+/** Gaussian elimination on the system scaled to a unit diagonal (the regressors span 1 to 1e9). */
+function solveScaled(a: number[][], r: number[]): number[] {
+  const k = r.length;
+  if (k === 0) return [];
+  const d = a.map((row, j) => 1 / Math.sqrt(row[j] > 0 ? row[j] : 1));
+  const m = a.map((row, j) => [...row.map((v, l) => v * d[j] * d[l]), r[j] * d[j]]);
+  for (let col = 0; col < k; col++) {
+    let pivot = col;
+    for (let i = col + 1; i < k; i++) if (Math.abs(m[i][col]) > Math.abs(m[pivot][col])) pivot = i;
+    [m[col], m[pivot]] = [m[pivot], m[col]];
+    if (!(Math.abs(m[col][col]) > 1e-12)) continue;
+    for (let i = 0; i < k; i++) {
+      if (i === col) continue;
+      const f = m[i][col] / m[col][col];
+      for (let l = col; l <= k; l++) m[i][l] -= f * m[col][l];
+    }
+  }
+  return m.map((row, j) => (Math.abs(row[j]) > 1e-12 ? (row[k] / row[j]) * d[j] : 0));
 }
 
 export interface RateSnapshot {
@@ -120,6 +191,8 @@ export interface RateSnapshot {
   tokensPerS: number;
   overheadMs: number;
   msPerDecoding: number;
+  msPerAttention: number;
+  msPerDecodingContext: number;
 }
 
 export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 20 };
@@ -144,17 +217,33 @@ export class PrefillRates {
 
   /**
    * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
-   * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model.
+   * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model;
+   * `context`: the same prefills' attention work and the decoding requests' context (RateSample).
    */
-  observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number, pool = ''): void {
-    if (!validSample({ workTokens, decoding, ttftMs })) return;
+  observe(
+    instance: string,
+    dpRank: number,
+    workTokens: number,
+    decoding: number,
+    ttftMs: number,
+    pool = '',
+    context: Pick<RateSample, 'attentionWork' | 'decodingContext'> = {},
+  ): void {
+    const { attentionWork = 0, decodingContext = 0 } = context;
+    if (!validSample({ workTokens, decoding, ttftMs, attentionWork, decodingContext })) return;
     let f = this.fits.get(instance, dpRank);
     if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, fit: new Fit() }));
     f.pool = pool;
-    f.fit.add(workTokens, decoding, ttftMs);
+    const x = [workTokens, decoding, attentionWork, decodingContext];
+    f.fit.add(x, ttftMs);
     let p = this.pools.get(pool);
     if (!p) this.pools.set(pool, (p = new Fit()));
-    p.add(workTokens, decoding, ttftMs);
+    p.add(x, ttftMs);
+  }
+
+  /** observe() of a RateSample (what a booking's free gives, here or on a peer replica). */
+  observeSample(instance: string, dpRank: number, s: RateSample): void {
+    this.observe(instance, dpRank, s.workTokens, s.decoding, s.ttftMs, s.pool, s);
   }
 
   /** The pool's rate (the prior until it has data): what its workers shrink toward. */
@@ -192,11 +281,19 @@ export class PrefillRates {
         tokensPerS: 1000 / r.msPerToken,
         overheadMs: r.overheadMs,
         msPerDecoding: r.msPerDecoding,
+        msPerAttention: r.msPerAttention,
+        msPerDecodingContext: r.msPerDecodingContext,
       };
     });
   }
 }
 
 function toRate(p: RatePrior): PrefillRate {
-  return { msPerToken: 1000 / Math.max(1, p.tokensPerS), overheadMs: Math.max(0, p.overheadMs), msPerDecoding: 0 };
+  return {
+    msPerToken: 1000 / Math.max(1, p.tokensPerS),
+    overheadMs: Math.max(0, p.overheadMs),
+    msPerDecoding: 0,
+    msPerAttention: 0,
+    msPerDecodingContext: 0,
+  };
 }
