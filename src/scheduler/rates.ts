@@ -6,7 +6,8 @@
 // time to first token (y). A decayed least-squares fit of
 //   y = overheadMs + msPerToken work + msPerAttention attention + msPerDecoding decoding
 //       + msPerDecodingContext decoding_context
-// pulled toward the configured prior (ridge; the context terms toward 0, so a cold start is the
+// in relative terms (each sample weighted 1/y²: a 20 ms follow-up counts as much as a 2 s cold
+// prompt, so neither is predicted at the other's cost), pulled toward the configured prior (ridge; the context terms toward 0, so a cold start is the
 // flat per-token model): with no or uninformative data the prior stands, and one odd sample cannot
 // swing it. Pure: callers pass every observation; no clocks.
 import { WorkerMap } from '../common/worker-map.js';
@@ -54,6 +55,10 @@ const K = 4;
  * tokens around their means. Only data that varies the context moves the context terms off 0.
  */
 const PRIOR_WEIGHTS = [5 * 2000 * 2000, 5 * 4 * 4, 5 * 2e6 * 2e6, 5 * 16_000 * 16_000];
+/** A sample's weight is 1/max(y, this)² (ms): the fit minimises relative errors, but a 1 ms first token is not 100x surer than a 10 ms one. */
+const MIN_WEIGHTED_MS = 10;
+/** The prior's weights count as samples of this TTFT (ms): 1/REF² each. */
+const PRIOR_SAMPLE_MS = 100;
 /** Each observation keeps this share of the older ones' weight (an effective window of ~200). */
 const DECAY = 0.995;
 /** A learned rate stays within this factor of the prior (a burst of timeouts is not a slow GPU). */
@@ -66,7 +71,9 @@ const MAX_ATTENTION_MS = 1e-4;
 const MAX_DECODE_CONTEXT_MS = 1e-3;
 
 class Fit {
+  /** Decayed sample count (the intercept's shrinkage) and weight sum (the means). */
   n = 0;
+  w = 0;
   sy = 0;
   readonly s = new Float64Array(K);
   /** Σ x xᵀ, row-major. */
@@ -76,24 +83,33 @@ class Fit {
 
   add(x: readonly number[], y: number): void {
     const d = DECAY;
+    const w = 1 / Math.max(y, MIN_WEIGHTED_MS);
     this.n = this.n * d + 1;
-    this.sy = this.sy * d + y;
+    this.w = this.w * d + w;
+    this.sy = this.sy * d + w * y;
     for (let j = 0; j < K; j++) {
-      this.s[j] = this.s[j] * d + x[j];
-      this.sxy[j] = this.sxy[j] * d + x[j] * y;
-      for (let k = 0; k < K; k++) this.sxx[j * K + k] = this.sxx[j * K + k] * d + x[j] * x[k];
+      this.s[j] = this.s[j] * d + w * x[j];
+      this.sxy[j] = this.sxy[j] * d + w * x[j] * y;
+      for (let k = 0; k < K; k++) this.sxx[j * K + k] = this.sxx[j * K + k] * d + w * x[j] * x[k];
     }
     this.samples++;
   }
 
-  /** The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights. */
-  rate(prior: PrefillRate, strength = 1): PrefillRate {
+  /**
+   * The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights; `pooledContext`:
+   * the context terms (attention, decoding context) are the prior's, not fit here.
+   */
+  rate(prior: PrefillRate, strength = 1, pooledContext = false): PrefillRate {
     if (this.n < 1) return prior;
-    const n = this.n;
+    const n = this.w;
     const p = [prior.msPerToken, prior.msPerDecoding, prior.msPerAttention, prior.msPerDecodingContext];
-    const w = PRIOR_WEIGHTS.map((v) => v * strength);
+    const w = PRIOR_WEIGHTS.map((v) => (v * strength) / PRIOR_SAMPLE_MS);
     const lo = [prior.msPerToken / BOUND, 0, 0, 0];
     const hi = [prior.msPerToken * BOUND, MAX_DECODE_MS, MAX_ATTENTION_MS, MAX_DECODE_CONTEXT_MS];
+    if (pooledContext) {
+      lo[2] = hi[2] = prior.msPerAttention;
+      lo[3] = hi[3] = prior.msPerDecodingContext;
+    }
     const m = Array.from(this.s, (v) => v / n);
     const my = this.sy / n;
     // Centered (co)variances, ridge toward the prior coefficients.
@@ -106,7 +122,7 @@ class Fit {
     }
     let beta = boxedSolve(a, r, lo, hi);
     // The intercept shrinks toward the prior with few samples, as the slopes do.
-    const kk = n / (n + 5 * strength);
+    const kk = this.n / (this.n + 5 * strength);
     let overheadMs = kk * (my - dot(beta, m)) + (1 - kk) * prior.overheadMs;
     if (overheadMs < 0) {
       // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
@@ -136,7 +152,8 @@ const dot = (x: readonly number[], y: readonly number[]): number => x.reduce((ac
  * others solved again (at most K rounds), so one clamped term does not leave the others biased.
  */
 function boxedSolve(a: Float64Array, r: readonly number[], lo: readonly number[], hi: readonly number[]): number[] {
-  const fixed = new Array<number | null>(K).fill(null);
+  // A coefficient whose bounds meet is given, not solved for.
+  const fixed = lo.map((l, j): number | null => (l === hi[j] ? l : null));
   let beta = new Array<number>(K).fill(0);
   for (let round = 0; round <= K; round++) {
     const free = [...Array(K).keys()].filter((j) => fixed[j] === null);
@@ -258,7 +275,11 @@ export class PrefillRates {
   /** A worker's learned rate, shrunk toward `base` (its pool's rate). A few flops: no cache needed. */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
     const f = this.fits.get(instance, dpRank);
-    return f ? f.fit.rate(base, PEER_STRENGTH) : base;
+    // The context terms are the pool's: what attention over a prefix and a decode step's KV read
+    // cost is the model's and the GPU's, the same on every worker; a worker's own samples mostly
+    // learned noise in them (measured: 0 to 1.3e-4 ms per decoding context token on identical
+    // engines, and the router chasing the workers that looked fast).
+    return f ? f.fit.rate(base, PEER_STRENGTH, true) : base;
   }
 
   /** The worker's learned rate (its pool's, or the prior, until it has data). */
