@@ -97,33 +97,41 @@ class Fit {
 
   /**
    * The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights; `pooledContext`:
-   * the context terms (attention, decoding context) are the prior's, not fit here.
+   * the context terms (attention, decoding context) are the prior's, not fit here. No allocation
+   * beyond the result (module scratch arrays): callers cache it, but a pool's change recomputes
+   * every worker's on the next decision.
    */
   rate(prior: PrefillRate, strength = 1, pooledContext = false): PrefillRate {
     if (this.n < 1) return prior;
     const n = this.w;
-    const p = [prior.msPerToken, prior.msPerDecoding, prior.msPerAttention, prior.msPerDecodingContext];
-    const w = PRIOR_WEIGHTS.map((v) => (v * strength) / PRIOR_SAMPLE_MS);
-    const lo = [prior.msPerToken / BOUND, 0, 0, 0];
-    const hi = [prior.msPerToken * BOUND, MAX_DECODE_MS, MAX_ATTENTION_MS, MAX_DECODE_CONTEXT_MS];
-    if (pooledContext) {
-      lo[2] = hi[2] = prior.msPerAttention;
-      lo[3] = hi[3] = prior.msPerDecodingContext;
-    }
-    const m = Array.from(this.s, (v) => v / n);
+    const { p, w, lo, hi, m, a, r, beta } = SCRATCH;
+    p[0] = prior.msPerToken;
+    p[1] = prior.msPerDecoding;
+    p[2] = prior.msPerAttention;
+    p[3] = prior.msPerDecodingContext;
+    for (let j = 0; j < K; j++) w[j] = (PRIOR_WEIGHTS[j] * strength) / PRIOR_SAMPLE_MS;
+    lo[0] = prior.msPerToken / BOUND;
+    hi[0] = prior.msPerToken * BOUND;
+    lo[1] = 0;
+    hi[1] = MAX_DECODE_MS;
+    lo[2] = pooledContext ? prior.msPerAttention : 0;
+    hi[2] = pooledContext ? prior.msPerAttention : MAX_ATTENTION_MS;
+    lo[3] = pooledContext ? prior.msPerDecodingContext : 0;
+    hi[3] = pooledContext ? prior.msPerDecodingContext : MAX_DECODE_CONTEXT_MS;
+    for (let j = 0; j < K; j++) m[j] = this.s[j] / n;
     const my = this.sy / n;
     // Centered (co)variances, ridge toward the prior coefficients.
-    const a = new Float64Array(K * K);
-    const r = new Array<number>(K);
     for (let j = 0; j < K; j++) {
       for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k] - n * m[j] * m[k];
       a[j * K + j] = Math.max(0, a[j * K + j]) + w[j];
       r[j] = this.sxy[j] - n * m[j] * my + w[j] * p[j];
     }
-    let beta = boxedSolve(a, r, lo, hi);
+    boxedSolve(a, r, lo, hi, beta);
     // The intercept shrinks toward the prior with few samples, as the slopes do.
     const kk = this.n / (this.n + 5 * strength);
-    let overheadMs = kk * (my - dot(beta, m)) + (1 - kk) * prior.overheadMs;
+    let fitted = my;
+    for (let j = 0; j < K; j++) fitted -= beta[j] * m[j];
+    let overheadMs = kk * fitted + (1 - kk) * prior.overheadMs;
     if (overheadMs < 0) {
       // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
@@ -132,7 +140,7 @@ class Fit {
         a[j * K + j] += w[j];
         r[j] = this.sxy[j] + w[j] * p[j];
       }
-      beta = boxedSolve(a, r, lo, hi);
+      boxedSolve(a, r, lo, hi, beta);
     }
     return {
       msPerToken: beta[0],
@@ -144,30 +152,44 @@ class Fit {
   }
 }
 
-const dot = (x: readonly number[], y: readonly number[]): number => x.reduce((acc, v, i) => acc + v * y[i], 0);
+/** Working memory of Fit.rate and its solver (one rate at a time: plain synchronous code). */
+const SCRATCH = {
+  p: new Float64Array(K),
+  w: new Float64Array(K),
+  lo: new Float64Array(K),
+  hi: new Float64Array(K),
+  m: new Float64Array(K),
+  a: new Float64Array(K * K),
+  r: new Float64Array(K),
+  beta: new Float64Array(K),
+  fixed: new Uint8Array(K),
+  free: new Int32Array(K),
+  /** The free coefficients' system, scaled, augmented: K rows of K + 1. */
+  sys: new Float64Array(K * (K + 1)),
+  scale: new Float64Array(K),
+};
 
 /**
- * a·β = r (a symmetric positive definite: the ridge terms are on its diagonal) with lo <= β <= hi:
- * a coefficient the solution pushes out of its bounds is held at the bound it crossed and the
- * others solved again (at most K rounds), so one clamped term does not leave the others biased.
+ * a·β = r (a symmetric positive definite: the ridge terms are on its diagonal) with lo <= β <= hi,
+ * into `beta`: a coefficient the solution pushes out of its bounds is held at the bound it crossed
+ * and the others solved again (at most K rounds), so one clamped term does not leave the others
+ * biased. A coefficient whose bounds meet is given, not solved for.
  */
-function boxedSolve(a: Float64Array, r: readonly number[], lo: readonly number[], hi: readonly number[]): number[] {
-  // A coefficient whose bounds meet is given, not solved for.
-  const fixed = lo.map((l, j): number | null => (l === hi[j] ? l : null));
-  let beta = new Array<number>(K).fill(0);
+function boxedSolve(a: Float64Array, r: Float64Array, lo: Float64Array, hi: Float64Array, beta: Float64Array): void {
+  const { fixed, free } = SCRATCH;
+  for (let j = 0; j < K; j++) {
+    fixed[j] = lo[j] === hi[j] ? 1 : 0;
+    beta[j] = fixed[j] ? lo[j] : 0;
+  }
   for (let round = 0; round <= K; round++) {
-    const free = [...Array(K).keys()].filter((j) => fixed[j] === null);
-    const rhs = free.map(
-      (j) => r[j] - fixed.reduce<number>((acc, v, k) => acc + (v === null ? 0 : a[j * K + k] * v), 0),
-    );
-    const sub = free.map((j) => free.map((k) => a[j * K + k]));
-    const x = solveScaled(sub, rhs);
-    beta = fixed.map((v) => v ?? 0);
-    for (let i = 0; i < free.length; i++) beta[free[i]] = x[i];
+    let nf = 0;
+    for (let j = 0; j < K; j++) if (!fixed[j]) free[nf++] = j;
+    solveFree(a, r, beta, nf);
     // The free coefficient furthest out of its bounds (relative to them) is held there.
     let worst = -1;
     let excess = 0;
-    for (const j of free) {
+    for (let i = 0; i < nf; i++) {
+      const j = free[i];
       const span = Math.max(hi[j] - lo[j], 1e-300);
       const e = Math.max(lo[j] - beta[j], beta[j] - hi[j]) / span;
       if (!(e <= excess)) {
@@ -175,30 +197,54 @@ function boxedSolve(a: Float64Array, r: readonly number[], lo: readonly number[]
         excess = Number.isNaN(e) ? Infinity : e;
       }
     }
-    if (worst < 0) return beta;
-    fixed[worst] = Number.isNaN(beta[worst]) || beta[worst] < lo[worst] ? lo[worst] : hi[worst];
+    if (worst < 0) return;
+    fixed[worst] = 1;
+    beta[worst] = Number.isNaN(beta[worst]) || beta[worst] < lo[worst] ? lo[worst] : hi[worst];
   }
-  return beta.map((b, j) => Math.min(hi[j], Math.max(lo[j], Number.isFinite(b) ? b : lo[j])));
+  for (let j = 0; j < K; j++) beta[j] = Math.min(hi[j], Math.max(lo[j], Number.isFinite(beta[j]) ? beta[j] : lo[j]));
 }
 
-/** Gaussian elimination on the system scaled to a unit diagonal (the regressors span 1 to 1e9). */
-function solveScaled(a: number[][], r: number[]): number[] {
-  const k = r.length;
-  if (k === 0) return [];
-  const d = a.map((row, j) => 1 / Math.sqrt(row[j] > 0 ? row[j] : 1));
-  const m = a.map((row, j) => [...row.map((v, l) => v * d[j] * d[l]), r[j] * d[j]]);
-  for (let col = 0; col < k; col++) {
+/**
+ * The free coefficients (SCRATCH.free[0..nf)) of a·β = r given the fixed ones in `beta`: Gaussian
+ * elimination with partial pivoting on the system scaled to a unit diagonal (the regressors span 1
+ * to 1e9 and their squares far more).
+ */
+function solveFree(a: Float64Array, r: Float64Array, beta: Float64Array, nf: number): void {
+  const { free, fixed, sys, scale } = SCRATCH;
+  const W = K + 1;
+  for (let i = 0; i < nf; i++) {
+    const j = free[i];
+    scale[i] = 1 / Math.sqrt(a[j * K + j] > 0 ? a[j * K + j] : 1);
+  }
+  for (let i = 0; i < nf; i++) {
+    const j = free[i];
+    let rhs = r[j];
+    for (let k = 0; k < K; k++) if (fixed[k]) rhs -= a[j * K + k] * beta[k];
+    for (let l = 0; l < nf; l++) sys[i * W + l] = a[j * K + free[l]] * scale[i] * scale[l];
+    sys[i * W + nf] = rhs * scale[i];
+  }
+  for (let col = 0; col < nf; col++) {
     let pivot = col;
-    for (let i = col + 1; i < k; i++) if (Math.abs(m[i][col]) > Math.abs(m[pivot][col])) pivot = i;
-    [m[col], m[pivot]] = [m[pivot], m[col]];
-    if (!(Math.abs(m[col][col]) > 1e-12)) continue;
-    for (let i = 0; i < k; i++) {
+    for (let i = col + 1; i < nf; i++) if (Math.abs(sys[i * W + col]) > Math.abs(sys[pivot * W + col])) pivot = i;
+    if (pivot !== col)
+      for (let l = 0; l <= nf; l++) {
+        const t = sys[col * W + l];
+        sys[col * W + l] = sys[pivot * W + l];
+        sys[pivot * W + l] = t;
+      }
+    const d = sys[col * W + col];
+    if (!(Math.abs(d) > 1e-12)) continue;
+    for (let i = 0; i < nf; i++) {
       if (i === col) continue;
-      const f = m[i][col] / m[col][col];
-      for (let l = col; l <= k; l++) m[i][l] -= f * m[col][l];
+      const f = sys[i * W + col] / d;
+      if (f === 0) continue;
+      for (let l = col; l <= nf; l++) sys[i * W + l] -= f * sys[col * W + l];
     }
   }
-  return m.map((row, j) => (Math.abs(row[j]) > 1e-12 ? (row[k] / row[j]) * d[j] : 0));
+  for (let i = 0; i < nf; i++) {
+    const d = sys[i * W + i];
+    beta[free[i]] = Math.abs(d) > 1e-12 ? (sys[i * W + nf] / d) * scale[i] : 0;
+  }
 }
 
 export interface RateSnapshot {
@@ -228,9 +274,29 @@ const PEER_STRENGTH = 8;
  * so a worker the router has not used yet starts from what its peers showed, not from the
  * configured guess: an idle instance is not mistaken for a slow one), itself shrunk toward the prior.
  */
+/** A fit and its last rate, reused until a sample arrives or what it was shrunk toward changes. */
+interface CachedFit {
+  fit: Fit;
+  rate: PrefillRate | null;
+  /** The base (worker) or the prior's two values (pool) `rate` was computed from. */
+  base: PrefillRate | null;
+  tokensPerS: number;
+  overheadMs: number;
+}
+
+const cachedFit = (): CachedFit => ({ fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN });
+
+/**
+ * A pool's rate is recomputed after every sample for its first 64, then every 8th: it moves little
+ * per sample (a window of ~200), and each change re-prices every worker's fit at the next decision
+ * (a 4-term solve per candidate: at 1,024 candidates about as long as the rest of the decision).
+ */
+const POOL_REFRESH = 8;
+const POOL_WARMUP = 64;
+
 export class PrefillRates {
-  private readonly fits = new WorkerMap<{ instance: string; dpRank: number; pool: string; fit: Fit }>();
-  private readonly pools = new Map<string, Fit>();
+  private readonly fits = new WorkerMap<CachedFit & { instance: string; dpRank: number; pool: string }>();
+  private readonly pools = new Map<string, CachedFit>();
 
   /**
    * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
@@ -249,13 +315,15 @@ export class PrefillRates {
     const { attentionWork = 0, decodingContext = 0 } = context;
     if (!validSample({ workTokens, decoding, ttftMs, attentionWork, decodingContext })) return;
     let f = this.fits.get(instance, dpRank);
-    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, fit: new Fit() }));
+    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, ...cachedFit() }));
     f.pool = pool;
     const x = [workTokens, decoding, attentionWork, decodingContext];
     f.fit.add(x, ttftMs);
+    f.rate = null;
     let p = this.pools.get(pool);
-    if (!p) this.pools.set(pool, (p = new Fit()));
-    p.add(x, ttftMs);
+    if (!p) this.pools.set(pool, (p = cachedFit()));
+    p.fit.add(x, ttftMs);
+    if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) p.rate = null;
   }
 
   /** observe() of a RateSample (what a booking's free gives, here or on a peer replica). */
@@ -265,21 +333,29 @@ export class PrefillRates {
 
   /** The pool's rate (the prior until it has data): what its workers shrink toward. */
   poolRate(prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
-    const p = toRate(prior);
     const pf = this.pools.get(pool);
+    if (!pf) return toRate(prior);
+    if (pf.rate && pf.tokensPerS === prior.tokensPerS && pf.overheadMs === prior.overheadMs) return pf.rate;
     // The ridge alone decides how far a few samples move it off the prior (no sample gate: with
     // one, a cold instance sat at the configured guess while its peers had learned).
-    return pf ? pf.rate(p) : p;
+    pf.rate = pf.fit.rate(toRate(prior));
+    pf.tokensPerS = prior.tokensPerS;
+    pf.overheadMs = prior.overheadMs;
+    return pf.rate;
   }
 
-  /** A worker's learned rate, shrunk toward `base` (its pool's rate). A few flops: no cache needed. */
+  /** A worker's learned rate, shrunk toward `base` (its pool's rate; kept while `base` is the same object). */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
     const f = this.fits.get(instance, dpRank);
+    if (!f) return base;
+    if (f.rate && f.base === base) return f.rate;
     // The context terms are the pool's: what attention over a prefix and a decode step's KV read
     // cost is the model's and the GPU's, the same on every worker; a worker's own samples mostly
     // learned noise in them (measured: 0 to 1.3e-4 ms per decoding context token on identical
     // engines, and the router chasing the workers that looked fast).
-    return f ? f.fit.rate(base, PEER_STRENGTH, true) : base;
+    f.rate = f.fit.rate(base, PEER_STRENGTH, true);
+    f.base = base;
+    return f.rate;
   }
 
   /** The worker's learned rate (its pool's, or the prior, until it has data). */
