@@ -81,6 +81,18 @@ class Fit {
   readonly sxy = new Float64Array(K);
   samples = 0;
 
+  copy(): Fit {
+    const c = new Fit();
+    c.n = this.n;
+    c.w = this.w;
+    c.sy = this.sy;
+    c.s.set(this.s);
+    c.sxx.set(this.sxx);
+    c.sxy.set(this.sxy);
+    c.samples = this.samples;
+    return c;
+  }
+
   add(x: readonly number[], y: number): void {
     const d = DECAY;
     const w = 1 / Math.max(y, MIN_WEIGHTED_MS);
@@ -287,16 +299,17 @@ interface CachedFit {
 const cachedFit = (): CachedFit => ({ fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN });
 
 /**
- * A pool's rate is recomputed after every sample for its first 64, then every 8th: it moves little
- * per sample (a window of ~200), and each change re-prices every worker's fit at the next decision
- * (a 4-term solve per candidate: at 1,024 candidates about as long as the rest of the decision).
+ * A pool's rate follows every sample for its first 64, then every 8th (`priced`, a copy of its fit
+ * then, so that when a rate is read never changes what it is): it moves little per sample (a
+ * window of ~200), and each change re-prices every worker's fit at the next decision (a 4-term
+ * solve per candidate: at 1,024 candidates about as long as the rest of the decision).
  */
 const POOL_REFRESH = 8;
 const POOL_WARMUP = 64;
 
 export class PrefillRates {
   private readonly fits = new WorkerMap<CachedFit & { instance: string; dpRank: number; pool: string }>();
-  private readonly pools = new Map<string, CachedFit>();
+  private readonly pools = new Map<string, CachedFit & { priced: Fit }>();
 
   /**
    * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
@@ -321,9 +334,12 @@ export class PrefillRates {
     f.fit.add(x, ttftMs);
     f.rate = null;
     let p = this.pools.get(pool);
-    if (!p) this.pools.set(pool, (p = cachedFit()));
+    if (!p) this.pools.set(pool, (p = { ...cachedFit(), priced: new Fit() }));
     p.fit.add(x, ttftMs);
-    if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) p.rate = null;
+    if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
+      p.priced = p.fit.copy();
+      p.rate = null;
+    }
   }
 
   /** observe() of a RateSample (what a booking's free gives, here or on a peer replica). */
@@ -338,7 +354,7 @@ export class PrefillRates {
     if (pf.rate && pf.tokensPerS === prior.tokensPerS && pf.overheadMs === prior.overheadMs) return pf.rate;
     // The ridge alone decides how far a few samples move it off the prior (no sample gate: with
     // one, a cold instance sat at the configured guess while its peers had learned).
-    pf.rate = pf.fit.rate(toRate(prior));
+    pf.rate = pf.priced.rate(toRate(prior));
     pf.tokensPerS = prior.tokensPerS;
     pf.overheadMs = prior.overheadMs;
     return pf.rate;

@@ -168,6 +168,22 @@ describe('context-aware prefill rates (calibrated H200 Qwen3-8B)', () => {
     expect(e0.msPerToken).toBeGreaterThan(e1.msPerToken);
   });
 
+  it('a rate read between samples is the one read after them (the kept rates follow every sample)', () => {
+    const eager = new PrefillRates();
+    const lazy = new PrefillRates();
+    train.slice(0, 150).forEach((c, i) => {
+      const inst = `e${i % 3}`;
+      observe(eager, c, false, inst);
+      observe(lazy, c, false, inst);
+      for (const q of ['e0', 'e1', 'e2', 'e9']) eager.rate(q, 0, PRIOR, 'm');
+    });
+    for (const q of ['e0', 'e1', 'e2', 'e9']) expect(eager.rate(q, 0, PRIOR, 'm')).toEqual(lazy.rate(q, 0, PRIOR, 'm'));
+    // Another prior is another pool rate, not the kept one.
+    const other = { tokensPerS: 5000, overheadMs: 50 };
+    expect(eager.rate('e9', 0, other, 'm')).not.toEqual(eager.rate('e9', 0, PRIOR, 'm'));
+    expect(eager.rate('e9', 0, other, 'm')).toEqual(lazy.rate('e9', 0, other, 'm'));
+  });
+
   it('starts from the flat prior: no data, no context term; a few cold prompts leave it near the flat fit', () => {
     const cold = new PrefillRates();
     expect(cold.rate('e0', 0, PRIOR, 'm')).toEqual({
