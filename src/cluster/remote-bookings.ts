@@ -153,7 +153,7 @@ export class RemoteBookings {
       case 'add': {
         const id = remoteId(p.router, p.incarnation, m.id);
         if (active.get(id)) return false;
-        const b = active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now);
+        const b = active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now, '', m.contextTokens ?? 0);
         p.ids.add(id);
         // As Scheduler.book: the prefix the engine is about to use becomes the newest in the LRU
         // model (without it, eviction-aware scoring here saw that prefix as the oldest, and
@@ -173,15 +173,7 @@ export class RemoteBookings {
         const id = remoteId(p.router, p.incarnation, m.id);
         p.ids.delete(id);
         const b = active.get(id);
-        if (b && m.rate)
-          this.target.rates?.observe(
-            b.instance,
-            b.dpRank,
-            m.rate.workTokens,
-            m.rate.decoding,
-            m.rate.ttftMs,
-            m.rate.pool,
-          );
+        if (b && m.rate) this.target.rates?.observeSample(b.instance, b.dpRank, m.rate);
         if (!active.free(id)) return false;
         // The sender's attempt failed: its speculative insert is withdrawn here too.
         if (m.failed) withdrawSpeculation(indexer, b!, now);

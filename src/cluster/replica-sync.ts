@@ -227,6 +227,7 @@ export class ReplicaSync {
           ns,
           blocks: b.blocks,
           prefillTokens: b.prefillTokens,
+          contextTokens: b.contextTokens,
           speculativeTtlMs: 0,
         });
         if (b.prefillDone) this.send({ kind: 'prefill', id });

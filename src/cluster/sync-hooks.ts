@@ -24,6 +24,7 @@ export function bookingSyncHooks(send: (body: SyncBody) => void, local?: Map<str
         ns,
         blocks: b.blocks,
         prefillTokens: b.prefillTokens,
+        contextTokens: b.contextTokens,
         speculativeTtlMs: ttl,
         touchedBlocks,
       });

@@ -36,6 +36,8 @@ export type SyncBody =
       ns: NamespaceId;
       blocks: BigUint64Array;
       prefillTokens: number;
+      /** Prompt tokens before them (cached): the context their prefill attends to (absent: 0). */
+      contextTokens?: number;
       /** The sender's speculative insert of the blocks (0 = none), repeated by receivers. */
       speculativeTtlMs: number;
       /**
@@ -94,8 +96,9 @@ export function encodeSync(m: SyncMessage): Uint8Array {
             blocks: packU64(m.blocks),
             prefill_tokens: m.prefillTokens,
             speculative_ttl_ms: m.speculativeTtlMs,
-            // Receivers from before this field ignore it.
+            // Receivers from before these fields ignore them.
             ...(m.touchedBlocks ? { touched_blocks: m.touchedBlocks } : {}),
+            ...(m.contextTokens ? { context_tokens: m.contextTokens } : {}),
           }),
         ),
       );
@@ -107,7 +110,9 @@ export function encodeSync(m: SyncMessage): Uint8Array {
       if (m.rate)
         o.rate = {
           work_tokens: m.rate.workTokens,
+          attention_work: m.rate.attentionWork ?? 0,
           decoding: m.rate.decoding,
+          decoding_context: m.rate.decodingContext ?? 0,
           ttft_ms: m.rate.ttftMs,
           pool: m.rate.pool,
         };
@@ -146,6 +151,7 @@ export function decodeSync(data: Uint8Array): SyncMessage {
         prefillTokens: int(o, 'prefill_tokens'),
         speculativeTtlMs: int(o, 'speculative_ttl_ms'),
         ...(o.touched_blocks === undefined ? {} : { touchedBlocks: int(o, 'touched_blocks') }),
+        ...(o.context_tokens === undefined ? {} : { contextTokens: int(o, 'context_tokens') }),
       };
     case 'prefill':
       return { router, incarnation, seq, kind: 'prefill', id: str(o, 'id') };
@@ -172,15 +178,28 @@ function rateSample(v: unknown): RateSample | null {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
   const o = v as Record<string, unknown>;
   const { work_tokens: workTokens, decoding, ttft_ms: ttftMs, pool } = o;
+  // From a sender before the context terms: 0 (its sample still teaches the flat terms).
+  const { attention_work: attentionWork = 0, decoding_context: decodingContext = 0 } = o;
   if (
     typeof workTokens !== 'number' ||
     typeof decoding !== 'number' ||
     typeof ttftMs !== 'number' ||
-    typeof pool !== 'string'
+    typeof pool !== 'string' ||
+    typeof attentionWork !== 'number' ||
+    typeof decodingContext !== 'number'
   )
     return null;
-  const sample = { workTokens, decoding, ttftMs, pool };
-  return validSample(sample) ? sample : null;
+  return contextSample({ workTokens, attentionWork, decoding, decodingContext, ttftMs, pool });
+}
+
+/** A decoded sample PrefillRates takes, or null; its context terms present only when not 0 (as sent before them). */
+function contextSample(s: Required<RateSample>): RateSample | null {
+  if (!validSample(s)) return null;
+  const { attentionWork, decodingContext, ...flat } = s;
+  const out: RateSample = flat;
+  if (attentionWork > 0) out.attentionWork = attentionWork;
+  if (decodingContext > 0) out.decodingContext = decodingContext;
+  return out;
 }
 
 /** At most this many tenants per report (a configuration has far fewer). */
@@ -228,9 +247,10 @@ function freeMessage(
 // against 2.7-3.3 and 2.6-3.3 µs.
 // Little-endian: the sender's kind, then router, incarnation (u16 length + UTF-8), seq (f64), id;
 // an add: instance, dp rank, the namespace (model, block size, LoRA and salt with 0xffff for null,
-// tenant), prefill tokens, speculative TTL, touched blocks (f64 each; 0 touched = none), the block
-// count (u32) and the blocks (u64 each); a free: a flags byte (1: the rate sample follows, as work
-// tokens, decoding, TTFT as f64, pool; 2: the attempt failed), then the sample if flagged.
+// tenant), prefill tokens, speculative TTL, touched blocks, context tokens (f64 each; 0 touched =
+// none), the block count (u32) and the blocks (u64 each); a free: a flags byte (1: the rate sample
+// follows, as work tokens, attention work, decoding, decoding context, TTFT as f64, pool; 2: the
+// attempt failed), then the sample if flagged. Both ends of a binary link run the same build.
 
 const BINARY_MAGIC = 0xb2;
 /** A free's flags byte: a rate sample follows; the attempt failed. */
@@ -335,13 +355,16 @@ function writeBinary(m: BinaryMessage): Uint8Array {
     w.f64(m.prefillTokens);
     w.f64(m.speculativeTtlMs);
     w.f64(m.touchedBlocks ?? 0);
+    w.f64(m.contextTokens ?? 0);
     w.u32(m.blocks.length);
     w.u64s(m.blocks);
   } else if (m.kind === 'free') {
     w.u8((m.rate ? FREE_RATE : 0) | (m.failed ? FREE_FAILED : 0));
     if (m.rate) {
       w.f64(m.rate.workTokens);
+      w.f64(m.rate.attentionWork ?? 0);
       w.f64(m.rate.decoding);
+      w.f64(m.rate.decodingContext ?? 0);
       w.f64(m.rate.ttftMs);
       w.str(m.rate.pool);
     }
@@ -445,24 +468,25 @@ function decodeSyncBinary(data: Uint8Array): SyncMessage {
     const prefillTokens = r.int('prefill_tokens');
     const speculativeTtlMs = r.int('speculative_ttl_ms');
     const touchedBlocks = r.int('touched_blocks');
+    const contextTokens = r.int('context_tokens');
     const blocks = r.u64s(r.u32('blocks'), 'blocks');
-    m =
-      touchedBlocks > 0
-        ? {
-            router,
-            incarnation,
-            seq,
-            kind: 'add',
-            id,
-            instance,
-            dpRank,
-            ns,
-            blocks,
-            prefillTokens,
-            speculativeTtlMs,
-            touchedBlocks,
-          }
-        : { router, incarnation, seq, kind: 'add', id, instance, dpRank, ns, blocks, prefillTokens, speculativeTtlMs };
+    // Keys present only when set, as the JSON decoder leaves them.
+    const add: SyncMessage = {
+      router,
+      incarnation,
+      seq,
+      kind: 'add',
+      id,
+      instance,
+      dpRank,
+      ns,
+      blocks,
+      prefillTokens,
+      speculativeTtlMs,
+    };
+    if (touchedBlocks > 0) add.touchedBlocks = touchedBlocks;
+    if (contextTokens > 0) add.contextTokens = contextTokens;
+    m = add;
   } else if (code === KIND_CODE.prefill) {
     m = { router, incarnation, seq, kind: 'prefill', id };
   } else if (code === KIND_CODE.free) {
@@ -472,12 +496,14 @@ function decodeSyncBinary(data: Uint8Array): SyncMessage {
     if (flags & FREE_RATE) {
       const sample = {
         workTokens: r.num('rate.work_tokens'),
+        attentionWork: r.num('rate.attention_work'),
         decoding: r.num('rate.decoding'),
+        decodingContext: r.num('rate.decoding_context'),
         ttftMs: r.num('rate.ttft_ms'),
         pool: r.str('rate.pool'),
       };
       // As in JSON: a sample this receiver cannot use is left out; the free itself still applies.
-      if (validSample(sample)) rate = sample;
+      rate = contextSample(sample);
     }
     m = freeMessage(router, incarnation, seq, id, rate, (flags & FREE_FAILED) !== 0);
   } else throw new Error(`unknown binary sync message kind ${code}`);

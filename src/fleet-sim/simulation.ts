@@ -229,6 +229,7 @@ export function simulateFleet(input: FleetInput): FleetOutput {
       e2eMs: q.now - f.receivedAt,
       status: 200,
       instance: f.engineId,
+      predictedTtftMs: f.decision!.chosen!.ttftMs,
       promptTokens: f.tokens.length,
       cachedTokens: t.cachedTokens,
       completionTokens: t.index + 1,

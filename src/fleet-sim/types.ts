@@ -79,6 +79,8 @@ export interface FleetRecord {
   /** 200, or 503 (refused: no capacity in time), or 0 (failed). */
   status: number;
   instance: string | null;
+  /** The routing decision's predicted TTFT (ms; the time cost's `ttftMs`), for the prediction-error figures. */
+  predictedTtftMs?: number;
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;

@@ -1,4 +1,5 @@
-// In-flight load per (instance, dp rank): prefill tokens not yet computed and KV blocks held by
+// In-flight load per (instance, dp rank): prefill tokens not yet computed (and their attention
+// work over their context, cost.ts), the requests decoding and their context, and KV blocks held by
 // running requests. A prompt block shared by several in-flight requests on the same worker counts
 // once (refcounted). Every booking is released exactly once: prefill at the first token, blocks at
 // completion, error or abort; a stale sweep frees bookings a caller never released.
@@ -6,15 +7,20 @@ import { WorkerMap } from '../common/worker-map.js';
 import type { SpeculativeInsert } from '../indexer/block-index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { U64Table } from '../indexer/u64-table.js';
+import { attentionWork } from './cost.js';
 
 const RC = 4; // table row: [lo, hi, used, refcount]
 
 export interface Load {
   activePrefillTokens: number;
+  /** attentionWork of those prefill tokens (token pairs: each new token with its context). */
+  activeAttention: number;
   activeBlocks: number;
   activeRequests: number;
   /** In-flight requests past their first token. */
   decodingRequests: number;
+  /** Their prompt tokens (the context each decode step reads). */
+  decodingContext: number;
 }
 
 export interface Booking {
@@ -23,10 +29,16 @@ export interface Booking {
   readonly dpRank: number;
   readonly blocks: BigUint64Array;
   readonly prefillTokens: number;
+  /** Prompt tokens before its prefill (cached, as predicted): the context its prefill attends to. */
+  readonly contextTokens: number;
   /** Un-prefilled tokens booked on the worker before this one (what it queues behind). */
   readonly aheadTokens: number;
+  /** Their attention work. */
+  readonly aheadAttention: number;
   /** Requests decoding on the worker when this one was booked. */
   readonly decodingAhead: number;
+  /** Their context tokens. */
+  readonly decodingContextAhead: number;
   /** The pool (model) whose rate its first token teaches. */
   readonly pool: string;
   readonly createdAt: number;
@@ -42,8 +54,10 @@ export interface Booking {
 class WorkerLoad {
   readonly blocks = new U64Table(RC, 256);
   prefillTokens = 0;
+  attention = 0;
   requests = 0;
   decoding = 0;
+  decodingContext = 0;
 
   hold(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
@@ -83,9 +97,11 @@ class WorkerLoad {
 /** The load of a worker with nothing in flight: one frozen object for every idle candidate of every decision. */
 export const IDLE_LOAD: Load = Object.freeze({
   activePrefillTokens: 0,
+  activeAttention: 0,
   activeBlocks: 0,
   activeRequests: 0,
   decodingRequests: 0,
+  decodingContext: 0,
 });
 
 export class ActiveSequences {
@@ -101,11 +117,14 @@ export class ActiveSequences {
   load(instance: string, dpRank: number): Load {
     const w = this.workers.get(instance, dpRank);
     if (!w) return IDLE_LOAD;
+    // (Sums of floats that went up and down: never below 0 from rounding.)
     return {
       activePrefillTokens: w.prefillTokens,
+      activeAttention: Math.max(0, w.attention),
       activeBlocks: w.blocks.size,
       activeRequests: w.requests,
       decodingRequests: w.decoding,
+      decodingContext: Math.max(0, w.decodingContext),
     };
   }
 
@@ -118,6 +137,7 @@ export class ActiveSequences {
   /**
    * Book a request. Throws if the id is already booked (ids must be unique per router). The booking
    * keeps `blocks` itself (a decision's seq hashes, a decoded sync message's): nobody changes them after.
+   * `contextTokens`: the prompt tokens before its `prefillTokens` (cached).
    */
   book(
     id: string,
@@ -127,6 +147,7 @@ export class ActiveSequences {
     prefillTokens: number,
     now: number,
     pool = '',
+    contextTokens = 0,
   ): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
@@ -136,8 +157,11 @@ export class ActiveSequences {
       dpRank,
       blocks,
       prefillTokens: Math.max(0, prefillTokens),
+      contextTokens: Number.isFinite(contextTokens) ? Math.max(0, contextTokens) : 0,
       aheadTokens: w.prefillTokens,
+      aheadAttention: Math.max(0, w.attention),
       decodingAhead: w.decoding,
+      decodingContextAhead: Math.max(0, w.decodingContext),
       pool,
       createdAt: now,
       prefillDone: false,
@@ -145,6 +169,7 @@ export class ActiveSequences {
     };
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
+    w.attention += attentionWork(b.prefillTokens, b.contextTokens);
     w.requests++;
     this.bookings.set(id, b);
     return b;
@@ -158,7 +183,9 @@ export class ActiveSequences {
       b.prefillDone = true;
       const w = this.worker(b.instance, b.dpRank);
       w.prefillTokens -= b.prefillTokens;
+      w.attention -= attentionWork(b.prefillTokens, b.contextTokens);
       w.decoding++;
+      w.decodingContext += b.contextTokens + b.prefillTokens;
     }
     return true;
   }
@@ -169,8 +196,13 @@ export class ActiveSequences {
     if (!b) return false;
     this.bookings.delete(id);
     const w = this.worker(b.instance, b.dpRank);
-    if (!b.prefillDone) w.prefillTokens -= b.prefillTokens;
-    else w.decoding--;
+    if (!b.prefillDone) {
+      w.prefillTokens -= b.prefillTokens;
+      w.attention -= attentionWork(b.prefillTokens, b.contextTokens);
+    } else {
+      w.decoding--;
+      w.decodingContext -= b.contextTokens + b.prefillTokens;
+    }
     w.release(b.blocks);
     w.requests--;
     if (w.requests === 0) this.workers.delete(b.instance, b.dpRank);
@@ -209,15 +241,19 @@ export class ActiveSequences {
   /** Totals across workers (for metrics and the zero-leak invariant). */
   totals(): Load {
     let activePrefillTokens = 0;
+    let activeAttention = 0;
     let activeBlocks = 0;
     let activeRequests = 0;
     let decodingRequests = 0;
+    let decodingContext = 0;
     for (const w of this.workers.values()) {
       activePrefillTokens += w.prefillTokens;
+      activeAttention += Math.max(0, w.attention);
       activeBlocks += w.blocks.size;
       activeRequests += w.requests;
       decodingRequests += w.decoding;
+      decodingContext += Math.max(0, w.decodingContext);
     }
-    return { activePrefillTokens, activeBlocks, activeRequests, decodingRequests };
+    return { activePrefillTokens, activeAttention, activeBlocks, activeRequests, decodingRequests, decodingContext };
   }
 }

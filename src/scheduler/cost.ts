@@ -8,8 +8,11 @@
 //   cost       = overlap_weight x prefill + decode
 // `time` (the default): milliseconds, with the instance's prefill rate learned online (rates.ts):
 //   queue      = active_prefill_tokens x ms_per_token        (prefill work booked ahead)
-//                + decoding_requests x ms_per_decoding       (the decode steps of the passes it waits through)
-//   own        = overhead + uncached_tokens x ms_per_token   (this request's prefill)
+//                + active_attention x ms_per_attention       (its attention over its context)
+//                + decoding_requests x ms_per_decoding       (the decode steps of the passes it waits through,
+//                + decoding_context x ms_per_decoding_context  which read the decoding requests' KV)
+//   own        = overhead + uncached x ms_per_token          (this request's prefill, N = uncached tokens
+//                + N x (cached + N/2) x ms_per_attention      after `cached` ones: attention grows with both)
 //   ttft       = queue + own
 //   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
 //                stalls every running decode, its fixed cost included: short tails are not free)
@@ -47,12 +50,28 @@ export interface CostWeights {
   decodeBlockMs?: number;
 }
 
-/** An instance's prefill speed: ttft ~ overheadMs + tokens x msPerToken + decoding requests x msPerDecoding. */
+/**
+ * An instance's prefill speed: ttft ~ overheadMs + tokens x msPerToken + attention work x
+ * msPerAttention + decoding requests x msPerDecoding + their context x msPerDecodingContext.
+ */
 export interface PrefillRate {
   msPerToken: number;
   overheadMs: number;
   /** What each request decoding there adds to a first token (the decode steps of the passes it waits through). */
   msPerDecoding: number;
+  /** ms per unit of attentionWork (a new token attending to one context token). 0: the flat per-token model. */
+  msPerAttention: number;
+  /** What each context token of a decoding request adds to a first token (its KV read by every decode step). */
+  msPerDecodingContext: number;
+}
+
+/**
+ * Attention work of computing `newTokens` after `contextTokens` cached ones: each new token
+ * attends to the cached context and to the new tokens before it, N·(P + N/2) token pairs (the
+ * calibrated engine model's context term; chunking a prefill does not change the sum).
+ */
+export function attentionWork(newTokens: number, contextTokens: number): number {
+  return newTokens > 0 ? newTokens * (Math.max(0, contextTokens) + newTokens / 2) : 0;
 }
 
 export interface CostInput {
@@ -63,9 +82,13 @@ export interface CostInput {
   /** Shared pool's contiguous prefix in blocks. */
   shared: number;
   activePrefillTokens: number;
+  /** attentionWork of the prefill booked ahead (time model; absent: 0). */
+  activeAttention?: number;
   activeBlocks: number;
   /** In-flight requests past their first token (time model: who a new prefill stalls). */
   decodingRequests: number;
+  /** Their prompt tokens (time model; absent: 0). */
+  decodingContext?: number;
   /** Request blocks not already held by in-flight requests on the worker. */
   newBlocks: number;
 }
@@ -108,8 +131,12 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const uncached = Math.max(isl - credited * blockSize, 0);
   const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
   const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
-  const queueMs = c.activePrefillTokens * rate.msPerToken + c.decodingRequests * rate.msPerDecoding;
-  const ownMs = uncached * rate.msPerToken;
+  const queueMs =
+    c.activePrefillTokens * rate.msPerToken +
+    (c.activeAttention ?? 0) * rate.msPerAttention +
+    c.decodingRequests * rate.msPerDecoding +
+    (c.decodingContext ?? 0) * rate.msPerDecodingContext;
+  const ownMs = uncached * rate.msPerToken + attentionWork(uncached, isl - uncached) * rate.msPerAttention;
   const prefillMs = rate.overheadMs + ownMs;
   const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;
   const ttftMs = queueMs + prefillMs;

@@ -1,25 +1,43 @@
 // Each worker's prefill speed, learned online from what the router sees: for every booking, the
-// prefill work ahead of it plus its own uncached tokens (x1), the requests decoding there when it
-// was booked (x2: every pass that prefills it also runs their decode step), and its time to first
-// token (y). A decayed least-squares fit of y = overheadMs + msPerToken x1 + msPerDecoding x2,
-// pulled toward the configured prior (ridge): with no or uninformative data the prior stands, and
-// one odd sample cannot swing it. Pure: callers pass every observation; no clocks.
+// prefill work ahead of it plus its own uncached tokens (work), the same prefill's attention over
+// its context (attention: Σ N·(P + N/2) for N tokens computed after P cached, the calibrated
+// engines' context term), the requests decoding there when it was booked (every pass that prefills
+// it also runs their decode step) and their summed context (a decode step reads their KV), and its
+// time to first token (y). A decayed least-squares fit of
+//   y = overheadMs + msPerToken work + msPerAttention attention + msPerDecoding decoding
+//       + msPerDecodingContext decoding_context
+// in relative terms (each sample weighted 1/y²: a 20 ms follow-up counts as much as a 2 s cold
+// prompt, so neither is predicted at the other's cost), pulled toward the configured prior (ridge; the context terms toward 0, so a cold start is the
+// flat per-token model): with no or uninformative data the prior stands, and one odd sample cannot
+// swing it. Pure: callers pass every observation; no clocks.
 import { WorkerMap } from '../common/worker-map.js';
 import type { PrefillRate } from './cost.js';
 
 /** One booking's first-token observation: PrefillRates.observe's arguments beyond the worker. */
 export interface RateSample {
   workTokens: number;
+  /** Σ N·(P + N/2) over the same prefills (token²; absent from older senders: 0). */
+  attentionWork?: number;
   decoding: number;
+  /** Context tokens of the requests decoding (absent from older senders: 0). */
+  decodingContext?: number;
   ttftMs: number;
   pool: string;
 }
 
-const finiteNonNegative = (x: number): boolean => Number.isFinite(x) && x >= 0;
+const finiteNonNegative = (x: number | undefined): boolean => x === undefined || (Number.isFinite(x) && x >= 0);
 
-/** A sample PrefillRates learns from: finite, non-negative work, decoding count and TTFT. */
-export function validSample(s: Pick<RateSample, 'workTokens' | 'decoding' | 'ttftMs'>): boolean {
-  return finiteNonNegative(s.workTokens) && finiteNonNegative(s.decoding) && finiteNonNegative(s.ttftMs);
+/** A sample PrefillRates learns from: finite, non-negative work, attention, decoding, context and TTFT. */
+export function validSample(
+  s: Pick<RateSample, 'workTokens' | 'decoding' | 'ttftMs' | 'attentionWork' | 'decodingContext'>,
+): boolean {
+  return (
+    finiteNonNegative(s.workTokens) &&
+    finiteNonNegative(s.decoding) &&
+    finiteNonNegative(s.ttftMs) &&
+    finiteNonNegative(s.attentionWork) &&
+    finiteNonNegative(s.decodingContext)
+  );
 }
 
 export interface RatePrior {
@@ -29,88 +47,216 @@ export interface RatePrior {
   overheadMs: number;
 }
 
-/** Weight of the prior slope, in tokens^2: worth 5 samples spread 2,000 tokens around their mean. */
-const PRIOR_STRENGTH = 5 * 2000 * 2000;
-/** Weight of the prior per-decoding-request time (0), in requests^2: 5 samples spread over 4 requests. */
-const DECODE_PRIOR_STRENGTH = 5 * 4 * 4;
+// The regressors, in this order: work tokens, decoding requests, attention work, decoding context.
+const K = 4;
+/**
+ * Weight of each prior coefficient, in its regressor's units squared: worth 5 samples spread
+ * 2,000 tokens, 4 requests, 2e6 token² (1,000 tokens after 1,500 cached) and 16,000 context
+ * tokens around their means. Only data that varies the context moves the context terms off 0.
+ */
+const PRIOR_WEIGHTS = [5 * 2000 * 2000, 5 * 4 * 4, 5 * 2e6 * 2e6, 5 * 16_000 * 16_000];
+/** A sample's weight is 1/max(y, this)² (ms): the fit minimises relative errors, but a 1 ms first token is not 100x surer than a 10 ms one. */
+const MIN_WEIGHTED_MS = 10;
+/** The prior's weights count as samples of this TTFT (ms): 1/REF² each. */
+const PRIOR_SAMPLE_MS = 100;
 /** Each observation keeps this share of the older ones' weight (an effective window of ~200). */
 const DECAY = 0.995;
 /** A learned rate stays within this factor of the prior (a burst of timeouts is not a slow GPU). */
 const BOUND = 20;
 /** Most a decoding request may add to a first token (ms): far beyond any real decode step. */
 const MAX_DECODE_MS = 100;
+/** Most a token may cost per context token (ms): 50x the H200 8B shape's attention (1.9e-6). */
+const MAX_ATTENTION_MS = 1e-4;
+/** Most a decoding context token may add (ms): 30x the H200 8B shape's decode step (3.1e-5). */
+const MAX_DECODE_CONTEXT_MS = 1e-3;
 
 class Fit {
+  /** Decayed sample count (the intercept's shrinkage) and weight sum (the means). */
   n = 0;
-  s1 = 0;
-  s2 = 0;
+  w = 0;
   sy = 0;
-  s11 = 0;
-  s12 = 0;
-  s22 = 0;
-  s1y = 0;
-  s2y = 0;
+  readonly s = new Float64Array(K);
+  /** Σ x xᵀ, row-major. */
+  readonly sxx = new Float64Array(K * K);
+  readonly sxy = new Float64Array(K);
   samples = 0;
 
-  add(x1: number, x2: number, y: number): void {
+  copy(): Fit {
+    const c = new Fit();
+    c.n = this.n;
+    c.w = this.w;
+    c.sy = this.sy;
+    c.s.set(this.s);
+    c.sxx.set(this.sxx);
+    c.sxy.set(this.sxy);
+    c.samples = this.samples;
+    return c;
+  }
+
+  add(x: readonly number[], y: number): void {
     const d = DECAY;
+    const w = 1 / Math.max(y, MIN_WEIGHTED_MS);
     this.n = this.n * d + 1;
-    this.s1 = this.s1 * d + x1;
-    this.s2 = this.s2 * d + x2;
-    this.sy = this.sy * d + y;
-    this.s11 = this.s11 * d + x1 * x1;
-    this.s12 = this.s12 * d + x1 * x2;
-    this.s22 = this.s22 * d + x2 * x2;
-    this.s1y = this.s1y * d + x1 * y;
-    this.s2y = this.s2y * d + x2 * y;
+    this.w = this.w * d + w;
+    this.sy = this.sy * d + w * y;
+    for (let j = 0; j < K; j++) {
+      this.s[j] = this.s[j] * d + w * x[j];
+      this.sxy[j] = this.sxy[j] * d + w * x[j] * y;
+      for (let k = 0; k < K; k++) this.sxx[j * K + k] = this.sxx[j * K + k] * d + w * x[j] * x[k];
+    }
     this.samples++;
   }
 
-  /** The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights. */
-  rate(prior: PrefillRate, strength = 1): PrefillRate {
+  /**
+   * The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights; `pooledContext`:
+   * the context terms (attention, decoding context) are the prior's, not fit here. No allocation
+   * beyond the result (module scratch arrays): callers cache it, but a pool's change recomputes
+   * every worker's on the next decision.
+   */
+  rate(prior: PrefillRate, strength = 1, pooledContext = false): PrefillRate {
     if (this.n < 1) return prior;
-    const ps = PRIOR_STRENGTH * strength;
-    const ds = DECODE_PRIOR_STRENGTH * strength;
-    const n = this.n;
-    const m1 = this.s1 / n;
-    const m2 = this.s2 / n;
+    const n = this.w;
+    const { p, w, lo, hi, m, a, r, beta } = SCRATCH;
+    p[0] = prior.msPerToken;
+    p[1] = prior.msPerDecoding;
+    p[2] = prior.msPerAttention;
+    p[3] = prior.msPerDecodingContext;
+    for (let j = 0; j < K; j++) w[j] = (PRIOR_WEIGHTS[j] * strength) / PRIOR_SAMPLE_MS;
+    lo[0] = prior.msPerToken / BOUND;
+    hi[0] = prior.msPerToken * BOUND;
+    lo[1] = 0;
+    hi[1] = MAX_DECODE_MS;
+    lo[2] = pooledContext ? prior.msPerAttention : 0;
+    hi[2] = pooledContext ? prior.msPerAttention : MAX_ATTENTION_MS;
+    lo[3] = pooledContext ? prior.msPerDecodingContext : 0;
+    hi[3] = pooledContext ? prior.msPerDecodingContext : MAX_DECODE_CONTEXT_MS;
+    for (let j = 0; j < K; j++) m[j] = this.s[j] / n;
     const my = this.sy / n;
-    // Centered (co)variances, ridge toward the prior slopes.
-    const v11 = Math.max(0, this.s11 - n * m1 * m1) + ps;
-    const v22 = Math.max(0, this.s22 - n * m2 * m2) + ds;
-    const v12 = this.s12 - n * m1 * m2;
-    const r1 = this.s1y - n * m1 * my + ps * prior.msPerToken;
-    const r2 = this.s2y - n * m2 * my + ds * prior.msPerDecoding;
-    const solved = solve2(v11, v12, v22, r1, r2);
-    const clampB = (b: number) => Math.min(prior.msPerToken * BOUND, Math.max(prior.msPerToken / BOUND, b));
-    const clampC = (c: number) => Math.min(MAX_DECODE_MS, Math.max(0, c));
-    let msPerToken = clampB(solved[0]);
-    let msPerDecoding = clampC(solved[1]);
+    // Centered (co)variances, ridge toward the prior coefficients.
+    for (let j = 0; j < K; j++) {
+      for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k] - n * m[j] * m[k];
+      a[j * K + j] = Math.max(0, a[j * K + j]) + w[j];
+      r[j] = this.sxy[j] - n * m[j] * my + w[j] * p[j];
+    }
+    boxedSolve(a, r, lo, hi, beta);
     // The intercept shrinks toward the prior with few samples, as the slopes do.
-    const k = n / (n + 5 * strength);
-    let overheadMs = k * (my - msPerToken * m1 - msPerDecoding * m2) + (1 - k) * prior.overheadMs;
+    const kk = this.n / (this.n + 5 * strength);
+    let fitted = my;
+    for (let j = 0; j < K; j++) fitted -= beta[j] * m[j];
+    let overheadMs = kk * fitted + (1 - kk) * prior.overheadMs;
     if (overheadMs < 0) {
       // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
       overheadMs = 0;
-      const o = solve2(
-        this.s11 + ps,
-        this.s12,
-        this.s22 + ds,
-        this.s1y + ps * prior.msPerToken,
-        this.s2y + ds * prior.msPerDecoding,
-      );
-      msPerToken = clampB(o[0]);
-      msPerDecoding = clampC(o[1]);
+      for (let j = 0; j < K; j++) {
+        for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k];
+        a[j * K + j] += w[j];
+        r[j] = this.sxy[j] + w[j] * p[j];
+      }
+      boxedSolve(a, r, lo, hi, beta);
     }
-    return { msPerToken, overheadMs, msPerDecoding };
+    return {
+      msPerToken: beta[0],
+      overheadMs,
+      msPerDecoding: beta[1],
+      msPerAttention: beta[2],
+      msPerDecodingContext: beta[3],
+    };
   }
 }
 
-/** [a b; b c] x = [r1; r2] (positive definite here: the ridge terms keep the diagonal dominant enough). */
-function solve2(a: number, b: number, c: number, r1: number, r2: number): [number, number] {
-  const det = a * c - b * b;
-  if (!(Math.abs(det) > 1e-12)) return [r1 / a, r2 / c];
-  return [(r1 * c - b * r2) / det, (a * r2 - b * r1) / det];
+/** Working memory of Fit.rate and its solver (one rate at a time: plain synchronous code). */
+const SCRATCH = {
+  p: new Float64Array(K),
+  w: new Float64Array(K),
+  lo: new Float64Array(K),
+  hi: new Float64Array(K),
+  m: new Float64Array(K),
+  a: new Float64Array(K * K),
+  r: new Float64Array(K),
+  beta: new Float64Array(K),
+  fixed: new Uint8Array(K),
+  free: new Int32Array(K),
+  /** The free coefficients' system, scaled, augmented: K rows of K + 1. */
+  sys: new Float64Array(K * (K + 1)),
+  scale: new Float64Array(K),
+};
+
+/**
+ * a·β = r (a symmetric positive definite: the ridge terms are on its diagonal) with lo <= β <= hi,
+ * into `beta`: a coefficient the solution pushes out of its bounds is held at the bound it crossed
+ * and the others solved again (at most K rounds), so one clamped term does not leave the others
+ * biased. A coefficient whose bounds meet is given, not solved for.
+ */
+function boxedSolve(a: Float64Array, r: Float64Array, lo: Float64Array, hi: Float64Array, beta: Float64Array): void {
+  const { fixed, free } = SCRATCH;
+  for (let j = 0; j < K; j++) {
+    fixed[j] = lo[j] === hi[j] ? 1 : 0;
+    beta[j] = fixed[j] ? lo[j] : 0;
+  }
+  for (let round = 0; round <= K; round++) {
+    let nf = 0;
+    for (let j = 0; j < K; j++) if (!fixed[j]) free[nf++] = j;
+    solveFree(a, r, beta, nf);
+    // The free coefficient furthest out of its bounds (relative to them) is held there.
+    let worst = -1;
+    let excess = 0;
+    for (let i = 0; i < nf; i++) {
+      const j = free[i];
+      const span = Math.max(hi[j] - lo[j], 1e-300);
+      const e = Math.max(lo[j] - beta[j], beta[j] - hi[j]) / span;
+      if (!(e <= excess)) {
+        worst = j;
+        excess = Number.isNaN(e) ? Infinity : e;
+      }
+    }
+    if (worst < 0) return;
+    fixed[worst] = 1;
+    beta[worst] = Number.isNaN(beta[worst]) || beta[worst] < lo[worst] ? lo[worst] : hi[worst];
+  }
+  for (let j = 0; j < K; j++) beta[j] = Math.min(hi[j], Math.max(lo[j], Number.isFinite(beta[j]) ? beta[j] : lo[j]));
+}
+
+/**
+ * The free coefficients (SCRATCH.free[0..nf)) of a·β = r given the fixed ones in `beta`: Gaussian
+ * elimination with partial pivoting on the system scaled to a unit diagonal (the regressors span 1
+ * to 1e9 and their squares far more).
+ */
+function solveFree(a: Float64Array, r: Float64Array, beta: Float64Array, nf: number): void {
+  const { free, fixed, sys, scale } = SCRATCH;
+  const W = K + 1;
+  for (let i = 0; i < nf; i++) {
+    const j = free[i];
+    scale[i] = 1 / Math.sqrt(a[j * K + j] > 0 ? a[j * K + j] : 1);
+  }
+  for (let i = 0; i < nf; i++) {
+    const j = free[i];
+    let rhs = r[j];
+    for (let k = 0; k < K; k++) if (fixed[k]) rhs -= a[j * K + k] * beta[k];
+    for (let l = 0; l < nf; l++) sys[i * W + l] = a[j * K + free[l]] * scale[i] * scale[l];
+    sys[i * W + nf] = rhs * scale[i];
+  }
+  for (let col = 0; col < nf; col++) {
+    let pivot = col;
+    for (let i = col + 1; i < nf; i++) if (Math.abs(sys[i * W + col]) > Math.abs(sys[pivot * W + col])) pivot = i;
+    if (pivot !== col)
+      for (let l = 0; l <= nf; l++) {
+        const t = sys[col * W + l];
+        sys[col * W + l] = sys[pivot * W + l];
+        sys[pivot * W + l] = t;
+      }
+    const d = sys[col * W + col];
+    if (!(Math.abs(d) > 1e-12)) continue;
+    for (let i = 0; i < nf; i++) {
+      if (i === col) continue;
+      const f = sys[i * W + col] / d;
+      if (f === 0) continue;
+      for (let l = col; l <= nf; l++) sys[i * W + l] -= f * sys[col * W + l];
+    }
+  }
+  for (let i = 0; i < nf; i++) {
+    const d = sys[i * W + i];
+    beta[free[i]] = Math.abs(d) > 1e-12 ? (sys[i * W + nf] / d) * scale[i] : 0;
+  }
 }
 
 export interface RateSnapshot {
@@ -120,6 +266,8 @@ export interface RateSnapshot {
   tokensPerS: number;
   overheadMs: number;
   msPerDecoding: number;
+  msPerAttention: number;
+  msPerDecodingContext: number;
 }
 
 export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 20 };
@@ -138,38 +286,92 @@ const PEER_STRENGTH = 8;
  * so a worker the router has not used yet starts from what its peers showed, not from the
  * configured guess: an idle instance is not mistaken for a slow one), itself shrunk toward the prior.
  */
+/** A fit and its last rate, reused until a sample arrives or what it was shrunk toward changes. */
+interface CachedFit {
+  fit: Fit;
+  rate: PrefillRate | null;
+  /** The base (worker) or the prior's two values (pool) `rate` was computed from. */
+  base: PrefillRate | null;
+  tokensPerS: number;
+  overheadMs: number;
+}
+
+const cachedFit = (): CachedFit => ({ fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN });
+
+/**
+ * A pool's rate follows every sample for its first 64, then every 8th (`priced`, a copy of its fit
+ * then, so that when a rate is read never changes what it is): it moves little per sample (a
+ * window of ~200), and each change re-prices every worker's fit at the next decision (a 4-term
+ * solve per candidate: at 1,024 candidates about as long as the rest of the decision).
+ */
+const POOL_REFRESH = 8;
+const POOL_WARMUP = 64;
+
 export class PrefillRates {
-  private readonly fits = new WorkerMap<{ instance: string; dpRank: number; pool: string; fit: Fit }>();
-  private readonly pools = new Map<string, Fit>();
+  private readonly fits = new WorkerMap<CachedFit & { instance: string; dpRank: number; pool: string }>();
+  private readonly pools = new Map<string, CachedFit & { priced: Fit }>();
 
   /**
    * A booking's first token: `workTokens` = prefill booked ahead of it + its own, `decoding` =
-   * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model.
+   * requests decoding on the worker when it was booked, `ttftMs` as seen; `pool` = its model;
+   * `context`: the same prefills' attention work and the decoding requests' context (RateSample).
    */
-  observe(instance: string, dpRank: number, workTokens: number, decoding: number, ttftMs: number, pool = ''): void {
-    if (!validSample({ workTokens, decoding, ttftMs })) return;
+  observe(
+    instance: string,
+    dpRank: number,
+    workTokens: number,
+    decoding: number,
+    ttftMs: number,
+    pool = '',
+    context: Pick<RateSample, 'attentionWork' | 'decodingContext'> = {},
+  ): void {
+    const { attentionWork = 0, decodingContext = 0 } = context;
+    if (!validSample({ workTokens, decoding, ttftMs, attentionWork, decodingContext })) return;
     let f = this.fits.get(instance, dpRank);
-    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, fit: new Fit() }));
+    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, ...cachedFit() }));
     f.pool = pool;
-    f.fit.add(workTokens, decoding, ttftMs);
+    const x = [workTokens, decoding, attentionWork, decodingContext];
+    f.fit.add(x, ttftMs);
+    f.rate = null;
     let p = this.pools.get(pool);
-    if (!p) this.pools.set(pool, (p = new Fit()));
-    p.add(workTokens, decoding, ttftMs);
+    if (!p) this.pools.set(pool, (p = { ...cachedFit(), priced: new Fit() }));
+    p.fit.add(x, ttftMs);
+    if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
+      p.priced = p.fit.copy();
+      p.rate = null;
+    }
+  }
+
+  /** observe() of a RateSample (what a booking's free gives, here or on a peer replica). */
+  observeSample(instance: string, dpRank: number, s: RateSample): void {
+    this.observe(instance, dpRank, s.workTokens, s.decoding, s.ttftMs, s.pool, s);
   }
 
   /** The pool's rate (the prior until it has data): what its workers shrink toward. */
   poolRate(prior: RatePrior = DEFAULT_RATE_PRIOR, pool = ''): PrefillRate {
-    const p = toRate(prior);
     const pf = this.pools.get(pool);
+    if (!pf) return toRate(prior);
+    if (pf.rate && pf.tokensPerS === prior.tokensPerS && pf.overheadMs === prior.overheadMs) return pf.rate;
     // The ridge alone decides how far a few samples move it off the prior (no sample gate: with
     // one, a cold instance sat at the configured guess while its peers had learned).
-    return pf ? pf.rate(p) : p;
+    pf.rate = pf.priced.rate(toRate(prior));
+    pf.tokensPerS = prior.tokensPerS;
+    pf.overheadMs = prior.overheadMs;
+    return pf.rate;
   }
 
-  /** A worker's learned rate, shrunk toward `base` (its pool's rate). A few flops: no cache needed. */
+  /** A worker's learned rate, shrunk toward `base` (its pool's rate; kept while `base` is the same object). */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
     const f = this.fits.get(instance, dpRank);
-    return f ? f.fit.rate(base, PEER_STRENGTH) : base;
+    if (!f) return base;
+    if (f.rate && f.base === base) return f.rate;
+    // The context terms are the pool's: what attention over a prefix and a decode step's KV read
+    // cost is the model's and the GPU's, the same on every worker; a worker's own samples mostly
+    // learned noise in them (measured: 0 to 1.3e-4 ms per decoding context token on identical
+    // engines, and the router chasing the workers that looked fast).
+    f.rate = f.fit.rate(base, PEER_STRENGTH, true);
+    f.base = base;
+    return f.rate;
   }
 
   /** The worker's learned rate (its pool's, or the prior, until it has data). */
@@ -192,11 +394,19 @@ export class PrefillRates {
         tokensPerS: 1000 / r.msPerToken,
         overheadMs: r.overheadMs,
         msPerDecoding: r.msPerDecoding,
+        msPerAttention: r.msPerAttention,
+        msPerDecodingContext: r.msPerDecodingContext,
       };
     });
   }
 }
 
 function toRate(p: RatePrior): PrefillRate {
-  return { msPerToken: 1000 / Math.max(1, p.tokensPerS), overheadMs: Math.max(0, p.overheadMs), msPerDecoding: 0 };
+  return {
+    msPerToken: 1000 / Math.max(1, p.tokensPerS),
+    overheadMs: Math.max(0, p.overheadMs),
+    msPerDecoding: 0,
+    msPerAttention: 0,
+    msPerDecodingContext: 0,
+  };
 }

@@ -5,7 +5,7 @@ import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
-import { type CostModel, type CostWeights, cost } from './cost.js';
+import { attentionWork, type CostModel, type CostWeights, cost } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec } from './policies/registry.js';
 import { PolicyStates } from './policies/state.js';
@@ -185,6 +185,8 @@ export class Scheduler {
   readonly distrusted = new Set<string>();
   /** Mean prefill tokens per booked request (what an unbooked waiting request is assumed to cost). */
   private meanPrefillTokens = 1024;
+  /** Mean attention work per booked request (the same unbooked request's context term). */
+  private meanAttention = attentionWork(1024, 0);
   /** Per worker, when a request for each LoRA adapter was last booked there (adapter affinity). */
   private readonly adapterUse = new WorkerMap<Map<string, number>>();
   private readonly turns = new Map<string, number>();
@@ -277,6 +279,7 @@ export class Scheduler {
       const rate = this.rates.workerRate(c.instance, c.dpRank, poolRate);
       // Load the engine reports beyond what the router booked there.
       let extraPrefill = 0;
+      let extraAttention = 0;
       let extraDecoding = 0;
       let unbooked = 0;
       let kvPenaltyMs = 0;
@@ -287,6 +290,7 @@ export class Scheduler {
         unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
         const waiting = Math.min(unbooked, seen.waiting);
         extraPrefill = ew.waiting * waiting * this.meanPrefillTokens;
+        extraAttention = ew.waiting * waiting * this.meanAttention;
         extraDecoding = ew.running * (unbooked - waiting);
         if (seen.kvUsage !== null && ew.kvUsageMs > 0)
           kvPenaltyMs = ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2);
@@ -302,8 +306,10 @@ export class Scheduler {
           disk,
           shared: distrusted ? 0 : shared,
           activePrefillTokens: load.activePrefillTokens + extraPrefill,
+          activeAttention: load.activeAttention + extraAttention,
           activeBlocks: load.activeBlocks,
           decodingRequests: load.decodingRequests + extraDecoding,
+          decodingContext: load.decodingContext,
           newBlocks,
         },
         isl,
@@ -404,8 +410,10 @@ export class Scheduler {
     const c = d.chosen;
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
     const prefill = opts.prefillTokens ?? Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
-    const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model);
+    const context = Math.max(0, Math.round(d.isl - prefill)); // (a whole token count: replica sync sends integers)
+    const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model, context);
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
+    this.meanAttention += 0.05 * (attentionWork(prefill, context) - this.meanAttention);
     if (d.adapter) {
       let m = this.adapterUse.get(c.instance, c.dpRank);
       if (!m) this.adapterUse.set(c.instance, c.dpRank, (m = new Map()));
@@ -477,19 +485,23 @@ export class Scheduler {
    */
   free(requestId: string, outcome?: { failed: boolean; now: number }): boolean {
     const b = this.active.get(requestId);
-    // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted).
+    // Work = what was queued ahead of it + what it computed itself (as reported, else as predicted),
+    // after the rest of its prompt (cached).
     let rate: RateSample | undefined;
     if (b?.firstTokenAt !== undefined) {
-      const sample = {
-        workTokens: b.aheadTokens + (b.reportedUncached ?? b.prefillTokens),
+      const own = b.reportedUncached ?? b.prefillTokens;
+      const sample: RateSample = {
+        workTokens: b.aheadTokens + own,
+        attentionWork: b.aheadAttention + attentionWork(own, b.contextTokens + b.prefillTokens - own),
         decoding: b.decodingAhead,
+        decodingContext: b.decodingContextAhead,
         ttftMs: b.firstTokenAt - b.createdAt,
         pool: b.pool,
       };
       // Only a sample PrefillRates takes goes to the hooks (a clock stepped back makes a negative TTFT).
       if (validSample(sample)) {
         rate = sample;
-        this.rates.observe(b.instance, b.dpRank, sample.workTokens, sample.decoding, sample.ttftMs, sample.pool);
+        this.rates.observeSample(b.instance, b.dpRank, sample);
       }
     }
     const ok = this.active.free(requestId);

@@ -31,6 +31,7 @@ interface Result {
   preemptions: number;
   engines: Array<{ requests: number; busyS: number }>;
   ttftCdf: number[];
+  ttftPrediction: { requests: number; p50: number; p90: number; bias: number } | null;
 }
 
 describe('kvrouter bench cluster --quick', () => {
@@ -65,6 +66,9 @@ describe('kvrouter bench cluster --quick', () => {
       // TTFT <= E2E request by request, so also quantile by quantile.
       expect(r.ttftMs.p50, at).toBeLessThanOrEqual(r.e2eMs.p50);
       expect(r.ttftCdf.length).toBe(101);
+      // Every response carried the router's predicted TTFT (x-kvrouter-predicted-ttft-ms).
+      expect(r.ttftPrediction?.requests, at).toBe(r.requests.ok);
+      expect(r.ttftPrediction!.p90, at).toBeGreaterThanOrEqual(r.ttftPrediction!.p50);
       expect([...r.ttftCdf].sort((a, b) => a - b)).toEqual(r.ttftCdf);
 
       expect(r.throughput.requestsPerS, at).toBeGreaterThan(0);

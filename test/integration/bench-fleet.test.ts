@@ -38,6 +38,7 @@ interface Result {
   hitRate: { engines: number; usage: number };
   engines: Array<{ id: string; requests: number }>;
   ttftCdf: number[];
+  ttftPrediction: { requests: number; p50: number; p90: number; bias: number } | null;
   fleet: {
     refused: number;
     goodput: { requests: number; share: number; perS: number };
@@ -115,6 +116,10 @@ describe('kvrouter bench fleet --quick', () => {
       ordered(r.e2eMs);
       ordered(r.tpotMs);
       expect(r.ttftCdf).toHaveLength(101);
+      // Every routed request's decision predicted a TTFT; the error is a fraction, p50 <= p90.
+      expect(r.ttftPrediction?.requests).toBe(r.requests.ok);
+      expect(r.ttftPrediction!.p50).toBeGreaterThan(0);
+      expect(r.ttftPrediction!.p90).toBeGreaterThanOrEqual(r.ttftPrediction!.p50);
       // First-admission hits can never beat an infinite cache.
       expect(r.hitRate.usage).toBeGreaterThan(0);
       expect(r.hitRate.usage).toBeLessThanOrEqual(s.oracle.hitRate);
@@ -140,6 +145,7 @@ describe('kvrouter bench fleet --quick', () => {
     ).toBe(true);
     expect(rr.fleet.routers[0].applied.ok ?? 0).toBe(0);
     expect(kv.hitRate.usage).toBeGreaterThan(rr.hitRate.usage);
+    expect(readFileSync(join(a, 'fleet.md'), 'utf8')).toContain("The router's time model");
     expect(rr.fleet.balance.requests.max - rr.fleet.balance.requests.min).toBeLessThanOrEqual(1);
   }, 120_000);
 

@@ -164,6 +164,7 @@ describe('RemoteBookings', () => {
     ns: NS,
     blocks: BigUint64Array.of(7n, 8n),
     prefillTokens: 8,
+    contextTokens: 24,
     speculativeTtlMs: ttl,
   });
 
@@ -172,11 +173,14 @@ describe('RemoteBookings', () => {
     expect(rb.handle(add('me', 'x', 1, 'own'), 0).outcome).toBe('own');
     expect(rb.handle(add('me', 'other', 1, 'dup-id'), 0).outcome).toBe('conflict');
     expect(rb.handle(add('p', 'i', 1, 'r1', 1000), 0).outcome).toBe('applied');
+    // 8 tokens after the sender's 24 cached: their attention work, 8 x (24 + 4), as the sender counts it.
     expect(active.load('e0', 0)).toEqual({
       activePrefillTokens: 8,
+      activeAttention: 8 * 28,
       activeBlocks: 2,
       activeRequests: 1,
       decodingRequests: 0,
+      decodingContext: 0,
     });
     expect(indexer.queryHashes(NS, BigUint64Array.of(7n, 8n), 10).candidates[0]).toMatchObject({
       instance: 'e0',

@@ -76,7 +76,14 @@ describe('replica sync', () => {
     });
     expect(r.status).toBe(200);
     const local = load(0, 'e0');
-    expect(local).toEqual({ activePrefillTokens: 640, activeBlocks: 40, activeRequests: 1, decodingRequests: 0 });
+    expect(local).toEqual({
+      activePrefillTokens: 640,
+      activeAttention: 640 * 320,
+      activeBlocks: 40,
+      activeRequests: 1,
+      decodingRequests: 0,
+      decodingContext: 0,
+    });
     await waitFor(
       'B and C see the booking',
       () => load(1, 'e0').activeRequests === 1 && load(2, 'e0').activeRequests === 1,
@@ -107,9 +114,11 @@ describe('replica sync', () => {
     for (let i = 0; i < 3; i++)
       expect(routers[i].scheduler.active.totals()).toEqual({
         activePrefillTokens: 0,
+        activeAttention: 0,
         activeBlocks: 0,
         activeRequests: 0,
         decodingRequests: 0,
+        decodingContext: 0,
       });
   });
 

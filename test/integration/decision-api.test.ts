@@ -78,9 +78,11 @@ describe('/v1/route', () => {
     const inst = r.body.instance_id as string;
     expect(load(inst)).toEqual({
       activePrefillTokens: r.body.prompt_tokens,
+      activeAttention: (r.body.prompt_tokens * r.body.prompt_tokens) / 2,
       activeBlocks: Math.floor(r.body.prompt_tokens / 16),
       activeRequests: 1,
       decodingRequests: 0,
+      decodingContext: 0,
     });
     expect((await call(router.url, 'POST', '/v1/route', { ...chatBody('book me'), request_id: 'gw-1' })).status).toBe(
       409,
@@ -102,9 +104,11 @@ describe('/v1/route', () => {
     expect((await call(router.url, 'POST', '/v1/route/nobody/prefill_complete')).status).toBe(404);
     expect(router.scheduler.active.totals()).toEqual({
       activePrefillTokens: 0,
+      activeAttention: 0,
       activeBlocks: 0,
       activeRequests: 0,
       decodingRequests: 0,
+      decodingContext: 0,
     });
   });
 

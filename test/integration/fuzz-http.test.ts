@@ -190,9 +190,11 @@ describe('HTTP fuzz', () => {
     while (router.scheduler.active.size > 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
     expect(router.scheduler.active.totals()).toEqual({
       activePrefillTokens: 0,
+      activeAttention: 0,
       activeBlocks: 0,
       activeRequests: 0,
       decodingRequests: 0,
+      decodingContext: 0,
     });
   });
 });

@@ -288,9 +288,11 @@ describe('routing', () => {
     await waitFor('bookings released', () => router.scheduler.active.size === 0);
     expect(router.scheduler.active.totals()).toEqual({
       activePrefillTokens: 0,
+      activeAttention: 0,
       activeBlocks: 0,
       activeRequests: 0,
       decodingRequests: 0,
+      decodingContext: 0,
     });
   });
 });

@@ -50,7 +50,15 @@ function cand(
     cost: 0,
     busy: false,
     ...rest,
-    load: { activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0, ...load },
+    load: {
+      activePrefillTokens: 0,
+      activeAttention: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+      decodingContext: 0,
+      ...load,
+    },
   };
 }
 

@@ -24,7 +24,7 @@ const zero = {
   decodingRequests: 0,
   newBlocks: 0,
 };
-const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 };
+const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0, msPerAttention: 0, msPerDecodingContext: 0 };
 
 function seeded(seed: number): () => number {
   let s = seed >>> 0;
@@ -104,29 +104,47 @@ describe('ActiveSequences', () => {
     const p1 = BigUint64Array.of(1n, 2n, 3n);
     const p2 = BigUint64Array.of(1n, 2n, 4n, 5n);
     a.book('r1', 'w', 0, p1, 48, 0);
-    a.book('r2', 'w', 0, p2, 30, 0);
+    // r2 computes 30 tokens after 34 cached: attention 30 x (34 + 15); r1's 48 after none: 48 x 24.
+    a.book('r2', 'w', 0, p2, 30, 0, '', 34);
     expect(a.load('w', 0)).toEqual({
       activePrefillTokens: 78,
+      activeAttention: 48 * 24 + 30 * 49,
       activeBlocks: 5,
       activeRequests: 2,
       decodingRequests: 0,
+      decodingContext: 0,
     });
+    expect(a.get('r2')).toMatchObject({ contextTokens: 34, aheadTokens: 48, aheadAttention: 48 * 24 });
     expect(a.newBlocks('w', 0, BigUint64Array.of(1n, 2n, 9n))).toBe(1);
     expect(a.newBlocks('x', 0, p1)).toBe(3);
     expect(a.prefillComplete('r1')).toBe(true);
     expect(a.prefillComplete('r1')).toBe(true);
-    expect(a.load('w', 0).activePrefillTokens).toBe(30);
+    expect(a.load('w', 0)).toMatchObject({
+      activePrefillTokens: 30,
+      activeAttention: 30 * 49,
+      decodingRequests: 1,
+      decodingContext: 48,
+    });
     expect(a.free('r1')).toBe(true);
     expect(a.free('r1')).toBe(false);
     expect(a.load('w', 0)).toEqual({
       activePrefillTokens: 30,
+      activeAttention: 30 * 49,
       activeBlocks: 4,
       activeRequests: 1,
       decodingRequests: 0,
+      decodingContext: 0,
     });
     expect(() => a.book('r2', 'w', 0, p1, 1, 0)).toThrow(/already exists/);
     expect(a.sweep(1000, 500)).toEqual(['r2']);
-    expect(a.totals()).toEqual({ activePrefillTokens: 0, activeBlocks: 0, activeRequests: 0, decodingRequests: 0 });
+    expect(a.totals()).toEqual({
+      activePrefillTokens: 0,
+      activeAttention: 0,
+      activeBlocks: 0,
+      activeRequests: 0,
+      decodingRequests: 0,
+      decodingContext: 0,
+    });
     expect(a.size).toBe(0);
   });
 });
@@ -240,9 +258,11 @@ describe('Scheduler', () => {
     s.book(d1, ns, { requestId: 'r1', now: 0, speculativeTtlMs: 2000 });
     expect(s.active.load(first, 0)).toEqual({
       activePrefillTokens: 64,
+      activeAttention: 64 * 32,
       activeBlocks: 16,
       activeRequests: 1,
       decodingRequests: 0,
+      decodingContext: 0,
     });
     // While r1 prefills, its queued tokens offset the cache credit: a tie.
     expect(new Set(s.decide(input(), 5).candidates.map((c) => c.cost))).toEqual(new Set([32]));
@@ -255,9 +275,11 @@ describe('Scheduler', () => {
     expect(s.decide(input(), 2001).candidates.every((c) => c.device === 0)).toBe(true);
     expect(s.active.totals()).toEqual({
       activePrefillTokens: 0,
+      activeAttention: 0,
       activeBlocks: 0,
       activeRequests: 0,
       decodingRequests: 0,
+      decodingContext: 0,
     });
   });
 
@@ -286,9 +308,11 @@ describe('Scheduler', () => {
     ]);
     expect(s.active.totals()).toEqual({
       activePrefillTokens: 0,
+      activeAttention: 0,
       activeBlocks: 0,
       activeRequests: 0,
       decodingRequests: 0,
+      decodingContext: 0,
     });
   });
 
@@ -410,7 +434,13 @@ describe('PrefillRates', () => {
     const { PrefillRates } = await import('../../src/scheduler/rates.js');
     const r = new PrefillRates();
     const prior = { tokensPerS: 20_000, overheadMs: 20 };
-    expect(r.rate('a', 0, prior)).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    expect(r.rate('a', 0, prior)).toEqual({
+      msPerToken: 0.05,
+      overheadMs: 20,
+      msPerDecoding: 0,
+      msPerAttention: 0,
+      msPerDecodingContext: 0,
+    });
     // Worker a truly does 10 ms + 0.01 ms/token (100k tokens/s).
     const rand = seeded(2);
     for (let i = 0; i < 400; i++) {
@@ -423,12 +453,24 @@ describe('PrefillRates', () => {
     expect(a.overheadMs).toBeGreaterThan(5);
     expect(a.overheadMs).toBeLessThan(15);
     // Another pool's workers keep the prior; garbage is ignored; a dropped worker forgets.
-    expect(r.rate('b', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    expect(r.rate('b', 0, prior, 'z')).toEqual({
+      msPerToken: 0.05,
+      overheadMs: 20,
+      msPerDecoding: 0,
+      msPerAttention: 0,
+      msPerDecodingContext: 0,
+    });
     r.observe('b', 0, Number.NaN, 0, 5);
     r.observe('b', 0, 100, 0, -1);
     expect(r.snapshot(prior).map((s) => s.instance)).toEqual(['a']);
     r.drop('a');
-    expect(r.rate('a', 0, prior, 'z')).toEqual({ msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 });
+    expect(r.rate('a', 0, prior, 'z')).toEqual({
+      msPerToken: 0.05,
+      overheadMs: 20,
+      msPerDecoding: 0,
+      msPerAttention: 0,
+      msPerDecodingContext: 0,
+    });
   });
 
   it('learns what each decoding request adds to a first token, apart from the prefill work', async () => {
@@ -694,6 +736,42 @@ describe('rate samples', () => {
     };
     // Taking the prediction, 4,000 tokens in 10 ms: a rate ten times too fast.
     expect(learn(true)).toBeGreaterThan(3 * learn(false));
+  });
+});
+
+describe('rate samples: context', () => {
+  it("carry the attention work of the prefill queued ahead and of its own (as the engine reported it), and the decoding requests' context", () => {
+    const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+    const s = new Scheduler(new TieredIndexer(), seeded(3));
+    const published: Array<RateSample | undefined> = [];
+    s.addHooks({ freed: (_id, rate) => published.push(rate) });
+    const route = (n: number, salt: number): RouteInput => ({
+      ns,
+      candidates: [{ instance: 'a', dpRank: 0 }],
+      tokens: Array.from({ length: n }, (_, i) => salt * 100_000 + i + 1),
+      policy: 'kv',
+      weights: { ...W, model: 'time' },
+      temperature: 0,
+    });
+    // d (1,000 tokens) decodes; q (2,000) waits; r (4,000) is booked behind q and computes 400 (3,600 cached).
+    s.book(s.decide(route(1000, 1), 0), ns, { requestId: 'd', now: 0, speculativeTtlMs: 0 });
+    s.prefillComplete('d', 50);
+    s.book(s.decide(route(2000, 2), 60), ns, { requestId: 'q', now: 60, speculativeTtlMs: 0 });
+    s.book(s.decide(route(4000, 3), 70), ns, { requestId: 'r', now: 70, speculativeTtlMs: 0 });
+    expect(s.active.get('r')).toMatchObject({ aheadTokens: 2000, aheadAttention: 2000 * 1000, decodingAhead: 1 });
+    // The cost prices r's queue with q's attention (the pool learned nothing yet: the flat prior's 0).
+    expect(s.active.load('a', 0)).toMatchObject({ activeAttention: 2000 * 1000 + 4000 * 2000, decodingContext: 1000 });
+    s.prefillComplete('r', 170);
+    s.reportUncached('r', 400);
+    s.free('r');
+    expect(published.at(-1)).toEqual({
+      workTokens: 2400,
+      attentionWork: 2000 * 1000 + 400 * (3600 + 200),
+      decoding: 1,
+      decodingContext: 1000,
+      ttftMs: 100,
+      pool: 'm',
+    });
   });
 });
 

@@ -42,6 +42,7 @@ function randomMessage(seq: number): SyncMessage {
         tenant: pick(STRINGS),
       };
       const touched = pick([undefined, 0, 1, 17]);
+      const context = pick([undefined, 0, 3600, 30_000]);
       return {
         ...head,
         kind: 'add',
@@ -53,6 +54,7 @@ function randomMessage(seq: number): SyncMessage {
         prefillTokens: int(100_000),
         speculativeTtlMs: pick([0, 2000, 30_000]),
         ...(touched === undefined ? {} : { touchedBlocks: touched }),
+        ...(context === undefined ? {} : { contextTokens: context }),
       };
     }
     case 'prefill':
@@ -67,6 +69,7 @@ function randomMessage(seq: number): SyncMessage {
             id: pick(STRINGS),
             rate: {
               workTokens: int(50_000),
+              ...(rand() < 0.5 ? { attentionWork: pick([0, 1.5, 8e7, 4.5e8]), decodingContext: int(400_000) } : {}),
               decoding: int(30),
               ttftMs: pick([0, 0.25, 41.5, 1e6]),
               pool: pick(STRINGS),
@@ -84,6 +87,28 @@ describe('binary sync wire', () => {
       const bin = encodeSyncBinary(m)!;
       expect(bin[0]).not.toBe('{'.charCodeAt(0));
       expect(decodeSync(bin)).toEqual(decodeSync(encodeSync(m)));
+    }
+  });
+
+  it('carries the context terms of a rate sample and of a booking in both forms', () => {
+    const rate = {
+      workTokens: 2400,
+      attentionWork: 3.52e6,
+      decoding: 1,
+      decodingContext: 1000,
+      ttftMs: 100,
+      pool: 'm',
+    };
+    const ns = { model: 'm', blockSize: 16, loraName: null, salt: null, tenant: 'default' };
+    for (const m of [
+      { router: 'p0', incarnation: 'i', seq: 1, kind: 'free', id: 'b', rate },
+      {
+        ...{ router: 'p0', incarnation: 'i', seq: 2, kind: 'add', id: 'b', instance: 'e0', dpRank: 0, ns },
+        ...{ blocks: BigUint64Array.of(1n), prefillTokens: 400, contextTokens: 3600, speculativeTtlMs: 0 },
+      },
+    ] as SyncMessage[]) {
+      expect(decodeSync(encodeSyncBinary(m)!)).toEqual(m);
+      expect(decodeSync(encodeSync(m))).toEqual(m);
     }
   });
 

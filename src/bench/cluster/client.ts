@@ -12,6 +12,8 @@ export interface Sample {
   e2eMs: number;
   status: number;
   instance: string | null;
+  /** The router's predicted TTFT for it (x-kvrouter-predicted-ttft-ms; absent: none, e.g. bypassed). */
+  predictedTtftMs?: number | null;
   /** Sent straight to an engine, not through the router (bench cluster --bypass). */
   bypassed?: boolean;
   promptTokens: number;
@@ -38,6 +40,7 @@ export async function sendStreaming(o: SendOptions): Promise<Omit<Sample, 'index
     e2eMs: 0,
     status: 0,
     instance: null as string | null,
+    predictedTtftMs: null as number | null,
     promptTokens: 0,
     cachedTokens: 0,
     completionTokens: 0,
@@ -54,6 +57,9 @@ export async function sendStreaming(o: SendOptions): Promise<Omit<Sample, 'index
     out.status = res.statusCode;
     const inst = res.headers['x-kvrouter-instance'];
     out.instance = typeof inst === 'string' ? inst : null;
+    const predicted = Number(res.headers['x-kvrouter-predicted-ttft-ms']);
+    out.predictedTtftMs =
+      res.headers['x-kvrouter-predicted-ttft-ms'] !== undefined && predicted >= 0 ? predicted : null;
     if (res.statusCode !== 200) {
       out.error = `HTTP ${res.statusCode}: ${(await res.body.text()).slice(0, 200)}`;
     } else {

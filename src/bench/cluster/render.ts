@@ -134,7 +134,20 @@ const ms = (v: number) => (Number.isFinite(v) ? Math.round(v) : NaN);
 const pct = (v: number) => +(100 * v).toFixed(1);
 
 export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
-  const main: Table = {
+  return [
+    mainTable(results, o),
+    steadyTable(results),
+    relativeTable(results),
+    bypassTable(results),
+    hitCheckTable(results),
+    predictionTable(results),
+    engineTable(results),
+    cpuTable(results),
+  ].filter((t): t is Table => t !== null);
+}
+
+function mainTable(results: PolicyResult[], o: OracleStats): Table {
+  return {
     title: 'Per policy',
     columns: [
       'policy',
@@ -181,78 +194,106 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
       r.cpu.routerUsPerRequest === null ? 'n/a' : Math.round(r.cpu.routerUsPerRequest),
     ]),
   };
-  const tables = [main];
-  if (results.some((r) => r.steadyTtftMs && r.steadyTtftMs.requests > 0)) {
-    tables.push({
-      title: `TTFT without the warm-up: requests sent after the first ${WARMUP_MS / 1000} s (ms)`,
-      columns: ['policy', 'requests', 'TTFT p50', 'p90', 'p99'],
-      rows: results.map((r) =>
-        r.steadyTtftMs
-          ? [r.policy, r.steadyTtftMs.requests, ms(r.steadyTtftMs.p50), ms(r.steadyTtftMs.p90), ms(r.steadyTtftMs.p99)]
-          : [r.policy, 'n/a', 'n/a', 'n/a', 'n/a'],
-      ),
-    });
-  }
+}
+
+function steadyTable(results: PolicyResult[]): Table | null {
+  if (!results.some((r) => r.steadyTtftMs && r.steadyTtftMs.requests > 0)) return null;
+  return {
+    title: `TTFT without the warm-up: requests sent after the first ${WARMUP_MS / 1000} s (ms)`,
+    columns: ['policy', 'requests', 'TTFT p50', 'p90', 'p99'],
+    rows: results.map((r) =>
+      r.steadyTtftMs
+        ? [r.policy, r.steadyTtftMs.requests, ms(r.steadyTtftMs.p50), ms(r.steadyTtftMs.p90), ms(r.steadyTtftMs.p99)]
+        : [r.policy, 'n/a', 'n/a', 'n/a', 'n/a'],
+    ),
+  };
+}
+
+function relativeTable(results: PolicyResult[]): Table | null {
   const base = results.find((r) => r.policy === 'round-robin') ?? results.find((r) => r.policy === 'random');
-  if (base) {
-    const x = (a: number, b: number) => (b > 0 && Number.isFinite(a) ? `${(a / b).toFixed(2)}x` : 'n/a');
-    tables.push({
-      title: `Relative to ${base.policy} (TTFT: ${base.policy} / policy, so > 1 is faster)`,
-      columns: ['policy', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'E2E p50', 'out tok/s', 'hit rate (first admission)'],
-      rows: results.map((r) => [
+  if (!base) return null;
+  const x = (a: number, b: number) => (b > 0 && Number.isFinite(a) ? `${(a / b).toFixed(2)}x` : 'n/a');
+  return {
+    title: `Relative to ${base.policy} (TTFT: ${base.policy} / policy, so > 1 is faster)`,
+    columns: ['policy', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'E2E p50', 'out tok/s', 'hit rate (first admission)'],
+    rows: results.map((r) => [
+      r.policy,
+      x(base.ttftMs.p50, r.ttftMs.p50),
+      x(base.ttftMs.p90, r.ttftMs.p90),
+      x(base.ttftMs.p99, r.ttftMs.p99),
+      x(base.e2eMs.p50, r.e2eMs.p50),
+      x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS),
+      x(r.hitRate.usage, base.hitRate.usage),
+    ]),
+  };
+}
+
+function bypassTable(results: PolicyResult[]): Table | null {
+  if (!results.some((r) => r.split)) return null;
+  return {
+    title: 'With --bypass: requests through the router vs straight to e0 (TTFT ms)',
+    columns: ['policy', 'routed p50', 'p90', 'p99', 'routed to e0', 'bypassed p50', 'p90', 'p99'],
+    rows: results.map((r) => {
+      const x = r.split;
+      if (!x) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
+      return [
         r.policy,
-        x(base.ttftMs.p50, r.ttftMs.p50),
-        x(base.ttftMs.p90, r.ttftMs.p90),
-        x(base.ttftMs.p99, r.ttftMs.p99),
-        x(base.e2eMs.p50, r.e2eMs.p50),
-        x(r.throughput.outputTokensPerS, base.throughput.outputTokensPerS),
-        x(r.hitRate.usage, base.hitRate.usage),
-      ]),
-    });
-  }
-  if (results.some((r) => r.split)) {
-    tables.push({
-      title: 'With --bypass: requests through the router vs straight to e0 (TTFT ms)',
-      columns: ['policy', 'routed p50', 'p90', 'p99', 'routed to e0', 'bypassed p50', 'p90', 'p99'],
-      rows: results.map((r) => {
-        const x = r.split;
-        if (!x) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
-        return [
-          r.policy,
-          ms(x.routed.p50),
-          ms(x.routed.p90),
-          ms(x.routed.p99),
-          x.routedToBypassTarget,
-          ms(x.bypassed.p50),
-          ms(x.bypassed.p90),
-          ms(x.bypassed.p99),
-        ];
-      }),
-    });
-  }
-  if (results.some((r) => r.hitCheck)) {
-    tables.push({
-      title:
-        "The routers' closed-loop hit check: predicted against engine-reported cached tokens (responses where either side expected a hit)",
-      columns: ['policy', 'agree', 'over-predicted', 'under-predicted', 'agree %', 'alarms at the end'],
-      rows: results.map((r) => {
-        const h = r.hitCheck;
-        if (!h) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
-        const judged = h.agree + h.over + h.under;
-        return [r.policy, h.agree, h.over, h.under, judged ? +((100 * h.agree) / judged).toFixed(1) : 'n/a', h.alarms];
-      }),
-    });
-  }
+        ms(x.routed.p50),
+        ms(x.routed.p90),
+        ms(x.routed.p99),
+        x.routedToBypassTarget,
+        ms(x.bypassed.p50),
+        ms(x.bypassed.p90),
+        ms(x.bypassed.p99),
+      ];
+    }),
+  };
+}
+
+function hitCheckTable(results: PolicyResult[]): Table | null {
+  if (!results.some((r) => r.hitCheck)) return null;
+  return {
+    title:
+      "The routers' closed-loop hit check: predicted against engine-reported cached tokens (responses where either side expected a hit)",
+    columns: ['policy', 'agree', 'over-predicted', 'under-predicted', 'agree %', 'alarms at the end'],
+    rows: results.map((r) => {
+      const h = r.hitCheck;
+      if (!h) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'];
+      const judged = h.agree + h.over + h.under;
+      return [r.policy, h.agree, h.over, h.under, judged ? +((100 * h.agree) / judged).toFixed(1) : 'n/a', h.alarms];
+    }),
+  };
+}
+
+/** The time model's error: what the decision predicted against the TTFT measured. */
+function predictionTable(results: PolicyResult[]): Table | null {
+  if (!results.some((r) => r.ttftPrediction)) return null;
+  return {
+    title:
+      "The router's time model: |predicted - measured| / measured TTFT (the chosen instance's predicted TTFT at the decision; bias: median signed error, < 0 predicts too little)",
+    columns: ['policy', 'requests', 'error p50 %', 'p90 %', 'bias %'],
+    rows: results.map((r) => {
+      const e = r.ttftPrediction;
+      if (!e) return [r.policy, 'n/a', 'n/a', 'n/a', 'n/a'];
+      return [r.policy, e.requests, pct(e.p50), pct(e.p90), pct(e.bias)];
+    }),
+  };
+}
+
+function engineTable(results: PolicyResult[]): Table {
   const ids = results[0]?.engines.map((e) => e.id) ?? [];
-  tables.push({
+  return {
     title: 'Per engine: requests / busy seconds / prefilled k-tokens',
     columns: ['policy', ...ids],
     rows: results.map((r) => [
       r.policy,
       ...r.engines.map((e) => `${e.requests} / ${e.busyS.toFixed(1)} / ${(e.prefilledTokens / 1000).toFixed(0)}`),
     ]),
-  });
-  tables.push({
+  };
+}
+
+function cpuTable(results: PolicyResult[]): Table {
+  return {
     title: 'CPU seconds during the replay (2 cores shared by all three processes)',
     columns: ['policy', 'router', 'router % of a core', 'engines process', 'load generator'],
     rows: results.map((r) => [
@@ -262,8 +303,7 @@ export function resultTables(results: PolicyResult[], o: OracleStats): Table[] {
       r.cpu.engines === null ? 'n/a' : +r.cpu.engines.toFixed(2),
       +r.cpu.client.toFixed(2),
     ]),
-  });
-  return tables;
+  };
 }
 
 export const CHARTS = { cdf: 'ttft-cdf.svg', hits: 'hit-rate.svg', load: 'engine-load.svg' } as const;
@@ -321,6 +361,7 @@ export const METHOD_NOTES = [
   '- Engine hit rate: (vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total) / vllm:prefix_cache_queries_total summed over the engines (tokens), as an operator would read it. A preempted request is admitted again and queries again, mostly hitting its own blocks, so with preemptions this rate exceeds the first-admission rate (and can exceed the oracle).',
   "- Oracle: the workload's infinite-cache hit rate at the engines' block size (every prompt hits the longest block prefix of any earlier prompt; the last token is always recomputed).",
   "- Load imbalance: coefficient of variation (stdev / mean) across engines of the busy time (wall time with at least one of the engine's requests in flight, client-observed) and of request counts.",
+  "- Time model error: each routed request's predicted TTFT (the x-kvrouter-predicted-ttft-ms header: the chosen instance's predicted wait plus prefill at the decision) against its client-measured TTFT; median and p90 of |predicted - measured| / measured over the successful requests that carried one.",
   '- Router CPU: user + system CPU of the router process (a child process; all its threads, incl. the tokenizer worker and libzmq) from /proc/<pid>/stat over the replay; µs/req divides by requests sent.',
   '- Each policy runs on a fresh engine process and a fresh router process (cold caches), replaying identical, seeded requests open-loop by timestamp.',
 ];

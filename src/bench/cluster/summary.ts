@@ -54,6 +54,35 @@ export interface PolicyResult {
   steadyTtftMs?: Dist & { requests: number };
   /** 101 evenly spaced TTFT quantiles (ms) of successful requests. */
   ttftCdf: number[];
+  /** The router's time model against the measured TTFT (absent in older reports; null: no predictions). */
+  ttftPrediction?: PredictionError | null;
+}
+
+/**
+ * |predicted - measured| / measured TTFT over the successful requests whose decision predicted one
+ * (the cost model's `ttftMs`), as fractions; `bias`: the median of (predicted - measured) / measured
+ * (below 0: the model predicts too little).
+ */
+export interface PredictionError {
+  requests: number;
+  p50: number;
+  p90: number;
+  bias: number;
+}
+
+export function predictionError(samples: readonly Sample[]): PredictionError | null {
+  const abs: number[] = [];
+  const signed: number[] = [];
+  for (const s of samples) {
+    if (s.error !== null || s.ttftMs === null || !(s.ttftMs > 0)) continue;
+    if (s.predictedTtftMs === undefined || s.predictedTtftMs === null || !Number.isFinite(s.predictedTtftMs)) continue;
+    const e = (s.predictedTtftMs - s.ttftMs) / s.ttftMs;
+    signed.push(e);
+    abs.push(Math.abs(e));
+  }
+  if (abs.length === 0) return null;
+  const a = dist(abs);
+  return { requests: abs.length, p50: a.p50, p90: a.p90, bias: dist(signed).p50 };
 }
 
 /** Sends in the first 5 s are the warm-up left out of `steadyTtftMs`. */
@@ -129,5 +158,6 @@ export function summarize(
       : null,
     engines,
     ttftCdf: quantiles(ttft),
+    ttftPrediction: predictionError(samples),
   };
 }

@@ -109,110 +109,117 @@ const pct = (v: number) => +(100 * v).toFixed(1);
 const r1 = (v: number) => (Number.isFinite(v) ? +v.toFixed(1) : 'n/a');
 
 function fleetTables(d: FleetReport): Table[] {
-  const res = d.results;
-  return [
-    {
-      title: 'Fleet: goodput, refusals, balance over engines',
-      columns: [
-        'policy',
-        'refused',
-        'goodput req',
-        'goodput %',
-        'goodput req/s',
-        'req/engine min',
-        'p50',
-        'max',
-        'req CoV',
-        'busy CoV (passes)',
-        'prefilled CoV',
-        'virtual s',
-        'events',
-      ],
-      rows: res.map((r) => {
-        const f = r.fleet;
+  return [goodputTable(d.results), routersTable(d.results), wallTable(d)];
+}
+
+function goodputTable(res: FleetPolicyResult[]): Table {
+  return {
+    title: 'Fleet: goodput, refusals, balance over engines',
+    columns: [
+      'policy',
+      'refused',
+      'goodput req',
+      'goodput %',
+      'goodput req/s',
+      'req/engine min',
+      'p50',
+      'max',
+      'req CoV',
+      'busy CoV (passes)',
+      'prefilled CoV',
+      'virtual s',
+      'events',
+    ],
+    rows: res.map((r) => {
+      const f = r.fleet;
+      return [
+        r.policy,
+        f.refused,
+        f.goodput.requests,
+        pct(f.goodput.share),
+        +f.goodput.perS.toFixed(2),
+        f.balance.requests.min,
+        f.balance.requests.p50,
+        f.balance.requests.max,
+        +f.balance.requests.cov.toFixed(3),
+        +f.balance.busyCov.toFixed(3),
+        +f.balance.prefilledCov.toFixed(3),
+        +f.virtualS.toFixed(1),
+        f.events,
+      ];
+    }),
+  };
+}
+
+function routersTable(res: FleetPolicyResult[]): Table {
+  return {
+    title: 'Routers: KV events applied, hit check, sync, index size (per replica)',
+    columns: [
+      'policy',
+      'router',
+      'decisions',
+      'refused',
+      'events ok',
+      'not ok',
+      'hit check agree/over/under',
+      'sync sent/received',
+      'index blocks',
+      '(block, holder) records',
+      'bytes/record',
+    ],
+    rows: res.flatMap((r) =>
+      r.fleet.routers.map((t) => {
+        const notOk = Object.entries(t.applied)
+          .filter(([k]) => k !== 'ok')
+          .reduce((a, [, v]) => a + v, 0);
         return [
           r.policy,
-          f.refused,
-          f.goodput.requests,
-          pct(f.goodput.share),
-          +f.goodput.perS.toFixed(2),
-          f.balance.requests.min,
-          f.balance.requests.p50,
-          f.balance.requests.max,
-          +f.balance.requests.cov.toFixed(3),
-          +f.balance.busyCov.toFixed(3),
-          +f.balance.prefilledCov.toFixed(3),
-          +f.virtualS.toFixed(1),
-          f.events,
+          t.id,
+          t.decisions,
+          t.refused,
+          t.applied.ok ?? 0,
+          notOk,
+          `${t.hitCheck.agree}/${t.hitCheck.over}/${t.hitCheck.under}`,
+          `${t.sync.sent}/${t.sync.received}`,
+          t.index.blocks,
+          t.index.records,
+          t.index.records ? +(t.index.bytes / t.index.records).toFixed(1) : 'n/a',
         ];
       }),
-    },
-    {
-      title: 'Routers: KV events applied, hit check, sync, index size (per replica)',
-      columns: [
-        'policy',
-        'router',
-        'decisions',
-        'refused',
-        'events ok',
-        'not ok',
-        'hit check agree/over/under',
-        'sync sent/received',
-        'index blocks',
-        '(block, holder) records',
-        'bytes/record',
-      ],
-      rows: res.flatMap((r) =>
-        r.fleet.routers.map((t) => {
-          const notOk = Object.entries(t.applied)
-            .filter(([k]) => k !== 'ok')
-            .reduce((a, [, v]) => a + v, 0);
-          return [
-            r.policy,
-            t.id,
-            t.decisions,
-            t.refused,
-            t.applied.ok ?? 0,
-            notOk,
-            `${t.hitCheck.agree}/${t.hitCheck.over}/${t.hitCheck.under}`,
-            `${t.sync.sent}/${t.sync.received}`,
-            t.index.blocks,
-            t.index.records,
-            t.index.records ? +(t.index.bytes / t.index.records).toFixed(1) : 'n/a',
-          ];
-        }),
-      ),
-    },
-    {
-      title: 'Wall clock (real time on this machine; not part of the deterministic summary)',
-      columns: [
-        'policy',
-        'simulation s',
-        'CPU s',
-        'events/s',
-        'decide µs p50',
-        'p90',
-        'p99',
-        'ISL >= 16k p50',
-        'ISL >= 28k p50 (n)',
-        'candidates',
-        'heap MiB',
-      ],
-      rows: d.wall.policies.map((w) => [
-        w.policy,
-        +w.simSeconds.toFixed(1),
-        +w.cpuSeconds.toFixed(1),
-        Math.round(w.eventsPerS),
-        r1(w.decisionUs.all.p50),
-        r1(w.decisionUs.all.p90),
-        r1(w.decisionUs.all.p99),
-        r1(w.decisionUs.isl16k.p50),
-        `${r1(w.decisionUs.isl28k.p50)} (${w.decisionUs.isl28k.n})`,
-        w.decisionUs.candidates,
-        Math.round(w.heapMiB),
-      ]),
-    },
-  ];
+    ),
+  };
+}
+
+function wallTable(d: FleetReport): Table {
+  return {
+    title: 'Wall clock (real time on this machine; not part of the deterministic summary)',
+    columns: [
+      'policy',
+      'simulation s',
+      'CPU s',
+      'events/s',
+      'decide µs p50',
+      'p90',
+      'p99',
+      'ISL >= 16k p50',
+      'ISL >= 28k p50 (n)',
+      'candidates',
+      'heap MiB',
+    ],
+    rows: d.wall.policies.map((w) => [
+      w.policy,
+      +w.simSeconds.toFixed(1),
+      +w.cpuSeconds.toFixed(1),
+      Math.round(w.eventsPerS),
+      r1(w.decisionUs.all.p50),
+      r1(w.decisionUs.all.p90),
+      r1(w.decisionUs.all.p99),
+      r1(w.decisionUs.isl16k.p50),
+      `${r1(w.decisionUs.isl28k.p50)} (${w.decisionUs.isl28k.n})`,
+      w.decisionUs.candidates,
+      Math.round(w.heapMiB),
+    ]),
+  };
 }
 
 export const FLEET_NOTES = [
@@ -220,6 +227,7 @@ export const FLEET_NOTES = [
   "- Engines: engine-sim's EngineCore, one per engine, stepped as its RankRunner steps it (KV events at pass start, tokens at pass end). Routers: the server's Scheduler, TieredIndexer, StreamIngest (decoder + EventApplier), FeedbackLoop and RemoteBookings, configured from the same YAML as bench cluster's routers.",
   "- TTFT, TPOT, E2E, hit rate and per-engine tables are computed by bench cluster's own summary over the simulated responses; times are virtual ms (no client, network or router CPU time).",
   '- Goodput: requests with TTFT within the SLO and, for 2+ output tokens, mean TPOT within the SLO; per second of the run and as a share of the requests sent.',
+  "- Time model error: each routed request's predicted TTFT (the routing decision's `ttftMs`: the chosen instance's predicted wait plus prefill) against its simulated TTFT; median and p90 of |predicted - measured| / measured over the successful requests.",
   '- Decision time: the real clock (performance.now) around each Scheduler.decide inside the simulation (hashing the prompt, the index walk over every candidate, costs and policy); it never feeds back into virtual time.',
   "- Index size: TieredIndexer.stats() of each replica at the end of the run (typed arrays' bytes over (block, holder) records).",
 ];

@@ -57,6 +57,7 @@ export function summarizeFleet(policy: string, summary: string, out: FleetOutput
     e2eMs: r.e2eMs,
     status: r.status,
     instance: r.instance,
+    predictedTtftMs: r.predictedTtftMs ?? null,
     promptTokens: r.promptTokens,
     cachedTokens: r.cachedTokens,
     completionTokens: r.completionTokens,
