@@ -96,6 +96,11 @@ const OPTIONS: OptionTable = {
     arg: 'bytes|values',
     help: "KV events as msgpack bytes (the ZMQ payload path) or as the encoder's values (skips msgpack; the same decoder and applier)",
   },
+  'scrape-interval-ms': {
+    type: 'string',
+    arg: 'MS',
+    help: "the engines' load gauges (waiting, running, KV usage) are scraped this often (virtual ms) for the policies that read them (gie, llm-d, kv-scrape); default: the variant's own engine_metrics.interval_ms (gie, llm-d 50 as GIE's refresh, kv-scrape 250); stale after its stale_ms (2,000)",
+  },
   'spread-bursts': {
     type: 'string',
     default: '0',
@@ -229,6 +234,8 @@ export interface FleetSetup {
   maxOutputTokens: number | null;
   syncDelayMs: number | null;
   kvEventDelayMs: number;
+  /** --scrape-interval-ms (null: each variant's own engine_metrics.interval_ms). */
+  scrapeIntervalMs: number | null;
   requestLatencyMs: number;
   eventWire: EventWire;
   slo: { ttftMs: number; tpotMs: number };
@@ -247,8 +254,6 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   );
   for (const p of policies) {
     if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
-    if (p.extraYaml?.some((l) => l.includes('engine_metrics')))
-      throw new Error(`policy ${p.name}: engine metrics scraping is not simulated`);
   }
   const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
   const routers = intOption(v, 'routers');
@@ -258,6 +263,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const syncDelayMs = sync === 'none' ? null : numberOption(v, 'sync-delay-ms');
   if (syncDelayMs !== null && !(syncDelayMs >= 0)) throw new Error('--sync-delay-ms must be >= 0 or none');
   const kvEventDelayMs = numberOption(v, 'kv-event-delay-ms');
+  const scrapeIntervalMs = v['scrape-interval-ms'] !== undefined ? numberOption(v, 'scrape-interval-ms') : null;
+  if (scrapeIntervalMs !== null && !(scrapeIntervalMs > 0)) throw new Error('--scrape-interval-ms must be > 0');
   const requestLatencyMs = numberOption(v, 'request-latency-ms');
   if (!(requestLatencyMs >= 0)) throw new Error('--request-latency-ms must be >= 0');
   if (!(kvEventDelayMs >= 0)) throw new Error('--kv-event-delay-ms must be >= 0');
@@ -316,6 +323,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     maxOutputTokens: maxOut,
     syncDelayMs,
     kvEventDelayMs,
+    scrapeIntervalMs,
     requestLatencyMs,
     eventWire,
     slo: { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') },
@@ -325,7 +333,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
 }
 
 /** The router's config exactly as bench cluster writes it for its router processes (addresses are never dialled). */
-function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: number): RouterPlan {
+export function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: number): RouterPlan {
   const yaml = routerYaml({
     model: MODEL,
     blockSize,
@@ -467,6 +475,8 @@ async function runParsed(
       progress.setLabel(p.name);
       const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
       const plan = routerPlan(p, ids, s.blockSize);
+      const em = plan.cfg.engine_metrics;
+      const scrape = em.scrape ? { intervalMs: s.scrapeIntervalMs ?? em.interval_ms, staleMs: em.stale_ms } : null;
       let ticked = 0;
       const ts = performance.now();
       const cpu0 = process.cpuUsage();
@@ -484,6 +494,7 @@ async function runParsed(
         requestLatencyMs: s.requestLatencyMs,
         eventWire: s.eventWire,
         syncDelayMs: s.syncDelayMs,
+        scrapeIntervalMs: scrape?.intervalMs ?? null,
         drainTimeoutMs,
         stopwatch: () => performance.now(),
         onDone: (n) => {
@@ -493,7 +504,7 @@ async function runParsed(
       });
       const simSeconds = (performance.now() - ts) / 1000;
       const cpu = process.cpuUsage(cpu0);
-      const r = summarizeFleet(p.name, p.summary, out, s.slo);
+      const r = summarizeFleet(p.name, p.summary, out, s.slo, scrape);
       for (const rec of out.records) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...rec }));
       const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
       results.push(r);

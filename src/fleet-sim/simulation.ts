@@ -7,6 +7,8 @@
 import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
+import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
+import { loadsFromSamples } from '../engine-load/load-view.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import type { RouteFields } from '../router/route-input.js';
 import type { Decision } from '../scheduler/scheduler.js';
@@ -22,6 +24,7 @@ type SimEvent =
   | { kind: 'kv'; engine: number; payload: Uint8Array | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
+  | { kind: 'scrape'; engine: number }
   | { kind: 'deadline' };
 
 /** A request between its send and its end. */
@@ -90,6 +93,7 @@ export function simulateFleet(input: FleetInput): FleetOutput {
   let lastEnd = 0;
   let pastDeadline = false;
   let events = 0;
+  let scrapes = 0;
 
   const finish = (rec: FleetRecord): void => {
     records[rec.index] = rec;
@@ -135,6 +139,7 @@ export function simulateFleet(input: FleetInput): FleetOutput {
       wallIsl[timed] = f.tokens.length;
       wallCand[timed++] = d.candidates.length;
     }
+    input.onDecision?.(f.i, d, q.now);
     if (!d.chosen) {
       // All busy: wait for capacity (queue.turn), at most a second per turn, until the deadline.
       const cfgBusy = input.router.cfg.routing.busy;
@@ -277,6 +282,11 @@ export function simulateFleet(input: FleetInput): FleetOutput {
   for (const o of open) q.push(o.at, { kind: 'send', i: o.i });
   const lastOpen = open.length ? open[open.length - 1].at : 0;
   q.push(lastOpen + input.drainTimeoutMs, { kind: 'deadline' });
+  // Each engine's scrape loop runs at its own phase (k/N of the interval), as a scraper that
+  // started its per-endpoint loops one after another.
+  const every = input.scrapeIntervalMs;
+  if (every !== null)
+    for (let k = 0; k < engines.length; k++) q.push((k * every) / engines.length, { kind: 'scrape', engine: k });
 
   // Until nothing is left: after the last response, the KV events and sync messages in flight land.
   for (let item = q.pop(); item !== null; item = q.pop()) {
@@ -314,6 +324,15 @@ export function simulateFleet(input: FleetInput): FleetOutput {
         route(f);
         break;
       }
+      case 'scrape': {
+        // The router's reader (loadsFromSamples) over the engine's gauges (vLLM names) as they stand now.
+        const k = ev.engine;
+        scrapes++;
+        const loads = loadsFromSamples(loadGaugeSamples(input.model, 0, engines[k].core.stats()), q.now);
+        if (loads) for (const r of routers) r.engineLoads.set(input.ids[k], loads);
+        if (done < n) q.push(q.now + every!, ev);
+        break;
+      }
       case 'deadline': {
         // The client's run deadline: whatever is still running or queued is cut.
         if (done === n) break;
@@ -337,6 +356,7 @@ export function simulateFleet(input: FleetInput): FleetOutput {
     routers: routers.map((r) => r.close()),
     spanMs: n ? lastEnd - first : 0,
     events,
+    scrapes,
     wallDecisions: {
       us: wallUs.subarray(0, timed),
       isl: wallIsl.subarray(0, timed),
