@@ -15,18 +15,18 @@ import { resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
-import type { EventWire, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import type { EventWire, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
 import { applyOverrides } from '../router/overrides.js';
 import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
-import { sizeFleet } from './cluster/sizing.js';
+import { type Sizing, sizeFleet } from './cluster/sizing.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
 import { routerYaml } from './procs/router.js';
 import { Progress } from './progress.js';
 import { machine } from './report.js';
-import { oracle } from './workloads/oracle.js';
+import { type OracleStats, oracle } from './workloads/oracle.js';
 import { buildWorkload, DEFAULT_TRACE, WORKLOADS, type WorkloadName } from './workloads/select.js';
 import type { Workload } from './workloads/types.js';
 
@@ -243,18 +243,21 @@ export interface FleetSetup {
   quick: boolean;
 }
 
+/** --policies as bench cluster's variants: every one but the disaggregated ones runs here. */
+function fleetPolicies(v: ParsedOptions, quick: boolean): PolicyVariant[] {
+  const names = typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv'];
+  const policies = names.map(variant);
+  for (const p of policies) if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
+  return policies;
+}
+
 async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const quick = v.quick === true;
   const trace = typeof v.trace === 'string' ? v.trace : null;
   const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
   if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
   if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
-  const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv']).map(
-    variant,
-  );
-  for (const p of policies) {
-    if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
-  }
+  const policies = fleetPolicies(v, quick);
   const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
   const routers = intOption(v, 'routers');
   if (engines < 1) throw new Error('--engines must be at least 1');
@@ -412,6 +415,159 @@ export async function runFleet(argv: string[], outDir?: string): Promise<{ dir: 
   return runParsed(parsed.values, argv, outDir);
 }
 
+/** The open-loop schedule in virtual ms: rate scale, send times, follow-ups and the drain deadline. */
+interface Schedule {
+  requests: FleetRequest[];
+  rateScale: number;
+  /** Open-loop span as recorded (ms, before scaling). */
+  spanMs: number;
+  followUps: number;
+  drainTimeoutMs: number;
+}
+
+function schedule(s: FleetSetup): Schedule {
+  const w = s.workload;
+  const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
+  if (s.rateScale !== null && s.ratePerEngine !== null)
+    throw new Error('--rate-scale and --rate-per-engine exclude each other');
+  const perEngine =
+    s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
+  // Requests per second as recorded (before scaling): the open-loop span holds all of them.
+  const rateScale =
+    perEngine !== null && spanMs > 0
+      ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000))
+      : (s.rateScale ?? 1);
+  const followUps = w.requests.filter((r) => r.after).length;
+  const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
+  const requests: FleetRequest[] = w.requests.map((r, i) => ({
+    atMs: sendAt[i] / rateScale,
+    after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null,
+    maxTokens: r.maxTokens,
+    sessionKey: r.sessionKey,
+  }));
+  // As bench cluster: follow-up turns extend the drain by their share of a minute each.
+  const drainTimeoutMs =
+    s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
+  return { requests, rateScale, spanMs, followUps, drainTimeoutMs };
+}
+
+/** The engines' cache sizes: sized from the working set as bench cluster sizes them, or --gpu-blocks. */
+function engineSizing(s: FleetSetup, orc: OracleStats): Sizing {
+  const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
+  if (s.gpuBlocks !== null)
+    Object.assign(size, {
+      numGpuBlocks: s.gpuBlocks,
+      numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
+      perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
+      clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
+    });
+  return size;
+}
+
+/** engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than Node's default. */
+function warnHeap(s: FleetSetup, size: Sizing): void {
+  const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
+  const limit = getHeapStatistics().heap_size_limit;
+  if (need > 0.6 * limit)
+    process.stderr.write(
+      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
+    );
+}
+
+/** One policy's simulation on fresh engines and fresh routers, with its wall-clock figures. */
+function runPolicy(
+  s: FleetSetup,
+  p: PolicyVariant,
+  size: Sizing,
+  plan: Schedule,
+  progress: Progress,
+): { result: FleetPolicyResult; wall: FleetWall; out: FleetOutput } {
+  const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
+  const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
+  const router = routerPlan(p, ids, s.blockSize);
+  const em = router.cfg.engine_metrics;
+  const scrape = em.scrape ? { intervalMs: s.scrapeIntervalMs ?? em.interval_ms, staleMs: em.stale_ms } : null;
+  let ticked = 0;
+  const ts = performance.now();
+  const cpu0 = process.cpuUsage();
+  const out = simulateFleet({
+    requests: plan.requests,
+    prompt: s.prompt,
+    engines: cores,
+    ids,
+    model: MODEL,
+    blockSize: s.blockSize,
+    routers: s.routers,
+    router,
+    seed: s.seed,
+    kvEventDelayMs: s.kvEventDelayMs,
+    requestLatencyMs: s.requestLatencyMs,
+    eventWire: s.eventWire,
+    syncDelayMs: s.syncDelayMs,
+    scrapeIntervalMs: scrape?.intervalMs ?? null,
+    drainTimeoutMs: plan.drainTimeoutMs,
+    stopwatch: () => performance.now(),
+    onDone: (n) => {
+      progress.tick(n - ticked);
+      ticked = n;
+    },
+  });
+  const simSeconds = (performance.now() - ts) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const result = summarizeFleet(p.name, p.summary, out, s.slo, scrape);
+  const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
+  return { result, wall, out };
+}
+
+/** The progress line of one policy's result. */
+function policyLine(r: FleetPolicyResult, wall: FleetWall, orc: OracleStats): string {
+  return (
+    `policy ${r.policy}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
+    `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${wall.simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`
+  );
+}
+
+/** Everything that is a function of the inputs (summary.json). */
+function fleetSummary(
+  s: FleetSetup,
+  orc: OracleStats,
+  size: Sizing,
+  plan: Schedule,
+  results: FleetPolicyResult[],
+): FleetSummary {
+  const w = s.workload;
+  return {
+    bench: 'fleet',
+    workload: { name: w.name, description: w.description, requests: w.requests.length },
+    oracle: orc,
+    sizing: size,
+    config: {
+      engines: s.engines,
+      routers: s.routers,
+      blockSize: s.blockSize,
+      numGpuBlocks: size.numGpuBlocks,
+      numCpuBlocks: size.numCpuBlocks,
+      perfModel: s.perfModel,
+      engineHash: s.engineHash,
+      speedup: s.speedup,
+      rateScale: plan.rateScale,
+      seed: s.seed,
+      quick: s.quick,
+      maxOutputTokens: s.maxOutputTokens,
+      model: MODEL,
+      kvEventDelayMs: s.kvEventDelayMs,
+      requestLatencyMs: s.requestLatencyMs,
+      eventWire: s.eventWire,
+      syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
+      spreadBurstsMs: s.spreadBurstsMs,
+      slo: s.slo,
+    },
+    arrivals: { scheduleS: plan.spanMs / plan.rateScale / 1000, followUps: plan.followUps },
+    policies: results.map((r) => r.policy),
+    results,
+  };
+}
+
 async function runParsed(
   v: ParsedOptions,
   argv: string[],
@@ -423,48 +579,13 @@ async function runParsed(
     const w = s.workload;
     process.stderr.write(`workload: ${w.description}\n`);
     const orc = await oracle(w, s.blockSize);
-    const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
-    if (s.gpuBlocks !== null)
-      Object.assign(size, {
-        numGpuBlocks: s.gpuBlocks,
-        numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
-        perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
-        clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
-      });
-    const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
-    if (s.rateScale !== null && s.ratePerEngine !== null)
-      throw new Error('--rate-scale and --rate-per-engine exclude each other');
-    const perEngine =
-      s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
-    // Requests per second as recorded (before scaling): the open-loop span holds all of them.
-    const rateScale =
-      perEngine !== null && spanMs > 0
-        ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000))
-        : (s.rateScale ?? 1);
-    const followUps = w.requests.filter((r) => r.after).length;
+    const size = engineSizing(s, orc);
+    const plan = schedule(s);
     process.stderr.write(
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
-        `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
+        `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
     );
-    const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
-    const requests: FleetRequest[] = w.requests.map((r, i) => ({
-      atMs: sendAt[i] / rateScale,
-      after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null,
-      maxTokens: r.maxTokens,
-      sessionKey: r.sessionKey,
-    }));
-    // As bench cluster: follow-up turns extend the drain by their share of a minute each.
-    const drainTimeoutMs =
-      s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
-    const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
-    // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
-    // a large fleet needs a larger heap than Node's default.
-    const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
-    const limit = getHeapStatistics().heap_size_limit;
-    if (need > 0.6 * limit)
-      process.stderr.write(
-        `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
-      );
+    warnHeap(s, size);
     const prepareSeconds = (performance.now() - t0) / 1000;
     const progress = new Progress(w.requests.length * s.policies.length, '');
     const results: FleetPolicyResult[] = [];
@@ -473,80 +594,16 @@ async function runParsed(
     const perRequest: string[] = [];
     for (const p of s.policies) {
       progress.setLabel(p.name);
-      const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
-      const plan = routerPlan(p, ids, s.blockSize);
-      const em = plan.cfg.engine_metrics;
-      const scrape = em.scrape ? { intervalMs: s.scrapeIntervalMs ?? em.interval_ms, staleMs: em.stale_ms } : null;
-      let ticked = 0;
-      const ts = performance.now();
-      const cpu0 = process.cpuUsage();
-      const out = simulateFleet({
-        requests,
-        prompt: s.prompt,
-        engines: cores,
-        ids,
-        model: MODEL,
-        blockSize: s.blockSize,
-        routers: s.routers,
-        router: plan,
-        seed: s.seed,
-        kvEventDelayMs: s.kvEventDelayMs,
-        requestLatencyMs: s.requestLatencyMs,
-        eventWire: s.eventWire,
-        syncDelayMs: s.syncDelayMs,
-        scrapeIntervalMs: scrape?.intervalMs ?? null,
-        drainTimeoutMs,
-        stopwatch: () => performance.now(),
-        onDone: (n) => {
-          progress.tick(n - ticked);
-          ticked = n;
-        },
-      });
-      const simSeconds = (performance.now() - ts) / 1000;
-      const cpu = process.cpuUsage(cpu0);
-      const r = summarizeFleet(p.name, p.summary, out, s.slo, scrape);
-      for (const rec of out.records) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...rec }));
-      const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
-      results.push(r);
+      const { result, wall, out } = runPolicy(s, p, size, plan, progress);
+      for (const rec of out.records)
+        perRequest.push(JSON.stringify({ policy: p.name, rateScale: plan.rateScale, ...rec }));
+      results.push(result);
       walls.push(wall);
-      progress.log(
-        `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
-          `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
-      );
+      progress.log(policyLine(result, wall, orc));
     }
     progress.finish();
-    const summary: FleetSummary = {
-      bench: 'fleet',
-      workload: { name: w.name, description: w.description, requests: w.requests.length },
-      oracle: orc,
-      sizing: size,
-      config: {
-        engines: s.engines,
-        routers: s.routers,
-        blockSize: s.blockSize,
-        numGpuBlocks: size.numGpuBlocks,
-        numCpuBlocks: size.numCpuBlocks,
-        perfModel: s.perfModel,
-        engineHash: s.engineHash,
-        speedup: s.speedup,
-        rateScale,
-        seed: s.seed,
-        quick: s.quick,
-        maxOutputTokens: s.maxOutputTokens,
-        model: MODEL,
-        kvEventDelayMs: s.kvEventDelayMs,
-        requestLatencyMs: s.requestLatencyMs,
-        eventWire: s.eventWire,
-        syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
-        spreadBurstsMs: s.spreadBurstsMs,
-        slo: s.slo,
-      },
-      arrivals: { scheduleS: spanMs / rateScale / 1000, followUps },
-      policies: results.map((r) => r.policy),
-      results,
-    };
     const report: FleetReport = {
-      ...summary,
+      ...fleetSummary(s, orc, size, plan, results),
       args: s.argv,
       machine: machine(),
       date: new Date().toISOString(),
