@@ -35,11 +35,12 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
     const prev = i > 0 ? req.chain[i - 1] : null;
     const tokens = req.tokens.slice(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
-    const digest = ctx.hasher.digest(prev ? prev.digest : null, tokens, extra);
+    // Only the next block's hash reads a digest: the request keeps its last one, the blocks do not.
+    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra);
+    req.chainDigest = digest;
     const local = locals[i - start];
     req.chain.push({
       hash: ctx.hasher.id(digest),
-      digest,
       parent: prev ? prev.hash : null,
       depth: i,
       tokens,
