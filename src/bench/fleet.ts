@@ -33,8 +33,8 @@ import type { Workload } from './workloads/types.js';
 const MODEL = 'Qwen/Qwen3-0.6B';
 /** bench cluster's default run: 1,000 Mooncake requests over 122 s on 4 engines, about 2 per second per engine. */
 const MOONCAKE_RATE_PER_ENGINE = 2;
-/** Heap per cached block of an EngineCore, with margin (measured: 823 B of heap + 21 B of buffers, murmur engine hash; docs/engine-sim.md). */
-const ENGINE_HEAP_PER_BLOCK = 900;
+/** Heap per cached block of an EngineCore, with margin (measured: 351 B of heap + 65 B of buffers, murmur engine hash; docs/engine-sim.md). */
+const ENGINE_HEAP_PER_BLOCK = 450;
 
 /**
  * The engines' timing model (--perf-model): the one place it is chosen, as engine-sim resolves its
