@@ -464,13 +464,17 @@ function engineSizing(s: FleetSetup, orc: OracleStats): Sizing {
   return size;
 }
 
-/** engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than Node's default. */
+/**
+ * engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than
+ * Node's default. A larger young generation (--max-semi-space-size=64, a startup flag) cut the
+ * CPU of a 1,024-engine run by a fifth (docs/fleet-sim.md, "Scale").
+ */
 function warnHeap(s: FleetSetup, size: Sizing): void {
   const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
   const limit = getHeapStatistics().heap_size_limit;
   if (need > 0.6 * limit)
     process.stderr.write(
-      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
+      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS="--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024} --max-semi-space-size=64"\n`,
     );
 }
 

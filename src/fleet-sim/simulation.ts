@@ -303,7 +303,8 @@ class Simulation {
     const e = this.engines[k];
     const out = e.takeOutput();
     if (out) {
-      for (const t of out.tokens) this.onToken(t);
+      // Only a request's first and last tokens move the proxy's state (most are neither).
+      for (const t of out.tokens) if (t.index === 0 || t.finishReason) this.onToken(t);
       for (const id of out.rejected) {
         const f = this.inflight.get(id);
         if (!f) continue;
