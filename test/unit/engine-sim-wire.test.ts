@@ -23,11 +23,10 @@ function blocks(): BlockContent[] {
   const d1 = h.digest(d0, tokens.subarray(16), null);
   const base = { loraName: null, cacheSalt: null, extraKeys: null };
   return [
-    { ...base, hash: h.id(d0), digest: d0, parent: null, depth: 0, tokens: tokens.slice(0, 16), routerHash: router[0] },
+    { ...base, hash: h.id(d0), parent: null, depth: 0, tokens: tokens.slice(0, 16), routerHash: router[0] },
     {
       ...base,
       hash: h.id(d1),
-      digest: d1,
       parent: h.id(d0),
       depth: 1,
       tokens: tokens.slice(16),

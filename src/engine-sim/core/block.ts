@@ -7,8 +7,6 @@ export type Medium = 'GPU' | 'CPU';
 export interface BlockContent {
   /** Engine-native u64 id (see engine-hash.ts). */
   readonly hash: bigint;
-  /** Full digest, the parent input of the next block's hash. */
-  readonly digest: Uint8Array;
   /** Engine id of the previous block; null at depth 0. */
   readonly parent: bigint | null;
   /** Zero-based position in the sequence. */
@@ -22,9 +20,18 @@ export interface BlockContent {
   readonly extraKeys: string[] | null;
 }
 
-/** A physical GPU block. `content` is null while it fills (a partial or uncommitted block). */
-export interface GpuBlock {
-  content: BlockContent | null;
+/**
+ * A physical GPU block. `content` is null while it fills (a partial or uncommitted block). Its
+ * links are the eviction queue's (`BlockLru`): a free-but-cached block is queued without a map
+ * entry or a list node of its own (a fleet of a thousand engines holds millions of blocks).
+ */
+export class GpuBlock {
   /** Requests holding it; 0 means free-but-cached (in the eviction LRU). */
-  refs: number;
+  refs = 1;
+  prev: GpuBlock | null = null;
+  next: GpuBlock | null = null;
+  /** In the eviction queue. */
+  queued = false;
+
+  constructor(public content: BlockContent | null) {}
 }

@@ -6,16 +6,16 @@
 //   - a cached block with refs 0 sits in `free`, ordered for eviction (head first);
 //   - every change of the cached set on either tier emits exactly one event, in order, and a block
 //     moving to the host tier is stored there before it is removed from GPU.
-import type { BlockContent, GpuBlock } from './block.js';
+import { type BlockContent, GpuBlock } from './block.js';
+import { BlockLru } from './block-lru.js';
 import { HostTier } from './host-tier.js';
 import type { CoreKvEvent } from './kv-events.js';
-import { Lru } from './lru.js';
 
 export type PrefixHit = { tier: 'GPU'; block: GpuBlock } | { tier: 'CPU'; content: BlockContent };
 
 export class KvCache {
   private readonly cached = new Map<bigint, GpuBlock>();
-  private readonly free = new Lru<GpuBlock, GpuBlock>();
+  private readonly free = new BlockLru();
   private used = 0;
   private events: CoreKvEvent[] = [];
   readonly host: HostTier | null;
@@ -68,9 +68,9 @@ export class KvCache {
   allocate(): GpuBlock | null {
     if (this.used < this.capacity) {
       this.used++;
-      return { content: null, refs: 1 };
+      return new GpuBlock(null);
     }
-    const victim = this.free.shift()?.[1];
+    const victim = this.free.shift();
     if (!victim) return null;
     this.evict(victim);
     victim.refs = 1;
@@ -85,7 +85,7 @@ export class KvCache {
     for (let i = blocks.length - 1; i >= 0; i--) {
       const b = blocks[i];
       if (--b.refs > 0) continue;
-      if (b.content) this.free.push(b, b);
+      if (b.content) this.free.push(b);
       else this.used--;
     }
   }

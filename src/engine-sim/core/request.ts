@@ -39,6 +39,8 @@ export class SimRequest {
   committed = 0;
   /** Content of full blocks, computed lazily (see chain.ts). */
   readonly chain: BlockContent[] = [];
+  /** The engine hasher's digest of the chain's last block: the parent input of the next (null: none yet). */
+  chainDigest: Uint8Array | null = null;
   state: 'waiting' | 'running' | 'finished' = 'waiting';
   arrivalMs: number;
   firstTokenMs: number | null = null;
