@@ -15,7 +15,7 @@ import { resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
-import type { EventWire, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import type { EventWire, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
 import { applyOverrides } from '../router/overrides.js';
 import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
@@ -246,9 +246,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     variant,
   );
   for (const p of policies) {
-    if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
-    if (p.extraYaml?.some((l) => l.includes('engine_metrics')))
-      throw new Error(`policy ${p.name}: engine metrics scraping is not simulated`);
+    const why = notSimulated(p);
+    if (why) throw new Error(`policy ${p.name}: ${why}`);
   }
   const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
   const routers = intOption(v, 'routers');
@@ -404,6 +403,159 @@ export async function runFleet(argv: string[], outDir?: string): Promise<{ dir: 
   return runParsed(parsed.values, argv, outDir);
 }
 
+/** Why a policy variant cannot run in the simulator (null: it can). */
+export function notSimulated(p: PolicyVariant): string | null {
+  if (p.pd) return 'disaggregated variants are not simulated';
+  if (p.extraYaml?.some((l) => l.includes('engine_metrics'))) return 'engine metrics scraping is not simulated';
+  return null;
+}
+
+/** `bench fleet` flags parsed and resolved (workload built, prompts ready), as the command does. */
+export async function fleetSetup(argv: string[]): Promise<FleetSetup> {
+  const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) throw new Error(`bench fleet: bad arguments ${argv.join(' ')}`);
+  return prepare(parsed.values, argv);
+}
+
+/** What one `bench fleet` invocation simulated: the deterministic summary, each policy's raw output and its wall figures. */
+export interface FleetRun {
+  summary: FleetSummary;
+  outputs: FleetOutput[];
+  walls: FleetWall[];
+}
+
+/**
+ * Every policy of the setup over its workload, on fresh engines each: the one path of `bench fleet`
+ * (and of `bench leaderboard`, which calls it per scenario, load point and seed). `quiet`: no
+ * progress bar or per-policy lines.
+ */
+export async function simulateSetup(s: FleetSetup, quiet = false): Promise<FleetRun> {
+  const w = s.workload;
+  const log = (line: string) => {
+    if (!quiet) process.stderr.write(line);
+  };
+  log(`workload: ${w.description}\n`);
+  const orc = await oracle(w, s.blockSize);
+  const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
+  if (s.gpuBlocks !== null)
+    Object.assign(size, {
+      numGpuBlocks: s.gpuBlocks,
+      numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
+      perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
+      clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
+    });
+  const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
+  if (s.rateScale !== null && s.ratePerEngine !== null)
+    throw new Error('--rate-scale and --rate-per-engine exclude each other');
+  const perEngine =
+    s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
+  // Requests per second as recorded (before scaling): the open-loop span holds all of them.
+  const rateScale =
+    perEngine !== null && spanMs > 0
+      ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000))
+      : (s.rateScale ?? 1);
+  const followUps = w.requests.filter((r) => r.after).length;
+  log(
+    `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
+      `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
+  );
+  const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
+  const requests: FleetRequest[] = w.requests.map((r, i) => ({
+    atMs: sendAt[i] / rateScale,
+    after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null,
+    maxTokens: r.maxTokens,
+    sessionKey: r.sessionKey,
+  }));
+  // As bench cluster: follow-up turns extend the drain by their share of a minute each.
+  const drainTimeoutMs =
+    s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
+  const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
+  // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
+  // a large fleet needs a larger heap than Node's default.
+  const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
+  const limit = getHeapStatistics().heap_size_limit;
+  if (need > 0.6 * limit)
+    process.stderr.write(
+      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
+    );
+  const progress = quiet ? null : new Progress(w.requests.length * s.policies.length, '');
+  const results: FleetPolicyResult[] = [];
+  const walls: FleetWall[] = [];
+  const outputs: FleetOutput[] = [];
+  for (const p of s.policies) {
+    progress?.setLabel(p.name);
+    const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
+    const plan = routerPlan(p, ids, s.blockSize);
+    let ticked = 0;
+    const ts = performance.now();
+    const cpu0 = process.cpuUsage();
+    const out = simulateFleet({
+      requests,
+      prompt: s.prompt,
+      engines: cores,
+      ids,
+      model: MODEL,
+      blockSize: s.blockSize,
+      routers: s.routers,
+      router: plan,
+      seed: s.seed,
+      kvEventDelayMs: s.kvEventDelayMs,
+      requestLatencyMs: s.requestLatencyMs,
+      eventWire: s.eventWire,
+      syncDelayMs: s.syncDelayMs,
+      drainTimeoutMs,
+      stopwatch: () => performance.now(),
+      onDone: (n) => {
+        progress?.tick(n - ticked);
+        ticked = n;
+      },
+    });
+    const simSeconds = (performance.now() - ts) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    const r = summarizeFleet(p.name, p.summary, out, s.slo);
+    const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
+    results.push(r);
+    walls.push(wall);
+    outputs.push(out);
+    progress?.log(
+      `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
+        `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
+    );
+  }
+  progress?.finish();
+  const summary: FleetSummary = {
+    bench: 'fleet',
+    workload: { name: w.name, description: w.description, requests: w.requests.length },
+    oracle: orc,
+    sizing: size,
+    config: {
+      engines: s.engines,
+      routers: s.routers,
+      blockSize: s.blockSize,
+      numGpuBlocks: size.numGpuBlocks,
+      numCpuBlocks: size.numCpuBlocks,
+      perfModel: s.perfModel,
+      engineHash: s.engineHash,
+      speedup: s.speedup,
+      rateScale,
+      seed: s.seed,
+      quick: s.quick,
+      maxOutputTokens: s.maxOutputTokens,
+      model: MODEL,
+      kvEventDelayMs: s.kvEventDelayMs,
+      requestLatencyMs: s.requestLatencyMs,
+      eventWire: s.eventWire,
+      syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
+      spreadBurstsMs: s.spreadBurstsMs,
+      slo: s.slo,
+    },
+    arrivals: { scheduleS: spanMs / rateScale / 1000, followUps },
+    policies: results.map((r) => r.policy),
+    results,
+  };
+  return { summary, outputs, walls };
+}
+
 async function runParsed(
   v: ParsedOptions,
   argv: string[],
@@ -412,128 +564,8 @@ async function runParsed(
   const t0 = performance.now();
   const s = await prepare(v, argv);
   try {
-    const w = s.workload;
-    process.stderr.write(`workload: ${w.description}\n`);
-    const orc = await oracle(w, s.blockSize);
-    const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
-    if (s.gpuBlocks !== null)
-      Object.assign(size, {
-        numGpuBlocks: s.gpuBlocks,
-        numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
-        perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
-        clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
-      });
-    const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
-    if (s.rateScale !== null && s.ratePerEngine !== null)
-      throw new Error('--rate-scale and --rate-per-engine exclude each other');
-    const perEngine =
-      s.ratePerEngine ?? (w.name === 'mooncake' && s.rateScale === null ? MOONCAKE_RATE_PER_ENGINE : null);
-    // Requests per second as recorded (before scaling): the open-loop span holds all of them.
-    const rateScale =
-      perEngine !== null && spanMs > 0
-        ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000))
-        : (s.rateScale ?? 1);
-    const followUps = w.requests.filter((r) => r.after).length;
-    process.stderr.write(
-      `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
-        `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
-    );
-    const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
-    const requests: FleetRequest[] = w.requests.map((r, i) => ({
-      atMs: sendAt[i] / rateScale,
-      after: r.after ? { index: r.after.index, thinkMs: r.after.thinkMs / rateScale } : null,
-      maxTokens: r.maxTokens,
-      sessionKey: r.sessionKey,
-    }));
-    // As bench cluster: follow-up turns extend the drain by their share of a minute each.
-    const drainTimeoutMs =
-      s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
-    const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
-    // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
-    // a large fleet needs a larger heap than Node's default.
-    const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
-    const limit = getHeapStatistics().heap_size_limit;
-    if (need > 0.6 * limit)
-      process.stderr.write(
-        `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
-      );
     const prepareSeconds = (performance.now() - t0) / 1000;
-    const progress = new Progress(w.requests.length * s.policies.length, '');
-    const results: FleetPolicyResult[] = [];
-    const walls: FleetWall[] = [];
-    // One line per request, as bench cluster's samples.jsonl (virtual ms).
-    const perRequest: string[] = [];
-    for (const p of s.policies) {
-      progress.setLabel(p.name);
-      const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
-      const plan = routerPlan(p, ids, s.blockSize);
-      let ticked = 0;
-      const ts = performance.now();
-      const cpu0 = process.cpuUsage();
-      const out = simulateFleet({
-        requests,
-        prompt: s.prompt,
-        engines: cores,
-        ids,
-        model: MODEL,
-        blockSize: s.blockSize,
-        routers: s.routers,
-        router: plan,
-        seed: s.seed,
-        kvEventDelayMs: s.kvEventDelayMs,
-        requestLatencyMs: s.requestLatencyMs,
-        eventWire: s.eventWire,
-        syncDelayMs: s.syncDelayMs,
-        drainTimeoutMs,
-        stopwatch: () => performance.now(),
-        onDone: (n) => {
-          progress.tick(n - ticked);
-          ticked = n;
-        },
-      });
-      const simSeconds = (performance.now() - ts) / 1000;
-      const cpu = process.cpuUsage(cpu0);
-      const r = summarizeFleet(p.name, p.summary, out, s.slo);
-      for (const rec of out.records) perRequest.push(JSON.stringify({ policy: p.name, rateScale, ...rec }));
-      const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
-      results.push(r);
-      walls.push(wall);
-      progress.log(
-        `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
-          `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
-      );
-    }
-    progress.finish();
-    const summary: FleetSummary = {
-      bench: 'fleet',
-      workload: { name: w.name, description: w.description, requests: w.requests.length },
-      oracle: orc,
-      sizing: size,
-      config: {
-        engines: s.engines,
-        routers: s.routers,
-        blockSize: s.blockSize,
-        numGpuBlocks: size.numGpuBlocks,
-        numCpuBlocks: size.numCpuBlocks,
-        perfModel: s.perfModel,
-        engineHash: s.engineHash,
-        speedup: s.speedup,
-        rateScale,
-        seed: s.seed,
-        quick: s.quick,
-        maxOutputTokens: s.maxOutputTokens,
-        model: MODEL,
-        kvEventDelayMs: s.kvEventDelayMs,
-        requestLatencyMs: s.requestLatencyMs,
-        eventWire: s.eventWire,
-        syncDelayMs: s.routers > 1 ? s.syncDelayMs : null,
-        spreadBurstsMs: s.spreadBurstsMs,
-        slo: s.slo,
-      },
-      arrivals: { scheduleS: spanMs / rateScale / 1000, followUps },
-      policies: results.map((r) => r.policy),
-      results,
-    };
+    const { summary, outputs, walls } = await simulateSetup(s);
     const report: FleetReport = {
       ...summary,
       args: s.argv,
@@ -547,6 +579,11 @@ async function runParsed(
       },
     };
     const dir = writeFleetReport(report, outDir ?? (typeof v.out === 'string' ? v.out : undefined));
+    // One line per request, as bench cluster's samples.jsonl (virtual ms).
+    const rateScale = summary.config.rateScale;
+    const perRequest = outputs.flatMap((out, k) =>
+      out.records.map((rec) => JSON.stringify({ policy: summary.policies[k], rateScale, ...rec })),
+    );
     writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
     if (typeof v.json === 'string') {
       mkdirSync(dirname(v.json), { recursive: true });
