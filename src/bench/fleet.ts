@@ -20,13 +20,13 @@ import { applyOverrides } from '../router/overrides.js';
 import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
-import { sizeFleet } from './cluster/sizing.js';
+import { type Sizing, sizeFleet } from './cluster/sizing.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
 import { routerYaml } from './procs/router.js';
 import { Progress } from './progress.js';
 import { machine } from './report.js';
-import { oracle } from './workloads/oracle.js';
+import { type OracleStats, oracle } from './workloads/oracle.js';
 import { buildWorkload, DEFAULT_TRACE, WORKLOADS, type WorkloadName } from './workloads/select.js';
 import type { Workload } from './workloads/types.js';
 
@@ -95,6 +95,11 @@ const OPTIONS: OptionTable = {
     default: 'bytes',
     arg: 'bytes|values',
     help: "KV events as msgpack bytes (the ZMQ payload path) or as the encoder's values (skips msgpack; the same decoder and applier)",
+  },
+  'scrape-interval-ms': {
+    type: 'string',
+    arg: 'MS',
+    help: "the engines' load gauges (waiting, running, KV usage) are scraped this often (virtual ms) for the policies that read them (gie, llm-d, kv-scrape); default: the variant's own engine_metrics.interval_ms (gie, llm-d 50 as GIE's refresh, kv-scrape 250); stale after its stale_ms (2,000)",
   },
   'spread-bursts': {
     type: 'string',
@@ -229,11 +234,36 @@ export interface FleetSetup {
   maxOutputTokens: number | null;
   syncDelayMs: number | null;
   kvEventDelayMs: number;
+  /** --scrape-interval-ms (null: each variant's own engine_metrics.interval_ms). */
+  scrapeIntervalMs: number | null;
   requestLatencyMs: number;
   eventWire: EventWire;
   slo: { ttftMs: number; tpotMs: number };
   drainS: number;
   quick: boolean;
+}
+
+/** --policies as bench cluster's variants: every one but the disaggregated ones runs here. */
+function fleetPolicies(v: ParsedOptions, quick: boolean): PolicyVariant[] {
+  const names = typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv'];
+  const policies = names.map(variant);
+  for (const p of policies) {
+    const why = notSimulated(p);
+    if (why) throw new Error(`policy ${p.name}: ${why}`);
+  }
+  return policies;
+}
+
+/** Why a policy variant cannot run in the simulator (null: it can). */
+export function notSimulated(p: PolicyVariant): string | null {
+  return p.pd ? 'disaggregated variants are not simulated' : null;
+}
+
+/** `bench fleet` flags parsed and resolved (workload built, prompts ready), as the command does. */
+export async function fleetSetup(argv: string[]): Promise<FleetSetup> {
+  const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) throw new Error(`bench fleet: bad arguments ${argv.join(' ')}`);
+  return prepare(parsed.values, argv);
 }
 
 async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
@@ -242,13 +272,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const wname = (typeof v.workload === 'string' ? v.workload : 'mooncake') as WorkloadName;
   if (!WORKLOADS.includes(wname)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}`);
   if (trace && wname !== 'mooncake') throw new Error('--trace only goes with --workload mooncake');
-  const policies = (typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv']).map(
-    variant,
-  );
-  for (const p of policies) {
-    const why = notSimulated(p);
-    if (why) throw new Error(`policy ${p.name}: ${why}`);
-  }
+  const policies = fleetPolicies(v, quick);
   const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
   const routers = intOption(v, 'routers');
   if (engines < 1) throw new Error('--engines must be at least 1');
@@ -257,6 +281,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const syncDelayMs = sync === 'none' ? null : numberOption(v, 'sync-delay-ms');
   if (syncDelayMs !== null && !(syncDelayMs >= 0)) throw new Error('--sync-delay-ms must be >= 0 or none');
   const kvEventDelayMs = numberOption(v, 'kv-event-delay-ms');
+  const scrapeIntervalMs = v['scrape-interval-ms'] !== undefined ? numberOption(v, 'scrape-interval-ms') : null;
+  if (scrapeIntervalMs !== null && !(scrapeIntervalMs > 0)) throw new Error('--scrape-interval-ms must be > 0');
   const requestLatencyMs = numberOption(v, 'request-latency-ms');
   if (!(requestLatencyMs >= 0)) throw new Error('--request-latency-ms must be >= 0');
   if (!(kvEventDelayMs >= 0)) throw new Error('--kv-event-delay-ms must be >= 0');
@@ -315,6 +341,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     maxOutputTokens: maxOut,
     syncDelayMs,
     kvEventDelayMs,
+    scrapeIntervalMs,
     requestLatencyMs,
     eventWire,
     slo: { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') },
@@ -324,7 +351,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
 }
 
 /** The router's config exactly as bench cluster writes it for its router processes (addresses are never dialled). */
-function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: number): RouterPlan {
+export function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: number): RouterPlan {
   const yaml = routerYaml({
     model: MODEL,
     blockSize,
@@ -403,47 +430,18 @@ export async function runFleet(argv: string[], outDir?: string): Promise<{ dir: 
   return runParsed(parsed.values, argv, outDir);
 }
 
-/** Why a policy variant cannot run in the simulator (null: it can). */
-export function notSimulated(p: PolicyVariant): string | null {
-  if (p.pd) return 'disaggregated variants are not simulated';
-  if (p.extraYaml?.some((l) => l.includes('engine_metrics'))) return 'engine metrics scraping is not simulated';
-  return null;
+/** The open-loop schedule in virtual ms: rate scale, send times, follow-ups and the drain deadline. */
+interface Schedule {
+  requests: FleetRequest[];
+  rateScale: number;
+  /** Open-loop span as recorded (ms, before scaling). */
+  spanMs: number;
+  followUps: number;
+  drainTimeoutMs: number;
 }
 
-/** `bench fleet` flags parsed and resolved (workload built, prompts ready), as the command does. */
-export async function fleetSetup(argv: string[]): Promise<FleetSetup> {
-  const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
-  if ('code' in parsed) throw new Error(`bench fleet: bad arguments ${argv.join(' ')}`);
-  return prepare(parsed.values, argv);
-}
-
-/** What one `bench fleet` invocation simulated: the deterministic summary, each policy's raw output and its wall figures. */
-export interface FleetRun {
-  summary: FleetSummary;
-  outputs: FleetOutput[];
-  walls: FleetWall[];
-}
-
-/**
- * Every policy of the setup over its workload, on fresh engines each: the one path of `bench fleet`
- * (and of `bench leaderboard`, which calls it per scenario, load point and seed). `quiet`: no
- * progress bar or per-policy lines.
- */
-export async function simulateSetup(s: FleetSetup, quiet = false): Promise<FleetRun> {
+function schedule(s: FleetSetup): Schedule {
   const w = s.workload;
-  const log = (line: string) => {
-    if (!quiet) process.stderr.write(line);
-  };
-  log(`workload: ${w.description}\n`);
-  const orc = await oracle(w, s.blockSize);
-  const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
-  if (s.gpuBlocks !== null)
-    Object.assign(size, {
-      numGpuBlocks: s.gpuBlocks,
-      numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
-      perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
-      clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
-    });
   const spanMs = Math.max(0, ...w.requests.map((r) => r.atMs));
   if (s.rateScale !== null && s.ratePerEngine !== null)
     throw new Error('--rate-scale and --rate-per-engine exclude each other');
@@ -455,10 +453,6 @@ export async function simulateSetup(s: FleetSetup, quiet = false): Promise<Fleet
       ? (perEngine * s.engines) / (w.requests.length / (spanMs / 1000))
       : (s.rateScale ?? 1);
   const followUps = w.requests.filter((r) => r.after).length;
-  log(
-    `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
-      `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(spanMs / rateScale / 1000).toFixed(1)} s\n`,
-  );
   const sendAt = spreadBursts(w.requests, s.spreadBurstsMs);
   const requests: FleetRequest[] = w.requests.map((r, i) => ({
     atMs: sendAt[i] / rateScale,
@@ -469,61 +463,95 @@ export async function simulateSetup(s: FleetSetup, quiet = false): Promise<Fleet
   // As bench cluster: follow-up turns extend the drain by their share of a minute each.
   const drainTimeoutMs =
     s.drainS * 1000 + (followUps ? (followUps * 60_000) / Math.max(1, w.requests.length - followUps) : 0);
-  const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
-  // engine-sim's cache keeps a few objects per cached block (about 0.9 kB of heap with the murmur hash):
-  // a large fleet needs a larger heap than Node's default.
+  return { requests, rateScale, spanMs, followUps, drainTimeoutMs };
+}
+
+/** The engines' cache sizes: sized from the working set as bench cluster sizes them, or --gpu-blocks. */
+function engineSizing(s: FleetSetup, orc: OracleStats): Sizing {
+  const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
+  if (s.gpuBlocks !== null)
+    Object.assign(size, {
+      numGpuBlocks: s.gpuBlocks,
+      numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
+      perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
+      clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
+    });
+  return size;
+}
+
+/** engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than Node's default. */
+function warnHeap(s: FleetSetup, size: Sizing): void {
   const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
   const limit = getHeapStatistics().heap_size_limit;
   if (need > 0.6 * limit)
     process.stderr.write(
       `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS=--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024}\n`,
     );
-  const progress = quiet ? null : new Progress(w.requests.length * s.policies.length, '');
-  const results: FleetPolicyResult[] = [];
-  const walls: FleetWall[] = [];
-  const outputs: FleetOutput[] = [];
-  for (const p of s.policies) {
-    progress?.setLabel(p.name);
-    const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
-    const plan = routerPlan(p, ids, s.blockSize);
-    let ticked = 0;
-    const ts = performance.now();
-    const cpu0 = process.cpuUsage();
-    const out = simulateFleet({
-      requests,
-      prompt: s.prompt,
-      engines: cores,
-      ids,
-      model: MODEL,
-      blockSize: s.blockSize,
-      routers: s.routers,
-      router: plan,
-      seed: s.seed,
-      kvEventDelayMs: s.kvEventDelayMs,
-      requestLatencyMs: s.requestLatencyMs,
-      eventWire: s.eventWire,
-      syncDelayMs: s.syncDelayMs,
-      drainTimeoutMs,
-      stopwatch: () => performance.now(),
-      onDone: (n) => {
-        progress?.tick(n - ticked);
-        ticked = n;
-      },
-    });
-    const simSeconds = (performance.now() - ts) / 1000;
-    const cpu = process.cpuUsage(cpu0);
-    const r = summarizeFleet(p.name, p.summary, out, s.slo);
-    const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
-    results.push(r);
-    walls.push(wall);
-    outputs.push(out);
-    progress?.log(
-      `policy ${p.name}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
-        `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`,
-    );
-  }
-  progress?.finish();
-  const summary: FleetSummary = {
+}
+
+/** One policy's simulation on fresh engines and fresh routers, with its wall-clock figures. */
+function runPolicy(
+  s: FleetSetup,
+  p: PolicyVariant,
+  size: Sizing,
+  plan: Schedule,
+  progress: Progress | null,
+): { result: FleetPolicyResult; wall: FleetWall; out: FleetOutput } {
+  const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
+  const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
+  const router = routerPlan(p, ids, s.blockSize);
+  const em = router.cfg.engine_metrics;
+  const scrape = em.scrape ? { intervalMs: s.scrapeIntervalMs ?? em.interval_ms, staleMs: em.stale_ms } : null;
+  let ticked = 0;
+  const ts = performance.now();
+  const cpu0 = process.cpuUsage();
+  const out = simulateFleet({
+    requests: plan.requests,
+    prompt: s.prompt,
+    engines: cores,
+    ids,
+    model: MODEL,
+    blockSize: s.blockSize,
+    routers: s.routers,
+    router,
+    seed: s.seed,
+    kvEventDelayMs: s.kvEventDelayMs,
+    requestLatencyMs: s.requestLatencyMs,
+    eventWire: s.eventWire,
+    syncDelayMs: s.syncDelayMs,
+    scrapeIntervalMs: scrape?.intervalMs ?? null,
+    drainTimeoutMs: plan.drainTimeoutMs,
+    stopwatch: () => performance.now(),
+    onDone: (n) => {
+      progress?.tick(n - ticked);
+      ticked = n;
+    },
+  });
+  const simSeconds = (performance.now() - ts) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const result = summarizeFleet(p.name, p.summary, out, s.slo, scrape);
+  const wall = wallFigures(p.name, out, simSeconds, (cpu.user + cpu.system) / 1e6, process.memoryUsage().heapUsed);
+  return { result, wall, out };
+}
+
+/** The progress line of one policy's result. */
+function policyLine(r: FleetPolicyResult, wall: FleetWall, orc: OracleStats): string {
+  return (
+    `policy ${r.policy}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
+    `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${wall.simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`
+  );
+}
+
+/** Everything that is a function of the inputs (summary.json). */
+function fleetSummary(
+  s: FleetSetup,
+  orc: OracleStats,
+  size: Sizing,
+  plan: Schedule,
+  results: FleetPolicyResult[],
+): FleetSummary {
+  const w = s.workload;
+  return {
     bench: 'fleet',
     workload: { name: w.name, description: w.description, requests: w.requests.length },
     oracle: orc,
@@ -537,7 +565,7 @@ export async function simulateSetup(s: FleetSetup, quiet = false): Promise<Fleet
       perfModel: s.perfModel,
       engineHash: s.engineHash,
       speedup: s.speedup,
-      rateScale,
+      rateScale: plan.rateScale,
       seed: s.seed,
       quick: s.quick,
       maxOutputTokens: s.maxOutputTokens,
@@ -549,11 +577,56 @@ export async function simulateSetup(s: FleetSetup, quiet = false): Promise<Fleet
       spreadBurstsMs: s.spreadBurstsMs,
       slo: s.slo,
     },
-    arrivals: { scheduleS: spanMs / rateScale / 1000, followUps },
+    arrivals: { scheduleS: plan.spanMs / plan.rateScale / 1000, followUps: plan.followUps },
     policies: results.map((r) => r.policy),
     results,
   };
-  return { summary, outputs, walls };
+}
+
+/** What one `bench fleet` invocation simulated: the deterministic summary, each policy's raw output and wall figures. */
+export interface FleetRun {
+  summary: FleetSummary;
+  outputs: FleetOutput[];
+  walls: FleetWall[];
+  /** Wall seconds of the oracle and sizing (part of a report's preparation time). */
+  oracleSeconds: number;
+}
+
+/**
+ * Every policy of the setup over its workload, each on fresh engines and routers: the one path of
+ * `bench fleet`, and of `bench leaderboard` (per scenario, load point and seed). `quiet`: no
+ * progress bar or per-policy lines.
+ */
+export async function simulateSetup(s: FleetSetup, quiet = false): Promise<FleetRun> {
+  const w = s.workload;
+  const log = (line: string) => {
+    if (!quiet) process.stderr.write(line);
+  };
+  log(`workload: ${w.description}\n`);
+  const t0 = performance.now();
+  const orc = await oracle(w, s.blockSize);
+  const size = engineSizing(s, orc);
+  const plan = schedule(s);
+  log(
+    `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
+      `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
+  );
+  warnHeap(s, size);
+  const oracleSeconds = (performance.now() - t0) / 1000;
+  const progress = quiet ? null : new Progress(w.requests.length * s.policies.length, '');
+  const results: FleetPolicyResult[] = [];
+  const walls: FleetWall[] = [];
+  const outputs: FleetOutput[] = [];
+  for (const p of s.policies) {
+    progress?.setLabel(p.name);
+    const { result, wall, out } = runPolicy(s, p, size, plan, progress);
+    results.push(result);
+    walls.push(wall);
+    outputs.push(out);
+    progress?.log(policyLine(result, wall, orc));
+  }
+  progress?.finish();
+  return { summary: fleetSummary(s, orc, size, plan, results), outputs, walls, oracleSeconds };
 }
 
 async function runParsed(
@@ -564,8 +637,9 @@ async function runParsed(
   const t0 = performance.now();
   const s = await prepare(v, argv);
   try {
-    const prepareSeconds = (performance.now() - t0) / 1000;
-    const { summary, outputs, walls } = await simulateSetup(s);
+    const prepared = (performance.now() - t0) / 1000;
+    const { summary, outputs, walls, oracleSeconds } = await simulateSetup(s);
+    const prepareSeconds = prepared + oracleSeconds;
     const report: FleetReport = {
       ...summary,
       args: s.argv,

@@ -8,6 +8,7 @@ import { mulberry32 } from '../common/prng.js';
 import { RemoteBookings } from '../cluster/remote-bookings.js';
 import { bookingSyncHooks } from '../cluster/sync-hooks.js';
 import { decodeSync, encodeSync, type SyncBody } from '../cluster/sync-wire.js';
+import { EngineLoadView } from '../engine-load/load-view.js';
 import { StreamIngest } from '../events/listener-ingest.js';
 import { NOOP_METRICS } from '../events/metrics.js';
 import { Registry } from '../events/registry.js';
@@ -21,7 +22,6 @@ import { routeFields, type RouteFields, speculativeTtl } from '../router/route-i
 import { type Candidate, type Decision, Scheduler } from '../scheduler/scheduler.js';
 import type { RouterPlan, RouterTally } from './types.js';
 
-const NO_ENGINE_LOADS = { engineLoads: { get: () => null }, now: () => 0 };
 const NOTHING_TRIED: ReadonlySet<string> = new Set();
 
 export class RouterNode {
@@ -30,6 +30,8 @@ export class RouterNode {
   readonly scheduler: Scheduler;
   readonly feedback: FeedbackLoop;
   readonly tally: RouterTally;
+  /** The engines' scraped gauges as this replica last read them (engine_metrics.scrape; see simulation.ts). */
+  readonly engineLoads = new EngineLoadView();
   /** KV-event ingest per engine (by engine index), empty when the router ignores KV events. */
   readonly ingests: StreamIngest[] = [];
   private readonly candidates: Candidate[];
@@ -119,7 +121,7 @@ export class RouterNode {
       text: { kind: 'tokens' as const, symbols: tokens },
     };
     // (No request text in the simulation: policies that route on text read the token ids, as SMG does over gRPC.)
-    const f = routeFields(src, this.plan.cfg, NO_ENGINE_LOADS);
+    const f = routeFields(src, this.plan.cfg, { engineLoads: this.engineLoads, now: this.now });
     return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
   }
 

@@ -1,13 +1,15 @@
 // The fleet simulation: client arrivals, router replicas, engines, KV-event and replica-sync
-// delivery as events on one virtual clock. A request's life follows the proxy path
-// (src/proxy/forward.ts): decide (or wait for capacity, bounded), book, send to the engine; its
-// first token completes the booking's prefill; its last token carries the usage that the hit check
-// reads before the booking is freed. Pure: no sockets, no timers, no wall clock (the optional
-// stopwatch only measures decisions).
+// delivery and the engines' metrics scrapes as events on one virtual clock. A request's life
+// follows the proxy path (src/proxy/forward.ts): decide (or wait for capacity, bounded), book, send
+// to the engine; its first token completes the booking's prefill; its last token carries the usage
+// that the hit check reads before the booking is freed. Pure: no sockets, no timers, no wall clock
+// (the optional stopwatch only measures decisions).
+import { loadsFromSamples } from '../engine-load/load-view.js';
 import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
+import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
@@ -22,6 +24,7 @@ type SimEvent =
   | { kind: 'kv'; engine: number; payload: Uint8Array | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
+  | { kind: 'scrape'; engine: number }
   | { kind: 'deadline' };
 
 /** A request between its send and its end. */
@@ -42,141 +45,164 @@ interface InFlight {
 }
 
 const RUN_DEADLINE = 'timeout (run deadline)';
+const reqId = (i: number) => `q${i}`;
 
 export function simulateFleet(input: FleetInput): FleetOutput {
-  const q = new EventQueue<SimEvent>();
-  const now = () => q.now;
-  const n = input.requests.length;
-  const engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core));
-  const engineIndex = new Map(input.ids.map((id, k) => [id, k] as const));
-  const R = input.routers;
-  const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
-  const routers: RouterNode[] = [];
-  for (let r = 0; r < R; r++) {
-    const publish =
-      sync === null ? null : (bytes: Uint8Array) => q.push(q.now + sync, { kind: 'sync', from: r, bytes });
-    routers.push(new RouterNode(r, `r${r}`, input.router, input.ids, input.seed + r, now, publish));
+  return new Simulation(input).run();
+}
+
+/** Real-clock decision times (the stopwatch's readings), kept apart from the simulation. */
+class DecisionTimes {
+  private readonly us: Float64Array;
+  private readonly isl: Uint32Array;
+  private readonly candidates: Uint32Array;
+  private n = 0;
+
+  constructor(capacity: number) {
+    this.us = new Float64Array(capacity);
+    this.isl = new Uint32Array(capacity);
+    this.candidates = new Uint32Array(capacity);
   }
-  const subscribed = input.router.kvEvents;
-  // Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0).
-  const encoders: WireEncoder[] = engines.map(() =>
-    vllmEncoder(
-      {
-        blockSize: input.blockSize,
-        modelName: input.model,
-        dpRank: 0,
-        loraIds: new Map(),
-        tenantId: 'default',
-        backendId: '',
-      },
-      'map',
-    ),
-  );
 
-  const records: FleetRecord[] = new Array(n);
-  const inflight = new Map<string, InFlight>();
-  const waiting: InFlight[][] = routers.map(() => []);
-  const followers = new Map<number, number[]>();
-  for (let i = 0; i < n; i++) {
-    const a = input.requests[i].after;
-    if (a) followers.set(a.index, [...(followers.get(a.index) ?? []), i]);
+  add(ms: number, isl: number, candidates: number): void {
+    this.us[this.n] = ms * 1000;
+    this.isl[this.n] = isl;
+    this.candidates[this.n++] = candidates;
   }
-  const sw = input.stopwatch;
-  const wallUs = new Float64Array(sw ? n : 0);
-  const wallIsl = new Uint32Array(sw ? n : 0);
-  const wallCand = new Uint32Array(sw ? n : 0);
-  let timed = 0;
-  let done = 0;
-  let lastEnd = 0;
-  let pastDeadline = false;
-  let events = 0;
 
-  const finish = (rec: FleetRecord): void => {
-    records[rec.index] = rec;
-    lastEnd = Math.max(lastEnd, rec.sentAt + rec.e2eMs);
-    done++;
-    input.onDone?.(done);
-    for (const f of followers.get(rec.index) ?? [])
-      q.push(q.now + input.requests[f].after!.thinkMs, { kind: 'send', i: f });
-  };
-  const fail = (f: InFlight, status: number, error: string): void => {
-    inflight.delete(reqId(f.i));
-    finish({
-      index: f.i,
-      router: f.router,
-      sentAt: f.receivedAt,
-      ttftMs: null,
-      e2eMs: q.now - f.receivedAt,
-      status,
-      instance: f.engineId,
-      promptTokens: f.tokens.length,
-      cachedTokens: 0,
-      completionTokens: 0,
-      error,
-    });
-  };
-  const reqId = (i: number) => `q${i}`;
+  output(): FleetOutput['wallDecisions'] {
+    const n = this.n;
+    return { us: this.us.subarray(0, n), isl: this.isl.subarray(0, n), candidates: this.candidates.subarray(0, n) };
+  }
+}
 
-  /** CapacityQueue.notify(k): wake the oldest waiters of a router, each to decide again now. */
-  const notify = (r: number, k: number): void => {
-    const w = waiting[r];
-    for (const f of w.splice(0, Math.min(k, w.length))) {
-      f.queued = false;
-      q.push(q.now, { kind: 'wake', i: f.i, epoch: ++f.epoch });
+class Simulation {
+  private readonly q = new EventQueue<SimEvent>();
+  private readonly n: number;
+  private readonly engines: EngineNode[];
+  private readonly engineIndex: Map<string, number>;
+  private readonly routers: RouterNode[] = [];
+  /** Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0). */
+  private readonly encoders: WireEncoder[];
+  private readonly records: FleetRecord[];
+  private readonly inflight = new Map<string, InFlight>();
+  /** Per router, the requests waiting for capacity, oldest first. */
+  private readonly waiting: InFlight[][];
+  /** Follow-up turns of each request. */
+  private readonly followers = new Map<number, number[]>();
+  private readonly ttfts: Float64Array;
+  private readonly times: DecisionTimes;
+  private done = 0;
+  private lastEnd = 0;
+  private pastDeadline = false;
+  private events = 0;
+  private scrapes = 0;
+
+  constructor(private readonly input: FleetInput) {
+    const n = (this.n = input.requests.length);
+    this.engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core));
+    this.engineIndex = new Map(input.ids.map((id, k) => [id, k] as const));
+    const R = input.routers;
+    const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
+    const now = () => this.q.now;
+    for (let r = 0; r < R; r++) {
+      const publish =
+        sync === null ? null : (bytes: Uint8Array) => this.q.push(this.q.now + sync, { kind: 'sync', from: r, bytes });
+      this.routers.push(new RouterNode(r, `r${r}`, input.router, input.ids, input.seed + r, now, publish));
     }
-  };
-
-  const route = (f: InFlight): void => {
-    const router = routers[f.router];
-    const t0 = sw ? sw() : 0;
-    const d = router.decide(f.fields, q.now);
-    if (sw) {
-      wallUs[timed] = (sw() - t0) * 1000;
-      wallIsl[timed] = f.tokens.length;
-      wallCand[timed++] = d.candidates.length;
+    const wire = {
+      blockSize: input.blockSize,
+      modelName: input.model,
+      dpRank: 0,
+      loraIds: new Map(),
+      tenantId: 'default',
+      backendId: '',
+    };
+    this.encoders = this.engines.map(() => vllmEncoder(wire, 'map'));
+    this.records = new Array(n);
+    this.waiting = this.routers.map(() => []);
+    for (let i = 0; i < n; i++) {
+      const a = input.requests[i].after;
+      if (a) this.followers.set(a.index, [...(this.followers.get(a.index) ?? []), i]);
     }
-    if (!d.chosen) {
-      // All busy: wait for capacity (queue.turn), at most a second per turn, until the deadline.
-      const cfgBusy = input.router.cfg.routing.busy;
-      if (q.now >= f.deadline || waiting[f.router].length >= cfgBusy.queue_size) {
-        router.tally.refused++;
-        fail(f, 503, `every instance is over its busy threshold; retry later`);
+    this.ttfts = new Float64Array(n).fill(Number.NaN);
+    this.times = new DecisionTimes(input.stopwatch ? n : 0);
+  }
+
+  run(): FleetOutput {
+    this.scheduleSends();
+    this.scheduleScrapes();
+    // Until nothing is left: after the last response, the KV events and sync messages in flight land.
+    for (let item = this.q.pop(); item !== null; item = this.q.pop()) {
+      this.events++;
+      this.dispatch(item.ev);
+    }
+    return this.output();
+  }
+
+  /** Open-loop sends in time order (stable for equal times), then the run deadline. */
+  private scheduleSends(): void {
+    const reqs = this.input.requests;
+    const open = reqs
+      .map((r, i) => ({ i, at: r.atMs }))
+      .filter((x) => reqs[x.i].after === null)
+      .sort((a, b) => a.at - b.at || a.i - b.i);
+    for (const o of open) this.q.push(o.at, { kind: 'send', i: o.i });
+    const lastOpen = open.length ? open[open.length - 1].at : 0;
+    this.q.push(lastOpen + this.input.drainTimeoutMs, { kind: 'deadline' });
+  }
+
+  /**
+   * Each engine's scrape loop runs at its own phase (k/N of the interval), as a scraper that
+   * started its per-endpoint loops one after another.
+   */
+  private scheduleScrapes(): void {
+    const every = this.input.scrapeIntervalMs;
+    if (every === null) return;
+    const N = this.engines.length;
+    for (let k = 0; k < N; k++) this.q.push((k * every) / N, { kind: 'scrape', engine: k });
+  }
+
+  private dispatch(ev: SimEvent): void {
+    switch (ev.kind) {
+      case 'send':
+        return this.send(ev.i);
+      case 'step':
+        return this.step(ev.engine);
+      case 'enqueue': {
+        const f = this.inflight.get(reqId(ev.i));
+        if (f) this.enqueue(f);
         return;
       }
-      f.queued = true;
-      waiting[f.router].push(f);
-      q.push(Math.min(f.deadline, q.now + 1000), { kind: 'wake', i: f.i, epoch: ++f.epoch });
-      return;
+      case 'kv':
+        for (const r of this.routers) {
+          if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
+          else r.ingests[ev.engine].applyValue(ev.value);
+        }
+        return;
+      case 'sync':
+        for (let r = 0; r < this.routers.length; r++)
+          if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) this.notify(r, Infinity);
+        return;
+      case 'wake':
+        return this.wake(ev.i, ev.epoch);
+      case 'scrape':
+        return this.scrape(ev);
+      case 'deadline':
+        return this.deadline();
     }
-    const k = engineIndex.get(d.chosen.instance)!;
-    f.decision = d;
-    f.bookingId = `${router.id}-${reqId(f.i)}`;
-    f.engine = k;
-    f.engineId = d.chosen.instance;
-    router.book(d, f.fields.ns, f.bookingId, f.fields.ttlMs, q.now);
-    if (input.requestLatencyMs > 0) q.push(q.now + input.requestLatencyMs, { kind: 'enqueue', i: f.i });
-    else enqueue(f);
-  };
+  }
 
-  /** The request reaches its engine. */
-  const enqueue = (f: InFlight): void => {
-    const e = engines[f.engine];
-    e.core.add({ id: reqId(f.i), prompt: f.tokens, maxTokens: input.requests[f.i].maxTokens }, q.now);
-    // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
-    if (!e.scheduled) {
-      e.scheduled = true;
-      q.push(q.now, { kind: 'step', engine: f.engine });
-    }
-  };
-
-  const send = (i: number): void => {
-    const r = i % R;
-    const tokens = input.prompt(i);
-    if (pastDeadline) {
-      finish({
+  /** The client sends request i to replica i mod R. */
+  private send(i: number): void {
+    const r = i % this.routers.length;
+    const tokens = this.input.prompt(i);
+    const now = this.q.now;
+    if (this.pastDeadline) {
+      this.finish({
         index: i,
         router: r,
-        sentAt: q.now,
+        sentAt: now,
         ttftMs: null,
         e2eMs: 0,
         status: 0,
@@ -188,45 +214,133 @@ export function simulateFleet(input: FleetInput): FleetOutput {
       });
       return;
     }
-    const fields = routers[r].route(tokens, input.requests[i].sessionKey);
     const f: InFlight = {
       i,
       router: r,
-      receivedAt: q.now,
+      receivedAt: now,
       tokens,
-      fields,
+      fields: this.routers[r].route(tokens, this.input.requests[i].sessionKey),
       epoch: 0,
-      deadline: q.now + input.router.cfg.routing.busy.queue_timeout_ms,
+      deadline: now + this.input.router.cfg.routing.busy.queue_timeout_ms,
       queued: false,
       decision: null,
       bookingId: null,
       engine: -1,
       engineId: null,
     };
-    inflight.set(reqId(i), f);
-    route(f);
-  };
+    this.inflight.set(reqId(i), f);
+    this.route(f);
+  }
 
-  const ttfts = new Float64Array(n).fill(NaN);
-  const onToken = (t: TokenOutput): void => {
-    const f = inflight.get(t.requestId);
+  /** Decide; book and send, or wait for capacity. */
+  private route(f: InFlight): void {
+    const router = this.routers[f.router];
+    const sw = this.input.stopwatch;
+    const t0 = sw ? sw() : 0;
+    const d = router.decide(f.fields, this.q.now);
+    if (sw) this.times.add(sw() - t0, f.tokens.length, d.candidates.length);
+    this.input.onDecision?.(f.i, d, this.q.now);
+    if (!d.chosen) return this.waitForCapacity(f);
+    const k = this.engineIndex.get(d.chosen.instance)!;
+    f.decision = d;
+    f.bookingId = `${router.id}-${reqId(f.i)}`;
+    f.engine = k;
+    f.engineId = d.chosen.instance;
+    router.book(d, f.fields.ns, f.bookingId, f.fields.ttlMs, this.q.now);
+    const latency = this.input.requestLatencyMs;
+    if (latency > 0) this.q.push(this.q.now + latency, { kind: 'enqueue', i: f.i });
+    else this.enqueue(f);
+  }
+
+  /** All busy: wait for capacity (queue.turn), at most a second per turn, until the deadline. */
+  private waitForCapacity(f: InFlight): void {
+    const busy = this.input.router.cfg.routing.busy;
+    const queue = this.waiting[f.router];
+    if (this.q.now >= f.deadline || queue.length >= busy.queue_size) {
+      this.routers[f.router].tally.refused++;
+      this.fail(f, 503, `every instance is over its busy threshold; retry later`);
+      return;
+    }
+    f.queued = true;
+    queue.push(f);
+    this.q.push(Math.min(f.deadline, this.q.now + 1000), { kind: 'wake', i: f.i, epoch: ++f.epoch });
+  }
+
+  /** A capacity wait ends (woken by a release, or its turn is up): decide again. */
+  private wake(i: number, epoch: number): void {
+    const f = this.inflight.get(reqId(i));
+    if (!f || f.epoch !== epoch || f.decision) return;
+    if (f.queued) {
+      const w = this.waiting[f.router];
+      w.splice(w.indexOf(f), 1);
+      f.queued = false;
+    }
+    this.route(f);
+  }
+
+  /** CapacityQueue.notify(k): wake the oldest waiters of a router, each to decide again now. */
+  private notify(r: number, k: number): void {
+    const w = this.waiting[r];
+    for (const f of w.splice(0, Math.min(k, w.length))) {
+      f.queued = false;
+      this.q.push(this.q.now, { kind: 'wake', i: f.i, epoch: ++f.epoch });
+    }
+  }
+
+  /** The request reaches its engine. */
+  private enqueue(f: InFlight): void {
+    const e = this.engines[f.engine];
+    e.core.add({ id: reqId(f.i), prompt: f.tokens, maxTokens: this.input.requests[f.i].maxTokens }, this.q.now);
+    // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
+    if (!e.scheduled) {
+      e.scheduled = true;
+      this.q.push(this.q.now, { kind: 'step', engine: f.engine });
+    }
+  }
+
+  /** Engine k's pass ends: deliver its output, then start the next (or idle). */
+  private step(k: number): void {
+    const e = this.engines[k];
+    const out = e.takeOutput();
+    if (out) {
+      for (const t of out.tokens) this.onToken(t);
+      for (const id of out.rejected) {
+        const f = this.inflight.get(id);
+        if (!f) continue;
+        this.routers[f.router].abandoned(f.bookingId!);
+        this.notify(f.router, 1);
+        this.fail(f, 0, `request ${id} needs more KV blocks than this engine has`);
+      }
+    }
+    const pass = e.startPass(this.q.now);
+    if (!pass) {
+      e.scheduled = false;
+      return;
+    }
+    this.publish(k, pass.events);
+    this.q.push(pass.endMs, { kind: 'step', engine: k });
+  }
+
+  private onToken(t: TokenOutput): void {
+    const f = this.inflight.get(t.requestId);
     if (!f) return;
-    const router = routers[f.router];
+    const router = this.routers[f.router];
+    const now = this.q.now;
     if (t.index === 0) {
-      ttfts[f.i] = q.now - f.receivedAt;
-      router.firstToken(f.bookingId!, q.now);
-      notify(f.router, 1);
+      this.ttfts[f.i] = now - f.receivedAt;
+      router.firstToken(f.bookingId!, now);
+      this.notify(f.router, 1);
     }
     if (!t.finishReason) return;
-    inflight.delete(t.requestId);
+    this.inflight.delete(t.requestId);
     router.finished(f.bookingId!, f.decision!, { promptTokens: f.tokens.length, cachedTokens: t.cachedTokens });
-    notify(f.router, 1);
-    finish({
+    this.notify(f.router, 1);
+    this.finish({
       index: f.i,
       router: f.router,
       sentAt: f.receivedAt,
-      ttftMs: ttfts[f.i],
-      e2eMs: q.now - f.receivedAt,
+      ttftMs: this.ttfts[f.i],
+      e2eMs: now - f.receivedAt,
       status: 200,
       instance: f.engineId,
       promptTokens: f.tokens.length,
@@ -234,113 +348,81 @@ export function simulateFleet(input: FleetInput): FleetOutput {
       completionTokens: t.index + 1,
       error: null,
     });
-  };
+  }
 
-  const publish = (k: number, evs: readonly CoreKvEvent[]): void => {
-    if (!subscribed || evs.length === 0) return;
-    const values = encoders[k].render(evs, q.now);
+  /** A pass's KV events leave engine k for every replica (when the routers subscribe). */
+  private publish(k: number, evs: readonly CoreKvEvent[]): void {
+    if (!this.input.router.kvEvents || evs.length === 0) return;
+    const now = this.q.now;
+    const values = this.encoders[k].render(evs, now);
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
     const ev: SimEvent =
-      input.eventWire === 'bytes'
-        ? { kind: 'kv', engine: k, payload: encodeBatch(q.now / 1000, values, 0), value: null }
-        : { kind: 'kv', engine: k, payload: null, value: [q.now / 1000, values, 0] };
-    q.push(q.now + input.kvEventDelayMs, ev);
-  };
-
-  const step = (k: number): void => {
-    const e = engines[k];
-    const out = e.takeOutput();
-    if (out) {
-      for (const t of out.tokens) onToken(t);
-      for (const id of out.rejected) {
-        const f = inflight.get(id);
-        if (!f) continue;
-        routers[f.router].abandoned(f.bookingId!);
-        notify(f.router, 1);
-        fail(f, 0, `request ${id} needs more KV blocks than this engine has`);
-      }
-    }
-    const pass = e.startPass(q.now);
-    if (!pass) {
-      e.scheduled = false;
-      return;
-    }
-    publish(k, pass.events);
-    q.push(pass.endMs, { kind: 'step', engine: k });
-  };
-
-  // Open-loop sends in time order (stable for equal times), then the run deadline.
-  const open = input.requests
-    .map((r, i) => ({ i, at: r.atMs }))
-    .filter((x) => input.requests[x.i].after === null)
-    .sort((a, b) => a.at - b.at || a.i - b.i);
-  for (const o of open) q.push(o.at, { kind: 'send', i: o.i });
-  const lastOpen = open.length ? open[open.length - 1].at : 0;
-  q.push(lastOpen + input.drainTimeoutMs, { kind: 'deadline' });
-
-  // Until nothing is left: after the last response, the KV events and sync messages in flight land.
-  for (let item = q.pop(); item !== null; item = q.pop()) {
-    events++;
-    const ev = item.ev;
-    switch (ev.kind) {
-      case 'send':
-        send(ev.i);
-        break;
-      case 'step':
-        step(ev.engine);
-        break;
-      case 'enqueue': {
-        const f = inflight.get(reqId(ev.i));
-        if (f) enqueue(f);
-        break;
-      }
-      case 'kv':
-        for (const r of routers) {
-          if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
-          else r.ingests[ev.engine].applyValue(ev.value);
-        }
-        break;
-      case 'sync':
-        for (let r = 0; r < R; r++) if (r !== ev.from && routers[r].receiveSync(ev.bytes)) notify(r, Infinity);
-        break;
-      case 'wake': {
-        const f = inflight.get(reqId(ev.i));
-        if (!f || f.epoch !== ev.epoch || f.decision) break;
-        if (f.queued) {
-          const w = waiting[f.router];
-          w.splice(w.indexOf(f), 1);
-          f.queued = false;
-        }
-        route(f);
-        break;
-      }
-      case 'deadline': {
-        // The client's run deadline: whatever is still running or queued is cut.
-        if (done === n) break;
-        pastDeadline = true;
-        for (const f of [...inflight.values()].sort((a, b) => a.i - b.i)) {
-          if (f.decision) {
-            engines[f.engine].core.abort(reqId(f.i));
-            routers[f.router].abandoned(f.bookingId!);
-          }
-          fail(f, 0, RUN_DEADLINE);
-        }
-        for (const w of waiting) w.length = 0;
-        break;
-      }
-    }
+      this.input.eventWire === 'bytes'
+        ? { kind: 'kv', engine: k, payload: encodeBatch(now / 1000, values, 0), value: null }
+        : { kind: 'kv', engine: k, payload: null, value: [now / 1000, values, 0] };
+    this.q.push(now + this.input.kvEventDelayMs, ev);
   }
-  const first = records.reduce((a, r) => Math.min(a, r.sentAt), Infinity);
-  return {
-    records,
-    engines: engines.map((e) => e.tally),
-    routers: routers.map((r) => r.close()),
-    spanMs: n ? lastEnd - first : 0,
-    events,
-    wallDecisions: {
-      us: wallUs.subarray(0, timed),
-      isl: wallIsl.subarray(0, timed),
-      candidates: wallCand.subarray(0, timed),
-    },
-  };
+
+  /** The router's reader (loadsFromSamples) over the engine's gauges (vLLM names) as they stand now. */
+  private scrape(ev: { kind: 'scrape'; engine: number }): void {
+    const k = ev.engine;
+    this.scrapes++;
+    const loads = loadsFromSamples(loadGaugeSamples(this.input.model, 0, this.engines[k].core.stats()), this.q.now);
+    if (loads) for (const r of this.routers) r.engineLoads.set(this.input.ids[k], loads);
+    if (this.done < this.n) this.q.push(this.q.now + this.input.scrapeIntervalMs!, ev);
+  }
+
+  /** The client's run deadline: whatever is still running or queued is cut. */
+  private deadline(): void {
+    if (this.done === this.n) return;
+    this.pastDeadline = true;
+    for (const f of [...this.inflight.values()].sort((a, b) => a.i - b.i)) {
+      if (f.decision) {
+        this.engines[f.engine].core.abort(reqId(f.i));
+        this.routers[f.router].abandoned(f.bookingId!);
+      }
+      this.fail(f, 0, RUN_DEADLINE);
+    }
+    for (const w of this.waiting) w.length = 0;
+  }
+
+  private fail(f: InFlight, status: number, error: string): void {
+    this.inflight.delete(reqId(f.i));
+    this.finish({
+      index: f.i,
+      router: f.router,
+      sentAt: f.receivedAt,
+      ttftMs: null,
+      e2eMs: this.q.now - f.receivedAt,
+      status,
+      instance: f.engineId,
+      promptTokens: f.tokens.length,
+      cachedTokens: 0,
+      completionTokens: 0,
+      error,
+    });
+  }
+
+  /** A request ended (ok, failed or refused): record it and send its follow-up turns. */
+  private finish(rec: FleetRecord): void {
+    this.records[rec.index] = rec;
+    this.lastEnd = Math.max(this.lastEnd, rec.sentAt + rec.e2eMs);
+    this.done++;
+    this.input.onDone?.(this.done);
+    for (const f of this.followers.get(rec.index) ?? [])
+      this.q.push(this.q.now + this.input.requests[f].after!.thinkMs, { kind: 'send', i: f });
+  }
+
+  private output(): FleetOutput {
+    const first = this.records.reduce((a, r) => Math.min(a, r.sentAt), Infinity);
+    return {
+      records: this.records,
+      engines: this.engines.map((e) => e.tally),
+      routers: this.routers.map((r) => r.close()),
+      spanMs: this.n ? this.lastEnd - first : 0,
+      events: this.events,
+      scrapes: this.scrapes,
+      wallDecisions: this.times.output(),
+    };
+  }
 }

@@ -5,6 +5,7 @@ import type { RouterConfig } from '../config/schema.js';
 import type { EngineCore } from '../engine-sim/core/engine-core.js';
 import type { FeedbackOptions } from '../feedback/loop.js';
 import type { RequestRouting } from '../router/overrides.js';
+import type { Decision } from '../scheduler/scheduler.js';
 
 /** One client request, times already in virtual ms (arrival scaling is the caller's). */
 export interface FleetRequest {
@@ -58,6 +59,13 @@ export interface FleetInput {
   eventWire: EventWire;
   /** Replica sync delay (ms), or null: the replicas do not sync. */
   syncDelayMs: number | null;
+  /**
+   * Every this many virtual ms each engine's load gauges are scraped into every replica's
+   * EngineLoadView (engine k at phase k/N of the interval), until the last request ends; null: no
+   * scrapes (the routers' config has engine_metrics.scrape off). A scrape reads the core's state
+   * as its last pass left it (the core computes a pass at its start).
+   */
+  scrapeIntervalMs: number | null;
   /** Requests still unfinished this long after the last open-loop send fail as timed out. */
   drainTimeoutMs: number;
   /**
@@ -65,6 +73,8 @@ export interface FleetInput {
    * readings never reach the simulation. Absent: decision times are not measured.
    */
   stopwatch?: () => number;
+  /** Called after every routing decision of request i (a decision log; the decision is not to be changed). */
+  onDecision?(i: number, d: Decision, now: number): void;
   /** Called after every finished request (ok, failed or refused) with the count so far. */
   onDone?(done: number): void;
 }
@@ -124,6 +134,8 @@ export interface FleetOutput {
   spanMs: number;
   /** Discrete events processed. */
   events: number;
+  /** Engine scrapes taken (each delivered to every replica). */
+  scrapes: number;
   /**
    * Real-clock decision times (µs) in decision order, with each decision's prompt length and
    * candidate count (empty without a stopwatch). Not deterministic: kept apart from the rest.

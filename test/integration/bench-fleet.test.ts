@@ -45,6 +45,7 @@ interface Result {
     routers: RouterTally[];
     virtualS: number;
     events: number;
+    scrape: { intervalMs: number; staleMs: number; scrapes: number } | null;
   };
 }
 
@@ -78,6 +79,7 @@ describe('kvrouter bench fleet --quick', () => {
       '--gpu-blocks',
       '--request-latency-ms',
       '--spread-bursts',
+      '--scrape-interval-ms',
       '--quick',
     ])
       expect(out).toContain(flag);
@@ -87,8 +89,9 @@ describe('kvrouter bench fleet --quick', () => {
     const a = join(dir, 'a');
     const b = join(dir, 'b');
     const json = join(dir, 'report.json');
-    // random draws from the replicas' seeded generators: a leak of Math.random or the clock shows here.
-    const policies = ['--policies', 'kv,round-robin,random'];
+    // random draws from the replicas' seeded generators: a leak of Math.random or the clock shows here;
+    // gie reads the engines' scraped gauges (scrapes in virtual time).
+    const policies = ['--policies', 'kv,round-robin,random,gie'];
     const first = await runCli(['bench', 'fleet', '--quick', ...policies, '--out', a, '--json', json]);
     expect(first.code, first.stderr).toBe(0);
     const second = await runCli(['bench', 'fleet', '--quick', ...policies, '--out', b]);
@@ -101,11 +104,11 @@ describe('kvrouter bench fleet --quick', () => {
     const s = JSON.parse(sa) as Report;
     expect(s.bench).toBe('fleet');
     expect(s.wall).toBeUndefined(); // wall-clock figures stay out of the summary
-    expect(s.policies).toEqual(['kv', 'round-robin', 'random']);
+    expect(s.policies).toEqual(['kv', 'round-robin', 'random', 'gie']);
     const full = JSON.parse(readFileSync(json, 'utf8')) as Report & {
       wall: { policies: Array<{ decisionUs: { all: Dist } }> };
     };
-    expect(full.wall.policies).toHaveLength(3);
+    expect(full.wall.policies).toHaveLength(4);
     expect(full.wall.policies[0].decisionUs.all.n).toBe(s.results[0].requests.sent);
     for (const r of s.results) {
       expect(r.requests.sent).toBeGreaterThan(0);
@@ -126,10 +129,15 @@ describe('kvrouter bench fleet --quick', () => {
       for (const t of r.fleet.routers) {
         expect(t.decisions).toBe(r.requests.sent);
         expect(t.openBookings).toBe(0);
-        expect(t.index.records).toBeGreaterThan(0);
+        // (gie keeps its own per-pod LRU and inserts nothing into the index.)
+        if (r.policy !== 'gie') expect(t.index.records).toBeGreaterThan(0);
       }
     }
-    const [kv, rr, random] = s.results;
+    const [kv, rr, random, gie] = s.results;
+    // GIE's data layer: every 50 ms, stale after 2 s; scraped all through the run.
+    expect(gie.fleet.scrape).toMatchObject({ intervalMs: 50, staleMs: 2000 });
+    expect(gie.fleet.scrape!.scrapes).toBeGreaterThan(gie.fleet.virtualS * (1000 / 50) * s.config.engines * 0.9);
+    expect(kv.fleet.scrape).toBeNull();
     expect(random.fleet.balance.requests.max - random.fleet.balance.requests.min).toBeGreaterThan(1);
     // kv reads the KV events (all applied cleanly) and finds more of the cache than a rotation.
     expect(kv.fleet.routers[0].applied.ok).toBeGreaterThan(0);

@@ -63,6 +63,16 @@ export function summaryOf(r: FleetReport): FleetSummary {
   return s;
 }
 
+/** Which policies read scraped gauges, how often and how stale (null: none does). */
+function scrapeLine(d: FleetReport): string | null {
+  const on = d.results.filter((r) => r.fleet.scrape);
+  if (on.length === 0) return null;
+  const each = on
+    .map((r) => `${r.policy} every ${r.fleet.scrape!.intervalMs} ms (stale after ${r.fleet.scrape!.staleMs} ms)`)
+    .join(', ');
+  return `running, waiting and KV usage gauges (vLLM names, the router's reader) snapshotted per engine in virtual time, delivered to every replica: ${each}`;
+}
+
 function setupTable(d: FleetReport): Table {
   const c = d.config;
   return {
@@ -93,6 +103,7 @@ function setupTable(d: FleetReport): Table {
         'arrivals',
         `open loop, timestamps / ${+c.rateScale.toFixed(2)}${c.spreadBurstsMs ? `, simultaneous ones spread over ${c.spreadBurstsMs} ms first` : ''} (${d.arrivals.scheduleS.toFixed(1)} s of arrivals)${d.arrivals.followUps ? `, ${d.arrivals.followUps} follow-up turns closed-loop per session` : ''}`,
       ],
+      ['engine metrics', scrapeLine(d) ?? "not scraped (no policy here reads the engines' gauges)"],
       ['SLO (goodput)', `TTFT <= ${c.slo.ttftMs} ms and TPOT <= ${c.slo.tpotMs} ms`],
       ['machine', JSON.stringify(d.machine)],
       [

@@ -32,6 +32,8 @@ export interface FleetExtras {
   /** Virtual seconds from the first send to the last completion. */
   virtualS: number;
   events: number;
+  /** The engines' gauges scraped for the policy (engine_metrics.scrape): interval, staleness, scrapes taken; null: none. */
+  scrape: { intervalMs: number; staleMs: number; scrapes: number } | null;
 }
 
 export type FleetPolicyResult = PolicyResult & { fleet: FleetExtras };
@@ -48,7 +50,13 @@ export interface FleetWall {
   heapMiB: number;
 }
 
-export function summarizeFleet(policy: string, summary: string, out: FleetOutput, slo: Slo): FleetPolicyResult {
+export function summarizeFleet(
+  policy: string,
+  summary: string,
+  out: FleetOutput,
+  slo: Slo,
+  scrape: { intervalMs: number; staleMs: number } | null = null,
+): FleetPolicyResult {
   const samples: Sample[] = out.records.map((r) => ({
     index: r.index,
     sentAt: r.sentAt,
@@ -119,6 +127,7 @@ export function summarizeFleet(policy: string, summary: string, out: FleetOutput
     },
     virtualS: out.spanMs / 1000,
     events: out.events,
+    scrape: scrape && { ...scrape, scrapes: out.scrapes },
   };
   return { ...base, hitCheck, fleet };
 }

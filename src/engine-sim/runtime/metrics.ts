@@ -3,6 +3,7 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { CoreStats } from '../core/engine-core.js';
 import type { Admission } from '../core/scheduler.js';
+import { LOAD_GAUGES } from './load-gauges.js';
 
 const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560,
@@ -58,9 +59,7 @@ export class EngineMetrics {
         },
       });
     };
-    gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', (s) => s.running);
-    gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', (s) => s.waiting);
-    gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', (s) => s.kvUsage);
+    for (const g of LOAD_GAUGES) gauge(g.name, g.help, g.pick);
     const info = new Gauge({
       name: 'vllm:cache_config_info',
       help: 'Information of the LLMEngine CacheConfig',
