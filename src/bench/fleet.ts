@@ -15,7 +15,8 @@ import { resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
-import type { EventWire, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import type { EventWire, FleetInput, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import type { Decision } from '../scheduler/scheduler.js';
 import { applyOverrides } from '../router/overrides.js';
 import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
@@ -170,19 +171,35 @@ const OPTIONS: OptionTable = {
   'system-len': {
     type: 'string',
     arg: 'N',
-    help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words',
+    help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words; two-tenant: interactive system prompt tokens',
   },
-  'question-len': { type: 'string', arg: 'N', help: 'shared-prefix: question tokens; multi-turn: words per question' },
-  'output-len': { type: 'string', arg: 'N', help: 'shared-prefix: output tokens' },
+  'question-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'shared-prefix, two-tenant (interactive): question tokens; multi-turn: words per question',
+  },
+  'output-len': { type: 'string', arg: 'N', help: 'shared-prefix, two-tenant (interactive): output tokens' },
   rate: {
     type: 'string',
     arg: 'N',
-    help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s (before --rate-scale)',
+    help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s; two-tenant: interactive requests/s, the batch flood at 4x (before --rate-scale)',
   },
-  users: { type: 'string', arg: 'N', help: 'multi-turn, agentic: sessions' },
+  users: {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn, agentic: sessions; two-tenant: interactive requests (a quarter as many batch prompts)',
+  },
   turns: { type: 'string', arg: 'N', help: 'multi-turn, agentic: turns per session' },
-  'context-len': { type: 'string', arg: 'N', help: 'multi-turn: per-user context words; agentic: task tokens' },
-  'reply-len': { type: 'string', arg: 'N', help: 'multi-turn: reply words; agentic: reply tokens (= max_tokens)' },
+  'context-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn: per-user context words; agentic: task tokens; two-tenant: batch document tokens',
+  },
+  'reply-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn: reply words; agentic: reply tokens (= max_tokens); two-tenant: batch output tokens',
+  },
   'tool-len': { type: 'string', arg: 'N', help: 'agentic: tool-result tokens after each reply' },
   'think-ms': {
     type: 'string',
@@ -496,6 +513,7 @@ function runPolicy(
   size: Sizing,
   plan: Schedule,
   progress: Progress | null,
+  onDecision?: FleetInput['onDecision'],
 ): { result: FleetPolicyResult; wall: FleetWall; out: FleetOutput } {
   const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
   const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
@@ -522,6 +540,7 @@ function runPolicy(
     scrapeIntervalMs: scrape?.intervalMs ?? null,
     drainTimeoutMs: plan.drainTimeoutMs,
     stopwatch: () => performance.now(),
+    onDecision,
     onDone: (n) => {
       progress?.tick(n - ticked);
       ticked = n;
@@ -597,7 +616,12 @@ export interface FleetRun {
  * `bench fleet`, and of `bench leaderboard` (per scenario, load point and seed). `quiet`: no
  * progress bar or per-policy lines.
  */
-export async function simulateSetup(s: FleetSetup, quiet = false): Promise<FleetRun> {
+export async function simulateSetup(
+  s: FleetSetup,
+  quiet = false,
+  /** A decision log: every routing decision of every policy (request index, the decision, virtual ms). */
+  onDecision?: (policy: string, i: number, d: Decision, now: number) => void,
+): Promise<FleetRun> {
   const w = s.workload;
   const log = (line: string) => {
     if (!quiet) process.stderr.write(line);
@@ -619,7 +643,8 @@ export async function simulateSetup(s: FleetSetup, quiet = false): Promise<Fleet
   const outputs: FleetOutput[] = [];
   for (const p of s.policies) {
     progress?.setLabel(p.name);
-    const { result, wall, out } = runPolicy(s, p, size, plan, progress);
+    const log = onDecision ? (i: number, d: Decision, now: number) => onDecision(p.name, i, d, now) : undefined;
+    const { result, wall, out } = runPolicy(s, p, size, plan, progress, log);
     results.push(result);
     walls.push(wall);
     outputs.push(out);

@@ -2,12 +2,13 @@
 // round-robin floor, on every scenario (src/bench/leaderboard/scenarios.ts) over its load ladder and
 // several seeds. Each cell is one `bench fleet` simulation (fleetSetup + simulateSetup: the same
 // code path, summary and figures); this file only loops, reduces over seeds and writes the report.
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { intOption, numberOption, type OptionTable, parseCommand } from '../common/args.js';
 import { PEER_POLICIES, variant } from './cluster/policies.js';
 import { splitPolicies } from './cluster.js';
 import { fleetSetup, notSimulated, simulateSetup } from './fleet.js';
+import { decisionLine } from './leaderboard/decisions.js';
 import { type PolicyCell, seedFigures } from './leaderboard/figures.js';
 import {
   LEADERBOARD_NOTES,
@@ -54,6 +55,11 @@ const OPTIONS: OptionTable = {
     arg: 'S',
     help: 'requests still running this long (virtual s) after the last open-loop arrival fail (counted as failed)',
   },
+  'decision-log': {
+    type: 'string',
+    arg: 'FILE',
+    help: 'also write every routing decision (each candidate: cached blocks, load, predicted queue/prefill/TTFT, cost) as JSON lines; narrow it with --scenarios, --loads, --seeds',
+  },
   quick: {
     type: 'boolean',
     help: 'small scenarios (4 engines, a fleet of 32, one or two load points): a few minutes at most',
@@ -97,6 +103,11 @@ export async function run(argv: string[]): Promise<number> {
   if (loads?.some((x) => !(x > 0))) throw new Error('--loads: positive numbers');
   const slo = { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') };
   const drain = String(intOption(v, 'drain-timeout'));
+  const decisionLog = typeof v['decision-log'] === 'string' ? v['decision-log'] : null;
+  if (decisionLog) {
+    mkdirSync(dirname(decisionLog), { recursive: true });
+    writeFileSync(decisionLog, '');
+  }
   const runnable = policies.filter((p) => notSimulated(p) === null);
   const skipped = new Map(policies.filter((p) => notSimulated(p) !== null).map((p) => [p.name, notSimulated(p)!]));
   for (const [name, why] of skipped) process.stderr.write(`policy ${name}: not run (${why})\n`);
@@ -150,10 +161,20 @@ export async function run(argv: string[]): Promise<number> {
         ]);
         try {
           const w = setup.workload;
-          const { summary, outputs } = await simulateSetup(setup, true);
+          const lines: string[] = [];
+          const { summary, outputs } = await simulateSetup(
+            setup,
+            true,
+            decisionLog
+              ? (policy, i, d, now) => lines.push(decisionLine({ scenario: sc.name, load, seed, policy }, i, d, now))
+              : undefined,
+          );
+          if (decisionLog && lines.length) appendFileSync(decisionLog, lines.join('\n') + '\n');
           if (!described)
             described = `${w.description}; oracle hit rate ${(100 * summary.oracle.hitRate).toFixed(1)} %, ${summary.config.engines} engines x ${summary.config.numGpuBlocks} GPU blocks`;
-          const tenants = [...new Set(w.requests.map((r) => r.tenant).filter((t): t is string => t !== undefined))];
+          const tenants = [
+            ...new Set(w.requests.map((r) => r.tenant).filter((t): t is string => t !== undefined)),
+          ].sort();
           if (tenants.length > res.tenants.length) res.tenants = tenants;
           summary.results.forEach((r, k) => {
             const cell = cells.find((c) => c.policy === r.policy)!;

@@ -53,7 +53,7 @@ export function verdictTable(s: LeaderboardSummary): Table {
   const rows: Table['rows'] = [];
   for (const sc of s.scenarios) {
     if (sc.notRun) {
-      rows.push([sc.name, 'n/a', 'not run', sc.notRun, '', '', '', '']);
+      rows.push([sc.name, 'n/a', `not run: ${sc.notRun}`, '', '', '', '', '']);
       continue;
     }
     for (const p of sc.points) {
