@@ -51,29 +51,40 @@ export const SCENARIOS: readonly Scenario[] = [
       '--engines',
       '4',
     ],
-    ladder: { flag: 'rate', unit: 'requests/s', full: [8, 24, 48, 96], quick: [8, 48] },
+    ladder: { flag: 'rate', unit: 'requests/s', full: [8, 32, 64, 128], quick: [8, 48] },
     missing: always,
   },
   {
     name: 'multi-turn',
-    title: "multi-turn chat (the project's generator): 128 sessions x 6 turns through the chat template",
-    full: ['--workload', 'multi-turn', '--users', '128', '--engines', '8'],
+    title: "multi-turn chat (the project's generator): 64 sessions x 6 turns through the chat template",
+    full: ['--workload', 'multi-turn', '--users', '64', '--engines', '8'],
     quick: ['--workload', 'multi-turn', '--users', '16', '--engines', '4'],
-    ladder: { flag: 'rate-scale', unit: 'x arrival rate', full: [2, 8], quick: [4] },
+    ladder: { flag: 'rate-scale', unit: 'x arrival rate', full: [4], quick: [4] },
     missing: always,
   },
   {
     name: 'agentic',
-    title: 'agentic tool loop: 128 sessions x 12 short turns over a growing context, tool-call gaps',
-    full: ['--workload', 'agentic', '--users', '128', '--engines', '8'],
+    title: 'agentic tool loop: 64 sessions x 12 short turns over a growing context, tool-call gaps',
+    full: ['--workload', 'agentic', '--users', '64', '--engines', '8'],
     quick: ['--workload', 'agentic', '--users', '16', '--engines', '4'],
-    ladder: { flag: 'rate-scale', unit: 'x arrival rate', full: [2, 8], quick: [4] },
+    ladder: { flag: 'rate-scale', unit: 'x arrival rate', full: [4], quick: [4] },
     missing: always,
   },
   {
     name: 'mooncake-conversation',
-    title: 'Mooncake conversation trace (1,000 requests, bursts spread over 3 s)',
-    full: ['--workload', 'mooncake', '--requests', '1000', '--spread-bursts', '3000', '--engines', '8'],
+    title: 'Mooncake conversation trace (300 requests, whole conversations sampled, bursts spread over 3 s)',
+    full: [
+      '--workload',
+      'mooncake',
+      '--requests',
+      '300',
+      '--sample',
+      '0.3',
+      '--spread-bursts',
+      '3000',
+      '--engines',
+      '8',
+    ],
     quick: [
       '--workload',
       'mooncake',
@@ -94,7 +105,7 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'mooncake-toolagent',
     title: 'Mooncake tool-agent trace',
-    full: ['--workload', 'mooncake', '--trace', TOOLAGENT_TRACE, '--requests', '1000', '--engines', '8'],
+    full: ['--workload', 'mooncake', '--trace', TOOLAGENT_TRACE, '--requests', '300', '--engines', '8'],
     quick: ['--workload', 'mooncake', '--trace', TOOLAGENT_TRACE, '--requests', '120', '--engines', '4'],
     ladder: { flag: 'rate-per-engine', unit: 'requests/s per engine', full: [1, 2, 4], quick: [2] },
     missing: present(TOOLAGENT_TRACE),
@@ -110,13 +121,13 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'two-tenant-fleet',
     title: 'two tenants at fleet scale: 256 engines behind 4 router replicas (synced, 5 ms)',
-    // 32x the interactive load of `two-tenant` on 32x the engines, shorter batch documents so that
-    // 256 engines' caches fit in memory.
+    // 32x the interactive rate of `two-tenant` on 32x the engines, over a shorter run (1,500
+    // requests), shorter batch documents so that 256 engines' caches fit in memory and time.
     full: [
       '--workload',
       'two-tenant',
       '--users',
-      '4800',
+      '1200',
       '--rate',
       '128',
       '--context-len',
@@ -148,7 +159,7 @@ export const SCENARIOS: readonly Scenario[] = [
       '--event-wire',
       'values',
     ],
-    ladder: { flag: 'rate-scale', unit: 'x arrival rate', full: [1, 2], quick: [2] },
+    ladder: { flag: 'rate-scale', unit: 'x arrival rate', full: [2], quick: [2] },
     missing: always,
   },
 ];
