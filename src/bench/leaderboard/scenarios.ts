@@ -51,7 +51,7 @@ export const SCENARIOS: readonly Scenario[] = [
       '--engines',
       '4',
     ],
-    ladder: { flag: 'rate', unit: 'requests/s', full: [8, 32, 64, 128], quick: [8, 48] },
+    ladder: { flag: 'rate', unit: 'requests/s', full: [16, 48, 128], quick: [8, 48] },
     missing: always,
   },
   {
