@@ -16,7 +16,8 @@ import { resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
-import type { EventWire, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import type { EventWire, FleetInput, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
+import type { Decision } from '../scheduler/scheduler.js';
 import { applyOverrides } from '../router/overrides.js';
 import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
@@ -182,19 +183,35 @@ const OPTIONS: OptionTable = {
   'system-len': {
     type: 'string',
     arg: 'N',
-    help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words',
+    help: 'shared-prefix / agentic: shared prefix tokens; multi-turn: system prompt words; two-tenant: interactive system prompt tokens',
   },
-  'question-len': { type: 'string', arg: 'N', help: 'shared-prefix: question tokens; multi-turn: words per question' },
-  'output-len': { type: 'string', arg: 'N', help: 'shared-prefix: output tokens' },
+  'question-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'shared-prefix, two-tenant (interactive): question tokens; multi-turn: words per question',
+  },
+  'output-len': { type: 'string', arg: 'N', help: 'shared-prefix, two-tenant (interactive): output tokens' },
   rate: {
     type: 'string',
     arg: 'N',
-    help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s (before --rate-scale)',
+    help: 'shared-prefix: requests/s; multi-turn, agentic: new sessions/s; two-tenant: interactive requests/s, the batch flood at 4x (before --rate-scale)',
   },
-  users: { type: 'string', arg: 'N', help: 'multi-turn, agentic: sessions' },
+  users: {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn, agentic: sessions; two-tenant: interactive requests (a quarter as many batch prompts)',
+  },
   turns: { type: 'string', arg: 'N', help: 'multi-turn, agentic: turns per session' },
-  'context-len': { type: 'string', arg: 'N', help: 'multi-turn: per-user context words; agentic: task tokens' },
-  'reply-len': { type: 'string', arg: 'N', help: 'multi-turn: reply words; agentic: reply tokens (= max_tokens)' },
+  'context-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn: per-user context words; agentic: task tokens; two-tenant: batch document tokens',
+  },
+  'reply-len': {
+    type: 'string',
+    arg: 'N',
+    help: 'multi-turn: reply words; agentic: reply tokens (= max_tokens); two-tenant: batch output tokens',
+  },
   'tool-len': { type: 'string', arg: 'N', help: 'agentic: tool-result tokens after each reply' },
   'think-ms': {
     type: 'string',
@@ -262,8 +279,23 @@ export interface FleetSetup {
 function fleetPolicies(v: ParsedOptions, quick: boolean): PolicyVariant[] {
   const names = typeof v.policies === 'string' ? splitPolicies(v.policies) : quick ? QUICK_POLICIES : ['kv'];
   const policies = names.map(variant);
-  for (const p of policies) if (p.pd) throw new Error(`policy ${p.name}: disaggregated variants are not simulated`);
+  for (const p of policies) {
+    const why = notSimulated(p);
+    if (why) throw new Error(`policy ${p.name}: ${why}`);
+  }
   return policies;
+}
+
+/** Why a policy variant cannot run in the simulator (null: it can). */
+export function notSimulated(p: PolicyVariant): string | null {
+  return p.pd ? 'disaggregated variants are not simulated' : null;
+}
+
+/** `bench fleet` flags parsed and resolved (workload built, prompts ready), as the command does. */
+export async function fleetSetup(argv: string[]): Promise<FleetSetup> {
+  const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) throw new Error(`bench fleet: bad arguments ${argv.join(' ')}`);
+  return prepare(parsed.values, argv);
 }
 
 async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
@@ -507,7 +539,8 @@ function runPolicy(
   p: PolicyVariant,
   size: Sizing,
   plan: Schedule,
-  progress: Progress,
+  progress: Progress | null,
+  onDecision?: FleetInput['onDecision'],
 ): { result: FleetPolicyResult; wall: FleetWall; out: FleetOutput } {
   const ids = Array.from({ length: s.engines }, (_, i) => `e${i}`);
   const cores = engineCores(s, size.numGpuBlocks, size.numCpuBlocks);
@@ -534,8 +567,9 @@ function runPolicy(
     scrapeIntervalMs: scrape?.intervalMs ?? null,
     drainTimeoutMs: plan.drainTimeoutMs,
     stopwatch: () => performance.now(),
+    onDecision,
     onDone: (n) => {
-      progress.tick(n - ticked);
+      progress?.tick(n - ticked);
       ticked = n;
     },
   });
@@ -596,6 +630,58 @@ function fleetSummary(
   };
 }
 
+/** What one `bench fleet` invocation simulated: the deterministic summary, each policy's raw output and wall figures. */
+export interface FleetRun {
+  summary: FleetSummary;
+  outputs: FleetOutput[];
+  walls: FleetWall[];
+  /** Wall seconds of the oracle and sizing (part of a report's preparation time). */
+  oracleSeconds: number;
+}
+
+/**
+ * Every policy of the setup over its workload, each on fresh engines and routers: the one path of
+ * `bench fleet`, and of `bench leaderboard` (per scenario, load point and seed). `quiet`: no
+ * progress bar or per-policy lines.
+ */
+export async function simulateSetup(
+  s: FleetSetup,
+  quiet = false,
+  /** A decision log: every routing decision of every policy (request index, the decision, virtual ms). */
+  onDecision?: (policy: string, i: number, d: Decision, now: number) => void,
+): Promise<FleetRun> {
+  const w = s.workload;
+  const log = (line: string) => {
+    if (!quiet) process.stderr.write(line);
+  };
+  log(`workload: ${w.description}\n`);
+  const t0 = performance.now();
+  const orc = await oracle(w, s.blockSize);
+  const size = engineSizing(s, orc);
+  const plan = schedule(s);
+  log(
+    `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
+      `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
+  );
+  warnHeap(s, size);
+  const oracleSeconds = (performance.now() - t0) / 1000;
+  const progress = quiet ? null : new Progress(w.requests.length * s.policies.length, '');
+  const results: FleetPolicyResult[] = [];
+  const walls: FleetWall[] = [];
+  const outputs: FleetOutput[] = [];
+  for (const p of s.policies) {
+    progress?.setLabel(p.name);
+    const log = onDecision ? (i: number, d: Decision, now: number) => onDecision(p.name, i, d, now) : undefined;
+    const { result, wall, out } = runPolicy(s, p, size, plan, progress, log);
+    results.push(result);
+    walls.push(wall);
+    outputs.push(out);
+    progress?.log(policyLine(result, wall, orc));
+  }
+  progress?.finish();
+  return { summary: fleetSummary(s, orc, size, plan, results), outputs, walls, oracleSeconds };
+}
+
 async function runParsed(
   v: ParsedOptions,
   argv: string[],
@@ -604,34 +690,11 @@ async function runParsed(
   const t0 = performance.now();
   const s = await prepare(v, argv);
   try {
-    const w = s.workload;
-    process.stderr.write(`workload: ${w.description}\n`);
-    const orc = await oracle(w, s.blockSize);
-    const size = engineSizing(s, orc);
-    const plan = schedule(s);
-    process.stderr.write(
-      `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
-        `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
-    );
-    warnHeap(s, size);
-    const prepareSeconds = (performance.now() - t0) / 1000;
-    const progress = new Progress(w.requests.length * s.policies.length, '');
-    const results: FleetPolicyResult[] = [];
-    const walls: FleetWall[] = [];
-    // One line per request, as bench cluster's samples.jsonl (virtual ms).
-    const perRequest: string[] = [];
-    for (const p of s.policies) {
-      progress.setLabel(p.name);
-      const { result, wall, out } = runPolicy(s, p, size, plan, progress);
-      for (const rec of out.records)
-        perRequest.push(JSON.stringify({ policy: p.name, rateScale: plan.rateScale, ...rec }));
-      results.push(result);
-      walls.push(wall);
-      progress.log(policyLine(result, wall, orc));
-    }
-    progress.finish();
+    const prepared = (performance.now() - t0) / 1000;
+    const { summary, outputs, walls, oracleSeconds } = await simulateSetup(s);
+    const prepareSeconds = prepared + oracleSeconds;
     const report: FleetReport = {
-      ...fleetSummary(s, orc, size, plan, results),
+      ...summary,
       args: s.argv,
       machine: machine(),
       date: new Date().toISOString(),
@@ -643,6 +706,11 @@ async function runParsed(
       },
     };
     const dir = writeFleetReport(report, outDir ?? (typeof v.out === 'string' ? v.out : undefined));
+    // One line per request, as bench cluster's samples.jsonl (virtual ms).
+    const rateScale = summary.config.rateScale;
+    const perRequest = outputs.flatMap((out, k) =>
+      out.records.map((rec) => JSON.stringify({ policy: summary.policies[k], rateScale, ...rec })),
+    );
     writeFileSync(join(dir, 'samples.jsonl'), perRequest.join('\n') + '\n');
     if (typeof v.json === 'string') {
       mkdirSync(dirname(v.json), { recursive: true });

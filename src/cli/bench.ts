@@ -22,6 +22,11 @@ const BENCHES: Record<string, { summary: string; load: () => Promise<{ run: (arg
         'N simulated engines x R router replicas in virtual time: TTFT, goodput, hit rate vs oracle, balance, decision time',
       load: () => import('../bench/fleet.js'),
     },
+    leaderboard: {
+      summary:
+        "kvrouter's default against the peers' default routing algorithms: scenarios x load ladder x seeds on the fleet simulator",
+      load: () => import('../bench/leaderboard.js'),
+    },
     sweep: {
       summary: 'a workload over a grid of routing options and arrival rates; prints the best point',
       load: () => import('../bench/sweep.js'),

@@ -40,6 +40,10 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       "time cost model: milliseconds per KV block the instance's in-flight requests would hold with this one (a bigger batch takes longer decode steps; Dynamo's decode term in time). 0 leaves decode memory out.",
       { min: 0, max: 100, ...d(0) },
     ),
+    recompute_weight: num(
+      "time cost model: weight of the request's own uncached prefill counted once more in a candidate's cost, as work that the requests queued after it there wait for too; a candidate without the cached prefix then wins only by saving more than (1 + weight) x the prefill it adds. 0 leaves it out.",
+      { min: 0, max: 100, ...d(0) },
+    ),
     prefix_affinity: num(
       'time cost model, temperature 0: candidates holding the same cached prefix as the cheapest and within this fraction of its own prefill time of it count as equals, and the request goes to the one its next blocks hash to, so requests sharing a new prefix meet on one instance before KV events confirm it. 0 disables.',
       { min: 0, max: 100, ...d(0.5) },

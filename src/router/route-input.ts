@@ -56,6 +56,7 @@ export function routeFields(p: RouteSource, cfg: RouterConfig, deps: EngineLoadS
         trackActiveBlocks: r.track_active_blocks,
         decodeInterference: r.decode_interference,
         decodeBlockMs: r.decode_block_ms,
+        recomputeWeight: r.recompute_weight,
       },
       temperature: r.temperature,
       ratePrior: { tokensPerS: r.prefill_tokens_per_s, overheadMs: r.prefill_overhead_ms },

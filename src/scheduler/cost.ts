@@ -17,7 +17,9 @@
 //   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
 //                stalls every running decode, its fixed cost included: short tails are not free)
 //   decode     = decode_block_ms x (active_blocks + new_blocks)   (optional, 0 by default)
-//   cost       = ttft + interfere + decode                   (overlap_weight is the blocks model's)
+//   recompute  = recompute_weight x uncached_tokens x ms_per_token   (optional, 0 by default: the
+//                prefill it adds delays what queues after it there too)
+//   cost       = ttft + interfere + decode + recompute       (overlap_weight is the blocks model's)
 // Blocks add prefill compute to decode memory as if they cost the same: under load an instance
 // holding a 6,000-token prefix loses to one with a shorter batch. Time compares like with like.
 // Unlike Dynamo, a block reachable both from a lower own tier and from the shared pool is credited
@@ -48,6 +50,11 @@ export interface CostWeights {
    * bigger batch takes longer decode steps); 0 leaves decode memory out, as by default.
    */
   decodeBlockMs?: number;
+  /**
+   * time model: this request's own uncached prefill counted once more, as work the requests queued
+   * after it on that instance wait for too; 0 (the default) leaves it out.
+   */
+  recomputeWeight?: number;
 }
 
 /**
@@ -141,8 +148,11 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;
   const ttftMs = queueMs + prefillMs;
   const decodeMs = w.trackActiveBlocks && w.decodeBlockMs ? w.decodeBlockMs * (c.activeBlocks + c.newBlocks) : 0;
+  const recomputeMs = (w.recomputeWeight ?? 0) * ownMs;
   const value =
-    w.model === 'time' ? ttftMs + interferenceMs + decodeMs : w.overlapWeight * prefillBlocks + decodeBlocks;
+    w.model === 'time'
+      ? ttftMs + interferenceMs + decodeMs + recomputeMs
+      : w.overlapWeight * prefillBlocks + decodeBlocks;
   return {
     creditedBlocks: credited,
     prefillBlocks,

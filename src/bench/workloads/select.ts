@@ -6,9 +6,10 @@ import { agenticWorkload } from './agentic.js';
 import { mooncakeWorkload } from './mooncake.js';
 import { multiTurnWorkload } from './multi-turn.js';
 import { sharedPrefixWorkload } from './shared-prefix.js';
+import { twoTenantWorkload } from './two-tenant.js';
 import type { Workload } from './types.js';
 
-export const WORKLOADS = ['mooncake', 'shared-prefix', 'multi-turn', 'agentic'] as const;
+export const WORKLOADS = ['mooncake', 'shared-prefix', 'multi-turn', 'agentic', 'two-tenant'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 /** The Mooncake conversation trace committed under bench/traces/ (source and license in its README). */
@@ -62,6 +63,26 @@ export async function buildWorkload(f: WorkloadFlags): Promise<Workload> {
       questionLen: k('question-len', 600, 300),
       outputLen: f.maxOutputTokens ?? k('output-len', 128, 32),
       rate: k('rate', 8, 8),
+      seed: f.seed,
+    });
+    return f.requests ? { ...w, requests: w.requests.slice(0, f.requests) } : w;
+  }
+  if (f.workload === 'two-tenant') {
+    const interactive = k('users', 600, 120);
+    const rate = k('rate', 4, 4);
+    const w = twoTenantWorkload({
+      interactive,
+      // A quarter as many batch prompts, arriving at four times the interactive rate: a flood.
+      batch: Math.round(interactive / 4),
+      rate,
+      batchRate: 4 * rate,
+      apps: 8,
+      systemLen: k('system-len', 1000, 1000),
+      questionLen: k('question-len', 100, 100),
+      outputLen: k('output-len', 64, 32),
+      instructionLen: 500,
+      documentLen: k('context-len', 8000, 4000),
+      batchOutputLen: f.maxOutputTokens ?? k('reply-len', 256, 64),
       seed: f.seed,
     });
     return f.requests ? { ...w, requests: w.requests.slice(0, f.requests) } : w;

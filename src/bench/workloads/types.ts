@@ -13,6 +13,8 @@ export interface BenchRequest {
   maxTokens: number;
   /** Sent as the router's session header (used by the `session` policy). */
   sessionKey: string | null;
+  /** The tenant (request class) it belongs to, for per-class figures (two-tenant; absent: one class). */
+  tenant?: string;
 }
 
 export interface Workload {
