@@ -17,7 +17,7 @@
 //   interfere  = decode_interference x decoding_requests x prefill   (the pass that prefills it
 //                stalls every running decode, its fixed cost included: short tails are not free)
 //   decode     = decode_block_ms x (active_blocks + new_blocks)   (optional, 0 by default)
-//   recompute  = recompute_weight x uncached_tokens x ms_per_token   (optional, 0 by default: the
+//   recompute  = recompute_weight x own                      (optional, 0 by default: the
 //                prefill it adds delays what queues after it there too)
 //   cost       = ttft + interfere + decode + recompute       (overlap_weight is the blocks model's)
 // Blocks add prefill compute to decode memory as if they cost the same: under load an instance

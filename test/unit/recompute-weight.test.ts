@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { cost, type CostWeights } from '../../src/scheduler/cost.js';
 
-const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0 };
+const RATE = { msPerToken: 0.05, overheadMs: 20, msPerDecoding: 0, msPerAttention: 0, msPerDecodingContext: 0 };
 const W: CostWeights = {
   model: 'time',
   overlapWeight: 1,
