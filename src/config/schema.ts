@@ -52,6 +52,10 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       "time cost model (kv, approx): bounded load. A candidate whose in-flight requests would exceed this factor x the mean over the model's instances keeps a request only if its cached prefix saves at least half of the prefill on the cheapest candidate within the bound (a conversation's own history does; a shared system prompt usually does not), so the holders of a popular prefix do not fill up while another instance idles. 0 disables.",
       { min: 0, max: 100, ...d(1.25) },
     ),
+    load_bound_unique: bool(
+      "time cost model (kv, approx), with load_bound: judge a candidate over the bound by the cached prefix only it holds, beyond what the next best candidate also holds. A prefix several instances hold (a shared system prompt) is one every instance can cheaply take on, so it does not keep a new session on a loaded holder; a conversation's own history, held by one instance, still does.",
+      d(false),
+    ),
     engine_waiting_weight: num(
       "With engine_metrics.scrape: weight of requests an engine reports waiting beyond the router's bookings, each counted as queued prefill of the mean booked prompt (0 ignores them).",
       { min: 0, max: 100, ...d(1) },

@@ -58,6 +58,8 @@ export interface RouteInput {
    * mean keeps the request only if its cache saves at least half of the prefill elsewhere. 0 = off.
    */
   loadBound?: number;
+  /** Bounded load judges an over-bound candidate by the prefix only it holds (beyond the next best candidate's). */
+  loadBoundUnique?: boolean;
   /**
    * Credit only the part of a GPU prefix that survives the prefill queued ahead on that instance
    * (its LRU order and size as the event stream shows them): a prefix about to be evicted is worth less.
@@ -391,6 +393,7 @@ export class Scheduler {
       prefixAffinity: input.prefixAffinity ?? 0,
       affinityBlocks: input.affinityBlocks ?? 4,
       loadBound: input.loadBound ?? 0,
+      loadBoundUnique: input.loadBoundUnique ?? false,
       seq,
       tokens: input.tokens ?? null,
       isl,

@@ -74,6 +74,7 @@ function context<S>(spec: PolicySpec<string, S>, state: S, over: Partial<PolicyC
     prefixAffinity: 0,
     affinityBlocks: 4,
     loadBound: 0,
+    loadBoundUnique: false,
     seq: new BigUint64Array(0),
     tokens: null,
     isl: 0,

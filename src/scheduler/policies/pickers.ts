@@ -66,7 +66,7 @@ export const byCostWithAffinity: Picker = (c, ctx) => {
   // is co-location's to place (bounded by its own slack), and moving its siblings would scatter them.
   if (i >= 0 && ctx.loadBound > 0 && c.length > 1 && c[i].creditedBlocks > 0) {
     cap = loadCap(c, ctx.loadBound);
-    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap);
+    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap, ctx.loadBoundUnique);
   }
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
@@ -111,15 +111,21 @@ function loadCap(c: readonly CandidateScore[], factor: number): number {
  * there, so the popular prefix's holders fill up while an instance without it idles. Over the cap,
  * the pick keeps the request only if its cache saves at least half of the prefill the cheapest
  * candidate within the cap would do (a conversation's own history, a long shared document);
- * otherwise that candidate takes it.
+ * otherwise that candidate takes it. `unique`: the saving counts only the prefix the pick alone
+ * holds, beyond the next best candidate's (loaded or not): a system prompt several instances
+ * already hold is one any instance takes on for the price of one prefill, so it does not keep a new
+ * session on a loaded holder; a conversation's history, held by one instance, still does.
  */
-function withinBound(c: readonly CandidateScore[], i: number, cap: number): number {
+function withinBound(c: readonly CandidateScore[], i: number, cap: number, unique: boolean): number {
   let u = -1;
+  let next = Infinity;
   for (let k = 0; k < c.length; k++) {
     if (c[k].load.activeRequests + 1 <= cap && (u < 0 || c[k].cost < c[u].cost)) u = k;
+    if (k !== i && c[k].prefillMs < next) next = c[k].prefillMs;
   }
   if (u < 0) return i;
-  return c[u].prefillMs - c[i].prefillMs >= 0.5 * c[u].prefillMs ? i : u;
+  const elsewhere = unique ? Math.min(next, c[u].prefillMs) : c[u].prefillMs;
+  return elsewhere - c[i].prefillMs >= 0.5 * c[u].prefillMs ? i : u;
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */

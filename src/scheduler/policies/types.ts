@@ -53,6 +53,8 @@ export interface PolicyContext<S = unknown> {
    * the cheapest one within the bound unless its cache saves at least half of the prefill there. 0 = off.
    */
   loadBound: number;
+  /** Bounded load counts only the prefix the over-bound candidate alone holds (beyond the next best one's). */
+  loadBoundUnique: boolean;
   /** The request's seq hashes (names its prefixes). */
   seq: BigUint64Array;
   /** The prompt's token ids (null unless the router has them: `needs.tokens`, or precomputed seq hashes only). */
