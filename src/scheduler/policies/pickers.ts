@@ -124,8 +124,8 @@ function withinBound(c: readonly CandidateScore[], i: number, cap: number, uniqu
     if (k !== i && c[k].prefillMs < next) next = c[k].prefillMs;
   }
   if (u < 0) return i;
-  const elsewhere = unique ? Math.min(next, c[u].prefillMs) : c[u].prefillMs;
-  return elsewhere - c[i].prefillMs >= 0.5 * c[u].prefillMs ? i : u;
+  const elsewhere = unique ? next : c[u].prefillMs;
+  return elsewhere - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */
