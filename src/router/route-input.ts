@@ -63,6 +63,7 @@ export function routeFields(p: RouteSource, cfg: RouterConfig, deps: EngineLoadS
       // The slack is in milliseconds: only the time model's costs are.
       prefixAffinity: r.cost_model === 'time' ? r.prefix_affinity : 0,
       affinityBlocks: r.affinity_blocks,
+      affinityAny: r.prefix_affinity_any,
       // Dynamo's block cost stays Dynamo's: the bound compares prefill times.
       loadBound: r.cost_model === 'time' ? r.load_bound : 0,
       loadBoundUnique: r.load_bound_unique,

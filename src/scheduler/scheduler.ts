@@ -53,6 +53,8 @@ export interface RouteInput {
   prefixAffinity?: number;
   /** How many blocks past the cached prefix name the new prefix for co-location. */
   affinityBlocks?: number;
+  /** Co-location's equals need only be within the slack, whatever cached prefix they credit. */
+  affinityAny?: boolean;
   /**
    * Bounded load (kv/approx): a candidate whose in-flight requests would exceed this factor x the
    * mean keeps the request only if its cache saves at least half of the prefill elsewhere. 0 = off.
@@ -392,6 +394,7 @@ export class Scheduler {
       target: input.target ?? null,
       prefixAffinity: input.prefixAffinity ?? 0,
       affinityBlocks: input.affinityBlocks ?? 4,
+      affinityAny: input.affinityAny ?? false,
       loadBound: input.loadBound ?? 0,
       loadBoundUnique: input.loadBoundUnique ?? false,
       seq,

@@ -78,7 +78,12 @@ export const byCostWithAffinity: Picker = (c, ctx) => {
   let top = hrw(key, best);
   for (let k = 0; k < c.length; k++) {
     const x = c[k];
-    if (k === i || x.cost > limit || x.creditedBlocks !== best.creditedBlocks || x.load.activeRequests + 1 > cap)
+    if (
+      k === i ||
+      x.cost > limit ||
+      (!ctx.affinityAny && x.creditedBlocks !== best.creditedBlocks) ||
+      x.load.activeRequests + 1 > cap
+    )
       continue;
     // While the cheapest has no prefill queued, neither has the pick: at light load a cold prefill
     // waiting for another is the tail, and its siblings find it by its booking wherever it goes.

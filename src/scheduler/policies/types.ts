@@ -48,6 +48,8 @@ export interface PolicyContext<S = unknown> {
   /** Sibling co-location slack (fraction of the cheapest candidate's prefill time; 0 = off). */
   prefixAffinity: number;
   affinityBlocks: number;
+  /** Co-location's equals need only be within the slack, whatever cached prefix they credit. */
+  affinityAny: boolean;
   /**
    * Bounded load: a candidate whose in-flight requests would exceed this factor x the mean loses to
    * the cheapest one within the bound unless its cache saves at least half of the prefill there. 0 = off.
