@@ -50,7 +50,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
     ),
     prefix_affinity_any: bool(
       "time cost model, with prefix_affinity: the equals co-location chooses among need not credit the same cached prefix as the cheapest, only be within its slack. A prefix that saves less than the slack (a short shared instruction before a long document) then does not draw every such request to its holder: router replicas, which see each other's bookings only after the sync delay, spread them by the request's own blocks instead of herding onto one idle holder.",
-      d(false),
+      d(true),
     ),
     load_bound: num(
       "time cost model (kv, approx): bounded load. A candidate whose in-flight requests would exceed this factor x the mean over the model's instances keeps a request only if its cached prefix saves at least half of the prefill on the cheapest candidate within the bound (a conversation's own history does; a shared system prompt usually does not), so the holders of a popular prefix do not fill up while another instance idles. 0 disables.",
