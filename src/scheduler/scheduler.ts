@@ -409,7 +409,7 @@ export class Scheduler {
   book(d: Decision, ns: NamespaceId, opts: BookOptions): Booking {
     const c = d.chosen;
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
-    const prefill = opts.prefillTokens ?? Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
+    const prefill = opts.prefillTokens ?? Math.max(0, Math.round(d.isl - c.creditedBlocks * d.blockSize)); // whole tokens: a fractional tier credit would make replica sync refuse the add
     const context = Math.max(0, Math.round(d.isl - prefill)); // (a whole token count: replica sync sends integers)
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model, context);
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
