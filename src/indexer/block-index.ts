@@ -76,6 +76,7 @@ export class BlockIndex extends IndexWalk {
       this.recEng.byteLength +
       this.runLen.byteLength +
       this.runRefs.byteLength +
+      this.hot.byteLength +
       this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
     return {
       blocks: this.table.size,

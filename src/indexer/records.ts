@@ -6,6 +6,7 @@
 // they keep the row signature, the holder's list and count, the run and the engine map in step.
 // See README.md (module map).
 import { HolderTable } from './holders.js';
+import { HotBlocks } from './hot-blocks.js';
 import {
   EM,
   grow,
@@ -48,6 +49,8 @@ export abstract class RecordTable extends HolderTable {
   protected recFree = NONE;
   protected recTop = 0;
   protected liveRecords = 0;
+  /** Contiguous copies of the records of blocks with many holders (the walk's seeds read them). */
+  protected hot = new HotBlocks();
 
   constructor(
     initialBlocks: number,
@@ -90,6 +93,8 @@ export abstract class RecordTable extends HolderTable {
   /** A stored-again record joins the run of its latest store (which holds it newest-first, too). */
   protected moveToRun(r: number, run: number, pos: number): void {
     const rec = this.rec;
+    if (rec[r * R + R_RUN] !== run || rec[r * R + R_POS] !== pos)
+      this.hot.invalidate(rec[r * R + R_LO], rec[r * R + R_HI]);
     if (rec[r * R + R_RUN] !== run) {
       this.runRefs[run]++;
       this.leaveRun(r);
@@ -276,6 +281,7 @@ export abstract class RecordTable extends HolderTable {
     const rec = this.rec;
     const o = r * R;
     const tbl = this.table.data;
+    this.hot.invalidate(lo, hi);
     rec[o + R_LO] = lo;
     rec[o + R_HI] = hi;
     rec[o + R_HOLDER] = holder;
@@ -328,6 +334,7 @@ export abstract class RecordTable extends HolderTable {
     const holder = rec[o + R_HOLDER];
     const h = this.holders[holder];
     const slot = this.table.find(lo, hi);
+    this.hot.invalidate(lo, hi);
     const tbl = this.table.data;
     const headAt = slot * T + T_HEAD;
     // unlink from the entry's singly linked list

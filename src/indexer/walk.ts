@@ -3,6 +3,7 @@
 // prefix). Scratch arrays are indexed by candidate id and holder id and stamped with the query id,
 // so a query clears nothing; the walk sizes them itself. See README.md (module map).
 import { grow, hashView, NONE, R, R_HOLDER, R_NEXT_E, R_POS, R_RUN, recordMix, T, T_HEAD, T_SIG } from './layout.js';
+import { HB, HOT_MIN_RECORDS } from './hot-blocks.js';
 import { TIER_BIT } from './tiers.js';
 import { IndexWrites } from './writes.js';
 
@@ -15,6 +16,8 @@ const Q = 4;
 const GPU = TIER_BIT.GPU;
 const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
 const TOUCH_WINDOW = 64;
+/** Tables up to this size (a typical L2 cache) are walked without prefetching. */
+const PREFETCH_MIN_BYTES = 1 << 20;
 /** A level still extending (its depth is fixed when it stops). */
 const EXT = -1;
 
@@ -256,7 +259,9 @@ export abstract class IndexWalk extends IndexWrites {
     }
     const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
     const tbl = table.data;
-    this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
+    // A table that fits in cache gains nothing from prefetching (it only hashes every block twice).
+    const prefetch = table.byteLength > PREFETCH_MIN_BYTES;
+    if (prefetch) this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
     let slot = table.find(sv[0], sv[1]);
     if (slot === NONE) return 0;
     this.seedBlock(slot, 0, n, now, qid, limit, stamped);
@@ -271,7 +276,7 @@ export abstract class IndexWalk extends IndexWrites {
     for (; i < n; i++) {
       // Window by window, pull the next blocks' rows into cache ahead of the walk (one cache miss
       // per block otherwise bounds a long query); a walk that stops early wastes at most a window.
-      if ((i & (TOUCH_WINDOW - 1)) === 0) this.sink ^= table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
+      if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0) this.sink ^= table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
       slot = table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) break;
       const sig = tbl[slot * T + T_SIG];
@@ -369,8 +374,28 @@ export abstract class IndexWalk extends IndexWrites {
     let nodes = this.qNodes;
     let k = this.qNodeN;
     let shared = 0;
-    for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
-      const h = rec[r * R + R_HOLDER];
+    // A hot block's records are read from their contiguous copy, in list order; others through the list.
+    const tbl = this.table.data;
+    const lo = tbl[slot * T];
+    const hi = tbl[slot * T + 1];
+    const e = this.hot.find(lo, hi);
+    const rows = e < 0 ? null : this.hot.data(e);
+    const m = e < 0 ? 0 : this.hot.size(e);
+    let j = 0;
+    let r = rows ? rows[0] : tbl[slot * T + T_HEAD];
+    while (r !== NONE) {
+      let h: number;
+      let run: number;
+      let pos: number;
+      if (rows) {
+        h = rows[j * HB + 1];
+        run = rows[j * HB + 2];
+        pos = rows[j * HB + 3];
+      } else {
+        h = rec[r * R + R_HOLDER];
+        run = rec[r * R + R_RUN];
+        pos = rec[r * R + R_POS];
+      }
       const spec = hSpec[h] === 1;
       const exp = spec ? recExp[r] : 0;
       const b = hBit[h];
@@ -404,7 +429,7 @@ export abstract class IndexWalk extends IndexWrites {
         }
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
-      const end = i + Math.max(1, runLen[rec[r * R + R_RUN]] - rec[r * R + R_POS]);
+      const end = i + Math.max(1, runLen[run] - pos);
       if (keep) {
         if (i === 0) {
           this.qhFirst[h] = r;
@@ -414,19 +439,40 @@ export abstract class IndexWalk extends IndexWrites {
         this.qhSeedK[h] = seedK;
         this.qhSeedEnd[h] = end;
       }
-      if (end >= n) continue;
-      if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
-      nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
-      nodes[k * Q + 1] = who;
-      nodes[k * Q + 2] = b;
-      if (qBucketStamp[end] !== qid) {
-        qBucketStamp[end] = qid;
-        nodes[k * Q + 3] = NONE;
-      } else nodes[k * Q + 3] = qBucket[end];
-      qBucket[end] = k++;
+      if (end < n) {
+        if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
+        nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
+        nodes[k * Q + 1] = who;
+        nodes[k * Q + 2] = b;
+        if (qBucketStamp[end] !== qid) {
+          qBucketStamp[end] = qid;
+          nodes[k * Q + 3] = NONE;
+        } else nodes[k * Q + 3] = qBucket[end];
+        qBucket[end] = k++;
+      }
+      j++;
+      if (rows) r = j < m ? rows[j * HB] : NONE;
+      else r = rec[r * R + R_NEXT_E];
     }
+    if (!rows && j >= HOT_MIN_RECORDS) this.copyHot(slot, j);
     this.qNodeN = k;
     this.qSharedN = shared;
+  }
+
+  /** Copy the n records of the block at `slot` into a hot-block copy (see hot-blocks.ts). */
+  private copyHot(slot: number, n: number): void {
+    const { rec, hot } = this;
+    const tbl = this.table.data;
+    const e = hot.open(n);
+    const rows = hot.data(e);
+    let j = 0;
+    for (let r = tbl[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E], j++) {
+      rows[j * HB] = r;
+      rows[j * HB + 1] = rec[r * R + R_HOLDER];
+      rows[j * HB + 2] = rec[r * R + R_RUN];
+      rows[j * HB + 3] = rec[r * R + R_POS];
+    }
+    hot.commit(e, tbl[slot * T], tbl[slot * T + 1], j);
   }
 
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
