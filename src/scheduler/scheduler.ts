@@ -4,6 +4,7 @@ import { WorkerMap } from '../common/worker-map.js';
 import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { CandidateOverlaps } from '../indexer/block-index.js';
+import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
 import { type CostModel, type CostWeights, cost, type PrefillRate } from './cost.js';
@@ -182,6 +183,8 @@ interface ScoreContext {
   overlap: CandidateOverlaps | null;
   shared: number;
   poolRate: PrefillRate;
+  /** The seq hashes' [lo, hi] halves (one view for every candidate's in-flight lookup). */
+  seqView: Int32Array;
 }
 
 /** Load an engine reports beyond the router's bookings, as the cost counts it. */
@@ -257,6 +260,7 @@ export class Scheduler {
       shared: overlap?.shared ?? 0,
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
+      seqView: hashView(seq),
     };
     const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
@@ -308,7 +312,11 @@ export class Scheduler {
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
     const newBlocks =
-      seq.length === 0 ? 0 : load.activeRequests === 0 ? seq.length : this.active.newBlocks(c.instance, c.dpRank, seq);
+      seq.length === 0
+        ? 0
+        : load.activeRequests === 0
+          ? seq.length
+          : this.active.newBlocks(c.instance, c.dpRank, seq, x.seqView);
     const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =
