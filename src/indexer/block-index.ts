@@ -20,12 +20,20 @@
 // the record and holder arrays as fields of `this`, with no indirection): holders.ts -> records.ts
 // (record rows, free list, runs, engine map, LRU) -> writes.ts -> walk.ts (the query) -> this file
 // (dump and stats). See README.md (module map and the invariants each file owns).
-import { join, NONE, R, R_HI, R_LO, R_NEXT_H } from './layout.js';
+import { join, NONE } from './layout.js';
 import { IndexWalk } from './walk.js';
 
 export type { HolderInfo } from './holders.js';
 export type { CandidateOverlap, CandidateOverlaps, OverlapResult } from './walk.js';
 export type { SpeculativeInsert } from './writes.js';
+
+// Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT).
+const R = 8;
+const R_HI = 1;
+const R_LO = 0;
+const R_NEXT_H = 5;
+/** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
+export const DUMP_LAYOUT = { R, R_HI, R_LO, R_NEXT_H };
 
 export interface DumpedBlock {
   hash: bigint;

@@ -1,26 +1,9 @@
-// The block index's shared layout: row strides and field offsets of the flat arrays, the record
-// mix that signs a block's holder set, and small helpers every layer uses. See README.md (module map).
+// The block index's shared helpers: the record mix that signs a block's holder set, holder and
+// candidate shapes, u64 split/join, growth of the flat arrays. The row layouts (strides, field
+// offsets) are records.ts's. See README.md (module map).
 import type { Medium } from './tiers.js';
 
 export const NONE = -1;
-// record row fields
-export const R = 8;
-export const R_LO = 0;
-export const R_HI = 1;
-export const R_HOLDER = 2;
-export const R_NEXT_E = 3;
-export const R_PREV_H = 4;
-export const R_NEXT_H = 5;
-export const R_RUN = 6;
-export const R_POS = 7;
-// table row: [lo, hi, sig, head]. sig doubles as the U64Table `used` word: an odd XOR of the
-// entry's holder mixes, so two blocks with the same holder set (the long runs a shared prefix
-// makes) compare equal and the query skips their record scan.
-export const T = 4;
-export const T_SIG = 2;
-export const T_HEAD = 3;
-// engine map row: [engLo, engHi, used, seqLo, seqHi, pad]
-export const EM = 6;
 
 /**
  * Even 32-bit mix of a record's (holder, expiry): XOR-ing it keeps the signature odd, hence never

@@ -7,31 +7,51 @@
 // See README.md (module map).
 import { HolderTable } from './holders.js';
 import { HotBlocks } from './hot-blocks.js';
-import {
-  EM,
-  grow,
-  type Holder,
-  hashView,
-  join,
-  keyOut,
-  NONE,
+import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
+
+import { U64Table } from './u64-table.js';
+
+// Row layouts. V8 folds a module's own unexported constants into the code, not imported or exported
+// bindings (surviving() ran 20 % slower with imports), so each module with hot loops over the rows
+// keeps its own copy of the offsets it reads; RECORD_LAYOUT is the reference they are tested against
+// (test/unit/hot-blocks.test.ts).
+/** No record / holder / slot (the same value as layout.ts NONE). */
+const NONE = -1;
+// record row fields
+const R = 8;
+const R_LO = 0;
+const R_HI = 1;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const R_PREV_H = 4;
+const R_NEXT_H = 5;
+const R_RUN = 6;
+const R_POS = 7;
+// table row: [lo, hi, sig, head]. sig doubles as the U64Table `used` word: an odd XOR of the
+// entry's holder mixes, so two blocks with the same holder set (the long runs a shared prefix
+// makes) compare equal and the query skips their record scan.
+const T = 4;
+const T_SIG = 2;
+const T_HEAD = 3;
+// engine map row: [engLo, engHi, used, seqLo, seqHi, pad]
+const EM = 6;
+
+/** The row layouts, for the check that every module's copy agrees (not for hot code). */
+export const RECORD_LAYOUT = {
   R,
+  R_LO,
   R_HI,
   R_HOLDER,
-  R_LO,
   R_NEXT_E,
-  R_NEXT_H,
-  R_POS,
   R_PREV_H,
+  R_NEXT_H,
   R_RUN,
-  recordMix,
-  splitScratch,
-  splitView,
+  R_POS,
   T,
-  T_HEAD,
   T_SIG,
-} from './layout.js';
-import { U64Table } from './u64-table.js';
+  T_HEAD,
+  EM,
+};
 
 export abstract class RecordTable extends HolderTable {
   protected table: U64Table;

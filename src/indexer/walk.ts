@@ -2,10 +2,23 @@
 // the scheduler's candidate list in its order (overlapsFor, with the LRU estimate of each device
 // prefix). Scratch arrays are indexed by candidate id and holder id and stamped with the query id,
 // so a query clears nothing; the walk sizes them itself. See README.md (module map).
-import { grow, hashView, NONE, R, R_HOLDER, R_NEXT_E, R_POS, R_RUN, recordMix, T, T_HEAD, T_SIG } from './layout.js';
+import { grow, hashView, recordMix } from './layout.js';
 import { HB, HOT_MIN_RECORDS } from './hot-blocks.js';
 import { TIER_BIT } from './tiers.js';
 import { IndexWrites } from './writes.js';
+
+// Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
+const NONE = -1;
+const R = 8;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const R_POS = 7;
+const R_RUN = 6;
+const T = 4;
+const T_HEAD = 3;
+const T_SIG = 2;
+/** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
+export const WALK_LAYOUT = { R, R_HOLDER, R_NEXT_E, R_POS, R_RUN, T, T_HEAD, T_SIG };
 
 /** Query ids wrap here; the stamps are cleared then, so an old stamp never passes for a new query. */
 const QUERY_ID_LIMIT = 0x3fffffff;

@@ -1,23 +1,21 @@
 // The index's write operations, on the record rows (records.ts): store (runs, the dual key),
 // speculative inserts and their withdrawal, removals, clears, purges and expiry. Writes from outside
 // src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
-import {
-  EM,
-  type Holder,
-  hashView,
-  keyOut,
-  NONE,
-  R,
-  R_HOLDER,
-  R_NEXT_E,
-  recordMix,
-  specKey,
-  T,
-  T_HEAD,
-  T_SIG,
-} from './layout.js';
+import { type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
 import { RecordTable } from './records.js';
 import { U64Table } from './u64-table.js';
+
+// Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
+const NONE = -1;
+const EM = 6;
+const R = 8;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const T = 4;
+const T_HEAD = 3;
+const T_SIG = 2;
+/** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
+export const WRITES_LAYOUT = { EM, R, R_HOLDER, R_NEXT_E, T, T_HEAD, T_SIG };
 
 /** One speculative insert (a booking's), so that a failed attempt can take it back (`withdrawSpeculative`). */
 export interface SpeculativeInsert {

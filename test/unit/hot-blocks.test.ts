@@ -4,7 +4,11 @@
 // copies, the other always through the lists; after every write both answer alike.
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
-import { BlockIndex } from '../../src/indexer/block-index.js';
+import { BlockIndex, DUMP_LAYOUT } from '../../src/indexer/block-index.js';
+import { NONE } from '../../src/indexer/layout.js';
+import { RECORD_LAYOUT } from '../../src/indexer/records.js';
+import { WALK_LAYOUT } from '../../src/indexer/walk.js';
+import { WRITES_LAYOUT } from '../../src/indexer/writes.js';
 import type { Medium } from '../../src/indexer/tiers.js';
 
 const MEDIA: Medium[] = ['GPU', 'GPU', 'CPU', 'DISK'];
@@ -91,5 +95,14 @@ describe('hot-block copies', () => {
       for (let k = 0; k < 2; k++) expect(a.query(prompt, 0)).toEqual(b.query(prompt, 0));
     }
     expect(hits.hits).toBeGreaterThanOrEqual(writes.length - 32);
+  });
+});
+
+describe('row layouts', () => {
+  it("every module's copy of the row offsets is the records' layout", () => {
+    for (const copy of [WALK_LAYOUT, WRITES_LAYOUT, DUMP_LAYOUT])
+      for (const [k, v] of Object.entries(copy))
+        expect([k, v]).toEqual([k, RECORD_LAYOUT[k as keyof typeof RECORD_LAYOUT]]);
+    expect(NONE).toBe(-1);
   });
 });
