@@ -33,8 +33,8 @@ const R_POS = 7;
 const T = 4;
 const T_SIG = 2;
 const T_HEAD = 3;
-// engine map row: [engLo, engHi, used, seqLo, seqHi, pad]
-const EM = 6;
+// engine map row: [engLo, engHi, used, seqLo, seqHi] (no pad: these maps hold one row per dual-key block)
+const EM = 5;
 
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {

@@ -7,7 +7,7 @@ import { U64Table } from './u64-table.js';
 
 // Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
 const NONE = -1;
-const EM = 6;
+const EM = 5;
 const R = 8;
 const R_HOLDER = 2;
 const R_NEXT_E = 3;
