@@ -341,7 +341,12 @@ export class PrefillRates {
     f.fit.add(x, ttftMs);
     f.rate = null;
     let p = this.pools.get(pool);
-    if (!p) this.pools.set(pool, (p = { ...cachedFit(), priced: new Fit() }));
+    // Plain literal (no keys after a spread: V8's slow path).
+    if (!p)
+      this.pools.set(
+        pool,
+        (p = { fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN, priced: new Fit() }),
+      );
     p.fit.add(x, ttftMs);
     if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
       p.priced = p.fit.copy();
