@@ -2,6 +2,7 @@
 // yields bigint only for integers beyond 2^53; smaller hashes arrive as exact numbers and are
 // widened here, so restoreIndex always gets bigint hashes.
 import type { JsonValue } from '../common/json.js';
+import { ANY_TIERS, type GroupSnapshot } from '../indexer/groups.js';
 import { MEDIA, type Medium } from '../indexer/tiers.js';
 import type { IndexSnapshot, SnapshotHolder, SnapshotNamespace } from '../indexer/snapshot.js';
 import { asObj, int, type Obj, optStr, str } from './codec.js';
@@ -37,9 +38,45 @@ function holder(v: unknown): SnapshotHolder {
   return h;
 }
 
+/**
+ * A hybrid instance's sliding-window / Mamba group (src/indexer/groups.ts): its spec decides how far
+ * back a hit's window reaches, so it is checked as strictly as an engine's event.
+ */
+function groupSnapshot(v: unknown): GroupSnapshot {
+  const o = asObj(v, 'groups[]');
+  const spec = asObj(o.group, 'group');
+  const kind = str(spec, 'kind');
+  if (kind !== 'sliding_window' && kind !== 'mamba') throw new Error(`unknown KV-cache group kind ${kind}`);
+  const seq = list(o, 'seq_hashes').map((x) => u64(x, 'seq_hashes[]'));
+  const tiers = list(o, 'tiers').map((x) => {
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || (x & ~ANY_TIERS) !== 0)
+      throw new Error('tiers[] must be tier bits');
+    return x;
+  });
+  const engine = list(o, 'engine_hashes').map((x) => u64(x, 'engine_hashes[]'));
+  const engineSeq = list(o, 'engine_seq_hashes').map((x) => u64(x, 'engine_seq_hashes[]'));
+  if (tiers.length !== seq.length) throw new Error('tiers must have one entry per seq hash');
+  if (engineSeq.length !== engine.length) throw new Error('engine_seq_hashes must have one entry per engine hash');
+  return {
+    backend_id: str(o, 'backend_id'),
+    instance_id: optStr(o, 'instance_id'),
+    dp_rank: int(o, 'dp_rank'),
+    group: {
+      idx: int(spec, 'idx'),
+      kind,
+      window: kind === 'sliding_window' ? int(spec, 'window', 1) : 0,
+      blockSize: int(spec, 'blockSize', 1),
+    },
+    seq_hashes: seq,
+    tiers,
+    engine_hashes: engine,
+    engine_seq_hashes: engineSeq,
+  };
+}
+
 function namespace(v: unknown): SnapshotNamespace {
   const o = asObj(v, 'namespace');
-  return {
+  const ns: SnapshotNamespace = {
     model: str(o, 'model'),
     block_size: int(o, 'block_size', 1),
     lora_name: optStr(o, 'lora_name'),
@@ -51,6 +88,9 @@ function namespace(v: unknown): SnapshotNamespace {
     }),
     holders: list(o, 'holders').map(holder),
   };
+  // Absent in dumps from before hybrid groups (and from routers without any).
+  if (o.groups !== undefined) ns.groups = list(o, 'groups').map(groupSnapshot);
+  return ns;
 }
 
 /** Validate and normalize a dump; throws with the first problem. */

@@ -128,6 +128,18 @@ export function encodeSync(m: SyncMessage): Uint8Array {
   }
 }
 
+/**
+ * Most tokens a booking's prefill or context may count: far beyond any context window, and small
+ * enough that its attention work (cost.ts) stays finite and exact beside the worker's other
+ * bookings (a peer's 1e308 made the worker's attention sum Infinity, then NaN once freed).
+ */
+const MAX_TOKENS = 2 ** 32;
+
+function tokenCount(v: number, what: string): number {
+  if (v > MAX_TOKENS) throw new Error(`${what} must be at most ${MAX_TOKENS}`);
+  return v;
+}
+
 /** Decode one message, JSON or binary; throws on anything malformed (the caller counts it as dropped). */
 export function decodeSync(data: Uint8Array): SyncMessage {
   if (data[0] === BINARY_MAGIC) return decodeSyncBinary(data);
@@ -148,10 +160,12 @@ export function decodeSync(data: Uint8Array): SyncMessage {
         dpRank: int(o, 'dp_rank'),
         ns: nsFromWire(wireNs(o.ns)),
         blocks: unpackU64(str(o, 'blocks')),
-        prefillTokens: int(o, 'prefill_tokens'),
+        prefillTokens: tokenCount(int(o, 'prefill_tokens'), 'prefill_tokens'),
         speculativeTtlMs: int(o, 'speculative_ttl_ms'),
         ...(o.touched_blocks === undefined ? {} : { touchedBlocks: int(o, 'touched_blocks') }),
-        ...(o.context_tokens === undefined ? {} : { contextTokens: int(o, 'context_tokens') }),
+        ...(o.context_tokens === undefined
+          ? {}
+          : { contextTokens: tokenCount(int(o, 'context_tokens'), 'context_tokens') }),
       };
     case 'prefill':
       return { router, incarnation, seq, kind: 'prefill', id: str(o, 'id') };
@@ -465,10 +479,10 @@ function decodeSyncBinary(data: Uint8Array): SyncMessage {
       salt: r.optStr('ns.salt'),
       tenant: r.str('ns.tenant'),
     };
-    const prefillTokens = r.int('prefill_tokens');
+    const prefillTokens = tokenCount(r.int('prefill_tokens'), 'prefill_tokens');
     const speculativeTtlMs = r.int('speculative_ttl_ms');
     const touchedBlocks = r.int('touched_blocks');
-    const contextTokens = r.int('context_tokens');
+    const contextTokens = tokenCount(r.int('context_tokens'), 'context_tokens');
     const blocks = r.u64s(r.u32('blocks'), 'blocks');
     // Keys present only when set, as the JSON decoder leaves them.
     const add: SyncMessage = {

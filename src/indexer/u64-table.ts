@@ -7,15 +7,26 @@ export class U64Table {
   private mask: number;
   private _size = 0;
 
+  /** Rows held before the table doubles: capacity x maxLoad. */
+  private limit: number;
+
+  /**
+   * `maxLoad`: the fill at which the table doubles. 0.5 keeps probe runs short for lookup-heavy
+   * tables (the index walk); a table looked up only by writes (engine-hash maps) can trade probe
+   * length for memory.
+   */
   constructor(
     readonly stride: number,
     initialCapacity = 1024,
+    private readonly maxLoad = 0.5,
   ) {
     if (stride < 3) throw new RangeError('stride must leave room for key and used flag');
+    if (!(maxLoad > 0 && maxLoad <= 0.9)) throw new RangeError('maxLoad must be in (0, 0.9]');
     let cap = 16;
-    while (cap < initialCapacity * 2) cap <<= 1;
+    while (cap * maxLoad < initialCapacity) cap <<= 1;
     this.data = new Int32Array(cap * stride);
     this.mask = cap - 1;
+    this.limit = Math.floor(cap * maxLoad);
   }
 
   get size(): number {
@@ -68,7 +79,7 @@ export class U64Table {
 
   /** Slot of the key, inserting an empty row (payload zeroed) when absent. `created` tells which. */
   insert(lo: number, hi: number): number {
-    if ((this._size + 1) * 2 > this.capacity) this.grow();
+    if (this._size + 1 > this.limit) this.grow();
     lo |= 0;
     hi |= 0;
     const d = this.data;
@@ -135,6 +146,7 @@ export class U64Table {
     const cap = oldCap * 2;
     this.data = new Int32Array(cap * st);
     this.mask = cap - 1;
+    this.limit = Math.floor(cap * this.maxLoad);
     const d = this.data;
     for (let s = 0; s < oldCap; s++) {
       const o = s * st;

@@ -6,6 +6,7 @@
 import { WorkerMap } from '../common/worker-map.js';
 import type { SpeculativeInsert } from '../indexer/block-index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
+import { hashView } from '../indexer/layout.js';
 import { U64Table } from '../indexer/u64-table.js';
 import { attentionWork } from './cost.js';
 
@@ -81,8 +82,7 @@ class WorkerLoad {
    * whole prompts, and a seq hash names its whole prefix: whoever holds block i holds blocks 0..i,
    * so the held blocks of a prompt are a prefix of it, found by binary search.
    */
-  heldPrefix(blocks: BigUint64Array): number {
-    const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
+  heldPrefix(blocks: BigUint64Array, v = hashView(blocks)): number {
     let lo = 0;
     let hi = blocks.length;
     while (lo < hi) {
@@ -128,10 +128,13 @@ export class ActiveSequences {
     };
   }
 
-  /** Blocks of this request that would be new on the worker (not already held by in-flight requests). */
-  newBlocks(instance: string, dpRank: number, blocks: BigUint64Array): number {
+  /**
+   * Blocks of this request that would be new on the worker (not already held by in-flight requests).
+   * `view`: the blocks' [lo, hi] halves, when the caller asks for many workers (one view, not one per call).
+   */
+  newBlocks(instance: string, dpRank: number, blocks: BigUint64Array, view?: Int32Array): number {
     const w = this.workers.get(instance, dpRank);
-    return w ? blocks.length - w.heldPrefix(blocks) : blocks.length;
+    return w ? blocks.length - w.heldPrefix(blocks, view) : blocks.length;
   }
 
   /**

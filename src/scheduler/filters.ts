@@ -36,10 +36,15 @@ function keep(
   ok: (c: CandidateScore) => boolean,
   out: Filtered[],
 ): CandidateScore[] {
-  const kept: CandidateScore[] = [];
-  for (const c of pool) {
+  // Most decisions filter nothing: find the first removal before building a new list.
+  let first = 0;
+  while (first < pool.length && ok(pool[first])) first++;
+  if (first === pool.length) return pool;
+  const kept: CandidateScore[] = pool.slice(0, first);
+  for (let i = first; i < pool.length; i++) {
+    const c = pool[i];
     if (ok(c)) kept.push(c);
     else out.push({ filter, instance: c.instance, dpRank: c.dpRank });
   }
-  return kept.length === pool.length ? pool : kept;
+  return kept;
 }

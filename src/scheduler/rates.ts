@@ -25,9 +25,16 @@ export interface RateSample {
   pool: string;
 }
 
-const finiteNonNegative = (x: number | undefined): boolean => x === undefined || (Number.isFinite(x) && x >= 0);
+/**
+ * Most any term of a sample may be: far beyond a real one (a million-token prompt's attention work is
+ * 1.5e12), and small enough that the fit's sums of squares stay finite (one 1e200 sample made them
+ * Infinity, and the decayed sums never forget an Infinity: the worker's and pool's fits were lost).
+ */
+const MAX_SAMPLE_TERM = 1e18;
+const finiteNonNegative = (x: number | undefined): boolean =>
+  x === undefined || (Number.isFinite(x) && x >= 0 && x <= MAX_SAMPLE_TERM);
 
-/** A sample PrefillRates learns from: finite, non-negative work, attention, decoding, context and TTFT. */
+/** A sample PrefillRates learns from: finite, non-negative, bounded work, attention, decoding, context and TTFT. */
 export function validSample(
   s: Pick<RateSample, 'workTokens' | 'decoding' | 'ttftMs' | 'attentionWork' | 'decodingContext'>,
 ): boolean {
@@ -334,7 +341,12 @@ export class PrefillRates {
     f.fit.add(x, ttftMs);
     f.rate = null;
     let p = this.pools.get(pool);
-    if (!p) this.pools.set(pool, (p = { ...cachedFit(), priced: new Fit() }));
+    // Plain literal (no keys after a spread: V8's slow path).
+    if (!p)
+      this.pools.set(
+        pool,
+        (p = { fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN, priced: new Fit() }),
+      );
     p.fit.add(x, ttftMs);
     if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
       p.priced = p.fit.copy();

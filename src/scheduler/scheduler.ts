@@ -3,11 +3,13 @@
 import { WorkerMap } from '../common/worker-map.js';
 import { seqHashes } from '../hashing/index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
+import type { CandidateOverlaps } from '../indexer/block-index.js';
+import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
-import { attentionWork, type CostModel, type CostWeights, cost } from './cost.js';
+import { attentionWork, type CostModel, type CostWeights, cost, type PrefillRate } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
-import { type PolicyName, policySpec } from './policies/registry.js';
+import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
 import { PolicyStates } from './policies/state.js';
 import type { RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
@@ -178,6 +180,36 @@ export interface SchedulerHooks {
   freed?(id: string, rate: RateSample | undefined, failed: boolean): void;
 }
 
+/** What score() computes once per request and every candidate's score reads. */
+interface ScoreContext {
+  input: RouteInput;
+  seq: BigUint64Array;
+  isl: number;
+  now: number;
+  peer: boolean;
+  weights: CostWeights;
+  loads: Load[] | null;
+  allocations: Int32Array | undefined;
+  overlap: CandidateOverlaps | null;
+  /** Hybrid instances: the device overlaps before the groups clamped them (null: nothing clamped). */
+  unclamped: Int32Array | null;
+  shared: number;
+  poolRate: PrefillRate;
+  /** The seq hashes' [lo, hi] halves (one view for every candidate's in-flight lookup). */
+  seqView: Int32Array;
+}
+
+/** Load an engine reports beyond the router's bookings, as the cost counts it. */
+interface UnbookedLoad {
+  unbooked: number;
+  prefill: number;
+  attention: number;
+  decoding: number;
+  kvPenaltyMs: number;
+}
+
+const NO_EXTRA: UnbookedLoad = Object.freeze({ unbooked: 0, prefill: 0, attention: 0, decoding: 0, kvPenaltyMs: 0 });
+
 export class Scheduler {
   readonly active = new ActiveSequences();
   /** Prefill speed per worker, learned from first-token times of the bookings made here. */
@@ -208,10 +240,13 @@ export class Scheduler {
   ) {}
 
   /**
-   * Every candidate's overlap per tier, load and cost for a prompt; changes nothing. Beyond the
-   * index walk, O(1) per candidate (O(log) for one with requests in flight). The one per-candidate
-   * walk of the prompt left is the index's eviction judgement of a loaded candidate whose GPU cache
-   * has evicted (up to its first block that would go, O(1) a block).
+   * Every candidate's overlap per tier, load and cost for a prompt; changes nothing. Computes only
+   * what the policy declares it reads (PolicySpec.needs): the index walk runs for a policy that
+   * reads the index or the router's predictions, never for the others (round-robin, least-loaded,
+   * session, ...), whose candidates then carry no overlap. Beyond the walk, O(1) per candidate
+   * (O(log) for one with requests in flight). The one per-candidate walk of the prompt left is the
+   * index's eviction judgement of a loaded candidate whose GPU cache has evicted (up to its first
+   * block that would go, O(1) a block).
    */
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
     const bs = input.ns.blockSize;
@@ -219,31 +254,14 @@ export class Scheduler {
     const space = ns ? ns.space : this.indexer.spaceFor(input.ns);
     const seq = input.seq ?? seqHashes(input.tokens ?? [], bs, space);
     const isl = input.isl ?? input.tokens?.length ?? seq.length * bs;
-    const n = input.candidates.length;
+    const spec = policySpec(input.policy);
+    const readIndex = ns !== undefined && seq.length > 0 && readsIndex(spec);
     // A peer reads the index as it stands (no eviction-aware credit, distrust or engine blend, which
     // are kvrouter's), and its own cost weights (Dynamo's blocks) replace routing's.
-    const spec = policySpec(input.policy);
     const peer = spec.peer !== undefined;
-    const weights: CostWeights = spec.cost ? { ...input.weights, ...spec.cost } : input.weights;
-    // Loads first, for eviction awareness: blocks the prefill queued on each (trusted) candidate
-    // will allocate. With nothing in flight anywhere, every load is idle.
-    const loads: Load[] | null = this.active.size > 0 ? new Array(n) : null;
-    let allocations: Int32Array | undefined;
-    for (let k = 0; loads && k < n; k++) {
-      const c = input.candidates[k];
-      const load = (loads[k] = this.active.load(c.instance, c.dpRank));
-      if (
-        !input.evictionAware ||
-        peer ||
-        load.activePrefillTokens <= 0 ||
-        (this.distrusted.size > 0 && this.distrusted.has(c.instance))
-      )
-        continue;
-      allocations ??= new Int32Array(n);
-      allocations[k] = Math.ceil(load.activePrefillTokens / bs);
-    }
+    const { loads, allocations } = this.loadsOf(input, readIndex && input.evictionAware === true && !peer);
     // Overlaps in the candidates' order: no result object or key string per candidate.
-    const overlap = ns && seq.length > 0 ? ns.index.overlapsFor(seq, now, input.candidates, allocations) : null;
+    const overlap = readIndex ? ns!.index.overlapsFor(seq, now, input.candidates, allocations) : null;
     // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
     // reuses at most the prompt less its last token). Nothing to do for single-group fleets.
     let unclamped: Int32Array | null = null;
@@ -251,107 +269,151 @@ export class Scheduler {
       unclamped = overlap.device.slice();
       ns!.groups.clampOverlaps(seq, Math.floor(Math.max(0, isl - 1) / bs), input.candidates, overlap);
     }
-    const shared = overlap?.shared ?? 0;
-    const busy = input.busy;
-    // The pool's rate once per request; each candidate's own fit shrinks toward it.
-    const poolRate = this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model);
-    // Plain object literals, no spreads: this runs for every candidate of every request.
+    const ctx: ScoreContext = {
+      input,
+      seq,
+      isl,
+      now,
+      peer,
+      weights: spec.cost ? { ...input.weights, ...spec.cost } : input.weights,
+      loads,
+      allocations,
+      overlap,
+      unclamped,
+      shared: overlap?.shared ?? 0,
+      // The pool's rate once per request; each candidate's own fit shrinks toward it.
+      poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
+      seqView: hashView(seq),
+    };
+    const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
+    for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(ctx, k);
+    return { candidates, seq, isl };
+  }
+
+  /**
+   * Each candidate's load (null: nothing in flight anywhere, every load is idle) and, for eviction
+   * awareness, the blocks the prefill queued on each trusted candidate will allocate.
+   */
+  private loadsOf(input: RouteInput, evictionAware: boolean): { loads: Load[] | null; allocations?: Int32Array } {
+    if (this.active.size === 0) return { loads: null };
+    const n = input.candidates.length;
+    const loads: Load[] = new Array(n);
+    let allocations: Int32Array | undefined;
     for (let k = 0; k < n; k++) {
       const c = input.candidates[k];
-      const load = loads ? loads[k] : IDLE_LOAD;
-      const distrusted = !peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
-      const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
-      let device = distrusted || !overlap ? 0 : overlap.device[k];
-      let host = distrusted || !overlap ? 0 : overlap.host[k];
-      let disk = distrusted || !overlap ? 0 : overlap.disk[k];
-      if (device > 0 && allocations && allocations[k] > 0) {
-        const indexed = device;
-        device = overlap!.surviving[k];
-        // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
-        // a lower tier extends the prefix (where an offloading engine puts what leaves the GPU).
-        if (host === indexed) host = device;
-        if (disk === indexed) disk = device;
-      }
-      // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-      const newBlocks =
-        seq.length === 0
-          ? 0
-          : load.activeRequests === 0
-            ? seq.length
-            : this.active.newBlocks(c.instance, c.dpRank, seq);
-      const rate = this.rates.workerRate(c.instance, c.dpRank, poolRate);
-      // Load the engine reports beyond what the router booked there.
-      let extraPrefill = 0;
-      let extraAttention = 0;
-      let extraDecoding = 0;
-      let unbooked = 0;
-      let kvPenaltyMs = 0;
-      const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
-      if (seen && input.engineWeights && !peer) {
-        // (kvUsage is 0..1 by the metric's definition; a percentage from a misconfigured exporter is clamped.)
-        const ew = input.engineWeights;
-        unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
-        const waiting = Math.min(unbooked, seen.waiting);
-        extraPrefill = ew.waiting * waiting * this.meanPrefillTokens;
-        extraAttention = ew.waiting * waiting * this.meanAttention;
-        extraDecoding = ew.running * (unbooked - waiting);
-        if (seen.kvUsage !== null && ew.kvUsageMs > 0)
-          kvPenaltyMs = ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2);
-      }
-      const adapterLoadMs =
-        input.adapter && input.adapterLoadMs
-          ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, now)
-          : 0;
-      const b = cost(
-        {
-          device,
-          host,
-          disk,
-          shared: distrusted ? 0 : shared,
-          activePrefillTokens: load.activePrefillTokens + extraPrefill,
-          activeAttention: load.activeAttention + extraAttention,
-          activeBlocks: load.activeBlocks,
-          decodingRequests: load.decodingRequests + extraDecoding,
-          decodingContext: load.decodingContext,
-          newBlocks,
-        },
-        isl,
-        bs,
-        weights,
-        rate,
-      );
-      candidates[k] = {
-        instance: c.instance,
-        dpRank: c.dpRank,
+      const load = (loads[k] = this.active.load(c.instance, c.dpRank));
+      if (
+        !evictionAware ||
+        load.activePrefillTokens <= 0 ||
+        (this.distrusted.size > 0 && this.distrusted.has(c.instance))
+      )
+        continue;
+      allocations ??= new Int32Array(n);
+      allocations[k] = Math.ceil(load.activePrefillTokens / input.ns.blockSize);
+    }
+    return { loads, allocations };
+  }
+
+  /** One candidate's score. Plain object literals, no spreads: this runs for every candidate of every request. */
+  private scoreCandidate(x: ScoreContext, k: number): CandidateScore {
+    const { input, overlap, shared, seq, weights } = x;
+    const c = input.candidates[k];
+    const load = x.loads ? x.loads[k] : IDLE_LOAD;
+    const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
+    const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
+    let device = distrusted || !overlap ? 0 : overlap.device[k];
+    let host = distrusted || !overlap ? 0 : overlap.host[k];
+    let disk = distrusted || !overlap ? 0 : overlap.disk[k];
+    if (device > 0 && x.allocations && x.allocations[k] > 0) {
+      const indexed = device;
+      device = overlap!.surviving[k];
+      // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
+      // a lower tier extends the prefix (where an offloading engine puts what leaves the GPU).
+      if (host === indexed) host = device;
+      if (disk === indexed) disk = device;
+    }
+    // A worker without requests in flight holds no blocks for them (and has no entry to look up).
+    const newBlocks =
+      seq.length === 0
+        ? 0
+        : load.activeRequests === 0
+          ? seq.length
+          : this.active.newBlocks(c.instance, c.dpRank, seq, x.seqView);
+    const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
+    const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
+    const extra =
+      seen && input.engineWeights && !x.peer ? this.unbookedLoad(seen, load, input.engineWeights) : NO_EXTRA;
+    const adapterLoadMs =
+      input.adapter && input.adapterLoadMs
+        ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
+        : 0;
+    const creditedShared = distrusted ? 0 : shared;
+    const b = cost(
+      {
         device,
         host,
         disk,
-        shared: distrusted ? 0 : shared,
+        shared: creditedShared,
+        activePrefillTokens: load.activePrefillTokens + extra.prefill,
+        activeAttention: load.activeAttention + extra.attention,
+        activeBlocks: load.activeBlocks,
+        decodingRequests: load.decodingRequests + extra.decoding,
+        decodingContext: load.decodingContext,
         newBlocks,
-        creditedBlocks: b.creditedBlocks,
-        prefillBlocks: b.prefillBlocks,
-        decodeBlocks: b.decodeBlocks,
-        queueMs: b.queueMs,
-        prefillMs: b.prefillMs,
-        ttftMs: b.ttftMs + adapterLoadMs,
-        interferenceMs: b.interferenceMs,
-        tokensPerS: 1000 / rate.msPerToken,
-        indexedBlocks,
-        hybridPrefix: unclamped !== null && !distrusted && unclamped[k] > overlap!.device[k] ? unclamped[k] : 0,
-        distrusted,
-        adapterLoadMs,
-        unbookedRequests: unbooked,
-        engine: seen,
-        // Only the time model's costs are milliseconds: the penalties join them there.
-        cost: weights.model === 'time' ? b.cost + adapterLoadMs + kvPenaltyMs : b.cost,
-        load,
-        busy: busy
-          ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks
-          : false,
-      };
-    }
-    return { candidates, seq, isl };
+      },
+      x.isl,
+      input.ns.blockSize,
+      weights,
+      rate,
+    );
+    const busy = input.busy;
+    return {
+      instance: c.instance,
+      dpRank: c.dpRank,
+      device,
+      host,
+      disk,
+      shared: creditedShared,
+      newBlocks,
+      creditedBlocks: b.creditedBlocks,
+      prefillBlocks: b.prefillBlocks,
+      decodeBlocks: b.decodeBlocks,
+      queueMs: b.queueMs,
+      prefillMs: b.prefillMs,
+      ttftMs: b.ttftMs + adapterLoadMs,
+      interferenceMs: b.interferenceMs,
+      tokensPerS: 1000 / rate.msPerToken,
+      indexedBlocks,
+      hybridPrefix: x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0,
+      distrusted,
+      adapterLoadMs,
+      unbookedRequests: extra.unbooked,
+      engine: seen,
+      // Only the time model's costs are milliseconds: the penalties join them there.
+      cost: weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost,
+      load,
+      busy: busy
+        ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks
+        : false,
+    };
+  }
+
+  /** Load the engine reports beyond what the router booked there. */
+  private unbookedLoad(seen: EngineLoad, load: Load, ew: EngineLoadWeights): UnbookedLoad {
+    // (kvUsage is 0..1 by the metric's definition; a percentage from a misconfigured exporter is clamped.)
+    const unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
+    const waiting = Math.min(unbooked, seen.waiting);
+    return {
+      unbooked,
+      prefill: ew.waiting * waiting * this.meanPrefillTokens,
+      attention: ew.waiting * waiting * this.meanAttention,
+      decoding: ew.running * (unbooked - waiting),
+      kvPenaltyMs:
+        seen.kvUsage !== null && ew.kvUsageMs > 0
+          ? ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2)
+          : 0,
+    };
   }
 
   /** Choose a candidate (no booking). */
@@ -415,7 +477,7 @@ export class Scheduler {
   book(d: Decision, ns: NamespaceId, opts: BookOptions): Booking {
     const c = d.chosen;
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
-    const prefill = opts.prefillTokens ?? Math.max(0, d.isl - c.creditedBlocks * d.blockSize);
+    const prefill = opts.prefillTokens ?? Math.max(0, Math.round(d.isl - c.creditedBlocks * d.blockSize)); // whole tokens: a fractional tier credit would make replica sync refuse the add
     const context = Math.max(0, Math.round(d.isl - prefill)); // (a whole token count: replica sync sends integers)
     const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model, context);
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);

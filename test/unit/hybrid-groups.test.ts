@@ -3,6 +3,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decodeBatch, encodeBatch, encodeOp } from '../../src/cluster/event-wire.js';
+import { indexSnapshotFromJson } from '../../src/cluster/snapshot-json.js';
 import { parseJson, stringifyJson } from '../../src/common/json.js';
 import { seqHashes } from '../../src/hashing/index.js';
 import { dumpIndex, type IndexSnapshot, restoreIndex } from '../../src/indexer/snapshot.js';
@@ -322,6 +323,54 @@ describe('snapshots (GET /dump, peer recovery)', () => {
     const fa = new TieredIndexer({ kvCacheGroups: 'full_attention' });
     restoreIndex(fa, parseJson(wire) as unknown as IndexSnapshot, 0);
     expect(fa.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(8);
+  });
+});
+
+describe('snapshots through the JSON reader of peer recovery and relay snapshots (indexSnapshotFromJson)', () => {
+  const dumped = (): { idx: TieredIndexer; wire: string } => {
+    const idx = new TieredIndexer();
+    apply(idx, [stored([0, 8]), stored([0, 4], swa(33))]);
+    return { idx, wire: stringifyJson(dumpIndex(idx, 0)) };
+  };
+
+  it('keep the groups: the recovered index clamps as the original', () => {
+    const { idx, wire } = dumped();
+    const ns = idx.find({ model: 'm', blockSize: BS })!;
+    const copy = new TieredIndexer();
+    restoreIndex(copy, indexSnapshotFromJson(parseJson(wire)), 0);
+    expect(copy.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(4);
+    // Removals by engine id still find the group's blocks (block 3 gone: the hit ends at 3).
+    const removed = { ...stored([0, 1]), event_type: 'removed', seq_hashes: [5003n], group: swa(33) } as KvEvent;
+    apply(copy, [removed]);
+    expect(copy.queryTokens(ns.id, TOKENS, 0).candidates[0].device).toBe(3);
+  });
+
+  it('read a dump from before groups existed (no groups key) as before', () => {
+    const { idx, wire } = dumped();
+    const old = parseJson(wire) as { namespaces: Array<Record<string, unknown>> };
+    for (const n of old.namespaces) delete n.groups;
+    const snap = indexSnapshotFromJson(old as unknown as Parameters<typeof indexSnapshotFromJson>[0]);
+    expect(snap.namespaces[0].groups).toBeUndefined();
+    const copy = new TieredIndexer();
+    restoreIndex(copy, snap, 0);
+    expect(copy.queryTokens(idx.find({ model: 'm', blockSize: BS })!.id, TOKENS, 0).candidates[0].device).toBe(8);
+  });
+
+  it('reject a group spec or lists the clamp cannot use, naming the field', () => {
+    const bad: Array<[(g: Record<string, unknown>) => void, RegExp]> = [
+      [(g) => ((g.group as Record<string, unknown>).window = -4), /window/],
+      [(g) => ((g.group as Record<string, unknown>).blockSize = 0), /blockSize/],
+      [(g) => ((g.group as Record<string, unknown>).kind = 'chunked_local_attention'), /kind/],
+      [(g) => (g.tiers = [1]), /tiers/],
+      [(g) => (g.tiers = (g.tiers as number[]).map(() => 64)), /tiers/],
+      [(g) => (g.engine_seq_hashes = []), /engine_seq_hashes/],
+      [(g) => (g.seq_hashes = ['x']), /seq_hashes/],
+    ];
+    for (const [spoil, msg] of bad) {
+      const snap = parseJson(dumped().wire) as { namespaces: Array<{ groups: Array<Record<string, unknown>> }> };
+      spoil(snap.namespaces[0].groups[0]);
+      expect(() => indexSnapshotFromJson(snap as unknown as Parameters<typeof indexSnapshotFromJson>[0])).toThrow(msg);
+    }
   });
 });
 

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { loadPerfModel } from '../../src/engine-sim/perf-models.js';
 import { attentionWork, type CostInput, type CostWeights, cost } from '../../src/scheduler/cost.js';
-import { PrefillRates, type RatePrior } from '../../src/scheduler/rates.js';
+import { PrefillRates, type RatePrior, validSample } from '../../src/scheduler/rates.js';
 
 const engine = loadPerfModel('h200-qwen3-8b').model;
 /** ms around the passes: the HTTP hops and the engine's scheduling. */
@@ -211,5 +211,27 @@ describe('context-aware prefill rates (calibrated H200 Qwen3-8B)', () => {
     }
     const probe: Case = { ...c, own: { n: 2000, p: 0 } };
     expect(Math.abs(predict(few, probe) - predict(fewFlat, probe)) / predict(fewFlat, probe)).toBeLessThan(0.05);
+  });
+});
+
+describe('a sample too large for the fit', () => {
+  it('is refused, so one 1e200 term does not overflow the sums and lose the fit for good', () => {
+    const feed = (r: PrefillRates, rand: () => number) => {
+      for (let i = 0; i < 300; i++) observe(r, draw(rand), false, 'a');
+    };
+    const clean = new PrefillRates();
+    const hit = new PrefillRates();
+    feed(clean, mulberry32(3));
+    feed(hit, mulberry32(3));
+    hit.observe('a', 0, 1000, 1, 100, 'm', { attentionWork: 1e200, decodingContext: 100 });
+    hit.observe('a', 0, 1e160, 1, 100, 'm');
+    feed(clean, mulberry32(4));
+    feed(hit, mulberry32(4));
+    expect(hit.rate('a', 0, PRIOR, 'm')).toEqual(clean.rate('a', 0, PRIOR, 'm'));
+    expect(hit.poolRate(PRIOR, 'm')).toEqual(clean.poolRate(PRIOR, 'm'));
+    expect(
+      validSample({ workTokens: 1e6, attentionWork: 1.5e12, decoding: 64, decodingContext: 1e6, ttftMs: 1e5 }),
+    ).toBe(true);
+    expect(validSample({ workTokens: 1e6, attentionWork: 1e200, decoding: 64, ttftMs: 1e5 })).toBe(false);
   });
 });

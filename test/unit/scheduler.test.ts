@@ -3,6 +3,7 @@ import { hashSpace, seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
 import { cost, type CostWeights, creditedBlocks, pickByCost } from '../../src/scheduler/cost.js';
+import { POLICIES, readsIndex } from '../../src/scheduler/policies/registry.js';
 import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 import { PrefillRates, type RateSample } from '../../src/scheduler/rates.js';
 
@@ -249,6 +250,40 @@ describe('Scheduler', () => {
     expect(s.decide(input({ busy, exclude: new Set(['a', 'c']) }), 1).reason).toBe('all_busy');
     expect(s.decide(input({ exclude: new Set(['a', 'b', 'c']) }), 1).reason).toBe('no_candidates');
     expect(s.decide(input({ policy: 'round-robin' }), 1).steps).toEqual({ scorer: 'blocks', picker: 'rotation' });
+  });
+
+  it('queries the index only for a policy that declares it reads it (needs.index or needs.predictions)', () => {
+    const indexer = withCache();
+    const index = indexer.namespace(ns).index;
+    // Count the walks on the real index (the scheduler's one read of it per decision).
+    let walks = 0;
+    const overlapsFor = index.overlapsFor.bind(index);
+    index.overlapsFor = (...a: Parameters<typeof overlapsFor>) => {
+      walks++;
+      return overlapsFor(...a);
+    };
+    const s = new Scheduler(indexer, seeded(5));
+    // A booking in flight, so that loads, eviction awareness and in-flight blocks take part.
+    s.book(s.decide(input({ policy: 'direct', target: 'a' }), 0), ns, { requestId: 'r0', now: 0, speculativeTtlMs: 0 });
+    const busy = { maxActivePrefillTokens: 10, maxActiveBlocks: 1000 };
+    const reads: string[] = [];
+    for (const p of POLICIES) {
+      const before = walks;
+      const d = s.decide(
+        input({ policy: p.name, sessionKey: 'u1', target: 'c', busy, evictionAware: true, text: null }),
+        1,
+      );
+      if (walks > before) reads.push(p.name);
+      expect(walks - before).toBe(readsIndex(p) ? 1 : 0);
+      // The explanation is still whole: every candidate, the busy filter (policies that keep it), the steps.
+      expect(d.candidates.map((c) => c.instance)).toEqual(['a', 'b', 'c']);
+      expect(d.steps).toEqual({ scorer: 'blocks', picker: p.pick.name });
+      expect(d.filtered).toEqual(p.busyFilter ? [{ filter: 'busy', instance: 'a', dpRank: 0 }] : []);
+      // What the index holds (b: 8 GPU blocks, c: 16 CPU blocks) shows only where it was read.
+      const cached = d.candidates.map((c) => [c.device, c.host]);
+      expect(cached).toEqual([[0, 0], readsIndex(p) ? [8, 8] : [0, 0], readsIndex(p) ? [0, 16] : [0, 0]]);
+    }
+    expect(reads.sort()).toEqual(['approx', 'dynamo', 'kv', 'llm-d', 'vllm-router']);
   });
 
   it('booking raises load and adds a speculative insert that steers the next identical request', () => {

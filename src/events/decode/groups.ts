@@ -53,6 +53,10 @@ export class GroupFilter {
         this.names.set(key, kind);
       }
       if (old !== undefined && sameClass(old, learned)) return old;
+      // Not remembered (the map is full): its removals would be read as unlabelled, so only what
+      // they would drop too is kept (a block kept without its removals goes stale).
+      if (old === undefined && this.kinds.get(key) === undefined && this.classifyUnlabelled(dpRank, group) !== learned)
+        return 'skip';
     }
     return learned;
   }

@@ -79,10 +79,14 @@ export function predictionTtlMs(
   return p.predictionTtlMs ?? routing[p.predictionTtlKey];
 }
 
+/** Whether the policy reads the index: its KV events, or the router's own predictions inserted there. */
+export function readsIndex(p: Pick<PolicySpec, 'needs'>): boolean {
+  return p.needs.index || p.needs.predictions;
+}
+
 /** Whether a decision by this policy predicts cache hits (what the closed-loop check can judge). */
 export function predictsHits(name: PolicyName): boolean {
-  const n = policySpec(name).needs;
-  return n.index || n.predictions;
+  return readsIndex(policySpec(name));
 }
 
 /** The configuration reference's line for `routing.policy`. */

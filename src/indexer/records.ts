@@ -1,0 +1,387 @@
+// Records of one namespace: the seq-hash table (U64Table rows [lo, hi, sig, head]), the record
+// rows (a block's holders as a singly linked list from the row's head; a holder's blocks as a
+// doubly linked list in eviction order, oldest first), the free list, runs (the chains a holder
+// stored), the engine-hash maps (dual key), and the LRU estimate built on the holders' allocation
+// clocks (touch, survivingPrefix). Every record is made by newRecord() and freed by freeRecord():
+// they keep the row signature, the holder's list and count, the run and the engine map in step.
+// See README.md (module map).
+import { HolderTable } from './holders.js';
+import { HotBlocks } from './hot-blocks.js';
+import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
+
+import { U64Table } from './u64-table.js';
+
+// Row layouts. V8 folds a module's own unexported constants into the code, not imported or exported
+// bindings (surviving() ran 20 % slower with imports), so each module with hot loops over the rows
+// keeps its own copy of the offsets it reads; RECORD_LAYOUT is the reference they are tested against
+// (test/unit/hot-blocks.test.ts).
+/** No record / holder / slot (the same value as layout.ts NONE). */
+const NONE = -1;
+// record row fields
+const R = 8;
+const R_LO = 0;
+const R_HI = 1;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const R_PREV_H = 4;
+const R_NEXT_H = 5;
+const R_RUN = 6;
+const R_POS = 7;
+// table row: [lo, hi, sig, head]. sig doubles as the U64Table `used` word: an odd XOR of the
+// entry's holder mixes, so two blocks with the same holder set (the long runs a shared prefix
+// makes) compare equal and the query skips their record scan.
+const T = 4;
+const T_SIG = 2;
+const T_HEAD = 3;
+// engine map row: [engLo, engHi, used, seqLo, seqHi] (no pad: these maps hold one row per dual-key block)
+const EM = 5;
+
+/** The row layouts, for the check that every module's copy agrees (not for hot code). */
+export const RECORD_LAYOUT = {
+  R,
+  R_LO,
+  R_HI,
+  R_HOLDER,
+  R_NEXT_E,
+  R_PREV_H,
+  R_NEXT_H,
+  R_RUN,
+  R_POS,
+  T,
+  T_SIG,
+  T_HEAD,
+  EM,
+};
+
+export abstract class RecordTable extends HolderTable {
+  protected table: U64Table;
+  protected rec: Int32Array;
+  protected recExp: Float64Array;
+  protected recTouch: Float64Array;
+  /** Speculative records only: the inserts that claim the record and have not been withdrawn. */
+  protected recClaims: Int32Array;
+  /** Per record: the engine's hash [lo, hi] (the router's own for standard publishers). */
+  protected recEng: Int32Array;
+  protected runLen = new Int32Array(64);
+  protected runRefs = new Int32Array(64);
+  protected runFree: number[] = [];
+  protected runTop = 0;
+  protected recFree = NONE;
+  protected recTop = 0;
+  protected liveRecords = 0;
+  /** Contiguous copies of the records of blocks with many holders (the walk's seeds read them). */
+  protected hot = new HotBlocks();
+
+  constructor(
+    initialBlocks: number,
+    protected readonly onHoldersPurged?: () => void,
+  ) {
+    super();
+    const cap = Math.max(16, initialBlocks);
+    this.table = new U64Table(T, cap);
+    this.rec = new Int32Array(cap * R);
+    this.recExp = new Float64Array(cap);
+    this.recTouch = new Float64Array(cap);
+    this.recClaims = new Int32Array(cap);
+    this.recEng = new Int32Array(cap * 2);
+  }
+
+  // ---------------------------------------------------------------- runs
+
+  /** The run a store continues: its parent's, if the parent is the last block of its run; else a new one. */
+  protected openRun(holder: number, parent: bigint | null): number {
+    if (parent !== null) {
+      splitScratch[0] = parent;
+      const slot = this.table.find(splitView[0], splitView[1]);
+      const p = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1)
+        return this.rec[p * R + R_RUN];
+    }
+    let id = this.runFree.pop();
+    if (id === undefined) {
+      id = this.runTop++;
+      if (id >= this.runLen.length) {
+        this.runLen = grow(this.runLen, this.runLen.length * 2);
+        this.runRefs = grow(this.runRefs, this.runRefs.length * 2);
+      }
+    }
+    this.runLen[id] = 0;
+    this.runRefs[id] = 0;
+    return id;
+  }
+
+  /** A stored-again record joins the run of its latest store (which holds it newest-first, too). */
+  protected moveToRun(r: number, run: number, pos: number): void {
+    const rec = this.rec;
+    if (rec[r * R + R_RUN] !== run || rec[r * R + R_POS] !== pos)
+      this.hot.invalidate(rec[r * R + R_LO], rec[r * R + R_HI]);
+    if (rec[r * R + R_RUN] !== run) {
+      this.runRefs[run]++;
+      this.leaveRun(r);
+      rec[r * R + R_RUN] = run;
+    }
+    rec[r * R + R_POS] = pos;
+  }
+
+  protected leaveRun(r: number): void {
+    const run = this.rec[r * R + R_RUN];
+    // A run's last block gone (engines evict the deepest first): the run ends before it.
+    if (this.rec[r * R + R_POS] === this.runLen[run] - 1) this.runLen[run]--;
+    if (--this.runRefs[run] === 0) this.runFree.push(run);
+  }
+
+  // ---------------------------------------------------------------- eviction awareness (LRU estimate)
+
+  /**
+   * The engine is about to use this prefix (a request was routed to it): it becomes the most recently
+   * used in the instance's LRU, the shallowest block newest, without counting as an allocation.
+   */
+  touch(instance: string, dpRank: number, seq: BigUint64Array, depth: number): void {
+    const id = this.gpuHolder(instance, dpRank);
+    if (id === NONE) return;
+    const h = this.holders[id];
+    const sv = hashView(seq);
+    const d = Math.min(depth, seq.length);
+    let next = NONE;
+    for (let i = 0; i < d; i++) {
+      const r = this.recordOn(id, sv, i, next);
+      if (r === NONE) continue;
+      this.recTouch[r] = h.clock + 0.5 - i / (2 * (d + 1));
+      next = this.rec[r * R + R_NEXT_H];
+    }
+  }
+
+  /**
+   * The holder's record of prompt block i, or NONE. `guess` is the record after the holder's
+   * previous block on the prompt in its list: blocks stored together are neighbours there, so the
+   * guess is mostly right, and a prefix costs O(1) per block instead of a scan of each block's holders.
+   */
+  protected recordOn(id: number, sv: Int32Array, i: number, guess: number): number {
+    const rec = this.rec;
+    if (guess !== NONE && rec[guess * R + R_LO] === sv[2 * i] && rec[guess * R + R_HI] === sv[2 * i + 1]) return guess;
+    const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
+    return slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
+  }
+
+  /**
+   * How much of an instance's GPU prefix [0, depth) is still there after `allocations` more blocks
+   * are allocated on it (the prefill queued ahead of a request), under LRU: free room first, then
+   * the least recently used blocks go. A block is judged by the blocks allocated since it was last
+   * stored or routed to (blocks re-used since are not counted as newer: the estimate errs toward
+   * keeping). A holder that never evicted is not full, and without a confirmed GPU holder there is
+   * nothing to judge: both keep the whole depth. The prefix ends at its first block that goes
+   * (deeper blocks can be newer than shallower ones: events append to chains).
+   */
+  survivingPrefix(instance: string, dpRank: number, seq: BigUint64Array, depth: number, allocations: number): number {
+    return this.surviving(this.gpuHolder(instance, dpRank), hashView(seq), depth, allocations, NONE, seq.length);
+  }
+
+  /**
+   * survivingPrefix for GPU holder `id`; `first` is its record of block 0 when known (NONE: look it
+   * up), and the holder holds none of the blocks from `end` on.
+   */
+  protected surviving(
+    id: number,
+    sv: Int32Array,
+    depth: number,
+    allocations: number,
+    first: number,
+    end: number,
+  ): number {
+    const h = id === NONE ? null : this.holders[id];
+    if (!h || h.evicted === 0 || depth <= 0) return depth;
+    const need = allocations - (h.peak - h.count);
+    if (need <= 0) return depth;
+    // A block goes when fewer than `need` blocks are strictly older: max(0, floor(clock - touch))
+    // blocks are newer, so it goes when count - 1 - that < need, i.e. touch <= clock - count + need
+    // (or always, when need exceeds every other block).
+    const all = h.count - 1 < need;
+    const limit = h.clock - h.count + need;
+    const { rec, recTouch } = this;
+    const d = Math.min(depth, end, sv.length >> 1);
+    let next = first;
+    for (let i = 0; i < d; i++) {
+      // The next record in the holder's list is mostly this block's (stored together); else look it up.
+      let r = next;
+      if (r === NONE || rec[r * R + R_LO] !== sv[2 * i] || rec[r * R + R_HI] !== sv[2 * i + 1]) {
+        r = this.recordOn(id, sv, i, NONE);
+        if (r === NONE) continue; // held through another holder of the instance: no judgement
+      }
+      if (all || recTouch[r] <= limit) return i;
+      next = rec[r * R + R_NEXT_H];
+    }
+    return depth;
+  }
+
+  // ---------------------------------------------------------------- engine hashes (dual key)
+
+  /** Router seq hash for an engine hash known in the holder's (backend, dp rank) group, or null. */
+  resolve(holder: number, engineHash: bigint): bigint | null {
+    const h = this.holders[holder];
+    return h ? this.resolveInGroup(h.group, engineHash) : null;
+  }
+
+  /** Like resolve(), by backend and dp rank; never creates anything. */
+  resolveBackend(backend: string, dpRank: number, engineHash: bigint): bigint | null {
+    const g = this.groupKeys.get(`${backend}\u0000${dpRank}`);
+    return g === undefined ? null : this.resolveInGroup(g, engineHash);
+  }
+
+  /** The router hash (into keyOut) for an engine hash of a group: mapped, or the hash itself. */
+  protected routerKey(g: { engineMap: U64Table | null }, lo: number, hi: number): void {
+    if (g.engineMap) {
+      const s = g.engineMap.find(lo, hi);
+      if (s !== NONE) {
+        keyOut[0] = g.engineMap.data[s * EM + 3];
+        keyOut[1] = g.engineMap.data[s * EM + 4];
+        return;
+      }
+    }
+    keyOut[0] = lo;
+    keyOut[1] = hi;
+  }
+
+  protected resolveInGroup(group: number, engineHash: bigint): bigint | null {
+    splitScratch[0] = engineHash;
+    this.routerKey(this.groups[group], splitView[0], splitView[1]);
+    const slot = this.table.find(keyOut[0], keyOut[1]);
+    if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], group)) return null;
+    return join(keyOut[0], keyOut[1]);
+  }
+
+  // ---------------------------------------------------------------- record rows
+
+  protected findRecord(head: number, holder: number): number {
+    const rec = this.rec;
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E]) if (rec[r * R + R_HOLDER] === holder) return r;
+    return NONE;
+  }
+
+  protected groupHolds(head: number, group: number): boolean {
+    const rec = this.rec;
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E])
+      if (this.hGroup[rec[r * R + R_HOLDER]] === group) return true;
+    return false;
+  }
+
+  protected dropSpeculative(slot: number, cand: number): void {
+    const rec = this.rec;
+    for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; ) {
+      const next = rec[r * R + R_NEXT_E];
+      const h = rec[r * R + R_HOLDER];
+      if (this.hSpec[h] === 1 && this.hCand[h] === cand) this.freeRecord(r);
+      r = next;
+    }
+  }
+
+  protected newRecord(
+    slot: number,
+    lo: number,
+    hi: number,
+    holder: number,
+    elo: number,
+    ehi: number,
+    expiresAt: number,
+    run: number,
+    pos: number,
+  ): number {
+    let r = this.recFree;
+    if (r !== NONE) this.recFree = this.rec[r * R + R_NEXT_E];
+    else {
+      r = this.recTop++;
+      if (r * R >= this.rec.length) {
+        this.rec = grow(this.rec, this.rec.length * 2);
+        this.recExp = grow(this.recExp, this.recExp.length * 2);
+        this.recTouch = grow(this.recTouch, this.recTouch.length * 2);
+        this.recClaims = grow(this.recClaims, this.recClaims.length * 2);
+        this.recEng = grow(this.recEng, this.recEng.length * 2);
+      }
+    }
+    this.runRefs[run]++;
+    const rec = this.rec;
+    const o = r * R;
+    const tbl = this.table.data;
+    this.hot.invalidate(lo, hi);
+    rec[o + R_LO] = lo;
+    rec[o + R_HI] = hi;
+    rec[o + R_HOLDER] = holder;
+    rec[o + R_NEXT_E] = tbl[slot * T + T_HEAD];
+    tbl[slot * T + T_HEAD] = r;
+    tbl[slot * T + T_SIG] ^= recordMix(holder, expiresAt);
+    this.recExp[r] = expiresAt;
+    rec[o + R_RUN] = run;
+    rec[o + R_POS] = pos;
+    this.recEng[2 * r] = elo;
+    this.recEng[2 * r + 1] = ehi;
+    const h = this.holders[holder];
+    rec[o + R_PREV_H] = h.tail;
+    rec[o + R_NEXT_H] = NONE;
+    if (h.tail !== NONE) rec[h.tail * R + R_NEXT_H] = r;
+    else h.head = r;
+    h.tail = r;
+    h.count++;
+    if (h.count > h.peak) h.peak = h.count;
+    this.liveRecords++;
+    return r;
+  }
+
+  protected unlinkFromHolder(h: Holder, r: number): void {
+    const rec = this.rec;
+    const prev = rec[r * R + R_PREV_H];
+    const next = rec[r * R + R_NEXT_H];
+    if (prev !== NONE) rec[prev * R + R_NEXT_H] = next;
+    else h.head = next;
+    if (next !== NONE) rec[next * R + R_PREV_H] = prev;
+    else h.tail = prev;
+  }
+
+  protected moveToTail(h: Holder, r: number): void {
+    if (h.tail === r) return;
+    this.unlinkFromHolder(h, r);
+    const rec = this.rec;
+    rec[r * R + R_PREV_H] = h.tail;
+    rec[r * R + R_NEXT_H] = NONE;
+    if (h.tail !== NONE) rec[h.tail * R + R_NEXT_H] = r;
+    else h.head = r;
+    h.tail = r;
+  }
+
+  protected freeRecord(r: number): void {
+    const rec = this.rec;
+    const o = r * R;
+    const lo = rec[o + R_LO];
+    const hi = rec[o + R_HI];
+    const holder = rec[o + R_HOLDER];
+    const h = this.holders[holder];
+    const slot = this.table.find(lo, hi);
+    this.hot.invalidate(lo, hi);
+    const tbl = this.table.data;
+    const headAt = slot * T + T_HEAD;
+    // unlink from the entry's singly linked list
+    if (tbl[headAt] === r) tbl[headAt] = rec[o + R_NEXT_E];
+    else {
+      let p = tbl[headAt];
+      while (rec[p * R + R_NEXT_E] !== r) p = rec[p * R + R_NEXT_E];
+      rec[p * R + R_NEXT_E] = rec[o + R_NEXT_E];
+    }
+    tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]);
+    this.unlinkFromHolder(h, r);
+    this.leaveRun(r);
+    h.count--;
+    this.liveRecords--;
+    // Forget the engine hash once no medium of this group holds the block any more.
+    const emptied = tbl[headAt] === NONE;
+    const em = this.groups[h.group].engineMap;
+    if (em) {
+      const elo = this.recEng[2 * r];
+      const ehi = this.recEng[2 * r + 1];
+      if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
+        const s = em.find(elo, ehi);
+        if (s !== NONE && em.data[s * EM + 3] === lo && em.data[s * EM + 4] === hi) em.removeSlot(s);
+      }
+    }
+    rec[o + R_NEXT_E] = this.recFree;
+    this.recFree = r;
+    if (emptied) this.table.removeSlot(slot);
+  }
+}

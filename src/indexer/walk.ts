@@ -1,0 +1,528 @@
+// The query: the tier walk over a prompt's seq hashes (see walk()), for every holder (query) or for
+// the scheduler's candidate list in its order (overlapsFor, with the LRU estimate of each device
+// prefix). Scratch arrays are indexed by candidate id and holder id and stamped with the query id,
+// so a query clears nothing; the walk sizes them itself. See README.md (module map).
+import { grow, hashView, recordMix } from './layout.js';
+import { HB, HOT_MIN_RECORDS } from './hot-blocks.js';
+import { TIER_BIT } from './tiers.js';
+import { IndexWrites } from './writes.js';
+
+// Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
+const NONE = -1;
+const R = 8;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const R_POS = 7;
+const R_RUN = 6;
+const T = 4;
+const T_HEAD = 3;
+const T_SIG = 2;
+/** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
+export const WALK_LAYOUT = { R, R_HOLDER, R_NEXT_E, R_POS, R_RUN, T, T_HEAD, T_SIG };
+
+/** Query ids wrap here; the stamps are cleared then, so an old stamp never passes for a new query. */
+const QUERY_ID_LIMIT = 0x3fffffff;
+/** A predicted stop of a shared-pool holder (other nodes name a tracked candidate, or NONE). */
+const SHARED = -2;
+// predicted-stop node: [record mix, who (candidate, SHARED or NONE), tier bit, next in its depth's list]
+const Q = 4;
+const GPU = TIER_BIT.GPU;
+const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
+const TOUCH_WINDOW = 64;
+/** Tables up to this size (a typical L2 cache) are walked without prefetching. */
+const PREFETCH_MIN_BYTES = 1 << 20;
+/** A level still extending (its depth is fixed when it stops). */
+const EXT = -1;
+
+export interface CandidateOverlap {
+  instance: string;
+  dpRank: number;
+  /** Longest prefix (blocks) on the device tier. */
+  device: number;
+  /** Longest prefix on device + host. */
+  host: number;
+  /** Longest prefix on any of the instance's own tiers (device + host + disk + external). */
+  disk: number;
+}
+
+export interface OverlapResult {
+  /** Complete blocks in the query. */
+  queriedBlocks: number;
+  /** Candidates with at least one matched block. */
+  candidates: CandidateOverlap[];
+  /** Longest contiguous prefix held by shared-pool backends (readable by every instance). */
+  sharedBlocks: number;
+}
+
+/** Overlaps of a list of candidates, in the list's order (0 for a candidate holding none of the prompt). */
+export interface CandidateOverlaps {
+  device: Int32Array;
+  host: Int32Array;
+  disk: Int32Array;
+  /** The device prefix left after the prefill queued there (survivingPrefix); `device` without allocations. */
+  surviving: Int32Array;
+  /** Longest contiguous prefix held by shared-pool backends. */
+  shared: number;
+}
+
+export abstract class IndexWalk extends IndexWrites {
+  /**
+   * The last candidate list overlapsFor() resolved, and its ids: a router passes the same list
+   * (the same instance strings, in the same order) request after request, and comparing it costs
+   * less than looking each up. Valid while no candidate id was added (a miss may have become a hit).
+   */
+  protected lastList: Array<{ instance: string; dpRank: number }> = [];
+  protected lastIds = new Int32Array(0);
+  protected lastListCands = -1;
+  // query scratch, indexed by candidate id: stamps, levels, and the live holders per level
+  protected qStamp = new Int32Array(64);
+  protected qWant = new Int32Array(64);
+  protected qDev = new Int32Array(64);
+  protected qHost = new Int32Array(64);
+  protected qDisk = new Int32Array(64);
+  /** Per candidate, its live holders at the current block: [any level, device, device+host, -] (rows of 4). */
+  protected qCount = new Int32Array(64 * 4);
+  /** Candidates still walking (those whose disk level has ended are skipped, and dropped on the next settle). */
+  protected qAlive = new Int32Array(64);
+  protected qTracked = new Int32Array(64);
+  protected qAliveN = 0;
+  protected qLive = 0;
+  protected qTrackedN = 0;
+  /**
+   * Kept when qKeepFirst, for eviction judgements: the holder's record of block 0 in query qhFirstQ;
+   * the last seed (qhSeedK-th of query qhSeedQ) that found it and where that seed predicted it stops.
+   * Between seeds every prediction held, so a holder holds nothing from that stop, or from the next
+   * seed that did not find it, to the end of the walk.
+   */
+  protected qhFirst = new Int32Array(16);
+  protected qhFirstQ = new Int32Array(16);
+  protected qhSeedQ = new Int32Array(16);
+  protected qhSeedK = new Int32Array(16);
+  protected qhSeedEnd = new Int32Array(16);
+  protected qSeedDepth = new Int32Array(16);
+  protected qKeepFirst = false;
+  protected qSeeds = 0;
+  protected qSharedN = 0;
+  // predicted stops: per depth a list of nodes (rows of Q); those before qNodeFloor are from
+  // seeds a later seed replaced
+  protected qBucket = new Int32Array(256);
+  protected qBucketStamp = new Int32Array(256);
+  protected qNodes = new Int32Array(256 * Q);
+  protected qNodeN = 0;
+  protected qNodeFloor = 0;
+  protected queryId = 0;
+  /** Where prefetch loads go (see U64Table.touch). */
+  protected sink = 0;
+
+  /**
+   * Walk the prompt's seq hashes and report, per (instance, dp rank), the longest contiguous prefix
+   * on the device tier, on device+host, and on any own tier; plus the shared pool's prefix.
+   * Speculative records count as device blocks until they expire.
+   */
+  query(seq: BigUint64Array, now: number, limitInstances?: ReadonlySet<string>): OverlapResult {
+    this.qKeepFirst = false;
+    const shared = this.walk(seq, now, this.nextQueryId(), limitInstances, false);
+    return { queriedBlocks: seq.length, candidates: this.collect(), sharedBlocks: shared };
+  }
+
+  /**
+   * The same walk for a list of candidates (the scheduler's): their prefixes in the list's order,
+   * 0 for a candidate that holds none of the prompt, and no result object per candidate. With
+   * `allocations` (blocks the prefill queued on each candidate will allocate; 0 for none),
+   * `surviving` is survivingPrefix() of each device prefix, starting from the records the walk read.
+   */
+  overlapsFor(
+    seq: BigUint64Array,
+    now: number,
+    candidates: ReadonlyArray<{ instance: string; dpRank: number }>,
+    allocations?: ArrayLike<number>,
+  ): CandidateOverlaps {
+    const qid = this.nextQueryId();
+    const k = candidates.length;
+    const ids = this.candidateIds(candidates);
+    for (let j = 0; j < k; j++) if (ids[j] !== NONE) this.qWant[ids[j]] = qid;
+    this.qKeepFirst = allocations !== undefined;
+    const shared = this.walk(seq, now, qid, undefined, true);
+    const device = new Int32Array(k);
+    const host = new Int32Array(k);
+    const disk = new Int32Array(k);
+    const { qStamp, qDev, qHost, qDisk } = this;
+    for (let j = 0; j < k; j++) {
+      const id = ids[j];
+      if (id === NONE || qStamp[id] !== qid) continue;
+      device[j] = qDev[id];
+      host[j] = qHost[id];
+      disk[j] = qDisk[id];
+    }
+    let surviving = device;
+    if (allocations) {
+      surviving = device.slice();
+      const sv = hashView(seq);
+      for (let j = 0; j < k; j++) {
+        if (device[j] === 0 || !(allocations[j] > 0)) continue;
+        const h = this.gpuHolderOf(ids[j]);
+        if (h === NONE) continue;
+        surviving[j] = this.surviving(
+          h,
+          sv,
+          device[j],
+          allocations[j],
+          this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE,
+          this.heldUntil(h, qid, seq.length),
+        );
+      }
+    }
+    return { device, host, disk, surviving, shared };
+  }
+
+  /** After a walk that kept seeds (qKeepFirst): the holder holds no block of the prompt from here to the walk's end. */
+  protected heldUntil(h: number, qid: number, n: number): number {
+    if (this.qhSeedQ[h] !== qid) return n;
+    const k = this.qhSeedK[h];
+    const end = this.qhSeedEnd[h];
+    return k === this.qSeeds - 1 ? end : Math.min(end, this.qSeedDepth[k + 1]);
+  }
+
+  protected candidateIds(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    const k = candidates.length;
+    const last = this.lastList;
+    let same = k === last.length && this.lastListCands === this.cands.length;
+    for (let j = 0; same && j < k; j++)
+      same = candidates[j].instance === last[j].instance && candidates[j].dpRank === last[j].dpRank;
+    if (same) return this.lastIds;
+    const ids = new Int32Array(k);
+    for (let j = 0; j < k; j++) ids[j] = this.candIds.get(candidates[j].instance, candidates[j].dpRank) ?? NONE;
+    this.lastList = candidates.map((c) => ({ instance: c.instance, dpRank: c.dpRank }));
+    this.lastIds = ids;
+    this.lastListCands = this.cands.length;
+    return ids;
+  }
+
+  protected nextQueryId(): number {
+    this.sizeScratch();
+    if (++this.queryId > QUERY_ID_LIMIT) {
+      this.queryId = 1;
+      this.qStamp.fill(0);
+      this.qWant.fill(0);
+      this.qBucketStamp.fill(0);
+      this.qhFirstQ.fill(0);
+      this.qhSeedQ.fill(0);
+    }
+    return this.queryId;
+  }
+
+  /** Scratch covers every candidate and holder id (writes make ids; the query sizes its own arrays). */
+  private sizeScratch(): void {
+    if (this.qStamp.length < this.cands.length) {
+      let n = this.qStamp.length;
+      while (n < this.cands.length) n *= 2;
+      this.qStamp = grow(this.qStamp, n);
+      this.qWant = grow(this.qWant, n);
+      this.qDev = grow(this.qDev, n);
+      this.qHost = grow(this.qHost, n);
+      this.qDisk = grow(this.qDisk, n);
+      this.qCount = grow(this.qCount, n * 4);
+      this.qAlive = grow(this.qAlive, n);
+      this.qTracked = grow(this.qTracked, n);
+    }
+    if (this.qhFirst.length < this.holders.length) {
+      let n = this.qhFirst.length;
+      while (n < this.holders.length) n *= 2;
+      this.qhFirst = grow(this.qhFirst, n);
+      this.qhFirstQ = grow(this.qhFirstQ, n);
+      this.qhSeedQ = grow(this.qhSeedQ, n);
+      this.qhSeedK = grow(this.qhSeedK, n);
+      this.qhSeedEnd = grow(this.qhSeedEnd, n);
+    }
+  }
+
+  /**
+   * The tier walk. Cost: one probe per block walked, plus the records of the blocks where the holder
+   * set is not the one predicted, plus O(1) per holder that stops.
+   *
+   * A holder's blocks are mostly the chains it stored, so each record read predicts the depth at
+   * which its holder stops: the end of its run (see `runs` above). Holders are bucketed by that
+   * depth; at each block those due leave the prediction, and the XOR of the predicted holders' record
+   * mixes must equal the row's signature (an XOR over the block's records, expiries included). If
+   * it does, the holder set is the predicted one: the same trust the signature already had when the
+   * walk skipped a block whose signature equalled the previous block's (false agreement ~2^-31).
+   * If it does not (a chain stored in pieces, a branch, a newcomer), the block's records are read
+   * and predict afresh. Per candidate, counts of live holders per level say when a level ends.
+   */
+  protected walk(
+    seq: BigUint64Array,
+    now: number,
+    qid: number,
+    limit: ReadonlySet<string> | undefined,
+    stamped: boolean,
+  ): number {
+    const sv = hashView(seq);
+    const n = seq.length;
+    this.qTrackedN = 0;
+    this.qAliveN = 0;
+    this.qLive = 0;
+    this.qSeeds = 0;
+    this.qNodeN = 0;
+    if (n === 0) return 0;
+    if (this.qBucket.length <= n) {
+      let m = this.qBucket.length;
+      while (m <= n) m *= 2;
+      this.qBucket = new Int32Array(m);
+      this.qBucketStamp = new Int32Array(m);
+    }
+    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
+    const tbl = table.data;
+    // A table that fits in cache gains nothing from prefetching (it only hashes every block twice).
+    const prefetch = table.byteLength > PREFETCH_MIN_BYTES;
+    if (prefetch) this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
+    let slot = table.find(sv[0], sv[1]);
+    if (slot === NONE) return 0;
+    this.seedBlock(slot, 0, n, now, qid, limit, stamped);
+    this.settleAll(0);
+    // Nodes grow while seeding: read them again after each seedBlock.
+    let nodes = this.qNodes;
+    let predicted = tbl[slot * T + T_SIG];
+    let sharedAlive = this.qSharedN > 0;
+    let shared = 0;
+    if (this.qLive === 0 && !sharedAlive) return 0;
+    let i = 1;
+    for (; i < n; i++) {
+      // Window by window, pull the next blocks' rows into cache ahead of the walk (one cache miss
+      // per block otherwise bounds a long query); a walk that stops early wastes at most a window.
+      if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0) this.sink ^= table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
+      slot = table.find(sv[2 * i], sv[2 * i + 1]);
+      if (slot === NONE) break;
+      const sig = tbl[slot * T + T_SIG];
+      if (qBucketStamp[i] !== qid) {
+        // Nobody due to stop and the holder set as predicted: every live level extends.
+        if (sig === predicted) continue;
+      } else {
+        // Holders due to stop here (a node of an earlier seed is void): without them, is the
+        // holder set the predicted one?
+        const floor = this.qNodeFloor;
+        let gone = 0;
+        for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) if (k >= floor) gone ^= nodes[k * Q];
+        predicted ^= gone;
+        if (sig === predicted) {
+          // It is: they stop here, and so do the levels left without a holder.
+          for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) {
+            if (k < floor) continue;
+            const c = nodes[k * Q + 1];
+            if (c === SHARED) this.qSharedN--;
+            if (c < 0 || qDisk[c] !== EXT) continue;
+            const b = nodes[k * Q + 2];
+            if (--qCount[4 * c] === 0) {
+              if (qDev[c] === EXT) qDev[c] = i;
+              if (qHost[c] === EXT) qHost[c] = i;
+              qDisk[c] = i;
+              this.qLive--;
+              continue;
+            }
+            if (b & GPU && --qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
+            if (b & GPU_CPU && --qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
+          }
+          if (sharedAlive && this.qSharedN === 0) {
+            shared = i;
+            sharedAlive = false;
+          }
+          if (this.qLive === 0 && !sharedAlive) return shared;
+          continue;
+        }
+      }
+      // Not the holder set predicted (a chain stored in pieces, a branch, a newcomer): read this
+      // block's records and predict afresh from them.
+      this.seedBlock(slot, i, n, now, qid, undefined, false);
+      nodes = this.qNodes;
+      predicted = sig;
+      this.settleAll(i);
+      if (sharedAlive && this.qSharedN === 0) {
+        shared = i;
+        sharedAlive = false;
+      }
+      if (this.qLive === 0 && !sharedAlive) return shared;
+    }
+    // Every level still open reaches the last block walked.
+    const qAlive = this.qAlive;
+    for (let k = 0; k < this.qAliveN; k++) {
+      const c = qAlive[k];
+      if (qDisk[c] !== EXT) continue;
+      if (qDev[c] === EXT) qDev[c] = i;
+      if (qHost[c] === EXT) qHost[c] = i;
+      qDisk[c] = i;
+    }
+    return sharedAlive ? i : shared;
+  }
+
+  /**
+   * Read block i's records: every holder on it is predicted from here (its record's mix, the end of
+   * its run, what it means for the answer); counts restart from these holders. At block 0 this is
+   * where candidates start being tracked (those `limit` or the stamps admit).
+   */
+  protected seedBlock(
+    slot: number,
+    i: number,
+    n: number,
+    now: number,
+    qid: number,
+    limit: ReadonlySet<string> | undefined,
+    stamped: boolean,
+  ): void {
+    const { rec, qCount, qAlive } = this;
+    for (let k = 0; k < this.qAliveN; k++) {
+      const o = 4 * qAlive[k];
+      qCount[o] = 0;
+      qCount[o + 1] = 0;
+      qCount[o + 2] = 0;
+    }
+    // Seeds from before this block no longer stand: their nodes are ignored.
+    this.qNodeFloor = this.qNodeN;
+    const seedK = this.qSeeds++;
+    const keep = this.qKeepFirst;
+    if (keep) {
+      if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
+      this.qSeedDepth[seedK] = i;
+    }
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qStamp, qWant, qDev, qHost, qDisk, qBucket, qBucketStamp } =
+      this;
+    let nodes = this.qNodes;
+    let k = this.qNodeN;
+    let shared = 0;
+    // A hot block's records are read from their contiguous copy, in list order; others through the list.
+    const tbl = this.table.data;
+    const lo = tbl[slot * T];
+    const hi = tbl[slot * T + 1];
+    const e = this.hot.find(lo, hi);
+    const rows = e < 0 ? null : this.hot.data(e);
+    const m = e < 0 ? 0 : this.hot.size(e);
+    let j = 0;
+    let r = rows ? rows[0] : tbl[slot * T + T_HEAD];
+    while (r !== NONE) {
+      let h: number;
+      let run: number;
+      let pos: number;
+      if (rows) {
+        h = rows[j * HB + 1];
+        run = rows[j * HB + 2];
+        pos = rows[j * HB + 3];
+      } else {
+        h = rec[r * R + R_HOLDER];
+        run = rec[r * R + R_RUN];
+        pos = rec[r * R + R_POS];
+      }
+      const spec = hSpec[h] === 1;
+      const exp = spec ? recExp[r] : 0;
+      const b = hBit[h];
+      // Who the holder counts for: a tracked candidate's level, the shared pool, or nobody.
+      const c = hCand[h];
+      let who = NONE;
+      if (c === NONE) {
+        who = SHARED;
+        shared++;
+      } else if (!spec || exp > now) {
+        if (qStamp[c] === qid) {
+          if (qDisk[c] === EXT) who = c;
+        } else if (i === 0 && (stamped ? qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) {
+          // First seen: tracked from here, its levels open.
+          qStamp[c] = qid;
+          qDev[c] = EXT;
+          qHost[c] = EXT;
+          qDisk[c] = EXT;
+          qCount[4 * c] = 0;
+          qCount[4 * c + 1] = 0;
+          qCount[4 * c + 2] = 0;
+          qAlive[this.qAliveN++] = c;
+          this.qTracked[this.qTrackedN++] = c;
+          this.qLive++;
+          who = c;
+        }
+        if (who >= 0) {
+          qCount[4 * c]++;
+          if (b & GPU) qCount[4 * c + 1]++;
+          if (b & GPU_CPU) qCount[4 * c + 2]++;
+        }
+      }
+      // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
+      const end = i + Math.max(1, runLen[run] - pos);
+      if (keep) {
+        if (i === 0) {
+          this.qhFirst[h] = r;
+          this.qhFirstQ[h] = qid;
+        }
+        this.qhSeedQ[h] = qid;
+        this.qhSeedK[h] = seedK;
+        this.qhSeedEnd[h] = end;
+      }
+      if (end < n) {
+        if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
+        nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
+        nodes[k * Q + 1] = who;
+        nodes[k * Q + 2] = b;
+        if (qBucketStamp[end] !== qid) {
+          qBucketStamp[end] = qid;
+          nodes[k * Q + 3] = NONE;
+        } else nodes[k * Q + 3] = qBucket[end];
+        qBucket[end] = k++;
+      }
+      j++;
+      if (rows) r = j < m ? rows[j * HB] : NONE;
+      else r = rec[r * R + R_NEXT_E];
+    }
+    if (!rows && j >= HOT_MIN_RECORDS) this.copyHot(slot, j);
+    this.qNodeN = k;
+    this.qSharedN = shared;
+  }
+
+  /** Copy the n records of the block at `slot` into a hot-block copy (see hot-blocks.ts). */
+  private copyHot(slot: number, n: number): void {
+    const { rec, hot } = this;
+    const tbl = this.table.data;
+    const e = hot.open(n);
+    const rows = hot.data(e);
+    let j = 0;
+    for (let r = tbl[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E], j++) {
+      rows[j * HB] = r;
+      rows[j * HB + 1] = rec[r * R + R_HOLDER];
+      rows[j * HB + 2] = rec[r * R + R_RUN];
+      rows[j * HB + 3] = rec[r * R + R_POS];
+    }
+    hot.commit(e, tbl[slot * T], tbl[slot * T + 1], j);
+  }
+
+  /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
+  protected settleAll(i: number): void {
+    const { qAlive, qDev, qHost, qDisk, qCount } = this;
+    let kept = 0;
+    for (let k = 0; k < this.qAliveN; k++) {
+      const c = qAlive[k];
+      if (qDisk[c] !== EXT) continue;
+      if (qCount[4 * c] === 0) {
+        if (qDev[c] === EXT) qDev[c] = i;
+        if (qHost[c] === EXT) qHost[c] = i;
+        qDisk[c] = i;
+        continue;
+      }
+      if (qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
+      if (qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
+      qAlive[kept++] = c;
+    }
+    this.qAliveN = kept;
+    this.qLive = kept;
+  }
+
+  // Kept out of query(): V8 deopts a hot loop whose exit path has no type feedback yet.
+  protected collect(): CandidateOverlap[] {
+    const out: CandidateOverlap[] = [];
+    for (let k = 0; k < this.qTrackedN; k++) {
+      const c = this.qTracked[k];
+      const cand = this.cands[c];
+      out.push({
+        instance: cand.instance,
+        dpRank: cand.dpRank,
+        device: this.qDev[c],
+        host: this.qHost[c],
+        disk: this.qDisk[c],
+      });
+    }
+    return out;
+  }
+}

@@ -1,0 +1,244 @@
+// The index's write operations, on the record rows (records.ts): store (runs, the dual key),
+// speculative inserts and their withdrawal, removals, clears, purges and expiry. Writes from outside
+// src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
+import { type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
+import { RecordTable } from './records.js';
+import { U64Table } from './u64-table.js';
+
+// Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
+const NONE = -1;
+const EM = 5;
+const R = 8;
+const R_HOLDER = 2;
+const R_NEXT_E = 3;
+const T = 4;
+const T_HEAD = 3;
+const T_SIG = 2;
+/** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
+export const WRITES_LAYOUT = { EM, R, R_HOLDER, R_NEXT_E, T, T_HEAD, T_SIG };
+
+/** One speculative insert (a booking's), so that a failed attempt can take it back (`withdrawSpeculative`). */
+export interface SpeculativeInsert {
+  ttlMs: number;
+  expiresAt: number;
+}
+
+export abstract class IndexWrites extends RecordTable {
+  /**
+   * Store consecutive blocks for a holder. `seq` are router seq hashes; `engine` the engine's own
+   * hashes for the same blocks (dual key) or null when the engine uses the router's hashes.
+   * `expiresAt` > 0 marks speculative entries (a speculative holder's; event-confirmed blocks never
+   * expire); each store of one counts as a claim on its records (`withdrawSpeculative`). `parent`:
+   * the router hash of the block before seq[0], when known; the blocks then continue the holder's
+   * run through it. Returns the number of newly added (block, holder) pairs.
+   */
+  store(
+    holder: number,
+    seq: BigUint64Array,
+    engine: BigUint64Array | null = null,
+    expiresAt = 0,
+    parent: bigint | null = null,
+  ): number {
+    const h = this.holders[holder];
+    if (!h || !h.alive) throw new RangeError(`unknown holder ${holder}`);
+    if (engine && engine.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
+    if (seq.length === 0) return 0;
+    if (!h.speculative) expiresAt = 0;
+    const run = this.openRun(holder, parent);
+    const base = this.runLen[run];
+    const sv = hashView(seq);
+    const ev = engine ? hashView(engine) : sv;
+    const cand = this.hCand[holder];
+    const confirmed = !h.speculative && cand !== NONE;
+    const clock0 = h.clock;
+    const n = seq.length;
+    let added = 0;
+    for (let i = 0; i < seq.length; i++) {
+      const lo = sv[2 * i];
+      const hi = sv[2 * i + 1];
+      const elo = ev[2 * i];
+      const ehi = ev[2 * i + 1];
+      const slot = this.table.insert(lo, hi);
+      const tbl = this.table.data;
+      let r = NONE;
+      let specSeen = false;
+      if (this.table.created) tbl[slot * T + T_HEAD] = NONE;
+      else {
+        // One walk finds this holder's record and notices speculative records to replace.
+        const rec = this.rec;
+        for (let x = tbl[slot * T + T_HEAD]; x !== NONE; x = rec[x * R + R_NEXT_E]) {
+          const hx = rec[x * R + R_HOLDER];
+          if (hx === holder) r = x;
+          else if (this.hSpec[hx] === 1) specSeen = true;
+        }
+      }
+      if (r === NONE) {
+        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i);
+        added++;
+        if (h.speculative) this.recClaims[r] = 1;
+      } else {
+        if (h.speculative) this.recClaims[r]++;
+        this.moveToRun(r, run, base + i);
+        if (this.recExp[r] !== expiresAt) {
+          tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
+          this.recExp[r] = expiresAt;
+          if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
+        }
+      }
+      // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
+      this.recTouch[r] = clock0 + n - i;
+      if (confirmed && specSeen) this.dropSpeculative(slot, cand);
+      if (elo !== lo || ehi !== hi) {
+        const g = this.groups[h.group];
+        // Looked up only by removals and resolve(), never by the walk: filled to 3/4 before it doubles.
+        if (!g.engineMap) g.engineMap = new U64Table(EM, 1024, 0.75);
+        const s = g.engineMap.insert(elo, ehi);
+        g.engineMap.data[s * EM + 3] = lo;
+        g.engineMap.data[s * EM + 4] = hi;
+      }
+    }
+    h.clock = clock0 + n;
+    this.runLen[run] = base + n;
+    return added;
+  }
+
+  /**
+   * Speculative insert of a routed prompt's blocks on an instance (device tier, until now + ttlMs):
+   * the engine is about to compute them. Each block's record counts the inserts that claim it.
+   */
+  speculate(instance: string, dpRank: number, seq: BigUint64Array, ttlMs: number, now: number): SpeculativeInsert {
+    const ins: SpeculativeInsert = { ttlMs, expiresAt: now + ttlMs };
+    this.store(this.speculativeHolder(instance, dpRank, ttlMs), seq, null, ins.expiresAt);
+    return ins;
+  }
+
+  /**
+   * Take back a speculative insert whose attempt failed (the engine did not compute the prompt): its
+   * claim on each record goes, and a record no other insert claims goes with it. Claims of inserts
+   * still in flight or served stay, and so do their records (until their TTL or a confirmation);
+   * event-confirmed records are never touched. At or past its own expiry the insert has lapsed and
+   * withdraws nothing: a record alive now is a later insert's (renewed, or made anew).
+   */
+  withdrawSpeculative(
+    instance: string,
+    dpRank: number,
+    seq: BigUint64Array,
+    ins: SpeculativeInsert,
+    now: number,
+  ): number {
+    if (now >= ins.expiresAt) return 0;
+    const holder = this.holderKeys.get(specKey(instance, dpRank, ins.ttlMs));
+    if (holder === undefined) return 0;
+    const sv = hashView(seq);
+    let n = 0;
+    for (let i = 0; i < seq.length; i++) {
+      const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
+      if (slot === NONE) continue;
+      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      if (r === NONE || --this.recClaims[r] > 0) continue;
+      this.freeRecord(r);
+      n++;
+    }
+    return n;
+  }
+
+  /** Remove blocks named by engine hashes (or router hashes for standard publishers). */
+  remove(holder: number, engine: BigUint64Array): number {
+    const h = this.holders[holder];
+    if (!h || !h.alive) return 0;
+    const ev = hashView(engine);
+    const g = this.groups[h.group];
+    let removed = 0;
+    for (let i = 0; i < engine.length; i++) {
+      this.routerKey(g, ev[2 * i], ev[2 * i + 1]);
+      const slot = this.table.find(keyOut[0], keyOut[1]);
+      if (slot === NONE) continue;
+      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      if (r === NONE) continue;
+      this.freeRecord(r);
+      removed++;
+    }
+    h.evicted += removed;
+    return removed;
+  }
+
+  /** Drop every block of one holder (a `cleared` event, a purge). */
+  clearHolder(holder: number): number {
+    const h = this.holders[holder];
+    if (!h || !h.alive) return 0;
+    let n = 0;
+    while (h.head !== NONE) {
+      this.freeRecord(h.head);
+      n++;
+    }
+    return n;
+  }
+
+  /**
+   * Empty the event-confirmed holders of one backend's dp rank on every medium (a device-wide
+   * AllBlocksCleared). Holders are emptied, not removed: engines clear often enough (RL weight
+   * updates) that re-creating holders each time would grow the holder tables.
+   */
+  clearBackend(backend: string, dpRank: number): number {
+    let n = 0;
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      if (!h.speculative && h.backend === backend && h.dpRank === dpRank) n += this.clearHolder(i);
+    }
+    return n;
+  }
+
+  /** Empty every event-confirmed holder; speculative entries (bookings) stay. */
+  clearConfirmed(): number {
+    let n = 0;
+    for (const i of this.liveHolders) if (!this.holders[i].speculative) n += this.clearHolder(i);
+    return n;
+  }
+
+  /** Purge and forget every holder matching the predicate. */
+  protected purgeHolders(pred: (h: Holder, id: number) => boolean): number {
+    let n = 0;
+    for (const i of [...this.liveHolders]) {
+      const h = this.holders[i];
+      if (!pred(h, i)) continue;
+      n += this.clearHolder(i);
+      h.alive = false;
+      this.holderKeys.delete(h.key);
+      this.liveHolders.delete(i);
+      this.freeHolderIds.push(i);
+      this.onHoldersPurged?.();
+    }
+    return n;
+  }
+
+  /** Purge one backend's blocks (all ranks and media, or one dp rank). */
+  removeBackend(backend: string, dpRank?: number): number {
+    return this.purgeHolders(
+      (h) => !h.speculative && h.backend === backend && (dpRank === undefined || h.dpRank === dpRank),
+    );
+  }
+
+  /** Purge everything readable through an instance (its own backends and its speculative entries). */
+  removeInstance(instance: string, dpRank?: number): number {
+    return this.purgeHolders((_h, i) => {
+      const c = this.hCand[i];
+      if (c === NONE) return false;
+      const cand = this.cands[c];
+      return cand.instance === instance && (dpRank === undefined || cand.dpRank === dpRank);
+    });
+  }
+
+  /** Remove speculative entries whose expiry is at or before `now`. */
+  expire(now: number): number {
+    let n = 0;
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      if (!h.speculative) continue;
+      while (h.head !== NONE && this.recExp[h.head] <= now) {
+        this.freeRecord(h.head);
+        n++;
+      }
+    }
+    return n;
+  }
+}
