@@ -142,10 +142,14 @@ describe('routing', () => {
     });
     // e1 holds 8 blocks on GPU; e2 holds 16 blocks in host memory only.
     expect((await post('/events', [stored('e1', 'GPU', 8), stored('e2', 'CPU', 16)])).status).toBe(200);
-    const pick = async (h: Record<string, string> = {}) => (await post('/debug/route', body, h)).body.chosen.instance;
+    // Co-location off: a prefix of a few blocks saves less than its slack, and prefix_affinity_any
+    // (the default) would let the request's own blocks choose among all three.
+    const off = { 'x-kvrouter-prefix-affinity': '0' };
+    const pick = async (h: Record<string, string> = {}) =>
+      (await post('/debug/route', body, { ...off, ...h })).body.chosen.instance;
     expect(await pick()).toBe('e2'); // 16 x 0.75 = 12 credited blocks > 8
     expect(await pick({ 'x-kvrouter-medium-weights': 'cpu=0.25' })).toBe('e1'); // 16 x 0.25 = 4 < 8
-    const r = await post('/v1/chat/completions', body, { 'x-kvrouter-medium-weights': 'cpu=0.25' });
+    const r = await post('/v1/chat/completions', body, { ...off, 'x-kvrouter-medium-weights': 'cpu=0.25' });
     expect(r.headers['x-kvrouter-instance']).toBe('e1');
     expect(r.headers['x-kvrouter-overlap']).toBe('gpu=128,cpu=128,disk=128,shared=0');
   });
