@@ -6,8 +6,8 @@
 //   cold instances (c, d):               prefill 20 + 5,000 x 0.05 = 270 ms
 // In flight a 5, b 4, c 1, d 0: cap = 1.25 x (10 + 1) / 4 = 3.44, so a and b are over it.
 //   off: the pick (a or b) saves 270 - 70 = 200 >= 0.5 x 270 of c's prefill: it keeps the session;
-//   on:  the next best candidate (the other holder) computes 70 ms too: 70 - 70 = 0 < 0.5 x 70, so
-//        the cheapest within the bound (c or d) takes it.
+//   on:  the cheapest within the bound (c or d) has no prefill queued, and the next best candidate
+//        (the other holder) computes 70 ms too: 70 - 70 = 0 < 0.5 x 70, so c or d takes it.
 // A later turn (system + task + 1,000 history + 500 new = 6,500 tokens, a holds 6,000) keeps its
 // history either way: a 20 + 500 x 0.05 = 45 ms, b (the system prompt) 20 + 2,500 x 0.05 = 145:
 // 145 - 45 = 100 >= 0.5 x 145.
@@ -88,6 +88,15 @@ describe('load_bound_unique', () => {
       expect(['a', 'b']).toContain(route(s, firstTurn(u), false).chosen!.instance);
       expect(['c', 'd']).toContain(route(s, firstTurn(u), true).chosen!.instance);
     }
+  });
+
+  it('only for an idle instance: one with prefill queued is no cheaper place to recompute it', () => {
+    const s = setup(['a', 'b']);
+    // c and d each get 100 tokens of prefill queued (in flight a 5, b 4, c 2, d 1: cap 1.25 x 13 / 4 = 4.06):
+    // the rule falls back to the plain bound, and the holders' 200 ms saving keeps the session.
+    s.active.book('qc', 'c', 0, new BigUint64Array(0), 100, 0);
+    s.active.book('qd', 'd', 0, new BigUint64Array(0), 100, 0);
+    for (let u = 1; u <= 6; u++) expect(['a', 'b']).toContain(route(s, firstTurn(u), true).chosen!.instance);
   });
 
   it('a prefix one instance alone holds still keeps the request', () => {

@@ -116,10 +116,12 @@ function loadCap(c: readonly CandidateScore[], factor: number): number {
  * there, so the popular prefix's holders fill up while an instance without it idles. Over the cap,
  * the pick keeps the request only if its cache saves at least half of the prefill the cheapest
  * candidate within the cap would do (a conversation's own history, a long shared document);
- * otherwise that candidate takes it. `unique`: the saving counts only the prefix the pick alone
- * holds, beyond the next best candidate's (loaded or not): a system prompt several instances
- * already hold is one any instance takes on for the price of one prefill, so it does not keep a new
- * session on a loaded holder; a conversation's history, held by one instance, still does.
+ * otherwise that candidate takes it. `unique`, while that candidate has no prefill queued: the
+ * saving counts only the prefix the pick alone holds, beyond the next best candidate's (loaded or
+ * not): a system prompt several instances already hold is one an idle instance takes on for the
+ * price of one prefill that delays nobody, so it does not keep a new session on a loaded holder; a
+ * conversation's history, held by one instance, still does. (Onto a queue, recomputing it would
+ * delay what waits there: a flood's instances keep the plain rule.)
  */
 function withinBound(c: readonly CandidateScore[], i: number, cap: number, unique: boolean): number {
   let u = -1;
@@ -129,7 +131,7 @@ function withinBound(c: readonly CandidateScore[], i: number, cap: number, uniqu
     if (k !== i && c[k].prefillMs < next) next = c[k].prefillMs;
   }
   if (u < 0) return i;
-  const elsewhere = unique ? next : c[u].prefillMs;
+  const elsewhere = unique && c[u].load.activePrefillTokens === 0 ? next : c[u].prefillMs;
   return elsewhere - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
 }
 
