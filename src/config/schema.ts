@@ -57,7 +57,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       { min: 0, max: 100, ...d(1.25) },
     ),
     load_bound_unique: bool(
-      "time cost model (kv, approx), with load_bound: judge a candidate over the bound by the cached prefix only it holds, beyond what the next best candidate also holds. A prefix several instances hold (a shared system prompt) is one every instance can cheaply take on, so it does not keep a new session on a loaded holder; a conversation's own history, held by one instance, still does.",
+      "time cost model (kv, approx), with load_bound: while the cheapest candidate within the bound has no prefill queued, judge a candidate over the bound by the cached prefix only it holds, beyond what the next best candidate also holds. A prefix several instances hold (a shared system prompt) is one an idle instance can take on for one prefill, so it does not keep a new session on a loaded holder; a conversation's own history, held by one instance, still does. Helps agent-style traffic; off by default (at fleet scale it also moves one-shot requests off their prompt's holders).",
       d(false),
     ),
     engine_waiting_weight: num(
