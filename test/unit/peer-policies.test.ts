@@ -12,6 +12,7 @@ import { gie } from '../../src/scheduler/policies/gie.js';
 import { llmD } from '../../src/scheduler/policies/llm-d.js';
 import { llmDSticky, type StickyState } from '../../src/scheduler/policies/llm-d-sticky.js';
 import { approxBlockHashes } from '../../src/scheduler/policies/parts/prefix-lru.js';
+import { PrefixTable } from '../../src/scheduler/policies/parts/prefix-table.js';
 import { TextTree } from '../../src/scheduler/policies/parts/text-tree.js';
 import { sglang, type SglangState } from '../../src/scheduler/policies/sglang.js';
 import type { PolicyContext, PolicySpec, RequestText } from '../../src/scheduler/policies/types.js';
@@ -423,6 +424,26 @@ describe('aibrix (prefix_cache.go: imbalance gate 8, mean + 1 sd)', () => {
     // a 8, b 1, c 0, d 0: 8 is not > 8, all are matched. Mean 2.25, sd = sqrt((33.06 + 1.56 +
     // 5.06 + 5.06) / 3) = 3.86 -> limit 6.11: a (75 %, 8) is skipped, b (50 %, 1) -> b.
     expect(route(aibrix, seeded(), running(8, 1, 0, 0), { text: chars(R) })).toBe('b');
+  });
+
+  it("keeps the table's blocks in write order: a rewrite is the newest, the oldest write goes at capacity or after 20 min", () => {
+    const t = new PrefixTable(4, 1000);
+    const H = (...xs: number[]) => BigUint64Array.from(xs.map(BigInt));
+    t.add(H(1, 2, 3), 'a', 0);
+    t.add(H(2), 'b', 10); // 2 rewritten: now the newest, naming a and b
+    expect(t.order()).toEqual([1n, 3n, 2n]);
+    t.add(H(4, 5), 'c', 20); // 5 blocks > 4: the oldest write (1) goes
+    expect(t.order()).toEqual([3n, 2n, 4n, 5n]);
+    // Block 1 is gone, so a prompt starting with it matches nothing; 3 still matches a.
+    expect(t.match(H(1, 2), ['a', 'b'], 20).size).toBe(0);
+    expect([...t.match(H(3, 9), ['a', 'b'], 20)]).toEqual([['a', 50]]);
+    // Written at 0 (3) and 10 (2): expired at 1,011 (> 1,000 ms); 4 and 5 (written at 20) stay.
+    t.match(H(9), [], 1011);
+    expect(t.order()).toEqual([4n, 5n]);
+    t.add(H(6), 'a', 1011);
+    t.removePod((p) => p === 'c');
+    expect(t.order()).toEqual([6n]);
+    expect(t.size).toBe(1);
   });
 });
 
