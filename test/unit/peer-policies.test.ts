@@ -336,6 +336,27 @@ describe('llm-d (v0.8 precise prefix profile: prefix 2, kv-cache-utilization 1, 
     expect(['a', 'b']).toContain(pods[llmD.pick(pods, context(llmD, undefined, { rand: () => 0.99 }))].instance);
     expect(['a', 'b']).toContain(pods[llmD.pick(pods, context(llmD, undefined, { rand: () => 0 }))].instance);
   });
+  it('keeps a lone holder of the first block while its KV usage is below 1, however long its queue', () => {
+    // Every Mooncake conversation prompt starts with the same 512 tokens. Only a holds them (8 blocks):
+    // min-max over the one pod with a hit gives it 1; b and c have no hit: 0.
+    // a: waiting 160, usage 0.57 -> queue (160 - 160) / 160 = 0, kv 0.43: 2 x 1 + 0.43 + 0 = 2.43
+    // b, c: idle -> queue 1, kv 1: 0 + 1 + 1 = 2                                  -> a
+    // (The gauges cannot outweigh the prefix term: a non-holder scores at most 2, the holder
+    // 2 + (1 - usage). This is llm-d's v0.8 profile, not a reading of the gauges gone wrong.)
+    const pods = [
+      cand('a', { device: 8, host: 8, disk: 8, engine: engine(160, 0.57) }),
+      cand('b', { engine: engine(0, 0) }),
+      cand('c', { engine: engine(0, 0) }),
+    ];
+    for (const r of [0, 0.5, 0.99])
+      expect(pods[llmD.pick(pods, context(llmD, undefined, { rand: () => r }))].instance).toBe('a');
+    // At usage 1 (preempting): a = 2 + 0 + 0 = 2 = b = c: a three-way tie, broken at random.
+    pods[0] = cand('a', { device: 8, host: 8, disk: 8, engine: engine(160, 1) });
+    const picks = new Set(
+      [0, 0.5, 0.99].map((r) => pods[llmD.pick(pods, context(llmD, undefined, { rand: () => r }))].instance),
+    );
+    expect(picks.size).toBeGreaterThan(1);
+  });
 });
 
 describe('llm-d-sticky (prefix-cache-affinity-filter + token-load-scorer)', () => {
