@@ -4,7 +4,7 @@
 // code path, summary and figures); this file only loops, reduces over seeds and writes the report.
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { intOption, numberOption, type OptionTable, parseCommand } from '../common/args.js';
+import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { PEER_POLICIES, variant } from './cluster/policies.js';
 import { splitPolicies } from './cluster.js';
 import { fleetSetup, notSimulated, simulateSetup } from './fleet.js';
@@ -78,12 +78,22 @@ const list = (s: string) =>
     .map((x) => x.trim())
     .filter(Boolean);
 
-export async function run(argv: string[]): Promise<number> {
-  const parsed = parseCommand('bench leaderboard', SUMMARY, OPTIONS, argv);
-  if ('code' in parsed) return parsed.code;
-  const v = parsed.values;
-  const t0 = performance.now();
-  const quick = v.quick === true;
+/** The parsed command line: what to run and how. */
+interface Plan {
+  quick: boolean;
+  scenarios: typeof SCENARIOS;
+  policies: ReturnType<typeof variant>[];
+  runnable: ReturnType<typeof variant>[];
+  /** Policies the simulator cannot run, with the reason (listed as not run, never dropped). */
+  skipped: Map<string, string>;
+  seeds: number[];
+  loads: number[] | null;
+  slo: { ttftMs: number; tpotMs: number };
+  drain: string;
+  decisionLog: string | null;
+}
+
+function plan(v: ParsedOptions): Plan {
   const names = typeof v.scenarios === 'string' ? list(v.scenarios) : SCENARIOS.map((s) => s.name);
   const scenarios = names.map((n) => {
     const s = SCENARIOS.find((x) => x.name === n);
@@ -101,126 +111,172 @@ export async function run(argv: string[]): Promise<number> {
   if (seeds.length === 0) throw new Error('--seeds: at least one seed');
   const loads = typeof v.loads === 'string' ? list(v.loads).map(Number) : null;
   if (loads?.some((x) => !(x > 0))) throw new Error('--loads: positive numbers');
-  const slo = { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') };
-  const drain = String(intOption(v, 'drain-timeout'));
   const decisionLog = typeof v['decision-log'] === 'string' ? v['decision-log'] : null;
-  if (decisionLog) {
-    mkdirSync(dirname(decisionLog), { recursive: true });
-    writeFileSync(decisionLog, '');
-  }
-  const runnable = policies.filter((p) => notSimulated(p) === null);
   const skipped = new Map(policies.filter((p) => notSimulated(p) !== null).map((p) => [p.name, notSimulated(p)!]));
-  for (const [name, why] of skipped) process.stderr.write(`policy ${name}: not run (${why})\n`);
+  return {
+    quick: v.quick === true,
+    scenarios,
+    policies,
+    runnable: policies.filter((p) => !skipped.has(p.name)),
+    skipped,
+    seeds,
+    loads,
+    slo: { ttftMs: numberOption(v, 'slo-ttft-ms'), tpotMs: numberOption(v, 'slo-tpot-ms') },
+    drain: String(intOption(v, 'drain-timeout')),
+    decisionLog,
+  };
+}
 
+type Scenario = (typeof SCENARIOS)[number];
+
+/** One seed of one load point: a bench fleet simulation of every runnable policy, into `cells`. */
+async function runSeed(
+  p: Plan,
+  sc: Scenario,
+  load: number,
+  args: string[],
+  seed: number,
+  cells: PolicyCell[],
+  res: ScenarioResult,
+): Promise<string> {
+  const tc = performance.now();
+  const setup = await fleetSetup([
+    ...args,
+    '--seed',
+    String(seed),
+    '--policies',
+    p.runnable.map((x) => x.name).join(','),
+  ]);
+  try {
+    const w = setup.workload;
+    const lines: string[] = [];
+    const { summary, outputs } = await simulateSetup(
+      setup,
+      true,
+      p.decisionLog
+        ? (policy, i, d, now) => lines.push(decisionLine({ scenario: sc.name, load, seed, policy }, i, d, now))
+        : undefined,
+    );
+    if (p.decisionLog && lines.length) appendFileSync(p.decisionLog, lines.join('\n') + '\n');
+    const tenants = [...new Set(w.requests.map((r) => r.tenant).filter((t): t is string => t !== undefined))].sort();
+    if (tenants.length > res.tenants.length) res.tenants = tenants;
+    summary.results.forEach((r, k) => {
+      const cell = cells.find((c) => c.policy === r.policy)!;
+      cell.seeds.push(seedFigures(seed, r, outputs[k], summary.oracle.hitRate, (i) => w.requests[i]?.tenant));
+    });
+    const kv = summary.results.find((r) => r.policy === SUBJECT);
+    process.stderr.write(
+      `${sc.name} ${sc.ladder.flag}=${load} seed ${seed}: ${w.requests.length} requests x ${p.runnable.length} policies in ${((performance.now() - tc) / 1000).toFixed(1)} s` +
+        (kv ? ` (kv TTFT p90 ${kv.ttftMs.p90.toFixed(0)} ms, ${kv.requests.ok}/${kv.requests.sent} ok)` : '') +
+        '\n',
+    );
+    return `${w.description}; oracle hit rate ${(100 * summary.oracle.hitRate).toFixed(1)} %, ${summary.config.engines} engines x ${summary.config.numGpuBlocks} GPU blocks`;
+  } finally {
+    await setup.workload.close();
+  }
+}
+
+/** One scenario over its load ladder, every seed of every point. */
+async function runScenario(p: Plan, sc: Scenario): Promise<ScenarioResult> {
+  const res: ScenarioResult = {
+    name: sc.name,
+    title: sc.title,
+    ladder: { flag: sc.ladder.flag, unit: sc.ladder.unit },
+    notRun: sc.missing(),
+    points: [],
+    tenants: [],
+  };
+  if (res.notRun) {
+    process.stderr.write(`${sc.name}: not run (${res.notRun})\n`);
+    return res;
+  }
+  const base = p.quick ? sc.quick : sc.full;
+  for (const load of p.loads ?? (p.quick ? sc.ladder.quick : sc.ladder.full)) {
+    const args = [
+      ...base,
+      `--${sc.ladder.flag}`,
+      String(load),
+      '--slo-ttft-ms',
+      String(p.slo.ttftMs),
+      '--slo-tpot-ms',
+      String(p.slo.tpotMs),
+      '--drain-timeout',
+      p.drain,
+    ];
+    const cells: PolicyCell[] = p.policies.map((x) => ({
+      policy: x.name,
+      notRun: p.skipped.get(x.name) ?? null,
+      seeds: [],
+    }));
+    let described = '';
+    for (const seed of p.seeds) {
+      if (p.runnable.length === 0) break;
+      const d = await runSeed(p, sc, load, args, seed, cells, res);
+      described ||= d;
+    }
+    const point: LoadPoint = { load, args, workload: described, cells };
+    res.points.push(point);
+  }
+  return res;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const parsed = parseCommand('bench leaderboard', SUMMARY, OPTIONS, argv);
+  if ('code' in parsed) return parsed.code;
+  const v = parsed.values;
+  const t0 = performance.now();
+  const p = plan(v);
+  if (p.decisionLog) {
+    mkdirSync(dirname(p.decisionLog), { recursive: true });
+    writeFileSync(p.decisionLog, '');
+  }
+  for (const [name, why] of p.skipped) process.stderr.write(`policy ${name}: not run (${why})\n`);
   const results: ScenarioResult[] = [];
   const wall: Array<{ scenario: string; seconds: number }> = [];
-  for (const sc of scenarios) {
+  for (const sc of p.scenarios) {
     const ts = performance.now();
-    const ladder = loads ?? (quick ? sc.ladder.quick : sc.ladder.full);
-    const base = quick ? sc.quick : sc.full;
-    const res: ScenarioResult = {
-      name: sc.name,
-      title: sc.title,
-      ladder: { flag: sc.ladder.flag, unit: sc.ladder.unit },
-      notRun: sc.missing(),
-      points: [],
-      tenants: [],
-    };
-    results.push(res);
-    if (res.notRun) {
-      process.stderr.write(`${sc.name}: not run (${res.notRun})\n`);
-      continue;
-    }
-    for (const load of ladder) {
-      const args = [
-        ...base,
-        `--${sc.ladder.flag}`,
-        String(load),
-        '--slo-ttft-ms',
-        String(slo.ttftMs),
-        '--slo-tpot-ms',
-        String(slo.tpotMs),
-        '--drain-timeout',
-        drain,
-      ];
-      const cells: PolicyCell[] = policies.map((p) => ({
-        policy: p.name,
-        notRun: skipped.get(p.name) ?? null,
-        seeds: [],
-      }));
-      let described = '';
-      for (const seed of seeds) {
-        const tc = performance.now();
-        if (runnable.length === 0) break;
-        const setup = await fleetSetup([
-          ...args,
-          '--seed',
-          String(seed),
-          '--policies',
-          runnable.map((p) => p.name).join(','),
-        ]);
-        try {
-          const w = setup.workload;
-          const lines: string[] = [];
-          const { summary, outputs } = await simulateSetup(
-            setup,
-            true,
-            decisionLog
-              ? (policy, i, d, now) => lines.push(decisionLine({ scenario: sc.name, load, seed, policy }, i, d, now))
-              : undefined,
-          );
-          if (decisionLog && lines.length) appendFileSync(decisionLog, lines.join('\n') + '\n');
-          if (!described)
-            described = `${w.description}; oracle hit rate ${(100 * summary.oracle.hitRate).toFixed(1)} %, ${summary.config.engines} engines x ${summary.config.numGpuBlocks} GPU blocks`;
-          const tenants = [
-            ...new Set(w.requests.map((r) => r.tenant).filter((t): t is string => t !== undefined)),
-          ].sort();
-          if (tenants.length > res.tenants.length) res.tenants = tenants;
-          summary.results.forEach((r, k) => {
-            const cell = cells.find((c) => c.policy === r.policy)!;
-            cell.seeds.push(seedFigures(seed, r, outputs[k], summary.oracle.hitRate, (i) => w.requests[i]?.tenant));
-          });
-          const kv = summary.results.find((r) => r.policy === SUBJECT);
-          process.stderr.write(
-            `${sc.name} ${sc.ladder.flag}=${load} seed ${seed}: ${w.requests.length} requests x ${runnable.length} policies in ${((performance.now() - tc) / 1000).toFixed(1)} s` +
-              (kv ? ` (kv TTFT p90 ${kv.ttftMs.p90.toFixed(0)} ms, ${kv.requests.ok}/${kv.requests.sent} ok)` : '') +
-              '\n',
-          );
-        } finally {
-          await setup.workload.close();
-        }
-      }
-      const point: LoadPoint = { load, args, workload: described, cells };
-      res.points.push(point);
-    }
-    wall.push({ scenario: sc.name, seconds: (performance.now() - ts) / 1000 });
+    results.push(await runScenario(p, sc));
+    if (!results[results.length - 1].notRun) wall.push({ scenario: sc.name, seconds: (performance.now() - ts) / 1000 });
   }
-
   const summary: LeaderboardSummary = {
     bench: 'leaderboard',
-    quick,
-    seeds,
-    policies: policies.map((p) => p.name),
+    quick: p.quick,
+    seeds: p.seeds,
+    policies: p.policies.map((x) => x.name),
     subject: SUBJECT,
-    slo,
+    slo: p.slo,
     scenarios: results,
   };
   const totalSeconds = (performance.now() - t0) / 1000;
+  const dir = writeLeaderboard(argv, typeof v.out === 'string' ? v.out : undefined, p, summary, wall, totalSeconds);
+  process.stderr.write(`leaderboard: ${totalSeconds.toFixed(0)} s, written to ${dir}\n`);
+  return 0;
+}
+
+/** The report: JSON summary, verdict table, one section and chart per scenario. */
+function writeLeaderboard(
+  argv: string[],
+  out: string | undefined,
+  p: Plan,
+  summary: LeaderboardSummary,
+  wall: Array<{ scenario: string; seconds: number }>,
+  totalSeconds: number,
+): string {
   const dir = writeReport(
     'leaderboard',
     { ...summary, args: argv, wall: { scenarios: wall, totalSeconds } },
     [verdictTable(summary)],
-    typeof v.out === 'string' ? v.out : undefined,
+    out,
   );
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, LEADERBOARD_SUMMARY_FILE), JSON.stringify(summary, null, 2) + '\n');
-  const sections = results.map((sc) => scenarioSection(sc, summary, writeLadderCharts(dir, sc)));
+  const sections = summary.scenarios.map((sc) => scenarioSection(sc, summary, writeLadderCharts(dir, sc)));
   const md = [
     '# Leaderboard',
     '',
     `\`kvrouter bench leaderboard ${argv.join(' ')}\` — ${new Date().toISOString()}, ${totalSeconds.toFixed(0)} s on ${JSON.stringify(machine())}`,
     '',
-    `Policies: ${policies.map((p) => (skipped.has(p.name) ? `${p.name} (not run: ${skipped.get(p.name)})` : p.name)).join(', ')}. Seeds: ${seeds.join(', ')}. SLO: TTFT <= ${slo.ttftMs} ms, TPOT <= ${slo.tpotMs} ms.`,
+    `Policies: ${p.policies.map((x) => (p.skipped.has(x.name) ? `${x.name} (not run: ${p.skipped.get(x.name)})` : x.name)).join(', ')}. Seeds: ${p.seeds.join(', ')}. SLO: TTFT <= ${p.slo.ttftMs} ms, TPOT <= ${p.slo.tpotMs} ms.`,
     '',
     ...LEADERBOARD_NOTES,
     '',
@@ -228,6 +284,5 @@ export async function run(argv: string[]): Promise<number> {
     ...sections,
   ].join('\n');
   writeFileSync(join(dir, 'leaderboard.md'), md);
-  process.stderr.write(`leaderboard: ${totalSeconds.toFixed(0)} s, written to ${dir}\n`);
-  return 0;
+  return dir;
 }

@@ -134,6 +134,16 @@ export async function prepareRoute(
       'forbidden',
     );
   }
+  // The config refuses such a policy without the scrape; a request choosing it must not run it blind
+  // (every candidate's gauges would read as an idle engine: its load scorers would never move a pick).
+  if (policySpec(routing.policy).needs.engineMetrics && !deps.cfg.engine_metrics.scrape) {
+    throw new OpenAIError(
+      400,
+      `the ${routing.policy} policy reads the engines' queue length and KV usage: this router has engine_metrics.scrape off`,
+      'invalid_request_error',
+      'x-kvrouter-policy',
+    );
+  }
   // A tenant with a cache salt never shares KV blocks with other tenants (engine and index), and
   // no tenant runs under another's salt.
   const salted = deps.access.saltFor(principal, parsed.cacheSalt);

@@ -62,6 +62,8 @@ export function mountDebugRoute(app: Hono, deps: CompletionDeps): void {
         filtered_by: d.filtered.find((f) => f.instance === x.instance && f.dpRank === x.dpRank)?.filter ?? null,
         indexed_tokens: x.indexedBlocks * d.blockSize,
         unbooked_requests: x.unbookedRequests,
+        // The scraped gauges as the policy read them (null: no fresh scrape, or scraping is off).
+        engine: x.engine ? { running: x.engine.running, waiting: x.engine.waiting, kv_usage: x.engine.kvUsage } : null,
         adapter_load_ms: x.adapterLoadMs,
         distrusted: x.distrusted,
       })),

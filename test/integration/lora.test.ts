@@ -80,10 +80,15 @@ describe('LoRA adapters', () => {
         .map((m) => m.id)
         .sort(),
     ).toEqual(['sql-a', 'sql-b']);
-    const h = (await (await request(`${router.url}/health`)).body.json()) as {
-      models: Array<{ instances: Array<{ id: string; lora_adapters: string[] }> }>;
-    };
-    expect(h.models[0].instances.map((i) => i.lora_adapters)).toEqual(SERVES);
+    // Each instance's adapters are discovered on its own poll: wait until every instance's list is in.
+    const served = await waitFor('every instance polled', async () => {
+      const h = (await (await request(`${router.url}/health`)).body.json()) as {
+        models: Array<{ instances: Array<{ id: string; lora_adapters: string[] }> }>;
+      };
+      const lists = h.models[0].instances.map((i) => i.lora_adapters);
+      return JSON.stringify(lists) === JSON.stringify(SERVES) ? lists : undefined;
+    });
+    expect(served).toEqual(SERVES);
   });
 
   it('routes an adapter only where it is served, and its repeated prefix hits its own cache', async () => {

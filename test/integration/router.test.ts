@@ -160,6 +160,13 @@ describe('routing', () => {
     expect(bad.body.error).toMatchObject({ type: 'invalid_request_error', param: 'x-kvrouter-temperature' });
     expect((await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-medium-weights': 'cpu=2' })).status).toBe(400);
     expect((await post('/v1/chat/completions', chat('x'), { 'x-kvrouter-policy': 'nope' })).status).toBe(400);
+    // A policy scoring the engines' gauges, on a router that does not scrape them: refused, not run blind.
+    for (const policy of ['llm-d', 'gie']) {
+      const blind = await post('/debug/route', chat('x'), { 'x-kvrouter-policy': policy });
+      expect(blind.status).toBe(400);
+      expect(blind.body.error).toMatchObject({ type: 'invalid_request_error', param: 'x-kvrouter-policy' });
+      expect(blind.body.error.message).toContain('engine_metrics.scrape');
+    }
     const rr = await Promise.all(
       [0, 1, 2].map(() => post('/v1/chat/completions', chat('rr'), { 'x-kvrouter-policy': 'round-robin' })),
     );

@@ -137,4 +137,14 @@ describe('fleet simulation: engine-metrics scrapes', () => {
     expect(off.out.scrapes).toBe(0);
     expect(off.seen.every((s) => s.load === null)).toBe(true);
   });
+  it("llm-d's picks follow the gauges: scraped queues and KV usage move requests that a blind run places elsewhere", () => {
+    const live = run('llm-d', 50);
+    // Scraped once at the start (idle engines) and never again: queue and KV scorers read equal values.
+    const blind = run('llm-d', 1e9);
+    expect(live.seen.some((s) => s.load !== null && s.load.waiting > 0)).toBe(true);
+    const [a, b] = [live.out.records.map((r) => r.instance), blind.out.records.map((r) => r.instance)];
+    expect(a).not.toEqual(b);
+    // Not a reshuffle by the random tie-break alone: the live run spreads over every engine.
+    expect(new Set(a).size).toBe(ENGINES);
+  });
 });

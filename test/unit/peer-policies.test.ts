@@ -12,6 +12,7 @@ import { gie } from '../../src/scheduler/policies/gie.js';
 import { llmD } from '../../src/scheduler/policies/llm-d.js';
 import { llmDSticky, type StickyState } from '../../src/scheduler/policies/llm-d-sticky.js';
 import { approxBlockHashes } from '../../src/scheduler/policies/parts/prefix-lru.js';
+import { PrefixTable } from '../../src/scheduler/policies/parts/prefix-table.js';
 import { TextTree } from '../../src/scheduler/policies/parts/text-tree.js';
 import { sglang, type SglangState } from '../../src/scheduler/policies/sglang.js';
 import type { PolicyContext, PolicySpec, RequestText } from '../../src/scheduler/policies/types.js';
@@ -337,6 +338,27 @@ describe('llm-d (v0.8 precise prefix profile: prefix 2, kv-cache-utilization 1, 
     expect(['a', 'b']).toContain(pods[llmD.pick(pods, context(llmD, undefined, { rand: () => 0.99 }))].instance);
     expect(['a', 'b']).toContain(pods[llmD.pick(pods, context(llmD, undefined, { rand: () => 0 }))].instance);
   });
+  it('keeps a lone holder of the first block while its KV usage is below 1, however long its queue', () => {
+    // Every Mooncake conversation prompt starts with the same 512 tokens. Only a holds them (8 blocks):
+    // min-max over the one pod with a hit gives it 1; b and c have no hit: 0.
+    // a: waiting 160, usage 0.57 -> queue (160 - 160) / 160 = 0, kv 0.43: 2 x 1 + 0.43 + 0 = 2.43
+    // b, c: idle -> queue 1, kv 1: 0 + 1 + 1 = 2                                  -> a
+    // (The gauges cannot outweigh the prefix term: a non-holder scores at most 2, the holder
+    // 2 + (1 - usage). This is llm-d's v0.8 profile, not a reading of the gauges gone wrong.)
+    const pods = [
+      cand('a', { device: 8, host: 8, disk: 8, engine: engine(160, 0.57) }),
+      cand('b', { engine: engine(0, 0) }),
+      cand('c', { engine: engine(0, 0) }),
+    ];
+    for (const r of [0, 0.5, 0.99])
+      expect(pods[llmD.pick(pods, context(llmD, undefined, { rand: () => r }))].instance).toBe('a');
+    // At usage 1 (preempting): a = 2 + 0 + 0 = 2 = b = c: a three-way tie, broken at random.
+    pods[0] = cand('a', { device: 8, host: 8, disk: 8, engine: engine(160, 1) });
+    const picks = new Set(
+      [0, 0.5, 0.99].map((r) => pods[llmD.pick(pods, context(llmD, undefined, { rand: () => r }))].instance),
+    );
+    expect(picks.size).toBeGreaterThan(1);
+  });
 });
 
 describe('llm-d-sticky (prefix-cache-affinity-filter + token-load-scorer)', () => {
@@ -425,6 +447,26 @@ describe('aibrix (prefix_cache.go: imbalance gate 8, mean + 1 sd)', () => {
     // a 8, b 1, c 0, d 0: 8 is not > 8, all are matched. Mean 2.25, sd = sqrt((33.06 + 1.56 +
     // 5.06 + 5.06) / 3) = 3.86 -> limit 6.11: a (75 %, 8) is skipped, b (50 %, 1) -> b.
     expect(route(aibrix, seeded(), running(8, 1, 0, 0), { text: chars(R) })).toBe('b');
+  });
+
+  it("keeps the table's blocks in write order: a rewrite is the newest, the oldest write goes at capacity or after 20 min", () => {
+    const t = new PrefixTable(4, 1000);
+    const H = (...xs: number[]) => BigUint64Array.from(xs.map(BigInt));
+    t.add(H(1, 2, 3), 'a', 0);
+    t.add(H(2), 'b', 10); // 2 rewritten: now the newest, naming a and b
+    expect(t.order()).toEqual([1n, 3n, 2n]);
+    t.add(H(4, 5), 'c', 20); // 5 blocks > 4: the oldest write (1) goes
+    expect(t.order()).toEqual([3n, 2n, 4n, 5n]);
+    // Block 1 is gone, so a prompt starting with it matches nothing; 3 still matches a.
+    expect(t.match(H(1, 2), ['a', 'b'], 20).size).toBe(0);
+    expect([...t.match(H(3, 9), ['a', 'b'], 20)]).toEqual([['a', 50]]);
+    // Written at 0 (3) and 10 (2): expired at 1,011 (> 1,000 ms); 4 and 5 (written at 20) stay.
+    t.match(H(9), [], 1011);
+    expect(t.order()).toEqual([4n, 5n]);
+    t.add(H(6), 'a', 1011);
+    t.removePod((p) => p === 'c');
+    expect(t.order()).toEqual([6n]);
+    expect(t.size).toBe(1);
   });
 });
 
