@@ -71,7 +71,9 @@ export abstract class IndexWalk extends IndexWrites {
    * (the same instance strings, in the same order) request after request, and comparing it costs
    * less than looking each up. Valid while no candidate id was added (a miss may have become a hit).
    */
-  protected lastList: Array<{ instance: string; dpRank: number }> = [];
+  // The last candidate list, as columns: the comparison reads one object per candidate, not two.
+  protected lastInstances: string[] = [];
+  protected lastRanks: number[] = [];
   protected lastIds = new Int32Array(0);
   protected lastListCands = -1;
   // query scratch, indexed by candidate id: stamps, levels, and the live holders per level
@@ -185,14 +187,18 @@ export abstract class IndexWalk extends IndexWrites {
 
   protected candidateIds(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
     const k = candidates.length;
-    const last = this.lastList;
-    let same = k === last.length && this.lastListCands === this.cands.length;
-    for (let j = 0; same && j < k; j++)
-      same = candidates[j].instance === last[j].instance && candidates[j].dpRank === last[j].dpRank;
+    const lastInstances = this.lastInstances;
+    const lastRanks = this.lastRanks;
+    let same = k === lastInstances.length && this.lastListCands === this.cands.length;
+    for (let j = 0; same && j < k; j++) {
+      const c = candidates[j];
+      same = c.instance === lastInstances[j] && c.dpRank === lastRanks[j];
+    }
     if (same) return this.lastIds;
     const ids = new Int32Array(k);
     for (let j = 0; j < k; j++) ids[j] = this.candIds.get(candidates[j].instance, candidates[j].dpRank) ?? NONE;
-    this.lastList = candidates.map((c) => ({ instance: c.instance, dpRank: c.dpRank }));
+    this.lastInstances = candidates.map((c) => c.instance);
+    this.lastRanks = candidates.map((c) => c.dpRank);
     this.lastIds = ids;
     this.lastListCands = this.cands.length;
     return ids;

@@ -57,8 +57,8 @@ export const BASE: usize = 65536;
   const hh = aHi * bHi;
   const cross = (ll >> 32) + (hl & 0xffffffff) + lh;
   const upper = (hl >> 32) + (cross >> 32) + hh;
-  const lower = (cross << 32) | (ll & 0xffffffff);
-  return lower ^ upper;
+  // The low half of the product is the wrapping 64-bit product itself: one multiply, not a reassembly.
+  return (a * b) ^ upper;
 }
 
 @inline function avalanche(h: u64): u64 {
@@ -214,7 +214,30 @@ export function xxh3(p: usize, len: usize, seed: u64): u64 {
   return hashLong(p, len, seed);
 }
 
-const CHAIN = memory.data(16, 16);
+// XXH3 of one 64-byte block (16 tokens, the common block size): len17to128's four mixes with
+// the seed-keyed secret words in locals, computed once per prompt instead of once per block.
+let K0: u64 = 0, K1: u64 = 0, K2: u64 = 0, K3: u64 = 0, K4: u64 = 0, K5: u64 = 0, K6: u64 = 0, K7: u64 = 0;
+
+function keyBlock64(seed: u64): void {
+  const s = SECRET;
+  K0 = rd64(s) + seed;
+  K1 = rd64(s + 8) - seed;
+  K2 = rd64(s + 16) + seed;
+  K3 = rd64(s + 24) - seed;
+  K4 = rd64(s + 32) + seed;
+  K5 = rd64(s + 40) - seed;
+  K6 = rd64(s + 48) + seed;
+  K7 = rd64(s + 56) - seed;
+}
+
+@inline function block64(p: usize, k0: u64, k1: u64, k2: u64, k3: u64, k4: u64, k5: u64, k6: u64, k7: u64): u64 {
+  let acc: u64 = 64 * P64_1;
+  acc += mul128fold64(rd64(p) ^ k0, rd64(p + 8) ^ k1);
+  acc += mul128fold64(rd64(p + 48) ^ k2, rd64(p + 56) ^ k3);
+  acc += mul128fold64(rd64(p + 16) ^ k4, rd64(p + 24) ^ k5);
+  acc += mul128fold64(rd64(p + 32) ^ k6, rd64(p + 40) ^ k7);
+  return avalanche(acc);
+}
 
 /**
  * Rolling sequence hashes of `blocks` complete blocks of `blockSize` u32 tokens at `tokens`,
@@ -224,13 +247,21 @@ export function seqHashes(tokens: usize, blocks: usize, blockSize: usize, localS
   const stride = blockSize * 4;
   let prev = parent;
   let chained = hasParent;
+  // The chain step is XXH3 of 16 bytes (le64 parent, le64 local): len0to16's 9..16-byte path on the
+  // two words in registers, with its seed-derived words computed once per prompt, not per block.
+  const s = SECRET;
+  const bf1 = (rd64(s + 24) ^ rd64(s + 32)) + chainSeed;
+  const bf2 = (rd64(s + 40) ^ rd64(s + 48)) - chainSeed;
+  keyBlock64(localSeed);
+  const k0 = K0, k1 = K1, k2 = K2, k3 = K3, k4 = K4, k5 = K5, k6 = K6, k7 = K7;
   for (let i: usize = 0; i < blocks; i++) {
-    const local = xxh3(tokens + i * stride, stride, localSeed);
+    const p = tokens + i * stride;
+    const local = stride == 64 ? block64(p, k0, k1, k2, k3, k4, k5, k6, k7) : xxh3(p, stride, localSeed);
     let h = local;
     if (chained) {
-      store<u64>(CHAIN, prev);
-      store<u64>(CHAIN + 8, local);
-      h = xxh3(CHAIN, 16, chainSeed);
+      const lo = prev ^ bf1;
+      const hi = local ^ bf2;
+      h = avalanche(16 + bswap<u64>(lo) + hi + mul128fold64(lo, hi));
     }
     store<u64>(out + 8 * i, h);
     prev = h;
@@ -241,5 +272,11 @@ export function seqHashes(tokens: usize, blocks: usize, blockSize: usize, localS
 /** Local block hashes only (no chaining). */
 export function localHashes(tokens: usize, blocks: usize, blockSize: usize, localSeed: u64, out: usize): void {
   const stride = blockSize * 4;
-  for (let i: usize = 0; i < blocks; i++) store<u64>(out + 8 * i, xxh3(tokens + i * stride, stride, localSeed));
+  if (stride != 64) {
+    for (let i: usize = 0; i < blocks; i++) store<u64>(out + 8 * i, xxh3(tokens + i * stride, stride, localSeed));
+    return;
+  }
+  keyBlock64(localSeed);
+  const k0 = K0, k1 = K1, k2 = K2, k3 = K3, k4 = K4, k5 = K5, k6 = K6, k7 = K7;
+  for (let i: usize = 0; i < blocks; i++) store<u64>(out + 8 * i, block64(tokens + i * 64, k0, k1, k2, k3, k4, k5, k6, k7));
 }

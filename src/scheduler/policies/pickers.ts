@@ -9,10 +9,28 @@ import type { Picker } from './types.js';
 
 /** Argmin of cost with uniform ties, or a softmax over range-normalised costs above temperature 0. */
 export const byCost: Picker = (c, ctx) => {
+  if (ctx.temperature <= 0) return cheapest(c, ctx.rand);
   const costs = new Float64Array(c.length);
   for (let i = 0; i < c.length; i++) costs[i] = c[i].cost;
   return pickByCost(costs, ctx.temperature, ctx.rand);
 };
+
+/**
+ * pickByCost at temperature 0 read straight from the candidates (no cost array per decision): the
+ * same argmin, the same draws of `rand` (one per tie, in order), so the same pick.
+ */
+function cheapest(c: readonly CandidateScore[], rand: () => number): number {
+  let min = Infinity;
+  for (let i = 0; i < c.length; i++) if (c[i].cost < min) min = c[i].cost;
+  let chosen = -1;
+  let ties = 0;
+  for (let i = 0; i < c.length; i++) {
+    if (c[i].cost !== min) continue;
+    ties++;
+    if (rand() * ties < 1) chosen = i; // reservoir sampling: uniform among ties
+  }
+  return chosen;
+}
 
 /** Each worker's name hashed once, XXH3-64 of `instance\0rank` as [lo, hi] (forgotten wholesale past 64k workers). */
 const nameHashes = new WorkerMap<Uint32Array>();
