@@ -81,10 +81,12 @@ export class BlockIndex extends IndexWalk {
       this.rec.byteLength +
       this.recExp.byteLength +
       this.recTouch.byteLength +
+      this.recClaims.byteLength +
       this.recEng.byteLength +
       this.runLen.byteLength +
       this.runRefs.byteLength +
       this.hot.byteLength +
+      this.crowd.byteLength +
       this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
     return {
       blocks: this.table.size,

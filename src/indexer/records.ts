@@ -5,6 +5,7 @@
 // clocks (touch, survivingPrefix). Every record is made by newRecord() and freed by freeRecord():
 // they keep the row signature, the holder's list and count, the run and the engine map in step.
 // See README.md (module map).
+import { HolderSets } from './holder-sets.js';
 import { HolderTable } from './holders.js';
 import { HotBlocks } from './hot-blocks.js';
 import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
@@ -71,6 +72,8 @@ export abstract class RecordTable extends HolderTable {
   protected liveRecords = 0;
   /** Contiguous copies of the records of blocks with many holders (the walk's seeds read them). */
   protected hot = new HotBlocks();
+  /** Holder bitsets of crowded blocks (the store's membership test; kept by newRecord/freeRecord). */
+  protected crowd = new HolderSets();
 
   constructor(
     initialBlocks: number,
@@ -302,6 +305,10 @@ export abstract class RecordTable extends HolderTable {
     const o = r * R;
     const tbl = this.table.data;
     this.hot.invalidate(lo, hi);
+    if (this.crowd.size > 0) {
+      const set = this.crowd.find(lo, hi);
+      if (set !== NONE) this.crowd.add(set, holder);
+    }
     rec[o + R_LO] = lo;
     rec[o + R_HI] = hi;
     rec[o + R_HOLDER] = holder;
@@ -378,6 +385,13 @@ export abstract class RecordTable extends HolderTable {
       if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
         const s = em.find(elo, ehi);
         if (s !== NONE && em.data[s * EM + 3] === lo && em.data[s * EM + 4] === hi) em.removeSlot(s);
+      }
+    }
+    if (this.crowd.size > 0) {
+      if (emptied) this.crowd.drop(lo, hi);
+      else {
+        const set = this.crowd.find(lo, hi);
+        if (set !== NONE) this.crowd.remove(set, holder);
       }
     }
     rec[o + R_NEXT_E] = this.recFree;

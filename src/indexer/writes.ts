@@ -1,6 +1,7 @@
 // The index's write operations, on the record rows (records.ts): store (runs, the dual key),
 // speculative inserts and their withdrawal, removals, clears, purges and expiry. Writes from outside
 // src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
+import { CROWDED_MIN_RECORDS } from './holder-sets.js';
 import { type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
 import { RecordTable } from './records.js';
 import { U64Table } from './u64-table.js';
@@ -64,12 +65,22 @@ export abstract class IndexWrites extends RecordTable {
       let specSeen = false;
       if (this.table.created) tbl[slot * T + T_HEAD] = NONE;
       else {
-        // One walk finds this holder's record and notices speculative records to replace.
-        const rec = this.rec;
-        for (let x = tbl[slot * T + T_HEAD]; x !== NONE; x = rec[x * R + R_NEXT_E]) {
-          const hx = rec[x * R + R_HOLDER];
-          if (hx === holder) r = x;
-          else if (this.hSpec[hx] === 1) specSeen = true;
+        const set = this.crowd.find(lo, hi);
+        if (set !== NONE) {
+          // A crowded block: its holder set answers both questions without the walk.
+          if (this.crowd.has(set, holder)) r = this.findRecord(tbl[slot * T + T_HEAD], holder);
+          if (confirmed) specSeen = this.bookedIn(set, cand);
+        } else {
+          // One walk finds this holder's record and notices speculative records to replace.
+          const rec = this.rec;
+          let n = 0;
+          for (let x = tbl[slot * T + T_HEAD]; x !== NONE; x = rec[x * R + R_NEXT_E]) {
+            const hx = rec[x * R + R_HOLDER];
+            if (hx === holder) r = x;
+            else if (this.hSpec[hx] === 1) specSeen = true;
+            n++;
+          }
+          if (n >= CROWDED_MIN_RECORDS) this.makeCrowded(lo, hi, tbl[slot * T + T_HEAD]);
         }
       }
       if (r === NONE) {
@@ -100,6 +111,24 @@ export abstract class IndexWrites extends RecordTable {
     h.clock = clock0 + n;
     this.runLen[run] = base + n;
     return added;
+  }
+
+  /** Whether a speculative holder of candidate `cand` has a record in crowded block set `set`. */
+  private bookedIn(set: number, cand: number): boolean {
+    const ids = this.candSpec[cand];
+    if (ids === undefined) return false;
+    for (let k = 0; k < ids.length; k++) {
+      const s = ids[k];
+      if (this.hSpec[s] === 1 && this.hCand[s] === cand && this.crowd.has(set, s)) return true;
+    }
+    return false;
+  }
+
+  /** Give a block whose list is long a holder set, from its records. */
+  private makeCrowded(lo: number, hi: number, head: number): void {
+    const set = this.crowd.create(lo, hi);
+    const rec = this.rec;
+    for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) this.crowd.add(set, rec[x * R + R_HOLDER]);
   }
 
   /**
