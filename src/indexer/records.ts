@@ -260,6 +260,20 @@ export abstract class RecordTable extends HolderTable {
     return NONE;
   }
 
+  /** Free the holder's record of the block at table `slot`, in one walk of its list; whether it had one. */
+  protected freeHolderRecord(slot: number, holder: number): boolean {
+    const rec = this.rec;
+    let prev = NONE;
+    for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
+      if (rec[r * R + R_HOLDER] === holder) {
+        this.freeRecordAt(r, slot, prev);
+        return true;
+      }
+      prev = r;
+    }
+    return false;
+  }
+
   protected groupHolds(head: number, group: number): boolean {
     const rec = this.rec;
     for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E])
@@ -267,12 +281,22 @@ export abstract class RecordTable extends HolderTable {
     return false;
   }
 
+  /** The record before `r` in its block's list (NONE: r is the head). */
+  protected prevInBlock(head: number, r: number): number {
+    const rec = this.rec;
+    let p = NONE;
+    for (let x = head; x !== r; x = rec[x * R + R_NEXT_E]) p = x;
+    return p;
+  }
+
   protected dropSpeculative(slot: number, cand: number): void {
     const rec = this.rec;
+    let prev = NONE;
     for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; ) {
       const next = rec[r * R + R_NEXT_E];
       const h = rec[r * R + R_HOLDER];
-      if (this.hSpec[h] === 1 && this.hCand[h] === cand) this.freeRecord(r);
+      if (this.hSpec[h] === 1 && this.hCand[h] === cand) this.freeRecordAt(r, slot, prev);
+      else prev = r;
       r = next;
     }
   }
@@ -354,23 +378,27 @@ export abstract class RecordTable extends HolderTable {
   }
 
   protected freeRecord(r: number): void {
+    const slot = this.table.find(this.rec[r * R + R_LO], this.rec[r * R + R_HI]);
+    this.freeRecordAt(r, slot, this.prevInBlock(this.table.data[slot * T + T_HEAD], r));
+  }
+
+  /**
+   * Free record r of the block at table `slot`, `prev` its predecessor in the block's list (NONE: the
+   * head), for callers that walked the list to find r. The block's row goes with its last record.
+   */
+  protected freeRecordAt(r: number, slot: number, prev: number): void {
     const rec = this.rec;
     const o = r * R;
     const lo = rec[o + R_LO];
     const hi = rec[o + R_HI];
     const holder = rec[o + R_HOLDER];
     const h = this.holders[holder];
-    const slot = this.table.find(lo, hi);
     this.hot.invalidate(lo, hi);
     const tbl = this.table.data;
     const headAt = slot * T + T_HEAD;
     // unlink from the entry's singly linked list
-    if (tbl[headAt] === r) tbl[headAt] = rec[o + R_NEXT_E];
-    else {
-      let p = tbl[headAt];
-      while (rec[p * R + R_NEXT_E] !== r) p = rec[p * R + R_NEXT_E];
-      rec[p * R + R_NEXT_E] = rec[o + R_NEXT_E];
-    }
+    if (prev === NONE) tbl[headAt] = rec[o + R_NEXT_E];
+    else rec[prev * R + R_NEXT_E] = rec[o + R_NEXT_E];
     tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]);
     this.unlinkFromHolder(h, r);
     this.leaveRun(r);

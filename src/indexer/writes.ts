@@ -181,11 +181,7 @@ export abstract class IndexWrites extends RecordTable {
     for (let i = 0; i < engine.length; i++) {
       this.routerKey(g, ev[2 * i], ev[2 * i + 1]);
       const slot = this.table.find(keyOut[0], keyOut[1]);
-      if (slot === NONE) continue;
-      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
-      if (r === NONE) continue;
-      this.freeRecord(r);
-      removed++;
+      if (slot !== NONE && this.freeHolderRecord(slot, holder)) removed++;
     }
     h.evicted += removed;
     return removed;
