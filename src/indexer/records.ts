@@ -57,12 +57,16 @@ export const RECORD_LAYOUT = {
 export abstract class RecordTable extends HolderTable {
   protected table: U64Table;
   protected rec: Int32Array;
-  protected recExp: Float64Array;
-  protected recTouch: Float64Array;
-  /** Speculative records only: the inserts that claim the record and have not been withdrawn. */
-  protected recClaims: Int32Array;
-  /** Per record: the engine's hash [lo, hi] (the router's own for standard publishers). */
+  // A record is confirmed (an event's) or speculative (a booking's), by its holder (hSpec), and each
+  // kind leaves two of these fields unused, so they share memory (8 + 8 bytes per record, not 28):
+  /** Confirmed records: the engine's hash [lo, hi] (the router's own for standard publishers). */
   protected recEng: Int32Array;
+  /** Speculative records: the expiry (a view of recEng's memory; a confirmed record's is 0, never read). */
+  protected recExp: Float64Array;
+  /** Confirmed records: the allocation clock of the last store or routed-to touch (LRU estimate). */
+  protected recTouch: Float64Array;
+  /** Speculative records: the inserts that claim the record and have not been withdrawn (recTouch's memory). */
+  protected recClaims: Float64Array;
   protected runLen = new Int32Array(64);
   protected runRefs = new Int32Array(64);
   protected runFree: number[] = [];
@@ -83,10 +87,10 @@ export abstract class RecordTable extends HolderTable {
     const cap = Math.max(16, initialBlocks);
     this.table = new U64Table(T, cap);
     this.rec = new Int32Array(cap * R);
-    this.recExp = new Float64Array(cap);
     this.recTouch = new Float64Array(cap);
-    this.recClaims = new Int32Array(cap);
+    this.recClaims = this.recTouch;
     this.recEng = new Int32Array(cap * 2);
+    this.recExp = new Float64Array(this.recEng.buffer);
   }
 
   // ---------------------------------------------------------------- runs
@@ -317,11 +321,14 @@ export abstract class RecordTable extends HolderTable {
     else {
       r = this.recTop++;
       if (r * R >= this.rec.length) {
-        this.rec = grow(this.rec, this.rec.length * 2);
-        this.recExp = grow(this.recExp, this.recExp.length * 2);
-        this.recTouch = grow(this.recTouch, this.recTouch.length * 2);
-        this.recClaims = grow(this.recClaims, this.recClaims.length * 2);
-        this.recEng = grow(this.recEng, this.recEng.length * 2);
+        // 1.5x, not 2x: a doubled table is half empty right after it grows (the fleet's routers
+        // hold millions of records).
+        const cap = Math.ceil((this.recTouch.length * 3) / 2);
+        this.rec = grow(this.rec, cap * R);
+        this.recTouch = grow(this.recTouch, cap);
+        this.recClaims = this.recTouch;
+        this.recEng = grow(this.recEng, cap * 2);
+        this.recExp = new Float64Array(this.recEng.buffer);
       }
     }
     this.runRefs[run]++;
@@ -339,11 +346,13 @@ export abstract class RecordTable extends HolderTable {
     rec[o + R_NEXT_E] = tbl[slot * T + T_HEAD];
     tbl[slot * T + T_HEAD] = r;
     tbl[slot * T + T_SIG] ^= recordMix(holder, expiresAt);
-    this.recExp[r] = expiresAt;
     rec[o + R_RUN] = run;
     rec[o + R_POS] = pos;
-    this.recEng[2 * r] = elo;
-    this.recEng[2 * r + 1] = ehi;
+    if (this.hSpec[holder] === 1) this.recExp[r] = expiresAt;
+    else {
+      this.recEng[2 * r] = elo;
+      this.recEng[2 * r + 1] = ehi;
+    }
     const h = this.holders[holder];
     rec[o + R_PREV_H] = h.tail;
     rec[o + R_NEXT_H] = NONE;
@@ -399,7 +408,8 @@ export abstract class RecordTable extends HolderTable {
     // unlink from the entry's singly linked list
     if (prev === NONE) tbl[headAt] = rec[o + R_NEXT_E];
     else rec[prev * R + R_NEXT_E] = rec[o + R_NEXT_E];
-    tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]);
+    const spec = this.hSpec[holder] === 1;
+    tbl[slot * T + T_SIG] ^= recordMix(holder, spec ? this.recExp[r] : 0);
     this.unlinkFromHolder(h, r);
     this.leaveRun(r);
     h.count--;
@@ -407,7 +417,7 @@ export abstract class RecordTable extends HolderTable {
     // Forget the engine hash once no medium of this group holds the block any more.
     const emptied = tbl[headAt] === NONE;
     const em = this.groups[h.group].engineMap;
-    if (em) {
+    if (em && !spec) {
       const elo = this.recEng[2 * r];
       const ehi = this.recEng[2 * r + 1];
       if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {

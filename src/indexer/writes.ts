@@ -45,6 +45,7 @@ export abstract class IndexWrites extends RecordTable {
     if (engine && engine.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
     if (seq.length === 0) return 0;
     if (!h.speculative) expiresAt = 0;
+    else if (engine) throw new RangeError('speculative entries carry no engine hashes');
     const run = this.openRun(holder, parent);
     const base = this.runLen[run];
     const sv = hashView(seq);
@@ -90,14 +91,14 @@ export abstract class IndexWrites extends RecordTable {
       } else {
         if (h.speculative) this.recClaims[r]++;
         this.moveToRun(r, run, base + i);
-        if (this.recExp[r] !== expiresAt) {
+        if (h.speculative && this.recExp[r] !== expiresAt) {
           tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
           this.recExp[r] = expiresAt;
           if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
         }
       }
       // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
-      this.recTouch[r] = clock0 + n - i;
+      if (!h.speculative) this.recTouch[r] = clock0 + n - i;
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
