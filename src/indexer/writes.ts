@@ -10,13 +10,16 @@ import { U64Table } from './u64-table.js';
 const NONE = -1;
 const EM = 5;
 const R = 8;
+const R_LO = 0;
+const R_HI = 1;
 const R_HOLDER = 2;
 const R_NEXT_E = 3;
+const R_NEXT_H = 5;
 const T = 4;
 const T_HEAD = 3;
 const T_SIG = 2;
 /** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
-export const WRITES_LAYOUT = { EM, R, R_HOLDER, R_NEXT_E, T, T_HEAD, T_SIG };
+export const WRITES_LAYOUT = { EM, R, R_LO, R_HI, R_HOLDER, R_NEXT_E, R_NEXT_H, T, T_HEAD, T_SIG };
 
 /** One speculative insert (a booking's), so that a failed attempt can take it back (`withdrawSpeculative`). */
 export interface SpeculativeInsert {
@@ -55,6 +58,9 @@ export abstract class IndexWrites extends RecordTable {
     const clock0 = h.clock;
     const n = seq.length;
     let added = 0;
+    // The holder's record after its record of the previous block, in its own list: a re-stored chain
+    // (a booking renewed by the next request with the same prefix) has its records there in order.
+    let guess = NONE;
     for (let i = 0; i < seq.length; i++) {
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
@@ -69,7 +75,14 @@ export abstract class IndexWrites extends RecordTable {
         const set = this.crowd.find(lo, hi);
         if (set !== NONE) {
           // A crowded block: its holder set answers both questions without the walk.
-          if (this.crowd.has(set, holder)) r = this.findRecord(tbl[slot * T + T_HEAD], holder);
+          if (this.crowd.has(set, holder)) {
+            const rec = this.rec;
+            const g = guess * R;
+            r =
+              guess !== NONE && rec[g + R_LO] === lo && rec[g + R_HI] === hi && rec[g + R_HOLDER] === holder
+                ? guess
+                : this.findRecord(tbl[slot * T + T_HEAD], holder);
+          }
           if (confirmed) specSeen = this.bookedIn(set, cand);
         } else {
           // One walk finds this holder's record and notices speculative records to replace.
@@ -86,10 +99,12 @@ export abstract class IndexWrites extends RecordTable {
       }
       if (r === NONE) {
         r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i);
+        guess = NONE;
         added++;
         if (h.speculative) this.recClaims[r] = 1;
       } else {
         if (h.speculative) this.recClaims[r]++;
+        guess = this.rec[r * R + R_NEXT_H];
         this.moveToRun(r, run, base + i);
         if (h.speculative && this.recExp[r] !== expiresAt) {
           tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
