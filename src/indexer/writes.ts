@@ -117,8 +117,8 @@ export abstract class IndexWrites extends RecordTable {
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
-        // Looked up only by removals and resolve(), never by the walk: filled to 3/4 before it doubles.
-        if (!g.engineMap) g.engineMap = new U64Table(EM, 1024, 0.75);
+        // Looked up only by removals and resolve(), never by the walk: filled to 0.8 before it grows.
+        if (!g.engineMap) g.engineMap = new U64Table(EM, 64, 0.8);
         const s = g.engineMap.insert(elo, ehi);
         g.engineMap.data[s * EM + 3] = lo;
         g.engineMap.data[s * EM + 4] = hi;
