@@ -36,8 +36,8 @@ const T_SIG = 2;
 const T_HEAD = 3;
 // engine map row: [engLo, engHi, used, seqLo, seqHi] (no pad: these maps hold one row per dual-key block)
 const EM = 5;
-/** The seq-hash table's fill before it grows. */
-const BLOCK_TABLE_LOAD = 0.6;
+/** The seq-hash table's fill before it doubles. */
+const BLOCK_TABLE_LOAD = 0.7;
 
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {
@@ -87,8 +87,8 @@ export abstract class RecordTable extends HolderTable {
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
-    // Filled to 0.6 before it grows by 1.5x: 40-60 % full (it was 25-50 %: doubled at 0.5, ~40 bytes
-    // of empty rows per record at the fleet's millions of blocks); a present key is ~1.7 rows away.
+    // Filled to 0.7 before it doubles (not 0.5): at the fleet's millions of blocks a table at 0.5 is
+    // 25-50 % full, ~40 bytes per record of empty rows; a probe finds a present key in ~2 rows.
     this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD);
     this.rec = new Int32Array(cap * R);
     this.recTouch = new Float64Array(cap);

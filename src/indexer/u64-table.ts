@@ -2,19 +2,16 @@
 // stored inline: [keyLo, keyHi, used, payload...]. One probe touches one cache line, which is what
 // makes the index fast (struct-of-arrays layouts cost a cache miss per field). Linear probing with
 // backward-shift deletion (no tombstones). Slot numbers change on insert (growth) and remove.
-// Capacities need not be powers of two: a key's home row is its hash scaled to the capacity (the
-// high bits of hash x capacity), so the table grows by 1.5x, not 2x (a doubled table of millions of
-// blocks sits at a quarter to half of its fill limit, ~20 bytes per block of empty rows).
 export class U64Table {
   data: Int32Array;
-  private cap: number;
+  private mask: number;
   private _size = 0;
 
-  /** Rows held before the table grows: capacity x maxLoad. */
+  /** Rows held before the table doubles: capacity x maxLoad. */
   private limit: number;
 
   /**
-   * `maxLoad`: the fill at which the table grows (by 1.5x). 0.5 keeps probe runs short for lookup-heavy
+   * `maxLoad`: the fill at which the table doubles. 0.5 keeps probe runs short for lookup-heavy
    * tables (the index walk); a table looked up only by writes (engine-hash maps) can trade probe
    * length for memory.
    */
@@ -28,7 +25,7 @@ export class U64Table {
     let cap = 16;
     while (cap * maxLoad < initialCapacity) cap <<= 1;
     this.data = new Int32Array(cap * stride);
-    this.cap = cap;
+    this.mask = cap - 1;
     this.limit = Math.floor(cap * maxLoad);
   }
 
@@ -41,14 +38,13 @@ export class U64Table {
   }
 
   get capacity(): number {
-    return this.cap;
+    return this.mask + 1;
   }
 
-  /** Home row of a key in a table of `cap` rows: the mixed hash's fraction of 2^32, scaled. */
-  static home(lo: number, hi: number, cap: number): number {
+  static home(lo: number, hi: number, mask: number): number {
     let h = Math.imul(lo ^ Math.imul(hi, 0x9e3779b1), 0x85ebca6b);
     h ^= h >>> 15;
-    return Math.floor(((h >>> 0) * cap) / 4294967296);
+    return h & mask;
   }
 
   /**
@@ -59,9 +55,9 @@ export class U64Table {
   touch(view: Int32Array | Uint32Array, from: number, to: number): number {
     const d = this.data;
     const st = this.stride;
-    const cap = this.cap;
+    const mask = this.mask;
     let acc = 0;
-    for (let i = from; i < to; i++) acc ^= d[U64Table.home(view[2 * i] | 0, view[2 * i + 1] | 0, cap) * st];
+    for (let i = from; i < to; i++) acc ^= d[U64Table.home(view[2 * i] | 0, view[2 * i + 1] | 0, mask) * st];
     return acc;
   }
 
@@ -69,15 +65,15 @@ export class U64Table {
   find(lo: number, hi: number): number {
     const d = this.data;
     const st = this.stride;
-    const cap = this.cap;
+    const mask = this.mask;
     lo |= 0;
     hi |= 0;
-    let s = U64Table.home(lo, hi, cap);
+    let s = U64Table.home(lo, hi, mask);
     for (;;) {
       const o = s * st;
       if (d[o + 2] === 0) return -1;
       if (d[o] === lo && d[o + 1] === hi) return s;
-      if (++s === cap) s = 0;
+      s = (s + 1) & mask;
     }
   }
 
@@ -88,8 +84,7 @@ export class U64Table {
     hi |= 0;
     const d = this.data;
     const st = this.stride;
-    const cap = this.cap;
-    let s = U64Table.home(lo, hi, cap);
+    let s = U64Table.home(lo, hi, this.mask);
     for (;;) {
       const o = s * st;
       if (d[o + 2] === 0) {
@@ -105,7 +100,7 @@ export class U64Table {
         this.created = false;
         return s;
       }
-      if (++s === cap) s = 0;
+      s = (s + 1) & this.mask;
     }
   }
 
@@ -116,14 +111,14 @@ export class U64Table {
   removeSlot(slot: number): void {
     const d = this.data;
     const st = this.stride;
-    const cap = this.cap;
+    const mask = this.mask;
     let hole = slot;
     let j = slot;
     for (;;) {
-      if (++j === cap) j = 0;
+      j = (j + 1) & mask;
       const oj = j * st;
       if (d[oj + 2] === 0) break;
-      const home = U64Table.home(d[oj], d[oj + 1], cap);
+      const home = U64Table.home(d[oj], d[oj + 1], mask);
       const inRange = hole <= j ? home > hole && home <= j : home > hole || home <= j;
       if (inRange) continue;
       d.copyWithin(hole * st, oj, oj + st);
@@ -136,7 +131,7 @@ export class U64Table {
   forEachSlot(fn: (slot: number) => void): void {
     const d = this.data;
     const st = this.stride;
-    for (let s = 0; s < this.cap; s++) if (d[s * st + 2] !== 0) fn(s);
+    for (let s = 0; s <= this.mask; s++) if (d[s * st + 2] !== 0) fn(s);
   }
 
   clear(): void {
@@ -147,17 +142,17 @@ export class U64Table {
   private grow(): void {
     const old = this.data;
     const st = this.stride;
-    const oldCap = this.cap;
-    const cap = oldCap + (oldCap >> 1);
+    const oldCap = this.mask + 1;
+    const cap = oldCap * 2;
     this.data = new Int32Array(cap * st);
-    this.cap = cap;
+    this.mask = cap - 1;
     this.limit = Math.floor(cap * this.maxLoad);
     const d = this.data;
     for (let s = 0; s < oldCap; s++) {
       const o = s * st;
       if (old[o + 2] === 0) continue;
-      let t = U64Table.home(old[o], old[o + 1], cap);
-      while (d[t * st + 2] !== 0) if (++t === cap) t = 0;
+      let t = U64Table.home(old[o], old[o + 1], this.mask);
+      while (d[t * st + 2] !== 0) t = (t + 1) & this.mask;
       d.set(old.subarray(o, o + st), t * st);
     }
   }

@@ -117,7 +117,7 @@ export abstract class IndexWrites extends RecordTable {
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
-        // Looked up only by removals and resolve(), never by the walk: filled to 0.8 before it grows.
+        // Looked up only by removals, resolve() and this insert, never by the walk: filled to 0.8 before it doubles.
         if (!g.engineMap) g.engineMap = new U64Table(EM, 64, 0.8);
         const s = g.engineMap.insert(elo, ehi);
         g.engineMap.data[s * EM + 3] = lo;
