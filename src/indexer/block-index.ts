@@ -62,14 +62,15 @@ export class BlockIndex extends IndexWalk {
     const out: DumpedBlock[] = [];
     if (!h) return out;
     const rec = this.rec;
+    const spec = h.speculative;
     for (let r = h.head; r !== NONE; r = rec[r * R + R_NEXT_H]) {
       const o = r * R;
       const eng = this.recEng;
-      const same = eng[2 * r] === rec[o + R_LO] && eng[2 * r + 1] === rec[o + R_HI];
+      const same = spec || (eng[2 * r] === rec[o + R_LO] && eng[2 * r + 1] === rec[o + R_HI]);
       out.push({
         hash: join(rec[o + R_LO], rec[o + R_HI]),
         engineHash: same ? null : join(eng[2 * r], eng[2 * r + 1]),
-        expiresAt: this.recExp[r],
+        expiresAt: spec ? this.recExp[r] : 0,
       });
     }
     return out;
@@ -79,12 +80,12 @@ export class BlockIndex extends IndexWalk {
     const bytes =
       this.table.byteLength +
       this.rec.byteLength +
-      this.recExp.byteLength +
-      this.recTouch.byteLength +
-      this.recEng.byteLength +
+      this.recTouch.byteLength + // recClaims shares it
+      this.recEng.byteLength + // recExp shares it
       this.runLen.byteLength +
       this.runRefs.byteLength +
       this.hot.byteLength +
+      this.crowd.byteLength +
       this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);
     return {
       blocks: this.table.size,

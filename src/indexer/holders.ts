@@ -33,6 +33,8 @@ export abstract class HolderTable {
   protected groups: Array<{ engineMap: U64Table | null }> = [];
   protected groupKeys = new Map<string, number>();
   protected cands: Candidate[] = [];
+  /** Per candidate: the ids its speculative holders were given (ids are reused: check hSpec, hCand). */
+  protected candSpec: number[][] = [];
   /** Candidate ids by (instance, dp rank); ids are never taken back. */
   protected candIds = new WorkerMap<number>();
   private backendOwner = new Map<string, string | null>();
@@ -70,16 +72,11 @@ export abstract class HolderTable {
     const found = this.holderKeys.get(key);
     if (found !== undefined) return found;
     const g = this.group(`s\u0000${instance}\u0000${dpRank}`);
-    return this.addHolder(
-      key,
-      `speculative:${instance}`,
-      dpRank,
-      'GPU',
-      this.candidate(instance, dpRank),
-      g,
-      true,
-      ttlMs,
-    );
+    const cand = this.candidate(instance, dpRank);
+    const id = this.addHolder(key, `speculative:${instance}`, dpRank, 'GPU', cand, g, true, ttlMs);
+    const ids = (this.candSpec[cand] ??= []);
+    if (!ids.includes(id)) ids.push(id);
+    return id;
   }
 
   private addHolder(

@@ -5,6 +5,7 @@
 // clocks (touch, survivingPrefix). Every record is made by newRecord() and freed by freeRecord():
 // they keep the row signature, the holder's list and count, the run and the engine map in step.
 // See README.md (module map).
+import { HolderSets } from './holder-sets.js';
 import { HolderTable } from './holders.js';
 import { HotBlocks } from './hot-blocks.js';
 import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
@@ -35,6 +36,8 @@ const T_SIG = 2;
 const T_HEAD = 3;
 // engine map row: [engLo, engHi, used, seqLo, seqHi] (no pad: these maps hold one row per dual-key block)
 const EM = 5;
+/** The seq-hash table's fill before it doubles. */
+const BLOCK_TABLE_LOAD = 0.7;
 
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {
@@ -56,12 +59,16 @@ export const RECORD_LAYOUT = {
 export abstract class RecordTable extends HolderTable {
   protected table: U64Table;
   protected rec: Int32Array;
-  protected recExp: Float64Array;
-  protected recTouch: Float64Array;
-  /** Speculative records only: the inserts that claim the record and have not been withdrawn. */
-  protected recClaims: Int32Array;
-  /** Per record: the engine's hash [lo, hi] (the router's own for standard publishers). */
+  // A record is confirmed (an event's) or speculative (a booking's), by its holder (hSpec), and each
+  // kind leaves two of these fields unused, so they share memory (8 + 8 bytes per record, not 28):
+  /** Confirmed records: the engine's hash [lo, hi] (the router's own for standard publishers). */
   protected recEng: Int32Array;
+  /** Speculative records: the expiry (a view of recEng's memory; a confirmed record's is 0, never read). */
+  protected recExp: Float64Array;
+  /** Confirmed records: the allocation clock of the last store or routed-to touch (LRU estimate). */
+  protected recTouch: Float64Array;
+  /** Speculative records: the inserts that claim the record and have not been withdrawn (recTouch's memory). */
+  protected recClaims: Float64Array;
   protected runLen = new Int32Array(64);
   protected runRefs = new Int32Array(64);
   protected runFree: number[] = [];
@@ -71,6 +78,8 @@ export abstract class RecordTable extends HolderTable {
   protected liveRecords = 0;
   /** Contiguous copies of the records of blocks with many holders (the walk's seeds read them). */
   protected hot = new HotBlocks();
+  /** Holder bitsets of crowded blocks (the store's membership test; kept by newRecord/freeRecord). */
+  protected crowd = new HolderSets();
 
   constructor(
     initialBlocks: number,
@@ -78,12 +87,14 @@ export abstract class RecordTable extends HolderTable {
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
-    this.table = new U64Table(T, cap);
+    // Filled to 0.7 before it doubles (not 0.5): at the fleet's millions of blocks a table at 0.5 is
+    // 25-50 % full, ~40 bytes per record of empty rows; a probe finds a present key in ~2 rows.
+    this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD);
     this.rec = new Int32Array(cap * R);
-    this.recExp = new Float64Array(cap);
     this.recTouch = new Float64Array(cap);
-    this.recClaims = new Int32Array(cap);
+    this.recClaims = this.recTouch;
     this.recEng = new Int32Array(cap * 2);
+    this.recExp = new Float64Array(this.recEng.buffer);
   }
 
   // ---------------------------------------------------------------- runs
@@ -257,6 +268,20 @@ export abstract class RecordTable extends HolderTable {
     return NONE;
   }
 
+  /** Free the holder's record of the block at table `slot`, in one walk of its list; whether it had one. */
+  protected freeHolderRecord(slot: number, holder: number): boolean {
+    const rec = this.rec;
+    let prev = NONE;
+    for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E]) {
+      if (rec[r * R + R_HOLDER] === holder) {
+        this.freeRecordAt(r, slot, prev);
+        return true;
+      }
+      prev = r;
+    }
+    return false;
+  }
+
   protected groupHolds(head: number, group: number): boolean {
     const rec = this.rec;
     for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E])
@@ -264,12 +289,22 @@ export abstract class RecordTable extends HolderTable {
     return false;
   }
 
+  /** The record before `r` in its block's list (NONE: r is the head). */
+  protected prevInBlock(head: number, r: number): number {
+    const rec = this.rec;
+    let p = NONE;
+    for (let x = head; x !== r; x = rec[x * R + R_NEXT_E]) p = x;
+    return p;
+  }
+
   protected dropSpeculative(slot: number, cand: number): void {
     const rec = this.rec;
+    let prev = NONE;
     for (let r = this.table.data[slot * T + T_HEAD]; r !== NONE; ) {
       const next = rec[r * R + R_NEXT_E];
       const h = rec[r * R + R_HOLDER];
-      if (this.hSpec[h] === 1 && this.hCand[h] === cand) this.freeRecord(r);
+      if (this.hSpec[h] === 1 && this.hCand[h] === cand) this.freeRecordAt(r, slot, prev);
+      else prev = r;
       r = next;
     }
   }
@@ -290,11 +325,14 @@ export abstract class RecordTable extends HolderTable {
     else {
       r = this.recTop++;
       if (r * R >= this.rec.length) {
-        this.rec = grow(this.rec, this.rec.length * 2);
-        this.recExp = grow(this.recExp, this.recExp.length * 2);
-        this.recTouch = grow(this.recTouch, this.recTouch.length * 2);
-        this.recClaims = grow(this.recClaims, this.recClaims.length * 2);
-        this.recEng = grow(this.recEng, this.recEng.length * 2);
+        // 1.5x, not 2x: a doubled table is half empty right after it grows (the fleet's routers
+        // hold millions of records).
+        const cap = Math.ceil((this.recTouch.length * 3) / 2);
+        this.rec = grow(this.rec, cap * R);
+        this.recTouch = grow(this.recTouch, cap);
+        this.recClaims = this.recTouch;
+        this.recEng = grow(this.recEng, cap * 2);
+        this.recExp = new Float64Array(this.recEng.buffer);
       }
     }
     this.runRefs[run]++;
@@ -302,17 +340,23 @@ export abstract class RecordTable extends HolderTable {
     const o = r * R;
     const tbl = this.table.data;
     this.hot.invalidate(lo, hi);
+    if (this.crowd.size > 0) {
+      const set = this.crowd.find(lo, hi);
+      if (set !== NONE) this.crowd.add(set, holder);
+    }
     rec[o + R_LO] = lo;
     rec[o + R_HI] = hi;
     rec[o + R_HOLDER] = holder;
     rec[o + R_NEXT_E] = tbl[slot * T + T_HEAD];
     tbl[slot * T + T_HEAD] = r;
     tbl[slot * T + T_SIG] ^= recordMix(holder, expiresAt);
-    this.recExp[r] = expiresAt;
     rec[o + R_RUN] = run;
     rec[o + R_POS] = pos;
-    this.recEng[2 * r] = elo;
-    this.recEng[2 * r + 1] = ehi;
+    if (this.hSpec[holder] === 1) this.recExp[r] = expiresAt;
+    else {
+      this.recEng[2 * r] = elo;
+      this.recEng[2 * r + 1] = ehi;
+    }
     const h = this.holders[holder];
     rec[o + R_PREV_H] = h.tail;
     rec[o + R_NEXT_H] = NONE;
@@ -347,24 +391,29 @@ export abstract class RecordTable extends HolderTable {
   }
 
   protected freeRecord(r: number): void {
+    const slot = this.table.find(this.rec[r * R + R_LO], this.rec[r * R + R_HI]);
+    this.freeRecordAt(r, slot, this.prevInBlock(this.table.data[slot * T + T_HEAD], r));
+  }
+
+  /**
+   * Free record r of the block at table `slot`, `prev` its predecessor in the block's list (NONE: the
+   * head), for callers that walked the list to find r. The block's row goes with its last record.
+   */
+  protected freeRecordAt(r: number, slot: number, prev: number): void {
     const rec = this.rec;
     const o = r * R;
     const lo = rec[o + R_LO];
     const hi = rec[o + R_HI];
     const holder = rec[o + R_HOLDER];
     const h = this.holders[holder];
-    const slot = this.table.find(lo, hi);
     this.hot.invalidate(lo, hi);
     const tbl = this.table.data;
     const headAt = slot * T + T_HEAD;
     // unlink from the entry's singly linked list
-    if (tbl[headAt] === r) tbl[headAt] = rec[o + R_NEXT_E];
-    else {
-      let p = tbl[headAt];
-      while (rec[p * R + R_NEXT_E] !== r) p = rec[p * R + R_NEXT_E];
-      rec[p * R + R_NEXT_E] = rec[o + R_NEXT_E];
-    }
-    tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]);
+    if (prev === NONE) tbl[headAt] = rec[o + R_NEXT_E];
+    else rec[prev * R + R_NEXT_E] = rec[o + R_NEXT_E];
+    const spec = this.hSpec[holder] === 1;
+    tbl[slot * T + T_SIG] ^= recordMix(holder, spec ? this.recExp[r] : 0);
     this.unlinkFromHolder(h, r);
     this.leaveRun(r);
     h.count--;
@@ -372,12 +421,19 @@ export abstract class RecordTable extends HolderTable {
     // Forget the engine hash once no medium of this group holds the block any more.
     const emptied = tbl[headAt] === NONE;
     const em = this.groups[h.group].engineMap;
-    if (em) {
+    if (em && !spec) {
       const elo = this.recEng[2 * r];
       const ehi = this.recEng[2 * r + 1];
       if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
         const s = em.find(elo, ehi);
         if (s !== NONE && em.data[s * EM + 3] === lo && em.data[s * EM + 4] === hi) em.removeSlot(s);
+      }
+    }
+    if (this.crowd.size > 0) {
+      if (emptied) this.crowd.drop(lo, hi);
+      else {
+        const set = this.crowd.find(lo, hi);
+        if (set !== NONE) this.crowd.remove(set, holder);
       }
     }
     rec[o + R_NEXT_E] = this.recFree;

@@ -1,6 +1,7 @@
 // The index's write operations, on the record rows (records.ts): store (runs, the dual key),
 // speculative inserts and their withdrawal, removals, clears, purges and expiry. Writes from outside
 // src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
+import { CROWDED_MIN_RECORDS } from './holder-sets.js';
 import { type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
 import { RecordTable } from './records.js';
 import { U64Table } from './u64-table.js';
@@ -9,13 +10,16 @@ import { U64Table } from './u64-table.js';
 const NONE = -1;
 const EM = 5;
 const R = 8;
+const R_LO = 0;
+const R_HI = 1;
 const R_HOLDER = 2;
 const R_NEXT_E = 3;
+const R_NEXT_H = 5;
 const T = 4;
 const T_HEAD = 3;
 const T_SIG = 2;
 /** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
-export const WRITES_LAYOUT = { EM, R, R_HOLDER, R_NEXT_E, T, T_HEAD, T_SIG };
+export const WRITES_LAYOUT = { EM, R, R_LO, R_HI, R_HOLDER, R_NEXT_E, R_NEXT_H, T, T_HEAD, T_SIG };
 
 /** One speculative insert (a booking's), so that a failed attempt can take it back (`withdrawSpeculative`). */
 export interface SpeculativeInsert {
@@ -44,6 +48,7 @@ export abstract class IndexWrites extends RecordTable {
     if (engine && engine.length !== seq.length) throw new RangeError('engine hashes and seq hashes differ in length');
     if (seq.length === 0) return 0;
     if (!h.speculative) expiresAt = 0;
+    else if (engine) throw new RangeError('speculative entries carry no engine hashes');
     const run = this.openRun(holder, parent);
     const base = this.runLen[run];
     const sv = hashView(seq);
@@ -53,6 +58,9 @@ export abstract class IndexWrites extends RecordTable {
     const clock0 = h.clock;
     const n = seq.length;
     let added = 0;
+    // The holder's record after its record of the previous block, in its own list: a re-stored chain
+    // (a booking renewed by the next request with the same prefix) has its records there in order.
+    let guess = NONE;
     for (let i = 0; i < seq.length; i++) {
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
@@ -64,34 +72,53 @@ export abstract class IndexWrites extends RecordTable {
       let specSeen = false;
       if (this.table.created) tbl[slot * T + T_HEAD] = NONE;
       else {
-        // One walk finds this holder's record and notices speculative records to replace.
-        const rec = this.rec;
-        for (let x = tbl[slot * T + T_HEAD]; x !== NONE; x = rec[x * R + R_NEXT_E]) {
-          const hx = rec[x * R + R_HOLDER];
-          if (hx === holder) r = x;
-          else if (this.hSpec[hx] === 1) specSeen = true;
+        const set = this.crowd.find(lo, hi);
+        if (set !== NONE) {
+          // A crowded block: its holder set answers both questions without the walk.
+          if (this.crowd.has(set, holder)) {
+            const rec = this.rec;
+            const g = guess * R;
+            r =
+              guess !== NONE && rec[g + R_LO] === lo && rec[g + R_HI] === hi && rec[g + R_HOLDER] === holder
+                ? guess
+                : this.findRecord(tbl[slot * T + T_HEAD], holder);
+          }
+          if (confirmed) specSeen = this.bookedIn(set, cand);
+        } else {
+          // One walk finds this holder's record and notices speculative records to replace.
+          const rec = this.rec;
+          let n = 0;
+          for (let x = tbl[slot * T + T_HEAD]; x !== NONE; x = rec[x * R + R_NEXT_E]) {
+            const hx = rec[x * R + R_HOLDER];
+            if (hx === holder) r = x;
+            else if (this.hSpec[hx] === 1) specSeen = true;
+            n++;
+          }
+          if (n >= CROWDED_MIN_RECORDS) this.makeCrowded(lo, hi, tbl[slot * T + T_HEAD]);
         }
       }
       if (r === NONE) {
         r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i);
+        guess = NONE;
         added++;
         if (h.speculative) this.recClaims[r] = 1;
       } else {
         if (h.speculative) this.recClaims[r]++;
+        guess = this.rec[r * R + R_NEXT_H];
         this.moveToRun(r, run, base + i);
-        if (this.recExp[r] !== expiresAt) {
+        if (h.speculative && this.recExp[r] !== expiresAt) {
           tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
           this.recExp[r] = expiresAt;
           if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
         }
       }
       // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
-      this.recTouch[r] = clock0 + n - i;
+      if (!h.speculative) this.recTouch[r] = clock0 + n - i;
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (elo !== lo || ehi !== hi) {
         const g = this.groups[h.group];
-        // Looked up only by removals and resolve(), never by the walk: filled to 3/4 before it doubles.
-        if (!g.engineMap) g.engineMap = new U64Table(EM, 1024, 0.75);
+        // Looked up only by removals, resolve() and this insert, never by the walk: filled to 0.8 before it doubles.
+        if (!g.engineMap) g.engineMap = new U64Table(EM, 64, 0.8);
         const s = g.engineMap.insert(elo, ehi);
         g.engineMap.data[s * EM + 3] = lo;
         g.engineMap.data[s * EM + 4] = hi;
@@ -100,6 +127,24 @@ export abstract class IndexWrites extends RecordTable {
     h.clock = clock0 + n;
     this.runLen[run] = base + n;
     return added;
+  }
+
+  /** Whether a speculative holder of candidate `cand` has a record in crowded block set `set`. */
+  private bookedIn(set: number, cand: number): boolean {
+    const ids = this.candSpec[cand];
+    if (ids === undefined) return false;
+    for (let k = 0; k < ids.length; k++) {
+      const s = ids[k];
+      if (this.hSpec[s] === 1 && this.hCand[s] === cand && this.crowd.has(set, s)) return true;
+    }
+    return false;
+  }
+
+  /** Give a block whose list is long a holder set, from its records. */
+  private makeCrowded(lo: number, hi: number, head: number): void {
+    const set = this.crowd.create(lo, hi);
+    const rec = this.rec;
+    for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) this.crowd.add(set, rec[x * R + R_HOLDER]);
   }
 
   /**
@@ -152,11 +197,7 @@ export abstract class IndexWrites extends RecordTable {
     for (let i = 0; i < engine.length; i++) {
       this.routerKey(g, ev[2 * i], ev[2 * i + 1]);
       const slot = this.table.find(keyOut[0], keyOut[1]);
-      if (slot === NONE) continue;
-      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
-      if (r === NONE) continue;
-      this.freeRecord(r);
-      removed++;
+      if (slot !== NONE && this.freeHolderRecord(slot, holder)) removed++;
     }
     h.evicted += removed;
     return removed;
