@@ -61,8 +61,8 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       d(false),
     ),
     load_bound_new_session: bool(
-      "kv, with load_bound: apply load_bound_unique's rule to a request opening a session (a session key this router has not routed before; header or the body's `user`), and the plain rule to every other one. A new session's later turns stay where its first lands, so a shared system prompt must not keep it on a loaded holder; a one-shot request (no session key, or one its app shares) loses more by recomputing the prompt than it waits there. Off by default.",
-      d(false),
+      "kv, with load_bound: judge a request opening a session (a session key this router has not booked before: the session header or the body's `user`) as load_bound_unique does, every other request by the plain bound. A new session's later turns stay where its first lands, so a system prompt several instances hold must not keep it on a loaded holder while an idle instance can take it on; a one-shot request (no session key, or a key its app's requests share) loses more by recomputing its prompt elsewhere than it waits on the holder. A one-shot request under a key of its own counts as a new session.",
+      d(true),
     ),
     engine_waiting_weight: num(
       "With engine_metrics.scrape: weight of requests an engine reports waiting beyond the router's bookings, each counted as queued prefill of the mean booked prompt (0 ignores them).",
