@@ -60,6 +60,10 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       "time cost model (kv, approx), with load_bound: while the cheapest candidate within the bound has no prefill queued, judge a candidate over the bound by the cached prefix only it holds, beyond what the next best candidate also holds. A prefix several instances hold (a shared system prompt) is one an idle instance can take on for one prefill, so it does not keep a new session on a loaded holder; a conversation's own history, held by one instance, still does. Helps agent-style traffic; off by default (at fleet scale it also moves one-shot requests off their prompt's holders).",
       d(false),
     ),
+    load_bound_new_session: bool(
+      "kv, with load_bound: judge a request opening a session (a session key this router has not booked before: the session header or the body's `user`) as load_bound_unique does, every other request by the plain bound. A new session's later turns stay where its first lands, so a system prompt several instances hold must not keep it on a loaded holder while an idle instance can take it on; a one-shot request (no session key, or a key its app's requests share) loses more by recomputing its prompt elsewhere than it waits on the holder. A one-shot request under a key of its own counts as a new session.",
+      d(true),
+    ),
     engine_waiting_weight: num(
       "With engine_metrics.scrape: weight of requests an engine reports waiting beyond the router's bookings, each counted as queued prefill of the mean booked prompt (0 ignores them).",
       { min: 0, max: 100, ...d(1) },

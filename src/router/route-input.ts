@@ -67,6 +67,7 @@ export function routeFields(p: RouteSource, cfg: RouterConfig, deps: EngineLoadS
       // Dynamo's block cost stays Dynamo's: the bound compares prefill times.
       loadBound: r.cost_model === 'time' ? r.load_bound : 0,
       loadBoundUnique: r.load_bound_unique,
+      loadBoundNewSession: r.load_bound_new_session,
       evictionAware: r.eviction_aware,
       adapter: p.adapter,
       adapterLoadMs: r.cost_model === 'time' ? cfg.lora.adapter_load_ms : 0,

@@ -64,6 +64,8 @@ export interface RouteInput {
   loadBound?: number;
   /** Bounded load judges an over-bound candidate by the prefix only it holds (beyond the next best candidate's). */
   loadBoundUnique?: boolean;
+  /** kv: bounded load judges a request opening a session (its key not routed before) by the prefix only its pick holds. */
+  loadBoundNewSession?: boolean;
   /**
    * Credit only the part of a GPU prefix that survives the prefill queued ahead on that instance
    * (its LRU order and size as the event stream shows them): a prefix about to be evicted is worth less.
@@ -459,6 +461,7 @@ export class Scheduler {
       affinityAny: input.affinityAny ?? false,
       loadBound: input.loadBound ?? 0,
       loadBoundUnique: input.loadBoundUnique ?? false,
+      loadBoundNewSession: input.loadBoundNewSession ?? false,
       seq,
       tokens: input.tokens ?? null,
       isl,

@@ -76,6 +76,7 @@ function context<S>(spec: PolicySpec<string, S>, state: S, over: Partial<PolicyC
     affinityBlocks: 4,
     loadBound: 0,
     loadBoundUnique: false,
+    loadBoundNewSession: false,
     affinityAny: false,
     seq: new BigUint64Array(0),
     tokens: null,

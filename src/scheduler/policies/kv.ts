@@ -1,8 +1,16 @@
 // kv: the cache-aware default. Each candidate's cost (the time or blocks model, scheduler/cost.ts)
 // credits the prefix the KV-event index and the router's own predictions say it holds; the pick is
-// the cheapest, with sibling co-location and bounded load (pickers.ts).
-import { byCostWithAffinity } from './pickers.js';
+// the cheapest, with sibling co-location and bounded load (pickers.ts). With load_bound_new_session
+// it remembers the session keys it routed, to tell a session's first request from the rest.
+import { byCostWithAffinity as costWithAffinity } from './pickers.js';
 import { definePolicy } from './types.js';
+
+/** Session keys routed in this pool, forgotten wholesale past this many (a forgotten one looks new once more). */
+const MAX_SESSIONS = 65_536;
+
+export interface KvState {
+  sessions: Set<string>;
+}
 
 export const kv = definePolicy({
   name: 'kv',
@@ -20,5 +28,19 @@ export const kv = definePolicy({
   busyFilter: true,
   adminOnly: false,
   predictionTtlKey: 'speculative_ttl_ms',
-  pick: byCostWithAffinity,
+  createState: (): KvState => ({ sessions: new Set() }),
+  // The same pick step (decisions report it as byCostWithAffinity), told whether the request opens a session.
+  pick: function byCostWithAffinity(c, ctx) {
+    const key = ctx.sessionKey;
+    if (!ctx.loadBoundNewSession || ctx.loadBoundUnique || !key || ctx.state.sessions.has(key))
+      return costWithAffinity(c, ctx);
+    // A session's first request: its later turns follow it, so only the prefix its pick alone holds keeps it there.
+    ctx.memo = key;
+    return costWithAffinity(c, { ...ctx, loadBoundUnique: true });
+  },
+  booked(s, e) {
+    if (typeof e.memo !== 'string') return;
+    if (s.sessions.size >= MAX_SESSIONS) s.sessions.clear();
+    s.sessions.add(e.memo);
+  },
 });

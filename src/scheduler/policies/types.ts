@@ -57,6 +57,8 @@ export interface PolicyContext<S = unknown> {
   loadBound: number;
   /** Bounded load counts only the prefix the over-bound candidate alone holds (beyond the next best one's). */
   loadBoundUnique: boolean;
+  /** kv: bounded load judges a request opening a session (a session key not routed before) as loadBoundUnique does. */
+  loadBoundNewSession: boolean;
   /** The request's seq hashes (names its prefixes). */
   seq: BigUint64Array;
   /** The prompt's token ids (null unless the router has them: `needs.tokens`, or precomputed seq hashes only). */

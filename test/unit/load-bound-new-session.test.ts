@@ -1,0 +1,98 @@
+// routing.load_bound_new_session: bounded load judges a request opening a session (a session key the
+// router has not booked before) as load_bound_unique does, and every other request by the plain rule.
+// The example is load-bound-unique.test.ts's, worked at the rate prior (0.05 ms a token, 20 ms
+// overhead), nothing queued: a 4,000-token system prompt held by a and b, then a 1,000-token task.
+//   a, b (holders): prefill 20 + 1,000 x 0.05 = 70 ms; c, d (cold): 20 + 5,000 x 0.05 = 270 ms.
+// In flight a 5, b 4, c 1, d 0: cap = 1.25 x (10 + 1) / 4 = 3.44, so a and b are over it.
+//   session "s1", first request: unique rule, the other holder computes 70 ms too: 0 < 0.5 x 70,
+//     so c or d (within the bound) takes it.
+//   the same prompt without a session key, or under a key an earlier request of the app was booked
+//     with (two-tenant's one-shot requests): plain rule, 270 - 70 = 200 >= 0.5 x 270: a or b keeps it.
+// After "s1" is booked on c (c 2 in flight, cap 1.25 x 12 / 4 = 3.75), "s1" is no longer new: plain rule.
+import { describe, expect, it } from 'vitest';
+import { seqHashes } from '../../src/hashing/index.js';
+import { TieredIndexer } from '../../src/indexer/namespaces.js';
+import type { CostWeights } from '../../src/scheduler/cost.js';
+import { Scheduler } from '../../src/scheduler/scheduler.js';
+
+const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+const cands = ['a', 'b', 'c', 'd'].map((instance) => ({ instance, dpRank: 0 }));
+const T: CostWeights = {
+  model: 'time',
+  overlapWeight: 1,
+  medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
+  trackActiveBlocks: true,
+  decodeInterference: 0,
+};
+const sys = Array.from({ length: 4000 }, (_, i) => i + 1);
+const firstTurn = (u: number) => [...sys, ...Array.from({ length: 1000 }, (_, i) => 1_000_000 * (u + 1) + i)];
+
+function seeded(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 4294967296;
+  };
+}
+
+/** a and b hold the system prompt; in flight a 5, b 4, c 1, d 0. */
+function setup(seed: number): Scheduler {
+  const indexer = new TieredIndexer();
+  const idx = indexer.namespace(ns).index;
+  const space = indexer.spaceFor(ns);
+  for (const inst of ['a', 'b']) idx.store(idx.holder(inst, 0, 'GPU'), seqHashes(sys, 4, space));
+  const s = new Scheduler(indexer, seeded(seed));
+  let n = 0;
+  for (const [inst, count] of [
+    ['a', 5],
+    ['b', 4],
+    ['c', 1],
+  ] as const)
+    for (let i = 0; i < count; i++) s.active.book(`r${n++}`, inst, 0, new BigUint64Array(0), 0, 0);
+  return s;
+}
+
+const route = (s: Scheduler, tokens: number[], sessionKey: string | null, newSession = true) =>
+  s.decide(
+    {
+      ns,
+      candidates: cands,
+      tokens,
+      sessionKey,
+      policy: 'kv',
+      weights: T,
+      temperature: 0,
+      loadBound: 1.25,
+      loadBoundNewSession: newSession,
+    },
+    0,
+  );
+
+describe('load_bound_new_session', () => {
+  it("a session's first request leaves the loaded holders of a system prompt two instances hold", () => {
+    for (let seed = 1; seed <= 12; seed++) {
+      const s = setup(seed);
+      const d = route(s, firstTurn(seed), `s${seed}`);
+      const ms = Object.fromEntries(d.candidates.map((c) => [c.instance, c.prefillMs]));
+      expect(ms.a).toBeCloseTo(70, 6);
+      expect(ms.c).toBeCloseTo(270, 6);
+      expect(['c', 'd']).toContain(d.chosen!.instance);
+      // Off, the plain rule keeps it on a holder.
+      expect(['a', 'b']).toContain(route(setup(seed), firstTurn(seed), `s${seed}`, false).chosen!.instance);
+    }
+  });
+
+  it('a request without a session key, or under a key already booked, keeps the plain rule', () => {
+    for (let seed = 1; seed <= 12; seed++) {
+      const s = setup(seed);
+      expect(['a', 'b']).toContain(route(s, firstTurn(seed), null).chosen!.instance);
+      const first = route(s, firstTurn(seed), 'app1');
+      expect(['c', 'd']).toContain(first.chosen!.instance);
+      s.book(first, ns, { requestId: 'first', now: 0, speculativeTtlMs: 0 });
+      // The app's next one-shot request (another prompt, the same key) is no new session.
+      expect(['a', 'b']).toContain(route(s, firstTurn(seed + 100), 'app1').chosen!.instance);
+      // A new key still is.
+      expect(['c', 'd']).toContain(route(s, firstTurn(seed + 200), 'app2').chosen!.instance);
+    }
+  });
+});
