@@ -2,7 +2,7 @@
 // credits the prefix the KV-event index and the router's own predictions say it holds; the pick is
 // the cheapest, with sibling co-location and bounded load (pickers.ts). With load_bound_new_session
 // it remembers the session keys it routed, to tell a session's first request from the rest.
-import { byCostWithAffinity as costWithAffinity } from './pickers.js';
+import { costWithAffinity } from './pickers.js';
 import { definePolicy } from './types.js';
 
 /** Session keys routed in this pool, forgotten wholesale past this many (a forgotten one looks new once more). */
@@ -33,10 +33,10 @@ export const kv = definePolicy({
   pick: function byCostWithAffinity(c, ctx) {
     const key = ctx.sessionKey;
     if (!ctx.loadBoundNewSession || ctx.loadBoundUnique || !key || ctx.state.sessions.has(key))
-      return costWithAffinity(c, ctx);
+      return costWithAffinity(c, ctx, ctx.loadBoundUnique);
     // A session's first request: its later turns follow it, so only the prefix its pick alone holds keeps it there.
     ctx.memo = key;
-    return costWithAffinity(c, { ...ctx, loadBoundUnique: true });
+    return costWithAffinity(c, ctx, true);
   },
   booked(s, e) {
     if (typeof e.memo !== 'string') return;

@@ -5,7 +5,7 @@ import { WorkerMap } from '../../common/worker-map.js';
 import { xxh3_64 } from '../../hashing/index.js';
 import { pickByCost } from '../cost.js';
 import type { CandidateScore } from '../scheduler.js';
-import type { Picker } from './types.js';
+import type { Picker, PolicyContext } from './types.js';
 
 /** Argmin of cost with uniform ties, or a softmax over range-normalised costs above temperature 0. */
 export const byCost: Picker = (c, ctx) => {
@@ -77,14 +77,17 @@ function hrw(key: Uint32Array, c: CandidateScore): number {
  * instance (bounded-load consistent hashing: a loaded preferred instance falls out of the slack, and
  * its overflow lands on the prefix's next choice, not anywhere).
  */
-export const byCostWithAffinity: Picker = (c, ctx) => {
+export const byCostWithAffinity: Picker = (c, ctx) => costWithAffinity(c, ctx, ctx.loadBoundUnique);
+
+/** byCostWithAffinity with the load bound's unique-prefix rule given (kv sets it for a session's first request). */
+export function costWithAffinity(c: readonly CandidateScore[], ctx: PolicyContext, unique: boolean): number {
   let i = byCost(c, ctx);
   let cap = Infinity;
   // Only for a request with something cached on its cheapest candidate: a prefix nobody holds yet
   // is co-location's to place (bounded by its own slack), and moving its siblings would scatter them.
   if (i >= 0 && ctx.loadBound > 0 && c.length > 1 && c[i].creditedBlocks > 0) {
     cap = loadCap(c, ctx.loadBound);
-    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap, ctx.loadBoundUnique);
+    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap, unique);
   }
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
@@ -114,7 +117,7 @@ export const byCostWithAffinity: Picker = (c, ctx) => {
     }
   }
   return chosen;
-};
+}
 
 /**
  * Bounded loads (consistent hashing with bounded loads, Mirrokni et al. 2018): with this request, no
