@@ -7,43 +7,14 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { LeaderboardSummary } from '../../src/bench/leaderboard/render.js';
 import { ROOT, runCli } from '../helpers/procs.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-leaderboard-test-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-interface SeedFigures {
-  seed: number;
-  sent: number;
-  ok: number;
-  refused: number;
-  failed: number;
-  ttftP50: number;
-  ttftP90: number;
-  ttftP99: number;
-  tpotP90: number;
-  goodput: number;
-  hitRate: number;
-  oracleHitRate: number;
-  tenantTtftP90: Record<string, number>;
-}
-
-interface Summary {
-  bench: string;
-  quick: boolean;
-  seeds: number[];
-  policies: string[];
-  scenarios: Array<{
-    name: string;
-    notRun: string | null;
-    tenants: string[];
-    points: Array<{
-      load: number;
-      args: string[];
-      cells: Array<{ policy: string; notRun: string | null; seeds: SeedFigures[] }>;
-    }>;
-  }>;
-}
+// The report's own types: the test reads the JSON the command wrote.
+type Summary = LeaderboardSummary;
 
 const POLICIES = ['kv', 'dynamo', 'sglang', 'gie', 'llm-d', 'llm-d-sticky', 'aibrix', 'vllm-router', 'round-robin'];
 const read = (d: string) => JSON.parse(readFileSync(join(d, 'summary.json'), 'utf8')) as Summary;
