@@ -10,6 +10,7 @@
 //     with (two-tenant's one-shot requests): plain rule, 270 - 70 = 200 >= 0.5 x 270: a or b keeps it.
 // After "s1" is booked on c (c 2 in flight, cap 1.25 x 12 / 4 = 3.75), "s1" is no longer new: plain rule.
 import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
 import { seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import type { CostWeights } from '../../src/scheduler/cost.js';
@@ -27,21 +28,13 @@ const T: CostWeights = {
 const sys = Array.from({ length: 4000 }, (_, i) => i + 1);
 const firstTurn = (u: number) => [...sys, ...Array.from({ length: 1000 }, (_, i) => 1_000_000 * (u + 1) + i)];
 
-function seeded(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
-}
-
 /** a and b hold the system prompt; in flight a 5, b 4, c 1, d 0. */
 function setup(seed: number): Scheduler {
   const indexer = new TieredIndexer();
   const idx = indexer.namespace(ns).index;
   const space = indexer.spaceFor(ns);
   for (const inst of ['a', 'b']) idx.store(idx.holder(inst, 0, 'GPU'), seqHashes(sys, 4, space));
-  const s = new Scheduler(indexer, seeded(seed));
+  const s = new Scheduler(indexer, mulberry32(seed));
   let n = 0;
   for (const [inst, count] of [
     ['a', 5],

@@ -12,6 +12,7 @@
 // history either way: a 20 + 500 x 0.05 = 45 ms, b (the system prompt) 20 + 2,500 x 0.05 = 145:
 // 145 - 45 = 100 >= 0.5 x 145.
 import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
 import { seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import type { CostWeights } from '../../src/scheduler/cost.js';
@@ -31,14 +32,6 @@ const span = (base: number, len: number) => Array.from({ length: len }, (_, i) =
 const firstTurn = (u: number) => [...sys, ...span(1_000_000 * (u + 1), 1000)];
 const history = [...firstTurn(0), ...span(50_000_000, 1000)];
 
-function seeded(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
-}
-
 /** `holders` hold the system prompt, a also conversation 0's history; in flight a 5, b 4, c 1, d 0. */
 function setup(holders: string[]): Scheduler {
   const indexer = new TieredIndexer();
@@ -46,7 +39,7 @@ function setup(holders: string[]): Scheduler {
   const space = indexer.spaceFor(ns);
   for (const inst of holders) idx.store(idx.holder(inst, 0, 'GPU'), seqHashes(sys, 4, space));
   idx.store(idx.holder('a', 0, 'GPU'), seqHashes(history, 4, space));
-  const s = new Scheduler(indexer, seeded(7));
+  const s = new Scheduler(indexer, mulberry32(7));
   let n = 0;
   for (const [inst, count] of [
     ['a', 5],

@@ -9,6 +9,7 @@
 // the four. A prefix that saves more than the slack is never traded: with a 4,000-token instruction
 // and a 448-token document, a costs 20 + 448 x 0.05 = 42.4 ms, the others 242.4 > 42.4 + 21.2.
 import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
 import { seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import type { CostWeights } from '../../src/scheduler/cost.js';
@@ -25,19 +26,11 @@ const T: CostWeights = {
 };
 const span = (base: number, len: number) => Array.from({ length: len }, (_, i) => base + i);
 
-function seeded(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
-}
-
 function setup(instruction: number[]): Scheduler {
   const indexer = new TieredIndexer();
   const idx = indexer.namespace(ns).index;
   idx.store(idx.holder('a', 0, 'GPU'), seqHashes(instruction, 4, indexer.spaceFor(ns)));
-  return new Scheduler(indexer, seeded(5));
+  return new Scheduler(indexer, mulberry32(5));
 }
 
 const route = (s: Scheduler, tokens: number[], any: boolean) =>
