@@ -15,18 +15,12 @@ import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
-import type { CostWeights } from '../../src/scheduler/cost.js';
 import { Scheduler } from '../../src/scheduler/scheduler.js';
+import { PICK_CANDIDATES, PICK_NS, PICK_TIME_WEIGHTS } from '../helpers/scheduling.js';
 
-const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
-const cands = ['a', 'b', 'c', 'd'].map((instance) => ({ instance, dpRank: 0 }));
-const T: CostWeights = {
-  model: 'time',
-  overlapWeight: 1,
-  medium: { cpu: 0.75, disk: 0.25, shared: 0.5 },
-  trackActiveBlocks: true,
-  decodeInterference: 0,
-};
+const ns = PICK_NS;
+const cands = PICK_CANDIDATES;
+const T = PICK_TIME_WEIGHTS;
 const sys = Array.from({ length: 4000 }, (_, i) => i + 1);
 const span = (base: number, len: number) => Array.from({ length: len }, (_, i) => base + i);
 const firstTurn = (u: number) => [...sys, ...span(1_000_000 * (u + 1), 1000)];
