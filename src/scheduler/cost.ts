@@ -176,12 +176,7 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
   const progressMs = c.head ? headProgressMs(c.head, rate) : 0;
   const queueMs =
-    Math.max(
-      0,
-      c.activePrefillTokens * rate.msPerToken +
-        (c.activeAttention ?? 0) * rate.msPerAttention -
-        progressMs,
-    ) +
+    Math.max(0, c.activePrefillTokens * rate.msPerToken + (c.activeAttention ?? 0) * rate.msPerAttention - progressMs) +
     c.decodingRequests * rate.msPerDecoding +
     (c.decodingContext ?? 0) * rate.msPerDecodingContext;
   const ownMs = uncached * rate.msPerToken + attentionWork(uncached, isl - uncached) * rate.msPerAttention;

@@ -215,7 +215,11 @@ class Fit {
 /** A rate's TTFT for regressors x (work tokens, decoding, attention work, decoding context): cost.ts's queue + own, summed. */
 function predictedMs(r: PrefillRate, x: readonly number[]): number {
   return (
-    r.overheadMs + r.msPerToken * x[0] + r.msPerDecoding * x[1] + r.msPerAttention * x[2] + r.msPerDecodingContext * x[3]
+    r.overheadMs +
+    r.msPerToken * x[0] +
+    r.msPerDecoding * x[1] +
+    r.msPerAttention * x[2] +
+    r.msPerDecodingContext * x[3]
   );
 }
 
