@@ -6,7 +6,7 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { CandidateOverlaps } from '../indexer/block-index.js';
 import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
-import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
+import { ActiveSequences, type Booking, type HeldPrefixes, IDLE_LOAD, type Load } from './active-sequences.js';
 import { attentionWork, type CostModel, type CostWeights, cost, type PrefillRate } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
@@ -197,8 +197,8 @@ interface ScoreContext {
   unclamped: Int32Array | null;
   shared: number;
   poolRate: PrefillRate;
-  /** The seq hashes' [lo, hi] halves (one view for every candidate's in-flight lookup). */
-  seqView: Int32Array;
+  /** Every worker's prefix of the prompt its in-flight requests hold (null: nothing in flight). */
+  held: HeldPrefixes | null;
 }
 
 /** Load an engine reports beyond the router's bookings, as the cost counts it. */
@@ -245,8 +245,8 @@ export class Scheduler {
    * Every candidate's overlap per tier, load and cost for a prompt; changes nothing. Computes only
    * what the policy declares it reads (PolicySpec.needs): the index walk runs for a policy that
    * reads the index or the router's predictions, never for the others (round-robin, least-loaded,
-   * session, ...), whose candidates then carry no overlap. Beyond the walk, O(1) per candidate
-   * (O(log) for one with requests in flight). The one per-candidate walk of the prompt left is the
+   * session, ...), whose candidates then carry no overlap. Beyond the walk, one pass over the prompt
+   * for the blocks in flight (ActiveSequences.heldPrefixes), then O(1) per candidate. The one per-candidate walk of the prompt left is the
    * index's eviction judgement of a loaded candidate whose GPU cache has evicted (up to its first
    * block that would go, O(1) a block).
    */
@@ -285,7 +285,8 @@ export class Scheduler {
       shared: overlap?.shared ?? 0,
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
-      seqView: hashView(seq),
+      // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
+      held: loads !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)) : null,
     };
     const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
@@ -339,9 +340,9 @@ export class Scheduler {
     const newBlocks =
       seq.length === 0
         ? 0
-        : load.activeRequests === 0
+        : load.activeRequests === 0 || !x.held
           ? seq.length
-          : this.active.newBlocks(c.instance, c.dpRank, seq, x.seqView);
+          : seq.length - x.held.of(c.instance, c.dpRank);
     const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =

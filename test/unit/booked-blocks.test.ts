@@ -1,0 +1,127 @@
+// The held prefixes of a prompt on every worker at once (one pass over BookedBlocks, the inverted
+// map of in-flight blocks) against the definition: per worker, the blocks its live bookings hold,
+// counted block by block from the prompt's start. Prompts are chains of a tree (a seq hash names its
+// whole prefix), booked and freed at random, with workers stopping alone, several at one block, and
+// worker ids reused.
+import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
+import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
+
+const MASK = (1n << 64n) - 1n;
+/** A seq hash for tree node `id` (above 2^53, as real ones mostly are). */
+const hashOf = (id: number) => (BigInt(id + 1) * 0x9e3779b97f4a7c15n) & MASK;
+
+interface Live {
+  worker: number;
+  blocks: bigint[];
+}
+
+function scenario(seed: number, workers: number, steps: number): { checked: number; deep: number } {
+  const rnd = mulberry32(seed);
+  const int = (n: number) => Math.floor(rnd() * n);
+  let nodes = 0;
+  // Prompts as paths of a tree: each branches off an earlier one at a random depth (often 0 or its end).
+  const prompts: bigint[][] = [];
+  const branch = (): bigint[] => {
+    const base = prompts.length === 0 || rnd() < 0.1 ? [] : prompts[int(prompts.length)];
+    const at = rnd() < 0.2 ? base.length : int(base.length + 1);
+    const fresh = Array.from({ length: int(12) }, () => hashOf(nodes++));
+    return [...base.slice(0, at), ...fresh];
+  };
+  for (let p = 0; p < 12; p++) prompts.push(branch());
+  const names = Array.from({ length: workers }, (_, w) => ({ instance: `i${w >> 1}`, dpRank: w & 1 }));
+  const a = new ActiveSequences();
+  const live = new Map<string, Live>();
+  let next = 0;
+  let checked = 0;
+  let deep = 0;
+  for (let step = 0; step < steps; step++) {
+    if (live.size > 0 && rnd() < 0.4) {
+      // Free a random booking (sometimes every booking of a worker: its id is reused later).
+      const ids = [...live.keys()];
+      const victim = live.get(ids[int(ids.length)])!;
+      const all = rnd() < 0.2;
+      for (const id of ids)
+        if (id === ids[0] || (all && live.get(id)!.worker === victim.worker)) {
+          expect(a.free(id)).toBe(true);
+          live.delete(id);
+        }
+    } else {
+      // Book a prompt or a prefix of one (several workers often book the same one).
+      if (rnd() < 0.3) prompts.push(branch());
+      const p = prompts[int(prompts.length)];
+      const blocks = rnd() < 0.3 ? p.slice(0, int(p.length + 1)) : p;
+      const worker = int(workers);
+      const id = `r${next++}`;
+      a.book(id, names[worker].instance, names[worker].dpRank, BigUint64Array.from(blocks), 1, 0);
+      live.set(id, { worker, blocks });
+    }
+    const held = names.map(() => new Set<bigint>());
+    for (const b of live.values()) for (const h of b.blocks) held[b.worker].add(h);
+    for (let q = 0; q < 3; q++) {
+      const p = rnd() < 0.8 ? prompts[int(prompts.length)] : branch();
+      const seq = BigUint64Array.from(p);
+      const prefixes = a.heldPrefixes(seq);
+      for (let w = 0; w < workers; w++) {
+        let linear = 0;
+        while (linear < p.length && held[w].has(p[linear])) linear++;
+        expect(prefixes.of(names[w].instance, names[w].dpRank), `seed ${seed} step ${step} worker ${w}`).toBe(linear);
+        checked++;
+        if (linear > 0) deep++;
+      }
+      const w = int(workers);
+      let linear = 0;
+      while (linear < p.length && held[w].has(p[linear])) linear++;
+      expect(a.newBlocks(names[w].instance, names[w].dpRank, seq)).toBe(p.length - linear);
+    }
+  }
+  for (const id of live.keys()) a.free(id);
+  expect(a.totals().activeBlocks).toBe(0);
+  for (const p of prompts) {
+    const prefixes = a.heldPrefixes(BigUint64Array.from(p));
+    for (const n of names) expect(prefixes.of(n.instance, n.dpRank)).toBe(0);
+  }
+  return { checked, deep };
+}
+
+describe('ActiveSequences.heldPrefixes (one pass over the booked blocks)', () => {
+  it('equals the block-by-block count per worker under random bookings, frees and prompts', () => {
+    let checked = 0;
+    let deep = 0;
+    for (let seed = 1; seed <= 40; seed++) {
+      const r = scenario(seed, 2 + (seed % 24), 120);
+      checked += r.checked;
+      deep += r.deep;
+    }
+    // The comparisons must have covered workers holding part of the prompt, not only empty ones.
+    expect(deep).toBeGreaterThan(checked / 10);
+  });
+
+  it('tells apart workers that stop at the same block, alone, or hold the whole prompt', () => {
+    const a = new ActiveSequences();
+    const p = Array.from({ length: 40 }, (_, i) => hashOf(1000 + i));
+    // Workers 0-3 stop at 10 together, 4 alone at 20, 5 and 6 at 30, 7 holds it all, 8 holds another prompt.
+    const depths = [10, 10, 10, 10, 20, 30, 30, 40];
+    depths.forEach((d, w) => {
+      a.book(`a${w}`, `w${w}`, 0, BigUint64Array.from(p.slice(0, d)), 1, 0);
+    });
+    a.book('b8', 'w8', 0, BigUint64Array.from([hashOf(5), hashOf(6)]), 1, 0);
+    // A second booking on worker 4 (refcounts): its longer prefix wins until it is freed.
+    a.book('c4', 'w4', 0, BigUint64Array.from(p.slice(0, 35)), 1, 0);
+    const seq = BigUint64Array.from(p);
+    let held = a.heldPrefixes(seq);
+    expect(depths.map((_, w) => held.of(`w${w}`, 0))).toEqual([10, 10, 10, 10, 35, 30, 30, 40]);
+    expect(held.of('w8', 0)).toBe(0);
+    expect(held.of('nobody', 0)).toBe(0);
+    a.free('c4');
+    a.free('a7');
+    held = a.heldPrefixes(seq);
+    expect(depths.map((_, w) => held.of(`w${w}`, 0))).toEqual([10, 10, 10, 10, 20, 30, 30, 0]);
+    // Worker 7's id is reused by a newcomer holding 5 blocks.
+    a.book('d9', 'w9', 0, BigUint64Array.from(p.slice(0, 5)), 1, 0);
+    held = a.heldPrefixes(seq);
+    expect(held.of('w9', 0)).toBe(5);
+    expect(held.of('w7', 0)).toBe(0);
+    expect(a.newBlocks('w0', 0, seq)).toBe(30);
+  });
+});
