@@ -246,9 +246,9 @@ export class Scheduler {
    * what the policy declares it reads (PolicySpec.needs): the index walk runs for a policy that
    * reads the index or the router's predictions, never for the others (round-robin, least-loaded,
    * session, ...), whose candidates then carry no overlap. Beyond the walk, one pass over the prompt
-   * for the blocks in flight (ActiveSequences.heldPrefixes), then O(1) per candidate. The one per-candidate walk of the prompt left is the
-   * index's eviction judgement of a loaded candidate whose GPU cache has evicted (up to its first
-   * block that would go, O(1) a block).
+   * for the blocks in flight (ActiveSequences.heldPrefixes), then O(1) per candidate. The one
+   * per-candidate walk of the prompt left is the index's eviction judgement of a loaded candidate
+   * whose GPU cache has evicted (up to its first block that would go, O(1) a block).
    */
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
     const bs = input.ns.blockSize;
