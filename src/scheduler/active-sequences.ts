@@ -91,17 +91,18 @@ class WorkerLoad {
   }
 }
 
-/** The held prefixes of the prompt of one ActiveSequences.heldPrefixes() call, per worker. */
+/** The held prefixes of the prompt of one ActiveSequences.heldPrefixes() call (valid until the next call or booking change). */
 export class HeldPrefixes {
-  constructor(
-    private readonly workers: WorkerMap<WorkerLoad>,
-    private readonly booked: BookedBlocks,
-  ) {}
+  constructor(private readonly booked: BookedBlocks) {}
 
   /** Blocks of the prompt's prefix the worker's in-flight requests hold. */
   of(instance: string, dpRank: number): number {
-    const w = this.workers.get(instance, dpRank);
-    return w ? this.booked.heldPrefix(w.id) : 0;
+    return this.booked.heldPrefixOf(instance, dpRank);
+  }
+
+  /** The same for a candidate list, in its order: no per-candidate lookup when the list is the one passed last time. */
+  inOrder(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.booked.heldPrefixesOf(candidates);
   }
 }
 
@@ -123,7 +124,7 @@ export class ActiveSequences {
 
   private worker(instance: string, dpRank: number): WorkerLoad {
     let w = this.workers.get(instance, dpRank);
-    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked.newWorker(), this.booked)));
+    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked.idOf(instance, dpRank), this.booked)));
     return w;
   }
 
@@ -156,7 +157,7 @@ export class ActiveSequences {
    */
   heldPrefixes(blocks: BigUint64Array, view = hashView(blocks)): HeldPrefixes {
     this.booked.walk(view, blocks.length);
-    return new HeldPrefixes(this.workers, this.booked);
+    return new HeldPrefixes(this.booked);
   }
 
   /**
@@ -230,10 +231,7 @@ export class ActiveSequences {
     }
     w.release(b.blocks);
     w.requests--;
-    if (w.requests === 0) {
-      this.workers.delete(b.instance, b.dpRank);
-      this.booked.dropWorker(w.id);
-    }
+    if (w.requests === 0) this.workers.delete(b.instance, b.dpRank);
     return true;
   }
 
@@ -259,6 +257,7 @@ export class ActiveSequences {
   dropInstance(instance: string): number {
     const ids = [...this.bookings.values()].filter((b) => b.instance === instance).map((b) => b.id);
     for (const id of ids) this.free(id);
+    this.booked.dropInstance(instance);
     return ids.length;
   }
 

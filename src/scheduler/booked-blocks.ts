@@ -5,6 +5,7 @@
 // names its whole prefix), so along the prompt the set of workers only shrinks: an unchanged count
 // is an unchanged set, a count one lower names the worker that stopped by the XOR of the ids, and
 // only where several stop at once is the block's list read.
+import { CandidateIds } from '../common/candidate-ids.js';
 import { grow, NONE } from '../indexer/layout.js';
 import { U64Table } from '../indexer/u64-table.js';
 
@@ -24,8 +25,14 @@ export class BookedBlocks {
   private nodes = new Int32Array(NB * 1024);
   private nodeN = 0;
   private freeNodes = NONE;
+  /** Worker ids by instance and dp rank: kept while the instance is in the pool (a candidate list's ids stay valid). */
+  private readonly names = new Map<string, number[]>();
   private readonly freeIds: number[] = [];
   private ids = 0;
+  /** Changes when an id is given (CandidateIds' validity: a candidate without one may have one now). */
+  private version = 0;
+  private readonly listIds = new CandidateIds();
+  private readonly idOrNone = (instance: string, dpRank: number): number => this.names.get(instance)?.[dpRank] ?? NONE;
   // pass scratch, indexed by worker id: the pass that saw it at block 0, where it stopped (EXT: not
   // seen stopping), and the last list read ("seed") that still had it
   private seen = new Int32Array(64);
@@ -38,8 +45,12 @@ export class BookedBlocks {
   private end = 0;
   private pass = 0;
 
-  /** A worker id (ids of removed workers are reused). */
-  newWorker(): number {
+  /** The worker's id, made on first use. */
+  idOf(instance: string, dpRank: number): number {
+    let ranks = this.names.get(instance);
+    if (!ranks) this.names.set(instance, (ranks = []));
+    const found = ranks[dpRank];
+    if (found !== undefined) return found;
     const id = this.freeIds.pop() ?? this.ids++;
     if (id >= this.seen.length) {
       const n = this.seen.length * 2;
@@ -47,12 +58,18 @@ export class BookedBlocks {
       this.depth = grow(this.depth, n);
       this.seed = grow(this.seed, n);
     }
+    ranks[dpRank] = id;
+    this.version++;
     return id;
   }
 
-  /** The worker holds no block any more. */
-  dropWorker(id: number): void {
-    this.freeIds.push(id);
+  /** The instance left the pool (its workers hold no block any more): its ids are reused. */
+  dropInstance(instance: string): void {
+    const ranks = this.names.get(instance);
+    if (!ranks) return;
+    for (const id of ranks) if (id !== undefined) this.freeIds.push(id);
+    // (No version change: a stale list's id reads 0 until idOf() gives it to someone, which changes it.)
+    this.names.delete(instance);
   }
 
   /** Worker `id` now holds the block; returns its node (what remove() takes). */
@@ -162,13 +179,27 @@ export class BookedBlocks {
     }
   }
 
-  /** Worker `id`'s held prefix of the prompt of the last walk(), in blocks. */
+  /** Worker `id`'s held prefix of the prompt of the last walk(), in blocks (0 for NONE). */
   heldPrefix(id: number): number {
-    if (this.seen[id] !== this.pass || this.seeds === 0) return 0;
+    if (id < 0 || this.seen[id] !== this.pass || this.seeds === 0) return 0;
     const d = this.depth[id];
     if (d !== EXT) return d;
     // Still held at its last seed: it stops at the next seed, or held to where the pass ended.
     const k = this.seed[id];
     return k === this.seeds - 1 ? this.end : this.seedAt[k + 1];
+  }
+
+  /** One worker's held prefix of the last walk()'s prompt. */
+  heldPrefixOf(instance: string, dpRank: number): number {
+    return this.heldPrefix(this.idOrNone(instance, dpRank));
+  }
+
+  /** Each candidate's held prefix of the last walk()'s prompt, in the list's order (no lookup for a list seen before). */
+  heldPrefixesOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    const ids = this.listIds.of(candidates, this.version, this.idOrNone);
+    const out = new Int32Array(ids.length);
+    if (this.seeds === 0) return out;
+    for (let k = 0; k < ids.length; k++) out[k] = this.heldPrefix(ids[k]);
+    return out;
   }
 }

@@ -6,7 +6,7 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { CandidateOverlaps } from '../indexer/block-index.js';
 import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
-import { ActiveSequences, type Booking, type HeldPrefixes, IDLE_LOAD, type Load } from './active-sequences.js';
+import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
 import { attentionWork, type CostModel, type CostWeights, cost, type PrefillRate } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
@@ -197,8 +197,8 @@ interface ScoreContext {
   unclamped: Int32Array | null;
   shared: number;
   poolRate: PrefillRate;
-  /** Every worker's prefix of the prompt its in-flight requests hold (null: nothing in flight). */
-  held: HeldPrefixes | null;
+  /** Each candidate's prefix of the prompt its in-flight requests hold, in order (null: nothing in flight). */
+  held: Int32Array | null;
 }
 
 /** Load an engine reports beyond the router's bookings, as the cost counts it. */
@@ -286,7 +286,10 @@ export class Scheduler {
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
       // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
-      held: loads !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)) : null,
+      held:
+        loads !== null && seq.length > 0
+          ? this.active.heldPrefixes(seq, hashView(seq)).inOrder(input.candidates)
+          : null,
     };
     const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
@@ -337,12 +340,7 @@ export class Scheduler {
       if (disk === indexed) disk = device;
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-    const newBlocks =
-      seq.length === 0
-        ? 0
-        : load.activeRequests === 0 || !x.held
-          ? seq.length
-          : seq.length - x.held.of(c.instance, c.dpRank);
+    const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 || !x.held ? seq.length : seq.length - x.held[k];
     const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =
