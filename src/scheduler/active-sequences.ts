@@ -11,7 +11,7 @@ import { U64Table } from '../indexer/u64-table.js';
 import { BookedBlocks } from './booked-blocks.js';
 import { attentionWork } from './cost.js';
 
-const RC = 5; // table row: [lo, hi, used, refcount, its node in BookedBlocks]
+const RC = 4; // table row: [lo, hi, used, refcount]
 
 export interface Load {
   activePrefillTokens: number;
@@ -61,18 +61,23 @@ class WorkerLoad {
   decoding = 0;
   decodingContext = 0;
 
+  /** Its id in `booked` (the workers holding each block). */
+  readonly id: number;
+
   constructor(
-    /** Its id in `booked` (the workers holding each block). */
-    readonly id: number,
     private readonly booked: BookedBlocks,
-  ) {}
+    instance: string,
+    dpRank: number,
+  ) {
+    this.id = booked.idOf(instance, dpRank, this.blocks);
+  }
 
   hold(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
     for (let i = 0; i < blocks.length; i++) {
       const s = this.blocks.insert(v[2 * i], v[2 * i + 1]);
       const d = this.blocks.data;
-      if (this.blocks.created) d[s * RC + 4] = this.booked.add(this.id, v[2 * i], v[2 * i + 1]);
+      if (this.blocks.created) this.booked.add(this.id, v[2 * i], v[2 * i + 1]);
       d[s * RC + 3]++;
     }
   }
@@ -84,7 +89,7 @@ class WorkerLoad {
       if (s < 0) continue;
       const d = this.blocks.data;
       if (--d[s * RC + 3] <= 0) {
-        this.booked.remove(d[s * RC + 4], v[2 * i], v[2 * i + 1]);
+        this.booked.remove(this.id, v[2 * i], v[2 * i + 1]);
         this.blocks.removeSlot(s);
       }
     }
@@ -124,7 +129,7 @@ export class ActiveSequences {
 
   private worker(instance: string, dpRank: number): WorkerLoad {
     let w = this.workers.get(instance, dpRank);
-    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked.idOf(instance, dpRank), this.booked)));
+    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank)));
     return w;
   }
 
