@@ -135,4 +135,36 @@ describe('ActiveSequences.heldPrefixes (one pass over the booked blocks)', () =>
     expect(held.of('w7', 0)).toBe(0);
     expect(a.newBlocks('w0', 0, seq)).toBe(30);
   });
+  it('stays within the prompt and leaks nothing when bookings are not chains (a client-sent seq)', () => {
+    // The definition needs held blocks to be prefixes; arbitrary hashes (repeats, shuffles, other
+    // prompts' blocks in the middle) may give other answers, but never one outside [0, prompt length].
+    const rnd = mulberry32(99);
+    const int = (n: number) => Math.floor(rnd() * n);
+    const pool = Array.from({ length: 30 }, (_, i) => hashOf(5000 + i));
+    const a = new ActiveSequences();
+    const names = Array.from({ length: 12 }, (_, w) => `w${w}`);
+    const live: string[] = [];
+    for (let step = 0; step < 2000; step++) {
+      if (live.length > 0 && rnd() < 0.45) a.free(live.splice(int(live.length), 1)[0]);
+      else {
+        const id = `r${step}`;
+        a.book(
+          id,
+          names[int(12)],
+          0,
+          BigUint64Array.from({ length: int(15) }, () => pool[int(30)]),
+          1,
+          0,
+        );
+        live.push(id);
+      }
+      const p = BigUint64Array.from({ length: int(20) }, () => pool[int(30)]);
+      const held = a.heldPrefixes(p).inOrder(names.map((instance) => ({ instance, dpRank: 0 })));
+      for (const h of held) expect(h >= 0 && h <= p.length).toBe(true);
+    }
+    for (const id of live) a.free(id);
+    expect(a.totals().activeBlocks).toBe(0);
+    const p = BigUint64Array.from(pool);
+    for (const n of names) expect(a.heldPrefixes(p).of(n, 0)).toBe(0);
+  });
 });
