@@ -236,7 +236,10 @@ export class ActiveSequences {
     }
     w.release(b.blocks);
     w.requests--;
-    if (w.requests === 0) this.workers.delete(b.instance, b.dpRank);
+    if (w.requests === 0) {
+      this.workers.delete(b.instance, b.dpRank);
+      this.booked.idle(w.id);
+    }
     return true;
   }
 

@@ -65,6 +65,11 @@ export class BookedBlocks {
     return id;
   }
 
+  /** The worker holds no block now (its last request ended): its empty table is not probed. */
+  idle(id: number): void {
+    this.own[id] = undefined;
+  }
+
   /** The instance left the pool (its workers hold no block any more): its ids are reused. */
   dropInstance(instance: string): void {
     const ranks = this.names.get(instance);
