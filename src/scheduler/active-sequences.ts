@@ -157,8 +157,9 @@ export class ActiveSequences {
 
   /**
    * Every worker's held prefix of a prompt (blocks already held by its in-flight requests), from one
-   * pass over the prompt: O(blocks walked + workers that stop), then O(1) a worker. Valid until the
-   * next booking change or call. `view`: the blocks' [lo, hi] halves, when the caller has them.
+   * pass over the prompt (O(blocks walked)), then O(1) a worker, or O(log) probes of its own blocks
+   * where several stopped at once (booked-blocks.ts). Valid until the next booking change or call.
+   * `view`: the blocks' [lo, hi] halves, when the caller has them.
    */
   heldPrefixes(blocks: BigUint64Array, view = hashView(blocks)): HeldPrefixes {
     this.booked.walk(view, blocks.length);
