@@ -2,6 +2,7 @@
 // the scheduler's candidate list in its order (overlapsFor, with the LRU estimate of each device
 // prefix). Scratch arrays are indexed by candidate id and holder id and stamped with the query id,
 // so a query clears nothing; the walk sizes them itself. See README.md (module map).
+import { CandidateIds } from '../common/candidate-ids.js';
 import { grow, hashView, recordMix } from './layout.js';
 import { HB, HOT_MIN_RECORDS } from './hot-blocks.js';
 import { TIER_BIT } from './tiers.js';
@@ -66,16 +67,10 @@ export interface CandidateOverlaps {
 }
 
 export abstract class IndexWalk extends IndexWrites {
-  /**
-   * The last candidate list overlapsFor() resolved, and its ids: a router passes the same list
-   * (the same instance strings, in the same order) request after request, and comparing it costs
-   * less than looking each up. Valid while no candidate id was added (a miss may have become a hit).
-   */
-  // The last candidate list, as columns: the comparison reads one object per candidate, not two.
-  protected lastInstances: string[] = [];
-  protected lastRanks: number[] = [];
-  protected lastIds = new Int32Array(0);
-  protected lastListCands = -1;
+  /** The candidate list overlapsFor() resolved last, and its ids (valid while no candidate id was added). */
+  private readonly listIds = new CandidateIds();
+  private readonly candidateId = (instance: string, dpRank: number): number =>
+    this.candIds.get(instance, dpRank) ?? NONE;
   // query scratch, indexed by candidate id: stamps, levels, and the live holders per level
   protected qStamp = new Int32Array(64);
   protected qWant = new Int32Array(64);
@@ -186,22 +181,7 @@ export abstract class IndexWalk extends IndexWrites {
   }
 
   protected candidateIds(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
-    const k = candidates.length;
-    const lastInstances = this.lastInstances;
-    const lastRanks = this.lastRanks;
-    let same = k === lastInstances.length && this.lastListCands === this.cands.length;
-    for (let j = 0; same && j < k; j++) {
-      const c = candidates[j];
-      same = c.instance === lastInstances[j] && c.dpRank === lastRanks[j];
-    }
-    if (same) return this.lastIds;
-    const ids = new Int32Array(k);
-    for (let j = 0; j < k; j++) ids[j] = this.candIds.get(candidates[j].instance, candidates[j].dpRank) ?? NONE;
-    this.lastInstances = candidates.map((c) => c.instance);
-    this.lastRanks = candidates.map((c) => c.dpRank);
-    this.lastIds = ids;
-    this.lastListCands = this.cands.length;
-    return ids;
+    return this.listIds.of(candidates, this.cands.length, this.candidateId);
   }
 
   protected nextQueryId(): number {

@@ -9,6 +9,7 @@ import type { SpeculativeInsert } from '../indexer/block-index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { hashView } from '../indexer/layout.js';
 import { U64Table } from '../indexer/u64-table.js';
+import { BookedBlocks } from './booked-blocks.js';
 import { attentionWork } from './cost.js';
 
 const RC = 4; // table row: [lo, hi, used, refcount]
@@ -63,11 +64,24 @@ class WorkerLoad {
   decoding = 0;
   decodingContext = 0;
 
+  /** Its id in `booked` (the workers holding each block). */
+  readonly id: number;
+
+  constructor(
+    private readonly booked: BookedBlocks,
+    instance: string,
+    dpRank: number,
+  ) {
+    this.id = booked.idOf(instance, dpRank, this.blocks);
+  }
+
   hold(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
     for (let i = 0; i < blocks.length; i++) {
       const s = this.blocks.insert(v[2 * i], v[2 * i + 1]);
-      this.blocks.data[s * RC + 3]++;
+      const d = this.blocks.data;
+      if (this.blocks.created) this.booked.add(this.id, v[2 * i], v[2 * i + 1]);
+      d[s * RC + 3]++;
     }
   }
 
@@ -76,24 +90,27 @@ class WorkerLoad {
     for (let i = 0; i < blocks.length; i++) {
       const s = this.blocks.find(v[2 * i], v[2 * i + 1]);
       if (s < 0) continue;
-      if (--this.blocks.data[s * RC + 3] <= 0) this.blocks.removeSlot(s);
+      const d = this.blocks.data;
+      if (--d[s * RC + 3] <= 0) {
+        this.booked.remove(this.id, v[2 * i], v[2 * i + 1]);
+        this.blocks.removeSlot(s);
+      }
     }
   }
+}
 
-  /**
-   * Length of the request's block prefix already held by in-flight requests here. Bookings hold
-   * whole prompts, and a seq hash names its whole prefix: whoever holds block i holds blocks 0..i,
-   * so the held blocks of a prompt are a prefix of it, found by binary search.
-   */
-  heldPrefix(blocks: BigUint64Array, v = hashView(blocks)): number {
-    let lo = 0;
-    let hi = blocks.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.blocks.find(v[2 * mid], v[2 * mid + 1]) >= 0) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+/** The held prefixes of the prompt of one ActiveSequences.heldPrefixes() call (valid until the next call or booking change). */
+export class HeldPrefixes {
+  constructor(private readonly booked: BookedBlocks) {}
+
+  /** Blocks of the prompt's prefix the worker's in-flight requests hold. */
+  of(instance: string, dpRank: number): number {
+    return this.booked.heldPrefixOf(instance, dpRank);
+  }
+
+  /** The same for a candidate list, in its order: no per-candidate lookup when the list is the one passed last time. */
+  inOrder(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.booked.heldPrefixesOf(candidates);
   }
 }
 
@@ -110,10 +127,12 @@ export const IDLE_LOAD: Load = Object.freeze({
 export class ActiveSequences {
   private readonly workers = new WorkerMap<WorkerLoad>();
   private readonly bookings = new Map<string, Booking>();
+  /** Every worker's in-flight blocks by block: the held prefixes of a prompt in one pass. */
+  private readonly booked = new BookedBlocks();
 
   private worker(instance: string, dpRank: number): WorkerLoad {
     let w = this.workers.get(instance, dpRank);
-    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad()));
+    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank)));
     return w;
   }
 
@@ -133,11 +152,21 @@ export class ActiveSequences {
 
   /**
    * Blocks of this request that would be new on the worker (not already held by in-flight requests).
-   * `view`: the blocks' [lo, hi] halves, when the caller asks for many workers (one view, not one per call).
+   * One worker's answer from heldPrefixes(); a decision asks for every candidate through that.
    */
-  newBlocks(instance: string, dpRank: number, blocks: BigUint64Array, view?: Int32Array): number {
-    const w = this.workers.get(instance, dpRank);
-    return w ? blocks.length - w.heldPrefix(blocks, view) : blocks.length;
+  newBlocks(instance: string, dpRank: number, blocks: BigUint64Array): number {
+    return blocks.length - this.heldPrefixes(blocks).of(instance, dpRank);
+  }
+
+  /**
+   * Every worker's held prefix of a prompt (blocks already held by its in-flight requests), from one
+   * pass over the prompt (O(blocks walked)), then O(1) a worker, or O(log) probes of its own blocks
+   * where several stopped at once (booked-blocks.ts). Valid until the next booking change or call.
+   * `view`: the blocks' [lo, hi] halves, when the caller has them.
+   */
+  heldPrefixes(blocks: BigUint64Array, view = hashView(blocks)): HeldPrefixes {
+    this.booked.walk(view, blocks.length);
+    return new HeldPrefixes(this.booked);
   }
 
   /**
@@ -222,7 +251,10 @@ export class ActiveSequences {
     }
     w.release(b.blocks);
     w.requests--;
-    if (w.requests === 0) this.workers.delete(b.instance, b.dpRank);
+    if (w.requests === 0) {
+      this.workers.delete(b.instance, b.dpRank);
+      this.booked.idle(w.id);
+    }
     return true;
   }
 
@@ -257,6 +289,7 @@ export class ActiveSequences {
   dropInstance(instance: string): number {
     const ids = [...this.bookings.values()].filter((b) => b.instance === instance).map((b) => b.id);
     for (const id of ids) this.free(id);
+    this.booked.dropInstance(instance);
     return ids.length;
   }
 

@@ -199,8 +199,8 @@ interface ScoreContext {
   unclamped: Int32Array | null;
   shared: number;
   poolRate: PrefillRate;
-  /** The seq hashes' [lo, hi] halves (one view for every candidate's in-flight lookup). */
-  seqView: Int32Array;
+  /** Each candidate's prefix of the prompt its in-flight requests hold, in order (null: nothing in flight). */
+  held: Int32Array | null;
 }
 
 /** Load an engine reports beyond the router's bookings, as the cost counts it. */
@@ -247,10 +247,10 @@ export class Scheduler {
    * Every candidate's overlap per tier, load and cost for a prompt; changes nothing. Computes only
    * what the policy declares it reads (PolicySpec.needs): the index walk runs for a policy that
    * reads the index or the router's predictions, never for the others (round-robin, least-loaded,
-   * session, ...), whose candidates then carry no overlap. Beyond the walk, O(1) per candidate
-   * (O(log) for one with requests in flight). The one per-candidate walk of the prompt left is the
-   * index's eviction judgement of a loaded candidate whose GPU cache has evicted (up to its first
-   * block that would go, O(1) a block).
+   * session, ...), whose candidates then carry no overlap. Beyond the walk, one pass over the prompt
+   * for the blocks in flight (ActiveSequences.heldPrefixes), then O(1) per candidate. The one
+   * per-candidate walk of the prompt left is the index's eviction judgement of a loaded candidate
+   * whose GPU cache has evicted (up to its first block that would go, O(1) a block).
    */
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
     const bs = input.ns.blockSize;
@@ -287,7 +287,11 @@ export class Scheduler {
       shared: overlap?.shared ?? 0,
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
-      seqView: hashView(seq),
+      // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
+      held:
+        loads !== null && seq.length > 0
+          ? this.active.heldPrefixes(seq, hashView(seq)).inOrder(input.candidates)
+          : null,
     };
     const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
@@ -338,12 +342,7 @@ export class Scheduler {
       if (disk === indexed) disk = device;
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-    const newBlocks =
-      seq.length === 0
-        ? 0
-        : load.activeRequests === 0
-          ? seq.length
-          : this.active.newBlocks(c.instance, c.dpRank, seq, x.seqView);
+    const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 || !x.held ? seq.length : seq.length - x.held[k];
     const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =
