@@ -42,12 +42,24 @@ export function fmt(v: number): string {
 }
 
 /** Print tables and write `<dir>/<name>.json` and `.md`. Returns the directory. */
-export function writeReport(name: string, data: unknown, tables: Table[], outDir?: string): string {
+/** `notes`: lines printed under the machine, before the tables (how the figures were taken). */
+export function writeReport(
+  name: string,
+  data: unknown,
+  tables: Table[],
+  outDir?: string,
+  notes: string[] = [],
+): string {
   const dir = outDir ?? join('bench', 'results', `${name}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   mkdirSync(dir, { recursive: true });
-  const md = [`# ${name} benchmark`, '', `Machine: ${JSON.stringify(machine())}`, '', ...tables.map(renderTable)].join(
-    '\n',
-  );
+  const md = [
+    `# ${name} benchmark`,
+    '',
+    `Machine: ${JSON.stringify(machine())}`,
+    '',
+    ...notes.flatMap((n) => [n, '']),
+    ...tables.map(renderTable),
+  ].join('\n');
   process.stdout.write(md + '\n');
   writeFileSync(
     join(dir, `${name}.json`),
