@@ -169,7 +169,18 @@ export function creditedBlocks(c: Pick<CostInput, 'device' | 'host' | 'disk' | '
   );
 }
 
-export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeights, rate: PrefillRate): CostBreakdown {
+/**
+ * `into`: written and returned instead of a new breakdown (a scorer pricing 1,024 candidates reads
+ * each breakdown once, right away: one object for all of them, no allocation per candidate).
+ */
+export function cost(
+  c: CostInput,
+  isl: number,
+  blockSize: number,
+  w: CostWeights,
+  rate: PrefillRate,
+  into?: CostBreakdown,
+): CostBreakdown {
   const credited = creditedBlocks(c, w.medium);
   const uncached = Math.max(isl - credited * blockSize, 0);
   const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
@@ -189,17 +200,29 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
     w.model === 'time'
       ? ttftMs + interferenceMs + decodeMs + recomputeMs
       : w.overlapWeight * prefillBlocks + decodeBlocks;
-  return {
-    creditedBlocks: credited,
-    prefillBlocks,
-    decodeBlocks,
-    queueMs,
-    prefillMs,
-    ttftMs,
-    interferenceMs,
-    headDone: progressMs > 0 ? progressMs / headMs(c.head!, rate) : 0,
-    cost: value,
-  };
+  const headDone = progressMs > 0 ? progressMs / headMs(c.head!, rate) : 0;
+  if (!into)
+    return {
+      creditedBlocks: credited,
+      prefillBlocks,
+      decodeBlocks,
+      queueMs,
+      prefillMs,
+      ttftMs,
+      interferenceMs,
+      headDone,
+      cost: value,
+    };
+  into.creditedBlocks = credited;
+  into.prefillBlocks = prefillBlocks;
+  into.decodeBlocks = decodeBlocks;
+  into.queueMs = queueMs;
+  into.prefillMs = prefillMs;
+  into.ttftMs = ttftMs;
+  into.interferenceMs = interferenceMs;
+  into.headDone = headDone;
+  into.cost = value;
+  return into;
 }
 
 /**

@@ -7,7 +7,16 @@ import type { CandidateOverlaps } from '../indexer/block-index.js';
 import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
-import { attentionWork, type CostModel, type CostWeights, cost, type PrefillRate } from './cost.js';
+import {
+  attentionWork,
+  type CostBreakdown,
+  type CostInput,
+  type CostModel,
+  type CostWeights,
+  cost,
+  type PrefillRate,
+  type QueueHead,
+} from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
 import { PolicyStates } from './policies/state.js';
@@ -184,6 +193,170 @@ export interface SchedulerHooks {
   freed?(id: string, rate: RateSample | undefined, failed: boolean): void;
 }
 
+/** What every candidate's cost of one decision shares. */
+interface Pricing {
+  isl: number;
+  blockSize: number;
+  weights: CostWeights;
+}
+
+/** A cost input to fill (the scorer fills one per decision's candidate in turn; a score's getters their own). */
+const blankCostInput = (): CostInput => ({
+  device: 0,
+  host: 0,
+  disk: 0,
+  shared: 0,
+  activePrefillTokens: 0,
+  activeAttention: 0,
+  activeBlocks: 0,
+  decodingRequests: 0,
+  decodingContext: 0,
+  head: null,
+  newBlocks: 0,
+});
+
+/** The cost model's input for a candidate, into `c` (one definition: the scorer and a score's derived fields use it). */
+function costInput(
+  c: CostInput,
+  device: number,
+  host: number,
+  disk: number,
+  shared: number,
+  load: Load,
+  extra: UnbookedLoad,
+  head: QueueHead | null,
+  newBlocks: number,
+): CostInput {
+  c.device = device;
+  c.host = host;
+  c.disk = disk;
+  c.shared = shared;
+  c.activePrefillTokens = load.activePrefillTokens + extra.prefill;
+  c.activeAttention = load.activeAttention + extra.attention;
+  c.activeBlocks = load.activeBlocks;
+  c.decodingRequests = load.decodingRequests + extra.decoding;
+  c.decodingContext = load.decodingContext;
+  c.head = head;
+  c.newBlocks = newBlocks;
+  return c;
+}
+
+/**
+ * A candidate's score as the scorer builds it, 1,024 times a decision at fleet scale: one class (one
+ * hidden class, every field set once, in one order). It keeps what the pick reads (cost, credited
+ * blocks, prefill time) and the cost model's inputs; the rest of the breakdown, which only
+ * explanations, logs and the booking read, is computed again from them on demand (the same pure
+ * function of the same values: the same numbers). Each double kept in a field is a heap box in V8.
+ */
+class Score implements CandidateScore {
+  declare readonly instance: string;
+  declare readonly dpRank: number;
+  declare readonly device: number;
+  declare readonly host: number;
+  declare readonly disk: number;
+  declare readonly shared: number;
+  declare readonly newBlocks: number;
+  declare readonly indexedBlocks: number;
+  declare readonly hybridPrefix: number;
+  declare readonly distrusted: boolean;
+  declare readonly adapterLoadMs: number;
+  declare readonly unbookedRequests: number;
+  declare readonly engine: EngineLoad | null;
+  declare readonly load: Load;
+  declare readonly busy: boolean;
+  declare readonly creditedBlocks: number;
+  declare readonly prefillMs: number;
+  declare readonly cost: number;
+  declare private readonly extra: UnbookedLoad;
+  declare private readonly head: QueueHead | null;
+  declare private readonly rate: PrefillRate;
+  declare private readonly pricing: Pricing;
+  constructor(
+    instance: string,
+    dpRank: number,
+    device: number,
+    host: number,
+    disk: number,
+    shared: number,
+    newBlocks: number,
+    indexedBlocks: number,
+    hybridPrefix: number,
+    distrusted: boolean,
+    adapterLoadMs: number,
+    unbookedRequests: number,
+    engine: EngineLoad | null,
+    load: Load,
+    busy: boolean,
+    creditedBlocks: number,
+    prefillMs: number,
+    cost: number,
+    extra: UnbookedLoad,
+    head: QueueHead | null,
+    rate: PrefillRate,
+    pricing: Pricing,
+  ) {
+    this.instance = instance;
+    this.dpRank = dpRank;
+    this.device = device;
+    this.host = host;
+    this.disk = disk;
+    this.shared = shared;
+    this.newBlocks = newBlocks;
+    this.indexedBlocks = indexedBlocks;
+    this.hybridPrefix = hybridPrefix;
+    this.distrusted = distrusted;
+    this.adapterLoadMs = adapterLoadMs;
+    this.unbookedRequests = unbookedRequests;
+    this.engine = engine;
+    this.load = load;
+    this.busy = busy;
+    this.creditedBlocks = creditedBlocks;
+    this.prefillMs = prefillMs;
+    this.cost = cost;
+    this.extra = extra;
+    this.head = head;
+    this.rate = rate;
+    this.pricing = pricing;
+  }
+  /** The cost model's breakdown again (what the scorer computed). */
+  private breakdown(): CostBreakdown {
+    const p = this.pricing;
+    const input = costInput(
+      blankCostInput(),
+      this.device,
+      this.host,
+      this.disk,
+      this.shared,
+      this.load,
+      this.extra,
+      this.head,
+      this.newBlocks,
+    );
+    return cost(input, p.isl, p.blockSize, p.weights, this.rate);
+  }
+  get prefillBlocks(): number {
+    return this.breakdown().prefillBlocks;
+  }
+  get decodeBlocks(): number {
+    return this.breakdown().decodeBlocks;
+  }
+  get queueMs(): number {
+    return this.breakdown().queueMs;
+  }
+  get ttftMs(): number {
+    return this.breakdown().ttftMs + this.adapterLoadMs;
+  }
+  get interferenceMs(): number {
+    return this.breakdown().interferenceMs;
+  }
+  get headDone(): number {
+    return this.breakdown().headDone;
+  }
+  get tokensPerS(): number {
+    return 1000 / this.rate.msPerToken;
+  }
+}
+
 /** What score() computes once per request and every candidate's score reads. */
 interface ScoreContext {
   input: RouteInput;
@@ -201,6 +374,7 @@ interface ScoreContext {
   poolRate: PrefillRate;
   /** Each candidate's prefix of the prompt its in-flight requests hold, in order (null: nothing in flight). */
   held: Int32Array | null;
+  pricing: Pricing;
 }
 
 /** Load an engine reports beyond the router's bookings, as the cost counts it. */
@@ -233,6 +407,19 @@ export class Scheduler {
   /** State of the policies that remember across requests (peers' approximate indexes), per pool. */
   private readonly policyStates = new PolicyStates();
   private readonly hooks: SchedulerHooks[] = [];
+  /** scoreCandidate's cost input and breakdown, filled and read for one candidate at a time (never kept). */
+  private readonly costIn = blankCostInput();
+  private readonly costOut: CostBreakdown = {
+    creditedBlocks: 0,
+    prefillBlocks: 0,
+    decodeBlocks: 0,
+    queueMs: 0,
+    prefillMs: 0,
+    ttftMs: 0,
+    interferenceMs: 0,
+    headDone: 0,
+    cost: 0,
+  };
 
   addHooks(h: SchedulerHooks): void {
     this.hooks.push(h);
@@ -273,13 +460,14 @@ export class Scheduler {
       unclamped = overlap.device.slice();
       ns!.groups.clampOverlaps(seq, Math.floor(Math.max(0, isl - 1) / bs), input.candidates, overlap);
     }
+    const weights = spec.cost ? { ...input.weights, ...spec.cost } : input.weights;
     const ctx: ScoreContext = {
       input,
       seq,
       isl,
       now,
       peer,
-      weights: spec.cost ? { ...input.weights, ...spec.cost } : input.weights,
+      weights,
       loads,
       allocations,
       overlap,
@@ -292,6 +480,7 @@ export class Scheduler {
         loads !== null && seq.length > 0
           ? this.active.heldPrefixes(seq, hashView(seq)).inOrder(input.candidates)
           : null,
+      pricing: { isl, blockSize: bs, weights },
     };
     const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
@@ -353,64 +542,50 @@ export class Scheduler {
         : 0;
     const creditedShared = distrusted ? 0 : shared;
     const head = load.activePrefillTokens > 0 ? this.active.queueHead(c.instance, c.dpRank) : undefined;
+    const queued: QueueHead | null = head
+      ? {
+          elapsedMs: x.now - head.createdAt,
+          aheadTokens: head.aheadTokens,
+          aheadAttention: head.aheadAttention,
+          prefillTokens: head.prefillTokens,
+          attention: attentionWork(head.prefillTokens, head.contextTokens),
+        }
+      : null;
+    // The input and the breakdown are read here and nowhere else: one of each for every candidate.
     const b = cost(
-      {
-        device,
-        host,
-        disk,
-        shared: creditedShared,
-        activePrefillTokens: load.activePrefillTokens + extra.prefill,
-        activeAttention: load.activeAttention + extra.attention,
-        activeBlocks: load.activeBlocks,
-        decodingRequests: load.decodingRequests + extra.decoding,
-        decodingContext: load.decodingContext,
-        head: head
-          ? {
-              elapsedMs: x.now - head.createdAt,
-              aheadTokens: head.aheadTokens,
-              aheadAttention: head.aheadAttention,
-              prefillTokens: head.prefillTokens,
-              attention: attentionWork(head.prefillTokens, head.contextTokens),
-            }
-          : null,
-        newBlocks,
-      },
+      costInput(this.costIn, device, host, disk, creditedShared, load, extra, queued, newBlocks),
       x.isl,
       input.ns.blockSize,
       weights,
       rate,
+      this.costOut,
     );
     const busy = input.busy;
-    return {
-      instance: c.instance,
-      dpRank: c.dpRank,
+    return new Score(
+      c.instance,
+      c.dpRank,
       device,
       host,
       disk,
-      shared: creditedShared,
+      creditedShared,
       newBlocks,
-      creditedBlocks: b.creditedBlocks,
-      prefillBlocks: b.prefillBlocks,
-      decodeBlocks: b.decodeBlocks,
-      queueMs: b.queueMs,
-      prefillMs: b.prefillMs,
-      ttftMs: b.ttftMs + adapterLoadMs,
-      interferenceMs: b.interferenceMs,
-      headDone: b.headDone,
-      tokensPerS: 1000 / rate.msPerToken,
       indexedBlocks,
-      hybridPrefix: x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0,
+      x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0,
       distrusted,
       adapterLoadMs,
-      unbookedRequests: extra.unbooked,
-      engine: seen,
-      // Only the time model's costs are milliseconds: the penalties join them there.
-      cost: weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost,
+      extra.unbooked,
+      seen,
       load,
-      busy: busy
-        ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks
-        : false,
-    };
+      busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
+      b.creditedBlocks,
+      b.prefillMs,
+      // Only the time model's costs are milliseconds: the penalties join them there.
+      weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost,
+      extra,
+      queued,
+      rate,
+      x.pricing,
+    );
   }
 
   /** Load the engine reports beyond what the router booked there. */
