@@ -154,7 +154,7 @@ describe('candidate scores', () => {
     // penalty and a warm adapter, a distrusted instance, unbooked engine load, a busy worker.
     const by = new Map(d.candidates.map((c) => [c.instance, c]));
     expect(by.get('b')!.creditedBlocks % 1).not.toBe(0);
-    expect(d.candidates.some((c) => c.headDone > 0 && c.headDone < 1)).toBe(true);
+    expect(d.candidates.some((c) => (c.headDone ?? 0) > 0 && (c.headDone ?? 0) < 1)).toBe(true);
     expect(by.get('a')!.adapterLoadMs).toBe(0);
     expect(by.get('c')!.adapterLoadMs).toBe(37.5);
     expect(by.get('c')!.distrusted).toBe(true);
