@@ -44,6 +44,10 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       "time cost model: weight of the request's own uncached prefill counted once more in a candidate's cost, as work that the requests queued after it there wait for too; a candidate without the cached prefix then wins only by saving more than (1 + weight) x the prefill it adds. 0 leaves it out.",
       { min: 0, max: 100, ...d(0) },
     ),
+    recompute_weight_saturated: num(
+      "time cost model (kv): while every candidate has prefill queued (saturation), this weight x each candidate's own prefill is added to its cost, as recompute_weight does at all loads. Once every instance queues, a prefill added anywhere delays the requests that arrive after it, so a candidate without the cached prefix must save more than (1 + weight) x the prefill it adds; while an instance is idle, recomputing there delays nobody and the plain cost decides. 0 disables.",
+      { min: 0, max: 100, ...d(1) },
+    ),
     prefix_affinity: num(
       'time cost model, temperature 0: candidates holding the same cached prefix as the cheapest and within this fraction of its own prefill time of it count as equals, and the request goes to the one its next blocks hash to, so requests sharing a new prefix meet on one instance before KV events confirm it. 0 disables.',
       { min: 0, max: 100, ...d(0.5) },
