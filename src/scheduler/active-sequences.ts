@@ -1,7 +1,8 @@
 // In-flight load per (instance, dp rank): prefill tokens not yet computed (and their attention
 // work over their context, cost.ts), the requests decoding and their context, and KV blocks held by
-// running requests. A prompt block shared by several in-flight requests on the same worker counts
-// once (refcounted). Every booking is released exactly once: prefill at the first token, blocks at
+// running requests, and the un-prefilled bookings in booking order (the oldest, the queue head, is
+// the prefill the engine is computing: the time cost credits its progress). A prompt block shared
+// by several in-flight requests on the same worker counts once (refcounted). Every booking is released exactly once: prefill at the first token, blocks at
 // completion, error or abort; a stale sweep frees bookings a caller never released.
 import { WorkerMap } from '../common/worker-map.js';
 import type { SpeculativeInsert } from '../indexer/block-index.js';
@@ -32,7 +33,7 @@ export interface Booking {
   readonly prefillTokens: number;
   /** Prompt tokens before its prefill (cached, as predicted): the context its prefill attends to. */
   readonly contextTokens: number;
-  /** Un-prefilled tokens booked on the worker before this one (what it queues behind). */
+  /** Un-prefilled tokens booked on the worker before this one (what it queues behind), less the queue head's share predicted computed. */
   readonly aheadTokens: number;
   /** Their attention work. */
   readonly aheadAttention: number;
@@ -54,6 +55,8 @@ export interface Booking {
 
 class WorkerLoad {
   readonly blocks = new U64Table(RC, 256);
+  /** Bookings before their first token, in booking order (the engine's queue as the router sees it). */
+  readonly queued = new Set<Booking>();
   prefillTokens = 0;
   attention = 0;
   requests = 0;
@@ -140,7 +143,8 @@ export class ActiveSequences {
   /**
    * Book a request. Throws if the id is already booked (ids must be unique per router). The booking
    * keeps `blocks` itself (a decision's seq hashes, a decoded sync message's): nobody changes them after.
-   * `contextTokens`: the prompt tokens before its `prefillTokens` (cached).
+   * `contextTokens`: the prompt tokens before its `prefillTokens` (cached). `headDone`: the share of
+   * the queue head's prefill its prediction took as computed (cost.ts): not counted in what it queues behind.
    */
   book(
     id: string,
@@ -151,9 +155,13 @@ export class ActiveSequences {
     now: number,
     pool = '',
     contextTokens = 0,
+    headDone = 0,
   ): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
+    // What it queues behind: the un-prefilled work here, less the share of the head's prefill done.
+    const head = headDone > 0 && w.queued.size > 0 ? w.queued.values().next().value : undefined;
+    const done = head ? Math.min(1, headDone) : 0;
     const b: Booking = {
       id,
       instance,
@@ -161,8 +169,11 @@ export class ActiveSequences {
       blocks,
       prefillTokens: Math.max(0, prefillTokens),
       contextTokens: Number.isFinite(contextTokens) ? Math.max(0, contextTokens) : 0,
-      aheadTokens: w.prefillTokens,
-      aheadAttention: Math.max(0, w.attention),
+      aheadTokens: head ? Math.max(0, w.prefillTokens - done * head.prefillTokens) : w.prefillTokens,
+      aheadAttention: Math.max(
+        0,
+        w.attention - (head ? done * attentionWork(head.prefillTokens, head.contextTokens) : 0),
+      ),
       decodingAhead: w.decoding,
       decodingContextAhead: Math.max(0, w.decodingContext),
       pool,
@@ -173,6 +184,7 @@ export class ActiveSequences {
     w.hold(b.blocks);
     w.prefillTokens += b.prefillTokens;
     w.attention += attentionWork(b.prefillTokens, b.contextTokens);
+    w.queued.add(b);
     w.requests++;
     this.bookings.set(id, b);
     return b;
@@ -187,6 +199,7 @@ export class ActiveSequences {
       const w = this.worker(b.instance, b.dpRank);
       w.prefillTokens -= b.prefillTokens;
       w.attention -= attentionWork(b.prefillTokens, b.contextTokens);
+      w.queued.delete(b);
       w.decoding++;
       w.decodingContext += b.contextTokens + b.prefillTokens;
     }
@@ -202,6 +215,7 @@ export class ActiveSequences {
     if (!b.prefillDone) {
       w.prefillTokens -= b.prefillTokens;
       w.attention -= attentionWork(b.prefillTokens, b.contextTokens);
+      w.queued.delete(b);
     } else {
       w.decoding--;
       w.decodingContext -= b.contextTokens + b.prefillTokens;
@@ -210,6 +224,15 @@ export class ActiveSequences {
     w.requests--;
     if (w.requests === 0) this.workers.delete(b.instance, b.dpRank);
     return true;
+  }
+
+  /**
+   * The oldest booking on the worker still before its first token: the prefill the engine is
+   * computing now, if the bookings ahead of it are done (undefined: none queued).
+   */
+  queueHead(instance: string, dpRank: number): Booking | undefined {
+    const w = this.workers.get(instance, dpRank);
+    return w && w.queued.size > 0 ? w.queued.values().next().value : undefined;
   }
 
   get(id: string): Booking | undefined {

@@ -9,8 +9,13 @@
 // `time` (the default): milliseconds, with the instance's prefill rate learned online (rates.ts):
 //   queue      = active_prefill_tokens x ms_per_token        (prefill work booked ahead)
 //                + active_attention x ms_per_attention       (its attention over its context)
+//                - head_progress                             (what the engine has computed of it, below)
 //                + decoding_requests x ms_per_decoding       (the decode steps of the passes it waits through,
 //                + decoding_context x ms_per_decoding_context  which read the decoding requests' KV)
+//   head_progress = min(head, max(0, since_booked - head_ahead))   (the oldest booking still before
+//                its first token started when the work booked ahead of it was done, at the rate: a
+//                prefill booked ahead is not owed in full until its first token; chunked prefill
+//                has computed part of it)
 //   own        = overhead + uncached x ms_per_token          (this request's prefill, N = uncached tokens
 //                + N x (cached + N/2) x ms_per_attention      after `cached` ones: attention grows with both)
 //   ttft       = queue + own
@@ -72,6 +77,33 @@ export interface PrefillRate {
   msPerDecodingContext: number;
 }
 
+/** The oldest booking on a worker still before its first token (time model: its progress is credited). */
+export interface QueueHead {
+  /** Since it was booked (ms). */
+  elapsedMs: number;
+  /** Prefill work booked ahead of it then: tokens and their attention work. */
+  aheadTokens: number;
+  aheadAttention: number;
+  /** Its own prefill: tokens and their attention work. */
+  prefillTokens: number;
+  attention: number;
+}
+
+/**
+ * What the engine has computed of the queue head's prefill by now, at the rate: it started when
+ * the work booked ahead of it was done (that work counted in full: a conservative start), and
+ * is never credited beyond itself.
+ */
+export function headProgressMs(h: QueueHead, rate: PrefillRate): number {
+  const start = h.aheadTokens * rate.msPerToken + h.aheadAttention * rate.msPerAttention;
+  return Math.min(headMs(h, rate), Math.max(0, h.elapsedMs - start));
+}
+
+/** The queue head's own prefill compute at the rate. */
+function headMs(h: QueueHead, rate: PrefillRate): number {
+  return h.prefillTokens * rate.msPerToken + h.attention * rate.msPerAttention;
+}
+
 /**
  * Attention work of computing `newTokens` after `contextTokens` cached ones: each new token
  * attends to the cached context and to the new tokens before it, N·(P + N/2) token pairs (the
@@ -96,6 +128,8 @@ export interface CostInput {
   decodingRequests: number;
   /** Their prompt tokens (time model; absent: 0). */
   decodingContext?: number;
+  /** The oldest booking in activePrefillTokens (time model: its progress is credited; absent: none). */
+  head?: QueueHead | null;
   /** Request blocks not already held by in-flight requests on the worker. */
   newBlocks: number;
 }
@@ -112,6 +146,8 @@ export interface CostBreakdown {
   ttftMs: number;
   /** Weighted stall this prefill adds to the instance's running decodes (ms). */
   interferenceMs: number;
+  /** Share of the queue head's prefill credited as computed (0..1; the booking's sample counts the rest). */
+  headDone: number;
   cost: number;
 }
 
@@ -138,9 +174,9 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
   const uncached = Math.max(isl - credited * blockSize, 0);
   const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
   const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
+  const progressMs = c.head ? headProgressMs(c.head, rate) : 0;
   const queueMs =
-    c.activePrefillTokens * rate.msPerToken +
-    (c.activeAttention ?? 0) * rate.msPerAttention +
+    Math.max(0, c.activePrefillTokens * rate.msPerToken + (c.activeAttention ?? 0) * rate.msPerAttention - progressMs) +
     c.decodingRequests * rate.msPerDecoding +
     (c.decodingContext ?? 0) * rate.msPerDecodingContext;
   const ownMs = uncached * rate.msPerToken + attentionWork(uncached, isl - uncached) * rate.msPerAttention;
@@ -161,6 +197,7 @@ export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeight
     prefillMs,
     ttftMs,
     interferenceMs,
+    headDone: progressMs > 0 ? progressMs / headMs(c.head!, rate) : 0,
     cost: value,
   };
 }

@@ -6,10 +6,11 @@
 // time to first token (y). A decayed least-squares fit of
 //   y = overheadMs + msPerToken work + msPerAttention attention + msPerDecoding decoding
 //       + msPerDecodingContext decoding_context
-// in relative terms (each sample weighted 1/y²: a 20 ms follow-up counts as much as a 2 s cold
-// prompt, so neither is predicted at the other's cost), pulled toward the configured prior (ridge; the context terms toward 0, so a cold start is the
-// flat per-token model): with no or uninformative data the prior stands, and one odd sample cannot
-// swing it. Pure: callers pass every observation; no clocks.
+// in relative terms (each sample weighted 1/y: a 20 ms follow-up is not drowned by a 2 s cold
+// prompt), robust (a sample the fit so far misses by more than its typical relative miss counts less,
+// Huber: see Fit.add), pulled toward the configured prior (ridge; the context terms toward 0, so a
+// cold start is the flat per-token model): with no or uninformative data the prior stands, and one
+// odd sample cannot swing it. Pure: callers pass every observation; no clocks.
 import { WorkerMap } from '../common/worker-map.js';
 import type { PrefillRate } from './cost.js';
 
@@ -76,6 +77,33 @@ const MAX_DECODE_MS = 100;
 const MAX_ATTENTION_MS = 1e-4;
 /** Most a decoding context token may add (ms): 30x the H200 8B shape's decode step (3.1e-5). */
 const MAX_DECODE_CONTEXT_MS = 1e-3;
+/**
+ * Robust weights (Huber): a sample the fit so far misses by more than ROBUST_K x its typical
+ * relative miss counts ROBUST_K x typical / miss of a full sample. First tokens have a heavy tail
+ * the router cannot see coming (a request routed there after it that joins its passes, a pass
+ * already running, a prefix the engine had evicted): in least squares those few dragged the plane
+ * (measured on the bursty Mooncake run: attention learned at 0.4x the engine's, the decode-context
+ * term at 6x, short prompts predicted 40 % slow and long ones 20 % fast; median error 19 %).
+ * K = 1 and the steps below measured best of 1-1.5 x 0.05-0.1 x 0.3-1 (bench fleet, 3 seeds).
+ */
+const ROBUST_K = 1;
+/**
+ * The typical miss: a running median of the relative misses, moved by this factor per sample
+ * (a worker sees 1/16 of a 16-engine pool's samples: 5 % per step left its weights in full for
+ * most of a 2,000-request run).
+ */
+const SCALE_STEP = 0.1;
+/** Where it starts (30 %: ~12 samples missed by more lift it to 100 %, so a poor prior is not held) and its floor. */
+const SCALE_START = 0.3;
+const SCALE_MIN = 0.01;
+/** The prior a fit judges its next sample by (weights only: what the fit learns is shrunk toward the caller's). */
+const JUDGE_PRIOR: PrefillRate = {
+  msPerToken: 0.05,
+  overheadMs: 20,
+  msPerDecoding: 0,
+  msPerAttention: 0,
+  msPerDecodingContext: 0,
+};
 
 class Fit {
   /** Decayed sample count (the intercept's shrinkage) and weight sum (the means). */
@@ -87,9 +115,12 @@ class Fit {
   readonly sxx = new Float64Array(K * K);
   readonly sxy = new Float64Array(K);
   samples = 0;
+  /** Running median of the samples' relative misses by the fit before them (the robust weights' scale). */
+  scale = SCALE_START;
 
   copy(): Fit {
     const c = new Fit();
+    c.scale = this.scale;
     c.n = this.n;
     c.w = this.w;
     c.sy = this.sy;
@@ -100,9 +131,19 @@ class Fit {
     return c;
   }
 
-  add(x: readonly number[], y: number): void {
+  /**
+   * One sample, weighted 1/y and by how far `judge` (this fit's rate before it, null: in full)
+   * misses it: in full within ROBUST_K x the typical miss, less beyond (Huber).
+   */
+  add(x: readonly number[], y: number, judge: PrefillRate | null = null): void {
     const d = DECAY;
-    const w = 1 / Math.max(y, MIN_WEIGHTED_MS);
+    let w = 1 / Math.max(y, MIN_WEIGHTED_MS);
+    if (judge) {
+      const miss = Math.abs(predictedMs(judge, x) - y) / Math.max(y, MIN_WEIGHTED_MS);
+      const limit = ROBUST_K * this.scale;
+      if (miss > limit) w *= limit / miss;
+      this.scale = Math.max(SCALE_MIN, this.scale * (miss > this.scale ? 1 + SCALE_STEP : 1 - SCALE_STEP));
+    }
     this.n = this.n * d + 1;
     this.w = this.w * d + w;
     this.sy = this.sy * d + w * y;
@@ -169,6 +210,17 @@ class Fit {
       msPerDecodingContext: beta[3],
     };
   }
+}
+
+/** A rate's TTFT for regressors x (work tokens, decoding, attention work, decoding context): cost.ts's queue + own, summed. */
+function predictedMs(r: PrefillRate, x: readonly number[]): number {
+  return (
+    r.overheadMs +
+    r.msPerToken * x[0] +
+    r.msPerDecoding * x[1] +
+    r.msPerAttention * x[2] +
+    r.msPerDecodingContext * x[3]
+  );
 }
 
 /** Working memory of Fit.rate and its solver (one rate at a time: plain synchronous code). */
@@ -342,8 +394,6 @@ export class PrefillRates {
     if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, ...cachedFit() }));
     f.pool = pool;
     const x = [workTokens, decoding, attentionWork, decodingContext];
-    f.fit.add(x, ttftMs);
-    f.rate = null;
     let p = this.pools.get(pool);
     // Plain literal (no keys after a spread: V8's slow path).
     if (!p)
@@ -351,7 +401,12 @@ export class PrefillRates {
         pool,
         (p = { fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN, priced: new Fit() }),
       );
-    p.fit.add(x, ttftMs);
+    // Each fit judges the sample by its rate before it, as workerRate/poolRate would price it (against a
+    // fixed prior: a judgement may not depend on which prior a caller last read, or on whether it read).
+    const poolJudge = p.fit.rate(JUDGE_PRIOR);
+    f.fit.add(x, ttftMs, f.fit.rate(poolJudge, PEER_STRENGTH, true));
+    f.rate = null;
+    p.fit.add(x, ttftMs, poolJudge);
     if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
       p.priced = p.fit.copy();
       p.rate = null;

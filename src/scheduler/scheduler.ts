@@ -112,6 +112,8 @@ export interface CandidateScore extends Candidate {
   prefillMs: number;
   ttftMs: number;
   interferenceMs: number;
+  /** Share of the prefill of the oldest booking still queued there predicted computed (cost.ts, head_progress; absent: 0). */
+  headDone?: number;
   /** The worker's prefill speed the prediction used (learned, or the prior). */
   tokensPerS: number;
   /** Longest prefix the index holds for it on any tier, in blocks, credited or not (what the engine should report). */
@@ -353,6 +355,7 @@ export class Scheduler {
         ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
         : 0;
     const creditedShared = distrusted ? 0 : shared;
+    const head = load.activePrefillTokens > 0 ? this.active.queueHead(c.instance, c.dpRank) : undefined;
     const b = cost(
       {
         device,
@@ -364,6 +367,15 @@ export class Scheduler {
         activeBlocks: load.activeBlocks,
         decodingRequests: load.decodingRequests + extra.decoding,
         decodingContext: load.decodingContext,
+        head: head
+          ? {
+              elapsedMs: x.now - head.createdAt,
+              aheadTokens: head.aheadTokens,
+              aheadAttention: head.aheadAttention,
+              prefillTokens: head.prefillTokens,
+              attention: attentionWork(head.prefillTokens, head.contextTokens),
+            }
+          : null,
         newBlocks,
       },
       x.isl,
@@ -387,6 +399,7 @@ export class Scheduler {
       prefillMs: b.prefillMs,
       ttftMs: b.ttftMs + adapterLoadMs,
       interferenceMs: b.interferenceMs,
+      headDone: b.headDone,
       tokensPerS: 1000 / rate.msPerToken,
       indexedBlocks,
       hybridPrefix: x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0,
@@ -485,7 +498,18 @@ export class Scheduler {
     if (!c) throw new Error('cannot book a decision without a chosen candidate');
     const prefill = opts.prefillTokens ?? Math.max(0, Math.round(d.isl - c.creditedBlocks * d.blockSize)); // whole tokens: a fractional tier credit would make replica sync refuse the add
     const context = Math.max(0, Math.round(d.isl - prefill)); // (a whole token count: replica sync sends integers)
-    const booking = this.active.book(opts.requestId, c.instance, c.dpRank, d.seq, prefill, opts.now, ns.model, context);
+    // (The head's progress the prediction credited: the booking's rate sample counts the work it waits for as predicted.)
+    const booking = this.active.book(
+      opts.requestId,
+      c.instance,
+      c.dpRank,
+      d.seq,
+      prefill,
+      opts.now,
+      ns.model,
+      context,
+      c.headDone ?? 0,
+    );
     this.meanPrefillTokens += 0.05 * (prefill - this.meanPrefillTokens);
     this.meanAttention += 0.05 * (attentionWork(prefill, context) - this.meanAttention);
     if (d.adapter) {

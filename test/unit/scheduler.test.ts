@@ -793,15 +793,21 @@ describe('rate samples: context', () => {
     s.prefillComplete('d', 50);
     s.book(s.decide(route(2000, 2), 60), ns, { requestId: 'q', now: 60, speculativeTtlMs: 0 });
     s.book(s.decide(route(4000, 3), 70), ns, { requestId: 'r', now: 70, speculativeTtlMs: 0 });
-    expect(s.active.get('r')).toMatchObject({ aheadTokens: 2000, aheadAttention: 2000 * 1000, decodingAhead: 1 });
+    // q, the queue head, has run 10 ms of its 100 (2,000 tokens at the prior's 0.05 ms, nothing ahead
+    // of it): r queues behind the other 90 %.
+    expect(s.active.get('r')).toMatchObject({
+      aheadTokens: 1800,
+      aheadAttention: 0.9 * 2000 * 1000,
+      decodingAhead: 1,
+    });
     // The cost prices r's queue with q's attention (the pool learned nothing yet: the flat prior's 0).
     expect(s.active.load('a', 0)).toMatchObject({ activeAttention: 2000 * 1000 + 4000 * 2000, decodingContext: 1000 });
     s.prefillComplete('r', 170);
     s.reportUncached('r', 400);
     s.free('r');
     expect(published.at(-1)).toEqual({
-      workTokens: 2400,
-      attentionWork: 2000 * 1000 + 400 * (3600 + 200),
+      workTokens: 1800 + 400,
+      attentionWork: 0.9 * 2000 * 1000 + 400 * (3600 + 200),
       decoding: 1,
       decodingContext: 1000,
       ttftMs: 100,
