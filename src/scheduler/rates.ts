@@ -337,10 +337,10 @@ export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 2
  * difference before it is priced apart. The pool's fit holds the worker's samples too; with equal
  * pulls a warm worker counted them twice and looked faster than a cold peer of the same speed
  * (measured: 20-40 % early in a run), so a greedy cost never warmed the cold one. 32, not 8: a
- * worker's few dozen samples over its own range of work trade slope for intercept, and at 8 identical
- * engines priced a 24k-token prefill up to 1.4x apart (the fleet simulator's Mooncake trace); kv sent
- * the long prompts to the one that looked fast, whose decoding requests then missed their TPOT
- * (test/unit/rates-identical-workers.test.ts, docs/tuning.md).
+ * worker's few dozen samples over its own range of work trade slope for intercept; at 8, identical
+ * engines (the fleet simulator's Mooncake trace) priced a 24k-token prefill up to 1.43x apart before
+ * the robust fit, 1.26x with it, and kv sent the long prompts to the one that looked fast, whose
+ * decoding requests then missed their TPOT (test/unit/rates-identical-workers.test.ts, docs/tuning.md).
  */
 const PEER_STRENGTH = 32;
 
