@@ -65,7 +65,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       d(false),
     ),
     load_bound_new_session: bool(
-      "kv, with load_bound: judge a request opening a session (a session key this router has not booked before: the session header or the body's `user`) as load_bound_unique does, every other request by the plain bound. A new session's later turns stay where its first lands, so a system prompt several instances hold must not keep it on a loaded holder while an idle instance can take it on; a one-shot request (no session key, or a key its app's requests share) loses more by recomputing its prompt elsewhere than it waits on the holder. A one-shot request under a key of its own counts as a new session.",
+      "kv, with load_bound: a request opening a session (a session key this router has not booked before: the session header or the body's `user`) over the bound goes to the cheapest candidate within the bound whenever that one has no prefill queued, else is judged as load_bound_unique does; every other request by the plain bound. A new session has no history of its own and its later turns stay where its first lands, so a system prompt (held by one instance or several) must not keep it on a loaded holder while an instance with nothing to prefill can take it on; a one-shot request (no session key, or a key its app's requests share) loses more by recomputing its prompt elsewhere than it waits on the holder. A one-shot request under a key of its own counts as a new session.",
       d(true),
     ),
     engine_waiting_weight: num(

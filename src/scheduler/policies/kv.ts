@@ -37,9 +37,10 @@ export const kv = definePolicy({
     const key = ctx.sessionKey;
     if (!ctx.loadBoundNewSession || ctx.loadBoundUnique || !key || ctx.state.sessions.has(key))
       return costWithAffinity(c, ctx, ctx.loadBoundUnique);
-    // A session's first request: its later turns follow it, so only the prefix its pick alone holds keeps it there.
+    // A session's first request: its later turns follow it, so over the bound an instance with no
+    // prefill queued takes it on (it delays nobody); else only the prefix its pick alone holds keeps it.
     ctx.memo = key;
-    return costWithAffinity(c, ctx, true);
+    return costWithAffinity(c, ctx, true, true);
   },
   booked(s, e) {
     if (typeof e.memo !== 'string') return;
