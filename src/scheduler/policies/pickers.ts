@@ -143,11 +143,12 @@ function loadCap(c: readonly CandidateScore[], factor: number): number {
  * The cheapest pick `i` is at its cap. A greedy cost prices only this request: a new conversation
  * placed where its shared system prompt is cached saves a few ms now, but its later turns stay
  * there, so the popular prefix's holders fill up while an instance without it idles. Over the cap,
- * the pick keeps the request only if its cache saves at least half of the prefill the cheapest
- * candidate within the cap would do (a conversation's own history, a long shared document);
- * otherwise that candidate takes it. `unique`, while that candidate has no prefill queued: the
- * saving counts only the prefix the pick alone holds, beyond the next best candidate's (loaded or
- * not): a system prompt several instances already hold is one an idle instance takes on for the
+ * the pick keeps the request only if its cache, plus the prefill queued on the cheapest candidate
+ * within the cap beyond the pick's own queue, saves at least half of the prefill that candidate
+ * would do (a conversation's own history, a long shared document, an instance within the cap that
+ * is busy with a few long prompts); otherwise that candidate takes it. `unique`, while that
+ * candidate has no prefill queued: the saving counts only the prefix the pick alone holds, beyond
+ * the next best candidate's (loaded or not): a system prompt several instances already hold is one an idle instance takes on for the
  * price of one prefill that delays nobody, so it does not keep a new session on a loaded holder; a
  * conversation's history, held by one instance, still does. (Onto a queue, recomputing it would
  * delay what waits there: a flood's instances keep the plain rule.) `newSession`: a session's first
@@ -172,7 +173,10 @@ function withinBound(
   if (u < 0) return i;
   if (newSession && c[u].load.activePrefillTokens === 0) return u;
   const elsewhere = unique && c[u].load.activePrefillTokens === 0 ? next : c[u].prefillMs;
-  return elsewhere - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
+  // The request would also wait for whatever that candidate has queued beyond the pick: the bound
+  // counts requests, and a few long prompts queued there are not less work than many short ones here.
+  const ahead = Math.max(0, c[u].queueMs - c[i].queueMs);
+  return elsewhere + ahead - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */
