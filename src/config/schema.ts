@@ -57,7 +57,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       d(true),
     ),
     load_bound: num(
-      "time cost model (kv, approx): bounded load. A candidate whose in-flight requests would exceed this factor x the mean over the model's instances keeps a request only if its cached prefix saves at least half of the prefill on the cheapest candidate within the bound (a conversation's own history does; a shared system prompt usually does not), so the holders of a popular prefix do not fill up while another instance idles. 0 disables.",
+      "time cost model (kv, approx): bounded load. A candidate whose in-flight requests would exceed this factor x the mean over the model's instances keeps a request only if its cached prefix, plus the prefill queued on the cheapest candidate within the bound beyond its own queue, saves at least half of that candidate's prefill (a conversation's own history does; a shared system prompt usually does not; an instance within the bound busy with long prompts does), so the holders of a popular prefix do not fill up while another instance idles. 0 disables.",
       { min: 0, max: 100, ...d(1.25) },
     ),
     load_bound_unique: bool(
