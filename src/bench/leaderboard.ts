@@ -8,6 +8,7 @@ import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCom
 import { PEER_POLICIES, variant } from './cluster/policies.js';
 import { splitPolicies } from './cluster.js';
 import { fleetSetup, notSimulated, simulateSetup } from './fleet.js';
+import { ttftFloorP90 } from './leaderboard/bound.js';
 import { decisionLine } from './leaderboard/decisions.js';
 import { type PolicyCell, seedFigures } from './leaderboard/figures.js';
 import {
@@ -129,7 +130,7 @@ function plan(v: ParsedOptions): Plan {
 
 type Scenario = (typeof SCENARIOS)[number];
 
-/** One seed of one load point: a bench fleet simulation of every runnable policy, into `cells`. */
+/** One seed of one load point: a bench fleet simulation of every runnable policy, into `cells`; its workload and TTFT p90 floor. */
 async function runSeed(
   p: Plan,
   sc: Scenario,
@@ -138,7 +139,7 @@ async function runSeed(
   seed: number,
   cells: PolicyCell[],
   res: ScenarioResult,
-): Promise<string> {
+): Promise<{ workload: string; floor: number }> {
   const tc = performance.now();
   const setup = await fleetSetup([
     ...args,
@@ -170,7 +171,10 @@ async function runSeed(
         (kv ? ` (kv TTFT p90 ${kv.ttftMs.p90.toFixed(0)} ms, ${kv.requests.ok}/${kv.requests.sent} ok)` : '') +
         '\n',
     );
-    return `${w.description}; oracle hit rate ${(100 * summary.oracle.hitRate).toFixed(1)} %, ${summary.config.engines} engines x ${summary.config.numGpuBlocks} GPU blocks`;
+    return {
+      workload: `${w.description}; oracle hit rate ${(100 * summary.oracle.hitRate).toFixed(1)} %, ${summary.config.engines} engines x ${summary.config.numGpuBlocks} GPU blocks`,
+      floor: await ttftFloorP90(setup),
+    };
   } finally {
     await setup.workload.close();
   }
@@ -209,12 +213,14 @@ async function runScenario(p: Plan, sc: Scenario): Promise<ScenarioResult> {
       seeds: [],
     }));
     let described = '';
+    const floors: number[] = [];
     for (const seed of p.seeds) {
       if (p.runnable.length === 0) break;
       const d = await runSeed(p, sc, load, args, seed, cells, res);
-      described ||= d;
+      described ||= d.workload;
+      floors.push(d.floor);
     }
-    const point: LoadPoint = { load, args, workload: described, cells };
+    const point: LoadPoint = { load, args, workload: described, ttftFloorP90: floors, cells };
     res.points.push(point);
   }
   return res;

@@ -44,6 +44,10 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       "time cost model: weight of the request's own uncached prefill counted once more in a candidate's cost, as work that the requests queued after it there wait for too; a candidate without the cached prefix then wins only by saving more than (1 + weight) x the prefill it adds. 0 leaves it out.",
       { min: 0, max: 100, ...d(0) },
     ),
+    recompute_weight_saturated: num(
+      "time cost model (kv): while every candidate has prefill queued (saturation), this weight x each candidate's own prefill is added to its cost, as recompute_weight does at all loads. Once every instance queues, a prefill added anywhere delays the requests that arrive after it, so a candidate without the cached prefix must save more than (1 + weight) x the prefill it adds; while an instance is idle, recomputing there delays nobody and the plain cost decides. 0 disables.",
+      { min: 0, max: 100, ...d(1) },
+    ),
     prefix_affinity: num(
       'time cost model, temperature 0: candidates holding the same cached prefix as the cheapest and within this fraction of its own prefill time of it count as equals, and the request goes to the one its next blocks hash to, so requests sharing a new prefix meet on one instance before KV events confirm it. 0 disables.',
       { min: 0, max: 100, ...d(0.5) },
@@ -53,7 +57,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       d(true),
     ),
     load_bound: num(
-      "time cost model (kv, approx): bounded load. A candidate whose in-flight requests would exceed this factor x the mean over the model's instances keeps a request only if its cached prefix saves at least half of the prefill on the cheapest candidate within the bound (a conversation's own history does; a shared system prompt usually does not), so the holders of a popular prefix do not fill up while another instance idles. 0 disables.",
+      "time cost model (kv, approx): bounded load. A candidate whose in-flight requests would exceed this factor x the mean over the model's instances keeps a request only if its cached prefix, plus the prefill queued on the cheapest candidate within the bound beyond its own queue, saves at least half of that candidate's prefill (a conversation's own history does; a shared system prompt usually does not; an instance within the bound busy with long prompts does), so the holders of a popular prefix do not fill up while another instance idles. 0 disables.",
       { min: 0, max: 100, ...d(1.25) },
     ),
     load_bound_unique: bool(
@@ -61,7 +65,7 @@ function routingFields<const W extends boolean>(withDefaults: W) {
       d(false),
     ),
     load_bound_new_session: bool(
-      "kv, with load_bound: judge a request opening a session (a session key this router has not booked before: the session header or the body's `user`) as load_bound_unique does, every other request by the plain bound. A new session's later turns stay where its first lands, so a system prompt several instances hold must not keep it on a loaded holder while an idle instance can take it on; a one-shot request (no session key, or a key its app's requests share) loses more by recomputing its prompt elsewhere than it waits on the holder. A one-shot request under a key of its own counts as a new session.",
+      "kv, with load_bound: a request opening a session (a session key this router has not booked before: the session header or the body's `user`) over the bound goes to the cheapest candidate within the bound whenever that one has no prefill queued, else is judged as load_bound_unique does; every other request by the plain bound. A new session has no history of its own and its later turns stay where its first lands, so a system prompt (held by one instance or several) must not keep it on a loaded holder while an instance with nothing to prefill can take it on; a one-shot request (no session key, or a key its app's requests share) loses more by recomputing its prompt elsewhere than it waits on the holder. A one-shot request under a key of its own counts as a new session.",
       d(true),
     ),
     engine_waiting_weight: num(

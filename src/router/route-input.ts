@@ -68,6 +68,7 @@ export function routeFields(p: RouteSource, cfg: RouterConfig, deps: EngineLoadS
       loadBound: r.cost_model === 'time' ? r.load_bound : 0,
       loadBoundUnique: r.load_bound_unique,
       loadBoundNewSession: r.load_bound_new_session,
+      recomputeWeightSaturated: r.cost_model === 'time' ? r.recompute_weight_saturated : 0,
       evictionAware: r.eviction_aware,
       adapter: p.adapter,
       adapterLoadMs: r.cost_model === 'time' ? cfg.lora.adapter_load_ms : 0,

@@ -336,9 +336,13 @@ export const DEFAULT_RATE_PRIOR: RatePrior = { tokensPerS: 20_000, overheadMs: 2
  * prior: a model's workers share hardware and model, so a worker's own samples must show a real
  * difference before it is priced apart. The pool's fit holds the worker's samples too; with equal
  * pulls a warm worker counted them twice and looked faster than a cold peer of the same speed
- * (measured: 20-40 % early in a run), so a greedy cost never warmed the cold one.
+ * (measured: 20-40 % early in a run), so a greedy cost never warmed the cold one. 32, not 8: a
+ * worker's few dozen samples over its own range of work trade slope for intercept; at 8, identical
+ * engines (the fleet simulator's Mooncake trace) priced a 24k-token prefill up to 1.43x apart before
+ * the robust fit, 1.26x with it, and kv sent the long prompts to the one that looked fast, whose
+ * decoding requests then missed their TPOT (test/unit/rates-identical-workers.test.ts, docs/tuning.md).
  */
-const PEER_STRENGTH = 8;
+const PEER_STRENGTH = 32;
 
 /**
  * Per worker fits, shrunk toward their pool's fit (the model's workers share hardware and model,

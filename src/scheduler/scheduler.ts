@@ -75,6 +75,8 @@ export interface RouteInput {
   loadBoundUnique?: boolean;
   /** kv: bounded load judges a request opening a session (its key not routed before) by the prefix only its pick holds. */
   loadBoundNewSession?: boolean;
+  /** kv, time cost: weight of a candidate's own prefill added to its cost while every candidate has prefill queued. */
+  recomputeWeightSaturated?: number;
   /**
    * Credit only the part of a GPU prefix that survives the prefill queued ahead on that instance
    * (its LRU order and size as the event stream shows them): a prefix about to be evicted is worth less.
@@ -649,6 +651,7 @@ export class Scheduler {
       loadBound: input.loadBound ?? 0,
       loadBoundUnique: input.loadBoundUnique ?? false,
       loadBoundNewSession: input.loadBoundNewSession ?? false,
+      recomputeWeightSaturated: input.recomputeWeightSaturated ?? 0,
       seq,
       tokens: input.tokens ?? null,
       isl,

@@ -77,6 +77,7 @@ describe('kvrouter bench leaderboard', () => {
       expect(sc.points.length).toBeGreaterThan(0);
       for (const p of sc.points) {
         expect(p.cells.map((c) => c.policy)).toEqual(POLICIES);
+        expect(p.ttftFloorP90).toHaveLength(3);
         for (const c of p.cells) {
           if (c.notRun !== null) {
             // Never dropped silently: no figures, and the reason in the table.
@@ -95,6 +96,10 @@ describe('kvrouter bench leaderboard', () => {
             // First-admission hits can never beat an infinite cache.
             expect(f.hitRate).toBeLessThanOrEqual(f.oracleHitRate);
             expect(Object.keys(f.tenantTtftP90)).toEqual(sc.tenants);
+            // No placement beats every request alone on an idle engine with the oracle's cache.
+            const floor = p.ttftFloorP90[c.seeds.indexOf(f)];
+            expect(floor).toBeGreaterThan(0);
+            if (f.ok === f.sent) expect(f.ttftP90).toBeGreaterThanOrEqual(floor);
           }
         }
       }

@@ -9,6 +9,8 @@
 //   the same prompt without a session key, or under a key an earlier request of the app was booked
 //     with (two-tenant's one-shot requests): plain rule, 270 - 70 = 200 >= 0.5 x 270: a or b keeps it.
 // After "s1" is booked on c (c 2 in flight, cap 1.25 x 12 / 4 = 3.75), "s1" is no longer new: plain rule.
+// A lone holder (only a holds the system prompt) no longer keeps a session's first request either: over the
+// bound, a candidate within it that has no prefill queued takes it on.
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { seqHashes } from '../../src/hashing/index.js';
@@ -22,12 +24,12 @@ const T = PICK_TIME_WEIGHTS;
 const sys = Array.from({ length: 4000 }, (_, i) => i + 1);
 const firstTurn = (u: number) => [...sys, ...Array.from({ length: 1000 }, (_, i) => 1_000_000 * (u + 1) + i)];
 
-/** a and b hold the system prompt; in flight a 5, b 4, c 1, d 0. */
-function setup(seed: number): Scheduler {
+/** `holders` hold the system prompt; in flight a 5, b 4, c 1, d 0. */
+function setup(seed: number, holders = ['a', 'b']): Scheduler {
   const indexer = new TieredIndexer();
   const idx = indexer.namespace(ns).index;
   const space = indexer.spaceFor(ns);
-  for (const inst of ['a', 'b']) idx.store(idx.holder(inst, 0, 'GPU'), seqHashes(sys, 4, space));
+  for (const inst of holders) idx.store(idx.holder(inst, 0, 'GPU'), seqHashes(sys, 4, space));
   const s = new Scheduler(indexer, mulberry32(seed));
   let n = 0;
   for (const [inst, count] of [
@@ -80,6 +82,19 @@ describe('load_bound_new_session', () => {
       expect(['a', 'b']).toContain(route(s, firstTurn(seed + 100), 'app1').chosen!.instance);
       // A new key still is.
       expect(['c', 'd']).toContain(route(s, firstTurn(seed + 200), 'app2').chosen!.instance);
+    }
+  });
+
+  it("a lone holder of the system prompt does not keep a session's first request while c or d has no prefill queued", () => {
+    // Only a holds it (b is cold like c, d: 270 ms): the prefix a alone holds saves 270 - 70 = 200 ms, more
+    // than half of the next best candidate's 270, which kept every new session on a lone holder; d, with
+    // nothing in flight, is the cheapest within the bound and has no prefill queued: it takes it on.
+    for (let seed = 1; seed <= 12; seed++) {
+      const d = route(setup(seed, ['a']), firstTurn(seed), `s${seed}`);
+      expect(Object.fromEntries(d.candidates.map((c) => [c.instance, c.prefillMs])).b).toBeCloseTo(270, 6);
+      expect(['c', 'd']).toContain(d.chosen!.instance);
+      // Without a session key (the plain rule) a keeps it.
+      expect(route(setup(seed, ['a']), firstTurn(seed), null).chosen!.instance).toBe('a');
     }
   });
 });

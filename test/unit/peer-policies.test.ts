@@ -77,6 +77,7 @@ function context<S>(spec: PolicySpec<string, S>, state: S, over: Partial<PolicyC
     loadBound: 0,
     loadBoundUnique: false,
     loadBoundNewSession: false,
+    recomputeWeightSaturated: 0,
     affinityAny: false,
     seq: new BigUint64Array(0),
     tokens: null,

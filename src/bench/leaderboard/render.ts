@@ -5,7 +5,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { renderTable, type Table } from '../report.js';
 import { lineChart } from '../svg.js';
-import { over, type PolicyCell, total, type Verdict, verdict } from './figures.js';
+import { over, type PolicyCell, spread, total, type Verdict, verdict } from './figures.js';
 import type { LoadLadder } from './scenarios.js';
 
 export interface LoadPoint {
@@ -14,6 +14,11 @@ export interface LoadPoint {
   args: string[];
   /** Oracle hit rate and working set of seed 0's workload (every seed's is in `cells`). */
   workload: string;
+  /**
+   * Per seed: the TTFT p90 no router can beat, every request alone on an idle engine with the
+   * oracle's cache (bound.ts).
+   */
+  ttftFloorP90: number[];
   cells: PolicyCell[];
 }
 
@@ -53,13 +58,15 @@ export function verdictTable(s: LeaderboardSummary): Table {
   const rows: Table['rows'] = [];
   for (const sc of s.scenarios) {
     if (sc.notRun) {
-      rows.push([sc.name, 'n/a', `not run: ${sc.notRun}`, '', '', '', '', '']);
+      rows.push([sc.name, 'n/a', `not run: ${sc.notRun}`, '', '', '', '', '', '', '']);
       continue;
     }
     for (const p of sc.points) {
       const v = verdict(p.cells, s.subject);
       const me = p.cells.find((c) => c.policy === s.subject);
       const rival = v?.rival ? p.cells.find((c) => c.policy === v.rival) : undefined;
+      const floor = spread(p.ttftFloorP90).mean;
+      const rivalP90 = rival ? over(rival, (x) => x.ttftP90).mean : NaN;
       rows.push([
         sc.name,
         `${p.load} ${sc.ladder.unit}`,
@@ -69,6 +76,8 @@ export function verdictTable(s: LeaderboardSummary): Table {
         v ? `${v.ttftP90}${Number.isFinite(v.ttftGain) ? ` (${(100 * v.ttftGain).toFixed(0)} %)` : ''}` : 'n/a',
         v?.goodput ?? 'n/a',
         v ? (v.servesMost ? 'yes' : 'NO') : 'n/a',
+        ms(floor),
+        Number.isFinite(rivalP90 + floor) ? `${((100 * (rivalP90 - floor)) / rivalP90).toFixed(0)} %` : 'n/a',
       ]);
     }
   }
@@ -83,6 +92,8 @@ export function verdictTable(s: LeaderboardSummary): Table {
       `${s.subject} on TTFT p90 (gain)`,
       `${s.subject} on goodput`,
       `${s.subject} serves the most`,
+      'TTFT p90 floor ms',
+      'most any router could gain on the best other',
     ],
     rows,
   };
@@ -187,6 +198,7 @@ export const LEADERBOARD_NOTES = [
   '- Figures are the mean over the seeds; "min–max" is the spread over seeds. Each seed changes the workload (tokens, arrivals), the engines and the routers\' random choices.',
   '- served/sent and refused/failed are summed over the seeds. A policy serving fewer requests than the most-served at that load is marked and never "best p90": latency of fewer requests is not comparable.',
   '- Goodput: share of sent requests with TTFT and mean TPOT (2+ tokens) within the SLO. Hit %: prompt tokens served from cache at first admission, against the oracle (infinite cache, same workload).',
+  "- TTFT p90 floor: the p90 no router can beat, every request alone on an idle engine with the oracle's cache (its uncached tokens prefilled in the engine's chunks, the same perf model); \"most any router could gain\" = (best other's TTFT p90 - floor) / best other's: below 10 %, no policy can beat it by 10 %.",
   '- Verdict: "first" = best mean; "within spread" = behind on the mean but the seeds\' ranges overlap; "behind" = outside the spread. TTFT p90 is compared with the best other policy serving the most requests.',
 ];
 
@@ -196,7 +208,8 @@ export function scenarioSection(sc: ScenarioResult, s: LeaderboardSummary, chart
   return [
     ...head,
     ...sc.points.map(
-      (p) => `- ${p.load} ${sc.ladder.unit}: ${p.workload}; \`kvrouter bench fleet ${p.args.join(' ')}\``,
+      (p) =>
+        `- ${p.load} ${sc.ladder.unit}: ${p.workload}; TTFT p90 floor ${ms(spread(p.ttftFloorP90).mean)} ms; \`kvrouter bench fleet ${p.args.join(' ')}\``,
     ),
     '',
     renderTable(scenarioTable(sc, s)),

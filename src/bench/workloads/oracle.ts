@@ -23,6 +23,8 @@ export async function oracle(
   w: Workload,
   blockSize: number,
   onProgress?: (done: number) => void,
+  /** Each request's prompt length and the tokens the infinite cache serves it (in workload order). */
+  onRequest?: (i: number, promptTokens: number, hitTokens: number) => void,
 ): Promise<OracleStats> {
   const space = hashSpace();
   // A u64 set in typed arrays, read through the hashes' lo/hi words: tens of millions of blocks
@@ -42,6 +44,7 @@ export async function oracle(
     for (let j = 0; j < seq.length; j++) seen.insert(words[2 * j], words[2 * j + 1]);
     promptTokens += tokens.length;
     hitTokens += hit * blockSize;
+    onRequest?.(i, tokens.length, hit * blockSize);
     maxPrompt = Math.max(maxPrompt, tokens.length);
     maxSeq = Math.max(maxSeq, tokens.length + w.requests[i].maxTokens);
     if (onProgress && i % 64 === 0) onProgress(i);

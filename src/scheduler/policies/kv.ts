@@ -1,7 +1,9 @@
 // kv: the cache-aware default. Each candidate's cost (the time or blocks model, scheduler/cost.ts)
 // credits the prefix the KV-event index and the router's own predictions say it holds; the pick is
 // the cheapest, with sibling co-location and bounded load (pickers.ts). With load_bound_new_session
-// it remembers the session keys it routed, to tell a session's first request from the rest.
+// it remembers the session keys it routed, to tell a session's first request from the rest; with
+// recompute_weight_saturated it prices recomputation higher once every instance queues prefill.
+import type { CandidateScore } from '../scheduler.js';
 import { costWithAffinity } from './pickers.js';
 import { definePolicy } from './types.js';
 
@@ -30,13 +32,15 @@ export const kv = definePolicy({
   predictionTtlKey: 'speculative_ttl_ms',
   createState: (): KvState => ({ sessions: new Set() }),
   // The same pick step (decisions report it as byCostWithAffinity), told whether the request opens a session.
-  pick: function byCostWithAffinity(c, ctx) {
+  pick: function byCostWithAffinity(eligible, ctx) {
+    const c = atSaturation(eligible, ctx.recomputeWeightSaturated);
     const key = ctx.sessionKey;
     if (!ctx.loadBoundNewSession || ctx.loadBoundUnique || !key || ctx.state.sessions.has(key))
       return costWithAffinity(c, ctx, ctx.loadBoundUnique);
-    // A session's first request: its later turns follow it, so only the prefix its pick alone holds keeps it there.
+    // A session's first request: its later turns follow it, so over the bound an instance with no
+    // prefill queued takes it on (it delays nobody); else only the prefix its pick alone holds keeps it.
     ctx.memo = key;
-    return costWithAffinity(c, ctx, true);
+    return costWithAffinity(c, ctx, true, true);
   },
   booked(s, e) {
     if (typeof e.memo !== 'string') return;
@@ -44,3 +48,18 @@ export const kv = definePolicy({
     s.sessions.add(e.memo);
   },
 });
+
+/**
+ * While every candidate has prefill queued, each one's cost plus `w` x its own predicted prefill:
+ * the greedy cost prices only this request's first token, but a prefix recomputed on a queueing
+ * instance is work every request arriving after it waits for, and no idle instance absorbs it
+ * (decision logs at llm-d's shape, 48 requests/s: kv left a 93-block prefix's holder with 1,080 ms
+ * queued for a cold instance with 720 ms, recomputing 6,000 tokens to save 360 ms). While one is
+ * idle, recomputing there delays nobody: the costs stay as scored. Copies, in the same order (the
+ * scheduler's candidates are left as scored; the pick's index is the same).
+ */
+function atSaturation(c: readonly CandidateScore[], w: number): readonly CandidateScore[] {
+  if (!(w > 0) || c.length < 2) return c;
+  for (const x of c) if (x.load.activePrefillTokens <= 0) return c;
+  return c.map((x) => ({ ...x, cost: x.cost + w * x.prefillMs }));
+}

@@ -79,15 +79,23 @@ function hrw(key: Uint32Array, c: CandidateScore): number {
  */
 export const byCostWithAffinity: Picker = (c, ctx) => costWithAffinity(c, ctx, ctx.loadBoundUnique);
 
-/** byCostWithAffinity with the load bound's unique-prefix rule given (kv sets it for a session's first request). */
-export function costWithAffinity(c: readonly CandidateScore[], ctx: PolicyContext, unique: boolean): number {
+/**
+ * byCostWithAffinity with the load bound's unique-prefix rule given; `newSession` (kv: a session's first
+ * request) moves an over-bound pick to the candidate within the bound whenever that one has no prefill queued.
+ */
+export function costWithAffinity(
+  c: readonly CandidateScore[],
+  ctx: PolicyContext,
+  unique: boolean,
+  newSession = false,
+): number {
   let i = byCost(c, ctx);
   let cap = Infinity;
   // Only for a request with something cached on its cheapest candidate: a prefix nobody holds yet
   // is co-location's to place (bounded by its own slack), and moving its siblings would scatter them.
   if (i >= 0 && ctx.loadBound > 0 && c.length > 1 && c[i].creditedBlocks > 0) {
     cap = loadCap(c, ctx.loadBound);
-    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap, unique);
+    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap, unique, newSession);
   }
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
@@ -135,16 +143,27 @@ function loadCap(c: readonly CandidateScore[], factor: number): number {
  * The cheapest pick `i` is at its cap. A greedy cost prices only this request: a new conversation
  * placed where its shared system prompt is cached saves a few ms now, but its later turns stay
  * there, so the popular prefix's holders fill up while an instance without it idles. Over the cap,
- * the pick keeps the request only if its cache saves at least half of the prefill the cheapest
- * candidate within the cap would do (a conversation's own history, a long shared document);
- * otherwise that candidate takes it. `unique`, while that candidate has no prefill queued: the
- * saving counts only the prefix the pick alone holds, beyond the next best candidate's (loaded or
- * not): a system prompt several instances already hold is one an idle instance takes on for the
+ * the pick keeps the request only if its cache, plus the prefill queued on the cheapest candidate
+ * within the cap beyond the pick's own queue, saves at least half of the prefill that candidate
+ * would do (a conversation's own history, a long shared document, an instance within the cap that
+ * is busy with a few long prompts); otherwise that candidate takes it. `unique`, while that
+ * candidate has no prefill queued: the saving counts only the prefix the pick alone holds, beyond
+ * the next best candidate's (loaded or not): a system prompt several instances already hold is one an idle instance takes on for the
  * price of one prefill that delays nobody, so it does not keep a new session on a loaded holder; a
  * conversation's history, held by one instance, still does. (Onto a queue, recomputing it would
- * delay what waits there: a flood's instances keep the plain rule.)
+ * delay what waits there: a flood's instances keep the plain rule.) `newSession`: a session's first
+ * request has no history of its own, so whatever prefix it finds cached is shared (a system prompt),
+ * held by one instance or several: while the candidate within the cap has no prefill queued, that
+ * candidate takes it on, whatever the prefix saves (a lone holder of a system prompt otherwise kept
+ * every new session: the agentic loop, seed 1, put 268 of 768 requests on one engine and left two idle).
  */
-function withinBound(c: readonly CandidateScore[], i: number, cap: number, unique: boolean): number {
+function withinBound(
+  c: readonly CandidateScore[],
+  i: number,
+  cap: number,
+  unique: boolean,
+  newSession: boolean,
+): number {
   let u = -1;
   let next = Infinity;
   for (let k = 0; k < c.length; k++) {
@@ -152,8 +171,12 @@ function withinBound(c: readonly CandidateScore[], i: number, cap: number, uniqu
     if (k !== i && c[k].prefillMs < next) next = c[k].prefillMs;
   }
   if (u < 0) return i;
+  if (newSession && c[u].load.activePrefillTokens === 0) return u;
   const elsewhere = unique && c[u].load.activePrefillTokens === 0 ? next : c[u].prefillMs;
-  return elsewhere - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
+  // The request would also wait for whatever that candidate has queued beyond the pick: the bound
+  // counts requests, and a few long prompts queued there are not less work than many short ones here.
+  const ahead = Math.max(0, c[u].queueMs - c[i].queueMs);
+  return elsewhere + ahead - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */

@@ -59,6 +59,8 @@ export interface PolicyContext<S = unknown> {
   loadBoundUnique: boolean;
   /** kv: bounded load judges a request opening a session (a session key not routed before) as loadBoundUnique does. */
   loadBoundNewSession: boolean;
+  /** kv, time cost: while every candidate has prefill queued, this x each candidate's own prefill is added to its cost. */
+  recomputeWeightSaturated: number;
   /** The request's seq hashes (names its prefixes). */
   seq: BigUint64Array;
   /** The prompt's token ids (null unless the router has them: `needs.tokens`, or precomputed seq hashes only). */
