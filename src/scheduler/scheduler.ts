@@ -154,6 +154,14 @@ export function overlapTokens(
   return { gpu: c.device * blockSize, cpu: c.host * blockSize, disk: c.disk * blockSize, shared: c.shared * blockSize };
 }
 
+/**
+ * A copy of a candidate's score with another cost. A spread would not do: the scorer's scores compute
+ * part of their breakdown when read (`Score`), and a spread copies only what they keep.
+ */
+export function withCost(c: CandidateScore, cost: number): CandidateScore {
+  return c instanceof Score ? c.withCost(cost) : Object.assign({}, c, { cost });
+}
+
 export type NoRouteReason = 'no_candidates' | 'all_busy' | 'unknown_target';
 
 export interface Decision {
@@ -319,6 +327,33 @@ class Score implements CandidateScore {
     this.head = head;
     this.rate = rate;
     this.pricing = pricing;
+  }
+  /** The same score with another cost (a policy re-pricing candidates on copies, e.g. kv at saturation). */
+  withCost(cost: number): Score {
+    return new Score(
+      this.instance,
+      this.dpRank,
+      this.device,
+      this.host,
+      this.disk,
+      this.shared,
+      this.newBlocks,
+      this.indexedBlocks,
+      this.hybridPrefix,
+      this.distrusted,
+      this.adapterLoadMs,
+      this.unbookedRequests,
+      this.engine,
+      this.load,
+      this.busy,
+      this.creditedBlocks,
+      this.prefillMs,
+      cost,
+      this.extra,
+      this.head,
+      this.rate,
+      this.pricing,
+    );
   }
   /** The cost model's breakdown again (what the scorer computed). */
   private breakdown(): CostBreakdown {

@@ -7,7 +7,7 @@ import { seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { attentionWork, type CostWeights, cost } from '../../src/scheduler/cost.js';
 import { DEFAULT_RATE_PRIOR } from '../../src/scheduler/rates.js';
-import { type CandidateScore, type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
+import { type CandidateScore, type RouteInput, Scheduler, withCost } from '../../src/scheduler/scheduler.js';
 
 const FIELDS = [
   'instance',
@@ -189,5 +189,18 @@ describe('candidate scores', () => {
     expect(d.candidates.map(snapshot)).toEqual(before);
     // And the scheduler did change: the same prompt now prices differently.
     expect(s.decide(route(0, now + 100), now + 100).candidates.map(snapshot)).not.toEqual(before);
+  });
+
+  it('copied with another cost keep everything else (a spread would drop what they compute when read)', () => {
+    const { s, route } = setup();
+    const d0 = s.decide({ ...route(1, 0), target: 'a', policy: 'direct' }, 0);
+    s.book(d0, ns, { requestId: 'r', now: 0, speculativeTtlMs: 0 });
+    const d = s.decide(route(0, 5), 5);
+    for (const c of d.candidates) {
+      const copy = withCost(c, c.cost + 12.5);
+      expect(snapshot(copy)).toEqual({ ...snapshot(c), cost: c.cost + 12.5 });
+      expect(c.cost).toBe(snapshot(c).cost); // the scheduler's score is left as scored
+    }
+    expect(d.candidates.some((c) => c.queueMs > 0)).toBe(true);
   });
 });

@@ -3,7 +3,7 @@
 // the cheapest, with sibling co-location and bounded load (pickers.ts). With load_bound_new_session
 // it remembers the session keys it routed, to tell a session's first request from the rest; with
 // recompute_weight_saturated it prices recomputation higher once every instance queues prefill.
-import type { CandidateScore } from '../scheduler.js';
+import { type CandidateScore, withCost } from '../scheduler.js';
 import { costWithAffinity } from './pickers.js';
 import { definePolicy } from './types.js';
 
@@ -61,5 +61,5 @@ export const kv = definePolicy({
 function atSaturation(c: readonly CandidateScore[], w: number): readonly CandidateScore[] {
   if (!(w > 0) || c.length < 2) return c;
   for (const x of c) if (x.load.activePrefillTokens <= 0) return c;
-  return c.map((x) => ({ ...x, cost: x.cost + w * x.prefillMs }));
+  return c.map((x) => withCost(x, x.cost + w * x.prefillMs));
 }
