@@ -12,10 +12,11 @@
 //                - head_progress                             (what the engine has computed of it, below)
 //                + decoding_requests x ms_per_decoding       (the decode steps of the passes it waits through,
 //                + decoding_context x ms_per_decoding_context  which read the decoding requests' KV)
-//   head_progress = min(head, max(0, since_booked - head_ahead))   (the oldest booking still before
-//                its first token started when the work booked ahead of it was done, at the rate: a
-//                prefill booked ahead is not owed in full until its first token; chunked prefill
-//                has computed part of it)
+//   head_progress = max(0, min(ran, 2 x head - ran)), ran = since_booked - head_ahead   (the oldest
+//                booking still before its first token started when the work booked ahead of it was
+//                done, at the rate: a prefill booked ahead is not owed in full until its first token;
+//                chunked prefill has computed part of it. Past its predicted end it is overdue and
+//                taken to need min(head, overdue) more: the engine has shown it is behind)
 //   own        = overhead + uncached x ms_per_token          (this request's prefill, N = uncached tokens
 //                + N x (cached + N/2) x ms_per_attention      after `cached` ones: attention grows with both)
 //   ttft       = queue + own
@@ -91,12 +92,16 @@ export interface QueueHead {
 
 /**
  * What the engine has computed of the queue head's prefill by now, at the rate: it started when
- * the work booked ahead of it was done (that work counted in full: a conservative start), and
- * is never credited beyond itself.
+ * the work booked ahead of it was done (that work counted in full: a conservative start). Once
+ * past its predicted end without a first token it is overdue: the engine is behind the prediction
+ * (work the router cannot see, a slower pass), so it is taken to need about as long again as it is
+ * late, never more than itself: remaining = min(head, overdue). The credit falls back as the
+ * evidence of lateness grows, to none at twice its own time.
  */
 export function headProgressMs(h: QueueHead, rate: PrefillRate): number {
   const start = h.aheadTokens * rate.msPerToken + h.aheadAttention * rate.msPerAttention;
-  return Math.min(headMs(h, rate), Math.max(0, h.elapsedMs - start));
+  const ran = h.elapsedMs - start;
+  return Math.max(0, Math.min(ran, 2 * headMs(h, rate) - ran));
 }
 
 /** The queue head's own prefill compute at the rate. */

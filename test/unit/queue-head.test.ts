@@ -1,6 +1,7 @@
 // The time cost credits the progress of the prefill at the head of a worker's queue: a booking
 // still before its first token has been computing since the work booked ahead of it was done
-// (chunked prefill), so what a new request waits for is less than the whole booked prefill.
+// (chunked prefill), so what a new request waits for is less than the whole booked prefill; once
+// past its predicted end without a first token, the credit falls back (the engine is behind).
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
@@ -57,9 +58,20 @@ describe('queue head progress (time cost)', () => {
   });
 
   it('never credits more than the head itself: the booking behind it is still owed', () => {
-    // 500 x 0.05 + 125,000 x 1e-6 = 25.125 ms.
-    expect(queue(10_000).queueMs).toBeCloseTo(25.125, 9);
-    expect(queue(10_000).headDone).toBe(1);
+    // At its predicted end (50.5 + 110 = 160.5 ms): 500 x 0.05 + 125,000 x 1e-6 = 25.125 ms.
+    expect(queue(160.5).queueMs).toBeCloseTo(25.125, 9);
+    expect(queue(160.5).headDone).toBeCloseTo(1, 12);
+  });
+
+  it('an overdue head is taken to need as long again as it is late, at most itself', () => {
+    // 200 ms after its booking, no first token: 200 - 160.5 = 39.5 ms late, so 39.5 of its 110
+    // are owed again (credited 70.5): 135.125 - 70.5 = 64.625 ms.
+    expect(queue(200).queueMs).toBeCloseTo(64.625, 9);
+    expect(queue(200).headDone).toBeCloseTo(70.5 / 110, 12);
+    // Late by its own time or more (from 270.5 ms): nothing credited, the whole queue is owed.
+    expect(queue(270.5).queueMs).toBeCloseTo(135.125, 9);
+    expect(queue(10_000).queueMs).toBeCloseTo(135.125, 9);
+    expect(queue(10_000).headDone).toBe(0);
   });
 
   it('without a head, the booked prefill is owed in full (the blocks model ignores it)', () => {
@@ -98,8 +110,10 @@ describe('the queue as bookings see it', () => {
     // has run 30 of its 50 ms at 130.
     s.prefillComplete('q', 110);
     expect(s.decide(route(400, 4), 130).chosen!.queueMs).toBeCloseTo(20, 9);
-    // Past its predicted end, nothing is owed for it: only its decode steps are left to price.
-    expect(s.decide(route(400, 4), 500).chosen!.queueMs).toBe(0);
+    // r is due at 150; at 160 it is 10 ms late: 10 ms owed again (not 0).
+    expect(s.decide(route(400, 4), 160).chosen!.queueMs).toBeCloseTo(10, 9);
+    // 350 ms late, more than its own 50: owed in full, as before it started.
+    expect(s.decide(route(400, 4), 500).chosen!.queueMs).toBeCloseTo(50, 9);
   });
 
   it('keeps the un-prefilled bookings in booking order through first tokens, failures and frees', () => {
