@@ -84,6 +84,8 @@ class Simulation {
   private readonly routers: RouterNode[] = [];
   /** Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0). */
   private readonly encoders: WireEncoder[];
+  /** Each engine's step event (one object per engine, pushed once per pass). */
+  private readonly stepEvents: SimEvent[];
   private readonly records: FleetRecord[];
   private readonly inflight = new Map<string, InFlight>();
   /** Per router, the requests waiting for capacity, oldest first. */
@@ -119,6 +121,7 @@ class Simulation {
       backendId: '',
     };
     this.encoders = this.engines.map(() => vllmEncoder(wire, 'map'));
+    this.stepEvents = this.engines.map((_, engine) => ({ kind: 'step', engine }));
     this.records = new Array(n);
     this.waiting = this.routers.map(() => []);
     for (let i = 0; i < n; i++) {
@@ -294,7 +297,7 @@ class Simulation {
     // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
     if (!e.scheduled) {
       e.scheduled = true;
-      this.q.push(this.q.now, { kind: 'step', engine: f.engine });
+      this.q.push(this.q.now, this.stepEvents[f.engine]);
     }
   }
 
@@ -319,7 +322,7 @@ class Simulation {
       return;
     }
     this.publish(k, pass.events);
-    this.q.push(pass.endMs, { kind: 'step', engine: k });
+    this.q.push(pass.endMs, this.stepEvents[k]);
   }
 
   private onToken(t: TokenOutput): void {
