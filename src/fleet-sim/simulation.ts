@@ -14,6 +14,7 @@ import type { RouteFields } from '../router/route-input.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
+import { type PayloadChunk, PayloadArena } from './payload-arena.js';
 import { RouterNode } from './router-node.js';
 import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 
@@ -21,7 +22,7 @@ type SimEvent =
   | { kind: 'send'; i: number }
   | { kind: 'step'; engine: number }
   | { kind: 'enqueue'; i: number }
-  | { kind: 'kv'; engine: number; payload: Uint8Array | null; value: unknown }
+  | { kind: 'kv'; engine: number; payload: Uint8Array | null; chunk: PayloadChunk | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
   | { kind: 'scrape'; engine: number }
@@ -84,6 +85,8 @@ class Simulation {
   private readonly routers: RouterNode[] = [];
   /** Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0). */
   private readonly encoders: WireEncoder[];
+  /** KV-event payloads in flight, cut from recycled chunks (payload-arena.ts). */
+  private readonly payloads = new PayloadArena();
   /** Each engine's step event (one object per engine, pushed once per pass). */
   private readonly stepEvents: SimEvent[];
   private readonly records: FleetRecord[];
@@ -182,6 +185,7 @@ class Simulation {
           if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
           else r.ingests[ev.engine].applyValue(ev.value);
         }
+        this.payloads.release(ev.chunk);
         return;
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
@@ -361,10 +365,16 @@ class Simulation {
     const now = this.q.now;
     const values = this.encoders[k].render(evs, now);
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
-    const ev: SimEvent =
-      this.input.eventWire === 'bytes'
-        ? { kind: 'kv', engine: k, payload: encodeBatch(now / 1000, values, 0), value: null }
-        : { kind: 'kv', engine: k, payload: null, value: [now / 1000, values, 0] };
+    let ev: SimEvent;
+    if (this.input.eventWire === 'bytes') {
+      let chunk: PayloadChunk | null = null;
+      const payload = encodeBatch(now / 1000, values, 0, (n) => {
+        const a = this.payloads.alloc(n);
+        chunk = a.chunk;
+        return a.bytes;
+      });
+      ev = { kind: 'kv', engine: k, payload, chunk, value: null };
+    } else ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
     this.q.push(now + this.input.kvEventDelayMs, ev);
   }
 

@@ -37,12 +37,18 @@ const rankBytes = new Uint8Array(9);
  * writes Python floats, even when the value happens to be integral. One allocation per batch (the
  * payload): the encoder's shared buffer is copied out before its next use.
  */
-export function encodeBatch(tsSeconds: number, events: readonly unknown[], dpRank: number): Uint8Array {
+export function encodeBatch(
+  tsSeconds: number,
+  events: readonly unknown[],
+  dpRank: number,
+  /** Where the payload goes (bench fleet cuts payloads from recycled chunks); default a new buffer. */
+  alloc: (bytes: number) => Uint8Array = (n) => new Uint8Array(n),
+): Uint8Array {
   const rank = encoder.encodeSharedRef(dpRank);
   const rankLen = rank.length;
   rankBytes.set(rank);
   const body = encoder.encodeSharedRef(events);
-  const out = new Uint8Array(10 + body.length + rankLen);
+  const out = alloc(10 + body.length + rankLen);
   out[0] = 0x93;
   out[1] = 0xcb;
   tsView.setFloat64(0, tsSeconds, false);
