@@ -8,6 +8,7 @@ import { loadsFromSamples } from '../engine-load/load-view.js';
 import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
+import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
@@ -186,6 +187,8 @@ class Simulation {
           else r.ingests[ev.engine].applyValue(ev.value);
         }
         this.payloads.release(ev.chunk);
+        // Every replica applied the batch and kept nothing of its decoded lists (the index copies).
+        if (ev.payload) reuseDecodeSlab();
         return;
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
