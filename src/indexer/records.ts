@@ -311,10 +311,21 @@ export abstract class RecordTable extends HolderTable {
 
   protected resolveInGroup(group: number, engineHash: bigint): bigint | null {
     splitScratch[0] = engineHash;
-    this.routerKey(this.groups[group], splitView[0], splitView[1]);
-    const slot = this.table.find(keyOut[0], keyOut[1]);
+    const lo = splitView[0];
+    const hi = splitView[1];
+    const em = this.groups[group].engineMap;
+    if (em) {
+      const s = em.find(lo, hi);
+      if (s !== NONE) {
+        // A row points at a live record of its group (setEngineHash, unmapRecord): the group holds
+        // the block, with no walk of the block's holders (a shared prefix has a thousand).
+        const r = em.record(s);
+        return join(this.rec[r * R + R_LO], this.rec[r * R + R_HI]);
+      }
+    }
+    const slot = this.table.find(lo, hi);
     if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], group)) return null;
-    return join(keyOut[0], keyOut[1]);
+    return join(lo, hi);
   }
 
   // ---------------------------------------------------------------- record rows
