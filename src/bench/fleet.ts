@@ -239,7 +239,9 @@ const KNOBS = [
   'think-ms',
 ];
 const SUMMARY =
-  'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).';
+  'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).\n' +
+  'Starts itself again in a node with --max-semi-space-size=64 and the old space the engines need, unless\n' +
+  'node flags or NODE_OPTIONS name them (KVROUTER_FLEET_RELAUNCH=0: never; docs/fleet-sim.md, "Scale").';
 const QUICK_POLICIES = ['kv', 'round-robin'];
 
 /** Every flag, resolved and checked. */
