@@ -20,7 +20,7 @@ describe('engine-hash maps', () => {
     const m = new EngineMap(8);
     const keys: Array<[number, number]> = [];
     for (let i = 0; i < 3000; i++) keys.push([Math.imul(i, 0x9e3779b1), i & 15]);
-    keys.forEach(([lo, hi], i) => m.set(lo, hi, i));
+    for (const [i, [lo, hi]] of keys.entries()) m.set(lo, hi, i);
     expect(m.size).toBe(3000);
     for (let i = 0; i < 3000; i += 3) m.removeSlot(m.find(keys[i][0], keys[i][1]));
     keys.forEach(([lo, hi], i) => {
