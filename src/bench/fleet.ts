@@ -23,6 +23,7 @@ import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
 import { type Sizing, sizeFleet } from './cluster/sizing.js';
+import { relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
 import { routerYaml } from './procs/router.js';
@@ -238,7 +239,9 @@ const KNOBS = [
   'think-ms',
 ];
 const SUMMARY =
-  'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).';
+  'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).\n' +
+  'Starts itself again in a node with --max-semi-space-size=64 and the old space the engines need, unless\n' +
+  'node flags or NODE_OPTIONS name them (KVROUTER_FLEET_RELAUNCH=0: never; docs/fleet-sim.md, "Scale").';
 const QUICK_POLICIES = ['kv', 'round-robin'];
 
 /** Every flag, resolved and checked. */
@@ -520,6 +523,18 @@ function engineSizing(s: FleetSetup, orc: OracleStats): Sizing {
 }
 
 /**
+ * The heap the engines' caches need, from the flags alone (the relaunch's old space, before the
+ * workload is read); null when --gpu-blocks is not given (the caches are sized from the workload).
+ */
+function engineHeapBytes(v: ParsedOptions): number | null {
+  if (v['gpu-blocks'] === undefined) return null;
+  const engines = v.engines === OPTIONS.engines.default && v.quick === true ? 8 : Number(v.engines);
+  const blocks = Number(v['gpu-blocks']) * (1 + Number(v['cpu-ratio']));
+  const need = engines * blocks * ENGINE_HEAP_PER_BLOCK * 2.5;
+  return Number.isFinite(need) && need > 0 ? need : null;
+}
+
+/**
  * engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than
  * Node's default. A larger young generation (--max-semi-space-size=64, a startup flag) cut the
  * CPU of a 1,024-engine run by a fifth (docs/fleet-sim.md, "Scale").
@@ -703,6 +718,7 @@ async function runParsed(
         policies: walls,
         totalSeconds: (performance.now() - t0) / 1000,
         peakRssMiB: process.resourceUsage().maxRSS / 1024,
+        v8Flags: v8SizingFlags(),
       },
     };
     const dir = writeFleetReport(report, outDir ?? (typeof v.out === 'string' ? v.out : undefined));
@@ -725,6 +741,8 @@ async function runParsed(
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
+  const relaunched = await relaunchWithV8Flags(argv, engineHeapBytes(parsed.values));
+  if (relaunched !== null) return relaunched;
   const { report } = await runParsed(parsed.values, argv);
   return report.results.every((r) => r.requests.ok > 0) ? 0 : 1;
 }

@@ -8,12 +8,14 @@ import { loadsFromSamples } from '../engine-load/load-view.js';
 import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
+import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
+import { type PayloadChunk, PayloadArena } from './payload-arena.js';
 import { RouterNode } from './router-node.js';
 import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 
@@ -21,7 +23,7 @@ type SimEvent =
   | { kind: 'send'; i: number }
   | { kind: 'step'; engine: number }
   | { kind: 'enqueue'; i: number }
-  | { kind: 'kv'; engine: number; payload: Uint8Array | null; value: unknown }
+  | { kind: 'kv'; engine: number; payload: Uint8Array | null; chunk: PayloadChunk | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
   | { kind: 'scrape'; engine: number }
@@ -84,6 +86,10 @@ class Simulation {
   private readonly routers: RouterNode[] = [];
   /** Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0). */
   private readonly encoders: WireEncoder[];
+  /** KV-event payloads in flight, cut from recycled chunks (payload-arena.ts). */
+  private readonly payloads = new PayloadArena();
+  /** Each engine's step event (one object per engine, pushed once per pass). */
+  private readonly stepEvents: SimEvent[];
   private readonly records: FleetRecord[];
   private readonly inflight = new Map<string, InFlight>();
   /** Per router, the requests waiting for capacity, oldest first. */
@@ -119,6 +125,7 @@ class Simulation {
       backendId: '',
     };
     this.encoders = this.engines.map(() => vllmEncoder(wire, 'map'));
+    this.stepEvents = this.engines.map((_, engine) => ({ kind: 'step', engine }));
     this.records = new Array(n);
     this.waiting = this.routers.map(() => []);
     for (let i = 0; i < n; i++) {
@@ -179,6 +186,9 @@ class Simulation {
           if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
           else r.ingests[ev.engine].applyValue(ev.value);
         }
+        this.payloads.release(ev.chunk);
+        // Every replica applied the batch and kept nothing of its decoded lists (the index copies).
+        if (ev.payload) reuseDecodeSlab();
         return;
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
@@ -294,7 +304,7 @@ class Simulation {
     // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
     if (!e.scheduled) {
       e.scheduled = true;
-      this.q.push(this.q.now, { kind: 'step', engine: f.engine });
+      this.q.push(this.q.now, this.stepEvents[f.engine]);
     }
   }
 
@@ -319,7 +329,7 @@ class Simulation {
       return;
     }
     this.publish(k, pass.events);
-    this.q.push(pass.endMs, { kind: 'step', engine: k });
+    this.q.push(pass.endMs, this.stepEvents[k]);
   }
 
   private onToken(t: TokenOutput): void {
@@ -358,10 +368,16 @@ class Simulation {
     const now = this.q.now;
     const values = this.encoders[k].render(evs, now);
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
-    const ev: SimEvent =
-      this.input.eventWire === 'bytes'
-        ? { kind: 'kv', engine: k, payload: encodeBatch(now / 1000, values, 0), value: null }
-        : { kind: 'kv', engine: k, payload: null, value: [now / 1000, values, 0] };
+    let ev: SimEvent;
+    if (this.input.eventWire === 'bytes') {
+      let chunk: PayloadChunk | null = null;
+      const payload = encodeBatch(now / 1000, values, 0, (n) => {
+        const a = this.payloads.alloc(n);
+        chunk = a.chunk;
+        return a.bytes;
+      });
+      ev = { kind: 'kv', engine: k, payload, chunk, value: null };
+    } else ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
     this.q.push(now + this.input.kvEventDelayMs, ev);
   }
 

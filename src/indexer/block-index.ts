@@ -11,7 +11,8 @@
 //           bookings' inserts that claim it)
 //   holders (backend, dp rank, medium, owner) with a doubly linked list of their records, so a
 //           `cleared` event or an unregister purges in O(records of that holder)
-//   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> seq hash
+//   groups  (backend, dp rank): scope of engine-native hashes (dual key): engine hash -> the record
+//           that carries it (engine-map.ts; the record holds the seq hash)
 //   runs    chains a holder stored, block after block (one store, or stores that continue their
 //           parent): each record knows its run and position in it, each run its length, so a record
 //           tells how far its holder's chain goes past it. The query walk uses that as a prediction,

@@ -5,7 +5,7 @@
 import { WorkerMap } from '../common/worker-map.js';
 import { type Candidate, grow, type Holder, NONE, recordMix, specKey } from './layout.js';
 import { type Medium, TIER_BIT } from './tiers.js';
-import type { U64Table } from './u64-table.js';
+import type { EngineMap } from './engine-map.js';
 
 export interface HolderInfo {
   backend: string;
@@ -30,7 +30,7 @@ export abstract class HolderTable {
   protected hGroup = new Int32Array(16);
   /** The holder's record mix for an unexpiring record (what a confirmed record adds to a signature). */
   protected hMix0 = new Int32Array(16);
-  protected groups: Array<{ engineMap: U64Table | null }> = [];
+  protected groups: Array<{ engineMap: EngineMap | null }> = [];
   protected groupKeys = new Map<string, number>();
   protected cands: Candidate[] = [];
   /** Per candidate: the ids its speculative holders were given (ids are reused: check hSpec, hCand). */

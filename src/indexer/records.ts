@@ -10,6 +10,7 @@ import { HolderTable } from './holders.js';
 import { HotBlocks } from './hot-blocks.js';
 import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
 
+import { EngineMap } from './engine-map.js';
 import { U64Table } from './u64-table.js';
 
 // Row layouts. V8 folds a module's own unexported constants into the code, not imported or exported
@@ -34,10 +35,18 @@ const R_POS = 7;
 const T = 4;
 const T_SIG = 2;
 const T_HEAD = 3;
-// engine map row: [engLo, engHi, used, seqLo, seqHi] (no pad: these maps hold one row per dual-key block)
-const EM = 5;
+
 /** The seq-hash table's fill before it doubles. */
 const BLOCK_TABLE_LOAD = 0.7;
+
+/**
+ * Record rows grow by 1.5x, and by 1/8 past 2^16 rows (3 MB): a grown array is empty by the
+ * growth's share right after it grows, and the fleet's routers hold millions of records (48 bytes
+ * each). The copies this costs are linear: 8 rows copied per row added, in memcpy.
+ */
+export function nextRecordCapacity(rows: number): number {
+  return rows < 1 << 16 ? Math.ceil((rows * 3) / 2) : Math.ceil((rows * 9) / 8);
+}
 
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {
@@ -53,7 +62,6 @@ export const RECORD_LAYOUT = {
   T,
   T_SIG,
   T_HEAD,
-  EM,
 };
 
 export abstract class RecordTable extends HolderTable {
@@ -239,12 +247,13 @@ export abstract class RecordTable extends HolderTable {
   }
 
   /** The router hash (into keyOut) for an engine hash of a group: mapped, or the hash itself. */
-  protected routerKey(g: { engineMap: U64Table | null }, lo: number, hi: number): void {
+  protected routerKey(g: { engineMap: EngineMap | null }, lo: number, hi: number): void {
     if (g.engineMap) {
       const s = g.engineMap.find(lo, hi);
       if (s !== NONE) {
-        keyOut[0] = g.engineMap.data[s * EM + 3];
-        keyOut[1] = g.engineMap.data[s * EM + 4];
+        const r = g.engineMap.record(s);
+        keyOut[0] = this.rec[r * R + R_LO];
+        keyOut[1] = this.rec[r * R + R_HI];
         return;
       }
     }
@@ -252,12 +261,71 @@ export abstract class RecordTable extends HolderTable {
     keyOut[1] = hi;
   }
 
+  /**
+   * Confirmed record r (of the block at table `slot`) now carries engine hash (elo, ehi): the latest
+   * store's. Its group's engine map points that hash at r. A row points at a live record of its group
+   * that carries its hash, so it never outlives its record: a hash r carried before loses r
+   * (unmapRecord), and a freed record loses its row the same way.
+   */
+  protected setEngineHash(r: number, slot: number, group: number, elo: number, ehi: number): void {
+    if (this.recEng[2 * r] !== elo || this.recEng[2 * r + 1] !== ehi) {
+      this.unmapRecord(r, this.table.data[slot * T + T_HEAD], group);
+      this.recEng[2 * r] = elo;
+      this.recEng[2 * r + 1] = ehi;
+    }
+    if (elo === this.rec[r * R + R_LO] && ehi === this.rec[r * R + R_HI]) return;
+    const g = this.groups[group];
+    if (!g.engineMap) g.engineMap = new EngineMap();
+    g.engineMap.set(elo, ehi, r);
+  }
+
+  /**
+   * Record r (confirmed, of `group`) stops carrying its engine hash: the row that points at it moves to
+   * another record of the group on the block (list from `head`) that carries the same hash, or goes.
+   */
+  protected unmapRecord(r: number, head: number, group: number): void {
+    const em = this.groups[group].engineMap;
+    if (!em) return;
+    const rec = this.rec;
+    const eng = this.recEng;
+    const elo = eng[2 * r];
+    const ehi = eng[2 * r + 1];
+    if (elo === rec[r * R + R_LO] && ehi === rec[r * R + R_HI]) return;
+    const s = em.find(elo, ehi);
+    if (s === NONE || em.record(s) !== r) return;
+    for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) {
+      const hx = rec[x * R + R_HOLDER];
+      if (
+        x !== r &&
+        this.hGroup[hx] === group &&
+        this.hSpec[hx] === 0 &&
+        eng[2 * x] === elo &&
+        eng[2 * x + 1] === ehi
+      ) {
+        em.setRecord(s, x);
+        return;
+      }
+    }
+    em.removeSlot(s);
+  }
+
   protected resolveInGroup(group: number, engineHash: bigint): bigint | null {
     splitScratch[0] = engineHash;
-    this.routerKey(this.groups[group], splitView[0], splitView[1]);
-    const slot = this.table.find(keyOut[0], keyOut[1]);
+    const lo = splitView[0];
+    const hi = splitView[1];
+    const em = this.groups[group].engineMap;
+    if (em) {
+      const s = em.find(lo, hi);
+      if (s !== NONE) {
+        // A row points at a live record of its group (setEngineHash, unmapRecord): the group holds
+        // the block, with no walk of the block's holders (a shared prefix has a thousand).
+        const r = em.record(s);
+        return join(this.rec[r * R + R_LO], this.rec[r * R + R_HI]);
+      }
+    }
+    const slot = this.table.find(lo, hi);
     if (slot === NONE || !this.groupHolds(this.table.data[slot * T + T_HEAD], group)) return null;
-    return join(keyOut[0], keyOut[1]);
+    return join(lo, hi);
   }
 
   // ---------------------------------------------------------------- record rows
@@ -325,9 +393,7 @@ export abstract class RecordTable extends HolderTable {
     else {
       r = this.recTop++;
       if (r * R >= this.rec.length) {
-        // 1.5x, not 2x: a doubled table is half empty right after it grows (the fleet's routers
-        // hold millions of records).
-        const cap = Math.ceil((this.recTouch.length * 3) / 2);
+        const cap = nextRecordCapacity(this.recTouch.length);
         this.rec = grow(this.rec, cap * R);
         this.recTouch = grow(this.recTouch, cap);
         this.recClaims = this.recTouch;
@@ -418,17 +484,9 @@ export abstract class RecordTable extends HolderTable {
     this.leaveRun(r);
     h.count--;
     this.liveRecords--;
-    // Forget the engine hash once no medium of this group holds the block any more.
+    // The engine hash stays mapped while another record of this group carries it on the block.
     const emptied = tbl[headAt] === NONE;
-    const em = this.groups[h.group].engineMap;
-    if (em && !spec) {
-      const elo = this.recEng[2 * r];
-      const ehi = this.recEng[2 * r + 1];
-      if ((elo !== lo || ehi !== hi) && (emptied || !this.groupHolds(tbl[headAt], h.group))) {
-        const s = em.find(elo, ehi);
-        if (s !== NONE && em.data[s * EM + 3] === lo && em.data[s * EM + 4] === hi) em.removeSlot(s);
-      }
-    }
+    if (!spec) this.unmapRecord(r, tbl[headAt], h.group);
     if (this.crowd.size > 0) {
       if (emptied) this.crowd.drop(lo, hi);
       else {

@@ -4,11 +4,9 @@
 import { CROWDED_MIN_RECORDS } from './holder-sets.js';
 import { type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
 import { RecordTable } from './records.js';
-import { U64Table } from './u64-table.js';
 
 // Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
 const NONE = -1;
-const EM = 5;
 const R = 8;
 const R_LO = 0;
 const R_HI = 1;
@@ -19,7 +17,7 @@ const T = 4;
 const T_HEAD = 3;
 const T_SIG = 2;
 /** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
-export const WRITES_LAYOUT = { EM, R, R_LO, R_HI, R_HOLDER, R_NEXT_E, R_NEXT_H, T, T_HEAD, T_SIG };
+export const WRITES_LAYOUT = { R, R_LO, R_HI, R_HOLDER, R_NEXT_E, R_NEXT_H, T, T_HEAD, T_SIG };
 
 /** One speculative insert (a booking's), so that a failed attempt can take it back (`withdrawSpeculative`). */
 export interface SpeculativeInsert {
@@ -115,14 +113,7 @@ export abstract class IndexWrites extends RecordTable {
       // An engine frees a sequence's deepest blocks first into its LRU: the shallowest is the newest.
       if (!h.speculative) this.recTouch[r] = clock0 + n - i;
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
-      if (elo !== lo || ehi !== hi) {
-        const g = this.groups[h.group];
-        // Looked up only by removals, resolve() and this insert, never by the walk: filled to 0.8 before it doubles.
-        if (!g.engineMap) g.engineMap = new U64Table(EM, 64, 0.8);
-        const s = g.engineMap.insert(elo, ehi);
-        g.engineMap.data[s * EM + 3] = lo;
-        g.engineMap.data[s * EM + 4] = hi;
-      }
+      if (!h.speculative) this.setEngineHash(r, slot, h.group, elo, ehi);
     }
     h.clock = clock0 + n;
     this.runLen[run] = base + n;

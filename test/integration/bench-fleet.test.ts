@@ -107,9 +107,11 @@ describe('kvrouter bench fleet --quick', () => {
     expect(s.wall).toBeUndefined(); // wall-clock figures stay out of the summary
     expect(s.policies).toEqual(['kv', 'round-robin', 'random', 'gie']);
     const full = JSON.parse(readFileSync(json, 'utf8')) as Report & {
-      wall: { policies: Array<{ decisionUs: { all: Dist } }> };
+      wall: { policies: Array<{ decisionUs: { all: Dist } }>; v8Flags: string[] };
     };
     expect(full.wall.policies).toHaveLength(4);
+    // Started without V8 flags, the bench relaunched itself with the young generation it runs fastest with.
+    expect(full.wall.v8Flags).toEqual(['--max-semi-space-size=64']);
     expect(full.wall.policies[0].decisionUs.all.n).toBe(s.results[0].requests.sent);
     for (const r of s.results) {
       expect(r.requests.sent).toBeGreaterThan(0);

@@ -106,6 +106,42 @@ describe('BlockIndex writes', () => {
     expect(idx.resolve(g, 9002n)).toBeNull();
   });
 
+  it("an engine hash's row never outlives its record (re-stored under a new hash, freed, the record reused)", () => {
+    const idx = new BlockIndex();
+    const g = idx.holder('w', 0, 'GPU');
+    idx.store(g, H(1), H(11));
+    idx.store(g, H(1), H(12)); // the engine re-published block 1 under another hash: the latest store's is the block's
+    expect(idx.resolve(g, 12n)).toBe(1n);
+    expect(idx.resolve(g, 11n)).toBeNull();
+    expect(idx.remove(g, H(12))).toBe(1);
+    idx.store(g, H(2), H(21)); // takes the freed record
+    expect(idx.resolve(g, 11n)).toBeNull();
+    expect(idx.resolve(g, 12n)).toBeNull();
+    expect(idx.remove(g, H(11, 12))).toBe(0);
+    expect(overlap(idx, H(2))).toEqual({ 'w/0': [1, 1, 1] });
+    expect(idx.resolve(g, 21n)).toBe(2n);
+  });
+
+  it('holds a fleet-shaped dual-key index in <= 100 bytes per (block, holder)', () => {
+    // 256 engines x 4,400 blocks (the 1,024 x 10,000 fleet's per engine): a shared 64-block prefix,
+    // then chains of their own; every block under an engine hash that differs from the router's.
+    const idx = new BlockIndex();
+    const prefix = Array.from({ length: 64 }, (_, i) => BigInt(i + 1));
+    for (let e = 0; e < 256; e++) {
+      const h = idx.holder(`e${e}`, 0, 'GPU');
+      const own = Array.from({ length: 4400 - 64 }, (_, i) => BigInt(1e6 + e * 1e5 + i));
+      const seq = BigUint64Array.from([...prefix, ...own]);
+      idx.store(
+        h,
+        seq,
+        seq.map((x) => x ^ 0x5555_5555_5555n),
+      );
+    }
+    const s = idx.stats();
+    expect(s.records).toBe(256 * 4400);
+    expect(s.bytes / s.records).toBeLessThanOrEqual(100);
+  });
+
   it('clearing one medium forgets engine hashes only that medium held', () => {
     const idx = new BlockIndex();
     const g = idx.holder('w', 0, 'GPU');

@@ -49,7 +49,14 @@ export interface FleetReport extends FleetSummary {
   machine: Record<string, string | number>;
   date: string;
   /** Real-clock figures: preparation (workload, oracle) and each policy's simulation. */
-  wall: { prepareSeconds: number; policies: FleetWall[]; totalSeconds: number; peakRssMiB: number };
+  wall: {
+    prepareSeconds: number;
+    policies: FleetWall[];
+    totalSeconds: number;
+    peakRssMiB: number;
+    /** The V8 heap flags the run had (bench fleet relaunches itself with the ones it lacks: relaunch.ts). */
+    v8Flags: string[];
+  };
 }
 
 export const SUMMARY_FILE = 'summary.json';
@@ -110,7 +117,7 @@ function setupTable(d: FleetReport): Table {
       ['machine', JSON.stringify(d.machine)],
       [
         'wall time',
-        `${d.wall.totalSeconds.toFixed(1)} s (preparation ${d.wall.prepareSeconds.toFixed(1)} s), peak RSS ${d.wall.peakRssMiB.toFixed(0)} MiB`,
+        `${d.wall.totalSeconds.toFixed(1)} s (preparation ${d.wall.prepareSeconds.toFixed(1)} s), peak RSS ${d.wall.peakRssMiB.toFixed(0)} MiB, V8 flags ${d.wall.v8Flags.join(' ') || 'none'}`,
       ],
     ],
   };

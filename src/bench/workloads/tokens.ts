@@ -21,10 +21,15 @@ const TOKEN_SPAN = 99_000;
 
 /** `len` pseudo-random token ids determined by (seed, key). */
 export function tokenBlock(seed: number, key: number, len: number): Uint32Array {
-  const r = rng(mix(seed, key));
   const out = new Uint32Array(len);
-  for (let i = 0; i < len; i++) out[i] = TOKEN_LO + Math.floor(r() * TOKEN_SPAN);
+  fillTokens(out, 0, seed, key, len);
   return out;
+}
+
+/** The first `len` ids of tokenBlock(seed, key, ...), written into `out` at `at` (no array of their own). */
+export function fillTokens(out: Uint32Array, at: number, seed: number, key: number, len: number): void {
+  const r = rng(mix(seed, key));
+  for (let i = 0; i < len; i++) out[at + i] = TOKEN_LO + Math.floor(r() * TOKEN_SPAN);
 }
 
 /** Exponential inter-arrival gaps at `ratePerS`: Poisson arrival offsets in ms. */

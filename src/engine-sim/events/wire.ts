@@ -26,19 +26,35 @@ export interface WireEncoder {
 
 const encoder = new Encoder({ useBigInt64: true });
 
+/** The float64 `ts`, big-endian (scratch). */
+const tsView = new DataView(new ArrayBuffer(8));
+const tsBytes = new Uint8Array(tsView.buffer);
+/** The encoded dp rank (scratch: at most 9 bytes). */
+const rankBytes = new Uint8Array(9);
+
 /**
  * msgpack of `[ts, events, dp_rank]`. `ts` is always written as float64 (0xcb) the way msgspec
- * writes Python floats, even when the value happens to be integral.
+ * writes Python floats, even when the value happens to be integral. One allocation per batch (the
+ * payload): the encoder's shared buffer is copied out before its next use.
  */
-export function encodeBatch(tsSeconds: number, events: readonly unknown[], dpRank: number): Uint8Array {
-  const body = encoder.encode(events);
-  const rank = encoder.encode(dpRank);
-  const out = new Uint8Array(10 + body.length + rank.length);
+export function encodeBatch(
+  tsSeconds: number,
+  events: readonly unknown[],
+  dpRank: number,
+  /** Where the payload goes (bench fleet cuts payloads from recycled chunks); default a new buffer. */
+  alloc: (bytes: number) => Uint8Array = (n) => new Uint8Array(n),
+): Uint8Array {
+  const rank = encoder.encodeSharedRef(dpRank);
+  const rankLen = rank.length;
+  rankBytes.set(rank);
+  const body = encoder.encodeSharedRef(events);
+  const out = alloc(10 + body.length + rankLen);
   out[0] = 0x93;
   out[1] = 0xcb;
-  new DataView(out.buffer).setFloat64(2, tsSeconds, false);
+  tsView.setFloat64(0, tsSeconds, false);
+  out.set(tsBytes, 2);
   out.set(body, 10);
-  out.set(rank, 10 + body.length);
+  out.set(rankBytes.subarray(0, rankLen), 10 + body.length);
   return out;
 }
 

@@ -29,6 +29,17 @@ let slab = new ArrayBuffer(SLAB_BYTES);
 let slab32 = new Uint32Array(slab);
 let slabTop = 0; // in u32 words
 
+/**
+ * The caller holds no list decoded so far: the current slab is reused from its start, where it
+ * would otherwise be replaced by a new one once full. For a caller that applies each batch at once
+ * and keeps nothing of it (bench fleet: the index copies what it keeps), so that decoding allocates
+ * no ArrayBuffer per 64 KiB of lists (V8 starts a major GC for every 64 MiB of those). The server
+ * never calls it: a retained event pins its slab.
+ */
+export function reuseDecodeSlab(): void {
+  slabTop = 0;
+}
+
 /** Reserve `words` u32 words (8-byte aligned); returns the word offset into `slab32`. */
 function reserve(words: number): number {
   slabTop = (slabTop + 1) & ~1;
