@@ -27,6 +27,7 @@ type SimEvent =
   | { kind: 'sync'; from: number; bytes: Uint8Array }
   | { kind: 'wake'; i: number; epoch: number }
   | { kind: 'scrape'; engine: number }
+  | { kind: 'expire' }
   | { kind: 'deadline' };
 
 /** A request between its send and its end. */
@@ -47,6 +48,9 @@ interface InFlight {
 }
 
 const RUN_DEADLINE = 'timeout (run deadline)';
+/** The server sweeps expired speculative entries from its index every second (src/router/app.ts). */
+const EXPIRE_EVERY_MS = 1000;
+const EXPIRE: SimEvent = { kind: 'expire' };
 const reqId = (i: number) => `q${i}`;
 
 export function simulateFleet(input: FleetInput): FleetOutput {
@@ -139,9 +143,11 @@ class Simulation {
   run(): FleetOutput {
     this.scheduleSends();
     this.scheduleScrapes();
+    this.q.push(EXPIRE_EVERY_MS, EXPIRE);
     // Until nothing is left: after the last response, the KV events and sync messages in flight land.
     for (let item = this.q.pop(); item !== null; item = this.q.pop()) {
-      this.events++;
+      // (The index's expiry sweeps are the server's timer, not simulated traffic: not counted.)
+      if (item.ev !== EXPIRE) this.events++;
       this.dispatch(item.ev);
     }
     return this.output();
@@ -198,6 +204,11 @@ class Simulation {
         return this.wake(ev.i, ev.epoch);
       case 'scrape':
         return this.scrape(ev);
+      case 'expire':
+        // As the server's timer (src/router/app.ts): expired bookings leave each replica's index.
+        for (const r of this.routers) r.indexer.expire(this.q.now);
+        if (this.done < this.n) this.q.push(this.q.now + EXPIRE_EVERY_MS, EXPIRE);
+        return;
       case 'deadline':
         return this.deadline();
     }

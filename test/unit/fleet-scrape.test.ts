@@ -1,6 +1,7 @@
 // The fleet simulation's engine-metrics scrapes: policies that read the engines' gauges (gie,
 // llm-d, kv-scrape) see them as a scrape left them, taken every interval of virtual time through
-// the router's own reader, and never fresher; the run stays a function of its inputs.
+// the router's own reader, and never fresher; the run stays a function of its inputs. Its expiry
+// sweep drops the router's expired predictions, as the server's timer does.
 import { describe, expect, it } from 'vitest';
 import { routerPlan } from '../../src/bench/fleet.js';
 import { variant } from '../../src/bench/cluster/policies.js';
@@ -146,5 +147,16 @@ describe('fleet simulation: engine-metrics scrapes', () => {
     expect(a).not.toEqual(b);
     // Not a reshuffle by the random tie-break alone: the live run spreads over every engine.
     expect(new Set(a).size).toBe(ENGINES);
+  });
+});
+
+describe('fleet simulation: the index sweeps expired predictions as the server does', () => {
+  it("kv's speculative inserts leave the index once their TTL passes (the server's one-second expiry timer)", () => {
+    const { out } = run('kv', null);
+    expect(out.records.every((r) => r.status === 200)).toBe(true);
+    // The last booking is over 2 s (kv's speculative_ttl_ms) before the run ends: what the index still
+    // holds is what the engines reported, at most their 400 GPU blocks each (without the sweep: 1,375).
+    expect(out.routers[0].index.records).toBeLessThanOrEqual(ENGINES * 400);
+    expect(out.routers[0].index.records).toBeGreaterThan(ENGINES * 300);
   });
 });
