@@ -75,6 +75,11 @@ class WorkerLoad {
     this.id = booked.idOf(instance, dpRank, this.blocks);
   }
 
+  /** The oldest booking still before its first token (undefined: none queued). */
+  head(): Booking | undefined {
+    return this.queued.size > 0 ? this.queued.values().next().value : undefined;
+  }
+
   hold(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
     for (let i = 0; i < blocks.length; i++) {
@@ -189,7 +194,7 @@ export class ActiveSequences {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
     const w = this.worker(instance, dpRank);
     // What it queues behind: the un-prefilled work here, less the share of the head's prefill done.
-    const head = headDone > 0 && w.queued.size > 0 ? w.queued.values().next().value : undefined;
+    const head = headDone > 0 ? w.head() : undefined;
     const done = head ? Math.min(1, headDone) : 0;
     const b: Booking = {
       id,
@@ -263,8 +268,7 @@ export class ActiveSequences {
    * computing now, if the bookings ahead of it are done (undefined: none queued).
    */
   queueHead(instance: string, dpRank: number): Booking | undefined {
-    const w = this.workers.get(instance, dpRank);
-    return w && w.queued.size > 0 ? w.queued.values().next().value : undefined;
+    return this.workers.get(instance, dpRank)?.head();
   }
 
   get(id: string): Booking | undefined {
