@@ -21,7 +21,13 @@ afterAll(async () => {
   await nats?.stop();
 });
 
+/**
+ * The bucket, created with the client's default timeout (creating a JetStream stream on a loaded machine
+ * may take longer than a lease request), then the handle the lease uses: its requests time out within a
+ * third of the TTL, as the relay's do.
+ */
 async function bucket(name: string): Promise<KV> {
+  await nc.jetstream().views.kv(name, { ttl: TTL, history: 1 });
   return nc.jetstream({ timeout: 200 }).views.kv(name, { ttl: TTL, history: 1 });
 }
 
