@@ -100,13 +100,17 @@ export abstract class IndexWalk extends IndexWrites {
   protected qKeepFirst = false;
   protected qSeeds = 0;
   protected qSharedN = 0;
-  // predicted stops: per depth a list of nodes (rows of Q); those before qNodeFloor are from
-  // seeds a later seed replaced
+  // predicted stops of the current seed: per depth a list of nodes (rows of Q) and the XOR of their
+  // mixes; a depth whose stamp is not the seed's (qSeedId) has none (a later seed voids a seed's lists)
   protected qBucket = new Int32Array(256);
+  protected qBucketMix = new Int32Array(256);
   protected qBucketStamp = new Int32Array(256);
+  /** Seeds ever made (wrapping like query ids): the stamp of the current seed's depth lists. */
+  protected qSeedId = 0;
   protected qNodes = new Int32Array(256 * Q);
   protected qNodeN = 0;
-  protected qNodeFloor = 0;
+  /** A seed's records read from a block's list (rows of HB, see readRecords). */
+  protected qRows = new Int32Array(64 * HB);
   protected queryId = 0;
   /** Where prefetch loads go (see U64Table.touch). */
   protected sink = 0;
@@ -190,7 +194,6 @@ export abstract class IndexWalk extends IndexWrites {
       this.queryId = 1;
       this.qStamp.fill(0);
       this.qWant.fill(0);
-      this.qBucketStamp.fill(0);
       this.qhFirstQ.fill(0);
       this.qhSeedQ.fill(0);
     }
@@ -254,9 +257,10 @@ export abstract class IndexWalk extends IndexWrites {
       let m = this.qBucket.length;
       while (m <= n) m *= 2;
       this.qBucket = new Int32Array(m);
+      this.qBucketMix = new Int32Array(m);
       this.qBucketStamp = new Int32Array(m);
     }
-    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
+    const { table, qBucket, qBucketMix, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
     const tbl = table.data;
     // A table that fits in cache gains nothing from prefetching (it only hashes every block twice).
     const prefetch = table.byteLength > PREFETCH_MIN_BYTES;
@@ -267,6 +271,7 @@ export abstract class IndexWalk extends IndexWrites {
     this.settleAll(0);
     // Nodes grow while seeding: read them again after each seedBlock.
     let nodes = this.qNodes;
+    let seedId = this.qSeedId;
     let predicted = tbl[slot * T + T_SIG];
     let sharedAlive = this.qSharedN > 0;
     let shared = 0;
@@ -279,20 +284,15 @@ export abstract class IndexWalk extends IndexWrites {
       slot = table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) break;
       const sig = tbl[slot * T + T_SIG];
-      if (qBucketStamp[i] !== qid) {
+      if (qBucketStamp[i] !== seedId) {
         // Nobody due to stop and the holder set as predicted: every live level extends.
         if (sig === predicted) continue;
       } else {
-        // Holders due to stop here (a node of an earlier seed is void): without them, is the
-        // holder set the predicted one?
-        const floor = this.qNodeFloor;
-        let gone = 0;
-        for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) if (k >= floor) gone ^= nodes[k * Q];
-        predicted ^= gone;
+        // Holders due to stop here: without them, is the holder set the predicted one?
+        predicted ^= qBucketMix[i];
         if (sig === predicted) {
           // It is: they stop here, and so do the levels left without a holder.
           for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) {
-            if (k < floor) continue;
             const c = nodes[k * Q + 1];
             if (c === SHARED) this.qSharedN--;
             if (c < 0 || qDisk[c] !== EXT) continue;
@@ -319,6 +319,7 @@ export abstract class IndexWalk extends IndexWrites {
       // block's records and predict afresh from them.
       this.seedBlock(slot, i, n, now, qid, undefined, false);
       nodes = this.qNodes;
+      seedId = this.qSeedId;
       predicted = sig;
       this.settleAll(i);
       if (sharedAlive && this.qSharedN === 0) {
@@ -353,48 +354,60 @@ export abstract class IndexWalk extends IndexWrites {
     limit: ReadonlySet<string> | undefined,
     stamped: boolean,
   ): void {
-    const { rec, qCount, qAlive } = this;
+    const { qCount, qAlive, qTracked } = this;
     for (let k = 0; k < this.qAliveN; k++) {
       const o = 4 * qAlive[k];
       qCount[o] = 0;
       qCount[o + 1] = 0;
       qCount[o + 2] = 0;
     }
-    // Seeds from before this block no longer stand: their nodes are ignored.
-    this.qNodeFloor = this.qNodeN;
+    // Seeds from before this block no longer stand: a new stamp voids their depth lists, and their nodes are reused.
+    if (++this.qSeedId > QUERY_ID_LIMIT) {
+      this.qSeedId = 1;
+      this.qBucketStamp.fill(0);
+    }
+    const seedId = this.qSeedId;
     const seedK = this.qSeeds++;
     const keep = this.qKeepFirst;
     if (keep) {
       if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
       this.qSeedDepth[seedK] = i;
     }
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qStamp, qWant, qDev, qHost, qDisk, qBucket, qBucketStamp } =
-      this;
-    let nodes = this.qNodes;
-    let k = this.qNodeN;
-    let shared = 0;
-    // A hot block's records are read from their contiguous copy, in list order; others through the list.
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qStamp, qWant, qDev, qHost, qDisk } = this;
+    const { qBucket, qBucketMix, qBucketStamp } = this;
+    // The block's records as rows [record, holder, run, position], in list order: a hot block's
+    // contiguous copy, or the list read once into scratch (and kept as a copy when the block has many).
     const tbl = this.table.data;
     const lo = tbl[slot * T];
     const hi = tbl[slot * T + 1];
     const e = this.hot.find(lo, hi);
-    const rows = e < 0 ? null : this.hot.data(e);
-    const m = e < 0 ? 0 : this.hot.size(e);
-    let j = 0;
-    let r = rows ? rows[0] : tbl[slot * T + T_HEAD];
-    while (r !== NONE) {
-      let h: number;
-      let run: number;
-      let pos: number;
-      if (rows) {
-        h = rows[j * HB + 1];
-        run = rows[j * HB + 2];
-        pos = rows[j * HB + 3];
-      } else {
-        h = rec[r * R + R_HOLDER];
-        run = rec[r * R + R_RUN];
-        pos = rec[r * R + R_POS];
-      }
+    let rows: Int32Array;
+    let m: number;
+    if (e >= 0) {
+      rows = this.hot.data(e);
+      m = this.hot.size(e);
+    } else {
+      m = this.readRecords(tbl[slot * T + T_HEAD]);
+      rows = this.qRows;
+      if (m >= HOT_MIN_RECORDS) this.keepHot(lo, hi, rows, m);
+    }
+    let k = 0;
+    // Room for a node per record, made once (nodes grow while seeding: the walk reads them again).
+    if ((k + m) * Q > this.qNodes.length) {
+      let size = this.qNodes.length;
+      while ((k + m) * Q > size) size *= 2;
+      this.qNodes = grow(this.qNodes, size);
+    }
+    const nodes = this.qNodes;
+    let shared = 0;
+    let aliveN = this.qAliveN;
+    let trackedN = this.qTrackedN;
+    let live = this.qLive;
+    for (let j = 0; j < m; j++) {
+      const r = rows[j * HB];
+      const h = rows[j * HB + 1];
+      const run = rows[j * HB + 2];
+      const pos = rows[j * HB + 3];
       const spec = hSpec[h] === 1;
       const exp = spec ? recExp[r] : 0;
       const b = hBit[h];
@@ -416,9 +429,9 @@ export abstract class IndexWalk extends IndexWrites {
           qCount[4 * c] = 0;
           qCount[4 * c + 1] = 0;
           qCount[4 * c + 2] = 0;
-          qAlive[this.qAliveN++] = c;
-          this.qTracked[this.qTrackedN++] = c;
-          this.qLive++;
+          qAlive[aliveN++] = c;
+          qTracked[trackedN++] = c;
+          live++;
           who = c;
         }
         if (who >= 0) {
@@ -439,39 +452,47 @@ export abstract class IndexWalk extends IndexWrites {
         this.qhSeedEnd[h] = end;
       }
       if (end < n) {
-        if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
-        nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
+        const mix = spec ? recordMix(h, exp) : hMix0[h];
+        nodes[k * Q] = mix;
         nodes[k * Q + 1] = who;
         nodes[k * Q + 2] = b;
-        if (qBucketStamp[end] !== qid) {
-          qBucketStamp[end] = qid;
-          nodes[k * Q + 3] = NONE;
-        } else nodes[k * Q + 3] = qBucket[end];
+        // Without a branch (depths are in no order): an old stamp means an empty list, mask -1.
+        const d = qBucketStamp[end] ^ seedId;
+        const stale = (d | -d) >> 31;
+        nodes[k * Q + 3] = qBucket[end] | stale;
+        qBucketMix[end] = (qBucketMix[end] & ~stale) ^ mix;
+        qBucketStamp[end] = seedId;
         qBucket[end] = k++;
       }
-      j++;
-      if (rows) r = j < m ? rows[j * HB] : NONE;
-      else r = rec[r * R + R_NEXT_E];
     }
-    if (!rows && j >= HOT_MIN_RECORDS) this.copyHot(slot, j);
+    this.qAliveN = aliveN;
+    this.qTrackedN = trackedN;
+    this.qLive = live;
     this.qNodeN = k;
     this.qSharedN = shared;
   }
 
-  /** Copy the n records of the block at `slot` into a hot-block copy (see hot-blocks.ts). */
-  private copyHot(slot: number, n: number): void {
-    const { rec, hot } = this;
-    const tbl = this.table.data;
-    const e = hot.open(n);
-    const rows = hot.data(e);
+  /** The records of a block's list (from its head) as rows of HB in qRows, in list order; returns their count. */
+  private readRecords(head: number): number {
+    const rec = this.rec;
+    let rows = this.qRows;
     let j = 0;
-    for (let r = tbl[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E], j++) {
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E], j++) {
+      if ((j + 1) * HB > rows.length) this.qRows = rows = grow(rows, rows.length * 2);
       rows[j * HB] = r;
       rows[j * HB + 1] = rec[r * R + R_HOLDER];
       rows[j * HB + 2] = rec[r * R + R_RUN];
       rows[j * HB + 3] = rec[r * R + R_POS];
     }
-    hot.commit(e, tbl[slot * T], tbl[slot * T + 1], j);
+    return j;
+  }
+
+  /** Keep the m rows just read of block (lo, hi) as its hot-block copy (see hot-blocks.ts). */
+  private keepHot(lo: number, hi: number, rows: Int32Array, m: number): void {
+    const hot = this.hot;
+    const e = hot.open(m);
+    hot.data(e).set(rows.subarray(0, m * HB));
+    hot.commit(e, lo, hi, m);
   }
 
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
