@@ -34,6 +34,22 @@ const TOUCH_WINDOW = 64;
 const PREFETCH_MIN_BYTES = 1 << 20;
 /** A level still extending (its depth is fixed when it stops). */
 const EXT = -1;
+// Candidate scratch row: the query stamp, the overlapsFor stamp, the three levels (EXT while open),
+// and the live holders per level (any, device, device + host).
+const C = 8;
+const C_STAMP = 0;
+const C_WANT = 1;
+const C_DEV = 2;
+const C_HOST = 3;
+const C_DISK = 4;
+const C_ANY = 5;
+const C_GPU = 6;
+const C_HOSTS = 7;
+// Predicted-stop row per depth: the seed stamp, the first node of its list, the XOR of the list's mixes.
+const B = 4;
+const B_STAMP = 0;
+const B_HEAD = 1;
+const B_MIX = 2;
 
 export interface CandidateOverlap {
   instance: string;
@@ -71,14 +87,11 @@ export abstract class IndexWalk extends IndexWrites {
   private readonly listIds = new CandidateIds();
   private readonly candidateId = (instance: string, dpRank: number): number =>
     this.candIds.get(instance, dpRank) ?? NONE;
-  // query scratch, indexed by candidate id: stamps, levels, and the live holders per level
-  protected qStamp = new Int32Array(64);
-  protected qWant = new Int32Array(64);
-  protected qDev = new Int32Array(64);
-  protected qHost = new Int32Array(64);
-  protected qDisk = new Int32Array(64);
-  /** Per candidate, its live holders at the current block: [any level, device, device+host, -] (rows of 4). */
-  protected qCount = new Int32Array(64 * 4);
+  /**
+   * Query scratch, a row of C per candidate id (stamps, levels, live holders per level): a stop
+   * reads and writes one cache line of it, not one per field.
+   */
+  protected qc = new Int32Array(64 * C);
   /** Candidates still walking (those whose disk level has ended are skipped, and dropped on the next settle). */
   protected qAlive = new Int32Array(64);
   protected qTracked = new Int32Array(64);
@@ -100,11 +113,10 @@ export abstract class IndexWalk extends IndexWrites {
   protected qKeepFirst = false;
   protected qSeeds = 0;
   protected qSharedN = 0;
-  // predicted stops of the current seed: per depth a list of nodes (rows of Q) and the XOR of their
-  // mixes; a depth whose stamp is not the seed's (qSeedId) has none (a later seed voids a seed's lists)
-  protected qBucket = new Int32Array(256);
-  protected qBucketMix = new Int32Array(256);
-  protected qBucketStamp = new Int32Array(256);
+  // predicted stops of the current seed: per depth a row of B (its list of nodes, rows of Q, and the
+  // XOR of their mixes); a depth whose stamp is not the seed's (qSeedId) has none (a later seed voids a
+  // seed's lists)
+  protected qb = new Int32Array(256 * B);
   /** Seeds ever made (wrapping like query ids): the stamp of the current seed's depth lists. */
   protected qSeedId = 0;
   protected qNodes = new Int32Array(256 * Q);
@@ -141,19 +153,19 @@ export abstract class IndexWalk extends IndexWrites {
     const qid = this.nextQueryId();
     const k = candidates.length;
     const ids = this.candidateIds(candidates);
-    for (let j = 0; j < k; j++) if (ids[j] !== NONE) this.qWant[ids[j]] = qid;
+    const qc = this.qc;
+    for (let j = 0; j < k; j++) if (ids[j] !== NONE) qc[C * ids[j] + C_WANT] = qid;
     this.qKeepFirst = allocations !== undefined;
     const shared = this.walk(seq, now, qid, undefined, true);
     const device = new Int32Array(k);
     const host = new Int32Array(k);
     const disk = new Int32Array(k);
-    const { qStamp, qDev, qHost, qDisk } = this;
     for (let j = 0; j < k; j++) {
       const id = ids[j];
-      if (id === NONE || qStamp[id] !== qid) continue;
-      device[j] = qDev[id];
-      host[j] = qHost[id];
-      disk[j] = qDisk[id];
+      if (id === NONE || qc[C * id + C_STAMP] !== qid) continue;
+      device[j] = qc[C * id + C_DEV];
+      host[j] = qc[C * id + C_HOST];
+      disk[j] = qc[C * id + C_DISK];
     }
     let surviving = device;
     if (allocations) {
@@ -192,8 +204,7 @@ export abstract class IndexWalk extends IndexWrites {
     this.sizeScratch();
     if (++this.queryId > QUERY_ID_LIMIT) {
       this.queryId = 1;
-      this.qStamp.fill(0);
-      this.qWant.fill(0);
+      this.qc.fill(0);
       this.qhFirstQ.fill(0);
       this.qhSeedQ.fill(0);
     }
@@ -202,15 +213,10 @@ export abstract class IndexWalk extends IndexWrites {
 
   /** Scratch covers every candidate and holder id (writes make ids; the query sizes its own arrays). */
   private sizeScratch(): void {
-    if (this.qStamp.length < this.cands.length) {
-      let n = this.qStamp.length;
+    if (this.qAlive.length < this.cands.length) {
+      let n = this.qAlive.length;
       while (n < this.cands.length) n *= 2;
-      this.qStamp = grow(this.qStamp, n);
-      this.qWant = grow(this.qWant, n);
-      this.qDev = grow(this.qDev, n);
-      this.qHost = grow(this.qHost, n);
-      this.qDisk = grow(this.qDisk, n);
-      this.qCount = grow(this.qCount, n * 4);
+      this.qc = grow(this.qc, n * C);
       this.qAlive = grow(this.qAlive, n);
       this.qTracked = grow(this.qTracked, n);
     }
@@ -253,14 +259,12 @@ export abstract class IndexWalk extends IndexWrites {
     this.qSeeds = 0;
     this.qNodeN = 0;
     if (n === 0) return 0;
-    if (this.qBucket.length <= n) {
-      let m = this.qBucket.length;
+    if (this.qb.length <= n * B) {
+      let m = this.qb.length / B;
       while (m <= n) m *= 2;
-      this.qBucket = new Int32Array(m);
-      this.qBucketMix = new Int32Array(m);
-      this.qBucketStamp = new Int32Array(m);
+      this.qb = new Int32Array(m * B);
     }
-    const { table, qBucket, qBucketMix, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
+    const { table, qb, qc } = this;
     const tbl = table.data;
     // A table that fits in cache gains nothing from prefetching (it only hashes every block twice).
     const prefetch = table.byteLength > PREFETCH_MIN_BYTES;
@@ -284,28 +288,28 @@ export abstract class IndexWalk extends IndexWrites {
       slot = table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) break;
       const sig = tbl[slot * T + T_SIG];
-      if (qBucketStamp[i] !== seedId) {
+      if (qb[B * i + B_STAMP] !== seedId) {
         // Nobody due to stop and the holder set as predicted: every live level extends.
         if (sig === predicted) continue;
       } else {
         // Holders due to stop here: without them, is the holder set the predicted one?
-        predicted ^= qBucketMix[i];
+        predicted ^= qb[B * i + B_MIX];
         if (sig === predicted) {
           // It is: they stop here, and so do the levels left without a holder.
-          for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) {
+          for (let k = qb[B * i + B_HEAD]; k !== NONE; k = nodes[k * Q + 3]) {
             const c = nodes[k * Q + 1];
             if (c === SHARED) this.qSharedN--;
-            if (c < 0 || qDisk[c] !== EXT) continue;
+            if (c < 0 || qc[C * c + C_DISK] !== EXT) continue;
             const b = nodes[k * Q + 2];
-            if (--qCount[4 * c] === 0) {
-              if (qDev[c] === EXT) qDev[c] = i;
-              if (qHost[c] === EXT) qHost[c] = i;
-              qDisk[c] = i;
+            if (--qc[C * c + C_ANY] === 0) {
+              if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+              if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
+              qc[C * c + C_DISK] = i;
               this.qLive--;
               continue;
             }
-            if (b & GPU && --qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
-            if (b & GPU_CPU && --qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
+            if (b & GPU && --qc[C * c + C_GPU] === 0 && qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+            if (b & GPU_CPU && --qc[C * c + C_HOSTS] === 0 && qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
           }
           if (sharedAlive && this.qSharedN === 0) {
             shared = i;
@@ -332,10 +336,10 @@ export abstract class IndexWalk extends IndexWrites {
     const qAlive = this.qAlive;
     for (let k = 0; k < this.qAliveN; k++) {
       const c = qAlive[k];
-      if (qDisk[c] !== EXT) continue;
-      if (qDev[c] === EXT) qDev[c] = i;
-      if (qHost[c] === EXT) qHost[c] = i;
-      qDisk[c] = i;
+      if (qc[C * c + C_DISK] !== EXT) continue;
+      if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+      if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
+      qc[C * c + C_DISK] = i;
     }
     return sharedAlive ? i : shared;
   }
@@ -354,17 +358,17 @@ export abstract class IndexWalk extends IndexWrites {
     limit: ReadonlySet<string> | undefined,
     stamped: boolean,
   ): void {
-    const { qCount, qAlive, qTracked } = this;
+    const { qc, qAlive, qTracked } = this;
     for (let k = 0; k < this.qAliveN; k++) {
-      const o = 4 * qAlive[k];
-      qCount[o] = 0;
-      qCount[o + 1] = 0;
-      qCount[o + 2] = 0;
+      const o = C * qAlive[k];
+      qc[o + C_ANY] = 0;
+      qc[o + C_GPU] = 0;
+      qc[o + C_HOSTS] = 0;
     }
     // Seeds from before this block no longer stand: a new stamp voids their depth lists, and their nodes are reused.
     if (++this.qSeedId > QUERY_ID_LIMIT) {
       this.qSeedId = 1;
-      this.qBucketStamp.fill(0);
+      this.qb.fill(0);
     }
     const seedId = this.qSeedId;
     const seedK = this.qSeeds++;
@@ -373,8 +377,8 @@ export abstract class IndexWalk extends IndexWrites {
       if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
       this.qSeedDepth[seedK] = i;
     }
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qStamp, qWant, qDev, qHost, qDisk } = this;
-    const { qBucket, qBucketMix, qBucketStamp } = this;
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0 } = this;
+    const qb = this.qb;
     // The block's records as rows [record, holder, run, position], in list order: a hot block's
     // contiguous copy, or the list read once into scratch (and kept as a copy when the block has many).
     const tbl = this.table.data;
@@ -418,26 +422,29 @@ export abstract class IndexWalk extends IndexWrites {
         who = SHARED;
         shared++;
       } else if (!spec || exp > now) {
-        if (qStamp[c] === qid) {
-          if (qDisk[c] === EXT) who = c;
-        } else if (i === 0 && (stamped ? qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) {
+        if (qc[C * c + C_STAMP] === qid) {
+          if (qc[C * c + C_DISK] === EXT) who = c;
+        } else if (
+          i === 0 &&
+          (stamped ? qc[C * c + C_WANT] === qid : limit === undefined || limit.has(this.cands[c].instance))
+        ) {
           // First seen: tracked from here, its levels open.
-          qStamp[c] = qid;
-          qDev[c] = EXT;
-          qHost[c] = EXT;
-          qDisk[c] = EXT;
-          qCount[4 * c] = 0;
-          qCount[4 * c + 1] = 0;
-          qCount[4 * c + 2] = 0;
+          qc[C * c + C_STAMP] = qid;
+          qc[C * c + C_DEV] = EXT;
+          qc[C * c + C_HOST] = EXT;
+          qc[C * c + C_DISK] = EXT;
+          qc[C * c + C_ANY] = 0;
+          qc[C * c + C_GPU] = 0;
+          qc[C * c + C_HOSTS] = 0;
           qAlive[aliveN++] = c;
           qTracked[trackedN++] = c;
           live++;
           who = c;
         }
         if (who >= 0) {
-          qCount[4 * c]++;
-          if (b & GPU) qCount[4 * c + 1]++;
-          if (b & GPU_CPU) qCount[4 * c + 2]++;
+          qc[C * c + C_ANY]++;
+          if (b & GPU) qc[C * c + C_GPU]++;
+          if (b & GPU_CPU) qc[C * c + C_HOSTS]++;
         }
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
@@ -457,12 +464,13 @@ export abstract class IndexWalk extends IndexWrites {
         nodes[k * Q + 1] = who;
         nodes[k * Q + 2] = b;
         // Without a branch (depths are in no order): an old stamp means an empty list, mask -1.
-        const d = qBucketStamp[end] ^ seedId;
+        const o = B * end;
+        const d = qb[o + B_STAMP] ^ seedId;
         const stale = (d | -d) >> 31;
-        nodes[k * Q + 3] = qBucket[end] | stale;
-        qBucketMix[end] = (qBucketMix[end] & ~stale) ^ mix;
-        qBucketStamp[end] = seedId;
-        qBucket[end] = k++;
+        nodes[k * Q + 3] = qb[o + B_HEAD] | stale;
+        qb[o + B_MIX] = (qb[o + B_MIX] & ~stale) ^ mix;
+        qb[o + B_STAMP] = seedId;
+        qb[o + B_HEAD] = k++;
       }
     }
     this.qAliveN = aliveN;
@@ -497,19 +505,19 @@ export abstract class IndexWalk extends IndexWrites {
 
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
   protected settleAll(i: number): void {
-    const { qAlive, qDev, qHost, qDisk, qCount } = this;
+    const { qAlive, qc } = this;
     let kept = 0;
     for (let k = 0; k < this.qAliveN; k++) {
       const c = qAlive[k];
-      if (qDisk[c] !== EXT) continue;
-      if (qCount[4 * c] === 0) {
-        if (qDev[c] === EXT) qDev[c] = i;
-        if (qHost[c] === EXT) qHost[c] = i;
-        qDisk[c] = i;
+      if (qc[C * c + C_DISK] !== EXT) continue;
+      if (qc[C * c + C_ANY] === 0) {
+        if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+        if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
+        qc[C * c + C_DISK] = i;
         continue;
       }
-      if (qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
-      if (qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
+      if (qc[C * c + C_GPU] === 0 && qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+      if (qc[C * c + C_HOSTS] === 0 && qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
       qAlive[kept++] = c;
     }
     this.qAliveN = kept;
@@ -525,9 +533,9 @@ export abstract class IndexWalk extends IndexWrites {
       out.push({
         instance: cand.instance,
         dpRank: cand.dpRank,
-        device: this.qDev[c],
-        host: this.qHost[c],
-        disk: this.qDisk[c],
+        device: this.qc[C * c + C_DEV],
+        host: this.qc[C * c + C_HOST],
+        disk: this.qc[C * c + C_DISK],
       });
     }
     return out;
