@@ -124,6 +124,8 @@ export abstract class IndexWalk extends IndexWrites {
   /** A seed's records read from a block's list (rows of HB, see readRecords). */
   protected qRows = new Int32Array(64 * HB);
   protected queryId = 0;
+  /** Where the last walk ended: a level still open (EXT) after it reaches this depth. */
+  protected qEnd = 0;
   /** Where prefetch loads go (see U64Table.touch). */
   protected sink = 0;
 
@@ -157,15 +159,21 @@ export abstract class IndexWalk extends IndexWrites {
     for (let j = 0; j < k; j++) if (ids[j] !== NONE) qc[C * ids[j] + C_WANT] = qid;
     this.qKeepFirst = allocations !== undefined;
     const shared = this.walk(seq, now, qid, undefined, true);
-    const device = new Int32Array(k);
-    const host = new Int32Array(k);
-    const disk = new Int32Array(k);
+    // One buffer for the three columns (a typed array this size is a backing store allocation each).
+    const columns = new Int32Array(3 * k);
+    const device = columns.subarray(0, k);
+    const host = columns.subarray(k, 2 * k);
+    const disk = columns.subarray(2 * k);
+    const end = this.qEnd;
     for (let j = 0; j < k; j++) {
       const id = ids[j];
       if (id === NONE || qc[C * id + C_STAMP] !== qid) continue;
-      device[j] = qc[C * id + C_DEV];
-      host[j] = qc[C * id + C_HOST];
-      disk[j] = qc[C * id + C_DISK];
+      const dv = qc[C * id + C_DEV];
+      const hs = qc[C * id + C_HOST];
+      const dk = qc[C * id + C_DISK];
+      device[j] = dv === EXT ? end : dv;
+      host[j] = hs === EXT ? end : hs;
+      disk[j] = dk === EXT ? end : dk;
     }
     let surviving = device;
     if (allocations) {
@@ -332,15 +340,8 @@ export abstract class IndexWalk extends IndexWrites {
       }
       if (this.qLive === 0 && !sharedAlive) return shared;
     }
-    // Every level still open reaches the last block walked.
-    const qAlive = this.qAlive;
-    for (let k = 0; k < this.qAliveN; k++) {
-      const c = qAlive[k];
-      if (qc[C * c + C_DISK] !== EXT) continue;
-      if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
-      if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
-      qc[C * c + C_DISK] = i;
-    }
+    // Every level still open reaches the last block walked (read as such: no pass over the candidates).
+    this.qEnd = i;
     return sharedAlive ? i : shared;
   }
 
@@ -527,15 +528,19 @@ export abstract class IndexWalk extends IndexWrites {
   // Kept out of query(): V8 deopts a hot loop whose exit path has no type feedback yet.
   protected collect(): CandidateOverlap[] {
     const out: CandidateOverlap[] = [];
+    const { qc, qEnd } = this;
     for (let k = 0; k < this.qTrackedN; k++) {
       const c = this.qTracked[k];
       const cand = this.cands[c];
+      const device = qc[C * c + C_DEV];
+      const host = qc[C * c + C_HOST];
+      const disk = qc[C * c + C_DISK];
       out.push({
         instance: cand.instance,
         dpRank: cand.dpRank,
-        device: this.qc[C * c + C_DEV],
-        host: this.qc[C * c + C_HOST],
-        disk: this.qc[C * c + C_DISK],
+        device: device === EXT ? qEnd : device,
+        host: host === EXT ? qEnd : host,
+        disk: disk === EXT ? qEnd : disk,
       });
     }
     return out;
