@@ -124,6 +124,9 @@ export abstract class IndexWalk extends IndexWrites {
   /** A seed's records read from a block's list (rows of HB, see readRecords). */
   protected qRows = new Int32Array(64 * HB);
   protected queryId = 0;
+  /** The ids overlapsFor() marked wanted last (C_WANT), and the mark (the query id it was made in). */
+  private wantIds: Int32Array | null = null;
+  private wantId = 0;
   /** Where the last walk ended: a level still open (EXT) after it reaches this depth. */
   protected qEnd = 0;
   /** Where prefetch loads go (see U64Table.touch). */
@@ -156,7 +159,12 @@ export abstract class IndexWalk extends IndexWrites {
     const k = candidates.length;
     const ids = this.candidateIds(candidates);
     const qc = this.qc;
-    for (let j = 0; j < k; j++) if (ids[j] !== NONE) qc[C * ids[j] + C_WANT] = qid;
+    // The list's wanted marks stand while its ids do (the same array): marked again for another list.
+    if (ids !== this.wantIds) {
+      this.wantIds = ids;
+      this.wantId = qid;
+      for (let j = 0; j < k; j++) if (ids[j] !== NONE) qc[C * ids[j] + C_WANT] = qid;
+    }
     this.qKeepFirst = allocations !== undefined;
     const shared = this.walk(seq, now, qid, undefined, true);
     // One buffer for the three columns (a typed array this size is a backing store allocation each).
@@ -213,6 +221,7 @@ export abstract class IndexWalk extends IndexWrites {
     if (++this.queryId > QUERY_ID_LIMIT) {
       this.queryId = 1;
       this.qc.fill(0);
+      this.wantIds = null;
       this.qhFirstQ.fill(0);
       this.qhSeedQ.fill(0);
     }
@@ -257,7 +266,7 @@ export abstract class IndexWalk extends IndexWrites {
     now: number,
     qid: number,
     limit: ReadonlySet<string> | undefined,
-    stamped: boolean,
+    wanted: boolean,
   ): number {
     const sv = hashView(seq);
     const n = seq.length;
@@ -279,8 +288,8 @@ export abstract class IndexWalk extends IndexWrites {
     if (prefetch) this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
     let slot = table.find(sv[0], sv[1]);
     if (slot === NONE) return 0;
-    this.seedBlock(slot, 0, n, now, qid, limit, stamped);
-    this.settleAll(0);
+    // (Nothing to settle after block 0's seed: every candidate it tracks has a holder there.)
+    this.seedBlock(slot, 0, n, now, qid, limit, wanted);
     // Nodes grow while seeding: read them again after each seedBlock.
     let nodes = this.qNodes;
     let seedId = this.qSeedId;
@@ -357,7 +366,7 @@ export abstract class IndexWalk extends IndexWrites {
     now: number,
     qid: number,
     limit: ReadonlySet<string> | undefined,
-    stamped: boolean,
+    wanted: boolean,
   ): void {
     const { qc, qAlive, qTracked } = this;
     for (let k = 0; k < this.qAliveN; k++) {
@@ -372,6 +381,7 @@ export abstract class IndexWalk extends IndexWrites {
       this.qb.fill(0);
     }
     const seedId = this.qSeedId;
+    const wantId = this.wantId;
     const seedK = this.qSeeds++;
     const keep = this.qKeepFirst;
     if (keep) {
@@ -427,12 +437,12 @@ export abstract class IndexWalk extends IndexWrites {
           if (qc[C * c + C_DISK] === EXT) who = c;
         } else if (
           i === 0 &&
-          (stamped ? qc[C * c + C_WANT] === qid : limit === undefined || limit.has(this.cands[c].instance))
+          (wanted ? qc[C * c + C_WANT] === wantId : limit === undefined || limit.has(this.cands[c].instance))
         ) {
-          // First seen: tracked from here, its levels open.
+          // First seen (block 0): tracked from here; a level is open once a holder counts for it.
           qc[C * c + C_STAMP] = qid;
-          qc[C * c + C_DEV] = EXT;
-          qc[C * c + C_HOST] = EXT;
+          qc[C * c + C_DEV] = 0;
+          qc[C * c + C_HOST] = 0;
           qc[C * c + C_DISK] = EXT;
           qc[C * c + C_ANY] = 0;
           qc[C * c + C_GPU] = 0;
@@ -444,8 +454,15 @@ export abstract class IndexWalk extends IndexWrites {
         }
         if (who >= 0) {
           qc[C * c + C_ANY]++;
-          if (b & GPU) qc[C * c + C_GPU]++;
-          if (b & GPU_CPU) qc[C * c + C_HOSTS]++;
+          // At block 0 a level opens with its first holder, so the seed leaves nothing to settle there.
+          if (b & GPU) {
+            qc[C * c + C_GPU]++;
+            if (i === 0) qc[C * c + C_DEV] = EXT;
+          }
+          if (b & GPU_CPU) {
+            qc[C * c + C_HOSTS]++;
+            if (i === 0) qc[C * c + C_HOST] = EXT;
+          }
         }
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
