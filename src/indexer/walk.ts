@@ -95,6 +95,8 @@ export abstract class IndexWalk extends IndexWrites {
   /** Candidates still walking (those whose disk level has ended are skipped, and dropped on the next settle). */
   protected qAlive = new Int32Array(64);
   protected qTracked = new Int32Array(64);
+  /** Until the first settle after block 0 the live candidates are the tracked ones: qAlive is not written twice. */
+  protected qAliveInTracked = false;
   protected qAliveN = 0;
   protected qLive = 0;
   protected qTrackedN = 0;
@@ -272,6 +274,7 @@ export abstract class IndexWalk extends IndexWrites {
     const n = seq.length;
     this.qTrackedN = 0;
     this.qAliveN = 0;
+    this.qAliveInTracked = false;
     this.qLive = 0;
     this.qSeeds = 0;
     this.qNodeN = 0;
@@ -368,9 +371,10 @@ export abstract class IndexWalk extends IndexWrites {
     limit: ReadonlySet<string> | undefined,
     wanted: boolean,
   ): void {
-    const { qc, qAlive, qTracked } = this;
+    const { qc, qTracked } = this;
+    const alive = this.qAliveInTracked ? qTracked : this.qAlive;
     for (let k = 0; k < this.qAliveN; k++) {
-      const o = C * qAlive[k];
+      const o = C * alive[k];
       qc[o + C_ANY] = 0;
       qc[o + C_GPU] = 0;
       qc[o + C_HOSTS] = 0;
@@ -447,8 +451,8 @@ export abstract class IndexWalk extends IndexWrites {
           qc[C * c + C_ANY] = 0;
           qc[C * c + C_GPU] = 0;
           qc[C * c + C_HOSTS] = 0;
-          qAlive[aliveN++] = c;
           qTracked[trackedN++] = c;
+          aliveN++;
           live++;
           who = c;
         }
@@ -493,6 +497,7 @@ export abstract class IndexWalk extends IndexWrites {
     }
     this.qAliveN = aliveN;
     this.qTrackedN = trackedN;
+    if (i === 0) this.qAliveInTracked = true;
     this.qLive = live;
     this.qNodeN = k;
     this.qSharedN = shared;
@@ -524,9 +529,11 @@ export abstract class IndexWalk extends IndexWrites {
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
   protected settleAll(i: number): void {
     const { qAlive, qc } = this;
+    const alive = this.qAliveInTracked ? this.qTracked : qAlive;
+    this.qAliveInTracked = false;
     let kept = 0;
     for (let k = 0; k < this.qAliveN; k++) {
-      const c = qAlive[k];
+      const c = alive[k];
       if (qc[C * c + C_DISK] !== EXT) continue;
       if (qc[C * c + C_ANY] === 0) {
         if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
