@@ -25,8 +25,9 @@ export const WALK_LAYOUT = { R, R_HOLDER, R_NEXT_E, R_POS, R_RUN, T, T_HEAD, T_S
 const QUERY_ID_LIMIT = 0x3fffffff;
 /** A predicted stop of a shared-pool holder (other nodes name a tracked candidate, or NONE). */
 const SHARED = -2;
-// predicted-stop node: [record mix, who (candidate, SHARED or NONE), tier bit, next in its depth's list]
-const Q = 4;
+// predicted-stop node: [who (candidate, SHARED or NONE), tier bit, next in its depth's list] (the
+// record mixes are summed per depth, in the depth's row)
+const Q = 3;
 const GPU = TIER_BIT.GPU;
 const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
 const TOUCH_WINDOW = 64;
@@ -316,11 +317,11 @@ export abstract class IndexWalk extends IndexWrites {
         predicted ^= qb[B * i + B_MIX];
         if (sig === predicted) {
           // It is: they stop here, and so do the levels left without a holder.
-          for (let k = qb[B * i + B_HEAD]; k !== NONE; k = nodes[k * Q + 3]) {
-            const c = nodes[k * Q + 1];
+          for (let k = qb[B * i + B_HEAD]; k !== NONE; k = nodes[k * Q + 2]) {
+            const c = nodes[k * Q];
             if (c === SHARED) this.qSharedN--;
             if (c < 0 || qc[C * c + C_DISK] !== EXT) continue;
-            const b = nodes[k * Q + 2];
+            const b = nodes[k * Q + 1];
             if (--qc[C * c + C_ANY] === 0) {
               if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
               if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
@@ -482,14 +483,13 @@ export abstract class IndexWalk extends IndexWrites {
       }
       if (end < n) {
         const mix = spec ? recordMix(h, exp) : hMix0[h];
-        nodes[k * Q] = mix;
-        nodes[k * Q + 1] = who;
-        nodes[k * Q + 2] = b;
+        nodes[k * Q] = who;
+        nodes[k * Q + 1] = b;
         // Without a branch (depths are in no order): an old stamp means an empty list, mask -1.
         const o = B * end;
         const d = qb[o + B_STAMP] ^ seedId;
         const stale = (d | -d) >> 31;
-        nodes[k * Q + 3] = qb[o + B_HEAD] | stale;
+        nodes[k * Q + 2] = qb[o + B_HEAD] | stale;
         qb[o + B_MIX] = (qb[o + B_MIX] & ~stale) ^ mix;
         qb[o + B_STAMP] = seedId;
         qb[o + B_HEAD] = k++;
