@@ -261,6 +261,22 @@ export function seqHashes(tokens: usize, blocks: usize, blockSize: usize, localS
   const bf2 = (rd64(s + 40) ^ rd64(s + 48)) - chainSeed;
   keyBlock64(localSeed);
   const k0 = K0, k1 = K1, k2 = K2, k3 = K3, k4 = K4, k5 = K5, k6 = K6, k7 = K7;
+  if (stride == 64 && blocks > 0) {
+    // The common case as its own loop: no per-block test of the block size or of a parent.
+    let i: usize = 0;
+    if (!chained) {
+      prev = block64(tokens, k0, k1, k2, k3, k4, k5, k6, k7);
+      store<u64>(out, prev);
+      i = 1;
+    }
+    for (; i < blocks; i++) {
+      const lo = prev ^ bf1;
+      const hi = block64(tokens + i * 64, k0, k1, k2, k3, k4, k5, k6, k7) ^ bf2;
+      prev = avalanche(16 + bswap64(lo) + hi + mul128fold64(lo, hi));
+      store<u64>(out + 8 * i, prev);
+    }
+    return;
+  }
   for (let i: usize = 0; i < blocks; i++) {
     const p = tokens + i * stride;
     const local = stride == 64 ? block64(p, k0, k1, k2, k3, k4, k5, k6, k7) : xxh3(p, stride, localSeed);
