@@ -50,7 +50,12 @@ export interface WasmXxh3 {
 export function loadWasmXxh3(): WasmXxh3 | null {
   const path = builtFile(import.meta.url, 'xxh3.wasm');
   if (!path) return null;
-  const instance = new WebAssembly.Instance(new WebAssembly.Module(readFileSync(path)), {});
+  let instance: { exports: object };
+  try {
+    instance = new WebAssembly.Instance(new WebAssembly.Module(readFileSync(path)), {});
+  } catch {
+    return null; // a runtime without WebAssembly SIMD (the module uses it): the library hashes instead
+  }
   const ex = instance.exports as unknown as Exports;
   const base = Number(ex.BASE.value);
   if (base % 8 !== 0) return null; // the views below need an aligned base

@@ -25,8 +25,9 @@ export const WALK_LAYOUT = { R, R_HOLDER, R_NEXT_E, R_POS, R_RUN, T, T_HEAD, T_S
 const QUERY_ID_LIMIT = 0x3fffffff;
 /** A predicted stop of a shared-pool holder (other nodes name a tracked candidate, or NONE). */
 const SHARED = -2;
-// predicted-stop node: [record mix, who (candidate, SHARED or NONE), tier bit, next in its depth's list]
-const Q = 4;
+// predicted-stop node: [who (candidate, SHARED or NONE), tier bit, next in its depth's list] (the
+// record mixes are summed per depth, in the depth's row)
+const Q = 3;
 const GPU = TIER_BIT.GPU;
 const GPU_CPU = TIER_BIT.GPU | TIER_BIT.CPU;
 const TOUCH_WINDOW = 64;
@@ -34,6 +35,22 @@ const TOUCH_WINDOW = 64;
 const PREFETCH_MIN_BYTES = 1 << 20;
 /** A level still extending (its depth is fixed when it stops). */
 const EXT = -1;
+// Candidate scratch row: the query stamp, the overlapsFor stamp, the three levels (EXT while open),
+// and the live holders per level (any, device, device + host).
+const C = 8;
+const C_STAMP = 0;
+const C_WANT = 1;
+const C_DEV = 2;
+const C_HOST = 3;
+const C_DISK = 4;
+const C_ANY = 5;
+const C_GPU = 6;
+const C_HOSTS = 7;
+// Predicted-stop row per depth: the seed stamp, the first node of its list, the XOR of the list's mixes.
+const B = 4;
+const B_STAMP = 0;
+const B_HEAD = 1;
+const B_MIX = 2;
 
 export interface CandidateOverlap {
   instance: string;
@@ -71,17 +88,16 @@ export abstract class IndexWalk extends IndexWrites {
   private readonly listIds = new CandidateIds();
   private readonly candidateId = (instance: string, dpRank: number): number =>
     this.candIds.get(instance, dpRank) ?? NONE;
-  // query scratch, indexed by candidate id: stamps, levels, and the live holders per level
-  protected qStamp = new Int32Array(64);
-  protected qWant = new Int32Array(64);
-  protected qDev = new Int32Array(64);
-  protected qHost = new Int32Array(64);
-  protected qDisk = new Int32Array(64);
-  /** Per candidate, its live holders at the current block: [any level, device, device+host, -] (rows of 4). */
-  protected qCount = new Int32Array(64 * 4);
+  /**
+   * Query scratch, a row of C per candidate id (stamps, levels, live holders per level): a stop
+   * reads and writes one cache line of it, not one per field.
+   */
+  protected qc = new Int32Array(64 * C);
   /** Candidates still walking (those whose disk level has ended are skipped, and dropped on the next settle). */
   protected qAlive = new Int32Array(64);
   protected qTracked = new Int32Array(64);
+  /** Until the first settle after block 0 the live candidates are the tracked ones: qAlive is not written twice. */
+  protected qAliveInTracked = false;
   protected qAliveN = 0;
   protected qLive = 0;
   protected qTrackedN = 0;
@@ -100,14 +116,22 @@ export abstract class IndexWalk extends IndexWrites {
   protected qKeepFirst = false;
   protected qSeeds = 0;
   protected qSharedN = 0;
-  // predicted stops: per depth a list of nodes (rows of Q); those before qNodeFloor are from
-  // seeds a later seed replaced
-  protected qBucket = new Int32Array(256);
-  protected qBucketStamp = new Int32Array(256);
+  // predicted stops of the current seed: per depth a row of B (its list of nodes, rows of Q, and the
+  // XOR of their mixes); a depth whose stamp is not the seed's (qSeedId) has none (a later seed voids a
+  // seed's lists)
+  protected qb = new Int32Array(256 * B);
+  /** Seeds ever made (wrapping like query ids): the stamp of the current seed's depth lists. */
+  protected qSeedId = 0;
   protected qNodes = new Int32Array(256 * Q);
   protected qNodeN = 0;
-  protected qNodeFloor = 0;
+  /** A seed's records read from a block's list (rows of HB, see readRecords). */
+  protected qRows = new Int32Array(64 * HB);
   protected queryId = 0;
+  /** The ids overlapsFor() marked wanted last (C_WANT), and the mark (the query id it was made in). */
+  private wantIds: Int32Array | null = null;
+  private wantId = 0;
+  /** Where the last walk ended: a level still open (EXT) after it reaches this depth. */
+  protected qEnd = 0;
   /** Where prefetch loads go (see U64Table.touch). */
   protected sink = 0;
 
@@ -137,19 +161,30 @@ export abstract class IndexWalk extends IndexWrites {
     const qid = this.nextQueryId();
     const k = candidates.length;
     const ids = this.candidateIds(candidates);
-    for (let j = 0; j < k; j++) if (ids[j] !== NONE) this.qWant[ids[j]] = qid;
+    const qc = this.qc;
+    // The list's wanted marks stand while its ids do (the same array): marked again for another list.
+    if (ids !== this.wantIds) {
+      this.wantIds = ids;
+      this.wantId = qid;
+      for (let j = 0; j < k; j++) if (ids[j] !== NONE) qc[C * ids[j] + C_WANT] = qid;
+    }
     this.qKeepFirst = allocations !== undefined;
     const shared = this.walk(seq, now, qid, undefined, true);
-    const device = new Int32Array(k);
-    const host = new Int32Array(k);
-    const disk = new Int32Array(k);
-    const { qStamp, qDev, qHost, qDisk } = this;
+    // One buffer for the three columns (a typed array this size is a backing store allocation each).
+    const columns = new Int32Array(3 * k);
+    const device = columns.subarray(0, k);
+    const host = columns.subarray(k, 2 * k);
+    const disk = columns.subarray(2 * k);
+    const end = this.qEnd;
     for (let j = 0; j < k; j++) {
       const id = ids[j];
-      if (id === NONE || qStamp[id] !== qid) continue;
-      device[j] = qDev[id];
-      host[j] = qHost[id];
-      disk[j] = qDisk[id];
+      if (id === NONE || qc[C * id + C_STAMP] !== qid) continue;
+      const dv = qc[C * id + C_DEV];
+      const hs = qc[C * id + C_HOST];
+      const dk = qc[C * id + C_DISK];
+      device[j] = dv === EXT ? end : dv;
+      host[j] = hs === EXT ? end : hs;
+      disk[j] = dk === EXT ? end : dk;
     }
     let surviving = device;
     if (allocations) {
@@ -188,9 +223,8 @@ export abstract class IndexWalk extends IndexWrites {
     this.sizeScratch();
     if (++this.queryId > QUERY_ID_LIMIT) {
       this.queryId = 1;
-      this.qStamp.fill(0);
-      this.qWant.fill(0);
-      this.qBucketStamp.fill(0);
+      this.qc.fill(0);
+      this.wantIds = null;
       this.qhFirstQ.fill(0);
       this.qhSeedQ.fill(0);
     }
@@ -199,15 +233,10 @@ export abstract class IndexWalk extends IndexWrites {
 
   /** Scratch covers every candidate and holder id (writes make ids; the query sizes its own arrays). */
   private sizeScratch(): void {
-    if (this.qStamp.length < this.cands.length) {
-      let n = this.qStamp.length;
+    if (this.qAlive.length < this.cands.length) {
+      let n = this.qAlive.length;
       while (n < this.cands.length) n *= 2;
-      this.qStamp = grow(this.qStamp, n);
-      this.qWant = grow(this.qWant, n);
-      this.qDev = grow(this.qDev, n);
-      this.qHost = grow(this.qHost, n);
-      this.qDisk = grow(this.qDisk, n);
-      this.qCount = grow(this.qCount, n * 4);
+      this.qc = grow(this.qc, n * C);
       this.qAlive = grow(this.qAlive, n);
       this.qTracked = grow(this.qTracked, n);
     }
@@ -240,33 +269,34 @@ export abstract class IndexWalk extends IndexWrites {
     now: number,
     qid: number,
     limit: ReadonlySet<string> | undefined,
-    stamped: boolean,
+    wanted: boolean,
   ): number {
     const sv = hashView(seq);
     const n = seq.length;
     this.qTrackedN = 0;
     this.qAliveN = 0;
+    this.qAliveInTracked = false;
     this.qLive = 0;
     this.qSeeds = 0;
     this.qNodeN = 0;
     if (n === 0) return 0;
-    if (this.qBucket.length <= n) {
-      let m = this.qBucket.length;
+    if (this.qb.length <= n * B) {
+      let m = this.qb.length / B;
       while (m <= n) m *= 2;
-      this.qBucket = new Int32Array(m);
-      this.qBucketStamp = new Int32Array(m);
+      this.qb = new Int32Array(m * B);
     }
-    const { table, qBucket, qBucketStamp, qDev, qHost, qDisk, qCount } = this;
+    const { table, qb, qc } = this;
     const tbl = table.data;
     // A table that fits in cache gains nothing from prefetching (it only hashes every block twice).
     const prefetch = table.byteLength > PREFETCH_MIN_BYTES;
     if (prefetch) this.sink ^= table.touch(sv, 0, Math.min(n, TOUCH_WINDOW));
     let slot = table.find(sv[0], sv[1]);
     if (slot === NONE) return 0;
-    this.seedBlock(slot, 0, n, now, qid, limit, stamped);
-    this.settleAll(0);
+    // (Nothing to settle after block 0's seed: every candidate it tracks has a holder there.)
+    this.seedBlock(slot, 0, n, now, qid, limit, wanted);
     // Nodes grow while seeding: read them again after each seedBlock.
     let nodes = this.qNodes;
+    let seedId = this.qSeedId;
     let predicted = tbl[slot * T + T_SIG];
     let sharedAlive = this.qSharedN > 0;
     let shared = 0;
@@ -279,33 +309,28 @@ export abstract class IndexWalk extends IndexWrites {
       slot = table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) break;
       const sig = tbl[slot * T + T_SIG];
-      if (qBucketStamp[i] !== qid) {
+      if (qb[B * i + B_STAMP] !== seedId) {
         // Nobody due to stop and the holder set as predicted: every live level extends.
         if (sig === predicted) continue;
       } else {
-        // Holders due to stop here (a node of an earlier seed is void): without them, is the
-        // holder set the predicted one?
-        const floor = this.qNodeFloor;
-        let gone = 0;
-        for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) if (k >= floor) gone ^= nodes[k * Q];
-        predicted ^= gone;
+        // Holders due to stop here: without them, is the holder set the predicted one?
+        predicted ^= qb[B * i + B_MIX];
         if (sig === predicted) {
           // It is: they stop here, and so do the levels left without a holder.
-          for (let k = qBucket[i]; k !== NONE; k = nodes[k * Q + 3]) {
-            if (k < floor) continue;
-            const c = nodes[k * Q + 1];
+          for (let k = qb[B * i + B_HEAD]; k !== NONE; k = nodes[k * Q + 2]) {
+            const c = nodes[k * Q];
             if (c === SHARED) this.qSharedN--;
-            if (c < 0 || qDisk[c] !== EXT) continue;
-            const b = nodes[k * Q + 2];
-            if (--qCount[4 * c] === 0) {
-              if (qDev[c] === EXT) qDev[c] = i;
-              if (qHost[c] === EXT) qHost[c] = i;
-              qDisk[c] = i;
+            if (c < 0 || qc[C * c + C_DISK] !== EXT) continue;
+            const b = nodes[k * Q + 1];
+            if (--qc[C * c + C_ANY] === 0) {
+              if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+              if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
+              qc[C * c + C_DISK] = i;
               this.qLive--;
               continue;
             }
-            if (b & GPU && --qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
-            if (b & GPU_CPU && --qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
+            if (b & GPU && --qc[C * c + C_GPU] === 0 && qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+            if (b & GPU_CPU && --qc[C * c + C_HOSTS] === 0 && qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
           }
           if (sharedAlive && this.qSharedN === 0) {
             shared = i;
@@ -319,6 +344,7 @@ export abstract class IndexWalk extends IndexWrites {
       // block's records and predict afresh from them.
       this.seedBlock(slot, i, n, now, qid, undefined, false);
       nodes = this.qNodes;
+      seedId = this.qSeedId;
       predicted = sig;
       this.settleAll(i);
       if (sharedAlive && this.qSharedN === 0) {
@@ -327,15 +353,8 @@ export abstract class IndexWalk extends IndexWrites {
       }
       if (this.qLive === 0 && !sharedAlive) return shared;
     }
-    // Every level still open reaches the last block walked.
-    const qAlive = this.qAlive;
-    for (let k = 0; k < this.qAliveN; k++) {
-      const c = qAlive[k];
-      if (qDisk[c] !== EXT) continue;
-      if (qDev[c] === EXT) qDev[c] = i;
-      if (qHost[c] === EXT) qHost[c] = i;
-      qDisk[c] = i;
-    }
+    // Every level still open reaches the last block walked (read as such: no pass over the candidates).
+    this.qEnd = i;
     return sharedAlive ? i : shared;
   }
 
@@ -351,50 +370,64 @@ export abstract class IndexWalk extends IndexWrites {
     now: number,
     qid: number,
     limit: ReadonlySet<string> | undefined,
-    stamped: boolean,
+    wanted: boolean,
   ): void {
-    const { rec, qCount, qAlive } = this;
+    const { qc, qTracked } = this;
+    const alive = this.qAliveInTracked ? qTracked : this.qAlive;
     for (let k = 0; k < this.qAliveN; k++) {
-      const o = 4 * qAlive[k];
-      qCount[o] = 0;
-      qCount[o + 1] = 0;
-      qCount[o + 2] = 0;
+      const o = C * alive[k];
+      qc[o + C_ANY] = 0;
+      qc[o + C_GPU] = 0;
+      qc[o + C_HOSTS] = 0;
     }
-    // Seeds from before this block no longer stand: their nodes are ignored.
-    this.qNodeFloor = this.qNodeN;
+    // Seeds from before this block no longer stand: a new stamp voids their depth lists, and their nodes are reused.
+    if (++this.qSeedId > QUERY_ID_LIMIT) {
+      this.qSeedId = 1;
+      this.qb.fill(0);
+    }
+    const seedId = this.qSeedId;
+    const wantId = this.wantId;
     const seedK = this.qSeeds++;
     const keep = this.qKeepFirst;
     if (keep) {
       if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
       this.qSeedDepth[seedK] = i;
     }
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qStamp, qWant, qDev, qHost, qDisk, qBucket, qBucketStamp } =
-      this;
-    let nodes = this.qNodes;
-    let k = this.qNodeN;
-    let shared = 0;
-    // A hot block's records are read from their contiguous copy, in list order; others through the list.
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0 } = this;
+    const qb = this.qb;
+    // The block's records as rows [record, holder, run, position], in list order: a hot block's
+    // contiguous copy, or the list read once into scratch (and kept as a copy when the block has many).
     const tbl = this.table.data;
     const lo = tbl[slot * T];
     const hi = tbl[slot * T + 1];
     const e = this.hot.find(lo, hi);
-    const rows = e < 0 ? null : this.hot.data(e);
-    const m = e < 0 ? 0 : this.hot.size(e);
-    let j = 0;
-    let r = rows ? rows[0] : tbl[slot * T + T_HEAD];
-    while (r !== NONE) {
-      let h: number;
-      let run: number;
-      let pos: number;
-      if (rows) {
-        h = rows[j * HB + 1];
-        run = rows[j * HB + 2];
-        pos = rows[j * HB + 3];
-      } else {
-        h = rec[r * R + R_HOLDER];
-        run = rec[r * R + R_RUN];
-        pos = rec[r * R + R_POS];
-      }
+    let rows: Int32Array;
+    let m: number;
+    if (e >= 0) {
+      rows = this.hot.data(e);
+      m = this.hot.size(e);
+    } else {
+      m = this.readRecords(tbl[slot * T + T_HEAD]);
+      rows = this.qRows;
+      if (m >= HOT_MIN_RECORDS) this.keepHot(lo, hi, rows, m);
+    }
+    let k = 0;
+    // Room for a node per record, made once (nodes grow while seeding: the walk reads them again).
+    if ((k + m) * Q > this.qNodes.length) {
+      let size = this.qNodes.length;
+      while ((k + m) * Q > size) size *= 2;
+      this.qNodes = grow(this.qNodes, size);
+    }
+    const nodes = this.qNodes;
+    let shared = 0;
+    let aliveN = this.qAliveN;
+    let trackedN = this.qTrackedN;
+    let live = this.qLive;
+    for (let j = 0; j < m; j++) {
+      const r = rows[j * HB];
+      const h = rows[j * HB + 1];
+      const run = rows[j * HB + 2];
+      const pos = rows[j * HB + 3];
       const spec = hSpec[h] === 1;
       const exp = spec ? recExp[r] : 0;
       const b = hBit[h];
@@ -405,26 +438,36 @@ export abstract class IndexWalk extends IndexWrites {
         who = SHARED;
         shared++;
       } else if (!spec || exp > now) {
-        if (qStamp[c] === qid) {
-          if (qDisk[c] === EXT) who = c;
-        } else if (i === 0 && (stamped ? qWant[c] === qid : limit === undefined || limit.has(this.cands[c].instance))) {
-          // First seen: tracked from here, its levels open.
-          qStamp[c] = qid;
-          qDev[c] = EXT;
-          qHost[c] = EXT;
-          qDisk[c] = EXT;
-          qCount[4 * c] = 0;
-          qCount[4 * c + 1] = 0;
-          qCount[4 * c + 2] = 0;
-          qAlive[this.qAliveN++] = c;
-          this.qTracked[this.qTrackedN++] = c;
-          this.qLive++;
+        if (qc[C * c + C_STAMP] === qid) {
+          if (qc[C * c + C_DISK] === EXT) who = c;
+        } else if (
+          i === 0 &&
+          (wanted ? qc[C * c + C_WANT] === wantId : limit === undefined || limit.has(this.cands[c].instance))
+        ) {
+          // First seen (block 0): tracked from here; a level is open once a holder counts for it.
+          qc[C * c + C_STAMP] = qid;
+          qc[C * c + C_DEV] = 0;
+          qc[C * c + C_HOST] = 0;
+          qc[C * c + C_DISK] = EXT;
+          qc[C * c + C_ANY] = 0;
+          qc[C * c + C_GPU] = 0;
+          qc[C * c + C_HOSTS] = 0;
+          qTracked[trackedN++] = c;
+          aliveN++;
+          live++;
           who = c;
         }
         if (who >= 0) {
-          qCount[4 * c]++;
-          if (b & GPU) qCount[4 * c + 1]++;
-          if (b & GPU_CPU) qCount[4 * c + 2]++;
+          qc[C * c + C_ANY]++;
+          // At block 0 a level opens with its first holder, so the seed leaves nothing to settle there.
+          if (b & GPU) {
+            qc[C * c + C_GPU]++;
+            if (i === 0) qc[C * c + C_DEV] = EXT;
+          }
+          if (b & GPU_CPU) {
+            qc[C * c + C_HOSTS]++;
+            if (i === 0) qc[C * c + C_HOST] = EXT;
+          }
         }
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
@@ -439,56 +482,67 @@ export abstract class IndexWalk extends IndexWrites {
         this.qhSeedEnd[h] = end;
       }
       if (end < n) {
-        if ((k + 1) * Q > nodes.length) this.qNodes = nodes = grow(nodes, nodes.length * 2);
-        nodes[k * Q] = spec ? recordMix(h, exp) : hMix0[h];
-        nodes[k * Q + 1] = who;
-        nodes[k * Q + 2] = b;
-        if (qBucketStamp[end] !== qid) {
-          qBucketStamp[end] = qid;
-          nodes[k * Q + 3] = NONE;
-        } else nodes[k * Q + 3] = qBucket[end];
-        qBucket[end] = k++;
+        const mix = spec ? recordMix(h, exp) : hMix0[h];
+        nodes[k * Q] = who;
+        nodes[k * Q + 1] = b;
+        // Without a branch (depths are in no order): an old stamp means an empty list, mask -1.
+        const o = B * end;
+        const d = qb[o + B_STAMP] ^ seedId;
+        const stale = (d | -d) >> 31;
+        nodes[k * Q + 2] = qb[o + B_HEAD] | stale;
+        qb[o + B_MIX] = (qb[o + B_MIX] & ~stale) ^ mix;
+        qb[o + B_STAMP] = seedId;
+        qb[o + B_HEAD] = k++;
       }
-      j++;
-      if (rows) r = j < m ? rows[j * HB] : NONE;
-      else r = rec[r * R + R_NEXT_E];
     }
-    if (!rows && j >= HOT_MIN_RECORDS) this.copyHot(slot, j);
+    this.qAliveN = aliveN;
+    this.qTrackedN = trackedN;
+    if (i === 0) this.qAliveInTracked = true;
+    this.qLive = live;
     this.qNodeN = k;
     this.qSharedN = shared;
   }
 
-  /** Copy the n records of the block at `slot` into a hot-block copy (see hot-blocks.ts). */
-  private copyHot(slot: number, n: number): void {
-    const { rec, hot } = this;
-    const tbl = this.table.data;
-    const e = hot.open(n);
-    const rows = hot.data(e);
+  /** The records of a block's list (from its head) as rows of HB in qRows, in list order; returns their count. */
+  private readRecords(head: number): number {
+    const rec = this.rec;
+    let rows = this.qRows;
     let j = 0;
-    for (let r = tbl[slot * T + T_HEAD]; r !== NONE; r = rec[r * R + R_NEXT_E], j++) {
+    for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E], j++) {
+      if ((j + 1) * HB > rows.length) this.qRows = rows = grow(rows, rows.length * 2);
       rows[j * HB] = r;
       rows[j * HB + 1] = rec[r * R + R_HOLDER];
       rows[j * HB + 2] = rec[r * R + R_RUN];
       rows[j * HB + 3] = rec[r * R + R_POS];
     }
-    hot.commit(e, tbl[slot * T], tbl[slot * T + 1], j);
+    return j;
+  }
+
+  /** Keep the m rows just read of block (lo, hi) as its hot-block copy (see hot-blocks.ts). */
+  private keepHot(lo: number, hi: number, rows: Int32Array, m: number): void {
+    const hot = this.hot;
+    const e = hot.open(m);
+    hot.data(e).set(rows.subarray(0, m * HB));
+    hot.commit(e, lo, hi, m);
   }
 
   /** After a seed: end the levels without a live holder at block i; drop candidates with none (and compact the list). */
   protected settleAll(i: number): void {
-    const { qAlive, qDev, qHost, qDisk, qCount } = this;
+    const { qAlive, qc } = this;
+    const alive = this.qAliveInTracked ? this.qTracked : qAlive;
+    this.qAliveInTracked = false;
     let kept = 0;
     for (let k = 0; k < this.qAliveN; k++) {
-      const c = qAlive[k];
-      if (qDisk[c] !== EXT) continue;
-      if (qCount[4 * c] === 0) {
-        if (qDev[c] === EXT) qDev[c] = i;
-        if (qHost[c] === EXT) qHost[c] = i;
-        qDisk[c] = i;
+      const c = alive[k];
+      if (qc[C * c + C_DISK] !== EXT) continue;
+      if (qc[C * c + C_ANY] === 0) {
+        if (qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+        if (qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
+        qc[C * c + C_DISK] = i;
         continue;
       }
-      if (qCount[4 * c + 1] === 0 && qDev[c] === EXT) qDev[c] = i;
-      if (qCount[4 * c + 2] === 0 && qHost[c] === EXT) qHost[c] = i;
+      if (qc[C * c + C_GPU] === 0 && qc[C * c + C_DEV] === EXT) qc[C * c + C_DEV] = i;
+      if (qc[C * c + C_HOSTS] === 0 && qc[C * c + C_HOST] === EXT) qc[C * c + C_HOST] = i;
       qAlive[kept++] = c;
     }
     this.qAliveN = kept;
@@ -498,15 +552,19 @@ export abstract class IndexWalk extends IndexWrites {
   // Kept out of query(): V8 deopts a hot loop whose exit path has no type feedback yet.
   protected collect(): CandidateOverlap[] {
     const out: CandidateOverlap[] = [];
+    const { qc, qEnd } = this;
     for (let k = 0; k < this.qTrackedN; k++) {
       const c = this.qTracked[k];
       const cand = this.cands[c];
+      const device = qc[C * c + C_DEV];
+      const host = qc[C * c + C_HOST];
+      const disk = qc[C * c + C_DISK];
       out.push({
         instance: cand.instance,
         dpRank: cand.dpRank,
-        device: this.qDev[c],
-        host: this.qHost[c],
-        disk: this.qDisk[c],
+        device: device === EXT ? qEnd : device,
+        host: host === EXT ? qEnd : host,
+        disk: disk === EXT ? qEnd : disk,
       });
     }
     return out;

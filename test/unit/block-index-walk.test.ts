@@ -423,6 +423,55 @@ describe('the predicted walk answers exactly as the block-by-block walk (issue 4
     );
   });
 
+  it('overlapsFor answers for the list given: one list reused as the index, its ids and the list change, others between', () => {
+    // The walk marks a list's candidates once and keeps the marks while the list resolves to the same
+    // ids: a list changed in place, a candidate that gets an id, another list or a query between must
+    // each be answered for what they are.
+    const rnd = mulberry32(4040);
+    const int = (n: number) => Math.floor(rnd() * n);
+    const prompt = Array.from({ length: 60 }, (_, i) => (BigInt(i) << 32n) + 99n);
+    const names = Array.from({ length: 24 }, (_, f) => `i${f}`);
+    const idx = new BlockIndex(64);
+    const store = (f: number) =>
+      idx.store(
+        idx.holder(names[f], int(2), rnd() < 0.8 ? 'GPU' : 'CPU'),
+        BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length))),
+      );
+    for (let f = 0; f < 8; f++) store(f);
+    const list = names.map((instance) => ({ instance, dpRank: int(2) }));
+    const other = names.slice(0, 10).map((instance) => ({ instance, dpRank: int(2) }));
+    const answer = (o: { device: Int32Array; host: Int32Array; disk: Int32Array; shared: number }, n: number) => ({
+      shared: o.shared,
+      lists: Array.from({ length: n }, (_, j) => [o.device[j], o.host[j], o.disk[j]]),
+    });
+    const oracle = (seq: BigUint64Array, cands: Array<{ instance: string; dpRank: number }>) => {
+      const ref = oracleQuery(idx, seq, 0, new Set(cands.map((c) => c.instance)));
+      const per = (c: { instance: string; dpRank: number }) =>
+        ref.candidates.find((x) => x.instance === c.instance && x.dpRank === c.dpRank);
+      return {
+        shared: ref.sharedBlocks,
+        lists: cands.map((c) => [per(c)?.device ?? 0, per(c)?.host ?? 0, per(c)?.disk ?? 0]),
+      };
+    };
+    let held = 0;
+    for (let round = 0; round < 300; round++) {
+      const op = rnd();
+      if (op < 0.25)
+        store(int(names.length)); // a new holder, perhaps a new candidate id
+      else if (op < 0.4)
+        list[int(list.length)] = { instance: names[int(names.length)], dpRank: int(2) }; // in place
+      else if (op < 0.55) {
+        const seq = BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length)));
+        expect(answer(idx.overlapsFor(seq, 0, other), other.length)).toEqual(oracle(seq, other));
+      } else if (op < 0.65) idx.query(BigUint64Array.from(prompt), 0, new Set(names.slice(12)));
+      const seq = BigUint64Array.from(prompt.slice(0, 1 + int(prompt.length)));
+      const got = answer(idx.overlapsFor(seq, 0, list), list.length);
+      expect(got).toEqual(oracle(seq, list));
+      held += got.lists.filter((l) => l[2] > 0).length;
+    }
+    expect(held).toBeGreaterThan(1000);
+  });
+
   it('reads only block 0 when holders stored their chains whole or in pieces naming their parents', () => {
     // The work, not the time: how many blocks had their records read (the walk's seeds).
     const seeds = (idx: BlockIndex) => (idx as unknown as { qSeeds: number }).qSeeds;

@@ -137,6 +137,15 @@ describe('WASM XXH3 agrees with @node-rs/xxhash', () => {
         expect([...wasm.blocks(tokens.subarray(bs), bs, space.localSeed, space.chainSeed, seq[0])]).toEqual(
           seq.slice(1),
         );
+      // Short prompts (the 64-byte block loop's first block and its end), alone and continued.
+      for (const n of [1, 2, 3].filter((k) => k + 1 < seq.length)) {
+        expect([...wasm.blocks(tokens.subarray(0, n * bs), bs, space.localSeed, space.chainSeed, null)]).toEqual(
+          seq.slice(0, n),
+        );
+        expect([
+          ...wasm.blocks(tokens.subarray(bs, (n + 1) * bs), bs, space.localSeed, space.chainSeed, seq[0]),
+        ]).toEqual(seq.slice(1, n + 1));
+      }
     }
   });
 });
