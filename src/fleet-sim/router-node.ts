@@ -19,6 +19,7 @@ import { TieredIndexer } from '../indexer/namespaces.js';
 import { KvIndexWriter, registerInIndex } from '../indexer/writer.js';
 import { desiredRegistrations, modelSeeds } from '../router/registrations.js';
 import { routeFields, type RouteFields, speculativeTtl } from '../router/route-input.js';
+import type { HoldView } from '../scheduler/hold.js';
 import { type Candidate, type Decision, Scheduler } from '../scheduler/scheduler.js';
 import type { RouterPlan, RouterTally } from './types.js';
 
@@ -129,9 +130,13 @@ export class RouterNode {
     return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
   }
 
-  decide(f: RouteFields, now: number): Decision {
+  /** `hold`: what waits ahead of the request in the capacity queue (it may wait for a busy holder). */
+  decide(f: RouteFields, now: number, hold: HoldView): Decision {
     this.tally.decisions++;
-    return this.scheduler.decide({ ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, ...f.route }, now);
+    return this.scheduler.decide(
+      { ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, hold, ...f.route },
+      now,
+    );
   }
 
   book(d: Decision, ns: NamespaceId, bookingId: string, ttlMs: number, now: number): void {

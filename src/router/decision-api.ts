@@ -15,6 +15,7 @@ import { OpenAIError, refuseRouterOwned } from '../api/openai.js';
 import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
+import type { HoldView } from '../scheduler/hold.js';
 import type { CompletionDeps } from './completions.js';
 import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from './completions.js';
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
@@ -149,6 +150,8 @@ export function decideMainLeg(
   p: PreparedRoute,
   deps: Pick<CompletionDeps, 'cfg' | 'engineLoads' | 'now' | 'scheduler'>,
   keep?: (i: InstanceRuntime) => boolean,
+  /** The capacity queue ahead of the request (a caller that can wait for a busy holder). */
+  hold?: HoldView,
 ): MainLeg {
   const fields = routeFields(p, deps.cfg, deps);
   const t = deps.now();
@@ -156,7 +159,12 @@ export function decideMainLeg(
   const side = legs?.decodeSide ?? p.instances;
   const pool = keep ? side.filter(keep) : side;
   const d = deps.scheduler.decide(
-    { ns: fields.ns, candidates: candidatesOf(pool, t), ...(legs ? decodeLegRoute(fields.route) : fields.route) },
+    {
+      ns: fields.ns,
+      candidates: candidatesOf(pool, t),
+      hold: hold ?? null,
+      ...(legs ? decodeLegRoute(fields.route) : fields.route),
+    },
     t,
   );
   return { d, fields, legs, pool, t };
