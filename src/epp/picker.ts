@@ -7,7 +7,7 @@ import { completionKindOf, OpenAIError } from '../api/openai.js';
 import type { Denial, Principal } from '../auth/access.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { type CapacityTry, decideWithinCapacity } from '../proxy/capacity.js';
-import { type HoldView, waitOn } from '../scheduler/hold.js';
+import { waitOn } from '../scheduler/hold.js';
 import { explanationHeaders, type InstanceRuntime } from '../proxy/forward.js';
 import { engineBody, type PreparedRoute, prepareRoute, speculativeTtl } from '../router/completions.js';
 import { decideMainLeg, type MainLeg } from '../router/decision-api.js';
@@ -116,8 +116,8 @@ async function decideWithin(
 ): Promise<MainLeg> {
   const { deps, queue, now } = rt;
   const deadline = req.receivedAt + deps.cfg.routing.busy.queue_timeout_ms;
-  const decide = (ahead: HoldView): CapacityTry<MainLeg, MainLeg> => {
-    const m = decideMainLeg(p, deps, keep, ahead);
+  const decide = (): CapacityTry<MainLeg, MainLeg> => {
+    const m = decideMainLeg(p, deps, keep, true);
     if (m.d.chosen) {
       book(m);
       return { done: m };

@@ -19,7 +19,6 @@ import { TieredIndexer } from '../indexer/namespaces.js';
 import { KvIndexWriter, registerInIndex } from '../indexer/writer.js';
 import { desiredRegistrations, modelSeeds } from '../router/registrations.js';
 import { routeFields, type RouteFields, speculativeTtl } from '../router/route-input.js';
-import type { HoldView } from '../scheduler/hold.js';
 import { type Candidate, type Decision, Scheduler } from '../scheduler/scheduler.js';
 import type { RouterPlan, RouterTally } from './types.js';
 
@@ -130,11 +129,11 @@ export class RouterNode {
     return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
   }
 
-  /** `hold`: what waits ahead of the request in the capacity queue (it may wait for a busy holder). */
-  decide(f: RouteFields, now: number, hold: HoldView): Decision {
+  /** As the proxy decides (a request that can wait in the capacity queue for a busy holder of its prefix). */
+  decide(f: RouteFields, now: number): Decision {
     this.tally.decisions++;
     return this.scheduler.decide(
-      { ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, hold, ...f.route },
+      { ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, hold: true, ...f.route },
       now,
     );
   }

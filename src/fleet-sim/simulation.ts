@@ -12,7 +12,7 @@ import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
-import { type HoldTry, HoldQueue, type HoldView, NOTHING_HELD, waitOn } from '../scheduler/hold.js';
+import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
@@ -262,22 +262,22 @@ class Simulation {
   private route(f: InFlight): void {
     const q = this.holds[f.router];
     if (q.depth > 0) {
-      if (!q.add(f, '', null)) return this.refuse(f);
+      if (!q.add(f, '')) return this.refuse(f);
       this.queued(f);
       return this.pump(f.router);
     }
-    const t = this.tryRoute(f, NOTHING_HELD);
+    const t = this.tryRoute(f);
     if ('go' in t) return;
-    if (this.q.now >= f.deadline || !q.add(f, '', t.hold)) return this.refuse(f);
+    if (this.q.now >= f.deadline || !q.add(f, '')) return this.refuse(f);
     this.queued(f);
   }
 
-  /** One decision: booked and sent ('go'), or whom it waits for. */
-  private tryRoute(f: InFlight, ahead: HoldView): HoldTry {
+  /** One decision: booked and sent ('go'), or it waits. */
+  private tryRoute(f: InFlight): HoldTry {
     const router = this.routers[f.router];
     const sw = this.input.stopwatch;
     const t0 = sw ? sw() : 0;
-    const d = router.decide(f.fields, this.q.now, ahead);
+    const d = router.decide(f.fields, this.q.now);
     if (sw) this.times.add(sw() - t0, f.tokens.length, d.candidates.length);
     this.input.onDecision?.(f.i, d, this.q.now);
     if (!d.chosen) return waitOn(d);
@@ -320,7 +320,7 @@ class Simulation {
   private pump(r: number): void {
     const q = this.holds[r];
     if (q.depth === 0) return;
-    for (const f of q.pass((w, ahead) => this.tryRoute(w, ahead))) f.queued = false;
+    for (const f of q.pass((w) => this.tryRoute(w))) f.queued = false;
   }
 
   /** The request reaches its engine. */

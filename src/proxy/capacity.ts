@@ -2,16 +2,14 @@
 // of their prefix worth waiting for, or all down during a rolling restart). The order and the
 // judgement are the pure HoldQueue's and the scheduler's (src/scheduler/hold.ts, which the fleet
 // simulator drives too); this adds the promises, the timers and the client's abort.
-import { type HoldTarget, HoldQueue, type HoldTry, type HoldView, NOTHING_HELD } from '../scheduler/hold.js';
+import { HoldQueue, type HoldTry } from '../scheduler/hold.js';
 
 /** One try of a decision: `done` (act on it: chosen and booked, or refused for good), or `wait` for capacity. */
 export type CapacityTry<T, W> =
   | { done: T }
   | {
       wait: W;
-      /** The busy instance it waits for (what the waiters behind it see), when known. */
-      hold?: HoldTarget | null;
-      /** Some candidate had room (false: no waiter behind it can go either). */
+      /** Some candidate had room (false: no waiter behind it can go either; absent: false). */
       anyFree?: boolean;
     };
 
@@ -20,9 +18,9 @@ export type CapacityWait<T, W> = { done: T } | { gaveUp: W } | { full: true } | 
 
 const GONE: HoldTry = { go: true };
 
-/** A waiter: its own try, and how the queue ends its wait (the try's outcome, or a timer / abort). */
+/** A waiter: its own try (which ends its wait when it goes). */
 interface Waiting {
-  tryOne(ahead: HoldView): HoldTry;
+  tryOne(): HoldTry;
 }
 
 /**
@@ -31,28 +29,24 @@ interface Waiting {
  * back) tries the waiters in arrival order, each booking before the next is tried.
  */
 export class CapacityQueue {
-  private readonly q: HoldQueue<Waiting>;
+  /** The pure queue decideWithinCapacity drives. */
+  readonly holds: HoldQueue<Waiting>;
 
   constructor(maxSize: number) {
-    this.q = new HoldQueue(maxSize);
+    this.holds = new HoldQueue(maxSize);
   }
 
   setMaxSize(n: number): void {
-    this.q.maxSize = n;
+    this.holds.maxSize = n;
   }
 
   get depth(): number {
-    return this.q.depth;
+    return this.holds.depth;
   }
 
-  /** Capacity may have changed: try the waiters in order (the count is kept for callers; every waiter gets its turn). */
+  /** Capacity may have changed: try the waiters in arrival order (`_n` is kept for callers: every waiter gets its turn). */
   notify(_n = Infinity): void {
-    if (this.q.depth > 0) this.q.pass((w, ahead) => w.tryOne(ahead));
-  }
-
-  /** @internal decideWithinCapacity's access to the pure queue. */
-  get holds(): HoldQueue<Waiting> {
-    return this.q;
+    if (this.holds.depth > 0) this.holds.pass((w) => w.tryOne());
   }
 }
 
@@ -67,21 +61,23 @@ export class CapacityQueue {
 export async function decideWithinCapacity<T, W>(
   queue: CapacityQueue,
   bound: { deadline: number; now: () => number; signal: AbortSignal },
-  decide: (ahead: HoldView) => CapacityTry<T, W>,
+  decide: () => CapacityTry<T, W>,
   pool = '',
 ): Promise<CapacityWait<T, W>> {
   const { deadline, now, signal } = bound;
   const q = queue.holds;
   let first: CapacityTry<T, W> | null = null;
   if (!q.waitingIn(pool)) {
-    first = decide(NOTHING_HELD);
+    first = decide();
     if ('done' in first) return first;
   }
   if (signal.aborted) return { aborted: true };
   return new Promise((resolve, reject) => {
     let last: CapacityTry<T, W> | null = first;
     let timer: NodeJS.Timeout | undefined;
+    let over = false;
     const settle = () => {
+      over = true;
       clearTimeout(timer);
       signal.removeEventListener('abort', onAbort);
     };
@@ -92,10 +88,10 @@ export async function decideWithinCapacity<T, W>(
     };
     const giveUp = () => end(last === null || 'done' in last ? { full: true } : { gaveUp: last.wait });
     const me: Waiting = {
-      tryOne(ahead) {
+      tryOne() {
         let t: CapacityTry<T, W>;
         try {
-          t = decide(ahead);
+          t = decide();
         } catch (err) {
           // A try that refuses the request for good (the caller's error) ends its wait alone.
           settle();
@@ -109,7 +105,7 @@ export async function decideWithinCapacity<T, W>(
           resolve(t);
           return GONE;
         }
-        return { hold: t.hold ?? null, anyFree: t.anyFree ?? false };
+        return { anyFree: t.anyFree ?? false };
       },
     };
     const onAbort = () => end({ aborted: true });
@@ -117,15 +113,14 @@ export async function decideWithinCapacity<T, W>(
       timer = setTimeout(
         () => {
           queue.notify();
-          if (last !== null && 'done' in last) return;
+          if (over) return;
           if (now() >= deadline) giveUp();
           else arm();
         },
         Math.max(0, Math.min(deadline - now(), 1000)),
       );
     };
-    const target = last === null || 'done' in last ? null : (last.hold ?? null);
-    if (!q.add(me, pool, target) || (first !== null && now() >= deadline)) {
+    if (!q.add(me, pool) || (first !== null && now() >= deadline)) {
       q.remove(me);
       resolve(first === null || 'done' in first ? { full: true } : { gaveUp: first.wait });
       return;

@@ -11,7 +11,7 @@ import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import { type EngineUsage, UsageTail } from '../feedback/usage-tail.js';
-import { type HoldView, waitOn } from '../scheduler/hold.js';
+import { waitOn } from '../scheduler/hold.js';
 import { type CapacityQueue, type CapacityTry, decideWithinCapacity } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
@@ -303,7 +303,7 @@ export async function forward(
       const r = await decideWithinCapacity(
         queue,
         { deadline, now, signal: abort.signal },
-        (ahead) => decideOnce(call, attempt, ahead),
+        () => decideOnce(call, attempt),
         job.ns.model,
       );
       if ('aborted' in r) return call.finish(null, 499, 'client_abort');
@@ -366,16 +366,16 @@ interface Decided {
 /**
  * One decision of the attempt loop: done when it chose (booked here, so that the capacity queue's
  * next waiter sees the load), when the target names no instance, or when every candidate failed an
- * attempt already (no wait helps); else wait for capacity (for the busy holder it names, if any).
+ * attempt already (no wait helps); else wait for capacity (or for the busy holder it names).
  */
-function decideOnce(call: ForwardCall, attempt: number, ahead: HoldView): CapacityTry<Decided, Decision> {
+function decideOnce(call: ForwardCall, attempt: number): CapacityTry<Decided, Decision> {
   const { job, tried, deps, opts } = call;
   const t0 = deps.now();
   const routeSpan = job.trace?.child('route', { 'kvrouter.attempt': attempt });
   const candidates = candidatesOf(job.instances, t0);
   // The per-attempt fields go first: a literal that adds new keys after a spread takes V8's slow
   // path (~8 us for this one on Node 20), one that spreads last does not (~0.3 us).
-  const d = deps.scheduler.decide({ ns: job.ns, candidates, exclude: tried, hold: ahead, ...job.route }, t0);
+  const d = deps.scheduler.decide({ ns: job.ns, candidates, exclude: tried, hold: true, ...job.route }, t0);
   if (routeSpan) endRouteSpan(routeSpan, d);
   if (d.chosen) {
     const bookingId = randomUUID();

@@ -15,7 +15,6 @@ import { OpenAIError, refuseRouterOwned } from '../api/openai.js';
 import { dumpIndex } from '../indexer/snapshot.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
 import { type Decision, overlapTokens } from '../scheduler/scheduler.js';
-import type { HoldView } from '../scheduler/hold.js';
 import type { CompletionDeps } from './completions.js';
 import { type PreparedRoute, prepareRoute, routeFields, speculativeTtl } from './completions.js';
 import { bootstrapRoom, type PathReason } from '../disagg/protocol.js';
@@ -150,8 +149,8 @@ export function decideMainLeg(
   p: PreparedRoute,
   deps: Pick<CompletionDeps, 'cfg' | 'engineLoads' | 'now' | 'scheduler'>,
   keep?: (i: InstanceRuntime) => boolean,
-  /** The capacity queue ahead of the request (a caller that can wait for a busy holder). */
-  hold?: HoldView,
+  /** The caller can hold the request in the capacity queue (it may wait for a busy holder of its prefix). */
+  hold = false,
 ): MainLeg {
   const fields = routeFields(p, deps.cfg, deps);
   const t = deps.now();
@@ -162,7 +161,7 @@ export function decideMainLeg(
     {
       ns: fields.ns,
       candidates: candidatesOf(pool, t),
-      hold: hold ?? null,
+      hold,
       ...(legs ? decodeLegRoute(fields.route) : fields.route),
     },
     t,

@@ -4,34 +4,18 @@
 // events; both drive this one queue and the scheduler's one judgement.
 import type { CandidateScore, Decision } from './scheduler.js';
 
-/** Prefill (ms, at each instance's predicted rate) of the requests waiting ahead for that instance. */
-export type HoldView = (instance: string, dpRank: number) => number;
-
-/** A request with nothing waiting ahead of it. */
-export const NOTHING_HELD: HoldView = () => 0;
-
-/** The busy instance a waiting request is expected to go to, and the prefill it will add there. */
-export interface HoldTarget {
-  instance: string;
-  dpRank: number;
-  prefillMs: number;
-}
-
-/** One try of a waiter: it went (decided and booked), or it waits (for `target`, when known). */
+/** One try of a waiter: it went (decided and booked), or it waits. */
 export type HoldTry =
   | { go: true }
   | {
-      hold: HoldTarget | null;
       /** Some candidate was under its busy thresholds: waiters behind may still find room. */
       anyFree: boolean;
     };
 
-/** A decision that chose nothing, as the queue keeps it: whom it waits for, and whether anything had room. */
-export function waitOn(d: Decision): { hold: HoldTarget | null; anyFree: boolean } {
-  const h = d.held;
-  let anyFree = false;
-  for (const c of d.candidates) if (!c.busy) anyFree = true;
-  return { hold: h ? { instance: h.instance, dpRank: h.dpRank, prefillMs: h.prefillMs } : null, anyFree };
+/** A decision that chose nothing, as the queue sees it: whether any candidate had room. */
+export function waitOn(d: Decision): { anyFree: boolean } {
+  for (const c of d.candidates) if (!c.busy) return { anyFree: true };
+  return { anyFree: false };
 }
 
 /**
@@ -44,39 +28,31 @@ export function prefixSavingMs(pick: CandidateScore, elsewhereMs: number, alt: C
 
 /**
  * The busy candidate worth waiting for instead of sending the request to `free` now (the pick among
- * the candidates under their thresholds), or null. A busy candidate holding more of the prompt
- * than `free` is: its prefix saving (as the load bound measures it) must exceed the wait it costs,
- * its queue beyond `free`'s plus the prefill already waiting for it at the router ahead of this
- * request. (A holder of a shared prefix is the loaded one: dropping it recomputes the prefix cold.)
+ * the candidates under their thresholds), or null. A busy candidate holding more of the prompt than
+ * `free` does is worth it when its prefix saving (as the load bound measures it) exceeds the wait:
+ * its queue beyond `free`'s. While every candidate has prefill queued (saturation), the prefill it
+ * saves counts `recomputeWeight` more, as kv prices it then (recompute_weight_saturated): a prefix
+ * recomputed on a queueing instance delays every request after it, while a request held at the
+ * router holds no engine. (A holder of a shared prefix is the loaded one: dropping it recomputes the
+ * prefix cold; at llm-d's shape past saturation that collapsed the hit rate from 65 to 15-23 %.)
  * The largest margin wins.
  */
 export function holderWorthWaiting(
+  candidates: readonly CandidateScore[],
   busy: readonly CandidateScore[],
   free: CandidateScore,
-  ahead: HoldView,
+  recomputeWeight: number,
 ): CandidateScore | null {
+  let w = recomputeWeight;
+  for (const c of candidates) if (c.load.activePrefillTokens <= 0) w = 0;
   let best: CandidateScore | null = null;
   let bestMargin = 0;
   for (const h of busy) {
     if (h.creditedBlocks <= free.creditedBlocks) continue;
-    const waitMs = Math.max(0, h.queueMs - free.queueMs) + ahead(h.instance, h.dpRank);
-    const margin = prefixSavingMs(h, free.prefillMs, free) - waitMs;
+    const saving = prefixSavingMs(h, free.prefillMs, free) + w * (free.prefillMs - h.prefillMs);
+    const margin = saving - Math.max(0, h.queueMs - free.queueMs);
     if (margin > bestMargin) {
       bestMargin = margin;
-      best = h;
-    }
-  }
-  return best;
-}
-
-/** Every candidate busy: the one the request is likeliest to go to (the earliest predicted first token, the waits ahead included). */
-export function likeliestHolder(busy: readonly CandidateScore[], ahead: HoldView): CandidateScore | null {
-  let best: CandidateScore | null = null;
-  let bestMs = Infinity;
-  for (const h of busy) {
-    const ms = h.queueMs + h.prefillMs + ahead(h.instance, h.dpRank);
-    if (ms < bestMs) {
-      bestMs = ms;
       best = h;
     }
   }
@@ -87,15 +63,12 @@ interface Waiter<W> {
   w: W;
   /** Requests of one pool (model) share capacity: FIFO per pool. */
   pool: string;
-  target: HoldTarget | null;
 }
-
-const key = (instance: string, dpRank: number) => `${instance}\u0000${dpRank}`;
 
 /**
  * Requests waiting for capacity, oldest first, bounded. A request of a pool with waiters joins the
  * tail (a new arrival does not overtake them for freed room); `pass` tries the waiters in order,
- * each seeing what waits ahead of it, and those that went leave. Nothing here books: `tryOne` does,
+ * and those that went leave. Nothing here books: `tryOne` does,
  * before the next waiter is tried, so each sees the load the ones before it added.
  */
 export class HoldQueue<W> {
@@ -114,9 +87,9 @@ export class HoldQueue<W> {
   }
 
   /** Join at the tail; false when the queue is full. */
-  add(w: W, pool: string, target: HoldTarget | null): boolean {
+  add(w: W, pool: string): boolean {
     if (this.waiters.length >= this.maxSize) return false;
-    this.waiters.push({ w, pool, target });
+    this.waiters.push({ w, pool });
     return true;
   }
 
@@ -133,52 +106,29 @@ export class HoldQueue<W> {
     this.waiters.length = 0;
   }
 
-  /** What waits ahead of every waiter (a request about to join the tail sees this). */
-  ahead(): HoldView {
-    const held = new Map<string, number>();
-    for (const x of this.waiters) addHeld(held, x.target);
-    return viewOf(held);
-  }
-
   /**
    * Try each waiter in arrival order. A waiter that finds no candidate under its thresholds ends
-   * the pass for its pool (no one behind it can go either); the waiters it skips still count as
-   * waiting ahead. Returns the waiters that went, in order.
+   * the pass for its pool (no one behind it can go either). Returns the waiters that went, in order.
    */
-  pass(tryOne: (w: W, ahead: HoldView) => HoldTry): W[] {
-    const held = new Map<string, number>();
-    const view = viewOf(held);
+  pass(tryOne: (w: W) => HoldTry): W[] {
     let full: Set<string> | null = null;
     const went: W[] = [];
     for (let i = 0; i < this.waiters.length; ) {
       const x = this.waiters[i];
       if (full?.has(x.pool)) {
-        addHeld(held, x.target);
         i++;
         continue;
       }
-      const t = tryOne(x.w, view);
+      const t = tryOne(x.w);
       if ('go' in t) {
-        // (tryOne may not touch the queue: the index still points at the next waiter.)
+        // (tryOne may not touch the queue: the index now points at the next waiter.)
         this.waiters.splice(i, 1);
         went.push(x.w);
         continue;
       }
-      x.target = t.hold;
-      addHeld(held, x.target);
       if (!t.anyFree) (full ??= new Set()).add(x.pool);
       i++;
     }
     return went;
   }
-}
-
-function addHeld(held: Map<string, number>, t: HoldTarget | null): void {
-  if (t === null) return;
-  const k = key(t.instance, t.dpRank);
-  held.set(k, (held.get(k) ?? 0) + t.prefillMs);
-}
-
-function viewOf(held: Map<string, number>): HoldView {
-  return (instance, dpRank) => (held.size === 0 ? 0 : (held.get(key(instance, dpRank)) ?? 0));
 }

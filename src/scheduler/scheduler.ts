@@ -22,7 +22,7 @@ import { type PolicyName, policySpec, readsIndex } from './policies/registry.js'
 import { PolicyStates } from './policies/state.js';
 import type { RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
-import { type HoldView, holderWorthWaiting, likeliestHolder } from './hold.js';
+import { holderWorthWaiting } from './hold.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 
@@ -101,12 +101,12 @@ export interface RouteInput {
   /** The request's text, for the policies that declare `needs.text`. */
   text?: RequestText | null;
   /**
-   * Set by a caller that can hold the request while instances are busy (the capacity queue): what
-   * waits ahead of it for each instance. kv and approx (time model) then keep a busy holder of the
-   * prompt's prefix when waiting for it saves more than it costs (hold.ts): the decision names it
-   * (`held`) and chooses nothing. Absent: busy candidates are filtered out, as for a prefill leg.
+   * Set by a caller that can hold the request while instances are busy (the capacity queue): kv and
+   * approx (time model) then keep a busy holder of the prompt's prefix when waiting for it saves more
+   * than it costs (hold.ts): the decision names it (`held`) and chooses nothing. Absent: busy
+   * candidates are filtered out, as for a prefill leg.
    */
-  hold?: HoldView | null;
+  hold?: boolean;
 }
 
 export interface EngineLoadWeights {
@@ -187,7 +187,7 @@ export interface Decision {
   candidates: CandidateScore[];
   /** Candidates the filter step removed, and which filter did (in the order applied). */
   filtered: Filtered[];
-  /** With RouteInput.hold, no choice: the busy candidate the request waits for (reason `held`), or when all are busy its likeliest one. */
+  /** Reason `held` (RouteInput.hold): the busy candidate holding the prompt's prefix that the request waits for. */
   held: CandidateScore | null;
   /** The steps that made the decision: the scorer (cost model) that ranked the candidates and the policy's pick step. */
   steps: { scorer: CostModel; picker: string };
@@ -688,17 +688,15 @@ export class Scheduler {
     const eligible = filterCandidates(candidates, input, spec, filtered);
     // The hold (kv, approx on the time model): busy holders of the prefix stay in the judgement.
     const hold =
-      input.hold &&
+      input.hold === true &&
       !spec.peer &&
       readsIndex(spec) &&
       input.weights.model === 'time' &&
-      eligible.length < candidates.length
-        ? input.hold
-        : null;
+      eligible.length < candidates.length;
     if (eligible.length === 0) {
       if (candidates.length === 0 || filtered.every((f) => f.filter === 'excluded'))
         return decision(null, 'no_candidates');
-      return decision(null, 'all_busy', null, hold ? likeliestHolder(busyOf(candidates, input), hold) : null);
+      return decision(null, 'all_busy');
     }
     const poolKey = input.ns.model;
     const ctx = {
@@ -730,7 +728,12 @@ export class Scheduler {
     const idx = spec.pick(eligible, ctx);
     if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
     if (hold) {
-      const h = holderWorthWaiting(busyOf(candidates, input), eligible[idx], hold);
+      const h = holderWorthWaiting(
+        candidates,
+        busyOf(candidates, input),
+        eligible[idx],
+        input.recomputeWeightSaturated ?? 0,
+      );
       if (h) return decision(null, 'held', null, h);
     }
     return decision(eligible[idx], null, ctx.memo);
