@@ -79,6 +79,39 @@ describe('busy instances', () => {
   });
 });
 
+describe('the capacity queue', () => {
+  it('serves waiting requests in arrival order and leaves no booking behind', async () => {
+    // One request at a time (5 blocks); two wait behind the first, then each goes in its turn.
+    const r = await startRouter(
+      loadConfigText(yaml('max_active_blocks: 5, queue_size: 8, queue_timeout_ms: 20000'), 't'),
+      { log: () => {} },
+    );
+    const depth = async () => {
+      const m = await request(`${r.url}/metrics`).then((x) => x.body.text());
+      return Number(/kvrouter_queue_depth (\d+)/.exec(m)?.[1] ?? -1);
+    };
+    try {
+      const first = await send(r, 30);
+      const started: string[] = [];
+      const q1 = send(r, 20).then((x) => (started.push('q1'), x));
+      await waitFor('q1 queued', async () => (await depth()) === 1);
+      const q2 = send(r, 2).then((x) => (started.push('q2'), x));
+      await waitFor('q2 queued', async () => (await depth()) === 2);
+      await first.body.text();
+      const a = await q1;
+      expect(await a.body.text()).toContain('[DONE]');
+      const b = await q2;
+      expect(await b.body.text()).toContain('[DONE]');
+      expect([a.statusCode, b.statusCode]).toEqual([200, 200]);
+      expect(started).toEqual(['q1', 'q2']);
+      await waitFor('freed', () => r.scheduler.active.size === 0);
+      expect(await depth()).toBe(0);
+    } finally {
+      await r.close();
+    }
+  });
+});
+
 describe('unix socket upstreams', () => {
   it('proxy to an engine reached through unix:///path', async () => {
     const sock = join(mkdtempSync(join(tmpdir(), 'kvr-')), 'engine.sock');
