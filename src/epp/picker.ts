@@ -116,8 +116,8 @@ async function decideWithin(
 ): Promise<MainLeg> {
   const { deps, queue, now } = rt;
   const deadline = req.receivedAt + deps.cfg.routing.busy.queue_timeout_ms;
-  const decide = (): CapacityTry<MainLeg, MainLeg> => {
-    const m = decideMainLeg(p, deps, keep, true);
+  const decide = (mayHold: boolean): CapacityTry<MainLeg, MainLeg> => {
+    const m = decideMainLeg(p, deps, keep, mayHold);
     if (m.d.chosen) {
       book(m);
       return { done: m };

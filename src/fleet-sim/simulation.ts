@@ -266,18 +266,19 @@ class Simulation {
       this.queued(f);
       return this.pump(f.router);
     }
-    const t = this.tryRoute(f);
+    // As the server: only a request that can queue may wait for a busy holder of its prefix.
+    const t = this.tryRoute(f, q.depth < q.maxSize && this.q.now < f.deadline);
     if ('go' in t) return;
     if (this.q.now >= f.deadline || !q.add(f, '')) return this.refuse(f);
     this.queued(f);
   }
 
   /** One decision: booked and sent ('go'), or it waits. */
-  private tryRoute(f: InFlight): HoldTry {
+  private tryRoute(f: InFlight, mayHold: boolean): HoldTry {
     const router = this.routers[f.router];
     const sw = this.input.stopwatch;
     const t0 = sw ? sw() : 0;
-    const d = router.decide(f.fields, this.q.now);
+    const d = router.decide(f.fields, this.q.now, mayHold);
     if (sw) this.times.add(sw() - t0, f.tokens.length, d.candidates.length);
     this.input.onDecision?.(f.i, d, this.q.now);
     if (!d.chosen) return waitOn(d);
@@ -311,16 +312,17 @@ class Simulation {
     this.pump(f.router);
     if (!f.queued) return;
     if (this.q.now < f.deadline) return this.queued(f);
+    // Its time is up: a last try that takes a free candidate rather than wait for a holder.
     this.holds[f.router].remove(f);
     f.queued = false;
-    this.refuse(f);
+    if (!('go' in this.tryRoute(f, false))) this.refuse(f);
   }
 
   /** CapacityQueue.notify: capacity may have freed; the router's waiters are tried in arrival order. */
   private pump(r: number): void {
     const q = this.holds[r];
     if (q.depth === 0) return;
-    for (const f of q.pass((w) => this.tryRoute(w))) f.queued = false;
+    for (const f of q.pass((w) => this.tryRoute(w, true))) f.queued = false;
   }
 
   /** The request reaches its engine. */

@@ -20,7 +20,8 @@ const GONE: HoldTry = { go: true };
 
 /** A waiter: its own try (which ends its wait when it goes). */
 interface Waiting {
-  tryOne(): HoldTry;
+  /** `mayHold`: it may keep waiting for a busy holder of its prefix (false: a last try). */
+  tryOne(mayHold: boolean): HoldTry;
 }
 
 /**
@@ -46,7 +47,7 @@ export class CapacityQueue {
 
   /** Capacity may have changed: try the waiters in arrival order (`_n` is kept for callers: every waiter gets its turn). */
   notify(_n = Infinity): void {
-    if (this.holds.depth > 0) this.holds.pass((w) => w.tryOne());
+    if (this.holds.depth > 0) this.holds.pass((w) => w.tryOne(true));
   }
 }
 
@@ -61,14 +62,15 @@ export class CapacityQueue {
 export async function decideWithinCapacity<T, W>(
   queue: CapacityQueue,
   bound: { deadline: number; now: () => number; signal: AbortSignal },
-  decide: () => CapacityTry<T, W>,
+  decide: (mayHold: boolean) => CapacityTry<T, W>,
   pool = '',
 ): Promise<CapacityWait<T, W>> {
   const { deadline, now, signal } = bound;
   const q = queue.holds;
   let first: CapacityTry<T, W> | null = null;
   if (!q.waitingIn(pool)) {
-    first = decide();
+    // Only a request that can queue may wait for a busy holder (queue off or full: the free pick now).
+    first = decide(q.depth < q.maxSize && now() < deadline);
     if ('done' in first) return first;
   }
   if (signal.aborted) return { aborted: true };
@@ -88,10 +90,10 @@ export async function decideWithinCapacity<T, W>(
     };
     const giveUp = () => end(last === null || 'done' in last ? { full: true } : { gaveUp: last.wait });
     const me: Waiting = {
-      tryOne() {
+      tryOne(mayHold) {
         let t: CapacityTry<T, W>;
         try {
-          t = decide();
+          t = decide(mayHold);
         } catch (err) {
           // A try that refuses the request for good (the caller's error) ends its wait alone.
           settle();
@@ -114,8 +116,10 @@ export async function decideWithinCapacity<T, W>(
         () => {
           queue.notify();
           if (over) return;
-          if (now() >= deadline) giveUp();
-          else arm();
+          if (now() < deadline) return arm();
+          // Its time is up: a last try that takes a free candidate rather than wait for a holder.
+          if ('go' in me.tryOne(false)) q.remove(me);
+          else giveUp();
         },
         Math.max(0, Math.min(deadline - now(), 1000)),
       );

@@ -303,7 +303,7 @@ export async function forward(
       const r = await decideWithinCapacity(
         queue,
         { deadline, now, signal: abort.signal },
-        () => decideOnce(call, attempt),
+        (mayHold) => decideOnce(call, attempt, mayHold),
         job.ns.model,
       );
       if ('aborted' in r) return call.finish(null, 499, 'client_abort');
@@ -368,14 +368,14 @@ interface Decided {
  * next waiter sees the load), when the target names no instance, or when every candidate failed an
  * attempt already (no wait helps); else wait for capacity (or for the busy holder it names).
  */
-function decideOnce(call: ForwardCall, attempt: number): CapacityTry<Decided, Decision> {
+function decideOnce(call: ForwardCall, attempt: number, mayHold: boolean): CapacityTry<Decided, Decision> {
   const { job, tried, deps, opts } = call;
   const t0 = deps.now();
   const routeSpan = job.trace?.child('route', { 'kvrouter.attempt': attempt });
   const candidates = candidatesOf(job.instances, t0);
   // The per-attempt fields go first: a literal that adds new keys after a spread takes V8's slow
   // path (~8 us for this one on Node 20), one that spreads last does not (~0.3 us).
-  const d = deps.scheduler.decide({ ns: job.ns, candidates, exclude: tried, hold: true, ...job.route }, t0);
+  const d = deps.scheduler.decide({ ns: job.ns, candidates, exclude: tried, hold: mayHold, ...job.route }, t0);
   if (routeSpan) endRouteSpan(routeSpan, d);
   if (d.chosen) {
     const bookingId = randomUUID();

@@ -208,6 +208,24 @@ describe('CapacityQueue: no overtaking', () => {
     expect(await decideWithinCapacity(q, bound(), decide('next'), 'm')).toEqual({ done: 'next' });
   });
 
+  it('only a request that can queue may wait for a busy holder: queue off, full or out of time, it takes a free one', async () => {
+    const seen: boolean[] = [];
+    const decide = (mayHold: boolean): CapacityTry<string, string> => {
+      seen.push(mayHold);
+      return { wait: 'busy', anyFree: true };
+    };
+    expect(await decideWithinCapacity(new CapacityQueue(0), bound(), decide, 'm')).toEqual({ gaveUp: 'busy' });
+    expect(seen).toEqual([false]);
+    // Queued, then its deadline passes: its last try may not hold.
+    seen.length = 0;
+    const q = new CapacityQueue(4);
+    const b = { deadline: Date.now() + 20, now: Date.now, signal: new AbortController().signal };
+    expect(await decideWithinCapacity(q, b, decide, 'm')).toEqual({ gaveUp: 'busy' });
+    expect(seen[0]).toBe(true);
+    expect(seen[seen.length - 1]).toBe(false);
+    expect(q.depth).toBe(0);
+  });
+
   it('a try that throws ends only its own wait', async () => {
     const q = new CapacityQueue(8);
     const { s, decide } = pool();
