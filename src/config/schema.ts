@@ -242,7 +242,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       default: 600_000,
     }),
     busy: obj(
-      'When every candidate is over these thresholds the request waits in a queue, then gets 503 with Retry-After.',
+      "When every candidate is over these thresholds the request waits in a queue (FIFO per model: a new request does not overtake waiting ones), then gets 503 with Retry-After. kv and approx (time cost model) also wait for a busy candidate holding the prompt's prefix when the prefill its cache saves exceeds its queue beyond the best free candidate's (the saved prefill counted 1 + recompute_weight_saturated times while every candidate queues prefill); otherwise the free candidate takes the request.",
       {
         max_active_prefill_tokens: int('A worker with more un-prefilled tokens in flight is busy.', {
           min: 1,
@@ -252,11 +252,14 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
           min: 1,
           default: 1_000_000_000,
         }),
-        queue_size: int('Requests that may wait for a non-busy instance (0: answer 503 at once).', {
-          min: 0,
-          max: 1_000_000,
-          default: 1024,
-        }),
+        queue_size: int(
+          'Requests that may wait for a non-busy instance or a busy holder of their prefix (0: answer 503 at once).',
+          {
+            min: 0,
+            max: 1_000_000,
+            default: 1024,
+          },
+        ),
         queue_timeout_ms: int(
           'Longest wait in the queue before 503 (also covers instances that are all down, e.g. a rolling restart).',
           { min: 0, max: 3_600_000, default: 30_000 },

@@ -6,7 +6,8 @@ import { parseOpenAIBody } from '../api/body.js';
 import { completionKindOf, OpenAIError } from '../api/openai.js';
 import type { Denial, Principal } from '../auth/access.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import { decideWithinCapacity } from '../proxy/capacity.js';
+import { type CapacityTry, decideWithinCapacity } from '../proxy/capacity.js';
+import { waitOn } from '../scheduler/hold.js';
 import { explanationHeaders, type InstanceRuntime } from '../proxy/forward.js';
 import { engineBody, type PreparedRoute, prepareRoute, speculativeTtl } from '../router/completions.js';
 import { decideMainLeg, type MainLeg } from '../router/decision-api.js';
@@ -101,8 +102,9 @@ function keeper(addresses: EndpointAddresses, subset: ReadonlySet<string> | null
 }
 
 /**
- * Decide; when every eligible instance is busy or down, wait for capacity on the proxy's queue
- * (same bound and timeout), then decide again. Busy to the end: 429; down: 503; none allowed: 503.
+ * Decide (and `book` the pick at once); when every eligible instance is busy or down, or a busy
+ * holder of the prefix is worth waiting for, wait for capacity on the proxy's queue (same bound,
+ * order and timeout), then decide again. Busy to the end: 429; down: 503; none allowed: 503.
  */
 async function decideWithin(
   rt: PickerRuntime,
@@ -110,12 +112,16 @@ async function decideWithin(
   keep: (i: InstanceRuntime) => boolean,
   req: GatewayRequest,
   signal: AbortSignal,
+  book: (m: MainLeg) => void,
 ): Promise<MainLeg> {
   const { deps, queue, now } = rt;
   const deadline = req.receivedAt + deps.cfg.routing.busy.queue_timeout_ms;
-  const r = await decideWithinCapacity<MainLeg, MainLeg>(queue, { deadline, now, signal }, () => {
-    const m = decideMainLeg(p, deps, keep);
-    if (m.d.chosen) return { done: m };
+  const decide = (mayHold: boolean): CapacityTry<MainLeg, MainLeg> => {
+    const m = decideMainLeg(p, deps, keep, mayHold);
+    if (m.d.chosen) {
+      book(m);
+      return { done: m };
+    }
     if (m.d.reason === 'unknown_target')
       throw new Refused(
         400,
@@ -129,11 +135,12 @@ async function decideWithin(
         : 'no instance of this model has an address the gateway can reach (ip:port)';
       throw new Refused(503, why, 'server_error', 'no_eligible_endpoint');
     }
-    return { wait: m };
-  });
+    return { wait: m, ...waitOn(m.d) };
+  };
+  const r = await decideWithinCapacity(queue, { deadline, now, signal }, decide, p.model.name);
   if ('done' in r) return r.done;
   if ('aborted' in r) throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
-  if (r.gaveUp.d.reason === 'all_busy')
+  if ('full' in r || r.gaveUp.d.reason === 'all_busy' || r.gaveUp.d.reason === 'held')
     throw new Refused(
       429,
       'every instance is over its busy threshold; retry later',
@@ -180,14 +187,22 @@ export async function pickForBody(
     const p = await prepareRoute(kind, raw, req.headers, deps, principal, false, trace);
     trace?.root.setAttribute('gen_ai.request.model', p.model.name);
     await addresses.refresh(p.instances.map((i) => i.upstream.url));
-    const m = await decideWithin(rt, p, keeper(addresses, req.subset), req, signal);
+    // Everything that can still refuse the request (the rewrite of an aliased or salted body) runs
+    // before the booking (the pick's, in its turn of the capacity queue): nothing after it throws.
+    const body = engineBody(p, raw, bytes);
+    const bookingId = `epp:${randomUUID()}`;
+    // A disaggregated model's decode instance prefills locally here: the gateway sends one request.
+    const book = (m: MainLeg) =>
+      deps.scheduler.book(m.d, m.fields.ns, {
+        requestId: bookingId,
+        now: now(),
+        speculativeTtlMs: speculativeTtl(p, m.fields.route),
+      });
+    const m = await decideWithin(rt, p, keeper(addresses, req.subset), req, signal, book);
     const d = m.d;
     const c = d.chosen!;
     const instance = m.pool.find((i) => i.id === c.instance)!;
     const endpoint = addresses.addressOf(instance.upstream.url)!;
-    // Everything that can still refuse the request (the rewrite of an aliased or salted body) runs
-    // before the booking: nothing after it throws.
-    const body = engineBody(p, raw, bytes);
     const upstreamHeaders: Record<string, string> = {
       [DESTINATION]: endpoint,
       ...explanationHeaders(d, req.requestId, 0),
@@ -196,13 +211,6 @@ export async function pickForBody(
     if (instance.dpSize > 1) upstreamHeaders['x-data-parallel-rank'] = String(c.dpRank);
     // The engine continues the picker's trace rather than the client's.
     if (trace) trace.inject(trace.root, upstreamHeaders);
-    const bookingId = `epp:${randomUUID()}`;
-    // A disaggregated model's decode instance prefills locally here: the gateway sends one request.
-    deps.scheduler.book(d, m.fields.ns, {
-      requestId: bookingId,
-      now: now(),
-      speculativeTtlMs: speculativeTtl(p, m.fields.route),
-    });
     deps.observer?.routed?.(d, 0, now() - req.receivedAt);
     return {
       d,

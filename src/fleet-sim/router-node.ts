@@ -129,9 +129,13 @@ export class RouterNode {
     return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
   }
 
-  decide(f: RouteFields, now: number): Decision {
+  /** As the proxy decides; `hold`: the request can wait in the capacity queue for a busy holder of its prefix. */
+  decide(f: RouteFields, now: number, hold: boolean): Decision {
     this.tally.decisions++;
-    return this.scheduler.decide({ ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, ...f.route }, now);
+    return this.scheduler.decide(
+      { ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, hold, ...f.route },
+      now,
+    );
   }
 
   book(d: Decision, ns: NamespaceId, bookingId: string, ttlMs: number, now: number): void {

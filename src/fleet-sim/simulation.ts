@@ -12,6 +12,7 @@ import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
+import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
@@ -52,6 +53,7 @@ const RUN_DEADLINE = 'timeout (run deadline)';
 const EXPIRE_EVERY_MS = 1000;
 const EXPIRE: SimEvent = { kind: 'expire' };
 const reqId = (i: number) => `q${i}`;
+const GO: HoldTry = { go: true };
 
 export function simulateFleet(input: FleetInput): FleetOutput {
   return new Simulation(input).run();
@@ -97,7 +99,7 @@ class Simulation {
   private readonly records: FleetRecord[];
   private readonly inflight = new Map<string, InFlight>();
   /** Per router, the requests waiting for capacity, oldest first. */
-  private readonly waiting: InFlight[][];
+  private readonly holds: HoldQueue<InFlight>[];
   /** Follow-up turns of each request. */
   private readonly followers = new Map<number, number[]>();
   private readonly ttfts: Float64Array;
@@ -131,7 +133,7 @@ class Simulation {
     this.encoders = this.engines.map(() => vllmEncoder(wire, 'map'));
     this.stepEvents = this.engines.map((_, engine) => ({ kind: 'step', engine }));
     this.records = new Array(n);
-    this.waiting = this.routers.map(() => []);
+    this.holds = this.routers.map(() => new HoldQueue<InFlight>(input.router.cfg.routing.busy.queue_size));
     for (let i = 0; i < n; i++) {
       const a = input.requests[i].after;
       if (a) this.followers.set(a.index, [...(this.followers.get(a.index) ?? []), i]);
@@ -198,7 +200,7 @@ class Simulation {
         return;
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
-          if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) this.notify(r, Infinity);
+          if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) this.pump(r);
         return;
       case 'wake':
         return this.wake(ev.i, ev.epoch);
@@ -253,15 +255,33 @@ class Simulation {
     this.route(f);
   }
 
-  /** Decide; book and send, or wait for capacity. */
+  /**
+   * Decide; book and send, or wait for capacity. With requests waiting at this router (the
+   * capacity queue, src/proxy/capacity.ts), it joins their tail and the queue is tried in order.
+   */
   private route(f: InFlight): void {
+    const q = this.holds[f.router];
+    if (q.depth > 0) {
+      if (!q.add(f, '')) return this.refuse(f);
+      this.queued(f);
+      return this.pump(f.router);
+    }
+    // As the server: only a request that can queue may wait for a busy holder of its prefix.
+    const t = this.tryRoute(f, q.depth < q.maxSize && this.q.now < f.deadline);
+    if ('go' in t) return;
+    if (this.q.now >= f.deadline || !q.add(f, '')) return this.refuse(f);
+    this.queued(f);
+  }
+
+  /** One decision: booked and sent ('go'), or it waits. */
+  private tryRoute(f: InFlight, mayHold: boolean): HoldTry {
     const router = this.routers[f.router];
     const sw = this.input.stopwatch;
     const t0 = sw ? sw() : 0;
-    const d = router.decide(f.fields, this.q.now);
+    const d = router.decide(f.fields, this.q.now, mayHold);
     if (sw) this.times.add(sw() - t0, f.tokens.length, d.candidates.length);
     this.input.onDecision?.(f.i, d, this.q.now);
-    if (!d.chosen) return this.waitForCapacity(f);
+    if (!d.chosen) return waitOn(d);
     const k = this.engineIndex.get(d.chosen.instance)!;
     f.decision = d;
     f.bookingId = `${router.id}-${reqId(f.i)}`;
@@ -271,41 +291,38 @@ class Simulation {
     const latency = this.input.requestLatencyMs;
     if (latency > 0) this.q.push(this.q.now + latency, { kind: 'enqueue', i: f.i });
     else this.enqueue(f);
+    return GO;
   }
 
-  /** All busy: wait for capacity (queue.turn), at most a second per turn, until the deadline. */
-  private waitForCapacity(f: InFlight): void {
-    const busy = this.input.router.cfg.routing.busy;
-    const queue = this.waiting[f.router];
-    if (this.q.now >= f.deadline || queue.length >= busy.queue_size) {
-      this.routers[f.router].tally.refused++;
-      this.fail(f, 503, `every instance is over its busy threshold; retry later`);
-      return;
-    }
+  /** Waiting: its own timer tries the queue again at most a second later (the server's missed-wake-up bound). */
+  private queued(f: InFlight): void {
     f.queued = true;
-    queue.push(f);
     this.q.push(Math.min(f.deadline, this.q.now + 1000), { kind: 'wake', i: f.i, epoch: ++f.epoch });
   }
 
-  /** A capacity wait ends (woken by a release, or its turn is up): decide again. */
-  private wake(i: number, epoch: number): void {
-    const f = this.inflight.get(reqId(i));
-    if (!f || f.epoch !== epoch || f.decision) return;
-    if (f.queued) {
-      const w = this.waiting[f.router];
-      w.splice(w.indexOf(f), 1);
-      f.queued = false;
-    }
-    this.route(f);
+  private refuse(f: InFlight): void {
+    this.routers[f.router].tally.refused++;
+    this.fail(f, 503, `every instance is over its busy threshold; retry later`);
   }
 
-  /** CapacityQueue.notify(k): wake the oldest waiters of a router, each to decide again now. */
-  private notify(r: number, k: number): void {
-    const w = this.waiting[r];
-    for (const f of w.splice(0, Math.min(k, w.length))) {
-      f.queued = false;
-      this.q.push(this.q.now, { kind: 'wake', i: f.i, epoch: ++f.epoch });
-    }
+  /** A waiter's timer: the queue is tried again; past its deadline it leaves with a 503. */
+  private wake(i: number, epoch: number): void {
+    const f = this.inflight.get(reqId(i));
+    if (!f || f.epoch !== epoch || !f.queued) return;
+    this.pump(f.router);
+    if (!f.queued) return;
+    if (this.q.now < f.deadline) return this.queued(f);
+    // Its time is up: a last try that takes a free candidate rather than wait for a holder.
+    this.holds[f.router].remove(f);
+    f.queued = false;
+    if (!('go' in this.tryRoute(f, false))) this.refuse(f);
+  }
+
+  /** CapacityQueue.notify: capacity may have freed; the router's waiters are tried in arrival order. */
+  private pump(r: number): void {
+    const q = this.holds[r];
+    if (q.depth === 0) return;
+    for (const f of q.pass((w) => this.tryRoute(w, true))) f.queued = false;
   }
 
   /** The request reaches its engine. */
@@ -330,7 +347,7 @@ class Simulation {
         const f = this.inflight.get(id);
         if (!f) continue;
         this.routers[f.router].abandoned(f.bookingId!);
-        this.notify(f.router, 1);
+        this.pump(f.router);
         this.fail(f, 0, `request ${id} needs more KV blocks than this engine has`);
       }
     }
@@ -351,12 +368,12 @@ class Simulation {
     if (t.index === 0) {
       this.ttfts[f.i] = now - f.receivedAt;
       router.firstToken(f.bookingId!, now);
-      this.notify(f.router, 1);
+      this.pump(f.router);
     }
     if (!t.finishReason) return;
     this.inflight.delete(t.requestId);
     router.finished(f.bookingId!, f.decision!, { promptTokens: f.tokens.length, cachedTokens: t.cachedTokens });
-    this.notify(f.router, 1);
+    this.pump(f.router);
     this.finish({
       index: f.i,
       router: f.router,
@@ -412,7 +429,7 @@ class Simulation {
       }
       this.fail(f, 0, RUN_DEADLINE);
     }
-    for (const w of this.waiting) w.length = 0;
+    for (const q of this.holds) q.clear();
   }
 
   private fail(f: InFlight, status: number, error: string): void {

@@ -1,73 +1,137 @@
-// A bounded FIFO of requests waiting for an eligible instance (all busy, or all down during a
-// rolling restart). Waiters are woken whenever capacity may have changed; each then re-decides.
-export class CapacityQueue {
-  private readonly waiters: Array<() => void> = [];
+// The router's capacity queue: requests waiting for an eligible instance (all busy, a busy holder
+// of their prefix worth waiting for, or all down during a rolling restart). The order and the
+// judgement are the pure HoldQueue's and the scheduler's (src/scheduler/hold.ts, which the fleet
+// simulator drives too); this adds the promises, the timers and the client's abort.
+import { HoldQueue, type HoldTry } from '../scheduler/hold.js';
 
-  constructor(private maxSize: number) {}
+/** One try of a decision: `done` (act on it: chosen and booked, or refused for good), or `wait` for capacity. */
+export type CapacityTry<T, W> =
+  | { done: T }
+  | {
+      wait: W;
+      /** Some candidate had room (false: no waiter behind it can go either; absent: false). */
+      anyFree?: boolean;
+    };
+
+/** How the wait ended: decided, gave up (deadline passed, or the queue was full: the last try), full before any try, or aborted. */
+export type CapacityWait<T, W> = { done: T } | { gaveUp: W } | { full: true } | { aborted: true };
+
+const GONE: HoldTry = { go: true };
+
+/** A waiter: its own try (which ends its wait when it goes). */
+interface Waiting {
+  /** `mayHold`: it may keep waiting for a busy holder of its prefix (false: a last try). */
+  tryOne(mayHold: boolean): HoldTry;
+}
+
+/**
+ * A bounded queue of requests waiting for capacity, FIFO per model pool: a request of a pool with
+ * waiters joins their tail; each wake-up (`notify`: a first token, a finished request, an instance
+ * back) tries the waiters in arrival order, each booking before the next is tried.
+ */
+export class CapacityQueue {
+  /** The pure queue decideWithinCapacity drives. */
+  readonly holds: HoldQueue<Waiting>;
+
+  constructor(maxSize: number) {
+    this.holds = new HoldQueue(maxSize);
+  }
 
   setMaxSize(n: number): void {
-    this.maxSize = n;
+    this.holds.maxSize = n;
   }
 
   get depth(): number {
-    return this.waiters.length;
+    return this.holds.depth;
   }
 
-  /**
-   * Wait until notified or `timeoutMs` passes (or the signal aborts). 'full' at once when the queue
-   * holds maxSize waiters already.
-   */
-  wait(timeoutMs: number, signal?: AbortSignal): Promise<'woken' | 'timeout' | 'full'> {
-    if (this.waiters.length >= this.maxSize) return Promise.resolve('full');
-    if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve('timeout');
-    return new Promise((resolve) => {
-      let done = false;
-      const finish = (woken: boolean) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        const i = this.waiters.indexOf(wake);
-        if (i >= 0) this.waiters.splice(i, 1);
-        resolve(woken ? 'woken' : 'timeout');
-      };
-      const wake = () => finish(true);
-      const onAbort = () => finish(false);
-      const timer = setTimeout(() => finish(false), timeoutMs);
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.waiters.push(wake);
-    });
-  }
-
-  /** Wake up to `n` waiters (oldest first). */
-  notify(n = Infinity): void {
-    const woken = this.waiters.splice(0, Math.min(n, this.waiters.length));
-    for (const w of woken) w();
+  /** Capacity may have changed: try the waiters in arrival order (`_n` is kept for callers: every waiter gets its turn). */
+  notify(_n = Infinity): void {
+    if (this.holds.depth > 0) this.holds.pass((w) => w.tryOne(true));
   }
 }
 
-/** One try of a decision: `done` (act on it: chosen, or refused for good), or `wait` for capacity. */
-export type CapacityTry<T, W> = { done: T } | { wait: W };
-
-/** How the wait ended: decided, gave up (queue full or deadline passed; the last try), or aborted. */
-export type CapacityWait<T, W> = { done: T } | { gaveUp: W } | { aborted: true };
-
 /**
- * "Wait for capacity, decide again", the proxy's and the gateway picker's: `decide` until it is
- * done, waiting on `queue` between tries (each wait at most a second, so a missed wake-up costs
- * one second, not the whole bound), until `deadline` (ms on `now`'s clock) or the signal aborts.
+ * "Wait for capacity, decide again", the proxy's and the gateway picker's. `decide` books when it
+ * chooses (the next waiter tried sees the load). With no waiter of `pool` ahead it decides at once;
+ * else (or when it must wait) it queues and is tried in turn on each notify, and at most a second
+ * after its last try (a missed wake-up costs a second, not the whole bound), until `deadline` (ms
+ * on `now`'s clock) or the signal aborts. Leaving the queue never leaves a booking behind: a try
+ * that booked ended the wait.
  */
 export async function decideWithinCapacity<T, W>(
   queue: CapacityQueue,
   bound: { deadline: number; now: () => number; signal: AbortSignal },
-  decide: () => CapacityTry<T, W>,
+  decide: (mayHold: boolean) => CapacityTry<T, W>,
+  pool = '',
 ): Promise<CapacityWait<T, W>> {
   const { deadline, now, signal } = bound;
-  for (;;) {
-    const t = decide();
-    if ('done' in t) return t;
-    const waited = await queue.wait(Math.min(deadline - now(), 1000), signal);
-    if (signal.aborted) return { aborted: true };
-    if (waited === 'full' || (waited === 'timeout' && now() >= deadline)) return { gaveUp: t.wait };
+  const q = queue.holds;
+  let first: CapacityTry<T, W> | null = null;
+  if (!q.waitingIn(pool)) {
+    // Only a request that can queue may wait for a busy holder (queue off or full: the free pick now).
+    first = decide(q.depth < q.maxSize && now() < deadline);
+    if ('done' in first) return first;
   }
+  if (signal.aborted) return { aborted: true };
+  return new Promise((resolve, reject) => {
+    let last: CapacityTry<T, W> | null = first;
+    let timer: NodeJS.Timeout | undefined;
+    let over = false;
+    const settle = () => {
+      over = true;
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+    };
+    const end = (r: CapacityWait<T, W>) => {
+      settle();
+      q.remove(me);
+      resolve(r);
+    };
+    const giveUp = () => end(last === null || 'done' in last ? { full: true } : { gaveUp: last.wait });
+    const me: Waiting = {
+      tryOne(mayHold) {
+        let t: CapacityTry<T, W>;
+        try {
+          t = decide(mayHold);
+        } catch (err) {
+          // A try that refuses the request for good (the caller's error) ends its wait alone.
+          settle();
+          reject(err);
+          return GONE;
+        }
+        last = t;
+        if ('done' in t) {
+          // The pass removes it from the queue.
+          settle();
+          resolve(t);
+          return GONE;
+        }
+        return { anyFree: t.anyFree ?? false };
+      },
+    };
+    const onAbort = () => end({ aborted: true });
+    const arm = () => {
+      timer = setTimeout(
+        () => {
+          queue.notify();
+          if (over) return;
+          if (now() < deadline) return arm();
+          // Its time is up: a last try that takes a free candidate rather than wait for a holder.
+          if ('go' in me.tryOne(false)) q.remove(me);
+          else giveUp();
+        },
+        Math.max(0, Math.min(deadline - now(), 1000)),
+      );
+    };
+    if (!q.add(me, pool) || (first !== null && now() >= deadline)) {
+      q.remove(me);
+      resolve(first === null || 'done' in first ? { full: true } : { gaveUp: first.wait });
+      return;
+    }
+    signal.addEventListener('abort', onAbort, { once: true });
+    arm();
+    // A newcomer behind waiters: its first try is its turn in order.
+    if (first === null) queue.notify();
+  });
 }

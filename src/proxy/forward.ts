@@ -11,6 +11,7 @@ import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import { type EngineUsage, UsageTail } from '../feedback/usage-tail.js';
+import { waitOn } from '../scheduler/hold.js';
 import { type CapacityQueue, type CapacityTry, decideWithinCapacity } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
@@ -297,22 +298,28 @@ export async function forward(
   try {
     for (;;) {
       if (abort.aborted) return call.finish(null, 499, 'client_abort');
-      // All busy or all down: wait for capacity (bounded), then decide again.
-      const r = await decideWithinCapacity(queue, { deadline, now, signal: abort.signal }, () =>
-        decideOnce(call, attempt),
+      // All busy, a busy holder of the prefix worth waiting for, or all down: wait for capacity
+      // (bounded, in arrival order), then decide again. A try that chooses books at once.
+      const r = await decideWithinCapacity(
+        queue,
+        { deadline, now, signal: abort.signal },
+        (mayHold) => decideOnce(call, attempt, mayHold),
+        job.ns.model,
       );
       if ('aborted' in r) return call.finish(null, 499, 'client_abort');
-      if ('gaveUp' in r) {
+      if (!('done' in r)) {
         const why =
-          r.gaveUp.reason === 'all_busy'
-            ? 'every instance is over its busy threshold'
-            : 'no healthy instance is available';
+          'full' in r
+            ? 'every instance is busy and the queue of waiting requests is full'
+            : r.gaveUp.reason === 'all_busy' || r.gaveUp.reason === 'held'
+              ? 'every instance is over its busy threshold'
+              : 'no healthy instance is available';
         return call.refuse(null, new OpenAIError(503, `${why}; retry later`, 'server_error'), 'no_capacity', {
           'retry-after': '1',
         });
       }
-      const { d, t0 } = r.done;
-      if (!d.chosen) {
+      const { d, bookingId, plan } = r.done;
+      if (!d.chosen || bookingId === null) {
         if (d.reason === 'unknown_target') {
           return call.refuse(
             null,
@@ -327,14 +334,6 @@ export async function forward(
         );
       }
       const inst = job.instances.find((i) => i.id === d.chosen!.instance)!;
-      const bookingId = randomUUID();
-      const plan = job.plan?.(d, attempt);
-      scheduler.book(d, job.ns, {
-        requestId: bookingId,
-        now: t0,
-        speculativeTtlMs: opts.speculativeTtlMs,
-        prefillTokens: plan?.prefillTokens,
-      });
       observer?.routed?.(d, attempt, now() - job.receivedAt);
       // The engine computed the prompt once a successful response's first byte arrived; an attempt
       // that ends before (failed, cut, refused, abandoned) withdraws the prompt's speculative insert.
@@ -357,22 +356,42 @@ export async function forward(
   }
 }
 
+/** A decision of the attempt loop that ended the wait: booked (`bookingId`), or no choice for good. */
+interface Decided {
+  d: Decision;
+  bookingId: string | null;
+  plan: LegPlan | undefined;
+}
+
 /**
- * One decision of the attempt loop: done when it chose, when the target names no instance, or when
- * every candidate failed an attempt already (no wait helps); else wait for capacity.
+ * One decision of the attempt loop: done when it chose (booked here, so that the capacity queue's
+ * next waiter sees the load), when the target names no instance, or when every candidate failed an
+ * attempt already (no wait helps); else wait for capacity (or for the busy holder it names).
  */
-function decideOnce(call: ForwardCall, attempt: number): CapacityTry<{ d: Decision; t0: number }, Decision> {
-  const { job, tried, deps } = call;
+function decideOnce(call: ForwardCall, attempt: number, mayHold: boolean): CapacityTry<Decided, Decision> {
+  const { job, tried, deps, opts } = call;
   const t0 = deps.now();
   const routeSpan = job.trace?.child('route', { 'kvrouter.attempt': attempt });
   const candidates = candidatesOf(job.instances, t0);
   // The per-attempt fields go first: a literal that adds new keys after a spread takes V8's slow
   // path (~8 us for this one on Node 20), one that spreads last does not (~0.3 us).
-  const d = deps.scheduler.decide({ ns: job.ns, candidates, exclude: tried, ...job.route }, t0);
+  const d = deps.scheduler.decide({ ns: job.ns, candidates, exclude: tried, hold: mayHold, ...job.route }, t0);
   if (routeSpan) endRouteSpan(routeSpan, d);
-  if (d.chosen || d.reason === 'unknown_target') return { done: { d, t0 } };
-  if (tried.size > 0 && candidates.every((c) => tried.has(c.instance))) return { done: { d, t0 } };
-  return { wait: d };
+  if (d.chosen) {
+    const bookingId = randomUUID();
+    const plan = job.plan?.(d, attempt);
+    deps.scheduler.book(d, job.ns, {
+      requestId: bookingId,
+      now: t0,
+      speculativeTtlMs: opts.speculativeTtlMs,
+      prefillTokens: plan?.prefillTokens,
+    });
+    return { done: { d, bookingId, plan } };
+  }
+  if (d.reason === 'unknown_target') return { done: { d, bookingId: null, plan: undefined } };
+  if (tried.size > 0 && candidates.every((c) => tried.has(c.instance)))
+    return { done: { d, bookingId: null, plan: undefined } };
+  return { wait: d, ...waitOn(d) };
 }
 
 /** Send an attempt upstream and stream its answer to the client. */

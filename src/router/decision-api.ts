@@ -149,6 +149,8 @@ export function decideMainLeg(
   p: PreparedRoute,
   deps: Pick<CompletionDeps, 'cfg' | 'engineLoads' | 'now' | 'scheduler'>,
   keep?: (i: InstanceRuntime) => boolean,
+  /** The caller can hold the request in the capacity queue (it may wait for a busy holder of its prefix). */
+  hold = false,
 ): MainLeg {
   const fields = routeFields(p, deps.cfg, deps);
   const t = deps.now();
@@ -156,7 +158,12 @@ export function decideMainLeg(
   const side = legs?.decodeSide ?? p.instances;
   const pool = keep ? side.filter(keep) : side;
   const d = deps.scheduler.decide(
-    { ns: fields.ns, candidates: candidatesOf(pool, t), ...(legs ? decodeLegRoute(fields.route) : fields.route) },
+    {
+      ns: fields.ns,
+      candidates: candidatesOf(pool, t),
+      hold,
+      ...(legs ? decodeLegRoute(fields.route) : fields.route),
+    },
     t,
   );
   return { d, fields, legs, pool, t };

@@ -322,7 +322,7 @@ function stateGauges(reg: Registry, src: RouterMetricsSources): void {
   });
   new Gauge({
     name: 'kvrouter_queue_depth',
-    help: 'Requests waiting for a non-busy, healthy instance',
+    help: 'Requests waiting for a non-busy, healthy instance, or for a busy holder of their prefix',
     registers: [reg],
     collect() {
       this.set(src.queueDepth());

