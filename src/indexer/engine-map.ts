@@ -103,9 +103,30 @@ export class EngineMap {
   }
 
   private grow(): void {
+    this.rehash(Math.ceil(this.cap * 1.25));
+  }
+
+  /**
+   * Down to the fill a growth leaves (0.8 / 1.25) once the rows fill at most half the limit (the
+   * group's engine evicted most of what it held, or its blocks were cleared): the hysteresis between
+   * 0.4 and 0.8 keeps a shrunk map from growing again on the next stores. Whether it shrank.
+   */
+  shrink(): boolean {
+    if (this.cap <= 8 || this._size > this.limit / 2) return false;
+    this.rehash(Math.max(8, Math.ceil(this._size / (MAX_LOAD / 1.25))));
+    return true;
+  }
+
+  /** Records were renumbered (compacted): row r points at map[r]. */
+  renumber(map: Int32Array): void {
+    const d = this.data;
+    for (let o = REC; o < d.length; o += ROW) if (d[o] !== 0) d[o] = map[d[o] - 1] + 1;
+  }
+
+  private rehash(cap: number): void {
     const old = this.data;
     const oldCap = this.cap;
-    this.cap = Math.ceil(oldCap * 1.25);
+    this.cap = cap;
     this.limit = Math.floor(this.cap * MAX_LOAD);
     this.data = new Int32Array(this.cap * ROW);
     const d = this.data;

@@ -48,6 +48,9 @@ export function nextRecordCapacity(rows: number): number {
   return rows < 1 << 16 ? Math.ceil((rows * 3) / 2) : Math.ceil((rows * 9) / 8);
 }
 
+/** Record rows are compacted at a sweep under this fill (to nextRecordCapacity(live): >= 1/8 room). */
+const RECORD_FIT_FILL = 0.5;
+
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {
   R,
@@ -433,6 +436,75 @@ export abstract class RecordTable extends HolderTable {
     if (h.count > h.peak) h.peak = h.count;
     this.liveRecords++;
     return r;
+  }
+
+  // ---------------------------------------------------------------- table sizes (the sweep)
+
+  /**
+   * Give back the room a sweep emptied: the seq-hash table, the record rows and the engine maps keep
+   * the size their peak gave them (the expired bookings of a busy minute) until this. Each shrinks only
+   * well below its capacity and keeps room for a growth step (hysteresis), so a sweep every second does
+   * not thrash. Whether anything shrank.
+   */
+  protected fitTables(): boolean {
+    let shrank = this.table.shrink();
+    for (const g of this.groups) if (g.engineMap?.shrink()) shrank = true;
+    const cap = this.recTouch.length;
+    if (cap > 16 && this.liveRecords < cap * RECORD_FIT_FILL) {
+      this.compactRecords();
+      shrank = true;
+    }
+    return shrank;
+  }
+
+  /**
+   * Renumber the live records 0..live-1 in their order (no free rows left) and cut the rows to
+   * nextRecordCapacity(live). Every list keeps its order (a block's holders, a holder's blocks), so
+   * every answer stays the same; what holds record ids is renumbered with them: the rows' links, the
+   * table's heads, the holders' ends, the engine maps and the hot-block copies.
+   */
+  protected compactRecords(): void {
+    const top = this.recTop;
+    const live = this.liveRecords;
+    let rec = this.rec;
+    const map = new Int32Array(top);
+    for (let r = this.recFree; r !== NONE; r = rec[r * R + R_NEXT_E]) map[r] = NONE;
+    let n = 0;
+    for (let r = 0; r < top; r++) {
+      if (map[r] === NONE) continue;
+      map[r] = n;
+      if (n !== r) {
+        rec.copyWithin(n * R, r * R, r * R + R);
+        this.recTouch[n] = this.recTouch[r];
+        this.recEng[2 * n] = this.recEng[2 * r];
+        this.recEng[2 * n + 1] = this.recEng[2 * r + 1];
+      }
+      n++;
+    }
+    if (n !== live) throw new Error(`record compaction found ${n} live records, not ${live}`);
+    const cap = Math.max(16, nextRecordCapacity(live));
+    rec = this.rec = rec.slice(0, cap * R);
+    this.recTouch = this.recTouch.slice(0, cap);
+    this.recClaims = this.recTouch;
+    this.recEng = this.recEng.slice(0, cap * 2);
+    this.recExp = new Float64Array(this.recEng.buffer);
+    const relink = (x: number) => (x === NONE ? NONE : map[x]);
+    for (let o = 0; o < live * R; o += R) {
+      rec[o + R_NEXT_E] = relink(rec[o + R_NEXT_E]);
+      rec[o + R_PREV_H] = relink(rec[o + R_PREV_H]);
+      rec[o + R_NEXT_H] = relink(rec[o + R_NEXT_H]);
+    }
+    const tbl = this.table.data;
+    for (let o = 0; o < tbl.length; o += T) if (tbl[o + T_SIG] !== 0) tbl[o + T_HEAD] = relink(tbl[o + T_HEAD]);
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      h.head = relink(h.head);
+      h.tail = relink(h.tail);
+    }
+    for (const g of this.groups) g.engineMap?.renumber(map);
+    this.hot.renumber(map);
+    this.recTop = live;
+    this.recFree = NONE;
   }
 
   protected unlinkFromHolder(h: Holder, r: number): void {

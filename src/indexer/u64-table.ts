@@ -140,10 +140,27 @@ export class U64Table {
   }
 
   private grow(): void {
+    this.rehash((this.mask + 1) * 2);
+  }
+
+  /**
+   * Halve the capacity while the rows would fill at most half the new capacity's limit: a table
+   * emptied well below its peak (a sweep of expired bookings) gives the memory back, and keeps a
+   * growth step of room, so that it does not grow again on the next inserts (shrinking at <= 1/4 of
+   * the limit, growing at the limit). Whether it shrank.
+   */
+  shrink(): boolean {
+    let cap = this.mask + 1;
+    while (cap > 16 && this._size <= Math.floor(((cap / 2) * this.maxLoad) / 2)) cap >>= 1;
+    if (cap === this.mask + 1) return false;
+    this.rehash(cap);
+    return true;
+  }
+
+  private rehash(cap: number): void {
     const old = this.data;
     const st = this.stride;
     const oldCap = this.mask + 1;
-    const cap = oldCap * 2;
     this.data = new Int32Array(cap * st);
     this.mask = cap - 1;
     this.limit = Math.floor(cap * this.maxLoad);

@@ -1,0 +1,109 @@
+// The index gives back the room a sweep empties (records.ts fitTables): after the expired bookings
+// of a busy spell leave, the seq-hash table, the record rows (compacted, renumbered) and the engine
+// maps shrink, and every answer stays what an index that never held those bookings gives (the
+// model): query, overlapsFor with the LRU estimate, resolve of every engine hash, every holder's
+// blocks. Writes after the compaction (reusing no stale record id) keep them equal.
+import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
+import { BlockIndex } from '../../src/indexer/block-index.js';
+
+const INSTANCES = Array.from({ length: 12 }, (_, i) => `e${i}`);
+const ENGINE_XOR = 0x5eed_0000_0000_0000n;
+const SHORT = 100; // the busy spell's bookings expire here
+const LONG = 1_000_000;
+
+function prompts(rnd: () => number): bigint[][] {
+  const out: bigint[][] = [];
+  for (let p = 0; p < 30; p++) {
+    const base = p < 5 ? [] : out[Math.floor(rnd() * p)].slice(0, Math.floor(rnd() * 12));
+    const rest = Array.from({ length: 40 - base.length }, (_, i) => (BigInt(p + 1) << 40n) + BigInt(i) + (1n << 63n));
+    out.push([...base, ...rest]);
+  }
+  return out;
+}
+
+/** Everything the index answers about the prompts and the instances, as plain values. */
+function answers(idx: BlockIndex, ps: bigint[][], now: number) {
+  const cands = INSTANCES.map((instance) => ({ instance, dpRank: 0 }));
+  const alloc = INSTANCES.map((_, i) => 50 * i);
+  const out: unknown[] = [];
+  for (const p of ps) {
+    const seq = BigUint64Array.from(p);
+    const q = idx.query(seq, now);
+    out.push(
+      [...q.candidates].sort((a, b) => a.instance.localeCompare(b.instance)),
+      q.sharedBlocks,
+    );
+    const o = idx.overlapsFor(seq, now, cands, alloc);
+    out.push([...o.device], [...o.host], [...o.disk], [...o.surviving]);
+    for (const inst of INSTANCES) {
+      const h = idx.holder(inst, 0, 'GPU');
+      out.push(p.map((x) => idx.resolve(h, x ^ ENGINE_XOR)));
+      out.push(idx.survivingPrefix(inst, 0, seq, p.length, 100));
+    }
+  }
+  for (const inst of INSTANCES) {
+    for (const m of ['GPU', 'CPU'] as const) out.push(idx.holderBlocks(idx.holder(inst, 0, m)));
+    for (const ttl of [50, 60]) out.push(idx.holderBlocks(idx.speculativeHolder(inst, 0, ttl)));
+  }
+  const { records, blocks } = idx.stats();
+  out.push(records, blocks);
+  return out;
+}
+
+describe('index tables after a sweep', () => {
+  for (const seed of [1, 2, 3]) {
+    it(`shrink, and every answer equals an index that never held the expired bookings (seed ${seed})`, () => {
+      const rnd = mulberry32(seed);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)];
+      const ps = prompts(rnd);
+      const idx = new BlockIndex(16); // gets the busy spell's bookings
+      const model = new BlockIndex(16); // never does
+      const both = (f: (i: BlockIndex) => void) => {
+        f(idx);
+        f(model);
+      };
+      // Confirmed stores (dual key), evictions, long bookings to both; short bookings only to idx
+      // (a holder per TTL class: its records are in expiry order).
+      const writes = (steps: number, shortUntil: number, long: number) => {
+        for (let s = 0; s < steps; s++) {
+          const p = pick(ps);
+          const inst = pick(INSTANCES);
+          const from = rnd() < 0.5 ? 0 : Math.floor(rnd() * p.length);
+          const slice = p.slice(from, Math.min(p.length, from + 1 + Math.floor(rnd() * 16)));
+          const seq = BigUint64Array.from(slice);
+          const eng = BigUint64Array.from(slice.map((x) => x ^ ENGINE_XOR));
+          const op = rnd();
+          if (op < 0.3) {
+            const m = rnd() < 0.8 ? 'GPU' : 'CPU';
+            const parent = from > 0 ? p[from - 1] : null;
+            both((i) => i.store(i.holder(inst, 0, m), seq, eng, 0, parent));
+          } else if (op < 0.4) {
+            const m = pick(['GPU', 'CPU'] as const);
+            both((i) => i.remove(i.holder(inst, 0, m), eng));
+          } else if (op < 0.45) {
+            both((i) => i.store(i.speculativeHolder(inst, 0, 60), seq, null, long));
+          } else if (s < shortUntil) {
+            idx.store(idx.speculativeHolder(inst, 0, 50), BigUint64Array.from(p), null, SHORT);
+          }
+        }
+      };
+      writes(3000, 3000, LONG);
+      const peak = idx.stats();
+      expect(peak.records).toBeGreaterThan(3 * model.stats().records);
+      expect(idx.expire(SHORT)).toBeGreaterThan(0);
+      model.expire(SHORT);
+      const swept = idx.stats();
+      // The room of the expired bookings is given back: about the model's size, far below the peak.
+      expect(swept.bytes).toBeLessThan(peak.bytes / 2);
+      expect(swept.bytes).toBeLessThanOrEqual(model.stats().bytes * 1.5);
+      expect(answers(idx, ps, SHORT)).toEqual(answers(model, ps, SHORT));
+      // Writes after the compaction (new records, freed ones, another sweep) stay equal.
+      writes(1500, 0, LONG + 1);
+      expect(answers(idx, ps, SHORT)).toEqual(answers(model, ps, SHORT));
+      idx.expire(LONG + 1);
+      model.expire(LONG + 1);
+      expect(answers(idx, ps, LONG + 1)).toEqual(answers(model, ps, LONG + 1));
+    });
+  }
+});
