@@ -36,8 +36,9 @@ const T = 4;
 const T_SIG = 2;
 const T_HEAD = 3;
 
-/** The seq-hash table's fill before it doubles. */
+/** The seq-hash table doubles at 0.7 full, and past 2^22 rows (64 MB) grows by 1.14-1.25x at 0.8. */
 const BLOCK_TABLE_LOAD = 0.7;
+const BLOCK_TABLE_FINE = { fromRows: 1 << 22, maxLoad: 0.8 };
 
 /**
  * Record rows grow by 1.5x, and by 1/8 past 2^16 rows (3 MB): a grown array is empty by the
@@ -98,9 +99,12 @@ export abstract class RecordTable extends HolderTable {
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
-    // Filled to 0.7 before it doubles (not 0.5): at the fleet's millions of blocks a table at 0.5 is
-    // 25-50 % full, ~40 bytes per record of empty rows; a probe finds a present key in ~2 rows.
-    this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD);
+    // Filled to 0.7 before it doubles (not 0.5): a probe finds a present key in ~2 rows. Past 2^22
+    // rows (the fleet's routers hold millions of blocks) a table that doubles is 35-70 % full, up to
+    // ~40 bytes per block of empty rows; there it grows in steps of 1.14-1.25x to 0.8 (64-80 % full),
+    // where a probe is a cache miss and the row or two more it reads mostly share its cache line.
+    // Small tables (every query case of `bench indexer`) keep the doubling and its shorter probes.
+    this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD, BLOCK_TABLE_FINE);
     this.rec = new Int32Array(cap * R);
     this.recTouch = new Float64Array(cap);
     this.recClaims = this.recTouch;
@@ -252,7 +256,7 @@ export abstract class RecordTable extends HolderTable {
   /** The router hash (into keyOut) for an engine hash of a group: mapped, or the hash itself. */
   protected routerKey(g: { engineMap: EngineMap | null }, lo: number, hi: number): void {
     if (g.engineMap) {
-      const s = g.engineMap.find(lo, hi);
+      const s = g.engineMap.find(lo, hi, this.recEng);
       if (s !== NONE) {
         const r = g.engineMap.record(s);
         keyOut[0] = this.rec[r * R + R_LO];
@@ -279,7 +283,7 @@ export abstract class RecordTable extends HolderTable {
     if (elo === this.rec[r * R + R_LO] && ehi === this.rec[r * R + R_HI]) return;
     const g = this.groups[group];
     if (!g.engineMap) g.engineMap = new EngineMap();
-    g.engineMap.set(elo, ehi, r);
+    g.engineMap.set(r, this.recEng);
   }
 
   /**
@@ -294,7 +298,7 @@ export abstract class RecordTable extends HolderTable {
     const elo = eng[2 * r];
     const ehi = eng[2 * r + 1];
     if (elo === rec[r * R + R_LO] && ehi === rec[r * R + R_HI]) return;
-    const s = em.find(elo, ehi);
+    const s = em.find(elo, ehi, eng);
     if (s === NONE || em.record(s) !== r) return;
     for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) {
       const hx = rec[x * R + R_HOLDER];
@@ -309,7 +313,7 @@ export abstract class RecordTable extends HolderTable {
         return;
       }
     }
-    em.removeSlot(s);
+    em.removeSlot(s, eng);
   }
 
   protected resolveInGroup(group: number, engineHash: bigint): bigint | null {
@@ -318,7 +322,7 @@ export abstract class RecordTable extends HolderTable {
     const hi = splitView[1];
     const em = this.groups[group].engineMap;
     if (em) {
-      const s = em.find(lo, hi);
+      const s = em.find(lo, hi, this.recEng);
       if (s !== NONE) {
         // A row points at a live record of its group (setEngineHash, unmapRecord): the group holds
         // the block, with no walk of the block's holders (a shared prefix has a thousand).
@@ -448,7 +452,7 @@ export abstract class RecordTable extends HolderTable {
    */
   protected fitTables(): boolean {
     let shrank = this.table.shrink();
-    for (const g of this.groups) if (g.engineMap?.shrink()) shrank = true;
+    for (const g of this.groups) if (g.engineMap?.shrink(this.recEng)) shrank = true;
     const cap = this.recTouch.length;
     if (cap > 16 && this.liveRecords < cap * RECORD_FIT_FILL) {
       this.compactRecords();

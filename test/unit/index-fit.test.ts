@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { BlockIndex } from '../../src/indexer/block-index.js';
+import { U64Table } from '../../src/indexer/u64-table.js';
 
 const INSTANCES = Array.from({ length: 12 }, (_, i) => `e${i}`);
 const ENGINE_XOR = 0x5eed_0000_0000_0000n;
@@ -52,6 +53,33 @@ function answers(idx: BlockIndex, ps: bigint[][], now: number) {
 }
 
 describe('index tables after a sweep', () => {
+  it('a U64Table grows in fine steps past fine.fromRows, shrinks, and keeps every key', () => {
+    const t = new U64Table(4, 16, 0.7, { fromRows: 256, maxLoad: 0.8 });
+    const key = (i: number): [number, number] => [Math.imul(i, 0x9e3779b1), i >> 3];
+    const caps = new Set<number>();
+    for (let i = 0; i < 5000; i++) {
+      const s = t.insert(...key(i));
+      t.data[s * 4 + 3] = i;
+      caps.add(t.capacity);
+      expect(t.size / t.capacity).toBeLessThanOrEqual(t.capacity > 256 ? 0.8 : 0.7);
+    }
+    // doubling to 256 rows, then m x 2^j: 320, 384, 448, 512, 640, ...
+    expect([...caps].slice(0, 9)).toEqual([32, 64, 128, 256, 320, 384, 448, 512, 640]);
+    expect(t.size / t.capacity).toBeGreaterThan(0.8 / 1.25 - 0.01);
+    const has = (i: number) => {
+      const s = t.find(...key(i));
+      return s >= 0 && t.data[s * 4 + 3] === i;
+    };
+    for (let i = 0; i < 5000; i++) expect(has(i)).toBe(true);
+    for (let i = 0; i < 5000; i++) if (i % 8 !== 0) t.removeSlot(t.find(...key(i)));
+    const before = t.capacity;
+    expect(t.shrink()).toBe(true);
+    expect(t.capacity).toBeLessThan(before / 2);
+    expect(t.shrink()).toBe(false); // hysteresis: at most half its limit full, not a quarter
+    for (let i = 0; i < 5000; i++) expect(t.find(...key(i)) >= 0).toBe(i % 8 === 0);
+    for (let i = 0; i < 5000; i += 8) expect(has(i)).toBe(true);
+  });
+
   for (const seed of [1, 2, 3]) {
     it(`shrink, and every answer equals an index that never held the expired bookings (seed ${seed})`, () => {
       const rnd = mulberry32(seed);
