@@ -2,8 +2,8 @@
 // whose seq hash is the router's. Open addressing with linear probing and backward-shift deletion,
 // as U64Table, with rows [engLo, record + 1] (0 = empty): the key's high half is read from the
 // record (`eng`, the index's recEng: a row points at a live record carrying its hash, records.ts
-// setEngineHash / unmapRecord), so a row is 8 bytes, and a probe reads the record only where the
-// low halves agree. Any capacity, growing by 1.25x once 0.8 full: a fleet's router holds one map
+// setEngineHash / unmapRecord), so a row is 8 bytes; a probe reads the record only where the low
+// halves agree, and the home row comes from the low half alone. Any capacity, growing by 1.25x once 0.8 full: a fleet's router holds one map
 // per engine, and a power-of-two table that doubles is 40-80 % full. Only writes and resolve()
 // look it up, never the query walk.
 
@@ -31,25 +31,25 @@ export class EngineMap {
     return this.data.byteLength;
   }
 
-  private home(lo: number, hi: number): number {
-    let h = Math.imul(lo ^ Math.imul(hi, 0x9e3779b1), 0x85ebca6b);
+  /**
+   * A key's home row, from its low half only: deletion and growth move rows without reading their
+   * records (a record read is a cache miss at fleet scale). Engine hashes are hashes: their low halves
+   * spread; keys that share one share a home and are told apart by the record's high half.
+   */
+  private home(lo: number): number {
+    let h = Math.imul(lo, 0x85ebca6b);
     h ^= h >>> 15;
     h = Math.imul(h, 0xc2b2ae35);
     h ^= h >>> 13;
-    // The high bits scaled to the capacity (exact in a double: < 2^32 x 2^31).
+    // The high bits scaled to the capacity.
     return Math.floor(((h >>> 0) * this.cap) / 4294967296);
-  }
-
-  /** Home of the row at offset o: its key's high half is its record's. */
-  private homeOf(o: number, eng: Int32Array): number {
-    return this.home(this.data[o], eng[2 * (this.data[o + REC] - 1) + 1]);
   }
 
   /** Slot of the engine hash, or -1; `eng`: the records' engine hashes [lo, hi]. */
   find(lo: number, hi: number, eng: Int32Array): number {
     const d = this.data;
     const cap = this.cap;
-    let s = this.home(lo, hi);
+    let s = this.home(lo);
     for (;;) {
       const o = s * ROW;
       const r = d[o + REC];
@@ -71,12 +71,12 @@ export class EngineMap {
 
   /** Map the engine hash record r carries (eng[2r], eng[2r + 1]) to r (inserted, or its row re-pointed). */
   set(r: number, eng: Int32Array): void {
-    if (this._size + 1 > this.limit) this.rehash(Math.ceil(this.cap * 1.25), eng);
+    if (this._size + 1 > this.limit) this.rehash(Math.ceil(this.cap * 1.25));
     const lo = eng[2 * r];
     const hi = eng[2 * r + 1];
     const d = this.data;
     const cap = this.cap;
-    let s = this.home(lo, hi);
+    let s = this.home(lo);
     for (;;) {
       const o = s * ROW;
       const x = d[o + REC];
@@ -92,7 +92,7 @@ export class EngineMap {
   }
 
   /** Delete the row at a slot, shifting later members of its probe run back. */
-  removeSlot(slot: number, eng: Int32Array): void {
+  removeSlot(slot: number): void {
     const d = this.data;
     const cap = this.cap;
     let hole = slot;
@@ -101,7 +101,7 @@ export class EngineMap {
       j = j + 1 === cap ? 0 : j + 1;
       const oj = j * ROW;
       if (d[oj + REC] === 0) break;
-      const home = this.homeOf(oj, eng);
+      const home = this.home(d[oj]);
       const inRange = hole <= j ? home > hole && home <= j : home > hole || home <= j;
       if (inRange) continue;
       d.copyWithin(hole * ROW, oj, oj + ROW);
@@ -116,9 +116,9 @@ export class EngineMap {
    * group's engine evicted most of what it held, or its blocks were cleared): the hysteresis between
    * 0.4 and 0.8 keeps a shrunk map from growing again on the next stores. Whether it shrank.
    */
-  shrink(eng: Int32Array): boolean {
+  shrink(): boolean {
     if (this.cap <= 8 || this._size > this.limit / 2) return false;
-    this.rehash(Math.max(8, Math.ceil(this._size / (MAX_LOAD / 1.25))), eng);
+    this.rehash(Math.max(8, Math.ceil(this._size / (MAX_LOAD / 1.25))));
     return true;
   }
 
@@ -128,7 +128,7 @@ export class EngineMap {
     for (let o = REC; o < d.length; o += ROW) if (d[o] !== 0) d[o] = map[d[o] - 1] + 1;
   }
 
-  private rehash(cap: number, eng: Int32Array): void {
+  private rehash(cap: number): void {
     const old = this.data;
     const oldCap = this.cap;
     this.cap = cap;
@@ -139,7 +139,7 @@ export class EngineMap {
       const o = s * ROW;
       const r = old[o + REC];
       if (r === 0) continue;
-      let t = this.home(old[o], eng[2 * r - 1]);
+      let t = this.home(old[o]);
       while (d[t * ROW + REC] !== 0) t = t + 1 === this.cap ? 0 : t + 1;
       d[t * ROW] = old[o];
       d[t * ROW + REC] = r;

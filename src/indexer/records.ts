@@ -313,7 +313,7 @@ export abstract class RecordTable extends HolderTable {
         return;
       }
     }
-    em.removeSlot(s, eng);
+    em.removeSlot(s);
   }
 
   protected resolveInGroup(group: number, engineHash: bigint): bigint | null {
@@ -452,7 +452,7 @@ export abstract class RecordTable extends HolderTable {
    */
   protected fitTables(): boolean {
     let shrank = this.table.shrink();
-    for (const g of this.groups) if (g.engineMap?.shrink(this.recEng)) shrank = true;
+    for (const g of this.groups) if (g.engineMap?.shrink()) shrank = true;
     const cap = this.recTouch.length;
     if (cap > 16 && this.liveRecords < cap * RECORD_FIT_FILL) {
       this.compactRecords();

@@ -24,7 +24,7 @@ describe('engine-hash maps', () => {
     const eng = new Int32Array(keys.flat()); // record i carries keys[i]
     for (let i = 0; i < keys.length; i++) m.set(i, eng);
     expect(m.size).toBe(3000);
-    for (let i = 0; i < 3000; i += 3) m.removeSlot(m.find(keys[i][0], keys[i][1], eng), eng);
+    for (let i = 0; i < 3000; i += 3) m.removeSlot(m.find(keys[i][0], keys[i][1], eng));
     const check = () =>
       keys.forEach(([lo, hi], i) => {
         const s = m.find(lo, hi, eng);
@@ -33,9 +33,9 @@ describe('engine-hash maps', () => {
       });
     check();
     // Emptied to a quarter: it shrinks, and keeps every key.
-    for (let i = 1; i < 3000; i += 3) if (i % 4 !== 1) m.removeSlot(m.find(keys[i][0], keys[i][1], eng), eng);
+    for (let i = 1; i < 3000; i += 3) if (i % 4 !== 1) m.removeSlot(m.find(keys[i][0], keys[i][1], eng));
     const bytes = m.byteLength;
-    expect(m.shrink(eng)).toBe(true);
+    expect(m.shrink()).toBe(true);
     expect(m.byteLength).toBeLessThan(bytes / 2);
     keys.forEach(([lo, hi], i) => {
       const s = m.find(lo, hi, eng);
