@@ -36,9 +36,9 @@ const T = 4;
 const T_SIG = 2;
 const T_HEAD = 3;
 
-/** The seq-hash table doubles at 0.7 full, and past 2^22 rows (64 MB) grows by 1.14-1.25x at 0.8. */
+/** The seq-hash table doubles at 0.7 full, and past 2^22 rows (64 MB) grows by 1.14-1.25x, at 0.7 too. */
 const BLOCK_TABLE_LOAD = 0.7;
-const BLOCK_TABLE_FINE = { fromRows: 1 << 22, maxLoad: 0.8 };
+const BLOCK_TABLE_FINE = { fromRows: 1 << 22, maxLoad: 0.7 };
 
 /**
  * Record rows grow by 1.5x, and by 1/8 past 2^16 rows (3 MB): a grown array is empty by the
@@ -101,9 +101,9 @@ export abstract class RecordTable extends HolderTable {
     const cap = Math.max(16, initialBlocks);
     // Filled to 0.7 before it doubles (not 0.5): a probe finds a present key in ~2 rows. Past 2^22
     // rows (the fleet's routers hold millions of blocks) a table that doubles is 35-70 % full, up to
-    // ~40 bytes per block of empty rows; there it grows in steps of 1.14-1.25x to 0.8 (64-80 % full),
-    // where a probe is a cache miss and the row or two more it reads mostly share its cache line.
-    // Small tables (every query case of `bench indexer`) keep the doubling and its shorter probes.
+    // ~40 bytes per block of empty rows; there it grows in steps of 1.14-1.25x (56-70 % full), never
+    // fuller than a doubling table gets. Not fuller (0.8 from 2^20 rows: `bench indexer`'s block-64
+    // queries 1.2-4x slower), and not below 2^22 rows (every `bench indexer` case keeps its layout).
     this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD, BLOCK_TABLE_FINE);
     this.rec = new Int32Array(cap * R);
     this.recTouch = new Float64Array(cap);

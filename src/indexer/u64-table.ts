@@ -4,9 +4,8 @@
 // backward-shift deletion (no tombstones). Slot numbers change on insert (growth) and remove.
 // Capacities m x 2^j (m = 4..7): a power of two (m = 4) homes a key by a mask of its mixed hash;
 // otherwise by the top 24 bits of the hash times m, shifted right by 24 - j. A table grows by
-// doubling, and past `fine.fromRows` rows in steps of 1.14-1.25x (m + 1) to a higher load: a huge
-// table's probes are cache misses, where a fuller table costs little, and its empty rows cost the
-// most memory (the fleet's routers hold millions of blocks).
+// doubling, and past `fine.fromRows` rows in steps of 1.14-1.25x (m + 1), at `fine.maxLoad`: a
+// huge table's empty rows cost the most memory (the fleet's routers hold millions of blocks).
 export class U64Table {
   data: Int32Array;
   private cap: number;
@@ -23,7 +22,7 @@ export class U64Table {
   /**
    * `maxLoad`: the fill at which the table doubles (0.5 keeps probe runs short for lookup-heavy
    * tables). `fine`: from `fromRows` rows on, it grows in steps of 1.14-1.25x once `maxLoad` full
-   * (the block table: 64-80 % full past 64 MB instead of 35-70 %).
+   * (the block table: 56-70 % full past 64 MB instead of 35-70 %).
    */
   constructor(
     readonly stride: number,
