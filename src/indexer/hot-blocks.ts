@@ -72,6 +72,14 @@ export class HotBlocks {
     this.live++;
   }
 
+  /** Records were renumbered (compacted): record r of every copy is now map[r]. */
+  renumber(map: Int32Array): void {
+    for (let e = 0; e < ENTRIES; e++) {
+      const rows = this.rows[e];
+      for (let k = 0; k < this.count[e]; k++) rows[k * HB] = map[rows[k * HB]];
+    }
+  }
+
   get byteLength(): number {
     return this.rows.reduce((s, r) => s + r.byteLength, 0);
   }

@@ -36,8 +36,9 @@ const T = 4;
 const T_SIG = 2;
 const T_HEAD = 3;
 
-/** The seq-hash table's fill before it doubles. */
+/** The seq-hash table doubles at 0.7 full, and past 2^22 rows (64 MB) grows by 1.14-1.25x, at 0.7 too. */
 const BLOCK_TABLE_LOAD = 0.7;
+const BLOCK_TABLE_FINE = { fromRows: 1 << 22, maxLoad: 0.7 };
 
 /**
  * Record rows grow by 1.5x, and by 1/8 past 2^16 rows (3 MB): a grown array is empty by the
@@ -47,6 +48,9 @@ const BLOCK_TABLE_LOAD = 0.7;
 export function nextRecordCapacity(rows: number): number {
   return rows < 1 << 16 ? Math.ceil((rows * 3) / 2) : Math.ceil((rows * 9) / 8);
 }
+
+/** Record rows are compacted at a sweep under this fill (to nextRecordCapacity(live): >= 1/8 room). */
+const RECORD_FIT_FILL = 0.5;
 
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {
@@ -95,9 +99,12 @@ export abstract class RecordTable extends HolderTable {
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
-    // Filled to 0.7 before it doubles (not 0.5): at the fleet's millions of blocks a table at 0.5 is
-    // 25-50 % full, ~40 bytes per record of empty rows; a probe finds a present key in ~2 rows.
-    this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD);
+    // Filled to 0.7 before it doubles (not 0.5): a probe finds a present key in ~2 rows. Past 2^22
+    // rows (the fleet's routers hold millions of blocks) a table that doubles is 35-70 % full, up to
+    // ~40 bytes per block of empty rows; there it grows in steps of 1.14-1.25x (56-70 % full), never
+    // fuller than a doubling table gets. Not fuller (0.8 from 2^20 rows: `bench indexer`'s block-64
+    // queries 1.2-4x slower), and not below 2^22 rows (every `bench indexer` case keeps its layout).
+    this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD, BLOCK_TABLE_FINE);
     this.rec = new Int32Array(cap * R);
     this.recTouch = new Float64Array(cap);
     this.recClaims = this.recTouch;
@@ -249,7 +256,7 @@ export abstract class RecordTable extends HolderTable {
   /** The router hash (into keyOut) for an engine hash of a group: mapped, or the hash itself. */
   protected routerKey(g: { engineMap: EngineMap | null }, lo: number, hi: number): void {
     if (g.engineMap) {
-      const s = g.engineMap.find(lo, hi);
+      const s = g.engineMap.find(lo, hi, this.recEng);
       if (s !== NONE) {
         const r = g.engineMap.record(s);
         keyOut[0] = this.rec[r * R + R_LO];
@@ -276,7 +283,7 @@ export abstract class RecordTable extends HolderTable {
     if (elo === this.rec[r * R + R_LO] && ehi === this.rec[r * R + R_HI]) return;
     const g = this.groups[group];
     if (!g.engineMap) g.engineMap = new EngineMap();
-    g.engineMap.set(elo, ehi, r);
+    g.engineMap.set(r, this.recEng);
   }
 
   /**
@@ -291,7 +298,7 @@ export abstract class RecordTable extends HolderTable {
     const elo = eng[2 * r];
     const ehi = eng[2 * r + 1];
     if (elo === rec[r * R + R_LO] && ehi === rec[r * R + R_HI]) return;
-    const s = em.find(elo, ehi);
+    const s = em.find(elo, ehi, eng);
     if (s === NONE || em.record(s) !== r) return;
     for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) {
       const hx = rec[x * R + R_HOLDER];
@@ -315,7 +322,7 @@ export abstract class RecordTable extends HolderTable {
     const hi = splitView[1];
     const em = this.groups[group].engineMap;
     if (em) {
-      const s = em.find(lo, hi);
+      const s = em.find(lo, hi, this.recEng);
       if (s !== NONE) {
         // A row points at a live record of its group (setEngineHash, unmapRecord): the group holds
         // the block, with no walk of the block's holders (a shared prefix has a thousand).
@@ -433,6 +440,75 @@ export abstract class RecordTable extends HolderTable {
     if (h.count > h.peak) h.peak = h.count;
     this.liveRecords++;
     return r;
+  }
+
+  // ---------------------------------------------------------------- table sizes (the sweep)
+
+  /**
+   * Give back the room a sweep emptied: the seq-hash table, the record rows and the engine maps keep
+   * the size their peak gave them (the expired bookings of a busy minute) until this. Each shrinks only
+   * well below its capacity and keeps room for a growth step (hysteresis), so a sweep every second does
+   * not thrash. Whether anything shrank.
+   */
+  protected fitTables(): boolean {
+    let shrank = this.table.shrink();
+    for (const g of this.groups) if (g.engineMap?.shrink()) shrank = true;
+    const cap = this.recTouch.length;
+    if (cap > 16 && this.liveRecords < cap * RECORD_FIT_FILL) {
+      this.compactRecords();
+      shrank = true;
+    }
+    return shrank;
+  }
+
+  /**
+   * Renumber the live records 0..live-1 in their order (no free rows left) and cut the rows to
+   * nextRecordCapacity(live). Every list keeps its order (a block's holders, a holder's blocks), so
+   * every answer stays the same; what holds record ids is renumbered with them: the rows' links, the
+   * table's heads, the holders' ends, the engine maps and the hot-block copies.
+   */
+  protected compactRecords(): void {
+    const top = this.recTop;
+    const live = this.liveRecords;
+    let rec = this.rec;
+    const map = new Int32Array(top);
+    for (let r = this.recFree; r !== NONE; r = rec[r * R + R_NEXT_E]) map[r] = NONE;
+    let n = 0;
+    for (let r = 0; r < top; r++) {
+      if (map[r] === NONE) continue;
+      map[r] = n;
+      if (n !== r) {
+        rec.copyWithin(n * R, r * R, r * R + R);
+        this.recTouch[n] = this.recTouch[r];
+        this.recEng[2 * n] = this.recEng[2 * r];
+        this.recEng[2 * n + 1] = this.recEng[2 * r + 1];
+      }
+      n++;
+    }
+    if (n !== live) throw new Error(`record compaction found ${n} live records, not ${live}`);
+    const cap = Math.max(16, nextRecordCapacity(live));
+    rec = this.rec = rec.slice(0, cap * R);
+    this.recTouch = this.recTouch.slice(0, cap);
+    this.recClaims = this.recTouch;
+    this.recEng = this.recEng.slice(0, cap * 2);
+    this.recExp = new Float64Array(this.recEng.buffer);
+    const relink = (x: number) => (x === NONE ? NONE : map[x]);
+    for (let o = 0; o < live * R; o += R) {
+      rec[o + R_NEXT_E] = relink(rec[o + R_NEXT_E]);
+      rec[o + R_PREV_H] = relink(rec[o + R_PREV_H]);
+      rec[o + R_NEXT_H] = relink(rec[o + R_NEXT_H]);
+    }
+    const tbl = this.table.data;
+    for (let o = 0; o < tbl.length; o += T) if (tbl[o + T_SIG] !== 0) tbl[o + T_HEAD] = relink(tbl[o + T_HEAD]);
+    for (const i of this.liveHolders) {
+      const h = this.holders[i];
+      h.head = relink(h.head);
+      h.tail = relink(h.tail);
+    }
+    for (const g of this.groups) g.engineMap?.renumber(map);
+    this.hot.renumber(map);
+    this.recTop = live;
+    this.recFree = NONE;
   }
 
   protected unlinkFromHolder(h: Holder, r: number): void {

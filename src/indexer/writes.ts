@@ -271,6 +271,7 @@ export abstract class IndexWrites extends RecordTable {
         n++;
       }
     }
+    this.fitTables();
     return n;
   }
 }

@@ -19,13 +19,27 @@ describe('engine-hash maps', () => {
   it('EngineMap keeps every key through growth and backward-shift deletion', () => {
     const m = new EngineMap(8);
     const keys: Array<[number, number]> = [];
-    for (let i = 0; i < 3000; i++) keys.push([Math.imul(i, 0x9e3779b1), i & 15]);
-    for (const [i, [lo, hi]] of keys.entries()) m.set(lo, hi, i);
+    // Low halves repeat (every 1000th key shares one), so the high half read from the record decides.
+    for (let i = 0; i < 3000; i++) keys.push([Math.imul(i % 1000, 0x9e3779b1), Math.floor(i / 1000)]);
+    const eng = new Int32Array(keys.flat()); // record i carries keys[i]
+    for (let i = 0; i < keys.length; i++) m.set(i, eng);
     expect(m.size).toBe(3000);
-    for (let i = 0; i < 3000; i += 3) m.removeSlot(m.find(keys[i][0], keys[i][1]));
+    for (let i = 0; i < 3000; i += 3) m.removeSlot(m.find(keys[i][0], keys[i][1], eng));
+    const check = () =>
+      keys.forEach(([lo, hi], i) => {
+        const s = m.find(lo, hi, eng);
+        if (i % 3 === 0) expect(s).toBe(-1);
+        else expect(m.record(s)).toBe(i);
+      });
+    check();
+    // Emptied to a quarter: it shrinks, and keeps every key.
+    for (let i = 1; i < 3000; i += 3) if (i % 4 !== 1) m.removeSlot(m.find(keys[i][0], keys[i][1], eng));
+    const bytes = m.byteLength;
+    expect(m.shrink()).toBe(true);
+    expect(m.byteLength).toBeLessThan(bytes / 2);
     keys.forEach(([lo, hi], i) => {
-      const s = m.find(lo, hi);
-      if (i % 3 === 0) expect(s).toBe(-1);
+      const s = m.find(lo, hi, eng);
+      if (i % 3 === 0 || (i % 3 === 1 && i % 4 !== 1)) expect(s).toBe(-1);
       else expect(m.record(s)).toBe(i);
     });
   });

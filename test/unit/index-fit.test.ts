@@ -1,0 +1,171 @@
+// The index gives back the room a sweep empties (records.ts fitTables): after the expired bookings
+// of a busy spell leave, the seq-hash table, the record rows (compacted, renumbered) and the engine
+// maps shrink, and every answer stays what an index that never held those bookings gives (the
+// model): query, overlapsFor with the LRU estimate, resolve of every engine hash, every holder's
+// blocks. Writes after the compaction (reusing no stale record id) keep them equal.
+import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
+import { BlockIndex } from '../../src/indexer/block-index.js';
+import { U64Table } from '../../src/indexer/u64-table.js';
+
+// 40: the shared prefixes' first blocks get >= 32 records, so the walk keeps hot-block copies of them.
+const INSTANCES = Array.from({ length: 40 }, (_, i) => `e${i}`);
+const ENGINE_XOR = 0x5eed_0000_0000_0000n;
+const SHORT = 100; // the busy spell's bookings expire here
+const LONG = 1_000_000;
+
+function prompts(rnd: () => number, tag: bigint): bigint[][] {
+  const out: bigint[][] = [];
+  for (let p = 0; p < 30; p++) {
+    const base = p < 5 ? [] : out[Math.floor(rnd() * p)].slice(0, Math.floor(rnd() * 12));
+    const rest = Array.from(
+      { length: 40 - base.length },
+      (_, i) => (BigInt(p + 1) << 40n) + (tag << 32n) + BigInt(i) + (1n << 63n),
+    );
+    out.push([...base, ...rest]);
+  }
+  return out;
+}
+
+/** Everything the index answers about the prompts and the instances, as plain values. */
+function answers(idx: BlockIndex, ps: bigint[][], now: number) {
+  const cands = INSTANCES.map((instance) => ({ instance, dpRank: 0 }));
+  const alloc = INSTANCES.map((_, i) => 50 * i);
+  const out: unknown[] = [];
+  for (const p of ps) {
+    const seq = BigUint64Array.from(p);
+    const q = idx.query(seq, now);
+    out.push(
+      [...q.candidates].sort((a, b) => a.instance.localeCompare(b.instance)),
+      q.sharedBlocks,
+    );
+    const o = idx.overlapsFor(seq, now, cands, alloc);
+    out.push([...o.device], [...o.host], [...o.disk], [...o.surviving]);
+    for (const inst of INSTANCES) {
+      const h = idx.holder(inst, 0, 'GPU');
+      out.push(p.map((x) => idx.resolve(h, x ^ ENGINE_XOR)));
+      out.push(idx.survivingPrefix(inst, 0, seq, p.length, 100));
+    }
+  }
+  for (const inst of INSTANCES) {
+    for (const m of ['GPU', 'CPU'] as const) out.push(idx.holderBlocks(idx.holder(inst, 0, m)));
+    for (const ttl of [50, 60]) out.push(idx.holderBlocks(idx.speculativeHolder(inst, 0, ttl)));
+  }
+  const { records, blocks } = idx.stats();
+  out.push(records, blocks);
+  return out;
+}
+
+describe('index tables after a sweep', () => {
+  it('a U64Table grows in fine steps past fine.fromRows, shrinks, and keeps every key', () => {
+    const t = new U64Table(4, 16, 0.7, { fromRows: 256, maxLoad: 0.8 });
+    const key = (i: number): [number, number] => [Math.imul(i, 0x9e3779b1), i >> 3];
+    const caps = new Set<number>();
+    for (let i = 0; i < 5000; i++) {
+      const s = t.insert(...key(i));
+      t.data[s * 4 + 3] = i;
+      caps.add(t.capacity);
+      expect(t.size / t.capacity).toBeLessThanOrEqual(t.capacity > 256 ? 0.8 : 0.7);
+    }
+    // doubling to 256 rows, then m x 2^j: 320, 384, 448, 512, 640, ...
+    expect([...caps].slice(0, 9)).toEqual([32, 64, 128, 256, 320, 384, 448, 512, 640]);
+    expect(t.size / t.capacity).toBeGreaterThan(0.8 / 1.25 - 0.01);
+    const has = (i: number) => {
+      const s = t.find(...key(i));
+      return s >= 0 && t.data[s * 4 + 3] === i;
+    };
+    for (let i = 0; i < 5000; i++) expect(has(i)).toBe(true);
+    for (let i = 0; i < 5000; i++) if (i % 8 !== 0) t.removeSlot(t.find(...key(i)));
+    const before = t.capacity;
+    expect(t.shrink()).toBe(true);
+    expect(t.capacity).toBeLessThan(before / 2);
+    expect(t.shrink()).toBe(false); // hysteresis: at most half its limit full, not a quarter
+    for (let i = 0; i < 5000; i++) expect(t.find(...key(i)) >= 0).toBe(i % 8 === 0);
+    for (let i = 0; i < 5000; i += 8) expect(has(i)).toBe(true);
+  });
+
+  it('renumbers the hot-block copies the walk reads (a crowded block of bookings)', () => {
+    const idx = new BlockIndex(16);
+    const model = new BlockIndex(16);
+    const shared = BigUint64Array.from({ length: 8 }, (_, i) => 0xabc0_0000_0000n + BigInt(i));
+    for (const i of [idx, model])
+      for (let k = 0; k < 40; k++) {
+        // busy-spell bookings first (lower record ids), so the compaction moves the shared block's records
+        if (i === idx)
+          for (let b = 0; b < 20; b++)
+            i.store(
+              i.speculativeHolder(`e${k}`, 0, 50),
+              BigUint64Array.from({ length: 8 }, (_, j) => BigInt(k * 1000 + b * 10 + j + 1)),
+              null,
+              SHORT,
+            );
+        i.store(i.speculativeHolder(`e${k}`, 0, 60), shared.subarray(0, 1 + (k % 8)), null, LONG);
+      }
+    const answer = (i: BlockIndex) => i.query(shared, SHORT).candidates.map((c) => [c.instance, c.device]);
+    answer(idx); // the walk copies the shared block 0 (40 records)
+    idx.expire(SHORT);
+    model.expire(SHORT);
+    expect(answer(idx)).toEqual(answer(model));
+    expect(answer(idx)).toHaveLength(40);
+  });
+
+  for (const seed of [1, 2, 3]) {
+    it(`shrink, and every answer equals an index that never held the expired bookings (seed ${seed})`, () => {
+      const rnd = mulberry32(seed);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)];
+      const ps = prompts(rnd, 0n);
+      // The busy spell's bookings: prompts of their own, so the sweep leaves the shared prefixes' blocks
+      // (and their hot-block copies) alone, and the compaction has to renumber the copies.
+      const busy = prompts(rnd, 1n);
+      const idx = new BlockIndex(16); // gets the busy spell's bookings
+      const model = new BlockIndex(16); // never does
+      const both = (f: (i: BlockIndex) => void) => {
+        f(idx);
+        f(model);
+      };
+      // Confirmed stores (dual key), evictions, long bookings to both; short bookings only to idx
+      // (a holder per TTL class: its records are in expiry order).
+      const writes = (steps: number, shortUntil: number, long: number) => {
+        for (let s = 0; s < steps; s++) {
+          const p = pick(ps);
+          const inst = pick(INSTANCES);
+          const from = rnd() < 0.5 ? 0 : Math.floor(rnd() * p.length);
+          const slice = p.slice(from, Math.min(p.length, from + 1 + Math.floor(rnd() * 16)));
+          const seq = BigUint64Array.from(slice);
+          const eng = BigUint64Array.from(slice.map((x) => x ^ ENGINE_XOR));
+          const op = rnd();
+          if (op < 0.3) {
+            const m = rnd() < 0.8 ? 'GPU' : 'CPU';
+            const parent = from > 0 ? p[from - 1] : null;
+            both((i) => i.store(i.holder(inst, 0, m), seq, eng, 0, parent));
+          } else if (op < 0.4) {
+            const m = pick(['GPU', 'CPU'] as const);
+            both((i) => i.remove(i.holder(inst, 0, m), eng));
+          } else if (op < 0.45) {
+            both((i) => i.store(i.speculativeHolder(inst, 0, 60), seq, null, long));
+          } else if (s < shortUntil) {
+            idx.store(idx.speculativeHolder(inst, 0, 50), BigUint64Array.from(pick(busy)), null, SHORT);
+          }
+        }
+      };
+      writes(3000, 3000, LONG);
+      const peak = idx.stats();
+      expect(peak.records).toBeGreaterThan(3 * model.stats().records);
+      for (const p of ps) idx.query(BigUint64Array.from(p), SHORT); // the walk makes hot-block copies
+      expect(idx.expire(SHORT)).toBeGreaterThan(0);
+      model.expire(SHORT);
+      const swept = idx.stats();
+      // The room of the expired bookings is given back: far below the peak, within 2x of the model (which
+      // grew in steps to its size; the compaction leaves 1/2 room under 2^16 rows).
+      expect(swept.bytes).toBeLessThan(peak.bytes / 2);
+      expect(swept.bytes).toBeLessThanOrEqual(model.stats().bytes * 2);
+      expect(answers(idx, ps, SHORT)).toEqual(answers(model, ps, SHORT));
+      // Writes after the compaction (new records, freed ones, another sweep) stay equal.
+      writes(1500, 0, LONG + 1);
+      expect(answers(idx, ps, SHORT)).toEqual(answers(model, ps, SHORT));
+      idx.expire(LONG + 1);
+      model.expire(LONG + 1);
+      expect(answers(idx, ps, LONG + 1)).toEqual(answers(model, ps, LONG + 1));
+    });
+  }
+});
