@@ -31,6 +31,8 @@ export class BookedBlocks {
   private ids = 0;
   /** Changes when an id is given (CandidateIds' validity: a candidate without one may have one now). */
   private version = 0;
+  /** Changes when ids are taken back (an instance left: its ids may name other workers later). */
+  private taken = 0;
   private readonly listIds = new CandidateIds();
   private readonly idOrNone = (instance: string, dpRank: number): number => this.names.get(instance)?.[dpRank] ?? NONE;
   // per worker id: the pass that knows its held prefix, and that prefix
@@ -92,7 +94,7 @@ export class BookedBlocks {
       this.freeIds.push(id);
       this.own[id] = undefined;
     }
-    // (No version change: a stale list's id reads 0 until idOf() gives it to someone, which changes it.)
+    this.taken++;
     this.names.delete(instance);
   }
 
@@ -232,7 +234,7 @@ export class BookedBlocks {
 
   /** Each candidate's held prefix of the last walk()'s prompt, in the list's order (no lookup for a list seen before). */
   heldPrefixesOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
-    const ids = this.listIds.of(candidates, this.version, this.idOrNone);
+    const ids = this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
     const out = new Int32Array(ids.length);
     if (this.end === 0) return out;
     for (let k = 0; k < ids.length; k++) out[k] = this.heldPrefix(ids[k]);
