@@ -205,4 +205,26 @@ describe('survivingPrefix by runs (O(1) a run whose keys are known)', () => {
     }
     expect(reference(idx, 'a', prompt, 10, 5)).toBe(10); // X's a5 would go, but the prompt is on Y there
   });
+
+  it('finds a GPU holder made or bound after a judgement found none (no scan per judgement meanwhile)', () => {
+    const idx = new BlockIndex(8);
+    const seq = BigUint64Array.from({ length: 8 }, (_, i) => (BigInt(i + 7) * 0x9e3779b97f4a7c15n) & MASK);
+    // Booked before its engine's first event: a candidate without a GPU holder keeps the whole depth.
+    idx.store(idx.speculativeHolder('x', 0, 2000), seq, null, 5000);
+    idx.store(idx.speculativeHolder('y', 0, 2000), seq, null, 5000);
+    expect(idx.survivingPrefix('x', 0, seq, 8, 100)).toBe(8);
+    expect(idx.survivingPrefix('y', 0, seq, 8, 100)).toBe(8);
+    // x's engine publishes (a full cache that evicted once): now judged.
+    const gx = idx.holder('x', 0, 'GPU');
+    idx.store(gx, seq);
+    idx.remove(gx, seq.subarray(7));
+    expect(idx.survivingPrefix('x', 0, seq, 7, 100)).toBe(0);
+    // y's engine publishes through a backend of another name, bound to y afterwards.
+    const gy = idx.holder('pod-y', 0, 'GPU');
+    idx.store(gy, seq);
+    idx.remove(gy, seq.subarray(7));
+    expect(idx.survivingPrefix('y', 0, seq, 7, 100)).toBe(7);
+    idx.bindBackend('pod-y', 'y');
+    expect(idx.survivingPrefix('y', 0, seq, 7, 100)).toBe(0);
+  });
 });
