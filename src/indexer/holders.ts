@@ -41,12 +41,10 @@ export abstract class HolderTable {
   /** Candidate -> its confirmed GPU holder (validated on use, rebuilt by a scan when stale). */
   private gpuHolders = new Map<number, number>();
   /**
-   * Candidate -> the `gpuEpoch` at which a scan found it no GPU holder (an instance booked before its
-   * engine's first event): until a holder that could be one is made or a backend rebound, no scan.
+   * Candidates a scan found without a GPU holder (an instance booked before its engine's first
+   * event): no scan again until one is made for it (addHolder) or backends are rebound.
    */
-  private noGpuHolder = new Map<number, number>();
-  /** Changes when a confirmed GPU holder is made or backends are rebound (a candidate may have one now). */
-  private gpuEpoch = 0;
+  private noGpuHolder = new Set<number>();
 
   // ---------------------------------------------------------------- holders and ownership
 
@@ -56,7 +54,7 @@ export abstract class HolderTable {
    */
   bindBackend(backend: string, instance: string | null): void {
     this.backendOwner.set(backend, instance);
-    this.gpuEpoch++;
+    this.noGpuHolder.clear();
     for (const i of this.liveHolders) {
       const h = this.holders[i];
       if (!h.speculative && h.backend === backend)
@@ -117,7 +115,7 @@ export abstract class HolderTable {
     };
     this.holderKeys.set(key, id);
     this.liveHolders.add(id);
-    if (!speculative && medium === 'GPU') this.gpuEpoch++;
+    if (!speculative && medium === 'GPU') this.noGpuHolder.delete(cand);
     if (id >= this.hCand.length) {
       const n = this.hCand.length * 2;
       this.hCand = grow(this.hCand, n);
@@ -193,14 +191,14 @@ export abstract class HolderTable {
   protected gpuHolderOf(cand: number): number {
     const known = this.gpuHolders.get(cand);
     if (known !== undefined && this.isGpuHolderOf(known, cand)) return known;
-    if (this.noGpuHolder.get(cand) === this.gpuEpoch) return NONE;
+    if (this.noGpuHolder.has(cand)) return NONE;
     for (const i of this.liveHolders) {
       if (this.isGpuHolderOf(i, cand)) {
         this.gpuHolders.set(cand, i);
         return i;
       }
     }
-    this.noGpuHolder.set(cand, this.gpuEpoch);
+    this.noGpuHolder.add(cand);
     return NONE;
   }
 
