@@ -115,7 +115,12 @@ export abstract class HolderTable {
     };
     this.holderKeys.set(key, id);
     this.liveHolders.add(id);
-    if (!speculative && medium === 'GPU') this.noGpuHolder.delete(cand);
+    if (!speculative && medium === 'GPU') {
+      // The candidate's GPU holder, unless it has one (the first made still alive, as a scan finds).
+      this.noGpuHolder.delete(cand);
+      const known = this.gpuHolders.get(cand);
+      if (cand !== NONE && (known === undefined || !this.isGpuHolderOf(known, cand))) this.gpuHolders.set(cand, id);
+    }
     if (id >= this.hCand.length) {
       const n = this.hCand.length * 2;
       this.hCand = grow(this.hCand, n);
