@@ -278,6 +278,8 @@ export abstract class RecordTable extends HolderTable {
     const { rec, recTouch } = this;
     const d = Math.min(depth, end, sv.length >> 1);
     let next = first;
+    // The run judgeRun() last declined (the same answer at every later position of it).
+    let declined = NONE;
     for (let i = 0; i < d; i++) {
       // The next record in the holder's list is mostly this block's (stored together); else look it up.
       let r = next;
@@ -286,7 +288,7 @@ export abstract class RecordTable extends HolderTable {
         if (r === NONE) continue; // held through another holder of the instance: no judgement
       }
       if (all || recTouch[r] <= limit) return i;
-      if (byRun) {
+      if (byRun && rec[r * R + R_RUN] !== declined) {
         // The rest of r's run at once, where its keys are known (judgeRun).
         const at = this.judgeRun(r, sv, i, limit);
         if (at !== NONE) {
@@ -296,6 +298,7 @@ export abstract class RecordTable extends HolderTable {
           i = at - 1;
           continue;
         }
+        declined = rec[r * R + R_RUN];
       }
       next = rec[r * R + R_NEXT_H];
     }
