@@ -1,35 +1,62 @@
 // A candidate list's ids, resolved once and reused: a router passes the same list (the same
 // instance strings, in the same order) request after request, and comparing it costs less than
 // looking each candidate up (a string-keyed map lookup per candidate, mostly cache misses at a
-// thousand candidates). The ids stay valid while the owner's `version` stays (it changes when an id
-// is added or removed: a candidate without one may have one now).
+// thousand candidates). The owner's `version` changes when it gives an id (a candidate without one
+// may have one now: only those are looked up again), `taken` when it takes one back (an id may name
+// someone else now: the whole list is looked up again).
+
+/** What the owners' idOf returns for a candidate without an id. */
+const NONE = -1;
+
 export class CandidateIds {
   // The last list, as columns: the comparison reads one object per candidate, not two.
   private instances: string[] = [];
   private ranks: number[] = [];
   private ids = new Int32Array(0);
+  /** Positions of the list's candidates without an id. */
+  private missing: number[] = [];
   private version = -1;
+  private taken = -1;
 
-  /** The ids of the list's candidates, in order (`idOf` for each when the list or the version changed). */
+  /** The ids of the list's candidates, in order (`idOf` where the list, `taken` or, for those without one, `version` changed). */
   of(
     candidates: ReadonlyArray<{ instance: string; dpRank: number }>,
     version: number,
     idOf: (instance: string, dpRank: number) => number,
+    taken = 0,
   ): Int32Array {
     const k = candidates.length;
     const { instances, ranks } = this;
-    let same = k === instances.length && version === this.version;
+    let same = k === instances.length && taken === this.taken;
     for (let j = 0; same && j < k; j++) {
       const c = candidates[j];
       same = c.instance === instances[j] && c.dpRank === ranks[j];
     }
-    if (same) return this.ids;
+    if (same) {
+      if (version !== this.version) {
+        // Ids were given since, none taken back: only the candidates without one may have one now.
+        const still: number[] = [];
+        for (const j of this.missing) {
+          this.ids[j] = idOf(instances[j], ranks[j]);
+          if (this.ids[j] === NONE) still.push(j);
+        }
+        this.missing = still;
+        this.version = version;
+      }
+      return this.ids;
+    }
     const ids = new Int32Array(k);
-    for (let j = 0; j < k; j++) ids[j] = idOf(candidates[j].instance, candidates[j].dpRank);
+    const missing: number[] = [];
+    for (let j = 0; j < k; j++) {
+      ids[j] = idOf(candidates[j].instance, candidates[j].dpRank);
+      if (ids[j] === NONE) missing.push(j);
+    }
     this.instances = candidates.map((c) => c.instance);
     this.ranks = candidates.map((c) => c.dpRank);
     this.ids = ids;
+    this.missing = missing;
     this.version = version;
+    this.taken = taken;
     return ids;
   }
 }

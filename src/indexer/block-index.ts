@@ -85,6 +85,10 @@ export class BlockIndex extends IndexWalk {
       this.recEng.byteLength + // recExp shares it
       this.runLen.byteLength +
       this.runRefs.byteLength +
+      this.runKey.byteLength +
+      this.runTouchEnd.byteLength +
+      this.runTouchEpoch.byteLength +
+      this.runTail.byteLength +
       this.hot.byteLength +
       this.crowd.byteLength +
       this.groups.reduce((s, g) => s + (g.engineMap ? g.engineMap.byteLength : 0), 0);

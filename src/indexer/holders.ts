@@ -40,6 +40,11 @@ export abstract class HolderTable {
   private backendOwner = new Map<string, string | null>();
   /** Candidate -> its confirmed GPU holder (validated on use, rebuilt by a scan when stale). */
   private gpuHolders = new Map<number, number>();
+  /**
+   * Candidates a scan found without a GPU holder (an instance booked before its engine's first
+   * event): no scan again until one is made for it (addHolder) or backends are rebound.
+   */
+  private noGpuHolder = new Set<number>();
 
   // ---------------------------------------------------------------- holders and ownership
 
@@ -49,6 +54,7 @@ export abstract class HolderTable {
    */
   bindBackend(backend: string, instance: string | null): void {
     this.backendOwner.set(backend, instance);
+    this.noGpuHolder.clear();
     for (const i of this.liveHolders) {
       const h = this.holders[i];
       if (!h.speculative && h.backend === backend)
@@ -109,6 +115,12 @@ export abstract class HolderTable {
     };
     this.holderKeys.set(key, id);
     this.liveHolders.add(id);
+    if (!speculative && medium === 'GPU') {
+      // The candidate's GPU holder, unless it has one (the first made still alive, as a scan finds).
+      this.noGpuHolder.delete(cand);
+      const known = this.gpuHolders.get(cand);
+      if (cand !== NONE && (known === undefined || !this.isGpuHolderOf(known, cand))) this.gpuHolders.set(cand, id);
+    }
     if (id >= this.hCand.length) {
       const n = this.hCand.length * 2;
       this.hCand = grow(this.hCand, n);
@@ -184,12 +196,14 @@ export abstract class HolderTable {
   protected gpuHolderOf(cand: number): number {
     const known = this.gpuHolders.get(cand);
     if (known !== undefined && this.isGpuHolderOf(known, cand)) return known;
+    if (this.noGpuHolder.has(cand)) return NONE;
     for (const i of this.liveHolders) {
       if (this.isGpuHolderOf(i, cand)) {
         this.gpuHolders.set(cand, i);
         return i;
       }
     }
+    this.noGpuHolder.add(cand);
     return NONE;
   }
 

@@ -83,6 +83,16 @@ export abstract class RecordTable extends HolderTable {
   protected recClaims: Float64Array;
   protected runLen = new Int32Array(64);
   protected runRefs = new Int32Array(64);
+  // The LRU keys of a run in O(1) (surviving()): a run one store wrote has key A - pos at position
+  // pos (runKey = A; NaN once a second store extends it or touches leave a staircase), except that
+  // positions [0, runTouchEnd) were touched since, at epoch runTouchEpoch (the ceiling of the key:
+  // all the judgement reads). runTail is its record at runLen - 1 (NONE: unknown).
+  protected runKey = new Float64Array(64);
+  protected runTouchEnd = new Int32Array(64);
+  protected runTouchEpoch = new Float64Array(64);
+  protected runTail = new Int32Array(64);
+  /** After judgeRun(): whether the position it returned is the run's first block that goes. */
+  private runDoomed = false;
   protected runFree: number[] = [];
   protected runTop = 0;
   protected recFree = NONE;
@@ -127,13 +137,41 @@ export abstract class RecordTable extends HolderTable {
     if (id === undefined) {
       id = this.runTop++;
       if (id >= this.runLen.length) {
-        this.runLen = grow(this.runLen, this.runLen.length * 2);
-        this.runRefs = grow(this.runRefs, this.runRefs.length * 2);
+        const n = this.runLen.length * 2;
+        this.runLen = grow(this.runLen, n);
+        this.runRefs = grow(this.runRefs, n);
+        this.runKey = grow(this.runKey, n);
+        this.runTouchEnd = grow(this.runTouchEnd, n);
+        this.runTouchEpoch = grow(this.runTouchEpoch, n);
+        this.runTail = grow(this.runTail, n);
       }
     }
     this.runLen[id] = 0;
     this.runRefs[id] = 0;
+    this.runKey[id] = Number.NaN;
+    this.runTouchEnd[id] = 0;
+    this.runTouchEpoch[id] = 0;
+    this.runTail[id] = NONE;
     return id;
+  }
+
+  /**
+   * A confirmed store wrote positions [base, base + n) of `run` at clock0 (keys clock0 + n - i), its
+   * last record `last`: a new run's keys are runKey - pos; an extended run's are judged block by block.
+   */
+  protected storedRun(run: number, base: number, n: number, clock0: number, last: number): void {
+    this.runKey[run] = base === 0 ? clock0 + n : Number.NaN;
+    this.runTail[run] = last;
+  }
+
+  /** A touch at epoch e reached positions [0, end) of `run` (a prompt through a run passes its start). */
+  private touchRun(run: number, end: number, e: number): void {
+    if (e === this.runTouchEpoch[run]) {
+      if (end > this.runTouchEnd[run]) this.runTouchEnd[run] = end;
+    } else if (end >= this.runTouchEnd[run]) {
+      this.runTouchEnd[run] = end;
+      this.runTouchEpoch[run] = e;
+    } else this.runKey[run] = Number.NaN; // a newer, shorter touch: two steps
   }
 
   /** A stored-again record joins the run of its latest store (which holds it newest-first, too). */
@@ -150,9 +188,15 @@ export abstract class RecordTable extends HolderTable {
   }
 
   protected leaveRun(r: number): void {
-    const run = this.rec[r * R + R_RUN];
-    // A run's last block gone (engines evict the deepest first): the run ends before it.
-    if (this.rec[r * R + R_POS] === this.runLen[run] - 1) this.runLen[run]--;
+    const rec = this.rec;
+    const run = rec[r * R + R_RUN];
+    // A run's last block gone (engines evict the deepest first): the run ends before it, and its
+    // record before it in the holder's list is mostly the new last (stored together).
+    if (rec[r * R + R_POS] === this.runLen[run] - 1) {
+      const len = --this.runLen[run];
+      const p = rec[r * R + R_PREV_H];
+      this.runTail[run] = p !== NONE && rec[p * R + R_RUN] === run && rec[p * R + R_POS] === len - 1 ? p : NONE;
+    }
     if (--this.runRefs[run] === 0) this.runFree.push(run);
   }
 
@@ -168,13 +212,26 @@ export abstract class RecordTable extends HolderTable {
     const h = this.holders[id];
     const sv = hashView(seq);
     const d = Math.min(depth, seq.length);
+    // Every key this touch writes has the ceiling h.clock + 1 (its epoch); each run it passes gets
+    // the positions it reached (a prefix of the run: a chain's blocks name their ancestors).
+    const e = h.clock + 1;
+    let run = NONE;
+    let end = 0;
     let next = NONE;
     for (let i = 0; i < d; i++) {
       const r = this.recordOn(id, sv, i, next);
       if (r === NONE) continue;
       this.recTouch[r] = h.clock + 0.5 - i / (2 * (d + 1));
       next = this.rec[r * R + R_NEXT_H];
+      const x = this.rec[r * R + R_RUN];
+      const at = this.rec[r * R + R_POS] + 1;
+      if (x !== run) {
+        if (run !== NONE) this.touchRun(run, end, e);
+        run = x;
+        end = at;
+      } else if (at > end) end = at;
     }
+    if (run !== NONE) this.touchRun(run, end, e);
   }
 
   /**
@@ -223,9 +280,13 @@ export abstract class RecordTable extends HolderTable {
     // (or always, when need exceeds every other block).
     const all = h.count - 1 < need;
     const limit = h.clock - h.count + need;
+    // Keys are judged by their ceiling against an integral limit (runs in O(1) rely on it).
+    const byRun = !all && Math.floor(limit) === limit;
     const { rec, recTouch } = this;
     const d = Math.min(depth, end, sv.length >> 1);
     let next = first;
+    // The run judgeRun() last declined (the same answer at every later position of it).
+    let declined = NONE;
     for (let i = 0; i < d; i++) {
       // The next record in the holder's list is mostly this block's (stored together); else look it up.
       let r = next;
@@ -234,9 +295,54 @@ export abstract class RecordTable extends HolderTable {
         if (r === NONE) continue; // held through another holder of the instance: no judgement
       }
       if (all || recTouch[r] <= limit) return i;
+      if (byRun && rec[r * R + R_RUN] !== declined) {
+        // The rest of r's run at once, where its keys are known (judgeRun).
+        const at = this.judgeRun(r, sv, i, limit);
+        if (at !== NONE) {
+          if (this.runDoomed) return at < d ? at : depth;
+          if (at >= d) return depth;
+          next = rec[this.runTail[rec[r * R + R_RUN]] * R + R_NEXT_H];
+          i = at - 1;
+          continue;
+        }
+        declined = rec[r * R + R_RUN];
+      }
       next = rec[r * R + R_NEXT_H];
     }
     return depth;
+  }
+
+  /**
+   * Record r, the holder's of prompt block i, is in a run whose keys are known (one store wrote it,
+   * touches reached a prefix of it) and that has every position [0, runLen) (none left but from its
+   * end): if the prompt follows the run to its last block (that block's hash is the prompt's there;
+   * a chain's block names its ancestors), the run's first block with key <= limit is found from the
+   * keys' formula. Returns its prompt position (runDoomed), or the position after the run's last
+   * block (none goes); NONE where the run's keys are not known or the prompt leaves the run.
+   */
+  private judgeRun(r: number, sv: Int32Array, i: number, limit: number): number {
+    const rec = this.rec;
+    const x = rec[r * R + R_RUN];
+    const a = this.runKey[x];
+    const len = this.runLen[x];
+    if (Number.isNaN(a) || this.runRefs[x] !== len) return NONE;
+    const tail = this.runTail[x];
+    const p = rec[r * R + R_POS];
+    const at = i + len - 1 - p;
+    if (
+      tail === NONE ||
+      rec[tail * R + R_RUN] !== x ||
+      rec[tail * R + R_POS] !== len - 1 ||
+      at >= sv.length >> 1 ||
+      rec[tail * R + R_LO] !== sv[2 * at] ||
+      rec[tail * R + R_HI] !== sv[2 * at + 1]
+    )
+      return NONE;
+    // Touched positions [0, touchEnd) all have the touch's epoch; the others the store's key A - pos.
+    const touchEnd = this.runTouchEnd[x];
+    const q = p < touchEnd && this.runTouchEpoch[x] <= limit ? p : Math.max(p, touchEnd, a - limit);
+    this.runDoomed = q < len;
+    return this.runDoomed ? i + q - p : at + 1;
   }
 
   // ---------------------------------------------------------------- engine hashes (dual key)

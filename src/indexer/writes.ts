@@ -59,6 +59,7 @@ export abstract class IndexWrites extends RecordTable {
     // The holder's record after its record of the previous block, in its own list: a re-stored chain
     // (a booking renewed by the next request with the same prefix) has its records there in order.
     let guess = NONE;
+    let last = NONE;
     for (let i = 0; i < seq.length; i++) {
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
@@ -114,9 +115,11 @@ export abstract class IndexWrites extends RecordTable {
       if (!h.speculative) this.recTouch[r] = clock0 + n - i;
       if (confirmed && specSeen) this.dropSpeculative(slot, cand);
       if (!h.speculative) this.setEngineHash(r, slot, h.group, elo, ehi);
+      last = r;
     }
     h.clock = clock0 + n;
     this.runLen[run] = base + n;
+    this.storedRun(run, base, n, clock0, last);
     return added;
   }
 

@@ -85,7 +85,7 @@ class WorkerLoad {
     for (let i = 0; i < blocks.length; i++) {
       const s = this.blocks.insert(v[2 * i], v[2 * i + 1]);
       const d = this.blocks.data;
-      if (this.blocks.created) this.booked.add(this.id, v[2 * i], v[2 * i + 1]);
+      if (this.blocks.created) this.booked.add(this.id, v[2 * i], v[2 * i + 1], i === 0);
       d[s * RC + 3]++;
     }
   }

@@ -10,10 +10,11 @@ import { CandidateIds } from '../common/candidate-ids.js';
 import { grow, NONE } from '../indexer/layout.js';
 import { U64Table } from '../indexer/u64-table.js';
 
-// table row: [lo, hi, used, workers holding it, XOR of their ids]
-const BT = 5;
+// table row: [lo, hi, used, workers holding it, XOR of their ids, root list + 1 (0: none)]
+const BT = 6;
 const B_COUNT = 3;
 const B_XOR = 4;
+const B_ROOT = 5;
 const PASS_LIMIT = 0x3fffffff;
 /** Tables past this size (a typical L2 cache) are prefetched a window ahead of the pass, as the index walk does. */
 const PREFETCH_MIN_BYTES = 1 << 20;
@@ -30,11 +31,24 @@ export class BookedBlocks {
   private ids = 0;
   /** Changes when an id is given (CandidateIds' validity: a candidate without one may have one now). */
   private version = 0;
+  /** Changes when ids are taken back (an instance left: its ids may name other workers later). */
+  private taken = 0;
   private readonly listIds = new CandidateIds();
   private readonly idOrNone = (instance: string, dpRank: number): number => this.names.get(instance)?.[dpRank] ?? NONE;
   // per worker id: the pass that knows its held prefix, and that prefix
   private seen = new Int32Array(64);
   private depth = new Int32Array(64);
+  /**
+   * The workers that booked a block as a prompt's first (a root), per such block: a prompt's block 0
+   * is a root, so where the list names every holder of the pass's block 0, a worker not in it holds
+   * none of the prompt without a probe of its own blocks (most of a fleet's candidates). A list only
+   * ever names holders of its block, so equal sizes mean the same set.
+   */
+  private roots: number[][] = [];
+  private readonly freeRoots: number[] = [];
+  /** Per worker id: the pass whose block 0 it holds (valid when `rootsKnown`). */
+  private rootMark = new Int32Array(64);
+  private rootsKnown = false;
   /** Blocks of the current pass's prompt where several workers stopped at once (ascending). */
   private dropAt = new Int32Array(16);
   private drops = 0;
@@ -57,6 +71,7 @@ export class BookedBlocks {
         const n = this.seen.length * 2;
         this.seen = grow(this.seen, n);
         this.depth = grow(this.depth, n);
+        this.rootMark = grow(this.rootMark, n);
       }
       ranks[dpRank] = id;
       this.version++;
@@ -79,16 +94,23 @@ export class BookedBlocks {
       this.freeIds.push(id);
       this.own[id] = undefined;
     }
-    // (No version change: a stale list's id reads 0 until idOf() gives it to someone, which changes it.)
+    this.taken++;
     this.names.delete(instance);
   }
 
-  /** Worker `id` now holds the block (its first booking of it). */
-  add(id: number, lo: number, hi: number): void {
+  /** Worker `id` now holds the block (its first booking of it); `root`: as a prompt's first block. */
+  add(id: number, lo: number, hi: number, root = false): void {
     const s = this.table.insert(lo, hi);
     const d = this.table.data;
     d[s * BT + B_COUNT]++;
     d[s * BT + B_XOR] ^= id;
+    if (!root) return;
+    let r = d[s * BT + B_ROOT] - 1;
+    if (r < 0) {
+      r = this.freeRoots.pop() ?? this.roots.push([]) - 1;
+      d[s * BT + B_ROOT] = r + 1;
+    }
+    this.roots[r].push(id);
   }
 
   /** Worker `id` no longer holds the block (its last booking of it ended). */
@@ -97,7 +119,22 @@ export class BookedBlocks {
     if (s === NONE) return;
     const d = this.table.data;
     d[s * BT + B_XOR] ^= id;
-    if (--d[s * BT + B_COUNT] <= 0) this.table.removeSlot(s);
+    const r = d[s * BT + B_ROOT] - 1;
+    if (r >= 0) {
+      const list = this.roots[r];
+      const at = list.indexOf(id);
+      if (at >= 0) {
+        list[at] = list[list.length - 1];
+        list.pop();
+      }
+    }
+    if (--d[s * BT + B_COUNT] <= 0) {
+      if (r >= 0) {
+        this.roots[r].length = 0;
+        this.freeRoots.push(r);
+      }
+      this.table.removeSlot(s);
+    }
   }
 
   /** Distinct blocks some worker holds. */
@@ -113,10 +150,12 @@ export class BookedBlocks {
     if (++this.pass > PASS_LIMIT) {
       this.pass = 1;
       this.seen.fill(0);
+      this.rootMark.fill(0);
     }
     this.sv = sv;
     this.drops = 0;
     this.end = 0;
+    this.rootsKnown = false;
     if (n === 0) return;
     const { table, seen, depth } = this;
     // A large table (a fleet's in-flight prompts) misses cache on every probe: load a window of rows
@@ -129,6 +168,12 @@ export class BookedBlocks {
     let count = d[s * BT + B_COUNT];
     let xor = d[s * BT + B_XOR];
     const pass = this.pass;
+    const root = d[s * BT + B_ROOT] - 1;
+    if (root >= 0 && this.roots[root].length === count) {
+      const list = this.roots[root];
+      for (let k = 0; k < list.length; k++) this.rootMark[list[k]] = pass;
+      this.rootsKnown = true;
+    }
     let i = 1;
     for (; i < n; i++) {
       if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0) this.sink ^= table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
@@ -163,7 +208,10 @@ export class BookedBlocks {
     const own = this.own[id];
     const sv = this.sv;
     let held = 0;
-    if (own !== undefined && own.find(sv[0], sv[1]) !== NONE) {
+    const holdsFirst = this.rootsKnown
+      ? this.rootMark[id] === this.pass
+      : own !== undefined && own.find(sv[0], sv[1]) !== NONE;
+    if (holdsFirst && own !== undefined) {
       const at = this.dropAt;
       let lo = 0;
       let hi = this.drops;
@@ -186,7 +234,7 @@ export class BookedBlocks {
 
   /** Each candidate's held prefix of the last walk()'s prompt, in the list's order (no lookup for a list seen before). */
   heldPrefixesOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
-    const ids = this.listIds.of(candidates, this.version, this.idOrNone);
+    const ids = this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
     const out = new Int32Array(ids.length);
     if (this.end === 0) return out;
     for (let k = 0; k < ids.length; k++) out[k] = this.heldPrefix(ids[k]);

@@ -135,6 +135,24 @@ describe('ActiveSequences.heldPrefixes (one pass over the booked blocks)', () =>
     expect(held.of('w7', 0)).toBe(0);
     expect(a.newBlocks('w0', 0, seq)).toBe(30);
   });
+  it("counts a worker that holds the prompt's first block only where a booking had it later (no root list entry)", () => {
+    // Workers that booked a block as a prompt's first are listed with it, so a worker not listed
+    // skips its probe; the list must not answer where a holder came from elsewhere (a client-sent seq).
+    const [x, y, w] = [hashOf(7001), hashOf(7002), hashOf(7003)];
+    const a = new ActiveSequences();
+    a.book('a', 'wa', 0, BigUint64Array.from([x, y]), 1, 0);
+    a.book('b', 'wb', 0, BigUint64Array.from([w, x, y]), 1, 0);
+    const names = ['wa', 'wb', 'wc'].map((instance) => ({ instance, dpRank: 0 }));
+    expect([...a.heldPrefixes(BigUint64Array.from([x, y])).inOrder(names)]).toEqual([2, 2, 0]);
+    // The listed worker leaves: the other still holds the prompt, and the list names nobody.
+    a.free('a');
+    expect([...a.heldPrefixes(BigUint64Array.from([x, y])).inOrder(names)]).toEqual([0, 2, 0]);
+    a.book('c', 'wc', 0, BigUint64Array.from([x]), 1, 0);
+    expect([...a.heldPrefixes(BigUint64Array.from([x, y])).inOrder(names)]).toEqual([0, 2, 1]);
+    a.free('b');
+    expect([...a.heldPrefixes(BigUint64Array.from([x, y])).inOrder(names)]).toEqual([0, 0, 1]);
+  });
+
   it('stays within the prompt and leaks nothing when bookings are not chains (a client-sent seq)', () => {
     // The definition needs held blocks to be prefixes; arbitrary hashes (repeats, shuffles, other
     // prompts' blocks in the middle) may give other answers, but never one outside [0, prompt length].
