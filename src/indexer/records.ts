@@ -571,7 +571,7 @@ export abstract class RecordTable extends HolderTable {
    * Renumber the live records 0..live-1 in their order (no free rows left) and cut the rows to
    * nextRecordCapacity(live). Every list keeps its order (a block's holders, a holder's blocks), so
    * every answer stays the same; what holds record ids is renumbered with them: the rows' links, the
-   * table's heads, the holders' ends, the engine maps and the hot-block copies.
+   * table's heads, the holders' ends, the runs' last records, the engine maps and the hot-block copies.
    */
   protected compactRecords(): void {
     const top = this.recTop;
@@ -613,6 +613,9 @@ export abstract class RecordTable extends HolderTable {
     }
     for (const g of this.groups) g.engineMap?.renumber(map);
     this.hot.renumber(map);
+    // judgeRun reads a run's last record by id (a stale one only costs the O(1) path, but costs it).
+    const tails = this.runTail;
+    for (let x = 0; x < this.runTop; x++) if (tails[x] !== NONE) tails[x] = relink(tails[x]);
     this.recTop = live;
     this.recFree = NONE;
   }
