@@ -11,7 +11,12 @@ export interface BlockContent {
   readonly parent: bigint | null;
   /** Zero-based position in the sequence. */
   readonly depth: number;
-  readonly tokens: Uint32Array;
+  /**
+   * The block's tokens. While the block is cached on GPU they view its slot in the pool's token
+   * pages (KvCache); before that, the request's own tokens; a content leaving the GPU (eviction,
+   * reset) or kept elsewhere (a hybrid group) gets a copy first (`keepTokens`).
+   */
+  tokens: Uint32Array;
   /** Router-standard seq hash of the token prefix ending here (XXH3, --hash-seed). */
   readonly routerHash: bigint;
   readonly loraName: string | null;
@@ -33,5 +38,14 @@ export class GpuBlock {
   /** In the eviction queue. */
   queued = false;
 
-  constructor(public content: BlockContent | null) {}
+  constructor(
+    public content: BlockContent | null,
+    /** Its slot in the pool's token pages (-1: none). */
+    readonly slot = -1,
+  ) {}
+}
+
+/** Give a content a copy of its tokens of its own: it is kept where its current view may be reused. */
+export function keepTokens(content: BlockContent): void {
+  content.tokens = content.tokens.slice();
 }

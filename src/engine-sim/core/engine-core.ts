@@ -1,6 +1,7 @@
 // The simulated engine of one DP rank: no sockets, no timers. An adapter calls `step(now)`
 // whenever the previous pass has ended; each pass returns its virtual duration, the tokens it
 // produced and the KV events it caused (published at pass start, as Dynamo's mocker does for vLLM).
+import { ChunkArena } from '../../common/chunk-arena.js';
 import type { BlockContent, GpuBlock } from './block.js';
 import type { ChainContext } from './chain.js';
 import { extendChain } from './chain.js';
@@ -57,6 +58,14 @@ export interface CachedBlockView extends BlockContent {
   refs: number;
 }
 
+/** Tokens per chunk of a core's own token arena. */
+const TOKEN_CHUNK = 1 << 18;
+
+/** Requests' token storage: chunks recycled as requests end (a fleet shares one among its engines). */
+export function tokenArena(chunkTokens = TOKEN_CHUNK): ChunkArena<Uint32Array> {
+  return new ChunkArena((n) => new Uint32Array(n), chunkTokens);
+}
+
 export class EngineCore {
   readonly cfg: CoreConfig;
   private readonly cache: KvCache;
@@ -67,12 +76,18 @@ export class EngineCore {
   private readonly byId = new Map<string, SimRequest>();
   private clock = 0;
   private arrivals = 0;
+  private readonly tokens: ChunkArena<Uint32Array>;
 
-  constructor(cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>) {
+  constructor(
+    cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
+    /** Where requests' tokens live (default: an arena of its own). */
+    tokens: ChunkArena<Uint32Array> = tokenArena(),
+  ) {
+    this.tokens = tokens;
     this.cfg = { ...CORE_DEFAULTS, ...cfg };
     const errs = validateCoreConfig(this.cfg);
     if (errs.length > 0) throw new RangeError(errs.join('; '));
-    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks);
+    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks, this.cfg.blockSize);
     this.chainCtx = {
       hasher: makeHasher(this.cfg.hashFlavor, this.cfg.pythonHashSeed),
       blockSize: this.cfg.blockSize,
@@ -95,7 +110,8 @@ export class EngineCore {
     if (!(spec.maxTokens >= 1)) throw new RangeError('max_tokens must be >= 1');
     const stream = spec.seed ?? this.arrivals;
     this.arrivals++;
-    const req = new SimRequest(spec, nowMs, new Rng(this.cfg.seed ^ (spec.seed == null ? 0 : 0x5bd1e995), stream));
+    const rng = new Rng(this.cfg.seed ^ (spec.seed == null ? 0 : 0x5bd1e995), stream);
+    const req = new SimRequest(spec, nowMs, rng, this.tokens.alloc(spec.prompt.length + spec.maxTokens));
     if (spec.imported) this.importPrompt(req);
     this.byId.set(req.id, req);
     this.scheduler.add(req);
@@ -136,9 +152,8 @@ export class EngineCore {
   abort(id: string): boolean {
     const req = this.byId.get(id);
     if (!req) return false;
-    this.byId.delete(id);
     const removed = this.scheduler.remove(req);
-    req.state = 'finished';
+    this.end(req);
     return removed;
   }
 
@@ -183,10 +198,7 @@ export class EngineCore {
       if (req.computed < req.length) continue;
       tokens.push(this.sample(req, endMs));
     }
-    for (const req of plan.rejected) {
-      this.byId.delete(req.id);
-      req.state = 'finished';
-    }
+    for (const req of plan.rejected) this.end(req);
     return {
       startMs,
       endMs,
@@ -229,6 +241,13 @@ export class EngineCore {
     return { gpu, cpu: this.cache.hostContents() };
   }
 
+  /** A request leaves the engine (finished, aborted or rejected); its blocks were released. */
+  private end(req: SimRequest): void {
+    this.byId.delete(req.id);
+    req.state = 'finished';
+    req.releaseTokens(this.tokens);
+  }
+
   private commitFull(req: SimRequest): void {
     if (!this.cfg.enablePrefixCaching) return;
     const full = Math.floor(req.computed / this.cfg.blockSize);
@@ -261,8 +280,7 @@ export class EngineCore {
     } else if (req.outputLen >= req.maxTokens) finishReason = 'length';
     if (finishReason) {
       this.scheduler.remove(req);
-      this.byId.delete(req.id);
-      req.state = 'finished';
+      this.end(req);
     }
     return { requestId: req.id, token, index, finishReason, stopReason, cachedTokens: req.cachedTokens ?? 0 };
   }
