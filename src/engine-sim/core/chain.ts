@@ -1,6 +1,6 @@
 // Block contents of a sequence, computed on demand: engine hash chain + router-standard seq hash.
 import { chainHash, hashSpace, localBlockHashes, type HashSpace } from '../../hashing/index.js';
-import type { BlockContent } from './block.js';
+import { type BlockContent, ChainContent } from './block.js';
 import type { EngineHasher } from './engine-hash.js';
 import type { SimRequest } from './request.js';
 
@@ -33,24 +33,28 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
   const locals = localBlockHashes(req.tokens.subarray(start * bs, limit * bs), bs, space);
   for (let i = start; i < limit; i++) {
     const prev = i > 0 ? req.chain[i - 1] : null;
-    // A view of the request's tokens, no copy: a committed block's content moves to its slot in
-    // the GPU pool's token pages (KvCache.commit), so a cached block never keeps a prompt alive.
     const tokens = req.tokens.subarray(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
     // Only the next block's hash reads a digest: the request keeps its last one, the blocks do not.
     const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra);
     req.chainDigest = digest;
     const local = locals[i - start];
-    req.chain.push({
-      hash: ctx.hasher.id(digest),
-      parent: prev ? prev.hash : null,
-      depth: i,
-      tokens,
-      routerHash: prev ? chainHash(prev.routerHash, local, space.chainSeed) : local,
-      loraName: req.loraName,
-      cacheSalt: req.cacheSalt,
-      extraKeys: extra,
-    });
+    // Its tokens are read from the request's, no copy: a committed block's content moves them to
+    // its slot in the GPU pool's token pages (KvCache.commit), so a cached block never keeps a prompt alive.
+    req.chain.push(
+      new ChainContent(
+        ctx.hasher.id(digest),
+        prev ? prev.hash : null,
+        i,
+        req.tokens,
+        i * bs,
+        bs,
+        prev ? chainHash(prev.routerHash, local, space.chainSeed) : local,
+        req.loraName,
+        req.cacheSalt,
+        extra,
+      ),
+    );
   }
   return req.chain;
 }

@@ -237,8 +237,8 @@ export class EngineCore {
   /** The true cached blocks per tier. */
   snapshot(): { gpu: CachedBlockView[]; cpu: BlockContent[] } {
     const gpu: CachedBlockView[] = [];
-    for (const b of this.cache.gpuBlocks()) gpu.push({ ...(b.content as BlockContent), refs: b.refs });
-    return { gpu, cpu: this.cache.hostContents() };
+    for (const b of this.cache.gpuBlocks()) gpu.push({ ...plainContent(b.content as BlockContent), refs: b.refs });
+    return { gpu, cpu: this.cache.hostContents().map(plainContent) };
   }
 
   /** A request leaves the engine (finished, aborted or rejected); its blocks were released. */
@@ -284,4 +284,18 @@ export class EngineCore {
     }
     return { requestId: req.id, token, index, finishReason, stopReason, cachedTokens: req.cachedTokens ?? 0 };
   }
+}
+
+/** A content as plain fields, its tokens copied (a getter is no own property to spread). */
+function plainContent(c: BlockContent): BlockContent {
+  return {
+    hash: c.hash,
+    parent: c.parent,
+    depth: c.depth,
+    tokens: c.tokens.slice(),
+    routerHash: c.routerHash,
+    loraName: c.loraName,
+    cacheSalt: c.cacheSalt,
+    extraKeys: c.extraKeys,
+  };
 }

@@ -7,11 +7,11 @@
 //   - every change of the cached set on either tier emits exactly one event, in order, and a block
 //     moving to the host tier is stored there before it is removed from GPU;
 //   - a physical block owns one slot of `blockSize` tokens in the token pages for its life; a
-//     committed block's content views its slot, and leaves with a copy (evict, reset) before the
+//     committed block's content reads its tokens from its slot, and leaves with a copy (evict, reset) before the
 //     slot can be reused. A cached block thus allocates no buffer (a fleet of a thousand engines
 //     caches millions of blocks; every ArrayBuffer counts toward V8's external memory, whose
 //     growth starts major GCs).
-import { type BlockContent, GpuBlock, keepTokens } from './block.js';
+import { type BlockContent, ChainContent, GpuBlock, keepTokens } from './block.js';
 import { BlockLru } from './block-lru.js';
 import { HostTier } from './host-tier.js';
 import type { CoreKvEvent } from './kv-events.js';
@@ -119,9 +119,8 @@ export class KvCache {
       this.release([block]);
       return existing;
     }
-    const slot = this.slotTokens(block.slot);
-    slot.set(content.tokens);
-    content.tokens = slot;
+    // A content the engine computed moves to the block's slot (others own their tokens).
+    if (content instanceof ChainContent) this.moveToSlot(content, block.slot);
     block.content = content;
     this.cached.set(content.hash, block);
     this.emitStored('GPU', content);
@@ -167,13 +166,11 @@ export class KvCache {
     return this.host ? [...this.host.values()] : [];
   }
 
-  /** The tokens of a block's slot (a view; its page allocated on first use). */
-  private slotTokens(slot: number): Uint32Array {
+  /** Copy a content's tokens to a block's slot, where it reads them from now on (the page allocated on first use). */
+  private moveToSlot(content: ChainContent, slot: number): void {
     const page = Math.floor(slot / PAGE_SLOTS);
-    const bs = this.blockSize;
-    while (this.pages.length <= page) this.pages.push(new Uint32Array(PAGE_SLOTS * bs));
-    const at = (slot % PAGE_SLOTS) * bs;
-    return this.pages[page].subarray(at, at + bs);
+    while (this.pages.length <= page) this.pages.push(new Uint32Array(PAGE_SLOTS * this.blockSize));
+    content.moveTo(this.pages[page], (slot % PAGE_SLOTS) * this.blockSize);
   }
 
   private evict(victim: GpuBlock): void {
