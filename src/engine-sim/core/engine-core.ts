@@ -13,7 +13,7 @@ import type { CoreKvEvent } from './kv-events.js';
 import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
 import { Rng } from './rng.js';
 import { Scheduler, type Admission } from './scheduler.js';
-import { passMs, type PrefillChunk } from './perf-model.js';
+import { passMs, type PrefillChunk, type TimingKnobs } from './perf-model.js';
 
 export interface TokenOutput {
   requestId: string;
@@ -32,10 +32,10 @@ export interface StepOutput {
   endMs: number;
   tokens: TokenOutput[];
   admitted: Admission[];
-  preempted: string[];
+  preempted: readonly string[];
   /** Requests that cannot fit this engine at all; the adapter fails them. */
-  rejected: string[];
-  events: CoreKvEvent[];
+  rejected: readonly string[];
+  events: readonly CoreKvEvent[];
   prefillTokens: number;
   loadedTokens: number;
   decodeRequests: number;
@@ -58,6 +58,9 @@ export interface CachedBlockView extends BlockContent {
   refs: number;
 }
 
+const NO_PREFILLS: PrefillChunk[] = [];
+const NO_IDS: readonly string[] = [];
+
 /** Tokens per chunk of a core's own token arena. */
 const TOKEN_CHUNK = 1 << 18;
 
@@ -77,6 +80,7 @@ export class EngineCore {
   private clock = 0;
   private arrivals = 0;
   private readonly tokens: ChunkArena<Uint32Array>;
+  private readonly knobs: TimingKnobs;
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -87,6 +91,11 @@ export class EngineCore {
     this.cfg = { ...CORE_DEFAULTS, ...cfg };
     const errs = validateCoreConfig(this.cfg);
     if (errs.length > 0) throw new RangeError(errs.join('; '));
+    this.knobs = {
+      speedup: this.cfg.speedup,
+      decodeSpeedup: this.cfg.decodeSpeedup,
+      cpuLoadFraction: this.cfg.cpuLoadFraction,
+    };
     this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks, this.cfg.blockSize);
     this.chainCtx = {
       hasher: makeHasher(this.cfg.hashFlavor, this.cfg.pythonHashSeed),
@@ -169,7 +178,8 @@ export class EngineCore {
     let prefillTokens = 0;
     let decodeRequests = 0;
     let decodeContextTokens = 0;
-    const prefills: PrefillChunk[] = [];
+    // (Most passes of a fleet are decodes: no array for them.)
+    let prefills: PrefillChunk[] = NO_PREFILLS;
     for (const w of plan.work) {
       // req.computed is still the KV before this pass: what the new tokens attend to.
       if (w.decode) {
@@ -177,6 +187,7 @@ export class EngineCore {
         decodeContextTokens += w.req.computed;
       } else {
         prefillTokens += w.tokens;
+        if (prefills === NO_PREFILLS) prefills = [];
         prefills.push({ newTokens: w.tokens, contextTokens: w.req.computed });
       }
     }
@@ -185,7 +196,7 @@ export class EngineCore {
       this.cfg.perfModel,
       { prefills, decodes: decodeRequests, decodeContextTokens, kvUsage },
       plan.loadedTokens,
-      { speedup: this.cfg.speedup, decodeSpeedup: this.cfg.decodeSpeedup, cpuLoadFraction: this.cfg.cpuLoadFraction },
+      this.knobs,
     );
     const endMs = startMs + duration;
     this.clock = endMs;
@@ -204,8 +215,8 @@ export class EngineCore {
       endMs,
       tokens,
       admitted: plan.admitted,
-      preempted: plan.preempted.map((r) => r.id),
-      rejected: plan.rejected.map((r) => r.id),
+      preempted: plan.preempted.length === 0 ? NO_IDS : plan.preempted.map((r) => r.id),
+      rejected: plan.rejected.length === 0 ? NO_IDS : plan.rejected.map((r) => r.id),
       events: this.drainEvents(),
       prefillTokens,
       loadedTokens: plan.loadedTokens,
@@ -214,7 +225,7 @@ export class EngineCore {
   }
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
-  resetPrefixCache(): CoreKvEvent[] {
+  resetPrefixCache(): readonly CoreKvEvent[] {
     this.cache.reset();
     this.groups?.reset();
     for (const req of this.scheduler.running) req.committed = 0;
@@ -259,7 +270,7 @@ export class EngineCore {
   }
 
   /** Full-attention events, then the second group's (its parents are full-attention blocks too). */
-  private drainEvents(): CoreKvEvent[] {
+  private drainEvents(): readonly CoreKvEvent[] {
     const events = this.cache.drainEvents();
     if (this.groups === null) return events;
     const more = this.groups.drainEvents();

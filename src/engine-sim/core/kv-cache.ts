@@ -19,6 +19,8 @@ import type { CoreKvEvent } from './kv-events.js';
 /** Token slots per page (a page is allocated when the pool first reaches it). */
 const PAGE_SLOTS = 256;
 
+const NO_EVENTS: readonly CoreKvEvent[] = [];
+
 export type PrefixHit = { tier: 'GPU'; block: GpuBlock } | { tier: 'CPU'; content: BlockContent };
 
 export class KvCache {
@@ -148,8 +150,10 @@ export class KvCache {
     this.events.push({ type: 'cleared' });
   }
 
-  drainEvents(): CoreKvEvent[] {
+  /** The events since the last drain (an empty array is shared: do not push into it). */
+  drainEvents(): readonly CoreKvEvent[] {
     const out = this.events;
+    if (out.length === 0) return NO_EVENTS;
     this.events = [];
     return out;
   }
