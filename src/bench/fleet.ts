@@ -36,7 +36,7 @@ import type { Workload } from './workloads/types.js';
 const MODEL = 'Qwen/Qwen3-0.6B';
 /** bench cluster's default run: 1,000 Mooncake requests over 122 s on 4 engines, about 2 per second per engine. */
 const MOONCAKE_RATE_PER_ENGINE = 2;
-/** Heap per cached block of an EngineCore, with margin (measured: 351 B of heap + 65 B of buffers, murmur engine hash; docs/engine-sim.md). */
+/** Heap per cached block of an EngineCore, with margin (measured: 275 B of heap + 64 B of token pages, murmur engine hash; docs/engine-sim.md). */
 const ENGINE_HEAP_PER_BLOCK = 450;
 
 /**

@@ -62,7 +62,7 @@ const NO_PREFILLS: PrefillChunk[] = [];
 const NO_IDS: readonly string[] = [];
 
 /** Tokens per chunk of a core's own token arena. */
-const TOKEN_CHUNK = 1 << 18;
+const TOKEN_CHUNK = 1 << 16;
 
 /** Requests' token storage: chunks recycled as requests end (a fleet shares one among its engines). */
 export function tokenArena(chunkTokens = TOKEN_CHUNK): ChunkArena<Uint32Array> {
