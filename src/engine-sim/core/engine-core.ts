@@ -81,6 +81,8 @@ export class EngineCore {
   private arrivals = 0;
   private readonly tokens: ChunkArena<Uint32Array>;
   private readonly knobs: TimingKnobs;
+  /** cfg.outputVocab, on this object (read by every pass). */
+  private readonly vocab: Uint32Array;
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -91,6 +93,7 @@ export class EngineCore {
     this.cfg = { ...CORE_DEFAULTS, ...cfg };
     const errs = validateCoreConfig(this.cfg);
     if (errs.length > 0) throw new RangeError(errs.join('; '));
+    this.vocab = this.cfg.outputVocab;
     this.knobs = {
       speedup: this.cfg.speedup,
       decodeSpeedup: this.cfg.decodeSpeedup,
@@ -278,7 +281,7 @@ export class EngineCore {
   }
 
   private sample(req: SimRequest, endMs: number): TokenOutput {
-    const vocab = this.cfg.outputVocab;
+    const vocab = this.vocab;
     const token = vocab[req.rng.nextInt(vocab.length)];
     req.append(token);
     const index = req.outputLen - 1;

@@ -20,6 +20,8 @@ export interface SimRequestSpec {
 }
 
 const NO_TOKENS = new Uint32Array(0);
+/** Most requests have no stop tokens: one shared empty set (a fleet makes requests by the hundred thousand). */
+const NO_STOP: ReadonlySet<number> = new Set();
 
 export type FinishReason = 'length' | 'stop' | 'abort';
 
@@ -61,7 +63,7 @@ export class SimRequest {
     this.promptLen = spec.prompt.length;
     this.maxTokens = spec.maxTokens;
     this.minTokens = spec.minTokens ?? 0;
-    this.stop = new Set(spec.stopTokenIds ?? []);
+    this.stop = spec.stopTokenIds?.length ? new Set(spec.stopTokenIds) : NO_STOP;
     this.loraName = spec.loraName || null;
     this.cacheSalt = spec.cacheSalt || null;
     this.tokens = storage.array;
