@@ -68,14 +68,17 @@ export class ChainContent implements BlockContent {
 
   /** Copy the tokens to `to[at..]` and read them there from now on. */
   moveTo(to: Uint32Array, at: number): void {
-    to.set(this.tokens, at);
+    // Element by element: a block is a few tokens, and a subarray to copy from is an object per block.
+    const src = this.src;
+    const from = this.at;
+    for (let k = 0; k < this.len; k++) to[at + k] = src[from + k];
     this.src = to;
     this.at = at;
   }
 
   /** Read the tokens from a copy of their own. */
   keep(): void {
-    this.src = this.tokens.slice();
+    this.src = this.src.slice(this.at, this.at + this.len);
     this.at = 0;
   }
 }
