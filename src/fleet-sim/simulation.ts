@@ -8,6 +8,7 @@ import { loadsFromSamples } from '../engine-load/load-view.js';
 import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
+import { encodeMapBatch } from '../engine-sim/events/vllm-map-writer.js';
 import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
@@ -381,18 +382,24 @@ class Simulation {
   private publish(k: number, evs: readonly CoreKvEvent[]): void {
     if (!this.input.router.kvEvents || evs.length === 0) return;
     const now = this.q.now;
-    const values = this.encoders[k].render(evs, now);
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
     let ev: SimEvent;
     if (this.input.eventWire === 'bytes') {
       let chunk: PayloadChunk | null = null;
-      const payload = encodeBatch(now / 1000, values, 0, (n) => {
+      const alloc = (n: number) => {
         const a = this.payloads.alloc(n);
         chunk = a.chunk;
         return a.array;
-      });
+      };
+      // Written straight from the events (the same bytes) unless one needs the generic renderer.
+      const payload =
+        encodeMapBatch(now / 1000, evs, this.input.blockSize, 0, alloc) ??
+        encodeBatch(now / 1000, this.encoders[k].render(evs, now), 0, alloc);
       ev = { kind: 'kv', engine: k, payload, chunk, value: null };
-    } else ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
+    } else {
+      const values = this.encoders[k].render(evs, now);
+      ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
+    }
     this.q.push(now + this.input.kvEventDelayMs, ev);
   }
 
