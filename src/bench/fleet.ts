@@ -9,7 +9,7 @@ import { getHeapStatistics } from 'node:v8';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
-import { EngineCore } from '../engine-sim/core/engine-core.js';
+import { EngineCore, tokenArena } from '../engine-sim/core/engine-core.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
 import { resolveOptions } from '../engine-sim/options.js';
@@ -36,7 +36,7 @@ import type { Workload } from './workloads/types.js';
 const MODEL = 'Qwen/Qwen3-0.6B';
 /** bench cluster's default run: 1,000 Mooncake requests over 122 s on 4 engines, about 2 per second per engine. */
 const MOONCAKE_RATE_PER_ENGINE = 2;
-/** Heap per cached block of an EngineCore, with margin (measured: 351 B of heap + 65 B of buffers, murmur engine hash; docs/engine-sim.md). */
+/** Heap per cached block of an EngineCore, with margin (measured: 275 B of heap + 64 B of token pages, murmur engine hash; docs/engine-sim.md). */
 const ENGINE_HEAP_PER_BLOCK = 450;
 
 /**
@@ -419,6 +419,8 @@ export function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: 
 function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number): EngineCore[] {
   const vocab = nullCodec().outputVocab;
   const timing = perfModelConfig(s.perfModel);
+  // One token arena for the fleet: a chunk is shared by the requests of every engine.
+  const tokens = tokenArena(1 << 20);
   return Array.from({ length: s.engines }, (_, i) => {
     const o = resolveOptions({
       blockSize: s.blockSize,
@@ -429,26 +431,29 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
       hybrid: s.hybrid,
       hybridBlocks: s.hybridBlocks,
     });
-    return new EngineCore({
-      blockSize: o.blockSize,
-      numGpuBlocks: o.numGpuBlocks,
-      numCpuBlocks: o.numCpuBlocks,
-      maxNumSeqs: o.maxNumSeqs,
-      maxNumBatchedTokens: o.maxNumBatchedTokens,
-      enableChunkedPrefill: o.enableChunkedPrefill,
-      enablePrefixCaching: o.enablePrefixCaching,
-      speedup: o.speedup,
-      decodeSpeedup: o.decodeSpeedup,
-      cpuLoadFraction: o.cpuLoadFraction,
-      seed: o.seed,
-      hashFlavor: s.engineHash,
-      pythonHashSeed: o.pythonHashSeed,
-      routerHashSeed: o.hashSeed,
-      outputVocab: vocab,
-      hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
-      hybridBlocks: o.hybridBlocks,
-      ...timing,
-    });
+    return new EngineCore(
+      {
+        blockSize: o.blockSize,
+        numGpuBlocks: o.numGpuBlocks,
+        numCpuBlocks: o.numCpuBlocks,
+        maxNumSeqs: o.maxNumSeqs,
+        maxNumBatchedTokens: o.maxNumBatchedTokens,
+        enableChunkedPrefill: o.enableChunkedPrefill,
+        enablePrefixCaching: o.enablePrefixCaching,
+        speedup: o.speedup,
+        decodeSpeedup: o.decodeSpeedup,
+        cpuLoadFraction: o.cpuLoadFraction,
+        seed: o.seed,
+        hashFlavor: s.engineHash,
+        pythonHashSeed: o.pythonHashSeed,
+        routerHashSeed: o.hashSeed,
+        outputVocab: vocab,
+        hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
+        hybridBlocks: o.hybridBlocks,
+        ...timing,
+      },
+      tokens,
+    );
   });
 }
 

@@ -64,6 +64,6 @@ export class EngineNode {
     for (const tok of out.tokens) if (tok.finishReason) t.requests++;
     if (out.events.length > 0) t.batches++;
     this.pending = out;
-    return { endMs: out.endMs, events: out.events };
+    return out;
   }
 }

@@ -8,6 +8,7 @@ import { loadsFromSamples } from '../engine-load/load-view.js';
 import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
+import { encodeMapBatch } from '../engine-sim/events/vllm-map-writer.js';
 import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
@@ -16,7 +17,7 @@ import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { EngineNode } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
-import { type PayloadChunk, PayloadArena } from './payload-arena.js';
+import { type PayloadChunk, payloadArena } from './payload-arena.js';
 import { RouterNode } from './router-node.js';
 import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 
@@ -36,7 +37,9 @@ interface InFlight {
   i: number;
   router: number;
   receivedAt: number;
-  tokens: Uint32Array;
+  /** The prompt until the engine has it (it copies it): a prompt held for the request's life was promoted, with its buffer. */
+  tokens: Uint32Array | null;
+  promptLen: number;
   fields: RouteFields & { ttlMs: number };
   /** Capacity-queue waits: a wake carrying an older epoch is stale. */
   epoch: number;
@@ -93,7 +96,7 @@ class Simulation {
   /** Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0). */
   private readonly encoders: WireEncoder[];
   /** KV-event payloads in flight, cut from recycled chunks (payload-arena.ts). */
-  private readonly payloads = new PayloadArena();
+  private readonly payloads = payloadArena();
   /** Each engine's step event (one object per engine, pushed once per pass). */
   private readonly stepEvents: SimEvent[];
   private readonly records: FleetRecord[];
@@ -242,6 +245,7 @@ class Simulation {
       router: r,
       receivedAt: now,
       tokens,
+      promptLen: tokens.length,
       fields: this.routers[r].route(tokens, this.input.requests[i].sessionKey),
       epoch: 0,
       deadline: now + this.input.router.cfg.routing.busy.queue_timeout_ms,
@@ -279,7 +283,7 @@ class Simulation {
     const sw = this.input.stopwatch;
     const t0 = sw ? sw() : 0;
     const d = router.decide(f.fields, this.q.now, mayHold);
-    if (sw) this.times.add(sw() - t0, f.tokens.length, d.candidates.length);
+    if (sw) this.times.add(sw() - t0, f.promptLen, d.candidates.length);
     this.input.onDecision?.(f.i, d, this.q.now);
     if (!d.chosen) return waitOn(d);
     const k = this.engineIndex.get(d.chosen.instance)!;
@@ -328,7 +332,8 @@ class Simulation {
   /** The request reaches its engine. */
   private enqueue(f: InFlight): void {
     const e = this.engines[f.engine];
-    e.core.add({ id: reqId(f.i), prompt: f.tokens, maxTokens: this.input.requests[f.i].maxTokens }, this.q.now);
+    e.core.add({ id: reqId(f.i), prompt: f.tokens!, maxTokens: this.input.requests[f.i].maxTokens }, this.q.now);
+    f.tokens = null;
     // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
     if (!e.scheduled) {
       e.scheduled = true;
@@ -372,7 +377,7 @@ class Simulation {
     }
     if (!t.finishReason) return;
     this.inflight.delete(t.requestId);
-    router.finished(f.bookingId!, f.decision!, { promptTokens: f.tokens.length, cachedTokens: t.cachedTokens });
+    router.finished(f.bookingId!, f.decision!, { promptTokens: f.promptLen, cachedTokens: t.cachedTokens });
     this.pump(f.router);
     this.finish({
       index: f.i,
@@ -383,7 +388,7 @@ class Simulation {
       status: 200,
       instance: f.engineId,
       predictedTtftMs: f.decision!.chosen!.ttftMs,
-      promptTokens: f.tokens.length,
+      promptTokens: f.promptLen,
       cachedTokens: t.cachedTokens,
       completionTokens: t.index + 1,
       error: null,
@@ -394,18 +399,24 @@ class Simulation {
   private publish(k: number, evs: readonly CoreKvEvent[]): void {
     if (!this.input.router.kvEvents || evs.length === 0) return;
     const now = this.q.now;
-    const values = this.encoders[k].render(evs, now);
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
     let ev: SimEvent;
     if (this.input.eventWire === 'bytes') {
       let chunk: PayloadChunk | null = null;
-      const payload = encodeBatch(now / 1000, values, 0, (n) => {
+      const alloc = (n: number) => {
         const a = this.payloads.alloc(n);
         chunk = a.chunk;
-        return a.bytes;
-      });
+        return a.array;
+      };
+      // Written straight from the events (the same bytes) unless one needs the generic renderer.
+      const payload =
+        encodeMapBatch(now / 1000, evs, this.input.blockSize, 0, alloc) ??
+        encodeBatch(now / 1000, this.encoders[k].render(evs, now), 0, alloc);
       ev = { kind: 'kv', engine: k, payload, chunk, value: null };
-    } else ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
+    } else {
+      const values = this.encoders[k].render(evs, now);
+      ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
+    }
     this.q.push(now + this.input.kvEventDelayMs, ev);
   }
 
@@ -442,7 +453,7 @@ class Simulation {
       e2eMs: this.q.now - f.receivedAt,
       status,
       instance: f.engineId,
-      promptTokens: f.tokens.length,
+      promptTokens: f.promptLen,
       cachedTokens: 0,
       completionTokens: 0,
       error,

@@ -1,24 +1,25 @@
 import { describe, expect, it } from 'vitest';
 import { tokenBlock } from '../../src/bench/workloads/tokens.js';
 import { traceTokens } from '../../src/bench/workloads/mooncake.js';
-import { PayloadArena } from '../../src/fleet-sim/payload-arena.js';
+import type { ArenaSlice } from '../../src/common/chunk-arena.js';
+import { payloadArena } from '../../src/fleet-sim/payload-arena.js';
 
 describe('bench fleet allocations', () => {
   it('cuts payloads from recycled chunks, each intact until its delivery', () => {
-    const arena = new PayloadArena();
+    const arena = payloadArena();
     // Payloads in flight: written, then read back at "delivery" in FIFO order, a few at a time.
-    const inflight: Array<{ bytes: Uint8Array; chunk: ReturnType<PayloadArena['alloc']>['chunk']; fill: number }> = [];
+    const inflight: Array<ArenaSlice<Uint8Array> & { fill: number }> = [];
     const chunks = new Set<unknown>();
     let n = 0;
     for (let i = 0; i < 20_000; i++) {
       const size = 1 + ((i * 7919) % 3000);
       const a = arena.alloc(size);
-      a.bytes.fill(i & 255);
+      a.array.fill(i & 255);
       chunks.add(a.chunk);
       inflight.push({ ...a, fill: i & 255 });
       while (inflight.length > 40) {
         const p = inflight.shift()!;
-        expect(p.bytes.every((b) => b === p.fill)).toBe(true);
+        expect(p.array.every((b) => b === p.fill)).toBe(true);
         arena.release(p.chunk);
         n++;
       }
@@ -28,7 +29,7 @@ describe('bench fleet allocations', () => {
     expect(chunks.size).toBeLessThanOrEqual(3);
     const big = arena.alloc(2 << 20);
     expect(big.chunk).toBeNull();
-    expect(big.bytes.length).toBe(2 << 20);
+    expect(big.array.length).toBe(2 << 20);
   });
 
   it('writes Mooncake prompts in place, the same tokens as the per-block arrays', () => {

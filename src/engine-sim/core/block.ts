@@ -11,6 +11,7 @@ export interface BlockContent {
   readonly parent: bigint | null;
   /** Zero-based position in the sequence. */
   readonly depth: number;
+  /** The block's tokens (a view: do not keep it beyond the pass). */
   readonly tokens: Uint32Array;
   /** Router-standard seq hash of the token prefix ending here (XXH3, --hash-seed). */
   readonly routerHash: bigint;
@@ -33,5 +34,56 @@ export class GpuBlock {
   /** In the eviction queue. */
   queued = false;
 
-  constructor(public content: BlockContent | null) {}
+  constructor(
+    public content: BlockContent | null,
+    /** Its slot in the pool's token pages (-1: none). */
+    readonly slot = -1,
+  ) {}
+}
+
+/**
+ * A block's content as the engine computes it (chain.ts). Its tokens are a range of an array it
+ * shares, not a view of their own (one object fewer per cached block; a fleet of a thousand
+ * engines caches millions): the request's tokens until the block is committed, then its slot in
+ * the GPU pool's token pages (KvCache), and a copy of its own once it leaves the GPU or is kept
+ * elsewhere (`keepTokens`), before that range can be reused.
+ */
+export class ChainContent implements BlockContent {
+  constructor(
+    readonly hash: bigint,
+    readonly parent: bigint | null,
+    readonly depth: number,
+    private src: Uint32Array,
+    private at: number,
+    private readonly len: number,
+    readonly routerHash: bigint,
+    readonly loraName: string | null,
+    readonly cacheSalt: string | null,
+    readonly extraKeys: string[] | null,
+  ) {}
+
+  get tokens(): Uint32Array {
+    return this.src.subarray(this.at, this.at + this.len);
+  }
+
+  /** Copy the tokens to `to[at..]` and read them there from now on. */
+  moveTo(to: Uint32Array, at: number): void {
+    // Element by element: a block is a few tokens, and a subarray to copy from is an object per block.
+    const src = this.src;
+    const from = this.at;
+    for (let k = 0; k < this.len; k++) to[at + k] = src[from + k];
+    this.src = to;
+    this.at = at;
+  }
+
+  /** Read the tokens from a copy of their own. */
+  keep(): void {
+    this.src = this.src.slice(this.at, this.at + this.len);
+    this.at = 0;
+  }
+}
+
+/** Give a content a copy of its tokens of its own: it is kept where its current array may be reused (other contents own theirs). */
+export function keepTokens(content: BlockContent): void {
+  if (content instanceof ChainContent) content.keep();
 }

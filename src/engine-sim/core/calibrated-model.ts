@@ -128,6 +128,7 @@ export class CalibratedModel implements PerfModel {
 
   /** Several sequences' chunks in one pass (no decodes). */
   batchedPrefillMs(chunks: readonly PrefillChunk[]): number {
+    if (chunks.length === 0) return 0;
     const live = chunks.filter((ch) => ch.newTokens > 0);
     if (live.length === 0) return 0;
     if (live.length === 1) return this.prefillMs(live[0].newTokens, live[0].contextTokens);

@@ -1,6 +1,6 @@
 // Block contents of a sequence, computed on demand: engine hash chain + router-standard seq hash.
 import { chainHash, hashSpace, localBlockHashes, type HashSpace } from '../../hashing/index.js';
-import type { BlockContent } from './block.js';
+import { type BlockContent, ChainContent } from './block.js';
 import type { EngineHasher } from './engine-hash.js';
 import type { SimRequest } from './request.js';
 
@@ -22,9 +22,6 @@ function extraKeys(req: SimRequest, depth: number): string[] | null {
   return keys.length > 0 ? keys : null;
 }
 
-/** Blocks whose tokens share one copy (see extendChain). */
-const RUN_BLOCKS = 16;
-
 /** Extend `req.chain` to cover `nBlocks` full blocks (never beyond the tokens it has). */
 export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number): BlockContent[] {
   const bs = ctx.blockSize;
@@ -34,30 +31,30 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
   const start = req.chain.length;
   // One call for the whole range: the router hash is cheapest per prompt, not per block.
   const locals = localBlockHashes(req.tokens.subarray(start * bs, limit * bs), bs, space);
-  let run: Uint32Array | null = null;
   for (let i = start; i < limit; i++) {
     const prev = i > 0 ? req.chain[i - 1] : null;
-    // A block's tokens are a view of one copy shared by up to RUN_BLOCKS consecutive blocks: one
-    // object per block instead of a typed array, a buffer and its store each (millions of cached
-    // blocks in bench fleet), and a copy, so a cached block never keeps a whole prompt alive.
-    const r = (i - start) % RUN_BLOCKS;
-    if (r === 0) run = req.tokens.slice(i * bs, Math.min(limit, i + RUN_BLOCKS) * bs);
-    const tokens = (run as Uint32Array).subarray(r * bs, (r + 1) * bs);
+    const tokens = req.tokens.subarray(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
     // Only the next block's hash reads a digest: the request keeps its last one, the blocks do not.
     const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra);
     req.chainDigest = digest;
     const local = locals[i - start];
-    req.chain.push({
-      hash: ctx.hasher.id(digest),
-      parent: prev ? prev.hash : null,
-      depth: i,
-      tokens,
-      routerHash: prev ? chainHash(prev.routerHash, local, space.chainSeed) : local,
-      loraName: req.loraName,
-      cacheSalt: req.cacheSalt,
-      extraKeys: extra,
-    });
+    // Its tokens are read from the request's, no copy: a committed block's content moves them to
+    // its slot in the GPU pool's token pages (KvCache.commit), so a cached block never keeps a prompt alive.
+    req.chain.push(
+      new ChainContent(
+        ctx.hasher.id(digest),
+        prev ? prev.hash : null,
+        i,
+        req.tokens,
+        i * bs,
+        bs,
+        prev ? chainHash(prev.routerHash, local, space.chainSeed) : local,
+        req.loraName,
+        req.cacheSalt,
+        extra,
+      ),
+    );
   }
   return req.chain;
 }

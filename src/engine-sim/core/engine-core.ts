@@ -1,6 +1,7 @@
 // The simulated engine of one DP rank: no sockets, no timers. An adapter calls `step(now)`
 // whenever the previous pass has ended; each pass returns its virtual duration, the tokens it
 // produced and the KV events it caused (published at pass start, as Dynamo's mocker does for vLLM).
+import { ChunkArena } from '../../common/chunk-arena.js';
 import type { BlockContent, GpuBlock } from './block.js';
 import type { ChainContext } from './chain.js';
 import { extendChain } from './chain.js';
@@ -12,7 +13,7 @@ import type { CoreKvEvent } from './kv-events.js';
 import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
 import { Rng } from './rng.js';
 import { Scheduler, type Admission } from './scheduler.js';
-import { passMs, type PrefillChunk } from './perf-model.js';
+import { passMs, type PrefillChunk, type TimingKnobs } from './perf-model.js';
 
 export interface TokenOutput {
   requestId: string;
@@ -31,10 +32,10 @@ export interface StepOutput {
   endMs: number;
   tokens: TokenOutput[];
   admitted: Admission[];
-  preempted: string[];
+  preempted: readonly string[];
   /** Requests that cannot fit this engine at all; the adapter fails them. */
-  rejected: string[];
-  events: CoreKvEvent[];
+  rejected: readonly string[];
+  events: readonly CoreKvEvent[];
   prefillTokens: number;
   loadedTokens: number;
   decodeRequests: number;
@@ -57,6 +58,17 @@ export interface CachedBlockView extends BlockContent {
   refs: number;
 }
 
+const NO_PREFILLS: PrefillChunk[] = [];
+const NO_IDS: readonly string[] = [];
+
+/** Tokens per chunk of a core's own token arena. */
+const TOKEN_CHUNK = 1 << 16;
+
+/** Requests' token storage: chunks recycled as requests end (a fleet shares one among its engines). */
+export function tokenArena(chunkTokens = TOKEN_CHUNK): ChunkArena<Uint32Array> {
+  return new ChunkArena((n) => new Uint32Array(n), chunkTokens);
+}
+
 export class EngineCore {
   readonly cfg: CoreConfig;
   private readonly cache: KvCache;
@@ -67,12 +79,27 @@ export class EngineCore {
   private readonly byId = new Map<string, SimRequest>();
   private clock = 0;
   private arrivals = 0;
+  private readonly tokens: ChunkArena<Uint32Array>;
+  private readonly knobs: TimingKnobs;
+  /** cfg.outputVocab, on this object (read by every pass). */
+  private readonly vocab: Uint32Array;
 
-  constructor(cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>) {
+  constructor(
+    cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
+    /** Where requests' tokens live (default: an arena of its own). */
+    tokens: ChunkArena<Uint32Array> = tokenArena(),
+  ) {
+    this.tokens = tokens;
     this.cfg = { ...CORE_DEFAULTS, ...cfg };
     const errs = validateCoreConfig(this.cfg);
     if (errs.length > 0) throw new RangeError(errs.join('; '));
-    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks);
+    this.vocab = this.cfg.outputVocab;
+    this.knobs = {
+      speedup: this.cfg.speedup,
+      decodeSpeedup: this.cfg.decodeSpeedup,
+      cpuLoadFraction: this.cfg.cpuLoadFraction,
+    };
+    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks, this.cfg.blockSize);
     this.chainCtx = {
       hasher: makeHasher(this.cfg.hashFlavor, this.cfg.pythonHashSeed),
       blockSize: this.cfg.blockSize,
@@ -95,7 +122,8 @@ export class EngineCore {
     if (!(spec.maxTokens >= 1)) throw new RangeError('max_tokens must be >= 1');
     const stream = spec.seed ?? this.arrivals;
     this.arrivals++;
-    const req = new SimRequest(spec, nowMs, new Rng(this.cfg.seed ^ (spec.seed == null ? 0 : 0x5bd1e995), stream));
+    const rng = new Rng(this.cfg.seed ^ (spec.seed == null ? 0 : 0x5bd1e995), stream);
+    const req = new SimRequest(spec, nowMs, rng, this.tokens.alloc(spec.prompt.length + spec.maxTokens));
     if (spec.imported) this.importPrompt(req);
     this.byId.set(req.id, req);
     this.scheduler.add(req);
@@ -136,9 +164,8 @@ export class EngineCore {
   abort(id: string): boolean {
     const req = this.byId.get(id);
     if (!req) return false;
-    this.byId.delete(id);
     const removed = this.scheduler.remove(req);
-    req.state = 'finished';
+    this.end(req);
     return removed;
   }
 
@@ -154,7 +181,8 @@ export class EngineCore {
     let prefillTokens = 0;
     let decodeRequests = 0;
     let decodeContextTokens = 0;
-    const prefills: PrefillChunk[] = [];
+    // (Most passes of a fleet are decodes: no array for them.)
+    let prefills: PrefillChunk[] = NO_PREFILLS;
     for (const w of plan.work) {
       // req.computed is still the KV before this pass: what the new tokens attend to.
       if (w.decode) {
@@ -162,6 +190,7 @@ export class EngineCore {
         decodeContextTokens += w.req.computed;
       } else {
         prefillTokens += w.tokens;
+        if (prefills === NO_PREFILLS) prefills = [];
         prefills.push({ newTokens: w.tokens, contextTokens: w.req.computed });
       }
     }
@@ -170,7 +199,7 @@ export class EngineCore {
       this.cfg.perfModel,
       { prefills, decodes: decodeRequests, decodeContextTokens, kvUsage },
       plan.loadedTokens,
-      { speedup: this.cfg.speedup, decodeSpeedup: this.cfg.decodeSpeedup, cpuLoadFraction: this.cfg.cpuLoadFraction },
+      this.knobs,
     );
     const endMs = startMs + duration;
     this.clock = endMs;
@@ -183,17 +212,14 @@ export class EngineCore {
       if (req.computed < req.length) continue;
       tokens.push(this.sample(req, endMs));
     }
-    for (const req of plan.rejected) {
-      this.byId.delete(req.id);
-      req.state = 'finished';
-    }
+    for (const req of plan.rejected) this.end(req);
     return {
       startMs,
       endMs,
       tokens,
       admitted: plan.admitted,
-      preempted: plan.preempted.map((r) => r.id),
-      rejected: plan.rejected.map((r) => r.id),
+      preempted: plan.preempted.length === 0 ? NO_IDS : plan.preempted.map((r) => r.id),
+      rejected: plan.rejected.length === 0 ? NO_IDS : plan.rejected.map((r) => r.id),
       events: this.drainEvents(),
       prefillTokens,
       loadedTokens: plan.loadedTokens,
@@ -202,7 +228,7 @@ export class EngineCore {
   }
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
-  resetPrefixCache(): CoreKvEvent[] {
+  resetPrefixCache(): readonly CoreKvEvent[] {
     this.cache.reset();
     this.groups?.reset();
     for (const req of this.scheduler.running) req.committed = 0;
@@ -225,8 +251,15 @@ export class EngineCore {
   /** The true cached blocks per tier. */
   snapshot(): { gpu: CachedBlockView[]; cpu: BlockContent[] } {
     const gpu: CachedBlockView[] = [];
-    for (const b of this.cache.gpuBlocks()) gpu.push({ ...(b.content as BlockContent), refs: b.refs });
-    return { gpu, cpu: this.cache.hostContents() };
+    for (const b of this.cache.gpuBlocks()) gpu.push({ ...plainContent(b.content as BlockContent), refs: b.refs });
+    return { gpu, cpu: this.cache.hostContents().map(plainContent) };
+  }
+
+  /** A request leaves the engine (finished, aborted or rejected); its blocks were released. */
+  private end(req: SimRequest): void {
+    this.byId.delete(req.id);
+    req.state = 'finished';
+    req.releaseTokens(this.tokens);
   }
 
   private commitFull(req: SimRequest): void {
@@ -240,7 +273,7 @@ export class EngineCore {
   }
 
   /** Full-attention events, then the second group's (its parents are full-attention blocks too). */
-  private drainEvents(): CoreKvEvent[] {
+  private drainEvents(): readonly CoreKvEvent[] {
     const events = this.cache.drainEvents();
     if (this.groups === null) return events;
     const more = this.groups.drainEvents();
@@ -248,7 +281,7 @@ export class EngineCore {
   }
 
   private sample(req: SimRequest, endMs: number): TokenOutput {
-    const vocab = this.cfg.outputVocab;
+    const vocab = this.vocab;
     const token = vocab[req.rng.nextInt(vocab.length)];
     req.append(token);
     const index = req.outputLen - 1;
@@ -261,9 +294,22 @@ export class EngineCore {
     } else if (req.outputLen >= req.maxTokens) finishReason = 'length';
     if (finishReason) {
       this.scheduler.remove(req);
-      this.byId.delete(req.id);
-      req.state = 'finished';
+      this.end(req);
     }
     return { requestId: req.id, token, index, finishReason, stopReason, cachedTokens: req.cachedTokens ?? 0 };
   }
+}
+
+/** A content as plain fields, its tokens copied (a getter is no own property to spread). */
+function plainContent(c: BlockContent): BlockContent {
+  return {
+    hash: c.hash,
+    parent: c.parent,
+    depth: c.depth,
+    tokens: c.tokens.slice(),
+    routerHash: c.routerHash,
+    loraName: c.loraName,
+    cacheSalt: c.cacheSalt,
+    extraKeys: c.extraKeys,
+  };
 }

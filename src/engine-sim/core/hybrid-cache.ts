@@ -15,7 +15,7 @@
 // simulated engine is the oracle the router's predictions are checked against.
 // Invariants: every change of the group's cached set emits exactly one CoreKvEvent tagged with the
 // group; a block held by a running request (refs > 0) is never evicted.
-import type { BlockContent } from './block.js';
+import { type BlockContent, keepTokens } from './block.js';
 import type { CoreGroupTag, CoreKvEvent } from './kv-events.js';
 
 export type HybridSpec = { kind: 'sliding_window'; window: number } | { kind: 'mamba' };
@@ -171,6 +171,8 @@ export class HybridCache {
       this.cached.delete(victim.content.hash);
       this.events.push({ type: 'removed', medium: 'GPU', blocks: [victim.content], group: this.tag });
     }
+    // The content may view its request's tokens, reused once the request ends.
+    keepTokens(content);
     const b: GroupBlock = { content, refs: 1 };
     this.cached.set(content.hash, b);
     this.emitStored(content);

@@ -5,11 +5,21 @@
 //   - every committed GPU block is in `cached` under its engine hash, exactly once (no duplicates);
 //   - a cached block with refs 0 sits in `free`, ordered for eviction (head first);
 //   - every change of the cached set on either tier emits exactly one event, in order, and a block
-//     moving to the host tier is stored there before it is removed from GPU.
-import { type BlockContent, GpuBlock } from './block.js';
+//     moving to the host tier is stored there before it is removed from GPU;
+//   - a physical block owns one slot of `blockSize` tokens in the token pages for its life; a
+//     committed block's content reads its tokens from its slot, and leaves with a copy (evict, reset) before the
+//     slot can be reused. A cached block thus allocates no buffer (a fleet of a thousand engines
+//     caches millions of blocks; every ArrayBuffer counts toward V8's external memory, whose
+//     growth starts major GCs).
+import { type BlockContent, ChainContent, GpuBlock, keepTokens } from './block.js';
 import { BlockLru } from './block-lru.js';
 import { HostTier } from './host-tier.js';
 import type { CoreKvEvent } from './kv-events.js';
+
+/** Token slots per page (a page is allocated when the pool first reaches it). */
+const PAGE_SLOTS = 256;
+
+const NO_EVENTS: readonly CoreKvEvent[] = [];
 
 export type PrefixHit = { tier: 'GPU'; block: GpuBlock } | { tier: 'CPU'; content: BlockContent };
 
@@ -19,10 +29,16 @@ export class KvCache {
   private used = 0;
   private events: CoreKvEvent[] = [];
   readonly host: HostTier | null;
+  /** Token slots of the physical blocks, PAGE_SLOTS per page. */
+  private readonly pages: Uint32Array[] = [];
+  /** Slots of blocks dropped blank (released uncommitted), reused first. */
+  private readonly freeSlots: number[] = [];
+  private slots = 0;
 
   constructor(
     readonly capacity: number,
     hostCapacity: number,
+    readonly blockSize: number,
   ) {
     this.host = hostCapacity > 0 ? new HostTier(hostCapacity) : null;
   }
@@ -68,7 +84,7 @@ export class KvCache {
   allocate(): GpuBlock | null {
     if (this.used < this.capacity) {
       this.used++;
-      return new GpuBlock(null);
+      return new GpuBlock(null, this.freeSlots.pop() ?? this.slots++);
     }
     const victim = this.free.shift();
     if (!victim) return null;
@@ -86,7 +102,10 @@ export class KvCache {
       const b = blocks[i];
       if (--b.refs > 0) continue;
       if (b.content) this.free.push(b);
-      else this.used--;
+      else {
+        this.used--;
+        this.freeSlots.push(b.slot);
+      }
     }
   }
 
@@ -102,6 +121,8 @@ export class KvCache {
       this.release([block]);
       return existing;
     }
+    // A content the engine computed moves to the block's slot (others own their tokens).
+    if (content instanceof ChainContent) this.moveToSlot(content, block.slot);
     block.content = content;
     this.cached.set(content.hash, block);
     this.emitStored('GPU', content);
@@ -118,16 +139,21 @@ export class KvCache {
 
   /** Forget every cached block on both tiers; blocks in use stay allocated but anonymous. */
   reset(): void {
-    for (const b of this.cached.values()) b.content = null;
+    for (const b of this.cached.values()) {
+      keepTokens(b.content as BlockContent);
+      b.content = null;
+    }
     this.used -= this.free.size;
-    this.free.clear();
+    for (let b = this.free.shift(); b; b = this.free.shift()) this.freeSlots.push(b.slot);
     this.cached.clear();
     this.host?.clear();
     this.events.push({ type: 'cleared' });
   }
 
-  drainEvents(): CoreKvEvent[] {
+  /** The events since the last drain (an empty array is shared: do not push into it). */
+  drainEvents(): readonly CoreKvEvent[] {
     const out = this.events;
+    if (out.length === 0) return NO_EVENTS;
     this.events = [];
     return out;
   }
@@ -144,8 +170,16 @@ export class KvCache {
     return this.host ? [...this.host.values()] : [];
   }
 
+  /** Copy a content's tokens to a block's slot, where it reads them from now on (the page allocated on first use). */
+  private moveToSlot(content: ChainContent, slot: number): void {
+    const page = Math.floor(slot / PAGE_SLOTS);
+    while (this.pages.length <= page) this.pages.push(new Uint32Array(PAGE_SLOTS * this.blockSize));
+    content.moveTo(this.pages[page], (slot % PAGE_SLOTS) * this.blockSize);
+  }
+
   private evict(victim: GpuBlock): void {
     const content = victim.content as BlockContent;
+    keepTokens(content);
     this.cached.delete(content.hash);
     victim.content = null;
     if (this.host) {

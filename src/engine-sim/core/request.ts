@@ -1,4 +1,5 @@
 // One sequence inside the engine: its tokens (prompt + generated), KV progress and block table.
+import type { ArenaChunk, ArenaSlice } from '../../common/chunk-arena.js';
 import type { BlockContent, GpuBlock } from './block.js';
 import { Rng } from './rng.js';
 
@@ -18,6 +19,10 @@ export interface SimRequestSpec {
   imported?: boolean;
 }
 
+const NO_TOKENS = new Uint32Array(0);
+/** Most requests have no stop tokens: one shared empty set (a fleet makes requests by the hundred thousand). */
+const NO_STOP: ReadonlySet<number> = new Set();
+
 export type FinishReason = 'length' | 'stop' | 'abort';
 
 export class SimRequest {
@@ -29,8 +34,12 @@ export class SimRequest {
   readonly loraName: string | null;
   readonly cacheSalt: string | null;
   readonly rng: Rng;
-  /** Prompt followed by generated tokens; `length` is the valid prefix. */
-  readonly tokens: Uint32Array;
+  /**
+   * Prompt followed by generated tokens; `length` is the valid prefix. Cut from the engine's token
+   * arena and given back when the request ends (`releaseTokens`): empty after.
+   */
+  tokens: Uint32Array;
+  private tokensChunk: ArenaChunk<Uint32Array> | null;
   length: number;
   /** Tokens whose KV is computed (or reused). */
   computed = 0;
@@ -48,15 +57,17 @@ export class SimRequest {
   cachedTokens: number | null = null;
   preemptions = 0;
 
-  constructor(spec: SimRequestSpec, arrivalMs: number, rng: Rng) {
+  /** `storage`: room for the prompt + maxTokens tokens. */
+  constructor(spec: SimRequestSpec, arrivalMs: number, rng: Rng, storage: ArenaSlice<Uint32Array>) {
     this.id = spec.id;
     this.promptLen = spec.prompt.length;
     this.maxTokens = spec.maxTokens;
     this.minTokens = spec.minTokens ?? 0;
-    this.stop = new Set(spec.stopTokenIds ?? []);
+    this.stop = spec.stopTokenIds?.length ? new Set(spec.stopTokenIds) : NO_STOP;
     this.loraName = spec.loraName || null;
     this.cacheSalt = spec.cacheSalt || null;
-    this.tokens = new Uint32Array(spec.prompt.length + spec.maxTokens);
+    this.tokens = storage.array;
+    this.tokensChunk = storage.chunk;
     this.tokens.set(spec.prompt);
     this.length = spec.prompt.length;
     this.arrivalMs = arrivalMs;
@@ -79,5 +90,13 @@ export class SimRequest {
 
   append(token: number): void {
     this.tokens[this.length++] = token;
+  }
+
+  /** The request ended: its tokens go back to the arena (its chain's views are not read again). */
+  releaseTokens(arena: { release(chunk: ArenaChunk<Uint32Array> | null): void }): void {
+    if (this.tokens === NO_TOKENS) return;
+    arena.release(this.tokensChunk);
+    this.tokens = NO_TOKENS;
+    this.tokensChunk = null;
   }
 }

@@ -36,6 +36,11 @@ export interface PassPlan {
 export class Scheduler {
   readonly waiting: SimRequest[] = [];
   readonly running: SimRequest[] = [];
+  // The config's fields read by every pass, on this object: a fleet steps a thousand engines in
+  // turn, and each object a pass reads is a cache miss.
+  private readonly maxBatched: number;
+  private readonly chunked: boolean;
+  private readonly blockSize: number;
 
   constructor(
     private readonly cfg: CoreConfig,
@@ -43,7 +48,11 @@ export class Scheduler {
     private readonly chainCtx: ChainContext,
     /** A hybrid model's second KV-cache group: it decides where a hit may end. */
     private readonly groups: HybridCache | null = null,
-  ) {}
+  ) {
+    this.maxBatched = cfg.maxNumBatchedTokens;
+    this.chunked = cfg.enableChunkedPrefill;
+    this.blockSize = cfg.blockSize;
+  }
 
   add(req: SimRequest): void {
     req.state = 'waiting';
@@ -62,13 +71,13 @@ export class Scheduler {
 
   schedule(): PassPlan {
     const plan: PassPlan = { work: [], admitted: [], preempted: [], rejected: [], loadedTokens: 0 };
-    let budget = this.cfg.maxNumBatchedTokens;
+    let budget = this.maxBatched;
 
     for (let i = 0; i < this.running.length && budget > 0; ) {
       const req = this.running[i];
       const decode = req.decoding;
       const n = Math.min(req.remaining, budget);
-      if (!this.cfg.enableChunkedPrefill && n < req.remaining) break;
+      if (!this.chunked && n < req.remaining) break;
       let scheduled = true;
       while (!this.grow(req, req.computed + n)) {
         const victim = this.running.pop() as SimRequest;
@@ -162,7 +171,7 @@ export class Scheduler {
 
   /** Ensure the block table holds `tokens` tokens; all or nothing. */
   private grow(req: SimRequest, tokens: number): boolean {
-    const need = Math.ceil(tokens / this.cfg.blockSize) - req.blocks.length;
+    const need = Math.ceil(tokens / this.blockSize) - req.blocks.length;
     if (need <= 0) return true;
     if (this.cache.available < need) return false;
     for (let k = 0; k < need; k++) req.blocks.push(this.cache.allocate()!); // room was checked above

@@ -124,7 +124,7 @@ export class RankRunner {
     }
   }
 
-  private publish(events: CoreKvEvent[]): void {
+  private publish(events: readonly CoreKvEvent[]): void {
     if (events.length === 0 || !this.publisher) return;
     const nowMs = Date.now();
     const payload = encodeBatch(nowMs / 1000, this.encoder.render(events, nowMs), this.rank);

@@ -1,0 +1,246 @@
+// The vLLM map-layout batch `[ts, events, dp_rank]` written straight from the core's events: the
+// same bytes as `encodeBatch(ts, vllmEncoder(ctx, 'map').render(events), dpRank)` without the
+// values in between (a 1,024-engine `bench fleet` renders millions of token ids into JS arrays,
+// then msgpack walks them). Only full-attention events without LoRA or extra keys are written
+// here; anything else returns null and takes the generic path.
+import type { BlockContent } from '../core/block.js';
+import type { CoreKvEvent } from '../core/kv-events.js';
+
+const enc = new TextEncoder();
+const str = (s: string): Uint8Array => {
+  const b = enc.encode(s);
+  if (b.length >= 32) throw new Error('fixstr only');
+  const out = new Uint8Array(1 + b.length);
+  out[0] = 0xa0 + b.length;
+  out.set(b, 1);
+  return out;
+};
+
+const K_TYPE = str('type');
+const V_STORED = str('BlockStored');
+const V_REMOVED = str('BlockRemoved');
+const V_CLEARED = str('AllBlocksCleared');
+const K_HASHES = str('block_hashes');
+const K_PARENT = str('parent_block_hash');
+const K_TOKENS = str('token_ids');
+const K_BLOCK_SIZE = str('block_size');
+const K_LORA_ID = str('lora_id');
+const K_MEDIUM = str('medium');
+const K_LORA_NAME = str('lora_name');
+const K_EXTRA = str('extra_keys');
+const K_GROUP = str('group_idx');
+const K_KIND = str('kv_cache_spec_kind');
+const V_KIND = str('full_attention');
+const MEDIUM = { GPU: str('GPU'), CPU: str('CPU') };
+const NIL = 0xc0;
+
+/** Bytes of msgpack's encoding of a non-negative safe integer (positive fixint / uint 8 / 16 / 32). */
+function uintLen(n: number): number {
+  return n < 0x80 ? 1 : n < 0x100 ? 2 : n < 0x10000 ? 3 : 5;
+}
+
+function arrayHeaderLen(n: number): number {
+  return n < 16 ? 1 : n < 0x10000 ? 3 : 5;
+}
+
+/** Only what the map layout writes without a group, LoRA or extra keys. */
+function plain(ev: CoreKvEvent): boolean {
+  if (ev.type === 'cleared') return true;
+  if (ev.group !== undefined) return false;
+  if (ev.type === 'removed') return true;
+  for (const b of ev.blocks) if (b.loraName !== null || b.extraKeys !== null || b.hash < 0n) return false;
+  return ev.blocks[0].parent === null || ev.blocks[0].parent >= 0n;
+}
+
+class Writer {
+  pos = 0;
+  constructor(
+    private readonly out: Uint8Array,
+    private readonly view: DataView,
+  ) {}
+
+  bytes(b: Uint8Array): void {
+    this.out.set(b, this.pos);
+    this.pos += b.length;
+  }
+
+  u8(n: number): void {
+    this.out[this.pos++] = n;
+  }
+
+  uint(n: number): void {
+    if (n < 0x80) this.u8(n);
+    else if (n < 0x100) {
+      this.u8(0xcc);
+      this.u8(n);
+    } else if (n < 0x10000) {
+      this.u8(0xcd);
+      this.view.setUint16(this.pos, n);
+      this.pos += 2;
+    } else {
+      this.u8(0xce);
+      this.view.setUint32(this.pos, n);
+      this.pos += 4;
+    }
+  }
+
+  u64(h: bigint): void {
+    this.u8(0xcf);
+    this.view.setBigUint64(this.pos, h);
+    this.pos += 8;
+  }
+
+  arrayHeader(n: number): void {
+    if (n < 16) this.u8(0x90 + n);
+    else if (n < 0x10000) {
+      this.u8(0xdc);
+      this.view.setUint16(this.pos, n);
+      this.pos += 2;
+    } else {
+      this.u8(0xdd);
+      this.view.setUint32(this.pos, n);
+      this.pos += 4;
+    }
+  }
+}
+
+function storedLen(blocks: readonly BlockContent[], blockSize: number): number {
+  let tokens = 0;
+  let tokenBytes = 0;
+  for (const b of blocks) {
+    const t = b.tokens;
+    tokens += t.length;
+    for (let i = 0; i < t.length; i++) tokenBytes += uintLen(t[i]);
+  }
+  const n = blocks.length;
+  return (
+    1 +
+    K_TYPE.length +
+    V_STORED.length +
+    K_HASHES.length +
+    arrayHeaderLen(n) +
+    9 * n +
+    K_PARENT.length +
+    (blocks[0].parent === null ? 1 : 9) +
+    K_TOKENS.length +
+    arrayHeaderLen(tokens) +
+    tokenBytes +
+    K_BLOCK_SIZE.length +
+    uintLen(blockSize) +
+    K_LORA_ID.length +
+    1 +
+    K_MEDIUM.length +
+    4 +
+    K_LORA_NAME.length +
+    1 +
+    K_EXTRA.length +
+    arrayHeaderLen(n) +
+    n +
+    K_GROUP.length +
+    1 +
+    K_KIND.length +
+    V_KIND.length
+  );
+}
+
+const REMOVED_LEN =
+  1 + K_TYPE.length + V_REMOVED.length + K_HASHES.length + 1 + 9 + K_MEDIUM.length + 4 + K_GROUP.length + 1;
+const CLEARED_LEN = 1 + K_TYPE.length + V_CLEARED.length;
+
+function writeStored(w: Writer, medium: 'GPU' | 'CPU', blocks: readonly BlockContent[], blockSize: number): void {
+  const n = blocks.length;
+  w.u8(0x80 + 11);
+  w.bytes(K_TYPE);
+  w.bytes(V_STORED);
+  w.bytes(K_HASHES);
+  w.arrayHeader(n);
+  for (const b of blocks) w.u64(b.hash);
+  w.bytes(K_PARENT);
+  const parent = blocks[0].parent;
+  if (parent === null) w.u8(NIL);
+  else w.u64(parent);
+  w.bytes(K_TOKENS);
+  let tokens = 0;
+  for (const b of blocks) tokens += b.tokens.length;
+  w.arrayHeader(tokens);
+  for (const b of blocks) {
+    const t = b.tokens;
+    for (let i = 0; i < t.length; i++) w.uint(t[i]);
+  }
+  w.bytes(K_BLOCK_SIZE);
+  w.uint(blockSize);
+  w.bytes(K_LORA_ID);
+  w.u8(NIL);
+  w.bytes(K_MEDIUM);
+  w.bytes(MEDIUM[medium]);
+  w.bytes(K_LORA_NAME);
+  w.u8(NIL);
+  w.bytes(K_EXTRA);
+  w.arrayHeader(n);
+  for (let i = 0; i < n; i++) w.u8(NIL);
+  w.bytes(K_GROUP);
+  w.u8(0);
+  w.bytes(K_KIND);
+  w.bytes(V_KIND);
+}
+
+/**
+ * msgpack of `[ts, events, dp_rank]` in vLLM's map layout (ts as float64, as encodeBatch), or null
+ * when an event has a group, LoRA or extra keys (the caller renders those).
+ */
+export function encodeMapBatch(
+  tsSeconds: number,
+  events: readonly CoreKvEvent[],
+  blockSize: number,
+  dpRank: number,
+  alloc: (bytes: number) => Uint8Array = (n) => new Uint8Array(n),
+): Uint8Array | null {
+  if (!Number.isSafeInteger(dpRank) || dpRank < 0 || dpRank >= 2 ** 32) return null;
+  let items = 0;
+  let body = 0;
+  for (const ev of events) {
+    if (!plain(ev)) return null;
+    if (ev.type === 'cleared') {
+      items++;
+      body += CLEARED_LEN;
+    } else if (ev.type === 'removed') {
+      items += ev.blocks.length;
+      body += REMOVED_LEN * ev.blocks.length;
+    } else {
+      items++;
+      body += storedLen(ev.blocks, blockSize);
+    }
+  }
+  const size = 10 + arrayHeaderLen(items) + body + uintLen(dpRank);
+  const out = alloc(size);
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  const w = new Writer(out, view);
+  w.u8(0x93);
+  w.u8(0xcb);
+  view.setFloat64(2, tsSeconds);
+  w.pos = 10;
+  w.arrayHeader(items);
+  for (const ev of events) {
+    if (ev.type === 'cleared') {
+      w.u8(0x81);
+      w.bytes(K_TYPE);
+      w.bytes(V_CLEARED);
+    } else if (ev.type === 'removed') {
+      for (const b of ev.blocks) {
+        w.u8(0x84);
+        w.bytes(K_TYPE);
+        w.bytes(V_REMOVED);
+        w.bytes(K_HASHES);
+        w.u8(0x91);
+        w.u64(b.hash);
+        w.bytes(K_MEDIUM);
+        w.bytes(MEDIUM[ev.medium]);
+        w.bytes(K_GROUP);
+        w.u8(0);
+      }
+    } else writeStored(w, ev.medium, ev.blocks, blockSize);
+  }
+  w.uint(dpRank);
+  if (w.pos !== size) throw new Error(`encodeMapBatch: wrote ${w.pos} of ${size} bytes`);
+  return out;
+}
