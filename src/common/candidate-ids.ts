@@ -18,7 +18,10 @@ export class CandidateIds {
   private version = -1;
   private taken = -1;
 
-  /** The ids of the list's candidates, in order (`idOf` where the list, `taken` or, for those without one, `version` changed). */
+  /**
+   * The ids of the list's candidates, in order (`idOf` where the list, `taken` or, for those without
+   * one, `version` changed). The same array is returned only while its ids are the same.
+   */
   of(
     candidates: ReadonlyArray<{ instance: string; dpRank: number }>,
     version: number,
@@ -35,11 +38,20 @@ export class CandidateIds {
     if (same) {
       if (version !== this.version) {
         // Ids were given since, none taken back: only the candidates without one may have one now.
+        // Changed ids go to a new array: the same array always means the same ids (IndexWalk keeps
+        // its wanted marks while the array stays).
         const still: number[] = [];
+        let ids = this.ids;
         for (const j of this.missing) {
-          this.ids[j] = idOf(instances[j], ranks[j]);
-          if (this.ids[j] === NONE) still.push(j);
+          const id = idOf(instances[j], ranks[j]);
+          if (id === NONE) {
+            still.push(j);
+            continue;
+          }
+          if (ids === this.ids) ids = ids.slice();
+          ids[j] = id;
         }
+        this.ids = ids;
         this.missing = still;
         this.version = version;
       }

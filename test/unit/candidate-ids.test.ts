@@ -39,4 +39,19 @@ describe('CandidateIds', () => {
     expect([...ids.of(list.slice(1), 7, idOf, 1)]).toEqual([3, -1, 2, 4]);
     expect(lookups).toBe(19);
   });
+
+  it('returns the same array only while its ids are the same (IndexWalk keeps its wanted marks by it)', () => {
+    const known = new Map<string, number>([['a', 0]]);
+    const idOf = (instance: string) => known.get(instance) ?? -1;
+    const list = ['a', 'b'].map((instance) => ({ instance, dpRank: 0 }));
+    const ids = new CandidateIds();
+    const first = ids.of(list, 1, idOf);
+    expect(ids.of(list, 2, idOf)).toBe(first); // an id given elsewhere: this list's ids unchanged
+    known.set('b', 1);
+    const second = ids.of(list, 3, idOf);
+    expect(second).not.toBe(first);
+    expect([...first]).toEqual([0, -1]); // the array a caller kept still says what it said
+    expect([...second]).toEqual([0, 1]);
+    expect(ids.of(list, 3, idOf)).toBe(second);
+  });
 });
