@@ -12,7 +12,7 @@ import type { CoreConfig } from '../engine-sim/core/config.js';
 import { EngineCore, tokenArena } from '../engine-sim/core/engine-core.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
-import { resolveOptions } from '../engine-sim/options.js';
+import { coreConfig, resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
 import { simulateFleet } from '../fleet-sim/simulation.js';
@@ -418,7 +418,7 @@ export function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: 
 /** Engine i as `kvrouter engine-sim --count N --seed S` builds it (src/engine-sim/engine.ts, rank 0). */
 function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number): EngineCore[] {
   const vocab = nullCodec().outputVocab;
-  const timing = perfModelConfig(s.perfModel);
+  const { model: perfModel } = loadPerfModel(s.perfModel);
   // One token arena for the fleet: a chunk is shared by the requests of every engine.
   const tokens = tokenArena(1 << 20);
   return Array.from({ length: s.engines }, (_, i) => {
@@ -432,26 +432,7 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
       hybridBlocks: s.hybridBlocks,
     });
     return new EngineCore(
-      {
-        blockSize: o.blockSize,
-        numGpuBlocks: o.numGpuBlocks,
-        numCpuBlocks: o.numCpuBlocks,
-        maxNumSeqs: o.maxNumSeqs,
-        maxNumBatchedTokens: o.maxNumBatchedTokens,
-        enableChunkedPrefill: o.enableChunkedPrefill,
-        enablePrefixCaching: o.enablePrefixCaching,
-        speedup: o.speedup,
-        decodeSpeedup: o.decodeSpeedup,
-        cpuLoadFraction: o.cpuLoadFraction,
-        seed: o.seed,
-        hashFlavor: s.engineHash,
-        pythonHashSeed: o.pythonHashSeed,
-        routerHashSeed: o.hashSeed,
-        outputVocab: vocab,
-        hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
-        hybridBlocks: o.hybridBlocks,
-        ...timing,
-      },
+      coreConfig(o, { perfModel, seed: o.seed, hashFlavor: s.engineHash, outputVocab: vocab }),
       tokens,
     );
   });

@@ -4,7 +4,6 @@ import type { AddressInfo } from 'node:net';
 import { createServer, type RequestListener, type Server } from 'node:http';
 import { listenOn } from '../common/listen.js';
 import { EngineCore, type CoreStats } from './core/engine-core.js';
-import { parseHybrid } from './core/hybrid-cache.js';
 import { Rng } from './core/rng.js';
 import type { SimRequestSpec } from './core/request.js';
 import { mooncakeEncoder } from './events/mooncake-format.js';
@@ -17,7 +16,7 @@ import { debugCacheView } from './http/debug-cache.js';
 import { TransferBoard } from './http/disagg.js';
 import { HttpError, sendError } from './http/errors.js';
 import { engineRequestListener } from './http/server.js';
-import { resolveOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import { coreConfig, resolveOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import { EngineMetrics } from './runtime/metrics.js';
 import { RankRunner, type RequestSink } from './runtime/rank-runner.js';
 import { loadCodec, type TextCodec } from './text/codec.js';
@@ -175,26 +174,14 @@ class Engine implements EngineBackend {
 
 /** One DP rank's core (scheduler, caches, timing), seeded per rank. */
 function rankCore(o: ResolvedEngineOptions, rank: number, codec: TextCodec): EngineCore {
-  return new EngineCore({
-    blockSize: o.blockSize,
-    numGpuBlocks: o.numGpuBlocks,
-    numCpuBlocks: o.numCpuBlocks,
-    maxNumSeqs: o.maxNumSeqs,
-    maxNumBatchedTokens: o.maxNumBatchedTokens,
-    enableChunkedPrefill: o.enableChunkedPrefill,
-    enablePrefixCaching: o.enablePrefixCaching,
-    perfModel: o.perf,
-    speedup: o.speedup,
-    decodeSpeedup: o.decodeSpeedup,
-    cpuLoadFraction: o.cpuLoadFraction,
-    seed: o.seed + rank * 7919,
-    hashFlavor: o.eventFormat === 'sglang' ? 'sglang' : 'vllm',
-    pythonHashSeed: o.pythonHashSeed,
-    routerHashSeed: o.hashSeed,
-    outputVocab: codec.outputVocab,
-    hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
-    hybridBlocks: o.hybridBlocks,
-  });
+  return new EngineCore(
+    coreConfig(o, {
+      perfModel: o.perf,
+      seed: o.seed + rank * 7919,
+      hashFlavor: o.eventFormat === 'sglang' ? 'sglang' : 'vllm',
+      outputVocab: codec.outputVocab,
+    }),
+  );
 }
 
 /** Start one simulated engine (HTTP + ZMQ). Ports set to 0 are picked by the OS. */

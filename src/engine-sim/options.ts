@@ -1,5 +1,5 @@
 // User-facing engine options (programmatic API and CLI), their defaults and validation.
-import { CORE_DEFAULTS } from './core/config.js';
+import { CORE_DEFAULTS, type CoreConfig } from './core/config.js';
 import { parseHybrid } from './core/hybrid-cache.js';
 import type { PerfModel } from './core/perf-model.js';
 import { GPU_GB, kvCapacityBlocks } from './core/perf-profile.js';
@@ -256,4 +256,34 @@ function validateOptions(r: ResolvedEngineOptions): string[] {
       `zmq ports ${r.zmqPort}..${r.zmqPort + r.dpSize - 1} overlap replay ports ${r.replayPort}..${r.replayPort + r.dpSize - 1}; use --replay-port ${r.zmqPort + r.dpSize}`,
     );
   return errs;
+}
+
+/**
+ * An EngineCore's config from resolved options, for one rank of the server and one engine of the fleet
+ * simulator alike; `own` is what differs between them (seed, hash flavour, vocabulary, timing).
+ */
+export function coreConfig(
+  o: ResolvedEngineOptions,
+  own: Pick<CoreConfig, 'perfModel' | 'seed' | 'hashFlavor' | 'outputVocab'>,
+): CoreConfig {
+  return {
+    blockSize: o.blockSize,
+    numGpuBlocks: o.numGpuBlocks,
+    numCpuBlocks: o.numCpuBlocks,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+    enableChunkedPrefill: o.enableChunkedPrefill,
+    enablePrefixCaching: o.enablePrefixCaching,
+    perfModel: own.perfModel,
+    speedup: o.speedup,
+    decodeSpeedup: o.decodeSpeedup,
+    cpuLoadFraction: o.cpuLoadFraction,
+    seed: own.seed,
+    hashFlavor: own.hashFlavor,
+    pythonHashSeed: o.pythonHashSeed,
+    routerHashSeed: o.hashSeed,
+    outputVocab: own.outputVocab,
+    hybrid: o.hybrid === '' ? null : parseHybrid(o.hybrid),
+    hybridBlocks: o.hybridBlocks,
+  };
 }
