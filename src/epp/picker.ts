@@ -6,7 +6,7 @@ import { parseOpenAIBody } from '../api/body.js';
 import { completionKindOf, OpenAIError } from '../api/openai.js';
 import type { Denial, Principal } from '../auth/access.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import { type CapacityTry, decideWithinCapacity } from '../proxy/capacity.js';
+import { type CapacityTry, capacityPool, decideWithinCapacity } from '../proxy/capacity.js';
 import { waitOn } from '../scheduler/hold.js';
 import { explanationHeaders, type InstanceRuntime } from '../proxy/forward.js';
 import { engineBody, type PreparedRoute, prepareRoute, speculativeTtl } from '../router/completions.js';
@@ -137,7 +137,8 @@ async function decideWithin(
     }
     return { wait: m, ...waitOn(m.d) };
   };
-  const r = await decideWithinCapacity(queue, { deadline, now, signal }, decide, p.model.name);
+  const pool = capacityPool(p.model.name, p.adapter, req.subset);
+  const r = await decideWithinCapacity(queue, { deadline, now, signal }, decide, pool);
   if ('done' in r) return r.done;
   if ('aborted' in r) throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');
   if ('full' in r || r.gaveUp.d.reason === 'all_busy' || r.gaveUp.d.reason === 'held')

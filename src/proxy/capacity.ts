@@ -25,6 +25,18 @@ interface Waiting {
 }
 
 /**
+ * A request's pool in the capacity queue: the requests with the same candidates (a model's
+ * instances, those serving one of its adapters, a gateway's subset of them). A waiter that finds
+ * none of its candidates under their thresholds ends a pass for its pool only (HoldQueue.pass): a
+ * pool keyed by the model alone let an adapter request waiting for its busy instances hold back the
+ * model's requests that another instance could serve.
+ */
+export function capacityPool(model: string, adapter: string | null, subset: ReadonlySet<string> | null = null): string {
+  const pool = adapter === null ? model : `${model}\u0000${adapter}`;
+  return subset === null ? pool : `${pool}\u0000${[...subset].sort().join('\u0000')}`;
+}
+
+/**
  * A bounded queue of requests waiting for capacity, FIFO per model pool: a request of a pool with
  * waiters joins their tail; each wake-up (`notify`: a first token, a finished request, an instance
  * back) tries the waiters in arrival order, each booking before the next is tried.

@@ -12,7 +12,7 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
 import { type EngineUsage, UsageTail } from '../feedback/usage-tail.js';
 import { waitOn } from '../scheduler/hold.js';
-import { type CapacityQueue, type CapacityTry, decideWithinCapacity } from './capacity.js';
+import { type CapacityQueue, type CapacityTry, capacityPool, decideWithinCapacity } from './capacity.js';
 import type { InstanceHealth } from './health.js';
 import type { Upstream } from './upstreams.js';
 import { type ExchangeHead, UpstreamExchange } from './exchange.js';
@@ -304,7 +304,7 @@ export async function forward(
         queue,
         { deadline, now, signal: abort.signal },
         (mayHold) => decideOnce(call, attempt, mayHold),
-        job.ns.model,
+        capacityPool(job.ns.model, job.ns.loraName),
       );
       if ('aborted' in r) return call.finish(null, 499, 'client_abort');
       if (!('done' in r)) {

