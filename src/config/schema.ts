@@ -242,7 +242,7 @@ export const ROUTER_SCHEMA = obj('kvrouter configuration', {
       default: 600_000,
     }),
     busy: obj(
-      "When every candidate is over these thresholds the request waits in a queue (FIFO per model: a new request does not overtake waiting ones), then gets 503 with Retry-After. kv and approx (time cost model) also wait for a busy candidate holding the prompt's prefix when the prefill its cache saves exceeds its queue beyond the best free candidate's (the saved prefill counted 1 + recompute_weight_saturated times while every candidate queues prefill); otherwise the free candidate takes the request.",
+      "When every candidate is over these thresholds the request waits in a queue (FIFO per model, an adapter and a gateway subset apart: a new request does not overtake waiting ones with the same instances), then gets 503 with Retry-After. kv and approx (time cost model) also wait for a busy candidate holding the prompt's prefix when the prefill its cache saves exceeds its queue beyond the best free candidate's (the saved prefill counted 1 + recompute_weight_saturated times while every candidate queues prefill); otherwise the free candidate takes the request.",
       {
         max_active_prefill_tokens: int('A worker with more un-prefilled tokens in flight is busy.', {
           min: 1,
