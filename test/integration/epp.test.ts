@@ -1321,3 +1321,52 @@ describe('kvrouter epp --workers 2', () => {
     expect((await routed()) - before).toBe(4);
   });
 });
+
+describe('kvrouter epp: the capacity queue', () => {
+  it("a request waiting for its subset's busy endpoint does not hold back one whose subset has room", async () => {
+    // A picker with a queue: one booking (> 5 blocks) makes its endpoint busy until its stream ends.
+    const dir = mkdtempSync(join(tmpdir(), 'kvr-epp-q-'));
+    const file = join(dir, 'router.yaml');
+    writeFileSync(file, yaml(engines).replace('queue_size: 0', 'queue_size: 8, queue_timeout_ms: 60000'));
+    const p = await spawnCli(
+      ['epp', '--config', file, '--no-watch', '--grpc-port', '0', '--grpc-health-port', '0'],
+      /^kvrouter epp: ext_proc on /,
+    );
+    const lines = p.lines.join('\n');
+    const url = /kvrouter listening on (http:\/\/\S+)/.exec(lines)![1];
+    const port = Number(/kvrouter epp: ext_proc on 127\.0\.0\.1:(\d+)/.exec(lines)![1]);
+    const c = new ExtProcClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+    const gauge = async (name: string) => {
+      const text = await (await request(`${url}/metrics`)).body.text();
+      return Number(new RegExp(`^${name}\\s+(\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    };
+    const [e0, e1] = engines.map(endpointOf);
+    const streams: Stream[] = [];
+    try {
+      await waitFor('healthy', async () => {
+        const text = await (await request(`${url}/metrics`)).body.text();
+        return (text.match(/^kvrouter_instance_healthy\{instance="e[01]",model="[^"]+"\} 1$/gm) ?? []).length === 2;
+      });
+      const open2 = () => {
+        const s = new Stream(c);
+        streams.push(s);
+        return s;
+      };
+      const first = open2();
+      expect((await pick(first, { body: chat('queue one'), subset: [e0] })).endpoint).toBe(e0);
+      const second = open2();
+      const waiting = pick(second, { body: chat('queue two'), subset: [e0] });
+      await waitFor('second queued', async () => (await gauge('kvrouter_queue_depth')) === 1);
+      // Another subset, with room: picked at once, not after the waiter ahead of it in the model's queue.
+      const third = open2();
+      expect((await pick(third, { body: chat('queue three'), subset: [e1] })).endpoint).toBe(e1);
+      expect(await gauge('kvrouter_queue_depth')).toBe(1);
+      first.end();
+      expect((await waiting).endpoint).toBe(e0);
+    } finally {
+      for (const s of streams) s.end();
+      c.close();
+      await p.kill();
+    }
+  });
+});
