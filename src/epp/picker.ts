@@ -137,7 +137,7 @@ async function decideWithin(
     }
     return { wait: m, ...waitOn(m.d) };
   };
-  const pool = capacityPool(p.model.name, p.adapter, req.subset);
+  const pool = () => capacityPool(p.model.name, p.adapter, req.subset);
   const r = await decideWithinCapacity(queue, { deadline, now, signal }, decide, pool);
   if ('done' in r) return r.done;
   if ('aborted' in r) throw new Refused(499, 'the gateway cancelled the request', 'client_error', 'cancelled');

@@ -75,12 +75,15 @@ export async function decideWithinCapacity<T, W>(
   queue: CapacityQueue,
   bound: { deadline: number; now: () => number; signal: AbortSignal },
   decide: (mayHold: boolean) => CapacityTry<T, W>,
-  pool = '',
+  pool: string | (() => string) = '',
 ): Promise<CapacityWait<T, W>> {
   const { deadline, now, signal } = bound;
   const q = queue.holds;
+  // The pool's name only when someone waits or this request must (a subset's name sorts its instances).
+  let name = typeof pool === 'string' ? pool : null;
+  const named = () => (name ??= (pool as () => string)());
   let first: CapacityTry<T, W> | null = null;
-  if (!q.waitingIn(pool)) {
+  if (q.depth === 0 || !q.waitingIn(named())) {
     // Only a request that can queue may wait for a busy holder (queue off or full: the free pick now).
     first = decide(q.depth < q.maxSize && now() < deadline);
     if ('done' in first) return first;
@@ -136,7 +139,7 @@ export async function decideWithinCapacity<T, W>(
         Math.max(0, Math.min(deadline - now(), 1000)),
       );
     };
-    if (!q.add(me, pool) || (first !== null && now() >= deadline)) {
+    if (!q.add(me, named()) || (first !== null && now() >= deadline)) {
       q.remove(me);
       resolve(first === null || 'done' in first ? { full: true } : { gaveUp: first.wait });
       return;

@@ -304,7 +304,7 @@ export async function forward(
         queue,
         { deadline, now, signal: abort.signal },
         (mayHold) => decideOnce(call, attempt, mayHold),
-        capacityPool(job.ns.model, job.ns.loraName),
+        () => capacityPool(job.ns.model, job.ns.loraName),
       );
       if ('aborted' in r) return call.finish(null, 499, 'client_abort');
       if (!('done' in r)) {

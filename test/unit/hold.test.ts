@@ -160,6 +160,29 @@ describe('CapacityQueue: no overtaking', () => {
   };
   const tick = () => new Promise((r) => setImmediate(r));
 
+  it("names a request's pool only when someone waits or it must (a subset's name sorts its instances)", async () => {
+    const q = new CapacityQueue(8);
+    const { s, decide } = pool();
+    let named = 0;
+    const poolOf = () => {
+      named++;
+      return 'm';
+    };
+    s.room = 1;
+    expect(await decideWithinCapacity(q, bound(), decide('alone'), poolOf)).toEqual({ done: 'alone' });
+    expect(named).toBe(0); // nobody waiting, decided at once
+    const waiter = decideWithinCapacity(q, bound(), decide('waiter'), poolOf);
+    await tick();
+    expect(named).toBe(1); // it had to queue
+    expect(q.holds.waitingIn('m')).toBe(true);
+    const behind = decideWithinCapacity(q, bound(), decide('behind'), poolOf);
+    expect(named).toBe(2); // someone waits: is it of this pool?
+    s.room = 2;
+    q.notify();
+    expect(await waiter).toEqual({ done: 'waiter' });
+    expect(await behind).toEqual({ done: 'behind' });
+  });
+
   it('a new arrival joins the tail: freed room goes to the waiter first', async () => {
     const q = new CapacityQueue(8);
     const { s, decide } = pool();
