@@ -234,47 +234,45 @@ describe('eviction and tiers', () => {
   });
 });
 
+/** Random workloads: requests sharing one of 4 prefixes, with steps between arrivals (the property tests'). */
+const workloads = fc.array(
+  fc.record({
+    prefix: fc.integer({ min: 0, max: 3 }),
+    len: fc.integer({ min: 1, max: 40 }),
+    out: fc.integer({ min: 1, max: 12 }),
+    gap: fc.integer({ min: 0, max: 3 }),
+  }),
+  { minLength: 1, maxLength: 25 },
+);
+
 describe('events describe the cache exactly', () => {
   it('replaying every event gives the snapshot, for random workloads', () => {
     fc.assert(
-      fc.property(
-        fc.array(
-          fc.record({
-            prefix: fc.integer({ min: 0, max: 3 }),
-            len: fc.integer({ min: 1, max: 40 }),
-            out: fc.integer({ min: 1, max: 12 }),
-            gap: fc.integer({ min: 0, max: 3 }),
-          }),
-          { minLength: 1, maxLength: 25 },
-        ),
-        fc.integer({ min: 0, max: 12 }),
-        fc.boolean(),
-        (reqs, cpu, abortSome) => {
-          const e = core({ numGpuBlocks: 12, numCpuBlocks: cpu, maxNumBatchedTokens: 32, maxNumSeqs: 4 });
-          const all: CoreKvEvent[] = [];
-          let now = 0;
-          reqs.forEach((r, i) => {
-            const p = Uint32Array.from({ length: r.len }, (_, k) => (k < 8 ? r.prefix * 1000 + k : i * 1000 + k));
-            e.add(spec(`q${i}`, p, r.out), now);
-            for (let s = 0; s < r.gap; s++) {
-              const o = e.step(now);
-              if (o) all.push(...o.events);
-            }
-            if (abortSome && i % 3 === 0) e.abort(`q${i}`);
-            if (i === 10) all.push(...e.resetPrefixCache());
-            now += 1;
-          });
-          for (let s = 0; s < 5000 && e.hasWork(); s++) all.push(...(e.step(now)?.events ?? []));
-          expect(e.hasWork()).toBe(false);
-          const tiers = replay(all);
-          const snap = e.snapshot();
-          expect([...tiers.GPU].sort()).toEqual(snap.gpu.map((b) => b.hash).sort());
-          expect([...tiers.CPU].sort()).toEqual(snap.cpu.map((b) => b.hash).sort());
-          expect(snap.gpu.length).toBeLessThanOrEqual(12);
-          expect(snap.cpu.length).toBeLessThanOrEqual(cpu);
-          expect(e.stats().activeBlocks).toBe(0);
-        },
-      ),
+      fc.property(workloads, fc.integer({ min: 0, max: 12 }), fc.boolean(), (reqs, cpu, abortSome) => {
+        const e = core({ numGpuBlocks: 12, numCpuBlocks: cpu, maxNumBatchedTokens: 32, maxNumSeqs: 4 });
+        const all: CoreKvEvent[] = [];
+        let now = 0;
+        reqs.forEach((r, i) => {
+          const p = Uint32Array.from({ length: r.len }, (_, k) => (k < 8 ? r.prefix * 1000 + k : i * 1000 + k));
+          e.add(spec(`q${i}`, p, r.out), now);
+          for (let s = 0; s < r.gap; s++) {
+            const o = e.step(now);
+            if (o) all.push(...o.events);
+          }
+          if (abortSome && i % 3 === 0) e.abort(`q${i}`);
+          if (i === 10) all.push(...e.resetPrefixCache());
+          now += 1;
+        });
+        for (let s = 0; s < 5000 && e.hasWork(); s++) all.push(...(e.step(now)?.events ?? []));
+        expect(e.hasWork()).toBe(false);
+        const tiers = replay(all);
+        const snap = e.snapshot();
+        expect([...tiers.GPU].sort()).toEqual(snap.gpu.map((b) => b.hash).sort());
+        expect([...tiers.CPU].sort()).toEqual(snap.cpu.map((b) => b.hash).sort());
+        expect(snap.gpu.length).toBeLessThanOrEqual(12);
+        expect(snap.cpu.length).toBeLessThanOrEqual(cpu);
+        expect(e.stats().activeBlocks).toBe(0);
+      }),
       { numRuns: 150, seed: 42 },
     );
   });
@@ -283,60 +281,48 @@ describe('events describe the cache exactly', () => {
 describe('token storage', () => {
   it("a block's tokens stay its own after its slot or its request's tokens are reused, for random workloads", () => {
     fc.assert(
-      fc.property(
-        fc.array(
-          fc.record({
-            prefix: fc.integer({ min: 0, max: 3 }),
-            len: fc.integer({ min: 1, max: 40 }),
-            out: fc.integer({ min: 1, max: 12 }),
-            gap: fc.integer({ min: 0, max: 3 }),
-          }),
-          { minLength: 1, maxLength: 25 },
-        ),
-        fc.integer({ min: 0, max: 12 }),
-        (reqs, cpu) => {
-          // A small shared arena: requests' tokens are recycled within the run.
-          const arena = new ChunkArena((n) => new Uint32Array(n), 64);
-          const e = new EngineCore(
-            {
-              blockSize: 4,
-              numGpuBlocks: 12,
-              numCpuBlocks: cpu,
-              maxNumBatchedTokens: 32,
-              maxNumSeqs: 4,
-              outputVocab: VOCAB,
-            },
-            arena,
-          );
-          // Tokens of each block as its stored event carried them right after its pass.
-          const seen = new Map<bigint, number[]>();
-          const stored: Array<{ hash: bigint; tokens: Uint32Array }[]> = [];
-          const take = (evs: readonly CoreKvEvent[] = []) => {
-            for (const ev of evs) {
-              if (ev.type !== 'stored') continue;
-              stored.push(ev.blocks);
-              for (const b of ev.blocks) {
-                const t = [...b.tokens];
-                expect(seen.get(b.hash) ?? t).toEqual(t);
-                seen.set(b.hash, t);
-              }
+      fc.property(workloads, fc.integer({ min: 0, max: 12 }), (reqs, cpu) => {
+        // A small shared arena: requests' tokens are recycled within the run.
+        const arena = new ChunkArena((n) => new Uint32Array(n), 64);
+        const e = new EngineCore(
+          {
+            blockSize: 4,
+            numGpuBlocks: 12,
+            numCpuBlocks: cpu,
+            maxNumBatchedTokens: 32,
+            maxNumSeqs: 4,
+            outputVocab: VOCAB,
+          },
+          arena,
+        );
+        // Tokens of each block as its stored event carried them right after its pass.
+        const seen = new Map<bigint, number[]>();
+        const stored: Array<{ hash: bigint; tokens: Uint32Array }[]> = [];
+        const take = (evs: readonly CoreKvEvent[] = []) => {
+          for (const ev of evs) {
+            if (ev.type !== 'stored') continue;
+            stored.push(ev.blocks);
+            for (const b of ev.blocks) {
+              const t = [...b.tokens];
+              expect(seen.get(b.hash) ?? t).toEqual(t);
+              seen.set(b.hash, t);
             }
-          };
-          let now = 0;
-          reqs.forEach((r, i) => {
-            const p = Uint32Array.from({ length: r.len }, (_, k) => (k < 8 ? r.prefix * 1000 + k : i * 1000 + k));
-            e.add(spec(`q${i}`, p, r.out), now);
-            for (let s = 0; s < r.gap; s++) take(e.step(now)?.events);
-            if (i === 10) take(e.resetPrefixCache());
-            now += 1;
-          });
-          for (let s = 0; s < 5000 && e.hasWork(); s++) take(e.step(now)?.events);
-          // Every event's blocks (evicted since, their slots and requests' tokens reused) and every cached block read the same tokens.
-          for (const blocks of stored) for (const b of blocks) expect([...b.tokens]).toEqual(seen.get(b.hash));
-          const snap = e.snapshot();
-          for (const b of [...snap.gpu, ...snap.cpu]) expect([...b.tokens]).toEqual(seen.get(b.hash));
-        },
-      ),
+          }
+        };
+        let now = 0;
+        reqs.forEach((r, i) => {
+          const p = Uint32Array.from({ length: r.len }, (_, k) => (k < 8 ? r.prefix * 1000 + k : i * 1000 + k));
+          e.add(spec(`q${i}`, p, r.out), now);
+          for (let s = 0; s < r.gap; s++) take(e.step(now)?.events);
+          if (i === 10) take(e.resetPrefixCache());
+          now += 1;
+        });
+        for (let s = 0; s < 5000 && e.hasWork(); s++) take(e.step(now)?.events);
+        // Every event's blocks (evicted since, their slots and requests' tokens reused) and every cached block read the same tokens.
+        for (const blocks of stored) for (const b of blocks) expect([...b.tokens]).toEqual(seen.get(b.hash));
+        const snap = e.snapshot();
+        for (const b of [...snap.gpu, ...snap.cpu]) expect([...b.tokens]).toEqual(seen.get(b.hash));
+      }),
       { numRuns: 150, seed: 7 },
     );
   });
