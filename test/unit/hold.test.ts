@@ -208,7 +208,7 @@ describe('CapacityQueue: no overtaking', () => {
     await tick();
     expect(q.depth).toBe(3);
     s.room = 2;
-    q.notify(1);
+    q.notify('x'); // an instance's room grew: the waiters for any instance are tried
     expect(await Promise.all(waits.slice(0, 2))).toEqual([{ done: 'w1' }, { done: 'w2' }]);
     expect(q.depth).toBe(1);
     s.room = 1;
