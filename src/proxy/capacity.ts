@@ -2,7 +2,7 @@
 // of their prefix worth waiting for, or all down during a rolling restart). The order and the
 // judgement are the pure HoldQueue's and the scheduler's (src/scheduler/hold.ts, which the fleet
 // simulator drives too); this adds the promises, the timers and the client's abort.
-import { HoldQueue, type HoldTry } from '../scheduler/hold.js';
+import { type HeldFor, HoldQueue, type HoldTry } from '../scheduler/hold.js';
 
 /** One try of a decision: `done` (act on it: chosen and booked, or refused for good), or `wait` for capacity. */
 export type CapacityTry<T, W> =
@@ -11,8 +11,8 @@ export type CapacityTry<T, W> =
       wait: W;
       /** Some candidate had room (false: no waiter behind it can go either; absent: false). */
       anyFree?: boolean;
-      /** The busy instance it is held for (tried again when that instance frees room); absent: any. */
-      holder?: string | null;
+      /** The busy candidate it is held for (tried again when its instance frees room); absent: any. */
+      holder?: HeldFor | null;
     };
 
 /** How the wait ended: decided, gave up (deadline passed, or the queue was full: the last try), full before any try, or aborted. */

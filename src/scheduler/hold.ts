@@ -4,19 +4,25 @@
 // events; both drive this one queue and the scheduler's one judgement.
 import type { CandidateScore, Decision } from './scheduler.js';
 
+/** The busy candidate a waiter is held for (a decision `held`): an instance's dp rank. */
+export interface HeldFor {
+  instance: string;
+  dpRank: number;
+}
+
 /** One try of a waiter: it went (decided and booked), or it waits. */
 export type HoldTry =
   | { go: true }
   | {
       /** Some candidate was under its busy thresholds: waiters behind may still find room. */
       anyFree: boolean;
-      /** The busy instance it waits for (a decision `held`), or null/absent: any instance that frees room. */
-      holder?: string | null;
+      /** The busy candidate it waits for (a decision `held`), or null/absent: any instance that frees room. */
+      holder?: HeldFor | null;
     };
 
 /** A decision that chose nothing, as the queue sees it: whether any candidate had room, and the holder it is held for. */
-export function waitOn(d: Decision): { anyFree: boolean; holder: string | null } {
-  const holder = d.held?.instance ?? null;
+export function waitOn(d: Decision): { anyFree: boolean; holder: HeldFor | null } {
+  const holder = d.held ? { instance: d.held.instance, dpRank: d.held.dpRank } : null;
   for (const c of d.candidates) if (!c.busy) return { anyFree: true, holder };
   return { anyFree: false, holder };
 }
@@ -68,8 +74,8 @@ interface Waiter<W> {
   pool: string;
   /** Arrival number (the budget's cursor names a place in the queue by it). */
   seq: number;
-  /** The busy instance its last try was held for; null: it waits for any instance (all busy, or not tried yet). */
-  holder: string | null;
+  /** The busy candidate its last try was held for; null: it waits for any instance (all busy, or not tried yet). */
+  holder: HeldFor | null;
   /** To be tried again whatever the wake-up (its own timer, a change no instance is named for, a pass cut by the budget). */
   due: boolean;
   /** Went in the running pass (left at its end). */
@@ -89,7 +95,7 @@ export const WAKE_BUDGET = 32;
  * - any instance (all busy, nothing tried yet): tried on every wake-up, in arrival order, until the
  *   first of its pool that still finds nothing free (none behind it can go either);
  * - a busy holder of its prefix (`held`): tried when that instance frees room (`pass(.., instance)`),
- *   its waiters in arrival order, until the first still held for it: the holder is still busy, and
+ *   its waiters in arrival order, until the first still held for it (per dp rank): it is still busy, and
  *   its load only fell, which makes it the more worth waiting for (a larger margin in
  *   holderWorthWaiting), so every waiter held for it, of any pool, would stay;
  * - `due` (its own timer, `dueAll` for a change no instance is named for, a pass cut short): tried
@@ -121,7 +127,7 @@ export class HoldQueue<W> {
   }
 
   /** Join at the tail (`holder`: the busy instance its try before it joined was held for); false when the queue is full. */
-  add(w: W, pool: string, holder: string | null = null): boolean {
+  add(w: W, pool: string, holder: HeldFor | null = null): boolean {
     if (this.waiters.length >= this.maxSize) return false;
     this.waiters.push({ w, pool, seq: ++this.seq, holder, due: false, gone: false });
     return true;
@@ -154,7 +160,7 @@ export class HoldQueue<W> {
 
   /** The instance each waiter waits for, oldest first (null: any). */
   holders(): (string | null)[] {
-    return this.waiters.map((x) => x.holder);
+    return this.waiters.map((x) => x.holder?.instance ?? null);
   }
 
   /**
@@ -166,8 +172,8 @@ export class HoldQueue<W> {
     const went: W[] = [];
     /** Pools where a waiter found nothing free: no one of them can go in this pass. */
     const full = new Set<string>();
-    /** `freed` is still busy: a waiter for it was tried and is still held for it. */
-    let stillBusy = false;
+    /** The dp ranks of `freed` still busy: a waiter for one was tried and is still held for it. */
+    let stillBusy: Set<number> | null = null;
     const tried = new Set<Waiter<W>>();
     const attempt = (x: Waiter<W>): HoldTry => {
       tried.add(x);
@@ -186,9 +192,10 @@ export class HoldQueue<W> {
     for (const x of this.waiters) {
       if (full.has(x.pool)) continue;
       if (x.holder === null) attempt(x);
-      else if (!stillBusy && freed !== null && x.holder === freed) {
+      else if (freed !== null && x.holder.instance === freed && !stillBusy?.has(x.holder.dpRank)) {
+        const was = x.holder.dpRank;
         const t = attempt(x);
-        if (!('go' in t) && x.holder === freed) stillBusy = true;
+        if (!('go' in t) && x.holder?.instance === freed && x.holder.dpRank === was) (stillBusy ??= new Set()).add(was);
       }
     }
     this.dueFromCursor(attempt, tried, full);

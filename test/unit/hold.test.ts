@@ -344,10 +344,11 @@ describe('a wake-up decides only the waiters it may let go', () => {
 });
 
 describe('HoldQueue: index, budget and cursor', () => {
+  const on = (instance: string, dpRank = 0) => ({ instance, dpRank });
   /** Waiters named by the holder they wait for ('x1': held for x). */
   const queue = (names: string[], budget = 32) => {
     const q = new HoldQueue<string>(64, budget);
-    for (const n of names) q.add(n, 'm', n[0]);
+    for (const n of names) q.add(n, 'm', on(n[0]));
     return q;
   };
 
@@ -356,7 +357,7 @@ describe('HoldQueue: index, budget and cursor', () => {
     const tried: string[] = [];
     const went = q.pass((w) => {
       tried.push(w);
-      return w === 'y1' ? { go: true } : { anyFree: true, holder: w[0] };
+      return w === 'y1' ? { go: true } : { anyFree: true, holder: on(w[0]) };
     }, 'y');
     expect(went).toEqual(['y1']);
     expect(tried).toEqual(['y1']);
@@ -368,7 +369,7 @@ describe('HoldQueue: index, budget and cursor', () => {
     const tried: string[] = [];
     const stay = (w: string) => {
       tried.push(w);
-      return { anyFree: true, holder: w[0] };
+      return { anyFree: true, holder: on(w[0]) };
     };
     q.dueAll();
     q.pass(stay); // the budget: x1 only; the cursor at y1
@@ -382,7 +383,7 @@ describe('HoldQueue: index, budget and cursor', () => {
         room--;
         return { go: true };
       }
-      return { anyFree: true, holder: w[0] };
+      return { anyFree: true, holder: on(w[0]) };
     }, 'x');
     expect(went).toEqual(['x1']);
     expect(tried.slice(0, 2)).toEqual(['x1', 'x2']);
@@ -401,7 +402,7 @@ describe('HoldQueue: index, budget and cursor', () => {
       went.push(
         ...q.pass((w) => {
           t.push(w);
-          return w === 'y1' ? { go: true } : { anyFree: true, holder: 'x' };
+          return w === 'y1' ? { go: true } : { anyFree: true, holder: on('x') };
         }),
       );
     }
@@ -415,10 +416,25 @@ describe('HoldQueue: index, budget and cursor', () => {
     expect(q.depth).toBe(4);
   });
 
+  it("an instance's wake-up stops at a waiter still held for one of its dp ranks, not another rank's", () => {
+    const q = new HoldQueue<string>(8);
+    q.add('r0-a', 'm', on('x', 0));
+    q.add('r0-b', 'm', on('x', 0));
+    q.add('r1-a', 'm', on('x', 1));
+    const tried: string[] = [];
+    // x's rank 1 freed room; rank 0 is still busy.
+    const went = q.pass((w) => {
+      tried.push(w);
+      return w.startsWith('r1') ? { go: true } : { anyFree: true, holder: on('x', 0) };
+    }, 'x');
+    expect(tried).toEqual(['r0-a', 'r1-a']);
+    expect(went).toEqual(['r1-a']);
+  });
+
   it('waiters for any instance are tried on every wake-up, until the first of a pool that finds nothing free', () => {
     const q = new HoldQueue<string>(8);
     q.add('a1', 'm');
-    q.add('h1', 'm', 'x');
+    q.add('h1', 'm', on('x'));
     q.add('a2', 'm');
     q.add('a3', 'n');
     const tried: string[] = [];
