@@ -427,7 +427,7 @@ export class ExtProcExchange {
       // The prompt is computed: its tokens leave the instance's queued prefill. The time is not a
       // rate sample: it includes the gateway's hops (only the proxy path teaches prefill rates).
       deps.scheduler.prefillComplete(this.booked.bookingId);
-      queue.notify(1);
+      queue.notify(this.booked.instance.id);
       deps.observer?.firstByte?.(this.booked.instance.id, now() - this.sentAt, r.stream);
     }
     r.tail?.push(chunk);
@@ -472,7 +472,7 @@ export class ExtProcExchange {
       // An engine's error answer computed no prompt: its speculative insert goes (an unknown status,
       // 0, when the gateway skips the response phases, says nothing either way: it stays).
       deps.scheduler.free(b.bookingId, { failed: (this.response?.status ?? 0) >= 400, now: now() });
-      queue.notify(1);
+      queue.notify(b.instance.id);
       b.admission.release();
     }
     const outcome =
@@ -499,13 +499,14 @@ export class ExtProcExchange {
     const prefillDone = scheduler.active.get(b.bookingId)?.prefillDone === true;
     // The endpoint first chosen did not serve it: nothing is computed there.
     scheduler.free(b.bookingId, { failed: true, now: this.ctx.rt.now() });
+    const left = b.instance.id;
     b.d = { ...b.d, chosen: c };
     b.bookingId = `epp:${randomUUID()}`;
     b.instance = inst;
     b.endpoint = served;
     scheduler.book(b.d, b.ns, { requestId: b.bookingId, now: this.ctx.rt.now(), speculativeTtlMs: 0 });
     if (prefillDone) scheduler.prefillComplete(b.bookingId);
-    this.ctx.rt.queue.notify(1);
+    this.ctx.rt.queue.notify(left);
   }
 }
 

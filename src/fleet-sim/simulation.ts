@@ -273,7 +273,7 @@ class Simulation {
     // As the server: only a request that can queue may wait for a busy holder of its prefix.
     const t = this.tryRoute(f, q.depth < q.maxSize && this.q.now < f.deadline);
     if ('go' in t) return;
-    if (this.q.now >= f.deadline || !q.add(f, '')) return this.refuse(f);
+    if (this.q.now >= f.deadline || !q.add(f, '', t.holder)) return this.refuse(f);
     this.queued(f);
   }
 
@@ -313,6 +313,7 @@ class Simulation {
   private wake(i: number, epoch: number): void {
     const f = this.inflight.get(reqId(i));
     if (!f || f.epoch !== epoch || !f.queued) return;
+    this.holds[f.router].due(f);
     this.pump(f.router);
     if (!f.queued) return;
     if (this.q.now < f.deadline) return this.queued(f);
@@ -322,11 +323,11 @@ class Simulation {
     if (!('go' in this.tryRoute(f, false))) this.refuse(f);
   }
 
-  /** CapacityQueue.notify: capacity may have freed; the router's waiters are tried in arrival order. */
-  private pump(r: number): void {
+  /** CapacityQueue.notify: capacity may have freed (on engine `freed`); the router's waiters it may let go are tried in arrival order. */
+  private pump(r: number, freed: string | null = null): void {
     const q = this.holds[r];
     if (q.depth === 0) return;
-    for (const f of q.pass((w) => this.tryRoute(w, true))) f.queued = false;
+    for (const f of q.pass((w) => this.tryRoute(w, true), freed)) f.queued = false;
   }
 
   /** The request reaches its engine. */
@@ -352,7 +353,7 @@ class Simulation {
         const f = this.inflight.get(id);
         if (!f) continue;
         this.routers[f.router].abandoned(f.bookingId!);
-        this.pump(f.router);
+        this.pump(f.router, f.engineId);
         this.fail(f, 0, `request ${id} needs more KV blocks than this engine has`);
       }
     }
@@ -373,12 +374,12 @@ class Simulation {
     if (t.index === 0) {
       this.ttfts[f.i] = now - f.receivedAt;
       router.firstToken(f.bookingId!, now);
-      this.pump(f.router);
+      this.pump(f.router, f.engineId);
     }
     if (!t.finishReason) return;
     this.inflight.delete(t.requestId);
     router.finished(f.bookingId!, f.decision!, { promptTokens: f.promptLen, cachedTokens: t.cachedTokens });
-    this.pump(f.router);
+    this.pump(f.router, f.engineId);
     this.finish({
       index: f.i,
       router: f.router,

@@ -2,7 +2,7 @@
 // of their prefix worth waiting for, or all down during a rolling restart). The order and the
 // judgement are the pure HoldQueue's and the scheduler's (src/scheduler/hold.ts, which the fleet
 // simulator drives too); this adds the promises, the timers and the client's abort.
-import { HoldQueue, type HoldTry } from '../scheduler/hold.js';
+import { type HeldFor, HoldQueue, type HoldTry } from '../scheduler/hold.js';
 
 /** One try of a decision: `done` (act on it: chosen and booked, or refused for good), or `wait` for capacity. */
 export type CapacityTry<T, W> =
@@ -11,6 +11,8 @@ export type CapacityTry<T, W> =
       wait: W;
       /** Some candidate had room (false: no waiter behind it can go either; absent: false). */
       anyFree?: boolean;
+      /** The busy candidate it is held for (tried again when its instance frees room); absent: any. */
+      holder?: HeldFor | null;
     };
 
 /** How the wait ended: decided, gave up (deadline passed, or the queue was full: the last try), full before any try, or aborted. */
@@ -19,10 +21,12 @@ export type CapacityWait<T, W> = { done: T } | { gaveUp: W } | { full: true } | 
 const GONE: HoldTry = { go: true };
 
 /** A waiter: its own try (which ends its wait when it goes). */
-interface Waiting {
+export interface Waiting {
   /** `mayHold`: it may keep waiting for a busy holder of its prefix (false: a last try). */
   tryOne(mayHold: boolean): HoldTry;
 }
+
+const tryWaiting = (w: Waiting): HoldTry => w.tryOne(true);
 
 /**
  * A request's pool in the capacity queue: the requests with the same candidates (a model's
@@ -39,7 +43,9 @@ export function capacityPool(model: string, adapter: string | null, subset: Read
 /**
  * A bounded queue of requests waiting for capacity, FIFO per model pool: a request of a pool with
  * waiters joins their tail; each wake-up (`notify`: a first token, a finished request, an instance
- * back) tries the waiters in arrival order, each booking before the next is tried.
+ * back) tries the waiters it may let go in arrival order, each booking before the next is tried
+ * (HoldQueue.pass: those waiting for any instance, those held for the instance that freed room,
+ * and a budget of the due ones).
  */
 export class CapacityQueue {
   /** The pure queue decideWithinCapacity drives. */
@@ -57,9 +63,20 @@ export class CapacityQueue {
     return this.holds.depth;
   }
 
-  /** Capacity may have changed: try the waiters in arrival order (`_n` is kept for callers: every waiter gets its turn). */
-  notify(_n = Infinity): void {
-    if (this.holds.depth > 0) this.holds.pass((w) => w.tryOne(true));
+  /**
+   * Capacity may have changed: `instance`'s room grew (a first token, a finished or moved request),
+   * or, without one, something no instance is named for (an instance back, a reload, stale or a
+   * replica's bookings freed): every waiter is due again.
+   */
+  notify(instance?: string): void {
+    if (this.holds.depth === 0) return;
+    if (instance === undefined) this.holds.dueAll();
+    this.holds.pass(tryWaiting, instance ?? null);
+  }
+
+  /** A waiter's own wake-up (its timer, its first turn behind others): it is tried whatever it waits for. */
+  wake(w: Waiting): void {
+    if (this.holds.due(w)) this.holds.pass(tryWaiting);
   }
 }
 
@@ -122,14 +139,14 @@ export async function decideWithinCapacity<T, W>(
           resolve(t);
           return GONE;
         }
-        return { anyFree: t.anyFree ?? false };
+        return { anyFree: t.anyFree ?? false, holder: t.holder ?? null };
       },
     };
     const onAbort = () => end({ aborted: true });
     const arm = () => {
       timer = setTimeout(
         () => {
-          queue.notify();
+          queue.wake(me);
           if (over) return;
           if (now() < deadline) return arm();
           // Its time is up: a last try that takes a free candidate rather than wait for a holder.
@@ -139,7 +156,10 @@ export async function decideWithinCapacity<T, W>(
         Math.max(0, Math.min(deadline - now(), 1000)),
       );
     };
-    if (!q.add(me, named()) || (first !== null && now() >= deadline)) {
+    if (
+      !q.add(me, named(), first !== null && !('done' in first) ? (first.holder ?? null) : null) ||
+      (first !== null && now() >= deadline)
+    ) {
       q.remove(me);
       resolve(first === null || 'done' in first ? { full: true } : { gaveUp: first.wait });
       return;
@@ -147,6 +167,6 @@ export async function decideWithinCapacity<T, W>(
     signal.addEventListener('abort', onAbort, { once: true });
     arm();
     // A newcomer behind waiters: its first try is its turn in order.
-    if (first === null) queue.notify();
+    if (first === null) queue.wake(me);
   });
 }

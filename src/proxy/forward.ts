@@ -343,7 +343,7 @@ export async function forward(
         outcome = await dispatch(a);
       } finally {
         scheduler.free(bookingId, { failed: !a.served, now: now() });
-        queue.notify(1);
+        queue.notify(inst.id);
       }
       if (outcome === 'done') return;
       // An attempt its other leg failed says nothing against this instance: it may serve the retry.
@@ -546,7 +546,7 @@ async function pipeToClient(a: Attempt, ex: UpstreamExchange, status: number, se
             a.bookingId,
             job.stream && status < 400 && (a.plan?.teachesRate ?? true) ? now() : undefined,
           );
-          queue.notify(1);
+          queue.notify(a.inst.id);
           observer?.firstByte?.(a.inst.id, now() - sentAt, job.stream);
           a.upstreamSpan?.addEvent('first_token');
         }

@@ -408,14 +408,17 @@ class DecisionRoutes {
     const p = action === 'free' ? this.booked.get(id) : undefined;
     // The prefill leg (disaggregated) is over once the decode leg's first token is out.
     const outcome = { failed, now: now() };
-    scheduler.free(prefillKey(id), outcome);
+    // The instances whose room this grows: their waiters are tried (CapacityQueue.notify).
+    const prefillOn = scheduler.active.get(prefillKey(id))?.instance;
+    const on = scheduler.active.get(key)?.instance;
+    if (scheduler.free(prefillKey(id), outcome) && prefillOn !== undefined) this.deps.queue.notify(prefillOn);
     const ok = action === 'free' ? scheduler.free(key, outcome) : scheduler.prefillComplete(key);
     if (ok) {
       if (action === 'free') {
         this.freed.add(id);
         if (p && usage) this.deps.feedback?.check(p, usage);
       }
-      this.deps.queue.notify(1);
+      this.deps.queue.notify(on);
       return json(c, { request_id: id, status: action === 'free' ? 'freed' : 'prefill_complete' });
     }
     if (this.freed.has(id)) return json(c, { request_id: id, status: 'already_freed' });

@@ -6,7 +6,7 @@ import { hashSpace, seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { CapacityQueue, type CapacityTry, decideWithinCapacity } from '../../src/proxy/capacity.js';
 import type { CostWeights } from '../../src/scheduler/cost.js';
-import { HoldQueue } from '../../src/scheduler/hold.js';
+import { HoldQueue, waitOn } from '../../src/scheduler/hold.js';
 import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 
 const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
@@ -208,7 +208,7 @@ describe('CapacityQueue: no overtaking', () => {
     await tick();
     expect(q.depth).toBe(3);
     s.room = 2;
-    q.notify(1);
+    q.notify('x'); // an instance's room grew: the waiters for any instance are tried
     expect(await Promise.all(waits.slice(0, 2))).toEqual([{ done: 'w1' }, { done: 'w2' }]);
     expect(q.depth).toBe(1);
     s.room = 1;
@@ -270,5 +270,178 @@ describe('CapacityQueue: no overtaking', () => {
     await expect(bad).rejects.toThrow('refused for good');
     expect(await good).toEqual({ done: 'good' });
     expect(q.depth).toBe(0);
+  });
+});
+
+describe('a wake-up decides only the waiters it may let go', () => {
+  const bound = (signal: AbortSignal) => ({ deadline: Date.now() + 60_000, now: Date.now, signal });
+  /** `n` requests for the prompt `a` holds, queued (held for busy `a`) on a CapacityQueue over the real scheduler. */
+  function heldFor(n: number) {
+    const s = fleet(20);
+    const q = new CapacityQueue(2 * n);
+    const c = { decisions: 0 };
+    const aborts: AbortController[] = [];
+    const waits = Array.from({ length: n }, (_, k) => {
+      const ac = new AbortController();
+      aborts.push(ac);
+      const decide = (mayHold: boolean): CapacityTry<string, string> => {
+        c.decisions++;
+        const d = s.decide(input({ hold: mayHold }), 0);
+        if (!d.chosen) return { wait: d.reason ?? '', ...waitOn(d) };
+        s.book(d, ns, { requestId: `w${k}`, now: 0, speculativeTtlMs: 0 });
+        return { done: `w${k}@${d.chosen.instance}` };
+      };
+      // (All synchronous: each joins and takes its first turn before any timer can run.)
+      return decideWithinCapacity(q, bound(ac.signal), decide, 'm');
+    });
+    return { s, q, c, aborts, waits };
+  }
+
+  it('a first token or finish elsewhere decides none; on the holder, up to the first still held for it', async () => {
+    const { s, q, c, aborts, waits } = heldFor(50);
+    expect(q.depth).toBe(50);
+    expect(c.decisions).toBe(50);
+    expect(new Set(q.holds.holders())).toEqual(new Set(['a']));
+    c.decisions = 0;
+    q.notify('b'); // the free instance: no held waiter is decided again (the old code: all 50)
+    expect(c.decisions).toBe(0);
+    q.notify('a'); // the holder, still busy: one finds it so, the rest are not decided
+    expect(c.decisions).toBe(1);
+    // a's 20 queued tokens finish: the oldest waiter goes there (16 own tokens: busy again), the next stays held.
+    s.free('on-a', { failed: false, now: 0 });
+    c.decisions = 0;
+    q.notify('a');
+    expect(c.decisions).toBe(2);
+    expect(await waits[0]).toEqual({ done: 'w0@a' });
+    expect(q.depth).toBe(49);
+    // Leaving the queue leaves no booking: only the one that went holds one.
+    for (const ac of aborts) ac.abort();
+    expect((await Promise.all(waits.slice(1))).every((r) => 'aborted' in r)).toBe(true);
+    expect(q.depth).toBe(0);
+    expect(s.active.size).toBe(1);
+    expect(s.active.get('w0')?.instance).toBe('a');
+  });
+
+  it('a waiter whose deadline passes takes the free candidate on its last try, its booking its own', async () => {
+    const s = fleet(20);
+    const q = new CapacityQueue(8);
+    const decide =
+      (id: string) =>
+      (mayHold: boolean): CapacityTry<string, string> => {
+        const d = s.decide(input({ hold: mayHold }), 0);
+        if (!d.chosen) return { wait: d.reason ?? '', ...waitOn(d) };
+        s.book(d, ns, { requestId: id, now: 0, speculativeTtlMs: 0 });
+        return { done: `${id}@${d.chosen.instance}` };
+      };
+    const ac = new AbortController();
+    const stays = decideWithinCapacity(q, bound(ac.signal), decide('stays'), 'm');
+    const b = { deadline: Date.now() + 20, now: Date.now, signal: new AbortController().signal };
+    expect(await decideWithinCapacity(q, b, decide('late'), 'm')).toEqual({ done: 'late@b' });
+    ac.abort();
+    expect(await stays).toEqual({ aborted: true });
+    expect([q.depth, s.active.size, s.active.get('late')?.instance]).toEqual([0, 2, 'b']);
+  });
+});
+
+describe('HoldQueue: index, budget and cursor', () => {
+  const on = (instance: string, dpRank = 0) => ({ instance, dpRank });
+  /** Waiters named by the holder they wait for ('x1': held for x). */
+  const queue = (names: string[], budget = 32) => {
+    const q = new HoldQueue<string>(64, budget);
+    for (const n of names) q.add(n, 'm', on(n[0]));
+    return q;
+  };
+
+  it('a later waiter whose holder frees is served while earlier ones stay held for theirs', () => {
+    const q = queue(['x1', 'x2', 'y1']);
+    const tried: string[] = [];
+    const went = q.pass((w) => {
+      tried.push(w);
+      return w === 'y1' ? { go: true } : { anyFree: true, holder: on(w[0]) };
+    }, 'y');
+    expect(went).toEqual(['y1']);
+    expect(tried).toEqual(['y1']);
+    expect(q.holders()).toEqual(['x', 'x']);
+  });
+
+  it("the holder's waiters in arrival order, even after a pass cut by the budget left its cursor behind them", () => {
+    const q = queue(['x1', 'y1', 'x2', 'x3'], 1);
+    const tried: string[] = [];
+    const stay = (w: string) => {
+      tried.push(w);
+      return { anyFree: true, holder: on(w[0]) };
+    };
+    q.dueAll();
+    q.pass(stay); // the budget: x1 only; the cursor at y1
+    expect(tried).toEqual(['x1']);
+    // x frees room for one: x1 takes it (not x2 or x3, after the cursor); x2 finds x busy again, x3 is not tried.
+    tried.length = 0;
+    let room = 1;
+    const went = q.pass((w) => {
+      tried.push(w);
+      if (w[0] === 'x' && room > 0) {
+        room--;
+        return { go: true };
+      }
+      return { anyFree: true, holder: on(w[0]) };
+    }, 'x');
+    expect(went).toEqual(['x1']);
+    expect(tried.slice(0, 2)).toEqual(['x1', 'x2']);
+    expect(tried).not.toContain('x3');
+  });
+
+  it('due waiters are tried a budget per pass, from where the last pass stopped: none starves behind ones that stay', () => {
+    const q = queue(['x1', 'x2', 'x3', 'x4', 'y1'], 2);
+    const tried: string[][] = [];
+    const went: string[] = [];
+    for (let p = 0; p < 3 && went.length === 0; p++) {
+      // Every pass follows a change no instance is named for: everyone is due again.
+      q.dueAll();
+      const t: string[] = [];
+      tried.push(t);
+      went.push(
+        ...q.pass((w) => {
+          t.push(w);
+          return w === 'y1' ? { go: true } : { anyFree: true, holder: on('x') };
+        }),
+      );
+    }
+    // (A try that goes does not count against the budget: the third pass goes on around the queue.)
+    expect(tried).toEqual([
+      ['x1', 'x2'],
+      ['x3', 'x4'],
+      ['y1', 'x1', 'x2'],
+    ]);
+    expect(went).toEqual(['y1']);
+    expect(q.depth).toBe(4);
+  });
+
+  it("an instance's wake-up stops at a waiter still held for one of its dp ranks, not another rank's", () => {
+    const q = new HoldQueue<string>(8);
+    q.add('r0-a', 'm', on('x', 0));
+    q.add('r0-b', 'm', on('x', 0));
+    q.add('r1-a', 'm', on('x', 1));
+    const tried: string[] = [];
+    // x's rank 1 freed room; rank 0 is still busy.
+    const went = q.pass((w) => {
+      tried.push(w);
+      return w.startsWith('r1') ? { go: true } : { anyFree: true, holder: on('x', 0) };
+    }, 'x');
+    expect(tried).toEqual(['r0-a', 'r1-a']);
+    expect(went).toEqual(['r1-a']);
+  });
+
+  it('waiters for any instance are tried on every wake-up, until the first of a pool that finds nothing free', () => {
+    const q = new HoldQueue<string>(8);
+    q.add('a1', 'm');
+    q.add('h1', 'm', on('x'));
+    q.add('a2', 'm');
+    q.add('a3', 'n');
+    const tried: string[] = [];
+    q.pass((w) => {
+      tried.push(w);
+      return w === 'a2' ? { anyFree: false } : { anyFree: true };
+    }, 'z');
+    expect(tried).toEqual(['a1', 'a2', 'a3']);
   });
 });
