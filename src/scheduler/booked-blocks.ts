@@ -232,9 +232,18 @@ export class BookedBlocks {
     return this.heldPrefix(this.idOrNone(instance, dpRank));
   }
 
+  /** The candidates' worker ids (NONE: none given), in the list's order (no lookup for a list seen before). */
+  idsOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
+  }
+
   /** Each candidate's held prefix of the last walk()'s prompt, in the list's order (no lookup for a list seen before). */
   heldPrefixesOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
-    const ids = this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
+    return this.heldPrefixesOfIds(this.idsOf(candidates));
+  }
+
+  /** The same for workers by id (idsOf), in order. */
+  heldPrefixesOfIds(ids: Int32Array): Int32Array {
     const out = new Int32Array(ids.length);
     if (this.end === 0) return out;
     for (let k = 0; k < ids.length; k++) out[k] = this.heldPrefix(ids[k]);

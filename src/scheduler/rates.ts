@@ -11,6 +11,7 @@
 // Huber: see Fit.add), pulled toward the configured prior (ridge; the context terms toward 0, so a
 // cold start is the flat per-token model): with no or uninformative data the prior stands, and one
 // odd sample cannot swing it. Pure: callers pass every observation; no clocks.
+import { CandidateIds } from '../common/candidate-ids.js';
 import { WorkerMap } from '../common/worker-map.js';
 import type { PrefillRate } from './cost.js';
 
@@ -359,6 +360,9 @@ interface CachedFit {
   overheadMs: number;
 }
 
+/** A worker's fit; `id`: its place in PrefillRates' by-id list. */
+type WorkerFit = CachedFit & { instance: string; dpRank: number; pool: string; id: number };
+
 const cachedFit = (): CachedFit => ({ fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN });
 
 /**
@@ -371,7 +375,19 @@ const POOL_REFRESH = 8;
 const POOL_WARMUP = 64;
 
 export class PrefillRates {
-  private readonly fits = new WorkerMap<CachedFit & { instance: string; dpRank: number; pool: string }>();
+  private readonly fits = new WorkerMap<WorkerFit>();
+  /**
+   * The fits by a dense id, so that a candidate list is resolved once (CandidateIds: while the list
+   * is the same and no fit was made or dropped) and a decision reads an array, not a string-keyed
+   * lookup per candidate.
+   */
+  private readonly byId: Array<WorkerFit | undefined> = [];
+  private readonly freeIds: number[] = [];
+  /** Changes when a fit is made (a candidate without one may have one now), `taken` when an instance's are dropped. */
+  private version = 0;
+  private taken = 0;
+  private readonly listIds = new CandidateIds();
+  private readonly idOrNone = (instance: string, dpRank: number): number => this.fits.get(instance, dpRank)?.id ?? -1;
   private readonly pools = new Map<string, CachedFit & { priced: Fit }>();
 
   /**
@@ -391,7 +407,12 @@ export class PrefillRates {
     const { attentionWork = 0, decodingContext = 0 } = context;
     if (!validSample({ workTokens, decoding, ttftMs, attentionWork, decodingContext })) return;
     let f = this.fits.get(instance, dpRank);
-    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, ...cachedFit() }));
+    if (!f) {
+      const id = this.freeIds.pop() ?? this.byId.length;
+      this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, id, ...cachedFit() }));
+      this.byId[id] = f;
+      this.version++;
+    }
     f.pool = pool;
     const x = [workTokens, decoding, attentionWork, decodingContext];
     let p = this.pools.get(pool);
@@ -433,7 +454,20 @@ export class PrefillRates {
 
   /** A worker's learned rate, shrunk toward `base` (its pool's rate; kept while `base` is the same object). */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
-    const f = this.fits.get(instance, dpRank);
+    return this.rateOf(this.fits.get(instance, dpRank), base);
+  }
+
+  /** The candidates' fit ids (-1: no fit), in order, for rateById: no lookup for a list seen before. */
+  idsOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
+  }
+
+  /** workerRate of the worker whose fit id (idsOf) is `id`. */
+  rateById(id: number, base: PrefillRate): PrefillRate {
+    return this.rateOf(id < 0 ? undefined : this.byId[id], base);
+  }
+
+  private rateOf(f: WorkerFit | undefined, base: PrefillRate): PrefillRate {
     if (!f) return base;
     if (f.rate && f.base === base) return f.rate;
     // The context terms are the pool's: what attention over a prefix and a decode step's KV read
@@ -452,7 +486,12 @@ export class PrefillRates {
 
   /** Forget an instance (removed from the pool). */
   drop(instance: string): void {
-    this.fits.deleteInstance(instance);
+    for (const f of this.fits.values())
+      if (f.instance === instance) {
+        this.byId[f.id] = undefined;
+        this.freeIds.push(f.id);
+      }
+    if (this.fits.deleteInstance(instance) > 0) this.taken++;
   }
 
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {

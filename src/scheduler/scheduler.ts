@@ -224,6 +224,19 @@ interface Pricing {
   isl: number;
   blockSize: number;
   weights: CostWeights;
+  /** When it was decided (a queue head's time since booking is measured to it). */
+  now: number;
+}
+
+/** The cost model's view of a worker's queue head at `now` (one definition: the scorer's columns hold the same fields). */
+function queueHeadOf(head: Booking, now: number): QueueHead {
+  return {
+    elapsedMs: now - head.createdAt,
+    aheadTokens: head.aheadTokens,
+    aheadAttention: head.aheadAttention,
+    prefillTokens: head.prefillTokens,
+    attention: attentionWork(head.prefillTokens, head.contextTokens),
+  };
 }
 
 /** A cost input to fill (the scorer fills one per decision's candidate in turn; a score's getters their own). */
@@ -294,7 +307,8 @@ class Score implements CandidateScore {
   declare readonly prefillMs: number;
   declare readonly cost: number;
   declare private readonly extra: UnbookedLoad;
-  declare private readonly head: QueueHead | null;
+  /** The worker's queue head when decided (a booking never changes), or null: none queued. */
+  declare private readonly head: Booking | null;
   declare private readonly rate: PrefillRate;
   declare private readonly pricing: Pricing;
   constructor(
@@ -317,7 +331,7 @@ class Score implements CandidateScore {
     prefillMs: number,
     cost: number,
     extra: UnbookedLoad,
-    head: QueueHead | null,
+    head: Booking | null,
     rate: PrefillRate,
     pricing: Pricing,
   ) {
@@ -382,7 +396,7 @@ class Score implements CandidateScore {
       this.shared,
       this.load,
       this.extra,
-      this.head,
+      this.head === null ? null : queueHeadOf(this.head, p.now),
       this.newBlocks,
     );
     return cost(input, p.isl, p.blockSize, p.weights, this.rate);
@@ -418,7 +432,10 @@ interface ScoreContext {
   now: number;
   peer: boolean;
   weights: CostWeights;
-  loads: Load[] | null;
+  /** The candidates' worker ids for the load columns (ActiveSequences.columns; null: nothing in flight anywhere). */
+  ids: Int32Array | null;
+  /** The candidates' rate fit ids (PrefillRates.idsOf). */
+  fitIds: Int32Array;
   allocations: Int32Array | undefined;
   overlap: CandidateOverlaps | null;
   /** Hybrid instances: the device overlaps before the groups clamped them (null: nothing clamped). */
@@ -462,6 +479,13 @@ export class Scheduler {
   private readonly hooks: SchedulerHooks[] = [];
   /** scoreCandidate's cost input and breakdown, filled and read for one candidate at a time (never kept). */
   private readonly costIn = blankCostInput();
+  private readonly headIn: QueueHead = {
+    elapsedMs: 0,
+    aheadTokens: 0,
+    aheadAttention: 0,
+    prefillTokens: 0,
+    attention: 0,
+  };
   private readonly costOut: CostBreakdown = {
     creditedBlocks: 0,
     prefillBlocks: 0,
@@ -503,7 +527,7 @@ export class Scheduler {
     // A peer reads the index as it stands (no eviction-aware credit, distrust or engine blend, which
     // are kvrouter's), and its own cost weights (Dynamo's blocks) replace routing's.
     const peer = spec.peer !== undefined;
-    const { loads, allocations } = this.loadsOf(input, readIndex && input.evictionAware === true && !peer);
+    const { ids, allocations } = this.loadsOf(input, readIndex && input.evictionAware === true && !peer);
     // Overlaps in the candidates' order: no result object or key string per candidate.
     const overlap = readIndex ? ns!.index.overlapsFor(seq, now, input.candidates, allocations) : null;
     // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
@@ -521,7 +545,8 @@ export class Scheduler {
       now,
       peer,
       weights,
-      loads,
+      ids,
+      fitIds: this.rates.idsOf(input.candidates),
       allocations,
       overlap,
       unclamped,
@@ -529,11 +554,8 @@ export class Scheduler {
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
       // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
-      held:
-        loads !== null && seq.length > 0
-          ? this.active.heldPrefixes(seq, hashView(seq)).inOrder(input.candidates)
-          : null,
-      pricing: { isl, blockSize: bs, weights },
+      held: ids !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)).ofIds(ids) : null,
+      pricing: { isl, blockSize: bs, weights, now },
     };
     const n = input.candidates.length;
     const candidates: CandidateScore[] = new Array(n);
@@ -542,34 +564,32 @@ export class Scheduler {
   }
 
   /**
-   * Each candidate's load (null: nothing in flight anywhere, every load is idle) and, for eviction
-   * awareness, the blocks the prefill queued on each trusted candidate will allocate.
+   * The candidates' worker ids for their loads (null: nothing in flight anywhere, every load is idle)
+   * and, for eviction awareness, the blocks the prefill queued on each trusted candidate will allocate.
    */
-  private loadsOf(input: RouteInput, evictionAware: boolean): { loads: Load[] | null; allocations?: Int32Array } {
-    if (this.active.size === 0) return { loads: null };
-    const n = input.candidates.length;
-    const loads: Load[] = new Array(n);
+  private loadsOf(input: RouteInput, evictionAware: boolean): { ids: Int32Array | null; allocations?: Int32Array } {
+    if (this.active.size === 0) return { ids: null };
+    const ids = this.active.idsOf(input.candidates);
+    if (!evictionAware) return { ids };
+    const prefill = this.active.columns.prefillTokens;
     let allocations: Int32Array | undefined;
-    for (let k = 0; k < n; k++) {
-      const c = input.candidates[k];
-      const load = (loads[k] = this.active.load(c.instance, c.dpRank));
-      if (
-        !evictionAware ||
-        load.activePrefillTokens <= 0 ||
-        (this.distrusted.size > 0 && this.distrusted.has(c.instance))
-      )
-        continue;
-      allocations ??= new Int32Array(n);
-      allocations[k] = Math.ceil(load.activePrefillTokens / input.ns.blockSize);
+    for (let k = 0; k < ids.length; k++) {
+      const id = ids[k];
+      if (id < 0 || !(prefill[id] > 0)) continue;
+      if (this.distrusted.size > 0 && this.distrusted.has(input.candidates[k].instance)) continue;
+      allocations ??= new Int32Array(ids.length);
+      allocations[k] = Math.ceil(prefill[id] / input.ns.blockSize);
     }
-    return { loads, allocations };
+    return { ids, allocations };
   }
 
   /** One candidate's score. Plain object literals, no spreads: this runs for every candidate of every request. */
   private scoreCandidate(x: ScoreContext, k: number): CandidateScore {
     const { input, overlap, shared, seq, weights } = x;
     const c = input.candidates[k];
-    const load = x.loads ? x.loads[k] : IDLE_LOAD;
+    const id = x.ids === null ? -1 : x.ids[k];
+    const cols = this.active.columns;
+    const load = id < 0 ? IDLE_LOAD : cols.loadOf(id);
     const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
     const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
     let device = distrusted || !overlap ? 0 : overlap.device[k];
@@ -585,7 +605,7 @@ export class Scheduler {
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
     const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 || !x.held ? seq.length : seq.length - x.held[k];
-    const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
+    const rate = this.rates.rateById(x.fitIds[k], x.poolRate);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =
       seen && input.engineWeights && !x.peer ? this.unbookedLoad(seen, load, input.engineWeights) : NO_EXTRA;
@@ -594,16 +614,17 @@ export class Scheduler {
         ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
         : 0;
     const creditedShared = distrusted ? 0 : shared;
-    const head = load.activePrefillTokens > 0 ? this.active.queueHead(c.instance, c.dpRank) : undefined;
-    const queued: QueueHead | null = head
-      ? {
-          elapsedMs: x.now - head.createdAt,
-          aheadTokens: head.aheadTokens,
-          aheadAttention: head.aheadAttention,
-          prefillTokens: head.prefillTokens,
-          attention: attentionWork(head.prefillTokens, head.contextTokens),
-        }
-      : null;
+    // The queue head's fields from the columns (queueHeadOf's, read in place: no object per candidate).
+    const head = load.activePrefillTokens > 0 ? cols.heads[id] : undefined;
+    let queued: QueueHead | null = null;
+    if (head !== undefined) {
+      queued = this.headIn;
+      queued.elapsedMs = x.now - cols.headCreatedAt[id];
+      queued.aheadTokens = cols.headAheadTokens[id];
+      queued.aheadAttention = cols.headAheadAttention[id];
+      queued.prefillTokens = cols.headPrefillTokens[id];
+      queued.attention = cols.headAttention[id];
+    }
     // The input and the breakdown are read here and nowhere else: one of each for every candidate.
     const b = cost(
       costInput(this.costIn, device, host, disk, creditedShared, load, extra, queued, newBlocks),
@@ -635,7 +656,7 @@ export class Scheduler {
       // Only the time model's costs are milliseconds: the penalties join them there.
       weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost,
       extra,
-      queued,
+      head ?? null,
       rate,
       x.pricing,
     );
