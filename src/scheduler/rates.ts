@@ -13,6 +13,7 @@
 // odd sample cannot swing it. Pure: callers pass every observation; no clocks.
 import { CandidateIds } from '../common/candidate-ids.js';
 import { WorkerMap } from '../common/worker-map.js';
+import { grow } from '../indexer/layout.js';
 import type { PrefillRate } from './cost.js';
 
 /** One booking's first-token observation: PrefillRates.observe's arguments beyond the worker. */
@@ -360,6 +361,41 @@ interface CachedFit {
   overheadMs: number;
 }
 
+/** Rates by fit id, a column per term (PrefillRates.rateById's rate, written with it). */
+export class RateColumns {
+  msPerToken = new Float64Array(64);
+  overheadMs = new Float64Array(64);
+  msPerDecoding = new Float64Array(64);
+  msPerAttention = new Float64Array(64);
+  msPerDecodingContext = new Float64Array(64);
+
+  write(id: number, r: PrefillRate): void {
+    if (id >= this.msPerToken.length) {
+      const n = Math.max(id + 1, this.msPerToken.length * 2);
+      this.msPerToken = grow(this.msPerToken, n);
+      this.overheadMs = grow(this.overheadMs, n);
+      this.msPerDecoding = grow(this.msPerDecoding, n);
+      this.msPerAttention = grow(this.msPerAttention, n);
+      this.msPerDecodingContext = grow(this.msPerDecodingContext, n);
+    }
+    this.msPerToken[id] = r.msPerToken;
+    this.overheadMs[id] = r.overheadMs;
+    this.msPerDecoding[id] = r.msPerDecoding;
+    this.msPerAttention[id] = r.msPerAttention;
+    this.msPerDecodingContext[id] = r.msPerDecodingContext;
+  }
+
+  /** The rate of fit `id` into `r`. */
+  read(id: number, r: PrefillRate): PrefillRate {
+    r.msPerToken = this.msPerToken[id];
+    r.overheadMs = this.overheadMs[id];
+    r.msPerDecoding = this.msPerDecoding[id];
+    r.msPerAttention = this.msPerAttention[id];
+    r.msPerDecodingContext = this.msPerDecodingContext[id];
+    return r;
+  }
+}
+
 /** A worker's fit; `id`: its place in PrefillRates' by-id list. */
 type WorkerFit = CachedFit & { instance: string; dpRank: number; pool: string; id: number };
 
@@ -387,6 +423,13 @@ export class PrefillRates {
   private version = 0;
   private taken = 0;
   private readonly listIds = new CandidateIds();
+  /**
+   * Per fit id, its last rate and the base it was shrunk toward (CachedFit's, kept with them), and
+   * that rate's terms as columns: a decision reads arrays, not each worker's fit and rate objects.
+   */
+  private readonly memoRate: Array<PrefillRate | undefined> = [];
+  private readonly memoBase: Array<PrefillRate | undefined> = [];
+  readonly columns = new RateColumns();
   private readonly idOrNone = (instance: string, dpRank: number): number => this.fits.get(instance, dpRank)?.id ?? -1;
   private readonly pools = new Map<string, CachedFit & { priced: Fit }>();
 
@@ -427,6 +470,7 @@ export class PrefillRates {
     const poolJudge = p.fit.rate(JUDGE_PRIOR);
     f.fit.add(x, ttftMs, f.fit.rate(poolJudge, PEER_STRENGTH, true));
     f.rate = null;
+    this.memoRate[f.id] = undefined;
     p.fit.add(x, ttftMs, poolJudge);
     if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
       p.priced = p.fit.copy();
@@ -464,7 +508,9 @@ export class PrefillRates {
 
   /** workerRate of the worker whose fit id (idsOf) is `id`. */
   rateById(id: number, base: PrefillRate): PrefillRate {
-    return this.rateOf(id < 0 ? undefined : this.byId[id], base);
+    if (id < 0) return base;
+    const r = this.memoRate[id];
+    return r !== undefined && this.memoBase[id] === base ? r : this.rateOf(this.byId[id], base);
   }
 
   private rateOf(f: WorkerFit | undefined, base: PrefillRate): PrefillRate {
@@ -476,6 +522,9 @@ export class PrefillRates {
     // engines, and the router chasing the workers that looked fast).
     f.rate = f.fit.rate(base, PEER_STRENGTH, true);
     f.base = base;
+    this.memoRate[f.id] = f.rate;
+    this.memoBase[f.id] = base;
+    this.columns.write(f.id, f.rate);
     return f.rate;
   }
 
@@ -489,6 +538,7 @@ export class PrefillRates {
     for (const f of this.fits.values())
       if (f.instance === instance) {
         this.byId[f.id] = undefined;
+        this.memoRate[f.id] = undefined;
         this.freeIds.push(f.id);
       }
     if (this.fits.deleteInstance(instance) > 0) this.taken++;

@@ -254,14 +254,21 @@ const blankCostInput = (): CostInput => ({
   newBlocks: 0,
 });
 
-/** The cost model's input for a candidate, into `c` (one definition: the scorer and a score's derived fields use it). */
+/**
+ * The cost model's input for a candidate, into `c` (one definition: the scorer, from the load
+ * columns, and a score's derived fields, from its Load, use it). The load's terms in Load's order.
+ */
 function costInput(
   c: CostInput,
   device: number,
   host: number,
   disk: number,
   shared: number,
-  load: Load,
+  prefillTokens: number,
+  attention: number,
+  blocks: number,
+  decoding: number,
+  decodingContext: number,
   extra: UnbookedLoad,
   head: QueueHead | null,
   newBlocks: number,
@@ -270,11 +277,11 @@ function costInput(
   c.host = host;
   c.disk = disk;
   c.shared = shared;
-  c.activePrefillTokens = load.activePrefillTokens + extra.prefill;
-  c.activeAttention = load.activeAttention + extra.attention;
-  c.activeBlocks = load.activeBlocks;
-  c.decodingRequests = load.decodingRequests + extra.decoding;
-  c.decodingContext = load.decodingContext;
+  c.activePrefillTokens = prefillTokens + extra.prefill;
+  c.activeAttention = attention + extra.attention;
+  c.activeBlocks = blocks;
+  c.decodingRequests = decoding + extra.decoding;
+  c.decodingContext = decodingContext;
   c.head = head;
   c.newBlocks = newBlocks;
   return c;
@@ -388,13 +395,18 @@ class Score implements CandidateScore {
   /** The cost model's breakdown again (what the scorer computed). */
   private breakdown(): CostBreakdown {
     const p = this.pricing;
+    const l = this.load;
     const input = costInput(
       blankCostInput(),
       this.device,
       this.host,
       this.disk,
       this.shared,
-      this.load,
+      l.activePrefillTokens,
+      l.activeAttention,
+      l.activeBlocks,
+      l.decodingRequests,
+      l.decodingContext,
       this.extra,
       this.head === null ? null : queueHeadOf(this.head, p.now),
       this.newBlocks,
@@ -479,6 +491,13 @@ export class Scheduler {
   private readonly hooks: SchedulerHooks[] = [];
   /** scoreCandidate's cost input and breakdown, filled and read for one candidate at a time (never kept). */
   private readonly costIn = blankCostInput();
+  private readonly rateIn: PrefillRate = {
+    msPerToken: 0,
+    overheadMs: 0,
+    msPerDecoding: 0,
+    msPerAttention: 0,
+    msPerDecodingContext: 0,
+  };
   private readonly headIn: QueueHead = {
     elapsedMs: 0,
     aheadTokens: 0,
@@ -589,7 +608,11 @@ export class Scheduler {
     const c = input.candidates[k];
     const id = x.ids === null ? -1 : x.ids[k];
     const cols = this.active.columns;
+    // The load's terms from the columns (an idle worker's are 0, as IDLE_LOAD's); its Load object is
+    // only kept (by the score: shared while the worker's load is unchanged), not read here.
     const load = id < 0 ? IDLE_LOAD : cols.loadOf(id);
+    const prefill = id < 0 ? 0 : cols.prefillTokens[id];
+    const blocks = id < 0 ? 0 : cols.blocks[id];
     const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
     const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
     let device = distrusted || !overlap ? 0 : overlap.device[k];
@@ -604,8 +627,12 @@ export class Scheduler {
       if (disk === indexed) disk = device;
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-    const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 || !x.held ? seq.length : seq.length - x.held[k];
-    const rate = this.rates.rateById(x.fitIds[k], x.poolRate);
+    const newBlocks =
+      seq.length === 0 ? 0 : id < 0 || cols.requests[id] === 0 || !x.held ? seq.length : seq.length - x.held[k];
+    // The worker's rate (the object the score keeps) and its terms from the rate columns (what cost reads).
+    const fit = x.fitIds[k];
+    const rate = this.rates.rateById(fit, x.poolRate);
+    const priced = rate === x.poolRate ? rate : this.rates.columns.read(fit, this.rateIn);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =
       seen && input.engineWeights && !x.peer ? this.unbookedLoad(seen, load, input.engineWeights) : NO_EXTRA;
@@ -615,7 +642,7 @@ export class Scheduler {
         : 0;
     const creditedShared = distrusted ? 0 : shared;
     // The queue head's fields from the columns (queueHeadOf's, read in place: no object per candidate).
-    const head = load.activePrefillTokens > 0 ? cols.heads[id] : undefined;
+    const head = prefill > 0 ? cols.heads[id] : undefined;
     let queued: QueueHead | null = null;
     if (head !== undefined) {
       queued = this.headIn;
@@ -627,11 +654,25 @@ export class Scheduler {
     }
     // The input and the breakdown are read here and nowhere else: one of each for every candidate.
     const b = cost(
-      costInput(this.costIn, device, host, disk, creditedShared, load, extra, queued, newBlocks),
+      costInput(
+        this.costIn,
+        device,
+        host,
+        disk,
+        creditedShared,
+        prefill,
+        id < 0 ? 0 : cols.attention[id],
+        blocks,
+        id < 0 ? 0 : cols.decoding[id],
+        id < 0 ? 0 : cols.decodingContext[id],
+        extra,
+        queued,
+        newBlocks,
+      ),
       x.isl,
       input.ns.blockSize,
       weights,
-      rate,
+      priced,
       this.costOut,
     );
     const busy = input.busy;
@@ -650,7 +691,7 @@ export class Scheduler {
       extra.unbooked,
       seen,
       load,
-      busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
+      busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false,
       b.creditedBlocks,
       b.prefillMs,
       // Only the time model's costs are milliseconds: the penalties join them there.

@@ -18,7 +18,6 @@ function scenario(seed: number, steps: number): number {
   const names = Array.from({ length: 12 }, (_, w) => ({ instance: `i${w >> 1}`, dpRank: w & 1 }));
   const a = new ActiveSequences();
   const rates = new PrefillRates();
-  const base = rates.poolRate();
   const live: string[] = [];
   let next = 0;
   let nodes = 0;
@@ -41,13 +40,18 @@ function scenario(seed: number, steps: number): number {
     } else if (r < 0.7) {
       const b = a.get(live[int(live.length)])!;
       a.prefillComplete(b.id);
-      rates.observe(b.instance, b.dpRank, b.prefillTokens + 1, int(4), 10 + 100 * rnd());
+      rates.observe(b.instance, b.dpRank, b.prefillTokens + 1, int(4), 10 + 100 * rnd(), '', {
+        attentionWork: attentionWork(b.prefillTokens, b.contextTokens),
+        decodingContext: int(4) * 1000,
+      });
     } else {
       const k = int(live.length);
       a.free(live[k]);
       live.splice(k, 1);
     }
     // (The ids are cached for the last list only: the kept list is mostly asked for twice in a row.)
+    // (The pool's rate, a new object after every few samples: each worker's is shrunk toward it again.)
+    const base = rates.poolRate();
     const lists =
       rnd() < 0.15 ? [kept, names.filter(() => rnd() < 0.6).concat([{ instance: 'unknown', dpRank: 0 }])] : [kept];
     for (const list of lists) {
@@ -75,7 +79,9 @@ function scenario(seed: number, steps: number): number {
             attentionWork(head!.prefillTokens, head!.contextTokens),
           ]);
         }
-        expect(rates.rateById(fitIds[k], base)).toBe(rates.workerRate(instance, dpRank, base));
+        const rate = rates.rateById(fitIds[k], base);
+        expect(rate).toBe(rates.workerRate(instance, dpRank, base));
+        if (rate !== base) expect(rates.columns.read(fitIds[k], { ...base })).toEqual(rate);
         checked++;
       }
     }
