@@ -12,10 +12,10 @@ import { PrefillRates } from '../../src/scheduler/rates.js';
 const MASK = (1n << 64n) - 1n;
 const hashOf = (id: number) => (BigInt(id + 1) * 0x9e3779b97f4a7c15n) & MASK;
 
-function scenario(seed: number, steps: number): number {
+function scenario(seed: number, steps: number, workers = 12, drops = 0.03): number {
   const rnd = mulberry32(seed);
   const int = (n: number) => Math.floor(rnd() * n);
-  const names = Array.from({ length: 12 }, (_, w) => ({ instance: `i${w >> 1}`, dpRank: w & 1 }));
+  const names = Array.from({ length: workers }, (_, w) => ({ instance: `i${w >> 1}`, dpRank: w & 1 }));
   const a = new ActiveSequences();
   const rates = new PrefillRates();
   const live: string[] = [];
@@ -26,8 +26,8 @@ function scenario(seed: number, steps: number): number {
   const kept = names.slice();
   for (let step = 0; step < steps; step++) {
     const r = rnd();
-    if (r < 0.03) {
-      const gone = `i${int(6)}`;
+    if (r < drops) {
+      const gone = `i${int(workers >> 1)}`;
       a.dropInstance(gone);
       rates.drop(gone);
       for (let k = live.length - 1; k >= 0; k--) if (!a.get(live[k])) live.splice(k, 1);
@@ -94,6 +94,10 @@ describe('load columns and rate fits by id', () => {
     let checked = 0;
     for (let seed = 1; seed <= 20; seed++) checked += scenario(seed, 150);
     expect(checked).toBeGreaterThan(20 * 150 * 12 - 1);
+  });
+
+  it("the same past the columns' first capacity (150 workers: ids and fits beyond 64)", () => {
+    expect(scenario(99, 1000, 150, 0.004)).toBeGreaterThan(1000 * 150 - 1);
   });
 
   it('keep a load object a decision saw unchanged after the worker changes', () => {
