@@ -20,7 +20,7 @@ import {
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
 import { PolicyStates } from './policies/state.js';
-import type { RequestText } from './policies/types.js';
+import type { PickLoads, RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import { holderWorthWaiting } from './hold.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
@@ -498,6 +498,12 @@ export class Scheduler {
     msPerAttention: 0,
     msPerDecodingContext: 0,
   };
+  /**
+   * The last scored list's in-flight requests and queued prefill per candidate position (the load's),
+   * then compacted to the eligible candidates' for the pick (PickLoads; read within decide only).
+   */
+  private pickRequests = new Float64Array(0);
+  private pickPrefill = new Float64Array(0);
   private readonly headIn: QueueHead = {
     elapsedMs: 0,
     aheadTokens: 0,
@@ -577,6 +583,10 @@ export class Scheduler {
       pricing: { isl, blockSize: bs, weights, now },
     };
     const n = input.candidates.length;
+    if (this.pickRequests.length < n) {
+      this.pickRequests = new Float64Array(n);
+      this.pickPrefill = new Float64Array(n);
+    }
     const candidates: CandidateScore[] = new Array(n);
     for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(ctx, k);
     return { candidates, seq, isl };
@@ -613,6 +623,9 @@ export class Scheduler {
     const load = id < 0 ? IDLE_LOAD : cols.loadOf(id);
     const prefill = id < 0 ? 0 : cols.prefillTokens[id];
     const blocks = id < 0 ? 0 : cols.blocks[id];
+    // (What the pick reads of the load, by position: PickLoads.)
+    this.pickRequests[k] = id < 0 ? 0 : cols.requests[id];
+    this.pickPrefill[k] = prefill;
     const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
     const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
     let device = distrusted || !overlap ? 0 : overlap.device[k];
@@ -786,6 +799,7 @@ export class Scheduler {
       now,
       state: this.policyStates.of(poolKey, spec),
       memo: null as unknown,
+      loads: this.pickLoads(candidates, eligible),
     };
     const idx = spec.pick(eligible, ctx);
     if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
@@ -799,6 +813,20 @@ export class Scheduler {
       if (h) return decision(null, 'held', null, h);
     }
     return decision(eligible[idx], null, ctx.memo);
+  }
+
+  /** The scored candidates' load columns (score()'s, by position) for the eligible ones, by their index. */
+  private pickLoads(candidates: readonly CandidateScore[], eligible: readonly CandidateScore[]): PickLoads {
+    const { pickRequests: requests, pickPrefill: prefill } = this;
+    // Eligible is candidates in order, less some: compacted in place (j <= k).
+    if (eligible !== candidates)
+      for (let k = 0, j = 0; k < candidates.length && j < eligible.length; k++) {
+        if (candidates[k] !== eligible[j]) continue;
+        requests[j] = requests[k];
+        prefill[j] = prefill[k];
+        j++;
+      }
+    return { of: eligible, requests, prefill };
   }
 
   /** Book a decision: active load plus a speculative insert of its blocks. */
