@@ -19,6 +19,7 @@ import {
 } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
+import { nameHash } from './policies/pickers.js';
 import { PolicyStates } from './policies/state.js';
 import type { PickLoads, RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
@@ -504,6 +505,12 @@ export class Scheduler {
    */
   private pickRequests = new Float64Array(0);
   private pickPrefill = new Float64Array(0);
+  /** The last scored list's worker ids (ActiveSequences.idsOf: the same array while the list and its ids are). */
+  private scoredIds: Int32Array | null = null;
+  /** Name hashes by position of the list whose ids array is `namesFor` (PickLoads.names), and their eligible ones. */
+  private namesFor: Int32Array | null = null;
+  private listNames = new Uint32Array(0);
+  private pickNames = new Uint32Array(0);
   private readonly headIn: QueueHead = {
     elapsedMs: 0,
     aheadTokens: 0,
@@ -587,6 +594,7 @@ export class Scheduler {
       this.pickRequests = new Float64Array(n);
       this.pickPrefill = new Float64Array(n);
     }
+    this.scoredIds = ids;
     const candidates: CandidateScore[] = new Array(n);
     for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(ctx, k);
     return { candidates, seq, isl };
@@ -818,15 +826,40 @@ export class Scheduler {
   /** The scored candidates' load columns (score()'s, by position) for the eligible ones, by their index. */
   private pickLoads(candidates: readonly CandidateScore[], eligible: readonly CandidateScore[]): PickLoads {
     const { pickRequests: requests, pickPrefill: prefill } = this;
-    // Eligible is candidates in order, less some: compacted in place (j <= k).
-    if (eligible !== candidates)
+    // The list's name hashes, once per list (its ids array stands for it; none while nothing is in flight).
+    const ids = this.scoredIds;
+    let names: Uint32Array | null = null;
+    if (ids !== null && ids.length === candidates.length) {
+      if (ids !== this.namesFor) {
+        if (this.listNames.length < 2 * ids.length) {
+          this.listNames = new Uint32Array(2 * ids.length);
+          this.pickNames = new Uint32Array(2 * ids.length);
+        }
+        for (let k = 0; k < candidates.length; k++) {
+          const h = nameHash(candidates[k]);
+          this.listNames[2 * k] = h[0];
+          this.listNames[2 * k + 1] = h[1];
+        }
+        this.namesFor = ids;
+      }
+      names = this.listNames;
+    }
+    // Eligible is candidates in order, less some: compacted in place (j <= k); the names into their own copy.
+    if (eligible !== candidates) {
+      const from = names;
+      if (from !== null) names = this.pickNames;
       for (let k = 0, j = 0; k < candidates.length && j < eligible.length; k++) {
         if (candidates[k] !== eligible[j]) continue;
         requests[j] = requests[k];
         prefill[j] = prefill[k];
+        if (from !== null && names !== null) {
+          names[2 * j] = from[2 * k];
+          names[2 * j + 1] = from[2 * k + 1];
+        }
         j++;
       }
-    return { of: eligible, requests, prefill };
+    }
+    return { of: eligible, requests, prefill, names };
   }
 
   /** Book a decision: active load plus a speculative insert of its blocks. */

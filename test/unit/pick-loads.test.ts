@@ -45,9 +45,11 @@ function scenario(seed: number): number {
       s.active.free(live[k]);
       live = live.filter((_, j) => j !== k);
     }
+    // (Now and then another list: a subset in another order, as a gateway's subset hint makes.)
+    const list = rnd() < 0.3 ? candidates.filter(() => rnd() < 0.7).reverse() : candidates;
     const input: RouteInput = {
       ns,
-      candidates,
+      candidates: list,
       tokens: prompts[int(prompts.length)],
       policy: 'kv',
       weights: PICK_TIME_WEIGHTS,

@@ -36,7 +36,8 @@ function cheapest(c: readonly CandidateScore[], rand: () => number): number {
 /** Each worker's name hashed once, XXH3-64 of `instance\0rank` as [lo, hi] (forgotten wholesale past 64k workers). */
 const nameHashes = new WorkerMap<Uint32Array>();
 
-function nameHash(c: CandidateScore): Uint32Array {
+/** A worker's name hash as [lo, hi] (what hrw mixes with the key). */
+export function nameHash(c: { instance: string; dpRank: number }): Uint32Array {
   let h = nameHashes.get(c.instance, c.dpRank);
   if (h === undefined) {
     if (nameHashes.size >= 65_536) nameHashes.clear();
@@ -65,10 +66,19 @@ const keyHalves = (key: bigint): Uint32Array => new Uint32Array(BigUint64Array.o
  */
 function hrw(key: Uint32Array, c: CandidateScore): number {
   const n = nameHash(c);
-  const a = fmix32(n[0] ^ key[0] ^ fmix32(n[1] ^ key[1]));
-  const b = fmix32(n[1] ^ key[1] ^ Math.imul(a, 0x9e3779b1));
+  return hrwOf(key, n[0], n[1]);
+}
+
+/** hrw of the name hash [n0, n1]. */
+function hrwOf(key: Uint32Array, n0: number, n1: number): number {
+  const a = fmix32(n0 ^ key[0] ^ fmix32(n1 ^ key[1]));
+  const b = fmix32(n1 ^ key[1] ^ Math.imul(a, 0x9e3779b1));
   return a * 2_097_152 + (b >>> 11);
 }
+
+/** hrw of candidate i: its name hash from the columns when they have it (PickLoads.names). */
+const hrwAt = (key: Uint32Array, c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
+  loads?.names ? hrwOf(key, loads.names[2 * i], loads.names[2 * i + 1]) : hrw(key, c[i]);
 
 /**
  * The cheapest candidate, except that near-equals go by the prefix: among candidates crediting the
@@ -114,7 +124,7 @@ export function costWithAffinity(
   const key = keyHalves(ctx.seq[depth - 1]);
   const limit = best.cost + ctx.prefixAffinity * best.prefillMs;
   let chosen = i;
-  let top = hrw(key, best);
+  let top = hrwAt(key, c, i, loads);
   const bestIdle = prefillAt(c, i, loads) === 0;
   for (let k = 0; k < c.length; k++) {
     const x = c[k];
@@ -129,7 +139,7 @@ export function costWithAffinity(
     // waiting for another is the tail, and its siblings find it by its booking wherever it goes.
     // Once every instance queues (saturation), the slack alone decides: meeting is worth more then.
     if (bestIdle && prefillAt(c, k, loads) > 0) continue;
-    const w = hrw(key, x);
+    const w = hrwAt(key, c, k, loads);
     if (w > top) {
       top = w;
       chosen = k;

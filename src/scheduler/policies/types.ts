@@ -92,6 +92,8 @@ export interface PickLoads {
   readonly of: readonly CandidateScore[];
   readonly requests: Float64Array;
   readonly prefill: Float64Array;
+  /** Each one's name hash as [lo, hi] at 2 x its index (pickers.ts nameHash), or null: read by name. */
+  readonly names: Uint32Array | null;
 }
 
 /** Index of the chosen candidate among `eligible`, or -1 for none. */
