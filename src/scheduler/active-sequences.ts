@@ -242,6 +242,11 @@ export class ActiveSequences {
     return this.booked.idsOf(candidates);
   }
 
+  /** Changes when idsOf is given another list than the one before: the same epoch, the same list. */
+  get listEpoch(): number {
+    return this.booked.listEpoch;
+  }
+
   load(instance: string, dpRank: number): Load {
     const w = this.workers.get(instance, dpRank);
     if (!w) return IDLE_LOAD;

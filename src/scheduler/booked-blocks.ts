@@ -243,6 +243,11 @@ export class BookedBlocks {
     return this.heldPrefix(this.idOrNone(instance, dpRank));
   }
 
+  /** Changes when idsOf is given another list than the one before (not when only ids change). */
+  get listEpoch(): number {
+    return this.listIds.lists;
+  }
+
   /** The candidates' worker ids (NONE: none given), in the list's order (no lookup for a list seen before). */
   idsOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
     return this.listIds.of(candidates, this.version, this.idOrNone, this.taken);

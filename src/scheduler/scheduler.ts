@@ -505,10 +505,10 @@ export class Scheduler {
    */
   private pickRequests = new Float64Array(0);
   private pickPrefill = new Float64Array(0);
-  /** The last scored list's worker ids (ActiveSequences.idsOf: the same array while the list and its ids are). */
-  private scoredIds: Int32Array | null = null;
-  /** Name hashes by position of the list whose ids array is `namesFor` (PickLoads.names), and their eligible ones. */
-  private namesFor: Int32Array | null = null;
+  /** The last scored list's epoch (ActiveSequences.listEpoch: the same while the list is; -1: not resolved). */
+  private scoredList = -1;
+  /** Name hashes by position of the list of epoch `namesFor` (PickLoads.names), and their eligible ones. */
+  private namesFor = -1;
   private listNames = new Uint32Array(0);
   private pickNames = new Uint32Array(0);
   private readonly headIn: QueueHead = {
@@ -594,7 +594,7 @@ export class Scheduler {
       this.pickRequests = new Float64Array(n);
       this.pickPrefill = new Float64Array(n);
     }
-    this.scoredIds = ids;
+    this.scoredList = ids === null ? -1 : this.active.listEpoch;
     const candidates: CandidateScore[] = new Array(n);
     for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(ctx, k);
     return { candidates, seq, isl };
@@ -826,21 +826,20 @@ export class Scheduler {
   /** The scored candidates' load columns (score()'s, by position) for the eligible ones, by their index. */
   private pickLoads(candidates: readonly CandidateScore[], eligible: readonly CandidateScore[]): PickLoads {
     const { pickRequests: requests, pickPrefill: prefill } = this;
-    // The list's name hashes, once per list (its ids array stands for it; none while nothing is in flight).
-    const ids = this.scoredIds;
+    // The list's name hashes, once per list (its epoch stands for it; none while nothing is in flight).
     let names: Uint32Array | null = null;
-    if (ids !== null && ids.length === candidates.length) {
-      if (ids !== this.namesFor) {
-        if (this.listNames.length < 2 * ids.length) {
-          this.listNames = new Uint32Array(2 * ids.length);
-          this.pickNames = new Uint32Array(2 * ids.length);
+    if (this.scoredList >= 0) {
+      if (this.scoredList !== this.namesFor) {
+        if (this.listNames.length < 2 * candidates.length) {
+          this.listNames = new Uint32Array(2 * candidates.length);
+          this.pickNames = new Uint32Array(2 * candidates.length);
         }
         for (let k = 0; k < candidates.length; k++) {
           const h = nameHash(candidates[k]);
           this.listNames[2 * k] = h[0];
           this.listNames[2 * k + 1] = h[1];
         }
-        this.namesFor = ids;
+        this.namesFor = this.scoredList;
       }
       names = this.listNames;
     }
