@@ -17,6 +17,8 @@ export class CandidateIds {
   private missing: number[] = [];
   private version = -1;
   private taken = -1;
+  /** Lists seen that differed from the one before (what a per-list cache of the caller's keys on). */
+  lists = 0;
 
   /**
    * The ids of the list's candidates, in order (`idOf` where the list, `taken` or, for those without
@@ -57,6 +59,7 @@ export class CandidateIds {
       }
       return this.ids;
     }
+    this.lists++;
     const ids = new Int32Array(k);
     const missing: number[] = [];
     for (let j = 0; j < k; j++) {

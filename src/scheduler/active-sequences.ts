@@ -7,7 +7,7 @@
 import { WorkerMap } from '../common/worker-map.js';
 import type { SpeculativeInsert } from '../indexer/block-index.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import { hashView } from '../indexer/layout.js';
+import { grow, hashView } from '../indexer/layout.js';
 import { U64Table } from '../indexer/u64-table.js';
 import { BookedBlocks } from './booked-blocks.js';
 import { attentionWork } from './cost.js';
@@ -117,6 +117,97 @@ export class HeldPrefixes {
   inOrder(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
     return this.booked.heldPrefixesOf(candidates);
   }
+
+  /** The same for workers by id (ActiveSequences.idsOf), in order. */
+  ofIds(ids: Int32Array): Int32Array {
+    return this.booked.heldPrefixesOfIds(ids);
+  }
+}
+
+/**
+ * Every worker's load and queue head by worker id (BookedBlocks' ids, kept while the instance is in
+ * the pool), as columns written on every booking change: a decision resolves its candidate list to
+ * ids once (cached while the list and the ids are unchanged) and reads contiguous arrays, not a
+ * string-keyed lookup and a cold worker object per candidate. A worker with nothing in flight reads
+ * zeros. `loadOf(id)` is the same load as an object, shared until the worker's load changes (then a
+ * new one: a decision's scores keep the one they saw).
+ */
+export class LoadColumns {
+  prefillTokens = new Float64Array(64);
+  /** Never below 0 (sums of floats that went up and down), as load() gives it. */
+  attention = new Float64Array(64);
+  blocks = new Float64Array(64);
+  requests = new Float64Array(64);
+  decoding = new Float64Array(64);
+  decodingContext = new Float64Array(64);
+  /** The queue head's (the oldest un-prefilled booking's) fields; heads[id] undefined: none queued. */
+  headCreatedAt = new Float64Array(64);
+  headAheadTokens = new Float64Array(64);
+  headAheadAttention = new Float64Array(64);
+  headPrefillTokens = new Float64Array(64);
+  /** attentionWork of the head's own prefill. */
+  headAttention = new Float64Array(64);
+  readonly heads: Array<Booking | undefined> = [];
+  private readonly loads: Array<Load | undefined> = [];
+
+  /** The worker's load (IDLE_LOAD for none: id < 0, or nothing in flight). */
+  loadOf(id: number): Load {
+    if (id < 0 || !(this.requests[id] > 0)) return IDLE_LOAD;
+    let l = this.loads[id];
+    if (l === undefined)
+      this.loads[id] = l = {
+        activePrefillTokens: this.prefillTokens[id],
+        activeAttention: this.attention[id],
+        activeBlocks: this.blocks[id],
+        activeRequests: this.requests[id],
+        decodingRequests: this.decoding[id],
+        decodingContext: this.decodingContext[id],
+      };
+    return l;
+  }
+
+  /** Write worker w's columns (w null: it has nothing in flight). */
+  write(id: number, w: WorkerLoad | null): void {
+    if (id >= this.prefillTokens.length) this.grow(Math.max(id + 1, this.prefillTokens.length * 2));
+    this.loads[id] = undefined;
+    const h = w?.head();
+    this.heads[id] = h;
+    if (w === null) {
+      this.prefillTokens[id] = 0;
+      this.attention[id] = 0;
+      this.blocks[id] = 0;
+      this.requests[id] = 0;
+      this.decoding[id] = 0;
+      this.decodingContext[id] = 0;
+      return;
+    }
+    this.prefillTokens[id] = w.prefillTokens;
+    this.attention[id] = Math.max(0, w.attention);
+    this.blocks[id] = w.blocks.size;
+    this.requests[id] = w.requests;
+    this.decoding[id] = w.decoding;
+    this.decodingContext[id] = Math.max(0, w.decodingContext);
+    if (h === undefined) return;
+    this.headCreatedAt[id] = h.createdAt;
+    this.headAheadTokens[id] = h.aheadTokens;
+    this.headAheadAttention[id] = h.aheadAttention;
+    this.headPrefillTokens[id] = h.prefillTokens;
+    this.headAttention[id] = attentionWork(h.prefillTokens, h.contextTokens);
+  }
+
+  private grow(n: number): void {
+    this.prefillTokens = grow(this.prefillTokens, n);
+    this.attention = grow(this.attention, n);
+    this.blocks = grow(this.blocks, n);
+    this.requests = grow(this.requests, n);
+    this.decoding = grow(this.decoding, n);
+    this.decodingContext = grow(this.decodingContext, n);
+    this.headCreatedAt = grow(this.headCreatedAt, n);
+    this.headAheadTokens = grow(this.headAheadTokens, n);
+    this.headAheadAttention = grow(this.headAheadAttention, n);
+    this.headPrefillTokens = grow(this.headPrefillTokens, n);
+    this.headAttention = grow(this.headAttention, n);
+  }
 }
 
 /** The load of a worker with nothing in flight: one frozen object for every idle candidate of every decision. */
@@ -134,11 +225,26 @@ export class ActiveSequences {
   private readonly bookings = new Map<string, Booking>();
   /** Every worker's in-flight blocks by block: the held prefixes of a prompt in one pass. */
   private readonly booked = new BookedBlocks();
+  /** Every worker's load by id, as a decision reads it (kept by book, prefillComplete and free). */
+  readonly columns = new LoadColumns();
 
   private worker(instance: string, dpRank: number): WorkerLoad {
     let w = this.workers.get(instance, dpRank);
     if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank)));
     return w;
+  }
+
+  /**
+   * The candidates' worker ids (-1: never booked), in order, for `columns`: resolved once per list
+   * (BookedBlocks' CandidateIds), not looked up per candidate.
+   */
+  idsOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.booked.idsOf(candidates);
+  }
+
+  /** Changes when idsOf is given another list than the one before: the same epoch, the same list. */
+  get listEpoch(): number {
+    return this.booked.listEpoch;
   }
 
   load(instance: string, dpRank: number): Load {
@@ -220,6 +326,7 @@ export class ActiveSequences {
     w.attention += attentionWork(b.prefillTokens, b.contextTokens);
     w.queued.add(b);
     w.requests++;
+    this.columns.write(w.id, w);
     this.bookings.set(id, b);
     return b;
   }
@@ -236,6 +343,7 @@ export class ActiveSequences {
       w.queued.delete(b);
       w.decoding++;
       w.decodingContext += b.contextTokens + b.prefillTokens;
+      this.columns.write(w.id, w);
     }
     return true;
   }
@@ -259,7 +367,8 @@ export class ActiveSequences {
     if (w.requests === 0) {
       this.workers.delete(b.instance, b.dpRank);
       this.booked.idle(w.id);
-    }
+      this.columns.write(w.id, null);
+    } else this.columns.write(w.id, w);
     return true;
   }
 

@@ -51,6 +51,12 @@ export class BookedBlocks {
   private rootsKnown = false;
   /** Blocks of the current pass's prompt where several workers stopped at once (ascending). */
   private dropAt = new Int32Array(16);
+  /**
+   * The id of a drop point's one remaining holder, or -1 where several hold it: most drop points
+   * (the end of a shared prefix, one request's own blocks after it) keep one, whom the XOR names,
+   * and every other worker is known not to hold it without a probe of its own blocks (a cache miss each).
+   */
+  private dropOnly = new Int32Array(16);
   private drops = 0;
   /** Where the current pass ended: the first block no worker holds (or the prompt's length); 0: block 0 unheld. */
   private end = 0;
@@ -190,7 +196,11 @@ export class BookedBlocks {
         depth[w] = i;
       } else {
         // Several stopped here: a drop point, where each of them is found by its own blocks.
-        if (this.drops === this.dropAt.length) this.dropAt = grow(this.dropAt, this.drops * 2);
+        if (this.drops === this.dropAt.length) {
+          this.dropAt = grow(this.dropAt, this.drops * 2);
+          this.dropOnly = grow(this.dropOnly, this.drops * 2);
+        }
+        this.dropOnly[this.drops] = c === 1 ? x : -1;
         this.dropAt[this.drops++] = i;
       }
       count = c;
@@ -217,7 +227,8 @@ export class BookedBlocks {
       let hi = this.drops;
       while (lo < hi) {
         const mid = (lo + hi) >>> 1;
-        if (own.find(sv[2 * at[mid]], sv[2 * at[mid] + 1]) !== NONE) lo = mid + 1;
+        const only = this.dropOnly[mid];
+        if (only >= 0 ? only === id : own.find(sv[2 * at[mid]], sv[2 * at[mid] + 1]) !== NONE) lo = mid + 1;
         else hi = mid;
       }
       held = lo === this.drops ? this.end : at[lo];
@@ -232,9 +243,23 @@ export class BookedBlocks {
     return this.heldPrefix(this.idOrNone(instance, dpRank));
   }
 
+  /** Changes when idsOf is given another list than the one before (not when only ids change). */
+  get listEpoch(): number {
+    return this.listIds.lists;
+  }
+
+  /** The candidates' worker ids (NONE: none given), in the list's order (no lookup for a list seen before). */
+  idsOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
+  }
+
   /** Each candidate's held prefix of the last walk()'s prompt, in the list's order (no lookup for a list seen before). */
   heldPrefixesOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
-    const ids = this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
+    return this.heldPrefixesOfIds(this.idsOf(candidates));
+  }
+
+  /** The same for workers by id (idsOf), in order. */
+  heldPrefixesOfIds(ids: Int32Array): Int32Array {
     const out = new Int32Array(ids.length);
     if (this.end === 0) return out;
     for (let k = 0; k < ids.length; k++) out[k] = this.heldPrefix(ids[k]);

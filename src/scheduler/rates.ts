@@ -11,7 +11,9 @@
 // Huber: see Fit.add), pulled toward the configured prior (ridge; the context terms toward 0, so a
 // cold start is the flat per-token model): with no or uninformative data the prior stands, and one
 // odd sample cannot swing it. Pure: callers pass every observation; no clocks.
+import { CandidateIds } from '../common/candidate-ids.js';
 import { WorkerMap } from '../common/worker-map.js';
+import { grow } from '../indexer/layout.js';
 import type { PrefillRate } from './cost.js';
 
 /** One booking's first-token observation: PrefillRates.observe's arguments beyond the worker. */
@@ -359,6 +361,44 @@ interface CachedFit {
   overheadMs: number;
 }
 
+/** Rates by fit id, a column per term (PrefillRates.rateById's rate, written with it). */
+export class RateColumns {
+  msPerToken = new Float64Array(64);
+  overheadMs = new Float64Array(64);
+  msPerDecoding = new Float64Array(64);
+  msPerAttention = new Float64Array(64);
+  msPerDecodingContext = new Float64Array(64);
+
+  write(id: number, r: PrefillRate): void {
+    if (id >= this.msPerToken.length) {
+      const n = Math.max(id + 1, this.msPerToken.length * 2);
+      this.msPerToken = grow(this.msPerToken, n);
+      this.overheadMs = grow(this.overheadMs, n);
+      this.msPerDecoding = grow(this.msPerDecoding, n);
+      this.msPerAttention = grow(this.msPerAttention, n);
+      this.msPerDecodingContext = grow(this.msPerDecodingContext, n);
+    }
+    this.msPerToken[id] = r.msPerToken;
+    this.overheadMs[id] = r.overheadMs;
+    this.msPerDecoding[id] = r.msPerDecoding;
+    this.msPerAttention[id] = r.msPerAttention;
+    this.msPerDecodingContext[id] = r.msPerDecodingContext;
+  }
+
+  /** The rate of fit `id` into `r`. */
+  read(id: number, r: PrefillRate): PrefillRate {
+    r.msPerToken = this.msPerToken[id];
+    r.overheadMs = this.overheadMs[id];
+    r.msPerDecoding = this.msPerDecoding[id];
+    r.msPerAttention = this.msPerAttention[id];
+    r.msPerDecodingContext = this.msPerDecodingContext[id];
+    return r;
+  }
+}
+
+/** A worker's fit; `id`: its place in PrefillRates' by-id list. */
+type WorkerFit = CachedFit & { instance: string; dpRank: number; pool: string; id: number };
+
 const cachedFit = (): CachedFit => ({ fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN });
 
 /**
@@ -371,7 +411,26 @@ const POOL_REFRESH = 8;
 const POOL_WARMUP = 64;
 
 export class PrefillRates {
-  private readonly fits = new WorkerMap<CachedFit & { instance: string; dpRank: number; pool: string }>();
+  private readonly fits = new WorkerMap<WorkerFit>();
+  /**
+   * The fits by a dense id, so that a candidate list is resolved once (CandidateIds: while the list
+   * is the same and no fit was made or dropped) and a decision reads an array, not a string-keyed
+   * lookup per candidate.
+   */
+  private readonly byId: Array<WorkerFit | undefined> = [];
+  private readonly freeIds: number[] = [];
+  /** Changes when a fit is made (a candidate without one may have one now), `taken` when an instance's are dropped. */
+  private version = 0;
+  private taken = 0;
+  private readonly listIds = new CandidateIds();
+  /**
+   * Per fit id, its last rate and the base it was shrunk toward (CachedFit's, kept with them), and
+   * that rate's terms as columns: a decision reads arrays, not each worker's fit and rate objects.
+   */
+  private readonly memoRate: Array<PrefillRate | undefined> = [];
+  private readonly memoBase: Array<PrefillRate | undefined> = [];
+  readonly columns = new RateColumns();
+  private readonly idOrNone = (instance: string, dpRank: number): number => this.fits.get(instance, dpRank)?.id ?? -1;
   private readonly pools = new Map<string, CachedFit & { priced: Fit }>();
 
   /**
@@ -391,7 +450,12 @@ export class PrefillRates {
     const { attentionWork = 0, decodingContext = 0 } = context;
     if (!validSample({ workTokens, decoding, ttftMs, attentionWork, decodingContext })) return;
     let f = this.fits.get(instance, dpRank);
-    if (!f) this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, ...cachedFit() }));
+    if (!f) {
+      const id = this.freeIds.pop() ?? this.byId.length;
+      this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, id, ...cachedFit() }));
+      this.byId[id] = f;
+      this.version++;
+    }
     f.pool = pool;
     const x = [workTokens, decoding, attentionWork, decodingContext];
     let p = this.pools.get(pool);
@@ -406,6 +470,7 @@ export class PrefillRates {
     const poolJudge = p.fit.rate(JUDGE_PRIOR);
     f.fit.add(x, ttftMs, f.fit.rate(poolJudge, PEER_STRENGTH, true));
     f.rate = null;
+    this.memoRate[f.id] = undefined;
     p.fit.add(x, ttftMs, poolJudge);
     if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
       p.priced = p.fit.copy();
@@ -433,7 +498,22 @@ export class PrefillRates {
 
   /** A worker's learned rate, shrunk toward `base` (its pool's rate; kept while `base` is the same object). */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
-    const f = this.fits.get(instance, dpRank);
+    return this.rateOf(this.fits.get(instance, dpRank), base);
+  }
+
+  /** The candidates' fit ids (-1: no fit), in order, for rateById: no lookup for a list seen before. */
+  idsOf(candidates: ReadonlyArray<{ instance: string; dpRank: number }>): Int32Array {
+    return this.listIds.of(candidates, this.version, this.idOrNone, this.taken);
+  }
+
+  /** workerRate of the worker whose fit id (idsOf) is `id`. */
+  rateById(id: number, base: PrefillRate): PrefillRate {
+    if (id < 0) return base;
+    const r = this.memoRate[id];
+    return r !== undefined && this.memoBase[id] === base ? r : this.rateOf(this.byId[id], base);
+  }
+
+  private rateOf(f: WorkerFit | undefined, base: PrefillRate): PrefillRate {
     if (!f) return base;
     if (f.rate && f.base === base) return f.rate;
     // The context terms are the pool's: what attention over a prefix and a decode step's KV read
@@ -442,6 +522,9 @@ export class PrefillRates {
     // engines, and the router chasing the workers that looked fast).
     f.rate = f.fit.rate(base, PEER_STRENGTH, true);
     f.base = base;
+    this.memoRate[f.id] = f.rate;
+    this.memoBase[f.id] = base;
+    this.columns.write(f.id, f.rate);
     return f.rate;
   }
 
@@ -452,7 +535,13 @@ export class PrefillRates {
 
   /** Forget an instance (removed from the pool). */
   drop(instance: string): void {
-    this.fits.deleteInstance(instance);
+    for (const f of this.fits.values())
+      if (f.instance === instance) {
+        this.byId[f.id] = undefined;
+        this.memoRate[f.id] = undefined;
+        this.freeIds.push(f.id);
+      }
+    if (this.fits.deleteInstance(instance) > 0) this.taken++;
   }
 
   snapshot(prior: RatePrior = DEFAULT_RATE_PRIOR): RateSnapshot[] {

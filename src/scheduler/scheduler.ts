@@ -19,8 +19,9 @@ import {
 } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
+import { nameHash } from './policies/pickers.js';
 import { PolicyStates } from './policies/state.js';
-import type { RequestText } from './policies/types.js';
+import type { PickLoads, RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import { holderWorthWaiting } from './hold.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
@@ -224,6 +225,19 @@ interface Pricing {
   isl: number;
   blockSize: number;
   weights: CostWeights;
+  /** When it was decided (a queue head's time since booking is measured to it). */
+  now: number;
+}
+
+/** The cost model's view of a worker's queue head at `now` (one definition: the scorer's columns hold the same fields). */
+function queueHeadOf(head: Booking, now: number): QueueHead {
+  return {
+    elapsedMs: now - head.createdAt,
+    aheadTokens: head.aheadTokens,
+    aheadAttention: head.aheadAttention,
+    prefillTokens: head.prefillTokens,
+    attention: attentionWork(head.prefillTokens, head.contextTokens),
+  };
 }
 
 /** A cost input to fill (the scorer fills one per decision's candidate in turn; a score's getters their own). */
@@ -241,14 +255,21 @@ const blankCostInput = (): CostInput => ({
   newBlocks: 0,
 });
 
-/** The cost model's input for a candidate, into `c` (one definition: the scorer and a score's derived fields use it). */
+/**
+ * The cost model's input for a candidate, into `c` (one definition: the scorer, from the load
+ * columns, and a score's derived fields, from its Load, use it). The load's terms in Load's order.
+ */
 function costInput(
   c: CostInput,
   device: number,
   host: number,
   disk: number,
   shared: number,
-  load: Load,
+  prefillTokens: number,
+  attention: number,
+  blocks: number,
+  decoding: number,
+  decodingContext: number,
   extra: UnbookedLoad,
   head: QueueHead | null,
   newBlocks: number,
@@ -257,11 +278,11 @@ function costInput(
   c.host = host;
   c.disk = disk;
   c.shared = shared;
-  c.activePrefillTokens = load.activePrefillTokens + extra.prefill;
-  c.activeAttention = load.activeAttention + extra.attention;
-  c.activeBlocks = load.activeBlocks;
-  c.decodingRequests = load.decodingRequests + extra.decoding;
-  c.decodingContext = load.decodingContext;
+  c.activePrefillTokens = prefillTokens + extra.prefill;
+  c.activeAttention = attention + extra.attention;
+  c.activeBlocks = blocks;
+  c.decodingRequests = decoding + extra.decoding;
+  c.decodingContext = decodingContext;
   c.head = head;
   c.newBlocks = newBlocks;
   return c;
@@ -294,7 +315,8 @@ class Score implements CandidateScore {
   declare readonly prefillMs: number;
   declare readonly cost: number;
   declare private readonly extra: UnbookedLoad;
-  declare private readonly head: QueueHead | null;
+  /** The worker's queue head when decided (a booking never changes), or null: none queued. */
+  declare private readonly head: Booking | null;
   declare private readonly rate: PrefillRate;
   declare private readonly pricing: Pricing;
   constructor(
@@ -317,7 +339,7 @@ class Score implements CandidateScore {
     prefillMs: number,
     cost: number,
     extra: UnbookedLoad,
-    head: QueueHead | null,
+    head: Booking | null,
     rate: PrefillRate,
     pricing: Pricing,
   ) {
@@ -374,15 +396,20 @@ class Score implements CandidateScore {
   /** The cost model's breakdown again (what the scorer computed). */
   private breakdown(): CostBreakdown {
     const p = this.pricing;
+    const l = this.load;
     const input = costInput(
       blankCostInput(),
       this.device,
       this.host,
       this.disk,
       this.shared,
-      this.load,
+      l.activePrefillTokens,
+      l.activeAttention,
+      l.activeBlocks,
+      l.decodingRequests,
+      l.decodingContext,
       this.extra,
-      this.head,
+      this.head === null ? null : queueHeadOf(this.head, p.now),
       this.newBlocks,
     );
     return cost(input, p.isl, p.blockSize, p.weights, this.rate);
@@ -418,7 +445,10 @@ interface ScoreContext {
   now: number;
   peer: boolean;
   weights: CostWeights;
-  loads: Load[] | null;
+  /** The candidates' worker ids for the load columns (ActiveSequences.columns; null: nothing in flight anywhere). */
+  ids: Int32Array | null;
+  /** The candidates' rate fit ids (PrefillRates.idsOf). */
+  fitIds: Int32Array;
   allocations: Int32Array | undefined;
   overlap: CandidateOverlaps | null;
   /** Hybrid instances: the device overlaps before the groups clamped them (null: nothing clamped). */
@@ -462,6 +492,32 @@ export class Scheduler {
   private readonly hooks: SchedulerHooks[] = [];
   /** scoreCandidate's cost input and breakdown, filled and read for one candidate at a time (never kept). */
   private readonly costIn = blankCostInput();
+  private readonly rateIn: PrefillRate = {
+    msPerToken: 0,
+    overheadMs: 0,
+    msPerDecoding: 0,
+    msPerAttention: 0,
+    msPerDecodingContext: 0,
+  };
+  /**
+   * The last scored list's in-flight requests and queued prefill per candidate position (the load's),
+   * then compacted to the eligible candidates' for the pick (PickLoads; read within decide only).
+   */
+  private pickRequests = new Float64Array(0);
+  private pickPrefill = new Float64Array(0);
+  /** The last scored list's epoch (ActiveSequences.listEpoch: the same while the list is; -1: not resolved). */
+  private scoredList = -1;
+  /** Name hashes by position of the list of epoch `namesFor` (PickLoads.names), and their eligible ones. */
+  private namesFor = -1;
+  private listNames = new Uint32Array(0);
+  private pickNames = new Uint32Array(0);
+  private readonly headIn: QueueHead = {
+    elapsedMs: 0,
+    aheadTokens: 0,
+    aheadAttention: 0,
+    prefillTokens: 0,
+    attention: 0,
+  };
   private readonly costOut: CostBreakdown = {
     creditedBlocks: 0,
     prefillBlocks: 0,
@@ -503,7 +559,7 @@ export class Scheduler {
     // A peer reads the index as it stands (no eviction-aware credit, distrust or engine blend, which
     // are kvrouter's), and its own cost weights (Dynamo's blocks) replace routing's.
     const peer = spec.peer !== undefined;
-    const { loads, allocations } = this.loadsOf(input, readIndex && input.evictionAware === true && !peer);
+    const { ids, allocations } = this.loadsOf(input, readIndex && input.evictionAware === true && !peer);
     // Overlaps in the candidates' order: no result object or key string per candidate.
     const overlap = readIndex ? ns!.index.overlapsFor(seq, now, input.candidates, allocations) : null;
     // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
@@ -521,7 +577,8 @@ export class Scheduler {
       now,
       peer,
       weights,
-      loads,
+      ids,
+      fitIds: this.rates.idsOf(input.candidates),
       allocations,
       overlap,
       unclamped,
@@ -529,47 +586,54 @@ export class Scheduler {
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
       // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
-      held:
-        loads !== null && seq.length > 0
-          ? this.active.heldPrefixes(seq, hashView(seq)).inOrder(input.candidates)
-          : null,
-      pricing: { isl, blockSize: bs, weights },
+      held: ids !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)).ofIds(ids) : null,
+      pricing: { isl, blockSize: bs, weights, now },
     };
     const n = input.candidates.length;
+    if (this.pickRequests.length < n) {
+      this.pickRequests = new Float64Array(n);
+      this.pickPrefill = new Float64Array(n);
+    }
+    this.scoredList = ids === null ? -1 : this.active.listEpoch;
     const candidates: CandidateScore[] = new Array(n);
     for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(ctx, k);
     return { candidates, seq, isl };
   }
 
   /**
-   * Each candidate's load (null: nothing in flight anywhere, every load is idle) and, for eviction
-   * awareness, the blocks the prefill queued on each trusted candidate will allocate.
+   * The candidates' worker ids for their loads (null: nothing in flight anywhere, every load is idle)
+   * and, for eviction awareness, the blocks the prefill queued on each trusted candidate will allocate.
    */
-  private loadsOf(input: RouteInput, evictionAware: boolean): { loads: Load[] | null; allocations?: Int32Array } {
-    if (this.active.size === 0) return { loads: null };
-    const n = input.candidates.length;
-    const loads: Load[] = new Array(n);
+  private loadsOf(input: RouteInput, evictionAware: boolean): { ids: Int32Array | null; allocations?: Int32Array } {
+    if (this.active.size === 0) return { ids: null };
+    const ids = this.active.idsOf(input.candidates);
+    if (!evictionAware) return { ids };
+    const prefill = this.active.columns.prefillTokens;
     let allocations: Int32Array | undefined;
-    for (let k = 0; k < n; k++) {
-      const c = input.candidates[k];
-      const load = (loads[k] = this.active.load(c.instance, c.dpRank));
-      if (
-        !evictionAware ||
-        load.activePrefillTokens <= 0 ||
-        (this.distrusted.size > 0 && this.distrusted.has(c.instance))
-      )
-        continue;
-      allocations ??= new Int32Array(n);
-      allocations[k] = Math.ceil(load.activePrefillTokens / input.ns.blockSize);
+    for (let k = 0; k < ids.length; k++) {
+      const id = ids[k];
+      if (id < 0 || !(prefill[id] > 0)) continue;
+      if (this.distrusted.size > 0 && this.distrusted.has(input.candidates[k].instance)) continue;
+      allocations ??= new Int32Array(ids.length);
+      allocations[k] = Math.ceil(prefill[id] / input.ns.blockSize);
     }
-    return { loads, allocations };
+    return { ids, allocations };
   }
 
   /** One candidate's score. Plain object literals, no spreads: this runs for every candidate of every request. */
   private scoreCandidate(x: ScoreContext, k: number): CandidateScore {
     const { input, overlap, shared, seq, weights } = x;
     const c = input.candidates[k];
-    const load = x.loads ? x.loads[k] : IDLE_LOAD;
+    const id = x.ids === null ? -1 : x.ids[k];
+    const cols = this.active.columns;
+    // The load's terms from the columns (an idle worker's are 0, as IDLE_LOAD's); its Load object is
+    // only kept (by the score: shared while the worker's load is unchanged), not read here.
+    const load = id < 0 ? IDLE_LOAD : cols.loadOf(id);
+    const prefill = id < 0 ? 0 : cols.prefillTokens[id];
+    const blocks = id < 0 ? 0 : cols.blocks[id];
+    // (What the pick reads of the load, by position: PickLoads.)
+    this.pickRequests[k] = id < 0 ? 0 : cols.requests[id];
+    this.pickPrefill[k] = prefill;
     const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
     const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
     let device = distrusted || !overlap ? 0 : overlap.device[k];
@@ -584,8 +648,12 @@ export class Scheduler {
       if (disk === indexed) disk = device;
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-    const newBlocks = seq.length === 0 ? 0 : load.activeRequests === 0 || !x.held ? seq.length : seq.length - x.held[k];
-    const rate = this.rates.workerRate(c.instance, c.dpRank, x.poolRate);
+    const newBlocks =
+      seq.length === 0 ? 0 : id < 0 || cols.requests[id] === 0 || !x.held ? seq.length : seq.length - x.held[k];
+    // The worker's rate (the object the score keeps) and its terms from the rate columns (what cost reads).
+    const fit = x.fitIds[k];
+    const rate = this.rates.rateById(fit, x.poolRate);
+    const priced = rate === x.poolRate ? rate : this.rates.columns.read(fit, this.rateIn);
     const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
     const extra =
       seen && input.engineWeights && !x.peer ? this.unbookedLoad(seen, load, input.engineWeights) : NO_EXTRA;
@@ -594,23 +662,38 @@ export class Scheduler {
         ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
         : 0;
     const creditedShared = distrusted ? 0 : shared;
-    const head = load.activePrefillTokens > 0 ? this.active.queueHead(c.instance, c.dpRank) : undefined;
-    const queued: QueueHead | null = head
-      ? {
-          elapsedMs: x.now - head.createdAt,
-          aheadTokens: head.aheadTokens,
-          aheadAttention: head.aheadAttention,
-          prefillTokens: head.prefillTokens,
-          attention: attentionWork(head.prefillTokens, head.contextTokens),
-        }
-      : null;
+    // The queue head's fields from the columns (queueHeadOf's, read in place: no object per candidate).
+    const head = prefill > 0 ? cols.heads[id] : undefined;
+    let queued: QueueHead | null = null;
+    if (head !== undefined) {
+      queued = this.headIn;
+      queued.elapsedMs = x.now - cols.headCreatedAt[id];
+      queued.aheadTokens = cols.headAheadTokens[id];
+      queued.aheadAttention = cols.headAheadAttention[id];
+      queued.prefillTokens = cols.headPrefillTokens[id];
+      queued.attention = cols.headAttention[id];
+    }
     // The input and the breakdown are read here and nowhere else: one of each for every candidate.
     const b = cost(
-      costInput(this.costIn, device, host, disk, creditedShared, load, extra, queued, newBlocks),
+      costInput(
+        this.costIn,
+        device,
+        host,
+        disk,
+        creditedShared,
+        prefill,
+        id < 0 ? 0 : cols.attention[id],
+        blocks,
+        id < 0 ? 0 : cols.decoding[id],
+        id < 0 ? 0 : cols.decodingContext[id],
+        extra,
+        queued,
+        newBlocks,
+      ),
       x.isl,
       input.ns.blockSize,
       weights,
-      rate,
+      priced,
       this.costOut,
     );
     const busy = input.busy;
@@ -629,13 +712,13 @@ export class Scheduler {
       extra.unbooked,
       seen,
       load,
-      busy ? load.activePrefillTokens > busy.maxActivePrefillTokens || load.activeBlocks > busy.maxActiveBlocks : false,
+      busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false,
       b.creditedBlocks,
       b.prefillMs,
       // Only the time model's costs are milliseconds: the penalties join them there.
       weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost,
       extra,
-      queued,
+      head ?? null,
       rate,
       x.pricing,
     );
@@ -724,6 +807,7 @@ export class Scheduler {
       now,
       state: this.policyStates.of(poolKey, spec),
       memo: null as unknown,
+      loads: this.pickLoads(candidates, eligible),
     };
     const idx = spec.pick(eligible, ctx);
     if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
@@ -737,6 +821,44 @@ export class Scheduler {
       if (h) return decision(null, 'held', null, h);
     }
     return decision(eligible[idx], null, ctx.memo);
+  }
+
+  /** The scored candidates' load columns (score()'s, by position) for the eligible ones, by their index. */
+  private pickLoads(candidates: readonly CandidateScore[], eligible: readonly CandidateScore[]): PickLoads {
+    const { pickRequests: requests, pickPrefill: prefill } = this;
+    // The list's name hashes, once per list (its epoch stands for it; none while nothing is in flight).
+    let names: Uint32Array | null = null;
+    if (this.scoredList >= 0) {
+      if (this.scoredList !== this.namesFor) {
+        if (this.listNames.length < 2 * candidates.length) {
+          this.listNames = new Uint32Array(2 * candidates.length);
+          this.pickNames = new Uint32Array(2 * candidates.length);
+        }
+        for (let k = 0; k < candidates.length; k++) {
+          const h = nameHash(candidates[k]);
+          this.listNames[2 * k] = h[0];
+          this.listNames[2 * k + 1] = h[1];
+        }
+        this.namesFor = this.scoredList;
+      }
+      names = this.listNames;
+    }
+    // Eligible is candidates in order, less some: compacted in place (j <= k); the names into their own copy.
+    if (eligible !== candidates) {
+      const from = names;
+      if (from !== null) names = this.pickNames;
+      for (let k = 0, j = 0; k < candidates.length && j < eligible.length; k++) {
+        if (candidates[k] !== eligible[j]) continue;
+        requests[j] = requests[k];
+        prefill[j] = prefill[k];
+        if (from !== null && names !== null) {
+          names[2 * j] = from[2 * k];
+          names[2 * j + 1] = from[2 * k + 1];
+        }
+        j++;
+      }
+    }
+    return { of: eligible, requests, prefill, names };
   }
 
   /** Book a decision: active load plus a speculative insert of its blocks. */

@@ -4,8 +4,8 @@
 // it remembers the session keys it routed, to tell a session's first request from the rest; with
 // recompute_weight_saturated it prices recomputation higher once every instance queues prefill.
 import { type CandidateScore, withCost } from '../scheduler.js';
-import { costWithAffinity } from './pickers.js';
-import { definePolicy } from './types.js';
+import { costWithAffinity, prefillAt } from './pickers.js';
+import { definePolicy, type PickLoads } from './types.js';
 
 /** Session keys routed in this pool, forgotten wholesale past this many (a forgotten one looks new once more). */
 const MAX_SESSIONS = 65_536;
@@ -33,14 +33,16 @@ export const kv = definePolicy({
   createState: (): KvState => ({ sessions: new Set() }),
   // The same pick step (decisions report it as byCostWithAffinity), told whether the request opens a session.
   pick: function byCostWithAffinity(eligible, ctx) {
-    const c = atSaturation(eligible, ctx.recomputeWeightSaturated);
+    // (The scorer's load columns stay valid for the re-priced copies: the same candidates, in order.)
+    const loads = ctx.loads?.of === eligible ? ctx.loads : null;
+    const c = atSaturation(eligible, ctx.recomputeWeightSaturated, loads);
     const key = ctx.sessionKey;
     if (!ctx.loadBoundNewSession || ctx.loadBoundUnique || !key || ctx.state.sessions.has(key))
-      return costWithAffinity(c, ctx, ctx.loadBoundUnique);
+      return costWithAffinity(c, ctx, ctx.loadBoundUnique, false, loads);
     // A session's first request: its later turns follow it, so over the bound an instance with no
     // prefill queued takes it on (it delays nobody); else only the prefix its pick alone holds keeps it.
     ctx.memo = key;
-    return costWithAffinity(c, ctx, true, true);
+    return costWithAffinity(c, ctx, true, true, loads);
   },
   booked(s, e) {
     if (typeof e.memo !== 'string') return;
@@ -58,8 +60,8 @@ export const kv = definePolicy({
  * idle, recomputing there delays nobody: the costs stay as scored. Copies, in the same order (the
  * scheduler's candidates are left as scored; the pick's index is the same).
  */
-function atSaturation(c: readonly CandidateScore[], w: number): readonly CandidateScore[] {
+function atSaturation(c: readonly CandidateScore[], w: number, loads: PickLoads | null): readonly CandidateScore[] {
   if (!(w > 0) || c.length < 2) return c;
-  for (const x of c) if (x.load.activePrefillTokens <= 0) return c;
+  for (let k = 0; k < c.length; k++) if (prefillAt(c, k, loads) <= 0) return c;
   return c.map((x) => withCost(x, x.cost + w * x.prefillMs));
 }

@@ -6,7 +6,7 @@ import { xxh3_64 } from '../../hashing/index.js';
 import { pickByCost } from '../cost.js';
 import { prefixSavingMs } from '../hold.js';
 import type { CandidateScore } from '../scheduler.js';
-import type { Picker, PolicyContext } from './types.js';
+import type { PickLoads, Picker, PolicyContext } from './types.js';
 
 /** Argmin of cost with uniform ties, or a softmax over range-normalised costs above temperature 0. */
 export const byCost: Picker = (c, ctx) => {
@@ -36,7 +36,8 @@ function cheapest(c: readonly CandidateScore[], rand: () => number): number {
 /** Each worker's name hashed once, XXH3-64 of `instance\0rank` as [lo, hi] (forgotten wholesale past 64k workers). */
 const nameHashes = new WorkerMap<Uint32Array>();
 
-function nameHash(c: CandidateScore): Uint32Array {
+/** A worker's name hash as [lo, hi] (what hrw mixes with the key). */
+export function nameHash(c: { instance: string; dpRank: number }): Uint32Array {
   let h = nameHashes.get(c.instance, c.dpRank);
   if (h === undefined) {
     if (nameHashes.size >= 65_536) nameHashes.clear();
@@ -65,10 +66,19 @@ const keyHalves = (key: bigint): Uint32Array => new Uint32Array(BigUint64Array.o
  */
 function hrw(key: Uint32Array, c: CandidateScore): number {
   const n = nameHash(c);
-  const a = fmix32(n[0] ^ key[0] ^ fmix32(n[1] ^ key[1]));
-  const b = fmix32(n[1] ^ key[1] ^ Math.imul(a, 0x9e3779b1));
+  return hrwOf(key, n[0], n[1]);
+}
+
+/** hrw of the name hash [n0, n1]. */
+function hrwOf(key: Uint32Array, n0: number, n1: number): number {
+  const a = fmix32(n0 ^ key[0] ^ fmix32(n1 ^ key[1]));
+  const b = fmix32(n1 ^ key[1] ^ Math.imul(a, 0x9e3779b1));
   return a * 2_097_152 + (b >>> 11);
 }
+
+/** hrw of candidate i: its name hash from the columns when they have it (PickLoads.names). */
+const hrwAt = (key: Uint32Array, c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
+  loads?.names ? hrwOf(key, loads.names[2 * i], loads.names[2 * i + 1]) : hrw(key, c[i]);
 
 /**
  * The cheapest candidate, except that near-equals go by the prefix: among candidates crediting the
@@ -78,25 +88,34 @@ function hrw(key: Uint32Array, c: CandidateScore): number {
  * instance (bounded-load consistent hashing: a loaded preferred instance falls out of the slack, and
  * its overflow lands on the prefix's next choice, not anywhere).
  */
-export const byCostWithAffinity: Picker = (c, ctx) => costWithAffinity(c, ctx, ctx.loadBoundUnique);
+export const byCostWithAffinity: Picker = (c, ctx) =>
+  costWithAffinity(c, ctx, ctx.loadBoundUnique, false, ctx.loads?.of === c ? ctx.loads : null);
+
+/** Candidate i's in-flight requests and queued prefill tokens: from the scorer's columns when given (`loads`, by index of c). */
+const requestsAt = (c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
+  loads !== null ? loads.requests[i] : c[i].load.activeRequests;
+export const prefillAt = (c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
+  loads !== null ? loads.prefill[i] : c[i].load.activePrefillTokens;
 
 /**
  * byCostWithAffinity with the load bound's unique-prefix rule given; `newSession` (kv: a session's first
  * request) moves an over-bound pick to the candidate within the bound whenever that one has no prefill queued.
+ * `loads`: the candidates' load columns by index of `c` (null: read from each candidate's load).
  */
 export function costWithAffinity(
   c: readonly CandidateScore[],
   ctx: PolicyContext,
   unique: boolean,
   newSession = false,
+  loads: PickLoads | null = null,
 ): number {
   let i = byCost(c, ctx);
   let cap = Infinity;
   // Only for a request with something cached on its cheapest candidate: a prefix nobody holds yet
   // is co-location's to place (bounded by its own slack), and moving its siblings would scatter them.
   if (i >= 0 && ctx.loadBound > 0 && c.length > 1 && c[i].creditedBlocks > 0) {
-    cap = loadCap(c, ctx.loadBound);
-    if (c[i].load.activeRequests + 1 > cap) i = withinBound(c, i, cap, unique, newSession);
+    cap = loadCap(c, ctx.loadBound, loads);
+    if (requestsAt(c, i, loads) + 1 > cap) i = withinBound(c, i, cap, unique, newSession, loads);
   }
   if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
   const best = c[i];
@@ -105,21 +124,22 @@ export function costWithAffinity(
   const key = keyHalves(ctx.seq[depth - 1]);
   const limit = best.cost + ctx.prefixAffinity * best.prefillMs;
   let chosen = i;
-  let top = hrw(key, best);
+  let top = hrwAt(key, c, i, loads);
+  const bestIdle = prefillAt(c, i, loads) === 0;
   for (let k = 0; k < c.length; k++) {
     const x = c[k];
     if (
       k === i ||
       x.cost > limit ||
       (!ctx.affinityAny && x.creditedBlocks !== best.creditedBlocks) ||
-      x.load.activeRequests + 1 > cap
+      requestsAt(c, k, loads) + 1 > cap
     )
       continue;
     // While the cheapest has no prefill queued, neither has the pick: at light load a cold prefill
     // waiting for another is the tail, and its siblings find it by its booking wherever it goes.
     // Once every instance queues (saturation), the slack alone decides: meeting is worth more then.
-    if (best.load.activePrefillTokens === 0 && x.load.activePrefillTokens > 0) continue;
-    const w = hrw(key, x);
+    if (bestIdle && prefillAt(c, k, loads) > 0) continue;
+    const w = hrwAt(key, c, k, loads);
     if (w > top) {
       top = w;
       chosen = k;
@@ -134,9 +154,9 @@ export function costWithAffinity(
  * most a candidate may hold after taking it. Not rounded up: at a few requests per instance a
  * ceiling lets three busy instances and an idle one pass as balanced.
  */
-function loadCap(c: readonly CandidateScore[], factor: number): number {
+function loadCap(c: readonly CandidateScore[], factor: number, loads: PickLoads | null): number {
   let total = 1;
-  for (const x of c) total += x.load.activeRequests;
+  for (let k = 0; k < c.length; k++) total += requestsAt(c, k, loads);
   return Math.max(1, (factor * total) / c.length);
 }
 
@@ -164,16 +184,17 @@ function withinBound(
   cap: number,
   unique: boolean,
   newSession: boolean,
+  loads: PickLoads | null,
 ): number {
   let u = -1;
   let next = Infinity;
   for (let k = 0; k < c.length; k++) {
-    if (c[k].load.activeRequests + 1 <= cap && (u < 0 || c[k].cost < c[u].cost)) u = k;
+    if (requestsAt(c, k, loads) + 1 <= cap && (u < 0 || c[k].cost < c[u].cost)) u = k;
     if (k !== i && c[k].prefillMs < next) next = c[k].prefillMs;
   }
   if (u < 0) return i;
-  if (newSession && c[u].load.activePrefillTokens === 0) return u;
-  const elsewhere = unique && c[u].load.activePrefillTokens === 0 ? next : c[u].prefillMs;
+  if (newSession && prefillAt(c, u, loads) === 0) return u;
+  const elsewhere = unique && prefillAt(c, u, loads) === 0 ? next : c[u].prefillMs;
   // The request would also wait for whatever that candidate has queued beyond the pick (the saving
   // counts it): the bound counts requests, and a few long prompts queued there are not less work
   // than many short ones here.

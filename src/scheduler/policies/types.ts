@@ -79,6 +79,21 @@ export interface PolicyContext<S = unknown> {
    * computed once): set by the pick, carried by the Decision.
    */
   memo: unknown;
+  /** The scorer's load columns for `eligible` (absent: a caller without them, e.g. a test). */
+  loads?: PickLoads | null;
+}
+
+/**
+ * The in-flight requests and queued prefill tokens of each candidate of `of` (its `load`'s), by
+ * index: a pick reads arrays instead of each candidate's (shared, cold) Load object. Valid for `of`
+ * and for copies of it in the same order only.
+ */
+export interface PickLoads {
+  readonly of: readonly CandidateScore[];
+  readonly requests: Float64Array;
+  readonly prefill: Float64Array;
+  /** Each one's name hash as [lo, hi] at 2 x its index (pickers.ts nameHash), or null: read by name. */
+  readonly names: Uint32Array | null;
 }
 
 /** Index of the chosen candidate among `eligible`, or -1 for none. */
