@@ -9,7 +9,9 @@ import { getHeapStatistics } from 'node:v8';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
+import { PageReserve } from '../common/chunk-arena.js';
 import { EngineCore, tokenArena } from '../engine-sim/core/engine-core.js';
+import { PAGE_SLOTS } from '../engine-sim/core/kv-cache.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
 import { coreConfig, resolveOptions } from '../engine-sim/options.js';
@@ -421,6 +423,13 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
   const { model: perfModel } = loadPerfModel(s.perfModel);
   // One token arena for the fleet: a chunk is shared by the requests of every engine.
   const tokens = tokenArena(1 << 20);
+  // The engines' cached blocks' token pages, reserved at once (PageReserve).
+  const pages = new PageReserve(
+    (n) => new Uint32Array(n),
+    PAGE_SLOTS * s.blockSize,
+    s.engines * Math.ceil(numGpuBlocks / PAGE_SLOTS),
+  );
+  const tokenPage = (n: number) => pages.take(n);
   return Array.from({ length: s.engines }, (_, i) => {
     const o = resolveOptions({
       blockSize: s.blockSize,
@@ -434,6 +443,7 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
     return new EngineCore(
       coreConfig(o, { perfModel, seed: o.seed, hashFlavor: s.engineHash, outputVocab: vocab }),
       tokens,
+      tokenPage,
     );
   });
 }

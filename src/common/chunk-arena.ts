@@ -54,3 +54,31 @@ export class ChunkArena<A extends TypedArray> {
     if (--chunk.live === 0 && chunk !== this.current) this.free.push(chunk);
   }
 }
+
+/**
+ * Long-lived arrays of one length, cut in order from one buffer allocated up front: it counts toward
+ * V8's external memory once, at the start while the heap is small, not as a 64 MiB step of the
+ * owners' growth each (a major GC of a large heap apiece). A large zero-filled buffer is mapped on
+ * demand, so pages never handed out cost no memory. Pages are never given back; past the
+ * reservation each gets a buffer of its own.
+ */
+export class PageReserve<A extends TypedArray> {
+  private readonly all: A;
+  private next = 0;
+
+  constructor(
+    private readonly make: (length: number) => A,
+    readonly pageLength: number,
+    pages: number,
+  ) {
+    this.all = make(pageLength * pages);
+  }
+
+  /** A zeroed array of `length` elements: a page of the reservation when it is a page's length. */
+  take(length: number): A {
+    const at = this.next * this.pageLength;
+    if (length !== this.pageLength || at + length > this.all.length) return this.make(length);
+    this.next++;
+    return this.all.subarray(at, at + this.pageLength) as A;
+  }
+}
