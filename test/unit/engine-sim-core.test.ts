@@ -360,6 +360,9 @@ describe('token storage', () => {
               }
         };
         let now = 0;
+        const stepAll = () => {
+          for (let k = 0; k < engines.length; k++) take(k, engines[k].step(now)?.events);
+        };
         reqs.forEach((r, i) => {
           engines.forEach((e, k) => {
             // The same shapes on every engine, other token ids: a shared page would mix them.
@@ -369,11 +372,10 @@ describe('token storage', () => {
             );
             e.add(spec(`q${i}`, p, r.out), now);
           });
-          for (let s = 0; s < r.gap; s++) engines.forEach((e, k) => take(k, e.step(now)?.events));
+          for (let s = 0; s < r.gap; s++) stepAll();
           now += 1;
         });
-        for (let s = 0; s < 5000 && engines.some((e) => e.hasWork()); s++)
-          engines.forEach((e, k) => take(k, e.step(now)?.events));
+        for (let s = 0; s < 5000 && engines.some((e) => e.hasWork()); s++) stepAll();
         engines.forEach((e, k) => {
           for (const b of e.snapshot().gpu) expect([...b.tokens]).toEqual(seen[k].get(b.hash));
         });
