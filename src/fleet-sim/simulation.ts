@@ -61,7 +61,9 @@ const GO: HoldTry = { go: true };
 /**
  * Record rows a router's index reserves (TieredIndexerOptions.reserveRecords): one confirmed record
  * per engine block, GPU and host, at the router's block size, + 1/8 for the bookings' speculative
- * records; 0 for routers that read no KV events. A run past it grows the rows as usual.
+ * records (swept every virtual second: 1,024 x 100,000 ended with 5.12 M records for 5.12 M engine
+ * blocks in round six); 0 for routers that read no KV events. Rows never written cost no memory; a
+ * run past the reservation grows the rows as usual.
  */
 export function recordReserve(input: Pick<FleetInput, 'engines' | 'router'>): number {
   if (!input.router.kvEvents) return 0;
