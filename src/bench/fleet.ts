@@ -9,8 +9,8 @@ import { getHeapStatistics } from 'node:v8';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
-import { PageReserve } from '../common/chunk-arena.js';
-import { EngineCore, tokenArena } from '../engine-sim/core/engine-core.js';
+import { ChunkArena, PageReserve } from '../common/chunk-arena.js';
+import { EngineCore } from '../engine-sim/core/engine-core.js';
 import { PAGE_SLOTS } from '../engine-sim/core/kv-cache.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
@@ -417,12 +417,22 @@ export function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: 
   };
 }
 
+/** Tokens per chunk of the fleet's shared token arena. */
+const FLEET_TOKEN_CHUNK = 1 << 20;
+
 /** Engine i as `kvrouter engine-sim --count N --seed S` builds it (src/engine-sim/engine.ts, rank 0). */
 function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number): EngineCore[] {
   const vocab = nullCodec().outputVocab;
   const { model: perfModel } = loadPerfModel(s.perfModel);
-  // One token arena for the fleet: a chunk is shared by the requests of every engine.
-  const tokens = tokenArena(1 << 20);
+  // One token arena for the fleet: a chunk is shared by the requests of every engine. Its chunks
+  // come from a reservation (PageReserve) sized to what the engines' GPU caches hold (a running
+  // request's KV must fit there); past it a chunk gets a buffer of its own.
+  const chunks = new PageReserve(
+    (n) => new Uint32Array(n),
+    FLEET_TOKEN_CHUNK,
+    Math.ceil((s.engines * numGpuBlocks * s.blockSize) / FLEET_TOKEN_CHUNK),
+  );
+  const tokens = new ChunkArena((n) => chunks.take(n), FLEET_TOKEN_CHUNK);
   // The engines' cached blocks' token pages, reserved at once (PageReserve).
   const pages = new PageReserve(
     (n) => new Uint32Array(n),
