@@ -3,7 +3,8 @@
 // a 1,024-engine fleet simulation that allocated a buffer per KV-event payload or per request's
 // tokens spent most of its GC time on those collections. A chunk is reused once every array cut
 // from it was released (and it is no longer the one being filled): the owner must release each
-// array exactly once, after its last read.
+// array exactly once, after its last read. PageReserve (below): long-lived arrays of one length
+// cut from one buffer allocated up front, for the same reason.
 
 type TypedArray = Uint8Array | Uint32Array;
 
