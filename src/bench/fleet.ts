@@ -25,7 +25,7 @@ import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
 import { type Sizing, sizeFleet } from './cluster/sizing.js';
-import { relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
+import { FLEET_SEMI_SPACE_MIB, relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
 import { routerYaml } from './procs/router.js';
@@ -242,7 +242,7 @@ const KNOBS = [
 ];
 const SUMMARY =
   'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).\n' +
-  'Starts itself again in a node with --max-semi-space-size=64 and the old space the engines need, unless\n' +
+  `Starts itself again in a node with --max-semi-space-size=${FLEET_SEMI_SPACE_MIB} and the old space the engines need, unless\n` +
   'node flags or NODE_OPTIONS name them (KVROUTER_FLEET_RELAUNCH=0: never; docs/fleet-sim.md, "Scale").';
 const QUICK_POLICIES = ['kv', 'round-robin'];
 
@@ -542,7 +542,7 @@ function engineHeapBytes(v: ParsedOptions): number | null {
 
 /**
  * engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than
- * Node's default. A larger young generation (--max-semi-space-size=64, a startup flag) cut the
+ * Node's default. A larger young generation (--max-semi-space-size, a startup flag: relaunch.ts) cut the
  * CPU of a 1,024-engine run by a fifth (docs/fleet-sim.md, "Scale").
  */
 function warnHeap(s: FleetSetup, size: Sizing): void {
@@ -550,7 +550,7 @@ function warnHeap(s: FleetSetup, size: Sizing): void {
   const limit = getHeapStatistics().heap_size_limit;
   if (need > 0.6 * limit)
     process.stderr.write(
-      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS="--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024} --max-semi-space-size=64"\n`,
+      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS="--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024} --max-semi-space-size=${FLEET_SEMI_SPACE_MIB}"\n`,
     );
 }
 
