@@ -72,7 +72,15 @@ export class PageReserve<A extends TypedArray> {
     readonly pageLength: number,
     pages: number,
   ) {
-    this.all = make(pageLength * pages);
+    let all: A;
+    try {
+      all = make(pageLength * pages);
+    } catch (e) {
+      // A reservation the runtime refuses (too large): every page gets a buffer of its own.
+      if (!(e instanceof RangeError)) throw e;
+      all = make(0);
+    }
+    this.all = all;
   }
 
   /** A zeroed array of `length` elements: a page of the reservation when it is a page's length. */

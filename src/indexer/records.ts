@@ -137,10 +137,19 @@ export abstract class RecordTable extends HolderTable {
     // fuller than a doubling table gets. Not fuller (0.8 from 2^20 rows: `bench indexer`'s block-64
     // queries 1.2-4x slower), and not below 2^22 rows (every `bench indexer` case keeps its layout).
     this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD, BLOCK_TABLE_FINE);
-    this.rec = new Int32Array(rows * R);
-    this.recTouch = new Float64Array(rows);
+    try {
+      this.rec = new Int32Array(rows * R);
+      this.recTouch = new Float64Array(rows);
+      this.recEng = new Int32Array(rows * 2);
+    } catch (e) {
+      // A reservation the runtime refuses (too large): grow as usual instead.
+      if (!(e instanceof RangeError) || rows === cap) throw e;
+      this.reserved = false;
+      this.rec = new Int32Array(cap * R);
+      this.recTouch = new Float64Array(cap);
+      this.recEng = new Int32Array(cap * 2);
+    }
     this.recClaims = this.recTouch;
-    this.recEng = new Int32Array(rows * 2);
     this.recExp = new Float64Array(this.recEng.buffer);
   }
 

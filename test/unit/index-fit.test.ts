@@ -191,6 +191,17 @@ describe('index tables after a sweep', () => {
     });
   }
 
+  it('a reservation the runtime refuses (too large) falls back to rows that grow', () => {
+    const idx = new BlockIndex(16, undefined, 2 ** 31);
+    const model = new BlockIndex(16);
+    const ps = prompts(mulberry32(9), 0n);
+    for (const i of [idx, model])
+      for (const [k, p] of ps.entries())
+        i.store(i.holder(INSTANCES[k % 5], 0, 'GPU'), BigUint64Array.from(p), null, 0, null);
+    expect(idx.stats()).toEqual(model.stats());
+    expect(answers(idx, ps, 0)).toEqual(answers(model, ps, 0));
+  });
+
   for (const seed of [1, 2, 3]) {
     it(`shrink, and every answer equals an index that never held the expired bookings (seed ${seed})`, () => {
       const rnd = mulberry32(seed);
