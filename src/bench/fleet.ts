@@ -9,7 +9,9 @@ import { getHeapStatistics } from 'node:v8';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
-import { EngineCore, tokenArena } from '../engine-sim/core/engine-core.js';
+import { ChunkArena, PageReserve } from '../common/chunk-arena.js';
+import { EngineCore } from '../engine-sim/core/engine-core.js';
+import { PAGE_SLOTS } from '../engine-sim/core/kv-cache.js';
 import type { HashFlavor } from '../engine-sim/core/engine-hash.js';
 import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
 import { coreConfig, resolveOptions } from '../engine-sim/options.js';
@@ -23,7 +25,7 @@ import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
 import { type Sizing, sizeFleet } from './cluster/sizing.js';
-import { relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
+import { FLEET_SEMI_SPACE_MIB, relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
 import { routerYaml } from './procs/router.js';
@@ -240,7 +242,7 @@ const KNOBS = [
 ];
 const SUMMARY =
   'Routing policies against N simulated engines and R router replicas in virtual time (see docs/benchmarks.md).\n' +
-  'Starts itself again in a node with --max-semi-space-size=64 and the old space the engines need, unless\n' +
+  `Starts itself again in a node with --max-semi-space-size=${FLEET_SEMI_SPACE_MIB} and the old space the engines need, unless\n` +
   'node flags or NODE_OPTIONS name them (KVROUTER_FLEET_RELAUNCH=0: never; docs/fleet-sim.md, "Scale").';
 const QUICK_POLICIES = ['kv', 'round-robin'];
 
@@ -415,12 +417,29 @@ export function routerPlan(p: PolicyVariant, ids: readonly string[], blockSize: 
   };
 }
 
+/** Tokens per chunk of the fleet's shared token arena. */
+const FLEET_TOKEN_CHUNK = 1 << 20;
+
 /** Engine i as `kvrouter engine-sim --count N --seed S` builds it (src/engine-sim/engine.ts, rank 0). */
 function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number): EngineCore[] {
   const vocab = nullCodec().outputVocab;
   const { model: perfModel } = loadPerfModel(s.perfModel);
-  // One token arena for the fleet: a chunk is shared by the requests of every engine.
-  const tokens = tokenArena(1 << 20);
+  // One token arena for the fleet: a chunk is shared by the requests of every engine. Its chunks
+  // come from a reservation (PageReserve) sized to what the engines' GPU caches hold (a running
+  // request's KV must fit there); past it a chunk gets a buffer of its own.
+  const chunks = new PageReserve(
+    (n) => new Uint32Array(n),
+    FLEET_TOKEN_CHUNK,
+    Math.ceil((s.engines * numGpuBlocks * s.blockSize) / FLEET_TOKEN_CHUNK),
+  );
+  const tokens = new ChunkArena((n) => chunks.take(n), FLEET_TOKEN_CHUNK);
+  // The engines' cached blocks' token pages, reserved at once (PageReserve).
+  const pages = new PageReserve(
+    (n) => new Uint32Array(n),
+    PAGE_SLOTS * s.blockSize,
+    s.engines * Math.ceil(numGpuBlocks / PAGE_SLOTS),
+  );
+  const tokenPage = (n: number) => pages.take(n);
   return Array.from({ length: s.engines }, (_, i) => {
     const o = resolveOptions({
       blockSize: s.blockSize,
@@ -434,6 +453,7 @@ function engineCores(s: FleetSetup, numGpuBlocks: number, numCpuBlocks: number):
     return new EngineCore(
       coreConfig(o, { perfModel, seed: o.seed, hashFlavor: s.engineHash, outputVocab: vocab }),
       tokens,
+      tokenPage,
     );
   });
 }
@@ -522,7 +542,7 @@ function engineHeapBytes(v: ParsedOptions): number | null {
 
 /**
  * engine-sim's cache keeps a few objects per cached block: a large fleet needs a larger heap than
- * Node's default. A larger young generation (--max-semi-space-size=64, a startup flag) cut the
+ * Node's default. A larger young generation (--max-semi-space-size, a startup flag: relaunch.ts) cut the
  * CPU of a 1,024-engine run by a fifth (docs/fleet-sim.md, "Scale").
  */
 function warnHeap(s: FleetSetup, size: Sizing): void {
@@ -530,7 +550,7 @@ function warnHeap(s: FleetSetup, size: Sizing): void {
   const limit = getHeapStatistics().heap_size_limit;
   if (need > 0.6 * limit)
     process.stderr.write(
-      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS="--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024} --max-semi-space-size=64"\n`,
+      `warning: the engines' caches alone need about ${(need / 2 ** 30).toFixed(1)} GiB of heap, the limit is ${(limit / 2 ** 30).toFixed(1)} GiB: run with NODE_OPTIONS="--max-old-space-size=${Math.ceil((2.5 * need) / 2 ** 20 / 1024) * 1024} --max-semi-space-size=${FLEET_SEMI_SPACE_MIB}"\n`,
     );
 }
 

@@ -3,7 +3,8 @@
 // a 1,024-engine fleet simulation that allocated a buffer per KV-event payload or per request's
 // tokens spent most of its GC time on those collections. A chunk is reused once every array cut
 // from it was released (and it is no longer the one being filled): the owner must release each
-// array exactly once, after its last read.
+// array exactly once, after its last read. PageReserve (below): long-lived arrays of one length
+// cut from one buffer allocated up front, for the same reason.
 
 type TypedArray = Uint8Array | Uint32Array;
 
@@ -52,5 +53,41 @@ export class ChunkArena<A extends TypedArray> {
   release(chunk: ArenaChunk<A> | null): void {
     if (chunk === null) return;
     if (--chunk.live === 0 && chunk !== this.current) this.free.push(chunk);
+  }
+}
+
+/**
+ * Long-lived arrays of one length, cut in order from one buffer allocated up front: it counts toward
+ * V8's external memory once, at the start while the heap is small, not as a 64 MiB step of the
+ * owners' growth each (a major GC of a large heap apiece). A large zero-filled buffer is mapped on
+ * demand, so pages never handed out cost no memory. Pages are never given back; past the
+ * reservation each gets a buffer of its own.
+ */
+export class PageReserve<A extends TypedArray> {
+  private readonly all: A;
+  private next = 0;
+
+  constructor(
+    private readonly make: (length: number) => A,
+    readonly pageLength: number,
+    pages: number,
+  ) {
+    let all: A;
+    try {
+      all = make(pageLength * pages);
+    } catch (e) {
+      // A reservation the runtime refuses (too large): every page gets a buffer of its own.
+      if (!(e instanceof RangeError)) throw e;
+      all = make(0);
+    }
+    this.all = all;
+  }
+
+  /** A zeroed array of `length` elements: a page of the reservation when it is a page's length. */
+  take(length: number): A {
+    const at = this.next * this.pageLength;
+    if (length !== this.pageLength || at + length > this.all.length) return this.make(length);
+    this.next++;
+    return this.all.subarray(at, at + this.pageLength) as A;
   }
 }

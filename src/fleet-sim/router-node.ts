@@ -48,12 +48,15 @@ export class RouterNode {
     private readonly now: () => number,
     /** Publish one encoded sync message to the other replicas (null: no replica sync). */
     publish: ((bytes: Uint8Array) => void) | null,
+    /** Record rows the index reserves (simulation.ts recordReserve). */
+    reserveRecords = 0,
   ) {
     const cfg = plan.cfg;
     this.indexer = new TieredIndexer({
       defaultSeed: BigInt(cfg.hashing.seed),
       modelSeeds: modelSeeds(cfg),
       kvCacheGroups: cfg.kv_events.kv_cache_groups,
+      reserveRecords,
     });
     this.writer = new KvIndexWriter(this.indexer);
     this.scheduler = new Scheduler(this.indexer, mulberry32(cfg.routing.seed ?? seed));

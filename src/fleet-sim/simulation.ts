@@ -58,6 +58,21 @@ const EXPIRE: SimEvent = { kind: 'expire' };
 const reqId = (i: number) => `q${i}`;
 const GO: HoldTry = { go: true };
 
+/**
+ * Record rows a router's index reserves (TieredIndexerOptions.reserveRecords): one confirmed record
+ * per engine block, GPU and host, at the router's block size, + 1/8 for the bookings' speculative
+ * records (swept every virtual second: 1,024 x 100,000 ended with 5.12 M records for 5.12 M engine
+ * blocks in round six); 0 for routers that read no KV events. Rows never written cost no memory; a
+ * run past the reservation grows the rows as usual.
+ */
+export function recordReserve(input: Pick<FleetInput, 'engines' | 'router'>): number {
+  if (!input.router.kvEvents) return 0;
+  const routerBlock = input.router.cfg.models[0].block_size;
+  let tokens = 0;
+  for (const e of input.engines) tokens += (e.cfg.numGpuBlocks + e.cfg.numCpuBlocks) * e.cfg.blockSize;
+  return Math.ceil((tokens / routerBlock) * 1.125);
+}
+
 export function simulateFleet(input: FleetInput): FleetOutput {
   return new Simulation(input).run();
 }
@@ -120,10 +135,11 @@ class Simulation {
     const R = input.routers;
     const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
     const now = () => this.q.now;
+    const reserve = recordReserve(input);
     for (let r = 0; r < R; r++) {
       const publish =
         sync === null ? null : (bytes: Uint8Array) => this.q.push(this.q.now + sync, { kind: 'sync', from: r, bytes });
-      this.routers.push(new RouterNode(r, `r${r}`, input.router, input.ids, input.seed + r, now, publish));
+      this.routers.push(new RouterNode(r, `r${r}`, input.router, input.ids, input.seed + r, now, publish, reserve));
     }
     const wire = {
       blockSize: input.blockSize,

@@ -22,6 +22,7 @@
 // (record rows, free list, runs, engine map, LRU) -> writes.ts -> walk.ts (the query) -> this file
 // (dump and stats). See README.md (module map and the invariants each file owns).
 import { join, NONE } from './layout.js';
+import { RECORD_ROW_BYTES } from './records.js';
 import { IndexWalk } from './walk.js';
 
 export type { HolderInfo } from './holders.js';
@@ -51,8 +52,8 @@ export interface IndexStats {
 }
 
 export class BlockIndex extends IndexWalk {
-  constructor(initialBlocks = 1024, onHoldersPurged?: () => void) {
-    super(initialBlocks, onHoldersPurged);
+  constructor(initialBlocks = 1024, onHoldersPurged?: () => void, reserveRecords = 0) {
+    super(initialBlocks, onHoldersPurged, reserveRecords);
   }
 
   // ---------------------------------------------------------------- dump and stats
@@ -80,9 +81,7 @@ export class BlockIndex extends IndexWalk {
   stats(): IndexStats {
     const bytes =
       this.table.byteLength +
-      this.rec.byteLength +
-      this.recTouch.byteLength + // recClaims shares it
-      this.recEng.byteLength + // recExp shares it
+      this.recordRows() * RECORD_ROW_BYTES + // rec, recTouch (recClaims shares it), recEng (recExp shares it)
       this.runLen.byteLength +
       this.runRefs.byteLength +
       this.runKey.byteLength +

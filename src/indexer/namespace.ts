@@ -59,10 +59,12 @@ export class Namespace {
     seed: bigint = DEFAULT_HASH_SEED,
     /** Called when holders are purged (their ids may be reused). */
     onHoldersPurged?: () => void,
+    /** Record rows reserved up front (TieredIndexerOptions.reserveRecords). */
+    reserveRecords = 0,
   ) {
     this.key = namespaceKey(id);
     this.space = hashSpace({ seed, loraName: id.loraName, salt: id.salt });
-    this.index = new BlockIndex(1024, onHoldersPurged);
+    this.index = new BlockIndex(1024, onHoldersPurged, reserveRecords);
   }
 
   /** The groups, created on the first secondary-group event. */

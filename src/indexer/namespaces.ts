@@ -16,6 +16,12 @@ export interface TieredIndexerOptions {
    * behaviour, which over-claims on hybrid engines).
    */
   kvCacheGroups?: KvCacheGroupsMode;
+  /**
+   * Record rows each namespace's index allocates at once: the (block, holder) pairs it is expected to
+   * hold at most (bench fleet: its engines' blocks). Rows never written cost no memory; they spare
+   * the growth copies and the mark-compacts their allocation starts (records.ts). Default 0: grow.
+   */
+  reserveRecords?: number;
 }
 
 export type KvCacheGroupsMode = 'all' | 'full_attention';
@@ -26,6 +32,7 @@ export class TieredIndexer {
   private readonly modelSeeds: ReadonlyMap<string, bigint>;
   private readonly owners = new Map<string, string | null>();
   private gen = 0;
+  private readonly reserveRecords: number;
   /** Whether secondary KV-cache groups are kept (TieredIndexerOptions.kvCacheGroups). */
   readonly groupAware: boolean;
 
@@ -38,6 +45,7 @@ export class TieredIndexer {
     this.defaultSeed = opts.defaultSeed;
     this.modelSeeds = opts.modelSeeds ?? new Map();
     this.groupAware = (opts.kvCacheGroups ?? 'all') === 'all';
+    this.reserveRecords = opts.reserveRecords ?? 0;
   }
 
   /** The namespace for an identity, created on first use. */
@@ -46,7 +54,12 @@ export class TieredIndexer {
     const key = namespaceKey(nid);
     let ns = this.spaces.get(key);
     if (!ns) {
-      ns = new Namespace(nid, this.modelSeeds.get(nid.model) ?? this.defaultSeed, () => this.gen++);
+      ns = new Namespace(
+        nid,
+        this.modelSeeds.get(nid.model) ?? this.defaultSeed,
+        () => this.gen++,
+        this.reserveRecords,
+      );
       for (const [backend, owner] of this.owners) ns.index.bindBackend(backend, owner);
       this.spaces.set(key, ns);
     }

@@ -52,6 +52,9 @@ export function nextRecordCapacity(rows: number): number {
 /** Record rows are compacted at a sweep under this fill (to nextRecordCapacity(live): >= 1/8 room). */
 const RECORD_FIT_FILL = 0.5;
 
+/** Bytes of one record row: rec (R int32s), recTouch (8) and recEng (8). */
+export const RECORD_ROW_BYTES = R * 4 + 8 + 8;
+
 /** The row layouts, for the check that every module's copy agrees (not for hot code). */
 export const RECORD_LAYOUT = {
   R,
@@ -102,23 +105,51 @@ export abstract class RecordTable extends HolderTable {
   protected hot = new HotBlocks();
   /** Holder bitsets of crowded blocks (the store's membership test; kept by newRecord/freeRecord). */
   protected crowd = new HolderSets();
+  /**
+   * Whether the record rows were reserved up front (`reserveRecords`) and not compacted since: rows
+   * are taken in order from 0 (recTop) before any is reused, so rows past the high-water mark were
+   * never written, and the OS commits none of their pages (a large zero-filled ArrayBuffer is mapped
+   * on demand). recordRows() counts what a growing table would hold there, not the reservation.
+   */
+  private reserved: boolean;
+  private readonly initialRows: number;
 
   constructor(
     initialBlocks: number,
     protected readonly onHoldersPurged?: () => void,
+    /**
+     * Record rows to allocate at once (0: grow from initialBlocks): the records the namespace is
+     * expected to hold at most (a fleet: its engines' blocks). A table growing by 1/8 allocates
+     * ~9x its final size over its life, each step a whole new array, and V8 starts a full mark-compact
+     * at every 64 MiB of ArrayBuffers allocated: growing to millions of records started most of a
+     * 1,024-engine fleet run's mark-compacts.
+     */
+    reserveRecords = 0,
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
+    this.initialRows = cap;
+    this.reserved = reserveRecords > cap;
+    const rows = Math.max(cap, reserveRecords);
     // Filled to 0.7 before it doubles (not 0.5): a probe finds a present key in ~2 rows. Past 2^22
     // rows (the fleet's routers hold millions of blocks) a table that doubles is 35-70 % full, up to
     // ~40 bytes per block of empty rows; there it grows in steps of 1.14-1.25x (56-70 % full), never
     // fuller than a doubling table gets. Not fuller (0.8 from 2^20 rows: `bench indexer`'s block-64
     // queries 1.2-4x slower), and not below 2^22 rows (every `bench indexer` case keeps its layout).
     this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD, BLOCK_TABLE_FINE);
-    this.rec = new Int32Array(cap * R);
-    this.recTouch = new Float64Array(cap);
+    try {
+      this.rec = new Int32Array(rows * R);
+      this.recTouch = new Float64Array(rows);
+      this.recEng = new Int32Array(rows * 2);
+    } catch (e) {
+      // A reservation the runtime refuses (too large): grow as usual instead.
+      if (!(e instanceof RangeError) || rows === cap) throw e;
+      this.reserved = false;
+      this.rec = new Int32Array(cap * R);
+      this.recTouch = new Float64Array(cap);
+      this.recEng = new Int32Array(cap * 2);
+    }
     this.recClaims = this.recTouch;
-    this.recEng = new Int32Array(cap * 2);
     this.recExp = new Float64Array(this.recEng.buffer);
   }
 
@@ -551,6 +582,19 @@ export abstract class RecordTable extends HolderTable {
   // ---------------------------------------------------------------- table sizes (the sweep)
 
   /**
+   * Record rows the index counts as its memory: the capacity, or for reserved rows the capacity a
+   * table growing from initialBlocks would have reached at the high-water mark (the same figure; never
+   * less than the rows written, which are all the OS has committed).
+   */
+  protected recordRows(): number {
+    const cap = this.recTouch.length;
+    if (!this.reserved) return cap;
+    let rows = this.initialRows;
+    while (rows < this.recTop) rows = nextRecordCapacity(rows);
+    return Math.min(cap, rows);
+  }
+
+  /**
    * Give back the room a sweep emptied: the seq-hash table, the record rows and the engine maps keep
    * the size their peak gave them (the expired bookings of a busy minute) until this. Each shrinks only
    * well below its capacity and keeps room for a growth step (hysteresis), so a sweep every second does
@@ -559,7 +603,7 @@ export abstract class RecordTable extends HolderTable {
   protected fitTables(): boolean {
     let shrank = this.table.shrink();
     for (const g of this.groups) if (g.engineMap?.shrink()) shrank = true;
-    const cap = this.recTouch.length;
+    const cap = this.recordRows();
     if (cap > 16 && this.liveRecords < cap * RECORD_FIT_FILL) {
       this.compactRecords();
       shrank = true;
@@ -593,6 +637,8 @@ export abstract class RecordTable extends HolderTable {
     }
     if (n !== live) throw new Error(`record compaction found ${n} live records, not ${live}`);
     const cap = Math.max(16, nextRecordCapacity(live));
+    // Written rows past `live` would stay committed in a reserved table: a compacted one is a copy.
+    this.reserved = false;
     rec = this.rec = rec.slice(0, cap * R);
     this.recTouch = this.recTouch.slice(0, cap);
     this.recClaims = this.recTouch;

@@ -111,7 +111,7 @@ describe('kvrouter bench fleet --quick', () => {
     };
     expect(full.wall.policies).toHaveLength(4);
     // Started without V8 flags, the bench relaunched itself with the young generation it runs fastest with.
-    expect(full.wall.v8Flags).toEqual(['--max-semi-space-size=64']);
+    expect(full.wall.v8Flags).toEqual(['--max-semi-space-size=256']);
     expect(full.wall.policies[0].decisionUs.all.n).toBe(s.results[0].requests.sent);
     for (const r of s.results) {
       expect(r.requests.sent).toBeGreaterThan(0);

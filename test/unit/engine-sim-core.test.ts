@@ -2,7 +2,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { seqHashes, hashSpace } from '../../src/hashing/index.js';
 import { rangeVocab } from '../../src/engine-sim/core/config.js';
-import { ChunkArena } from '../../src/common/chunk-arena.js';
+import { ChunkArena, PageReserve } from '../../src/common/chunk-arena.js';
+import { PAGE_SLOTS } from '../../src/engine-sim/core/kv-cache.js';
 import { EngineCore, type StepOutput } from '../../src/engine-sim/core/engine-core.js';
 import { sglangHasher, vllmHasher, vllmNoneHash, murmurHasher } from '../../src/engine-sim/core/engine-hash.js';
 import type { CoreKvEvent } from '../../src/engine-sim/core/kv-events.js';
@@ -324,6 +325,64 @@ describe('token storage', () => {
         for (const b of [...snap.gpu, ...snap.cpu]) expect([...b.tokens]).toEqual(seen.get(b.hash));
       }),
       { numRuns: 150, seed: 7 },
+    );
+  });
+
+  it("engines whose token pages come from one PageReserve keep their blocks' tokens apart", () => {
+    fc.assert(
+      fc.property(workloads, (reqs) => {
+        // Two pages reserved for three engines: two get adjacent pages of one buffer, the third its own.
+        let made = 0;
+        const reserve = new PageReserve(
+          (n) => {
+            made++;
+            return new Uint32Array(n);
+          },
+          PAGE_SLOTS * 4,
+          2,
+        );
+        const engines = [0, 1, 2].map(
+          () =>
+            new EngineCore(
+              { blockSize: 4, numGpuBlocks: 12, maxNumBatchedTokens: 32, maxNumSeqs: 4, outputVocab: VOCAB },
+              undefined,
+              (n) => reserve.take(n),
+            ),
+        );
+        const seen = engines.map(() => new Map<bigint, number[]>());
+        const take = (k: number, evs: readonly CoreKvEvent[] = []) => {
+          for (const ev of evs)
+            if (ev.type === 'stored')
+              for (const b of ev.blocks) {
+                const t = [...b.tokens];
+                expect(seen[k].get(b.hash) ?? t).toEqual(t);
+                seen[k].set(b.hash, t);
+              }
+        };
+        let now = 0;
+        const stepAll = () => {
+          for (let k = 0; k < engines.length; k++) take(k, engines[k].step(now)?.events);
+        };
+        reqs.forEach((r, i) => {
+          engines.forEach((e, k) => {
+            // The same shapes on every engine, other token ids: a shared page would mix them.
+            const p = Uint32Array.from(
+              { length: r.len },
+              (_, j) => k * 1_000_000 + (j < 8 ? r.prefix * 1000 + j : i * 1000 + j),
+            );
+            e.add(spec(`q${i}`, p, r.out), now);
+          });
+          for (let s = 0; s < r.gap; s++) stepAll();
+          now += 1;
+        });
+        for (let s = 0; s < 5000 && engines.some((e) => e.hasWork()); s++) stepAll();
+        engines.forEach((e, k) => {
+          for (const b of e.snapshot().gpu) expect([...b.tokens]).toEqual(seen[k].get(b.hash));
+        });
+        // The reservation, and one page of the engine past it.
+        expect(made).toBeLessThanOrEqual(2);
+      }),
+      { numRuns: 60, seed: 11 },
     );
   });
 

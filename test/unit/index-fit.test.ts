@@ -131,6 +131,77 @@ describe('index tables after a sweep', () => {
     expect(x.runTail[x.rec[last * 8 + 6]]).toBe(last);
   });
 
+  for (const seed of [1, 2]) {
+    it(`reserved record rows: the same answers and bytes as rows that grow, no growth copy (seed ${seed})`, () => {
+      const rnd = mulberry32(seed);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)];
+      const ps = prompts(rnd, 0n);
+      const busy = prompts(rnd, 1n);
+      const RESERVE = 6000;
+      const grown = new BlockIndex(16);
+      const reserved = new BlockIndex(16, undefined, RESERVE);
+      type Rows = { rec: Int32Array; recTouch: Float64Array; recEng: Int32Array; recTop: number };
+      const rows = reserved as unknown as Rows;
+      const arrays = [rows.rec, rows.recTouch, rows.recEng];
+      expect(rows.recTouch.length).toBe(RESERVE);
+      const both = (f: (i: BlockIndex) => void) => {
+        f(grown);
+        f(reserved);
+      };
+      const writes = (steps: number) => {
+        for (let s = 0; s < steps; s++) {
+          const p = pick(ps);
+          const inst = pick(INSTANCES);
+          const from = rnd() < 0.5 ? 0 : Math.floor(rnd() * p.length);
+          const slice = p.slice(from, Math.min(p.length, from + 1 + Math.floor(rnd() * 16)));
+          const seq = BigUint64Array.from(slice);
+          const eng = BigUint64Array.from(slice.map((x) => x ^ ENGINE_XOR));
+          const op = rnd();
+          const m = rnd() < 0.8 ? 'GPU' : 'CPU';
+          if (op < 0.4) both((i) => i.store(i.holder(inst, 0, m), seq, eng, 0, from > 0 ? p[from - 1] : null));
+          else if (op < 0.5) both((i) => i.remove(i.holder(inst, 0, m), eng));
+          else if (op < 0.6) both((i) => i.store(i.speculativeHolder(inst, 0, 60), seq, null, LONG));
+          else {
+            const b = BigUint64Array.from(pick(busy));
+            both((i) => i.store(i.speculativeHolder(inst, 0, 50), b, null, SHORT));
+          }
+        }
+      };
+      // Below the reservation: the reported bytes are the growing table's, and no row array was replaced.
+      writes(200);
+      expect(rows.recTop).toBeGreaterThan(1000);
+      expect(rows.recTop).toBeLessThanOrEqual(RESERVE);
+      expect(reserved.stats()).toEqual(grown.stats());
+      expect(answers(reserved, ps, 0)).toEqual(answers(grown, ps, 0));
+      expect([rows.rec, rows.recTouch, rows.recEng]).toEqual(arrays);
+      expect([rows.rec, rows.recTouch, rows.recEng].every((a, k) => a === arrays[k])).toBe(true);
+      // Past it: the rows grow as usual; never more bytes than the growing table's.
+      writes(400);
+      expect(rows.recTop).toBeGreaterThan(RESERVE);
+      expect(reserved.stats().bytes).toBeLessThanOrEqual(grown.stats().bytes);
+      expect(answers(reserved, ps, 0)).toEqual(answers(grown, ps, 0));
+      // A sweep frees the short bookings: both compact, to the same rows.
+      const peak = grown.stats().bytes;
+      both((i) => i.expire(SHORT));
+      expect(grown.stats().bytes).toBeLessThan(peak);
+      expect(reserved.stats()).toEqual(grown.stats());
+      expect(answers(reserved, ps, SHORT)).toEqual(answers(grown, ps, SHORT));
+      writes(300);
+      expect(answers(reserved, ps, SHORT)).toEqual(answers(grown, ps, SHORT));
+    });
+  }
+
+  it('a reservation the runtime refuses (too large) falls back to rows that grow', () => {
+    const idx = new BlockIndex(16, undefined, 2 ** 31);
+    const model = new BlockIndex(16);
+    const ps = prompts(mulberry32(9), 0n);
+    for (const i of [idx, model])
+      for (const [k, p] of ps.entries())
+        i.store(i.holder(INSTANCES[k % 5], 0, 'GPU'), BigUint64Array.from(p), null, 0, null);
+    expect(idx.stats()).toEqual(model.stats());
+    expect(answers(idx, ps, 0)).toEqual(answers(model, ps, 0));
+  });
+
   for (const seed of [1, 2, 3]) {
     it(`shrink, and every answer equals an index that never held the expired bookings (seed ${seed})`, () => {
       const rnd = mulberry32(seed);

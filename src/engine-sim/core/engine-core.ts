@@ -88,6 +88,8 @@ export class EngineCore {
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
     /** Where requests' tokens live (default: an arena of its own). */
     tokens: ChunkArena<Uint32Array> = tokenArena(),
+    /** Where the KV cache's token pages come from (default: a buffer each; KvCache). */
+    tokenPage?: (length: number) => Uint32Array,
   ) {
     this.tokens = tokens;
     this.cfg = { ...CORE_DEFAULTS, ...cfg };
@@ -99,7 +101,7 @@ export class EngineCore {
       decodeSpeedup: this.cfg.decodeSpeedup,
       cpuLoadFraction: this.cfg.cpuLoadFraction,
     };
-    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks, this.cfg.blockSize);
+    this.cache = new KvCache(this.cfg.numGpuBlocks, this.cfg.numCpuBlocks, this.cfg.blockSize, tokenPage);
     this.chainCtx = {
       hasher: makeHasher(this.cfg.hashFlavor, this.cfg.pythonHashSeed),
       blockSize: this.cfg.blockSize,

@@ -17,7 +17,7 @@ import { HostTier } from './host-tier.js';
 import type { CoreKvEvent } from './kv-events.js';
 
 /** Token slots per page (a page is allocated when the pool first reaches it). */
-const PAGE_SLOTS = 256;
+export const PAGE_SLOTS = 256;
 
 const NO_EVENTS: readonly CoreKvEvent[] = [];
 
@@ -39,6 +39,8 @@ export class KvCache {
     readonly capacity: number,
     hostCapacity: number,
     readonly blockSize: number,
+    /** A zeroed token page of `length` tokens (a fleet cuts its engines' from one PageReserve). */
+    private readonly newPage: (length: number) => Uint32Array = (n) => new Uint32Array(n),
   ) {
     this.host = hostCapacity > 0 ? new HostTier(hostCapacity) : null;
   }
@@ -173,7 +175,7 @@ export class KvCache {
   /** Copy a content's tokens to a block's slot, where it reads them from now on (the page allocated on first use). */
   private moveToSlot(content: ChainContent, slot: number): void {
     const page = Math.floor(slot / PAGE_SLOTS);
-    while (this.pages.length <= page) this.pages.push(new Uint32Array(PAGE_SLOTS * this.blockSize));
+    while (this.pages.length <= page) this.pages.push(this.newPage(PAGE_SLOTS * this.blockSize));
     content.moveTo(this.pages[page], (slot % PAGE_SLOTS) * this.blockSize);
   }
 
