@@ -42,6 +42,17 @@ export function predictionOf(d: Decision): Prediction | null {
     : null;
 }
 
+/**
+ * The prediction the closed loop will judge when the request ends, or null when it judges none: only
+ * decisions that used the index are judged (a cache-blind policy, round-robin, session, ..., routes
+ * the same whatever the index says, and on a router without KV events its empty view would raise
+ * alarms nobody can act on). A caller keeping a request open keeps this, not the decision and its
+ * candidates' scores (1,024 of them at fleet scale).
+ */
+export function judgedPrediction(d: Decision): Prediction | null {
+  return predictsHits(d.policy) ? predictionOf(d) : null;
+}
+
 /** What the router predicts the engine will report as cached: whole blocks, never the last token. */
 export function predictedCachedTokens(p: Prediction): number {
   const reusable = Math.floor(Math.max(0, p.isl - 1) / p.blockSize) * p.blockSize;
@@ -78,14 +89,9 @@ export class FeedbackLoop {
     else for (const a of this.current.alarms()) this.sinks.distrusted.add(a.instance);
   }
 
-  /**
-   * The forward observer's `reported` hook. Only decisions that used the index are judged: a
-   * cache-blind policy (round-robin, session, ...) routes the same whatever the index says, and on
-   * a router without KV events its empty view would raise alarms nobody can act on.
-   */
+  /** The forward observer's `reported` hook (judgedPrediction: which decisions are judged). */
   reported(d: Decision, usage: EngineUsage | null): void {
-    if (!predictsHits(d.policy)) return;
-    const p = predictionOf(d);
+    const p = judgedPrediction(d);
     if (p) this.check(p, usage);
   }
 

@@ -12,7 +12,7 @@ import { EngineLoadView } from '../engine-load/load-view.js';
 import { StreamIngest } from '../events/listener-ingest.js';
 import { NOOP_METRICS } from '../events/metrics.js';
 import { Registry } from '../events/registry.js';
-import { FeedbackLoop } from '../feedback/loop.js';
+import { FeedbackLoop, type Prediction } from '../feedback/loop.js';
 import type { EngineUsage } from '../feedback/usage-tail.js';
 import type { NamespaceId } from '../indexer/namespace.js';
 import { TieredIndexer } from '../indexer/namespaces.js';
@@ -151,10 +151,11 @@ export class RouterNode {
   }
 
   /** The response ended with the engine's usage: closed-loop check, then the booking is freed. */
-  finished(bookingId: string, d: Decision, usage: EngineUsage | null): void {
+  finished(bookingId: string, prediction: Prediction | null, usage: EngineUsage | null): void {
     if (usage !== null && usage.cachedTokens !== null)
       this.scheduler.reportUncached(bookingId, usage.promptTokens - usage.cachedTokens);
-    this.feedback.reported(d, usage);
+    // (The proxy's `reported` hook: judgedPrediction at booking, this at the end.)
+    if (prediction) this.feedback.check(prediction, usage);
     this.scheduler.free(bookingId);
   }
 

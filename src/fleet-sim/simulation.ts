@@ -14,7 +14,7 @@ import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
 import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
-import type { Decision } from '../scheduler/scheduler.js';
+import { judgedPrediction, type Prediction } from '../feedback/loop.js';
 import { EngineNode } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
 import { type PayloadChunk, payloadArena } from './payload-arena.js';
@@ -45,7 +45,11 @@ interface InFlight {
   epoch: number;
   deadline: number;
   queued: boolean;
-  decision: Decision | null;
+  /**
+   * Booked: what its end reads of the decision (the closed loop's prediction, the predicted TTFT).
+   * Not the decision: its 1,024 candidates' scores, kept per request in flight, were most of the heap.
+   */
+  booked: { prediction: Prediction | null; predictedTtftMs: number } | null;
   bookingId: string | null;
   engine: number;
   engineId: string | null;
@@ -266,7 +270,7 @@ class Simulation {
       epoch: 0,
       deadline: now + this.input.router.cfg.routing.busy.queue_timeout_ms,
       queued: false,
-      decision: null,
+      booked: null,
       bookingId: null,
       engine: -1,
       engineId: null,
@@ -303,7 +307,7 @@ class Simulation {
     this.input.onDecision?.(f.i, d, this.q.now);
     if (!d.chosen) return waitOn(d);
     const k = this.engineIndex.get(d.chosen.instance)!;
-    f.decision = d;
+    f.booked = { prediction: judgedPrediction(d), predictedTtftMs: d.chosen.ttftMs };
     f.bookingId = `${router.id}-${reqId(f.i)}`;
     f.engine = k;
     f.engineId = d.chosen.instance;
@@ -394,7 +398,7 @@ class Simulation {
     }
     if (!t.finishReason) return;
     this.inflight.delete(t.requestId);
-    router.finished(f.bookingId!, f.decision!, { promptTokens: f.promptLen, cachedTokens: t.cachedTokens });
+    router.finished(f.bookingId!, f.booked!.prediction, { promptTokens: f.promptLen, cachedTokens: t.cachedTokens });
     this.pump(f.router, f.engineId);
     this.finish({
       index: f.i,
@@ -404,7 +408,7 @@ class Simulation {
       e2eMs: now - f.receivedAt,
       status: 200,
       instance: f.engineId,
-      predictedTtftMs: f.decision!.chosen!.ttftMs,
+      predictedTtftMs: f.booked!.predictedTtftMs,
       promptTokens: f.promptLen,
       cachedTokens: t.cachedTokens,
       completionTokens: t.index + 1,
@@ -451,7 +455,7 @@ class Simulation {
     if (this.done === this.n) return;
     this.pastDeadline = true;
     for (const f of [...this.inflight.values()].sort((a, b) => a.i - b.i)) {
-      if (f.decision) {
+      if (f.booked) {
         this.engines[f.engine].core.abort(reqId(f.i));
         this.routers[f.router].abandoned(f.bookingId!);
       }

@@ -8,7 +8,7 @@
 import type { Context, Hono } from 'hono';
 import { readOpenAIJson, readOptionalOpenAIJson } from '../api/body.js';
 import { type EngineUsage, parseUsage } from '../feedback/usage-tail.js';
-import { type FeedbackLoop, type Prediction, predictionOf } from '../feedback/loop.js';
+import { type FeedbackLoop, judgedPrediction, type Prediction } from '../feedback/loop.js';
 import { errorResponse } from '../api/errors.js';
 import { json } from '../api/indexer-routes.js';
 import { OpenAIError, refuseRouterOwned } from '../api/openai.js';
@@ -29,7 +29,6 @@ import {
   prefillLegRoute,
   splitLegs,
 } from '../proxy/disagg.js';
-import { predictsHits } from '../scheduler/policies/registry.js';
 import { SharedRoutes } from '../api/shared-routes.js';
 
 interface PrefillAnswer {
@@ -387,7 +386,7 @@ class DecisionRoutes {
       prefillTokens: remote ? 0 : undefined,
     });
     if (remote) scheduler.book(remote, fields.ns, { requestId: prefillKey(rid), now: now(), speculativeTtlMs: ttl });
-    const pred = this.deps.cfg.verification.enabled && predictsHits(d.policy) ? predictionOf(d) : null;
+    const pred = this.deps.cfg.verification.enabled ? judgedPrediction(d) : null;
     if (pred) this.booked.set(rid, pred);
   }
 
