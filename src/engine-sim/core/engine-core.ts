@@ -141,7 +141,7 @@ export class EngineCore {
     const held: GpuBlock[] = [];
     let added = 0;
     for (let i = 0; i < full; i++) {
-      const hit = this.cache.lookup([chain[i].hash], 1)[0];
+      const hit = this.cache.lookup([chain[i]], 1)[0];
       if (hit?.tier === 'GPU') {
         this.cache.acquire(hit.block); // held while importing: the blocks after it must not evict it
         held.push(hit.block);

@@ -126,10 +126,7 @@ export class Scheduler {
     // vLLM always recomputes at least the last token, so a full hit stops one block short.
     const maxHit = this.cfg.enablePrefixCaching ? Math.floor((req.length - 1) / bs) : 0;
     const chain = extendChain(this.chainCtx, req, maxHit);
-    const hits = this.cache.lookup(
-      chain.slice(0, maxHit).map((c) => c.hash),
-      maxHit,
-    );
+    const hits = this.cache.lookup(chain, maxHit);
     // A hybrid model reuses the largest prefix every group accepts (vLLM's coordinator).
     if (this.groups) hits.length = this.groups.clampHit(chain, hits.length);
     const hitTokens = hits.length * bs;
