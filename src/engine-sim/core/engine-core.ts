@@ -13,7 +13,7 @@ import type { CoreKvEvent } from './kv-events.js';
 import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
 import { Rng } from './rng.js';
 import { Scheduler, type Admission } from './scheduler.js';
-import { passMs, type PrefillChunk, type TimingKnobs } from './perf-model.js';
+import { type PassContents, passMs, type PrefillChunk, type TimingKnobs } from './perf-model.js';
 
 export interface TokenOutput {
   requestId: string;
@@ -83,6 +83,8 @@ export class EngineCore {
   private readonly knobs: TimingKnobs;
   /** cfg.outputVocab, on this object (read by every pass). */
   private readonly vocab: Uint32Array;
+  /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
+  private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -183,7 +185,10 @@ export class EngineCore {
     let decodeContextTokens = 0;
     // (Most passes of a fleet are decodes: no array for them.)
     let prefills: PrefillChunk[] = NO_PREFILLS;
-    for (const w of plan.work) {
+    const work = plan.work;
+    const count = plan.workCount;
+    for (let i = 0; i < count; i++) {
+      const w = work[i];
       // req.computed is still the KV before this pass: what the new tokens attend to.
       if (w.decode) {
         decodeRequests++;
@@ -194,18 +199,19 @@ export class EngineCore {
         prefills.push({ newTokens: w.tokens, contextTokens: w.req.computed });
       }
     }
-    const kvUsage = this.cache.activeBlocks / this.cfg.numGpuBlocks;
-    const duration = passMs(
-      this.cfg.perfModel,
-      { prefills, decodes: decodeRequests, decodeContextTokens, kvUsage },
-      plan.loadedTokens,
-      this.knobs,
-    );
+    const contents = this.contents;
+    contents.prefills = prefills;
+    contents.decodes = decodeRequests;
+    contents.decodeContextTokens = decodeContextTokens;
+    contents.kvUsage = this.cache.activeBlocks / this.cfg.numGpuBlocks;
+    const duration = passMs(this.cfg.perfModel, contents, plan.loadedTokens, this.knobs);
+    contents.prefills = NO_PREFILLS;
     const endMs = startMs + duration;
     this.clock = endMs;
 
     const tokens: TokenOutput[] = [];
-    for (const w of plan.work) {
+    for (let i = 0; i < count; i++) {
+      const w = work[i];
       const req = w.req;
       req.computed += w.tokens;
       this.commitFull(req);

@@ -24,14 +24,25 @@ export interface Admission {
   first: boolean;
 }
 
+/**
+ * One pass's plan. The scheduler reuses it from pass to pass (a fleet steps a thousand engines,
+ * most passes a decode of a request or two): read it before the next `schedule`. `admitted` is
+ * an array of its own when the pass admits (the caller may keep it); `work[0..workCount)` is the
+ * pass's work, the items after it are spare.
+ */
 export interface PassPlan {
   work: ScheduledWork[];
+  workCount: number;
   admitted: Admission[];
   preempted: SimRequest[];
   /** Requests that can never fit (finished by the core with an error). */
   rejected: SimRequest[];
   loadedTokens: number;
 }
+
+/** What a pass without admissions, preemptions or rejections returns (never pushed into). */
+const NO_ADMISSIONS: Admission[] = [];
+const NO_REQUESTS: SimRequest[] = [];
 
 export class Scheduler {
   readonly waiting: SimRequest[] = [];
@@ -41,6 +52,14 @@ export class Scheduler {
   private readonly maxBatched: number;
   private readonly chunked: boolean;
   private readonly blockSize: number;
+  private readonly plan: PassPlan = {
+    work: [],
+    workCount: 0,
+    admitted: NO_ADMISSIONS,
+    preempted: NO_REQUESTS,
+    rejected: NO_REQUESTS,
+    loadedTokens: 0,
+  };
 
   constructor(
     private readonly cfg: CoreConfig,
@@ -70,7 +89,12 @@ export class Scheduler {
   }
 
   schedule(): PassPlan {
-    const plan: PassPlan = { work: [], admitted: [], preempted: [], rejected: [], loadedTokens: 0 };
+    const plan = this.plan;
+    plan.workCount = 0;
+    plan.admitted = NO_ADMISSIONS;
+    plan.preempted = NO_REQUESTS;
+    plan.rejected = NO_REQUESTS;
+    plan.loadedTokens = 0;
     let budget = this.maxBatched;
 
     for (let i = 0; i < this.running.length && budget > 0; ) {
@@ -82,6 +106,7 @@ export class Scheduler {
       while (!this.grow(req, req.computed + n)) {
         const victim = this.running.pop() as SimRequest;
         this.preempt(victim);
+        if (plan.preempted === NO_REQUESTS) plan.preempted = [];
         plan.preempted.push(victim);
         if (victim === req) {
           scheduled = false;
@@ -89,7 +114,7 @@ export class Scheduler {
         }
       }
       if (!scheduled) break;
-      plan.work.push({ req, tokens: n, decode });
+      this.addWork(plan, req, n, decode);
       budget -= n;
       i++;
     }
@@ -103,9 +128,10 @@ export class Scheduler {
       const req = this.waiting[0];
       const admission = this.admit(req, budget, plan);
       if (!admission) {
-        if (this.running.length === 0 && plan.work.length === 0) {
+        if (this.running.length === 0 && plan.workCount === 0) {
           // Nothing else holds blocks, so this request can never fit.
           this.waiting.shift();
+          if (plan.rejected === NO_REQUESTS) plan.rejected = [];
           plan.rejected.push(req);
           continue;
         }
@@ -114,11 +140,25 @@ export class Scheduler {
       this.waiting.shift();
       req.state = 'running';
       this.running.push(req);
+      if (plan.admitted === NO_ADMISSIONS) plan.admitted = [];
       plan.admitted.push(admission);
-      plan.work.push({ req, tokens: admission.tokens, decode: false });
+      this.addWork(plan, req, admission.tokens, false);
       budget -= admission.tokens;
     }
     return plan;
+  }
+
+  /** The next work item of the plan, its object reused from earlier passes. */
+  private addWork(plan: PassPlan, req: SimRequest, tokens: number, decode: boolean): void {
+    const i = plan.workCount++;
+    if (i === plan.work.length) {
+      plan.work.push({ req, tokens, decode });
+      return;
+    }
+    const w = plan.work[i];
+    w.req = req;
+    w.tokens = tokens;
+    w.decode = decode;
   }
 
   private admit(req: SimRequest, budget: number, plan: PassPlan): (Admission & { tokens: number }) | null {
