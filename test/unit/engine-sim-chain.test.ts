@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChunkArena } from '../../src/common/chunk-arena.js';
 import { extendChain, type ChainContext } from '../../src/engine-sim/core/chain.js';
-import { makeHasher } from '../../src/engine-sim/core/engine-hash.js';
+import { makeHasher, murmurHasher } from '../../src/engine-sim/core/engine-hash.js';
 import { SimRequest } from '../../src/engine-sim/core/request.js';
 import { Rng } from '../../src/engine-sim/core/rng.js';
 import { chainHash, hashSpace, localBlockHashes } from '../../src/hashing/index.js';
@@ -77,5 +77,34 @@ describe('engine chain: router seq hashes', () => {
     );
     expect(a.map((c) => c.routerHash)).toEqual(perBlock(prompt, 16, 1n, null, null));
     expect(b.map((c) => c.routerHash)).toEqual(perBlock(prompt, 16, 2n, null, null));
+  });
+});
+
+describe('murmur engine hash: digests written in place', () => {
+  /** The id as the bytes say, big-endian (the definition, computed apart from the hasher). */
+  const idOf = (d: Uint8Array) => d.reduce((acc, b) => (acc << 8n) | BigInt(b), 0n);
+
+  it('a digest written into an earlier one (even its parent) equals a fresh one, and its id is its bytes', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.uint32Array({ minLength: 16, maxLength: 16 }), { minLength: 1, maxLength: 8 }),
+        fc.constantFrom(null, ['lora-a'], ['lora-a', 'salt']),
+        (blocks, extra) => {
+          const h = murmurHasher();
+          let fresh: Uint8Array | null = null;
+          let inPlace: Uint8Array | null = null;
+          const scratch = new Uint8Array(8);
+          for (const t of blocks) {
+            fresh = h.digest(fresh, t, extra);
+            // The request's way: the previous digest is both the parent and where the next one goes.
+            inPlace = h.digest(inPlace, t, extra, inPlace ?? scratch);
+            expect([...inPlace]).toEqual([...fresh]);
+            expect(h.id(inPlace)).toBe(idOf(fresh));
+          }
+          expect(inPlace).toBe(scratch);
+        },
+      ),
+      { numRuns: 200 },
+    );
   });
 });

@@ -51,7 +51,7 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
     const tokens = req.tokens.subarray(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
     // Only the next block's hash reads a digest: the request keeps its last one, the blocks do not.
-    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra);
+    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra, req.chainDigest);
     req.chainDigest = digest;
     // Its tokens are read from the request's, no copy: a committed block's content moves them to
     // its slot in the GPU pool's token pages (KvCache.commit), so a cached block never keeps a prompt alive.
