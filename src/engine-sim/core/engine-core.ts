@@ -83,6 +83,10 @@ export class EngineCore {
   private readonly knobs: TimingKnobs;
   /** cfg.outputVocab, on this object (read by every pass). */
   private readonly vocab: Uint32Array;
+  // cfg's fields read by every pass, on this object (as vocab).
+  private readonly numGpuBlocks: number;
+  private readonly blockSize: number;
+  private readonly prefixCaching: boolean;
   /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
   private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
 
@@ -96,6 +100,9 @@ export class EngineCore {
     const errs = validateCoreConfig(this.cfg);
     if (errs.length > 0) throw new RangeError(errs.join('; '));
     this.vocab = this.cfg.outputVocab;
+    this.numGpuBlocks = this.cfg.numGpuBlocks;
+    this.blockSize = this.cfg.blockSize;
+    this.prefixCaching = this.cfg.enablePrefixCaching;
     this.knobs = {
       speedup: this.cfg.speedup,
       decodeSpeedup: this.cfg.decodeSpeedup,
@@ -203,7 +210,7 @@ export class EngineCore {
     contents.prefills = prefills;
     contents.decodes = decodeRequests;
     contents.decodeContextTokens = decodeContextTokens;
-    contents.kvUsage = this.cache.activeBlocks / this.cfg.numGpuBlocks;
+    contents.kvUsage = this.cache.activeBlocks / this.numGpuBlocks;
     const duration = passMs(this.cfg.perfModel, contents, plan.loadedTokens, this.knobs);
     contents.prefills = NO_PREFILLS;
     const endMs = startMs + duration;
@@ -269,8 +276,8 @@ export class EngineCore {
   }
 
   private commitFull(req: SimRequest): void {
-    if (!this.cfg.enablePrefixCaching) return;
-    const full = Math.floor(req.computed / this.cfg.blockSize);
+    if (!this.prefixCaching) return;
+    const full = Math.floor(req.computed / this.blockSize);
     if (full <= req.committed) return;
     const chain = extendChain(this.chainCtx, req, full);
     for (let i = req.committed; i < full; i++) req.blocks[i] = this.cache.commit(req.blocks[i], chain[i]);

@@ -189,6 +189,7 @@ export class Scheduler {
       if (h.tier === 'GPU') req.blocks.push(h.block);
       else req.blocks.push(this.cache.loadFromHost(h.content)!); // room was checked above
     }
+    req.blockCount = req.blocks.length;
     req.committed = hits.length;
     req.computed = hitTokens;
     this.groups?.admit(req.id, chain, hits.length);
@@ -208,10 +209,11 @@ export class Scheduler {
 
   /** Ensure the block table holds `tokens` tokens; all or nothing. */
   private grow(req: SimRequest, tokens: number): boolean {
-    const need = Math.ceil(tokens / this.blockSize) - req.blocks.length;
+    const need = Math.ceil(tokens / this.blockSize) - req.blockCount;
     if (need <= 0) return true;
     if (this.cache.available < need) return false;
     for (let k = 0; k < need; k++) req.blocks.push(this.cache.allocate()!); // room was checked above
+    req.blockCount = req.blocks.length;
     return true;
   }
 
@@ -226,6 +228,7 @@ export class Scheduler {
     this.cache.release(req.blocks);
     this.groups?.releaseRequest(req.id);
     req.blocks.length = 0;
+    req.blockCount = 0;
     req.committed = 0;
     req.computed = 0;
   }
