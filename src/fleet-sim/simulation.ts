@@ -9,6 +9,7 @@ import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
 import { encodeMapBatch } from '../engine-sim/events/vllm-map-writer.js';
+import { decodePayload, decodeValue } from '../events/decode/index.js';
 import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
@@ -192,15 +193,18 @@ class Simulation {
         if (f) this.enqueue(f);
         return;
       }
-      case 'kv':
-        for (const r of this.routers) {
-          if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
-          else r.ingests[ev.engine].applyValue(ev.value);
-        }
+      case 'kv': {
+        // Every replica registers engine k's stream from the same config, so their decoders agree
+        // (the same registration, the same batches in the same order): the batch is decoded once,
+        // by the first replica's, and applied by each (each applier only reads it).
+        const first = this.routers[0].ingests[ev.engine];
+        const batch = ev.payload ? decodePayload(ev.payload, first.ctx) : decodeValue(ev.value, first.ctx);
+        for (const r of this.routers) r.ingests[ev.engine].applyDecoded(batch, false);
         this.payloads.release(ev.chunk);
         // Every replica applied the batch and kept nothing of its decoded lists (the index copies).
         if (ev.payload) reuseDecodeSlab();
         return;
+      }
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
           if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) this.pump(r);
