@@ -88,7 +88,7 @@ describe('murmur engine hash: digests written in place', () => {
     fc.assert(
       fc.property(
         fc.array(fc.uint32Array({ minLength: 16, maxLength: 16 }), { minLength: 1, maxLength: 8 }),
-        fc.constantFrom(null, ['lora-a'], ['lora-a', 'salt']),
+        fc.constantFrom<string[] | null>(null, ['lora-a'], ['lora-a', 'salt']),
         (blocks, extra) => {
           const h = murmurHasher();
           let fresh: Uint8Array | null = null;
