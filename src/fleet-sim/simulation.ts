@@ -98,6 +98,13 @@ class Simulation {
   private readonly encoders: WireEncoder[];
   /** KV-event payloads in flight, cut from recycled chunks (payload-arena.ts). */
   private readonly payloads = payloadArena();
+  /** The chunk of the payload `allocPayload` cut last (one allocator for every publish, no closure each). */
+  private payloadChunk: PayloadChunk | null = null;
+  private readonly allocPayload = (n: number): Uint8Array => {
+    const a = this.payloads.alloc(n);
+    this.payloadChunk = a.chunk;
+    return a.array;
+  };
   /** Each engine's step event (one object per engine, pushed once per pass). */
   private readonly stepEvents: SimEvent[];
   private readonly records: FleetRecord[];
@@ -406,17 +413,12 @@ class Simulation {
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
     let ev: SimEvent;
     if (this.input.eventWire === 'bytes') {
-      let chunk: PayloadChunk | null = null;
-      const alloc = (n: number) => {
-        const a = this.payloads.alloc(n);
-        chunk = a.chunk;
-        return a.array;
-      };
+      this.payloadChunk = null;
       // Written straight from the events (the same bytes) unless one needs the generic renderer.
       const payload =
-        encodeMapBatch(now / 1000, evs, this.input.blockSize, 0, alloc) ??
-        encodeBatch(now / 1000, this.encoders[k].render(evs, now), 0, alloc);
-      ev = { kind: 'kv', engine: k, payload, chunk, value: null };
+        encodeMapBatch(now / 1000, evs, this.input.blockSize, 0, this.allocPayload) ??
+        encodeBatch(now / 1000, this.encoders[k].render(evs, now), 0, this.allocPayload);
+      ev = { kind: 'kv', engine: k, payload, chunk: this.payloadChunk, value: null };
     } else {
       const values = this.encoders[k].render(evs, now);
       ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };
