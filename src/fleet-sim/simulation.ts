@@ -16,7 +16,7 @@ import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
 import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
 import type { Decision } from '../scheduler/scheduler.js';
-import { EngineNode } from './engine-node.js';
+import { EngineNode, TALLY_FIELDS } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
 import { type PayloadChunk, payloadArena } from './payload-arena.js';
 import { RouterNode } from './router-node.js';
@@ -123,7 +123,8 @@ class Simulation {
 
   constructor(private readonly input: FleetInput) {
     const n = (this.n = input.requests.length);
-    this.engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core));
+    const counts = new Float64Array(input.engines.length * TALLY_FIELDS);
+    this.engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core, counts));
     this.engineIndex = new Map(input.ids.map((id, k) => [id, k] as const));
     const R = input.routers;
     const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
@@ -358,7 +359,7 @@ class Simulation {
     const out = e.takeOutput();
     if (out) {
       // Only a request's first and last tokens move the proxy's state (most are neither).
-      for (const t of out.tokens) if (t.index === 0 || t.finishReason) this.onToken(t);
+      for (const t of out.visible) this.onToken(t);
       for (const id of out.rejected) {
         const f = this.inflight.get(id);
         if (!f) continue;
