@@ -193,8 +193,7 @@ export class EngineCore {
     // (Most passes of a fleet are decodes: no array for them.)
     let prefills: PrefillChunk[] = NO_PREFILLS;
     const work = plan.work;
-    const count = plan.workCount;
-    for (let i = 0; i < count; i++) {
+    for (let i = 0; i < work.length; i++) {
       const w = work[i];
       // req.computed is still the KV before this pass: what the new tokens attend to.
       if (w.decode) {
@@ -217,7 +216,7 @@ export class EngineCore {
     this.clock = endMs;
 
     const tokens: TokenOutput[] = [];
-    for (let i = 0; i < count; i++) {
+    for (let i = 0; i < work.length; i++) {
       const w = work[i];
       const req = w.req;
       req.computed += w.tokens;
@@ -226,7 +225,7 @@ export class EngineCore {
       tokens.push(this.sample(req, endMs));
     }
     for (const req of plan.rejected) this.end(req);
-    return {
+    const out: StepOutput = {
       startMs,
       endMs,
       tokens,
@@ -238,6 +237,8 @@ export class EngineCore {
       loadedTokens: plan.loadedTokens,
       decodeRequests,
     };
+    this.scheduler.endPass();
+    return out;
   }
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */

@@ -25,14 +25,13 @@ export interface Admission {
 }
 
 /**
- * One pass's plan. The scheduler reuses it from pass to pass (a fleet steps a thousand engines,
- * most passes a decode of a request or two): read it before the next `schedule`. `admitted` is
- * an array of its own when the pass admits (the caller may keep it); `work[0..workCount)` is the
- * pass's work, the items after it are spare.
+ * One pass's plan. The scheduler reuses the object from pass to pass (a fleet steps a thousand
+ * engines, most passes a decode of a request or two): read it before the next `schedule`, then
+ * `endPass` drops its references (a finished request is not kept alive by a plan). `admitted` is an
+ * array of its own when the pass admits (the caller may keep it).
  */
 export interface PassPlan {
   work: ScheduledWork[];
-  workCount: number;
   admitted: Admission[];
   preempted: SimRequest[];
   /** Requests that can never fit (finished by the core with an error). */
@@ -43,6 +42,7 @@ export interface PassPlan {
 /** What a pass without admissions, preemptions or rejections returns (never pushed into). */
 const NO_ADMISSIONS: Admission[] = [];
 const NO_REQUESTS: SimRequest[] = [];
+const NO_WORK: ScheduledWork[] = [];
 
 export class Scheduler {
   readonly waiting: SimRequest[] = [];
@@ -53,8 +53,7 @@ export class Scheduler {
   private readonly chunked: boolean;
   private readonly blockSize: number;
   private readonly plan: PassPlan = {
-    work: [],
-    workCount: 0,
+    work: NO_WORK,
     admitted: NO_ADMISSIONS,
     preempted: NO_REQUESTS,
     rejected: NO_REQUESTS,
@@ -90,10 +89,7 @@ export class Scheduler {
 
   schedule(): PassPlan {
     const plan = this.plan;
-    plan.workCount = 0;
-    plan.admitted = NO_ADMISSIONS;
-    plan.preempted = NO_REQUESTS;
-    plan.rejected = NO_REQUESTS;
+    plan.work = [];
     plan.loadedTokens = 0;
     let budget = this.maxBatched;
 
@@ -114,7 +110,7 @@ export class Scheduler {
         }
       }
       if (!scheduled) break;
-      this.addWork(plan, req, n, decode);
+      plan.work.push({ req, tokens: n, decode });
       budget -= n;
       i++;
     }
@@ -128,7 +124,7 @@ export class Scheduler {
       const req = this.waiting[0];
       const admission = this.admit(req, budget, plan);
       if (!admission) {
-        if (this.running.length === 0 && plan.workCount === 0) {
+        if (this.running.length === 0 && plan.work.length === 0) {
           // Nothing else holds blocks, so this request can never fit.
           this.waiting.shift();
           if (plan.rejected === NO_REQUESTS) plan.rejected = [];
@@ -142,23 +138,19 @@ export class Scheduler {
       this.running.push(req);
       if (plan.admitted === NO_ADMISSIONS) plan.admitted = [];
       plan.admitted.push(admission);
-      this.addWork(plan, req, admission.tokens, false);
+      plan.work.push({ req, tokens: admission.tokens, decode: false });
       budget -= admission.tokens;
     }
     return plan;
   }
 
-  /** The next work item of the plan, its object reused from earlier passes. */
-  private addWork(plan: PassPlan, req: SimRequest, tokens: number, decode: boolean): void {
-    const i = plan.workCount++;
-    if (i === plan.work.length) {
-      plan.work.push({ req, tokens, decode });
-      return;
-    }
-    const w = plan.work[i];
-    w.req = req;
-    w.tokens = tokens;
-    w.decode = decode;
+  /** The pass is applied: the plan lets go of its requests and lists. */
+  endPass(): void {
+    const plan = this.plan;
+    plan.work = NO_WORK;
+    plan.admitted = NO_ADMISSIONS;
+    plan.preempted = NO_REQUESTS;
+    plan.rejected = NO_REQUESTS;
   }
 
   private admit(req: SimRequest, budget: number, plan: PassPlan): (Admission & { tokens: number }) | null {
