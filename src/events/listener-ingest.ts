@@ -82,7 +82,12 @@ export class StreamIngest {
     return this.applyDecoded(decodeValue(value, this.ctx), false);
   }
 
-  private applyDecoded(r: PayloadResult, replayed: boolean): ApplyResult {
+  /**
+   * Apply a decoded batch. bench fleet decodes each batch once for all its replicas' ingests of
+   * the same stream (their registrations are one config's, so their decoders would agree): the
+   * batch is only read here.
+   */
+  applyDecoded(r: PayloadResult, replayed: boolean): ApplyResult {
     if (!r.ok) {
       this.decodeError(r.error);
       return { ok: false, error: r.error };

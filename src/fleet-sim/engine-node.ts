@@ -2,7 +2,7 @@
 // RankRunner drives it in real time (src/engine-sim/runtime/rank-runner.ts): a pass starts when the
 // previous one ends, or at the first request after idling; its KV events are published at pass
 // start; its tokens are delivered at pass end. Counters follow the engine's vLLM metrics.
-import type { EngineCore, StepOutput } from '../engine-sim/core/engine-core.js';
+import type { EngineCore, TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import type { EngineTally } from './types.js';
 
@@ -12,34 +12,68 @@ export interface PassStart {
   events: readonly CoreKvEvent[];
 }
 
+/** What a pass delivers at its end that the proxy sees. */
+export interface PassEnd {
+  /** A request's first and last tokens, in the pass's order (the others move no state). */
+  visible: readonly TokenOutput[];
+  /** Requests that cannot fit this engine at all. */
+  rejected: readonly string[];
+}
+
+// An engine's counters, one row of a fleet-wide array (its cache line or two, read and written
+// every pass: a tally object and its boxed busy time were two more cold objects per pass).
+const QUERIES = 0;
+const GPU_HITS = 1;
+const HOST_HITS = 2;
+const PROMPT_TOKENS = 3;
+const GENERATION_TOKENS = 4;
+const PREEMPTIONS = 5;
+const REQUESTS = 6;
+const PASSES = 7;
+const BUSY_MS = 8;
+const BATCHES = 9;
+/** Counters per engine (the row length of the array `EngineNode` takes). */
+export const TALLY_FIELDS = 10;
+
+const NO_TOKENS: readonly TokenOutput[] = [];
+
 export class EngineNode {
-  readonly tally: EngineTally;
   /** A pass is running (or about to start): the engine's next step is on the queue. */
   scheduled = false;
-  private pending: StepOutput | null = null;
+  /** The running pass's delivery, picked out of its output while that was fresh (null: none). */
+  private pending: PassEnd | null = null;
+  private readonly at: number;
 
   constructor(
     readonly index: number,
     readonly id: string,
     readonly core: EngineCore,
+    /** The fleet's counters, TALLY_FIELDS per engine; this engine's row is `index`. */
+    private readonly counts: Float64Array,
   ) {
-    this.tally = {
-      id,
-      queries: 0,
-      gpuHits: 0,
-      hostHits: 0,
-      promptTokens: 0,
-      generationTokens: 0,
-      preemptions: 0,
-      requests: 0,
-      passes: 0,
-      busyMs: 0,
-      batches: 0,
+    this.at = index * TALLY_FIELDS;
+  }
+
+  get tally(): EngineTally {
+    const c = this.counts;
+    const a = this.at;
+    return {
+      id: this.id,
+      queries: c[a + QUERIES],
+      gpuHits: c[a + GPU_HITS],
+      hostHits: c[a + HOST_HITS],
+      promptTokens: c[a + PROMPT_TOKENS],
+      generationTokens: c[a + GENERATION_TOKENS],
+      preemptions: c[a + PREEMPTIONS],
+      requests: c[a + REQUESTS],
+      passes: c[a + PASSES],
+      busyMs: c[a + BUSY_MS],
+      batches: c[a + BATCHES],
     };
   }
 
-  /** The previous pass's tokens (delivered at its end), then clears them. */
-  takeOutput(): StepOutput | null {
+  /** The previous pass's delivery (at its end), then clears it. */
+  takeOutput(): PassEnd | null {
     const out = this.pending;
     this.pending = null;
     return out;
@@ -49,21 +83,32 @@ export class EngineNode {
   startPass(now: number): PassStart | null {
     const out = this.core.step(now);
     if (!out) return null;
-    const t = this.tally;
-    t.passes++;
-    t.busyMs += out.endMs - out.startMs;
-    for (const a of out.admitted) {
+    const c = this.counts;
+    const a = this.at;
+    c[a + PASSES]++;
+    c[a + BUSY_MS] += out.endMs - out.startMs;
+    for (const adm of out.admitted) {
       // As EngineMetrics.onAdmission (vllm:prefix_cache_* and prompt tokens of first admissions).
-      t.queries += a.queried;
-      t.gpuHits += a.gpuHitTokens;
-      t.hostHits += a.hostHitTokens;
-      if (a.first) t.promptTokens += a.req.promptLen;
+      c[a + QUERIES] += adm.queried;
+      c[a + GPU_HITS] += adm.gpuHitTokens;
+      c[a + HOST_HITS] += adm.hostHitTokens;
+      if (adm.first) c[a + PROMPT_TOKENS] += adm.req.promptLen;
     }
-    t.preemptions += out.preempted.length;
-    t.generationTokens += out.tokens.length;
-    for (const tok of out.tokens) if (tok.finishReason) t.requests++;
-    if (out.events.length > 0) t.batches++;
-    this.pending = out;
+    c[a + PREEMPTIONS] += out.preempted.length;
+    c[a + GENERATION_TOKENS] += out.tokens.length;
+    let visible: TokenOutput[] | null = null;
+    for (const tok of out.tokens) {
+      if (tok.finishReason) c[a + REQUESTS]++;
+      if (tok.index === 0 || tok.finishReason) (visible ??= []).push(tok);
+    }
+    if (out.events.length > 0) c[a + BATCHES]++;
+    this.pending =
+      visible === null && out.rejected.length === 0
+        ? NO_DELIVERY
+        : { visible: visible ?? NO_TOKENS, rejected: out.rejected };
     return out;
   }
 }
+
+/** A pass that delivers nothing the proxy sees (most: decodes of neither a first nor a last token). */
+const NO_DELIVERY: PassEnd = { visible: NO_TOKENS, rejected: [] };

@@ -9,13 +9,14 @@ import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
 import { encodeMapBatch } from '../engine-sim/events/vllm-map-writer.js';
+import { decodePayload, decodeValue } from '../events/decode/index.js';
 import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
 import type { RouteFields } from '../router/route-input.js';
 import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
 import { judgedPrediction, type Prediction } from '../feedback/loop.js';
-import { EngineNode } from './engine-node.js';
+import { EngineNode, TALLY_FIELDS } from './engine-node.js';
 import { EventQueue } from './event-queue.js';
 import { type PayloadChunk, payloadArena } from './payload-arena.js';
 import { RouterNode } from './router-node.js';
@@ -116,6 +117,13 @@ class Simulation {
   private readonly encoders: WireEncoder[];
   /** KV-event payloads in flight, cut from recycled chunks (payload-arena.ts). */
   private readonly payloads = payloadArena();
+  /** The chunk of the payload `allocPayload` cut last (one allocator for every publish, no closure each). */
+  private payloadChunk: PayloadChunk | null = null;
+  private readonly allocPayload = (n: number): Uint8Array => {
+    const a = this.payloads.alloc(n);
+    this.payloadChunk = a.chunk;
+    return a.array;
+  };
   /** Each engine's step event (one object per engine, pushed once per pass). */
   private readonly stepEvents: SimEvent[];
   private readonly records: FleetRecord[];
@@ -134,7 +142,8 @@ class Simulation {
 
   constructor(private readonly input: FleetInput) {
     const n = (this.n = input.requests.length);
-    this.engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core));
+    const counts = new Float64Array(input.engines.length * TALLY_FIELDS);
+    this.engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core, counts));
     this.engineIndex = new Map(input.ids.map((id, k) => [id, k] as const));
     const R = input.routers;
     const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
@@ -212,15 +221,18 @@ class Simulation {
         if (f) this.enqueue(f);
         return;
       }
-      case 'kv':
-        for (const r of this.routers) {
-          if (ev.payload) r.ingests[ev.engine].applyPayload(ev.payload, false);
-          else r.ingests[ev.engine].applyValue(ev.value);
-        }
+      case 'kv': {
+        // Every replica registers engine k's stream from the same config, so their decoders agree
+        // (the same registration, the same batches in the same order): the batch is decoded once,
+        // by the first replica's, and applied by each (each applier only reads it).
+        const first = this.routers[0].ingests[ev.engine];
+        const batch = ev.payload ? decodePayload(ev.payload, first.ctx) : decodeValue(ev.value, first.ctx);
+        for (const r of this.routers) r.ingests[ev.engine].applyDecoded(batch, false);
         this.payloads.release(ev.chunk);
         // Every replica applied the batch and kept nothing of its decoded lists (the index copies).
         if (ev.payload) reuseDecodeSlab();
         return;
+      }
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
           if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) this.pump(r);
@@ -368,7 +380,7 @@ class Simulation {
     const out = e.takeOutput();
     if (out) {
       // Only a request's first and last tokens move the proxy's state (most are neither).
-      for (const t of out.tokens) if (t.index === 0 || t.finishReason) this.onToken(t);
+      for (const t of out.visible) this.onToken(t);
       for (const id of out.rejected) {
         const f = this.inflight.get(id);
         if (!f) continue;
@@ -423,17 +435,12 @@ class Simulation {
     // The ZMQ payload, or (`values`) the batch it would decode to, [ts, events, dp_rank].
     let ev: SimEvent;
     if (this.input.eventWire === 'bytes') {
-      let chunk: PayloadChunk | null = null;
-      const alloc = (n: number) => {
-        const a = this.payloads.alloc(n);
-        chunk = a.chunk;
-        return a.array;
-      };
+      this.payloadChunk = null;
       // Written straight from the events (the same bytes) unless one needs the generic renderer.
       const payload =
-        encodeMapBatch(now / 1000, evs, this.input.blockSize, 0, alloc) ??
-        encodeBatch(now / 1000, this.encoders[k].render(evs, now), 0, alloc);
-      ev = { kind: 'kv', engine: k, payload, chunk, value: null };
+        encodeMapBatch(now / 1000, evs, this.input.blockSize, 0, this.allocPayload) ??
+        encodeBatch(now / 1000, this.encoders[k].render(evs, now), 0, this.allocPayload);
+      ev = { kind: 'kv', engine: k, payload, chunk: this.payloadChunk, value: null };
     } else {
       const values = this.encoders[k].render(evs, now);
       ev = { kind: 'kv', engine: k, payload: null, chunk: null, value: [now / 1000, values, 0] };

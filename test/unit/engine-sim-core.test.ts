@@ -401,4 +401,32 @@ describe('token storage', () => {
     // 200 x 48 tokens through 256-token chunks: without the releases, 40 chunks.
     expect(chunks).toBeLessThanOrEqual(2);
   });
+
+  it('holds exactly the blocks its requests fill, pass by pass (a block is added when a decode crosses into it)', () => {
+    // Two requests, one preempted and re-admitted on the way (24 blocks for up to 2 x 10 needed).
+    const e = core({ numGpuBlocks: 12, maxNumBatchedTokens: 64 });
+    e.add(spec('a', tokens(21, 1), 19), 0);
+    e.add(spec('b', tokens(14, 500), 23), 0);
+    const sampled = new Map<string, number>();
+    const prompt = new Map([
+      ['a', 21],
+      ['b', 14],
+    ]);
+    const running = new Set<string>();
+    for (let i = 0; i < 1000 && e.hasWork(); i++) {
+      const out = e.step(0)!;
+      for (const a of out.admitted) running.add(a.req.id);
+      for (const id of out.preempted) running.delete(id);
+      for (const t of out.tokens) {
+        sampled.set(t.requestId, t.index + 1);
+        if (t.finishReason) running.delete(t.requestId);
+      }
+      // A running request's KV covers all its tokens but the last sampled one: ceil(that / 4) blocks.
+      let want = 0;
+      for (const id of running) want += Math.ceil((prompt.get(id)! + (sampled.get(id) ?? 0) - 1) / 4);
+      expect(e.stats().activeBlocks).toBe(want);
+    }
+    expect(e.stats().activeBlocks).toBe(0);
+    expect([...sampled.values()]).toEqual([19, 23]);
+  });
 });

@@ -1,7 +1,7 @@
 // The direct map-layout writer against the generic path (render + msgpack): same bytes, or null.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { BlockContent } from '../../src/engine-sim/core/block.js';
+import { type BlockContent, ChainContent } from '../../src/engine-sim/core/block.js';
 import type { CoreKvEvent } from '../../src/engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../../src/engine-sim/events/vllm-format.js';
 import { encodeMapBatch } from '../../src/engine-sim/events/vllm-map-writer.js';
@@ -38,6 +38,24 @@ function block(hash: bigint, parent: bigint | null, tokens: number[], lora: bool
   };
 }
 
+/** The engine's own content: its tokens a range (at `at`) of an array it shares with other blocks. */
+function chained(hash: bigint, parent: bigint | null, tokens: number[], lora: boolean, at: number): BlockContent {
+  const shared = new Uint32Array(at + tokens.length + 3).fill(0xdead);
+  shared.set(tokens, at);
+  return new ChainContent(
+    hash,
+    parent,
+    0,
+    shared,
+    at,
+    tokens.length,
+    1n,
+    lora ? 'ad' : null,
+    null,
+    lora ? ['ad'] : null,
+  );
+}
+
 const event = (bs: number): fc.Arbitrary<CoreKvEvent> =>
   fc.oneof(
     fc.constant<CoreKvEvent>({ type: 'cleared' }),
@@ -49,9 +67,15 @@ const event = (bs: number): fc.Arbitrary<CoreKvEvent> =>
         tokens: fc.array(token, { minLength: bs, maxLength: bs }),
         removed: fc.boolean(),
         lora: fc.integer({ min: 0, max: 4 }).map((n) => n === 0),
+        // Engine contents (a range of a shared array, from this offset) or plain ones (-1).
+        at: fc.integer({ min: -1, max: 40 }),
       })
-      .map(({ medium, hashes, parent, tokens, removed, lora }) => {
-        const blocks = hashes.map((h, i) => block(h, i === 0 ? parent : hashes[i - 1], tokens, lora));
+      .map(({ medium, hashes, parent, tokens, removed, lora, at }) => {
+        const blocks = hashes.map((h, i) =>
+          at < 0
+            ? block(h, i === 0 ? parent : hashes[i - 1], tokens, lora)
+            : chained(h, i === 0 ? parent : hashes[i - 1], tokens, lora, at + i),
+        );
         return { type: removed ? 'removed' : 'stored', medium, blocks } as CoreKvEvent;
       }),
   );

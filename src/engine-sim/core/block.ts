@@ -66,6 +66,19 @@ export class ChainContent implements BlockContent {
     return this.src.subarray(this.at, this.at + this.len);
   }
 
+  /** The array its tokens are a range of, from `tokenOffset`, `tokenCount` long (read in place: no view per block). */
+  get tokenArray(): Uint32Array {
+    return this.src;
+  }
+
+  get tokenOffset(): number {
+    return this.at;
+  }
+
+  get tokenCount(): number {
+    return this.len;
+  }
+
   /** Copy the tokens to `to[at..]` and read them there from now on. */
   moveTo(to: Uint32Array, at: number): void {
     // Element by element: a block is a few tokens, and a subarray to copy from is an object per block.

@@ -1,5 +1,5 @@
 // Block contents of a sequence, computed on demand: engine hash chain + router-standard seq hash.
-import { chainHash, hashSpace, localBlockHashes, type HashSpace } from '../../hashing/index.js';
+import { hashSpace, seqHashesTransient, type HashSpace } from '../../hashing/index.js';
 import { type BlockContent, ChainContent } from './block.js';
 import type { EngineHasher } from './engine-hash.js';
 import type { SimRequest } from './request.js';
@@ -9,13 +9,21 @@ export interface ChainContext {
   blockSize: number;
   /** Router hash seed (--hash-seed). */
   routerSeed: bigint;
+  /** The router hash space of requests without LoRA or salt (set on first use). */
+  plainSpace?: HashSpace;
 }
 
 function routerSpace(ctx: ChainContext, req: SimRequest): HashSpace {
+  // Most requests have neither LoRA nor salt: the context's own space, no key string to build.
+  if (req.loraName === null && req.cacheSalt === null) {
+    ctx.plainSpace ??= hashSpace({ seed: ctx.routerSeed });
+    return ctx.plainSpace;
+  }
   return hashSpace({ seed: ctx.routerSeed, loraName: req.loraName, salt: req.cacheSalt });
 }
 
 function extraKeys(req: SimRequest, depth: number): string[] | null {
+  if (req.loraName === null && (depth !== 0 || req.cacheSalt === null)) return null;
   const keys: string[] = [];
   if (req.loraName) keys.push(req.loraName);
   if (depth === 0 && req.cacheSalt) keys.push(req.cacheSalt);
@@ -29,16 +37,22 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
   if (req.chain.length >= limit) return req.chain;
   const space = routerSpace(ctx, req);
   const start = req.chain.length;
-  // One call for the whole range: the router hash is cheapest per prompt, not per block.
-  const locals = localBlockHashes(req.tokens.subarray(start * bs, limit * bs), bs, space);
+  // One call for the whole range, the chain continued from the last block's seq hash: the router
+  // hash is cheapest per prompt, not per block. A view into hashing scratch memory, read before the
+  // next hashing call (the engine hasher below is not the router's).
+  const routerHashes = seqHashesTransient(
+    req.tokens.subarray(start * bs, limit * bs),
+    bs,
+    space,
+    start > 0 ? req.chain[start - 1].routerHash : null,
+  );
   for (let i = start; i < limit; i++) {
     const prev = i > 0 ? req.chain[i - 1] : null;
     const tokens = req.tokens.subarray(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
     // Only the next block's hash reads a digest: the request keeps its last one, the blocks do not.
-    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra);
+    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra, req.chainDigest);
     req.chainDigest = digest;
-    const local = locals[i - start];
     // Its tokens are read from the request's, no copy: a committed block's content moves them to
     // its slot in the GPU pool's token pages (KvCache.commit), so a cached block never keeps a prompt alive.
     req.chain.push(
@@ -49,7 +63,7 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
         req.tokens,
         i * bs,
         bs,
-        prev ? chainHash(prev.routerHash, local, space.chainSeed) : local,
+        routerHashes[i - start],
         req.loraName,
         req.cacheSalt,
         extra,

@@ -13,7 +13,7 @@ import type { CoreKvEvent } from './kv-events.js';
 import { SimRequest, type FinishReason, type SimRequestSpec } from './request.js';
 import { Rng } from './rng.js';
 import { Scheduler, type Admission } from './scheduler.js';
-import { passMs, type PrefillChunk, type TimingKnobs } from './perf-model.js';
+import { type PassContents, passMs, type PrefillChunk, type TimingKnobs } from './perf-model.js';
 
 export interface TokenOutput {
   requestId: string;
@@ -83,6 +83,12 @@ export class EngineCore {
   private readonly knobs: TimingKnobs;
   /** cfg.outputVocab, on this object (read by every pass). */
   private readonly vocab: Uint32Array;
+  // cfg's fields read by every pass, on this object (as vocab).
+  private readonly numGpuBlocks: number;
+  private readonly blockSize: number;
+  private readonly prefixCaching: boolean;
+  /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
+  private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -96,6 +102,9 @@ export class EngineCore {
     const errs = validateCoreConfig(this.cfg);
     if (errs.length > 0) throw new RangeError(errs.join('; '));
     this.vocab = this.cfg.outputVocab;
+    this.numGpuBlocks = this.cfg.numGpuBlocks;
+    this.blockSize = this.cfg.blockSize;
+    this.prefixCaching = this.cfg.enablePrefixCaching;
     this.knobs = {
       speedup: this.cfg.speedup,
       decodeSpeedup: this.cfg.decodeSpeedup,
@@ -143,7 +152,7 @@ export class EngineCore {
     const held: GpuBlock[] = [];
     let added = 0;
     for (let i = 0; i < full; i++) {
-      const hit = this.cache.lookup([chain[i].hash], 1)[0];
+      const hit = this.cache.lookup([chain[i]], 1)[0];
       if (hit?.tier === 'GPU') {
         this.cache.acquire(hit.block); // held while importing: the blocks after it must not evict it
         held.push(hit.block);
@@ -185,7 +194,9 @@ export class EngineCore {
     let decodeContextTokens = 0;
     // (Most passes of a fleet are decodes: no array for them.)
     let prefills: PrefillChunk[] = NO_PREFILLS;
-    for (const w of plan.work) {
+    const work = plan.work;
+    for (let i = 0; i < work.length; i++) {
+      const w = work[i];
       // req.computed is still the KV before this pass: what the new tokens attend to.
       if (w.decode) {
         decodeRequests++;
@@ -196,18 +207,19 @@ export class EngineCore {
         prefills.push({ newTokens: w.tokens, contextTokens: w.req.computed });
       }
     }
-    const kvUsage = this.cache.activeBlocks / this.cfg.numGpuBlocks;
-    const duration = passMs(
-      this.cfg.perfModel,
-      { prefills, decodes: decodeRequests, decodeContextTokens, kvUsage },
-      plan.loadedTokens,
-      this.knobs,
-    );
+    const contents = this.contents;
+    contents.prefills = prefills;
+    contents.decodes = decodeRequests;
+    contents.decodeContextTokens = decodeContextTokens;
+    contents.kvUsage = this.cache.activeBlocks / this.numGpuBlocks;
+    const duration = passMs(this.cfg.perfModel, contents, plan.loadedTokens, this.knobs);
+    contents.prefills = NO_PREFILLS;
     const endMs = startMs + duration;
     this.clock = endMs;
 
     const tokens: TokenOutput[] = [];
-    for (const w of plan.work) {
+    for (let i = 0; i < work.length; i++) {
+      const w = work[i];
       const req = w.req;
       req.computed += w.tokens;
       this.commitFull(req);
@@ -215,7 +227,7 @@ export class EngineCore {
       tokens.push(this.sample(req, endMs));
     }
     for (const req of plan.rejected) this.end(req);
-    return {
+    const out: StepOutput = {
       startMs,
       endMs,
       tokens,
@@ -227,6 +239,8 @@ export class EngineCore {
       loadedTokens: plan.loadedTokens,
       decodeRequests,
     };
+    this.scheduler.endPass();
+    return out;
   }
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
@@ -265,8 +279,8 @@ export class EngineCore {
   }
 
   private commitFull(req: SimRequest): void {
-    if (!this.cfg.enablePrefixCaching) return;
-    const full = Math.floor(req.computed / this.cfg.blockSize);
+    if (!this.prefixCaching) return;
+    const full = Math.floor(req.computed / this.blockSize);
     if (full <= req.committed) return;
     const chain = extendChain(this.chainCtx, req, full);
     for (let i = req.committed; i < full; i++) req.blocks[i] = this.cache.commit(req.blocks[i], chain[i]);

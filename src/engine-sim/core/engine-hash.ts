@@ -17,8 +17,12 @@ export type ExtraKeys = string[] | null;
 
 export interface EngineHasher {
   readonly flavor: HashFlavor;
-  /** Digest of one full block; `parent` null means the first block of a sequence. */
-  digest(parent: Uint8Array | null, tokens: Uint32Array, extra: ExtraKeys): Uint8Array;
+  /**
+   * Digest of one full block; `parent` null means the first block of a sequence. `into`: a
+   * digest of an earlier block (this hasher's, possibly `parent` itself) the result may overwrite
+   * instead of allocating (murmur does; the sha256 flavors return a new one).
+   */
+  digest(parent: Uint8Array | null, tokens: Uint32Array, extra: ExtraKeys, into?: Uint8Array | null): Uint8Array;
   /** The u64 block id carried in events (two's complement for SGLang's signed ids). */
   id(digest: Uint8Array): bigint;
 }
@@ -153,10 +157,14 @@ function fmix32(h: number): number {
 const ROOT_HI = 0x656e6769;
 const ROOT_LO = 0x6e650000;
 
+// id(): the digest's 8 bytes as one big-endian u64 (one BigInt, not one per half and per operation).
+const idBytes = new Uint8Array(8);
+const idView = new DataView(idBytes.buffer);
+
 export function murmurHasher(): EngineHasher {
   return {
     flavor: 'murmur',
-    digest(parent, tokens, extra) {
+    digest(parent, tokens, extra, into) {
       let hi = parent ? ((parent[0] << 24) | (parent[1] << 16) | (parent[2] << 8) | parent[3]) ^ ROOT_LO : ROOT_HI;
       let lo = parent ? ((parent[4] << 24) | (parent[5] << 16) | (parent[6] << 8) | parent[7]) ^ ROOT_HI : ROOT_LO;
       if (extra !== null) {
@@ -175,7 +183,8 @@ export function murmurHasher(): EngineHasher {
       }
       hi = fmix32(hi ^ tokens.length);
       lo = fmix32(lo ^ Math.imul(tokens.length, 0x27d4eb2f));
-      const d = new Uint8Array(8);
+      // (parent was read above: `into` may be the same bytes.)
+      const d = into != null && into.length === 8 ? into : new Uint8Array(8);
       d[0] = hi >>> 24;
       d[1] = hi >>> 16;
       d[2] = hi >>> 8;
@@ -186,9 +195,10 @@ export function murmurHasher(): EngineHasher {
       d[7] = lo;
       return d;
     },
-    id: (d) =>
-      (BigInt(((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0) << 32n) |
-      BigInt(((d[4] << 24) | (d[5] << 16) | (d[6] << 8) | d[7]) >>> 0),
+    id(d) {
+      for (let i = 0; i < 8; i++) idBytes[i] = d[i];
+      return idView.getBigUint64(0);
+    },
   };
 }
 

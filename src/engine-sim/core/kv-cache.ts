@@ -59,17 +59,18 @@ export class KvCache {
     return this.cached.size;
   }
 
-  /** Longest prefix of `hashes` present on GPU or host, at most `maxBlocks` long. */
-  lookup(hashes: readonly bigint[], maxBlocks: number): PrefixHit[] {
+  /** Longest prefix of `chain` (blocks by engine hash) present on GPU or host, at most `maxBlocks` long. */
+  lookup(chain: readonly { readonly hash: bigint }[], maxBlocks: number): PrefixHit[] {
     const hits: PrefixHit[] = [];
-    const n = Math.min(hashes.length, maxBlocks);
+    const n = Math.min(chain.length, maxBlocks);
     for (let i = 0; i < n; i++) {
-      const block = this.cached.get(hashes[i]);
+      const hash = chain[i].hash;
+      const block = this.cached.get(hash);
       if (block) {
         hits.push({ tier: 'GPU', block });
         continue;
       }
-      const content = this.host?.get(hashes[i]);
+      const content = this.host?.get(hash);
       if (!content) break;
       hits.push({ tier: 'CPU', content });
     }

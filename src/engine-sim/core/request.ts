@@ -44,6 +44,11 @@ export class SimRequest {
   /** Tokens whose KV is computed (or reused). */
   computed = 0;
   readonly blocks: GpuBlock[] = [];
+  /**
+   * blocks.length, kept here by the scheduler (the one place that grows or empties the table): a
+   * decode pass within its last block reads no block table (a fleet's passes are memory-bound).
+   */
+  blockCount = 0;
   /** blocks[0..committed) are cached (hashed) blocks. */
   committed = 0;
   /** Content of full blocks, computed lazily (see chain.ts). */

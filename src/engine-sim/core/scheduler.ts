@@ -24,6 +24,12 @@ export interface Admission {
   first: boolean;
 }
 
+/**
+ * One pass's plan. The scheduler reuses the object from pass to pass (a fleet steps a thousand
+ * engines, most passes a decode of a request or two): read it before the next `schedule`, then
+ * `endPass` drops its references (a finished request is not kept alive by a plan). `admitted` is an
+ * array of its own when the pass admits (the caller may keep it).
+ */
 export interface PassPlan {
   work: ScheduledWork[];
   admitted: Admission[];
@@ -33,6 +39,11 @@ export interface PassPlan {
   loadedTokens: number;
 }
 
+/** What a pass without admissions, preemptions or rejections returns (never pushed into). */
+const NO_ADMISSIONS: Admission[] = [];
+const NO_REQUESTS: SimRequest[] = [];
+const NO_WORK: ScheduledWork[] = [];
+
 export class Scheduler {
   readonly waiting: SimRequest[] = [];
   readonly running: SimRequest[] = [];
@@ -41,6 +52,13 @@ export class Scheduler {
   private readonly maxBatched: number;
   private readonly chunked: boolean;
   private readonly blockSize: number;
+  private readonly plan: PassPlan = {
+    work: NO_WORK,
+    admitted: NO_ADMISSIONS,
+    preempted: NO_REQUESTS,
+    rejected: NO_REQUESTS,
+    loadedTokens: 0,
+  };
 
   constructor(
     private readonly cfg: CoreConfig,
@@ -70,7 +88,9 @@ export class Scheduler {
   }
 
   schedule(): PassPlan {
-    const plan: PassPlan = { work: [], admitted: [], preempted: [], rejected: [], loadedTokens: 0 };
+    const plan = this.plan;
+    plan.work = [];
+    plan.loadedTokens = 0;
     let budget = this.maxBatched;
 
     for (let i = 0; i < this.running.length && budget > 0; ) {
@@ -82,6 +102,7 @@ export class Scheduler {
       while (!this.grow(req, req.computed + n)) {
         const victim = this.running.pop() as SimRequest;
         this.preempt(victim);
+        if (plan.preempted === NO_REQUESTS) plan.preempted = [];
         plan.preempted.push(victim);
         if (victim === req) {
           scheduled = false;
@@ -106,6 +127,7 @@ export class Scheduler {
         if (this.running.length === 0 && plan.work.length === 0) {
           // Nothing else holds blocks, so this request can never fit.
           this.waiting.shift();
+          if (plan.rejected === NO_REQUESTS) plan.rejected = [];
           plan.rejected.push(req);
           continue;
         }
@@ -114,6 +136,7 @@ export class Scheduler {
       this.waiting.shift();
       req.state = 'running';
       this.running.push(req);
+      if (plan.admitted === NO_ADMISSIONS) plan.admitted = [];
       plan.admitted.push(admission);
       plan.work.push({ req, tokens: admission.tokens, decode: false });
       budget -= admission.tokens;
@@ -121,15 +144,21 @@ export class Scheduler {
     return plan;
   }
 
+  /** The pass is applied: the plan lets go of its requests and lists. */
+  endPass(): void {
+    const plan = this.plan;
+    plan.work = NO_WORK;
+    plan.admitted = NO_ADMISSIONS;
+    plan.preempted = NO_REQUESTS;
+    plan.rejected = NO_REQUESTS;
+  }
+
   private admit(req: SimRequest, budget: number, plan: PassPlan): (Admission & { tokens: number }) | null {
     const bs = this.cfg.blockSize;
     // vLLM always recomputes at least the last token, so a full hit stops one block short.
     const maxHit = this.cfg.enablePrefixCaching ? Math.floor((req.length - 1) / bs) : 0;
     const chain = extendChain(this.chainCtx, req, maxHit);
-    const hits = this.cache.lookup(
-      chain.slice(0, maxHit).map((c) => c.hash),
-      maxHit,
-    );
+    const hits = this.cache.lookup(chain, maxHit);
     // A hybrid model reuses the largest prefix every group accepts (vLLM's coordinator).
     if (this.groups) hits.length = this.groups.clampHit(chain, hits.length);
     const hitTokens = hits.length * bs;
@@ -152,6 +181,7 @@ export class Scheduler {
       if (h.tier === 'GPU') req.blocks.push(h.block);
       else req.blocks.push(this.cache.loadFromHost(h.content)!); // room was checked above
     }
+    req.blockCount = req.blocks.length;
     req.committed = hits.length;
     req.computed = hitTokens;
     this.groups?.admit(req.id, chain, hits.length);
@@ -171,10 +201,11 @@ export class Scheduler {
 
   /** Ensure the block table holds `tokens` tokens; all or nothing. */
   private grow(req: SimRequest, tokens: number): boolean {
-    const need = Math.ceil(tokens / this.blockSize) - req.blocks.length;
+    const need = Math.ceil(tokens / this.blockSize) - req.blockCount;
     if (need <= 0) return true;
     if (this.cache.available < need) return false;
     for (let k = 0; k < need; k++) req.blocks.push(this.cache.allocate()!); // room was checked above
+    req.blockCount = req.blocks.length;
     return true;
   }
 
@@ -189,6 +220,7 @@ export class Scheduler {
     this.cache.release(req.blocks);
     this.groups?.releaseRequest(req.id);
     req.blocks.length = 0;
+    req.blockCount = 0;
     req.committed = 0;
     req.computed = 0;
   }

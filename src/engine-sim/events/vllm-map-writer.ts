@@ -3,7 +3,7 @@
 // values in between (a 1,024-engine `bench fleet` renders millions of token ids into JS arrays,
 // then msgpack walks them). Only full-attention events without LoRA or extra keys are written
 // here; anything else returns null and takes the generic path.
-import type { BlockContent } from '../core/block.js';
+import { type BlockContent, ChainContent } from '../core/block.js';
 import type { CoreKvEvent } from '../core/kv-events.js';
 
 const enc = new TextEncoder();
@@ -104,14 +104,36 @@ class Writer {
   }
 }
 
+// A block's tokens as a range of an array: the engine's contents are read in place (a `tokens`
+// view per block and pass is an object per block published).
+const EMPTY_TOKENS = new Uint32Array(0);
+let rangeArray: Uint32Array = EMPTY_TOKENS;
+let rangeAt = 0;
+let rangeLen = 0;
+
+function tokenRange(b: BlockContent): void {
+  if (b instanceof ChainContent) {
+    rangeArray = b.tokenArray;
+    rangeAt = b.tokenOffset;
+    rangeLen = b.tokenCount;
+  } else {
+    rangeArray = b.tokens;
+    rangeAt = 0;
+    rangeLen = rangeArray.length;
+  }
+}
+
 function storedLen(blocks: readonly BlockContent[], blockSize: number): number {
   let tokens = 0;
   let tokenBytes = 0;
   for (const b of blocks) {
-    const t = b.tokens;
-    tokens += t.length;
-    for (let i = 0; i < t.length; i++) tokenBytes += uintLen(t[i]);
+    tokenRange(b);
+    const t = rangeArray;
+    const end = rangeAt + rangeLen;
+    tokens += rangeLen;
+    for (let i = rangeAt; i < end; i++) tokenBytes += uintLen(t[i]);
   }
+  rangeArray = EMPTY_TOKENS;
   const n = blocks.length;
   return (
     1 +
@@ -161,12 +183,15 @@ function writeStored(w: Writer, medium: 'GPU' | 'CPU', blocks: readonly BlockCon
   else w.u64(parent);
   w.bytes(K_TOKENS);
   let tokens = 0;
-  for (const b of blocks) tokens += b.tokens.length;
+  for (const b of blocks) tokens += b instanceof ChainContent ? b.tokenCount : b.tokens.length;
   w.arrayHeader(tokens);
   for (const b of blocks) {
-    const t = b.tokens;
-    for (let i = 0; i < t.length; i++) w.uint(t[i]);
+    tokenRange(b);
+    const t = rangeArray;
+    const end = rangeAt + rangeLen;
+    for (let i = rangeAt; i < end; i++) w.uint(t[i]);
   }
+  rangeArray = EMPTY_TOKENS; // no content's array is kept alive by the writer
   w.bytes(K_BLOCK_SIZE);
   w.uint(blockSize);
   w.bytes(K_LORA_ID);
