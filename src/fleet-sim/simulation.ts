@@ -235,7 +235,12 @@ class Simulation {
       }
       case 'sync':
         for (let r = 0; r < this.routers.length; r++)
-          if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) this.pump(r);
+          if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) {
+            // As the server's onReleased (CapacityQueue.notify() naming no instance): a peer's booking
+            // freed room, so every waiter is due, those held for a busy holder too.
+            this.holds[r].dueAll();
+            this.pump(r);
+          }
         return;
       case 'wake':
         return this.wake(ev.i, ev.epoch);
