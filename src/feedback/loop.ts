@@ -2,7 +2,7 @@
 // verifier, into metrics, a one-line log per alarm, and the configured action. Pure wiring over
 // interfaces (the index writer, the scheduler's distrust set, a log function); no I/O of its own.
 import type { IndexWriter } from '../indexer/writer.js';
-import type { Decision } from '../scheduler/scheduler.js';
+import type { KeptDecision } from '../scheduler/scheduler.js';
 import type { EngineUsage } from './usage-tail.js';
 import { type Alarm, HitVerifier, type Verdict } from './verifier.js';
 import { predictsHits } from '../scheduler/policies/registry.js';
@@ -36,7 +36,7 @@ export interface Prediction {
   indexedBlocks: number;
 }
 
-export function predictionOf(d: Decision): Prediction | null {
+export function predictionOf(d: KeptDecision): Prediction | null {
   return d.chosen
     ? { instance: d.chosen.instance, isl: d.isl, blockSize: d.blockSize, indexedBlocks: d.chosen.indexedBlocks }
     : null;
@@ -49,7 +49,7 @@ export function predictionOf(d: Decision): Prediction | null {
  * alarms nobody can act on). A caller keeping a request open keeps this, not the decision and its
  * candidates' scores (1,024 of them at fleet scale).
  */
-export function judgedPrediction(d: Decision): Prediction | null {
+export function judgedPrediction(d: KeptDecision): Prediction | null {
   return predictsHits(d.policy) ? predictionOf(d) : null;
 }
 
@@ -90,7 +90,7 @@ export class FeedbackLoop {
   }
 
   /** The forward observer's `reported` hook (judgedPrediction: which decisions are judged). */
-  reported(d: Decision, usage: EngineUsage | null): void {
+  reported(d: KeptDecision, usage: EngineUsage | null): void {
     const p = judgedPrediction(d);
     if (p) this.check(p, usage);
   }

@@ -9,7 +9,14 @@ import { RequestTrace } from '../tracing/request-trace.js';
 import { endStreamWithError, sendError } from '../api/errors.js';
 import { OpenAIError } from '../api/openai.js';
 import type { NamespaceId } from '../indexer/namespace.js';
-import type { Candidate, Decision, RouteInput, Scheduler } from '../scheduler/scheduler.js';
+import {
+  type Candidate,
+  type Decision,
+  type KeptDecision,
+  keptOf,
+  type RouteInput,
+  type Scheduler,
+} from '../scheduler/scheduler.js';
 import { type EngineUsage, UsageTail } from '../feedback/usage-tail.js';
 import { waitOn } from '../scheduler/hold.js';
 import { type CapacityQueue, type CapacityTry, capacityPool, decideWithinCapacity } from './capacity.js';
@@ -37,7 +44,7 @@ export interface ForwardObserver {
   finished?(instance: string | null, status: number, outcome: FinishOutcome, durationMs: number, policy: string): void;
   retried?(instance: string, reason: string): void;
   /** A successful response ended: what the engine reported about the prompt (null: no usage in it). */
-  reported?(d: Decision, usage: EngineUsage | null): void;
+  reported?(d: KeptDecision, usage: EngineUsage | null): void;
   healthChanged?(instance: string, event: 'ejected' | 'readmitted'): void;
 }
 
@@ -127,7 +134,7 @@ function endRouteSpan(span: Span, d: Decision): void {
   span.end();
 }
 
-export function explanationHeaders(d: Decision, requestId: string, attempt: number): Record<string, string> {
+export function explanationHeaders(d: KeptDecision, requestId: string, attempt: number): Record<string, string> {
   const c = d.chosen!;
   return {
     'x-kvrouter-request-id': requestId,
@@ -242,7 +249,7 @@ class Attempt {
   constructor(
     readonly call: ForwardCall,
     readonly n: number,
-    readonly d: Decision,
+    readonly d: KeptDecision,
     readonly inst: InstanceRuntime,
     readonly bookingId: string,
     readonly plan: LegPlan | undefined,
@@ -298,46 +305,12 @@ export async function forward(
   try {
     for (;;) {
       if (abort.aborted) return call.finish(null, 499, 'client_abort');
-      // All busy, a busy holder of the prefix worth waiting for, or all down: wait for capacity
-      // (bounded, in arrival order), then decide again. A try that chooses books at once.
-      const r = await decideWithinCapacity(
-        queue,
-        { deadline, now, signal: abort.signal },
-        (mayHold) => decideOnce(call, attempt, mayHold),
-        () => capacityPool(job.ns.model, job.ns.loraName),
-      );
-      if ('aborted' in r) return call.finish(null, 499, 'client_abort');
-      if (!('done' in r)) {
-        const why =
-          'full' in r
-            ? 'every instance is busy and the queue of waiting requests is full'
-            : r.gaveUp.reason === 'all_busy' || r.gaveUp.reason === 'held'
-              ? 'every instance is over its busy threshold'
-              : 'no healthy instance is available';
-        return call.refuse(null, new OpenAIError(503, `${why}; retry later`, 'server_error'), 'no_capacity', {
-          'retry-after': '1',
-        });
-      }
-      const { d, bookingId, plan } = r.done;
-      if (!d.chosen || bookingId === null) {
-        if (d.reason === 'unknown_target') {
-          return call.refuse(
-            null,
-            new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'),
-            'failed',
-          );
-        }
-        return call.refuse(
-          null,
-          new OpenAIError(502, `every attempt failed; last error: ${call.lastError}`, 'server_error'),
-          'failed',
-        );
-      }
-      const inst = job.instances.find((i) => i.id === d.chosen!.instance)!;
-      observer?.routed?.(d, attempt, now() - job.receivedAt);
-      // The engine computed the prompt once a successful response's first byte arrived; an attempt
-      // that ends before (failed, cut, refused, abandoned) withdraws the prompt's speculative insert.
-      const a = new Attempt(call, attempt, d, inst, bookingId, plan);
+      // (Its own function: while the request streams, this frame holds the attempt, which keeps of
+      // the decision only its choice, not every candidate's score.)
+      const a = await nextAttempt(call, attempt, deadline);
+      if (a === null) return;
+      const inst = a.inst;
+      const bookingId = a.bookingId;
       let outcome: Outcome = 'done';
       try {
         outcome = await dispatch(a);
@@ -354,6 +327,60 @@ export async function forward(
   } finally {
     res.off('close', onClose);
   }
+}
+
+/**
+ * The attempt loop's next decision: waited for within capacity, decided and booked (the attempt), or
+ * the request ended (refused or aborted: null).
+ */
+async function nextAttempt(call: ForwardCall, attempt: number, deadline: number): Promise<Attempt | null> {
+  const { job, deps, abort } = call;
+  const { queue, now, observer } = deps;
+  // All busy, a busy holder of the prefix worth waiting for, or all down: wait for capacity
+  // (bounded, in arrival order), then decide again. A try that chooses books at once.
+  const r = await decideWithinCapacity(
+    queue,
+    { deadline, now, signal: abort.signal },
+    (mayHold) => decideOnce(call, attempt, mayHold),
+    () => capacityPool(job.ns.model, job.ns.loraName),
+  );
+  if ('aborted' in r) {
+    call.finish(null, 499, 'client_abort');
+    return null;
+  }
+  if (!('done' in r)) {
+    const why =
+      'full' in r
+        ? 'every instance is busy and the queue of waiting requests is full'
+        : r.gaveUp.reason === 'all_busy' || r.gaveUp.reason === 'held'
+          ? 'every instance is over its busy threshold'
+          : 'no healthy instance is available';
+    call.refuse(null, new OpenAIError(503, `${why}; retry later`, 'server_error'), 'no_capacity', {
+      'retry-after': '1',
+    });
+    return null;
+  }
+  const { d, bookingId, plan } = r.done;
+  if (!d.chosen || bookingId === null) {
+    if (d.reason === 'unknown_target')
+      call.refuse(
+        null,
+        new OpenAIError(400, `x-kvrouter-target names no instance of this model`, 'invalid_request_error'),
+        'failed',
+      );
+    else
+      call.refuse(
+        null,
+        new OpenAIError(502, `every attempt failed; last error: ${call.lastError}`, 'server_error'),
+        'failed',
+      );
+    return null;
+  }
+  const inst = job.instances.find((i) => i.id === d.chosen!.instance)!;
+  observer?.routed?.(d, attempt, now() - job.receivedAt);
+  // The engine computed the prompt once a successful response's first byte arrived; an attempt
+  // that ends before (failed, cut, refused, abandoned) withdraws the prompt's speculative insert.
+  return new Attempt(call, attempt, keptOf(d), inst, bookingId, plan);
 }
 
 /** A decision of the attempt loop that ended the wait: booked (`bookingId`), or no choice for good. */

@@ -199,6 +199,17 @@ export interface Decision {
   memo: unknown;
 }
 
+/**
+ * What a request keeps of its decision while it runs: its choice and what the closed loop and the
+ * response headers read. Not the other candidates' scores: at a thousand instances those are a
+ * thousand objects (and the queue heads' bookings they hold) per request in flight.
+ */
+export type KeptDecision = Pick<Decision, 'chosen' | 'policy' | 'isl' | 'blockSize'>;
+
+export function keptOf(d: Decision): KeptDecision {
+  return { chosen: d.chosen, policy: d.policy, isl: d.isl, blockSize: d.blockSize };
+}
+
 export interface BookOptions {
   requestId: string;
   now: number;
