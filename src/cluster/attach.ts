@@ -31,8 +31,8 @@ export interface ClusterDeps {
   /** prom-client registry for kvrouter_cluster_* metrics. */
   metrics?: PromRegistry;
   now?: () => number;
-  /** Remote load went down: re-check the capacity queue. */
-  onReleased?: () => void;
+  /** Remote load went down (on `instance`, when one booking's did): re-check the capacity queue. */
+  onReleased?: (instance?: string) => void;
   log?: (line: string) => void;
   /**
    * Replica sync without NATS: the machine-local channel between `serve --workers` processes (same

@@ -30,6 +30,11 @@ export interface HandleResult {
   outcome: 'applied' | 'own' | 'stale' | 'conflict';
   /** Load went down (prefill completed, freed, or a reset freed bookings): wake queued requests. */
   released: boolean;
+  /**
+   * The instance whose load went down, when one booking's did (a wake-up names it: only the waiters
+   * it may let go are decided again); null when none did or a reset freed several.
+   */
+  instance: string | null;
   reset: PeerReset | null;
   /** Bookings freed by the reset. */
   freed: number;
@@ -73,6 +78,7 @@ export class RemoteBookings {
       return {
         outcome: m.incarnation === this.self.incarnation ? 'own' : 'conflict',
         released: false,
+        instance: null,
         reset: null,
         freed: 0,
         missed: false,
@@ -100,7 +106,7 @@ export class RemoteBookings {
       this.peers.set(m.router, p);
       missed = m.seq > 1; // an incarnation's first message has seq 1
     }
-    if (m.seq <= p.lastSeq) return { outcome: 'stale', released: false, reset, freed, missed };
+    if (m.seq <= p.lastSeq) return { outcome: 'stale', released: false, instance: null, reset, freed, missed };
     if (m.seq > p.lastSeq + 1) {
       freed += this.drop(p);
       reset = 'gap';
@@ -108,8 +114,15 @@ export class RemoteBookings {
     }
     p.lastSeq = m.seq;
     p.lastSeenAt = now;
-    const released = this.apply(p, m, now) || freed > 0;
-    return { outcome: 'applied', released, reset, freed, missed };
+    const eased = this.apply(p, m, now);
+    return {
+      outcome: 'applied',
+      released: eased !== null || freed > 0,
+      instance: freed > 0 ? null : eased,
+      reset,
+      freed,
+      missed,
+    };
   }
 
   /** Forget peers silent for longer than timeoutMs, freeing their bookings. */
@@ -147,12 +160,13 @@ export class RemoteBookings {
     return n;
   }
 
-  private apply(p: PeerState, m: SyncMessage, now: number): boolean {
+  /** Applies a message; the instance whose load went down (null: none did). */
+  private apply(p: PeerState, m: SyncMessage, now: number): string | null {
     const { active, indexer } = this.target;
     switch (m.kind) {
       case 'add': {
         const id = remoteId(p.router, p.incarnation, m.id);
-        if (active.get(id)) return false;
+        if (active.get(id)) return null;
         const b = active.book(id, m.instance, m.dpRank, m.blocks, m.prefillTokens, now, '', m.contextTokens ?? 0);
         p.ids.add(id);
         // As Scheduler.book: the prefix the engine is about to use becomes the newest in the LRU
@@ -161,33 +175,33 @@ export class RemoteBookings {
         if (m.touchedBlocks) indexer.find(m.ns)?.index.touch(m.instance, m.dpRank, m.blocks, m.touchedBlocks);
         // Same speculative insert as Scheduler.book: the prompt's blocks are about to be cached there.
         speculate(indexer, m.ns, b, m.speculativeTtlMs, now);
-        return false;
+        return null;
       }
       case 'prefill': {
         const b = active.get(remoteId(p.router, p.incarnation, m.id));
-        if (!b || b.prefillDone) return false;
+        if (!b || b.prefillDone) return null;
         active.prefillComplete(b.id);
-        return true;
+        return b.instance;
       }
       case 'free': {
         const id = remoteId(p.router, p.incarnation, m.id);
         p.ids.delete(id);
         const b = active.get(id);
         if (b && m.rate) this.target.rates?.observeSample(b.instance, b.dpRank, m.rate);
-        if (!active.free(id)) return false;
+        if (!active.free(id)) return null;
         // The sender's attempt failed: its speculative insert is withdrawn here too.
         if (m.failed) withdrawSpeculation(indexer, b!, now);
-        return true;
+        return b!.instance;
       }
       case 'heartbeat':
         p.url = m.url;
         p.reportedBookings = m.bookings;
-        return false;
+        return null;
       case 'tenants':
         this.target.tenants?.applyPeer(p.router, m.uses, m.full, now);
-        return false;
+        return null;
       case 'resend':
-        return false; // addressed to the adapter of its target
+        return null; // addressed to the adapter of its target
     }
   }
 

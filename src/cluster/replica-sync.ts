@@ -18,8 +18,11 @@ export interface ReplicaSyncDeps {
   scheduler: Scheduler;
   indexer: TieredIndexer;
   now?: () => number;
-  /** Remote load went down (prefill done, freed, peer reset): re-check the capacity queue. */
-  onReleased?: () => void;
+  /**
+   * Remote load went down (prefill done, freed, peer reset): re-check the capacity queue. `instance`:
+   * the one whose load did, when one booking's did (absent: a reset, a peer gone, sync closed).
+   */
+  onReleased?: (instance?: string) => void;
   metrics?: ClusterMetrics;
   log?: (line: string) => void;
   /** Tenant limits' use: this router's is published (once per event-loop turn with changes, and with each heartbeat), the peers' applied. */
@@ -185,7 +188,7 @@ export class ReplicaSync {
       if (r.outcome === 'conflict')
         this.deps.log?.(`cluster: another replica uses router id ${msg.router}; its bookings are ignored`);
     }
-    if (r.released) this.deps.onReleased?.();
+    if (r.released) this.deps.onReleased?.(r.instance ?? undefined);
   }
 
   /** Our own in-flight bookings (pruning ids freed without the hook, e.g. by an instance removal). */

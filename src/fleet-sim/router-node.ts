@@ -164,12 +164,15 @@ export class RouterNode {
     this.scheduler.free(bookingId);
   }
 
-  /** Another replica's sync message arrived; true when load went down here (wake queued requests). */
-  receiveSync(bytes: Uint8Array): boolean {
+  /**
+   * Another replica's sync message arrived. When load went down here (wake queued requests): the
+   * instance whose load did, or null when it names none (a peer's reset); false: nothing freed.
+   */
+  receiveSync(bytes: Uint8Array): string | null | false {
     if (!this.remote) return false;
     const r = this.remote.handle(decodeSync(bytes), this.now());
     if (r.outcome === 'applied') this.tally.sync.received++;
-    return r.released;
+    return r.released ? r.instance : false;
   }
 
   /** Final figures: KV-event outcomes, open alarms and index size. */

@@ -234,13 +234,15 @@ class Simulation {
         return;
       }
       case 'sync':
-        for (let r = 0; r < this.routers.length; r++)
-          if (r !== ev.from && this.routers[r].receiveSync(ev.bytes)) {
-            // As the server's onReleased (CapacityQueue.notify() naming no instance): a peer's booking
-            // freed room, so every waiter is due, those held for a busy holder too.
-            this.holds[r].dueAll();
-            this.pump(r);
-          }
+        for (let r = 0; r < this.routers.length; r++) {
+          if (r === ev.from) continue;
+          const freed = this.routers[r].receiveSync(ev.bytes);
+          if (freed === false) continue;
+          // As the server's onReleased (CapacityQueue.notify(instance)): a peer's booking freed room
+          // on `freed`, whose waiters are tried; naming none (a peer's reset), every waiter is due.
+          if (freed === null) this.holds[r].dueAll();
+          this.pump(r, freed);
+        }
         return;
       case 'wake':
         return this.wake(ev.i, ev.epoch);

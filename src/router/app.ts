@@ -300,7 +300,7 @@ function joinCluster(rt: RouterRuntime, cfg: RouterConfig, role: ProcessRole | n
       peers: rt.peers,
       metrics: rt.prom,
       now: rt.now,
-      onReleased: () => rt.queue.notify(),
+      onReleased: (instance) => rt.queue.notify(instance),
       log: rt.log,
       tenants: rt.deps.access.usage,
       ...(role ? { localLink: role.link } : {}),

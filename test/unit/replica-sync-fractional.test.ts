@@ -1,6 +1,8 @@
 // A booking whose prefill the host tier credits only in part (a fractional weight such as 0.33)
 // still reaches the replicas: its prefill is a whole token count where the booking is made, so the
 // add message is not refused ("prefill_tokens must be an integer") and the peers see its load.
+// A peer's release names the instance whose load went down (the capacity queue's wake-up tries only
+// the waiters it may let go), or none when a peer's reset freed several.
 import { describe, expect, it } from 'vitest';
 import type { LinkStatus, SyncLink } from '../../src/cluster/nats-link.js';
 import { ReplicaSync } from '../../src/cluster/replica-sync.js';
@@ -41,13 +43,13 @@ class BusLink implements SyncLink {
   }
 }
 
-function router(bus: Bus, id: string, binary: boolean) {
+function router(bus: Bus, id: string, binary: boolean, onReleased?: (instance?: string) => void) {
   const indexer = new TieredIndexer();
   const scheduler = new Scheduler(indexer, () => 0);
   const logs: string[] = [];
   const sync = new ReplicaSync(
     new BusLink(bus, binary),
-    { scheduler, indexer, log: (l) => logs.push(l) },
+    { scheduler, indexer, log: (l) => logs.push(l), onReleased },
     { routerId: id, subject: 's', heartbeatMs: 60_000, peerTimeoutMs: 120_000, advertiseUrl: null },
   );
   return { indexer, scheduler, sync, logs };
@@ -84,6 +86,43 @@ describe('replica sync of a booking credited in part by the host tier', () => {
       } finally {
         a.sync.close();
         b.sync.close();
+      }
+    });
+});
+
+describe("a peer's release", () => {
+  for (const binary of [false, true])
+    it(`names the instance whose load went down, and none for a reset (${binary ? 'binary' : 'JSON'} wire)`, () => {
+      const bus = new Bus();
+      const released: Array<string | undefined> = [];
+      const a = router(bus, 'ra', binary);
+      const b = router(bus, 'rb', binary, (instance) => released.push(instance));
+      let a2: ReturnType<typeof router> | null = null;
+      try {
+        const book = (r: ReturnType<typeof router>, instance: string, id: string) => {
+          const d = r.scheduler.decide(
+            { ns, candidates: [{ instance, dpRank: 0 }], tokens: TOKENS, policy: 'kv', weights: W, temperature: 0 },
+            0,
+          );
+          r.scheduler.book(d, ns, { requestId: id, now: 0, speculativeTtlMs: 0 });
+        };
+        book(a, 'x', 'q1');
+        book(a, 'y', 'q2');
+        expect(released).toEqual([]);
+        a.scheduler.prefillComplete('q1', 5);
+        a.scheduler.free('q2');
+        expect(released).toEqual(['x', 'y']);
+        expect(b.scheduler.active.load('x', 0).activeRequests).toBe(1);
+        // ra restarts (a new incarnation): its old booking on x is dropped, with no one instance to name.
+        a2 = router(bus, 'ra', binary);
+        book(a2, 'z', 'q3');
+        expect(released).toEqual(['x', 'y', undefined]);
+        expect(b.scheduler.active.load('x', 0).activeRequests).toBe(0);
+        expect(b.scheduler.active.load('z', 0).activeRequests).toBe(1);
+      } finally {
+        a.sync.close();
+        b.sync.close();
+        a2?.sync.close();
       }
     });
 });
