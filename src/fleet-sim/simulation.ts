@@ -48,7 +48,8 @@ interface InFlight {
   queued: boolean;
   /**
    * Booked: what its end reads of the decision (the closed loop's prediction, the predicted TTFT).
-   * Not the decision: its 1,024 candidates' scores, kept per request in flight, were most of the heap.
+   * Not the decision: its 1,024 candidates' scores per request in flight (at 1,024 x 3,000, dropping
+   * them took the peak RSS from 1.56 to 1.18 GB and the CPU from 33.6 to 29.1 s).
    */
   booked: { prediction: Prediction | null; predictedTtftMs: number } | null;
   bookingId: string | null;
