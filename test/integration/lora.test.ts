@@ -72,7 +72,9 @@ describe('LoRA adapters', () => {
       const r = (await (await request(`${router.url}/v1/models`)).body.json()) as {
         data: Array<{ id: string; parent: string | null }>;
       };
-      return r.data.some((m) => m.id === 'sql-b') ? r.data : undefined;
+      // (Each instance's adapters arrive on its own poll: wait for both, not the first seen.)
+      const ids = r.data.map((m) => m.id);
+      return ids.includes('sql-a') && ids.includes('sql-b') ? r.data : undefined;
     });
     expect(
       models
