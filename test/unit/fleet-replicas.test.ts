@@ -3,67 +3,20 @@
 // the same outcomes, with the msgpack payloads and with the decoded values alike. The engines'
 // deliveries: first and last tokens, rejections, and each engine's own counters.
 import { describe, expect, it } from 'vitest';
-import { routerPlan } from '../../src/bench/fleet.js';
-import { variant } from '../../src/bench/cluster/policies.js';
-import { mulberry32 } from '../../src/common/prng.js';
-import { rangeVocab } from '../../src/engine-sim/core/config.js';
-import { EngineCore } from '../../src/engine-sim/core/engine-core.js';
 import { simulateFleet } from '../../src/fleet-sim/simulation.js';
-import type { FleetOutput, FleetRequest } from '../../src/fleet-sim/types.js';
+import type { FleetOutput } from '../../src/fleet-sim/types.js';
+import { prefixPrompts, smallFleet } from '../helpers/fleet.js';
 
 const ENGINES = 3;
 const N = 60;
 const ids = Array.from({ length: ENGINES }, (_, k) => `e${k}`);
 
-const prompts: Uint32Array[] = (() => {
-  const rand = mulberry32(11);
-  const tok = () => 1000 + Math.floor(rand() * 30_000);
-  const prefixes = Array.from({ length: 4 }, () => Array.from({ length: 256 }, tok));
-  return Array.from({ length: N }, (_, i) => {
-    const tail = Array.from({ length: 64 + Math.floor(rand() * 400) }, tok);
-    return Uint32Array.from([...prefixes[i % 4], ...tail]);
-  });
-})();
+const prompts = prefixPrompts(11, N, { prefixes: 4, prefixLen: 256, tailMin: 64, tailSpan: 400 });
 
 function run(routers: number, eventWire: 'bytes' | 'values', prompt = (i: number) => prompts[i]): FleetOutput {
-  const plan = routerPlan(variant('kv'), ids, 16);
-  const engines = ids.map(
-    (_, k) =>
-      new EngineCore({
-        blockSize: 16,
-        // Small caches: blocks are evicted, so removals flow too.
-        numGpuBlocks: 120,
-        maxNumSeqs: 4,
-        maxNumBatchedTokens: 512,
-        seed: k,
-        hashFlavor: 'murmur',
-        routerHashSeed: BigInt(plan.cfg.hashing.seed),
-        outputVocab: rangeVocab(100, 200),
-      }),
-  );
-  const requests: FleetRequest[] = prompts.map((_, i) => ({
-    atMs: i * 15,
-    after: null,
-    maxTokens: 20,
-    sessionKey: null,
-  }));
-  return simulateFleet({
-    requests,
-    prompt,
-    engines,
-    ids,
-    model: plan.cfg.models[0].name,
-    blockSize: 16,
-    routers,
-    router: plan,
-    seed: 3,
-    requestLatencyMs: 0,
-    kvEventDelayMs: 1,
-    eventWire,
-    syncDelayMs: null,
-    scrapeIntervalMs: null,
-    drainTimeoutMs: 600_000,
-  });
+  // Small caches: blocks are evicted, so removals flow too.
+  const { input } = smallFleet('kv', ids, prompts, { atMs: (i) => i * 15, maxTokens: 20, numGpuBlocks: 120 });
+  return simulateFleet({ ...input, prompt, routers, eventWire });
 }
 
 describe('fleet simulation: KV events and replicas', () => {

@@ -3,29 +3,17 @@
 // the router's own reader, and never fresher; the run stays a function of its inputs. Its expiry
 // sweep drops the router's expired predictions, as the server's timer does.
 import { describe, expect, it } from 'vitest';
-import { routerPlan } from '../../src/bench/fleet.js';
-import { variant } from '../../src/bench/cluster/policies.js';
-import { mulberry32 } from '../../src/common/prng.js';
-import { rangeVocab } from '../../src/engine-sim/core/config.js';
-import { EngineCore } from '../../src/engine-sim/core/engine-core.js';
 import { simulateFleet } from '../../src/fleet-sim/simulation.js';
-import type { FleetInput, FleetOutput, FleetRequest } from '../../src/fleet-sim/types.js';
+import type { FleetOutput } from '../../src/fleet-sim/types.js';
 import type { EngineLoad } from '../../src/engine-load/load-view.js';
+import { prefixPrompts, smallFleet } from '../helpers/fleet.js';
 
 const ENGINES = 3;
 const N = 90;
 const ids = Array.from({ length: ENGINES }, (_, k) => `e${k}`);
 
 /** Prompts over 6 shared prefixes of 256 tokens with distinct tails: prefix scorers have something to find. */
-const prompts: Uint32Array[] = (() => {
-  const rand = mulberry32(7);
-  const tok = () => 1000 + Math.floor(rand() * 30_000);
-  const prefixes = Array.from({ length: 6 }, () => Array.from({ length: 256 }, tok));
-  return Array.from({ length: N }, (_, i) => {
-    const tail = Array.from({ length: 128 + Math.floor(rand() * 512) }, tok);
-    return Uint32Array.from([...prefixes[i % 6], ...tail]);
-  });
-})();
+const prompts = prefixPrompts(7, N, { prefixes: 6, prefixLen: 256, tailMin: 128, tailSpan: 512 });
 
 interface Seen {
   i: number;
@@ -37,50 +25,19 @@ interface Seen {
 }
 
 function run(policy: string, scrapeIntervalMs: number | null): { out: FleetOutput; seen: Seen[] } {
-  const plan = routerPlan(variant(policy), ids, 16);
-  const engines = ids.map(
-    (_, k) =>
-      new EngineCore({
-        blockSize: 16,
-        numGpuBlocks: 400,
-        maxNumSeqs: 4,
-        maxNumBatchedTokens: 512,
-        seed: k,
-        hashFlavor: 'murmur',
-        routerHashSeed: BigInt(plan.cfg.hashing.seed),
-        outputVocab: rangeVocab(100, 200),
-      }),
-  );
-  const requests: FleetRequest[] = prompts.map((_, i) => ({
-    atMs: i * 20,
-    after: null,
+  const { input, engines } = smallFleet(policy, ids, prompts, {
+    atMs: (i) => i * 20,
     maxTokens: 24,
-    sessionKey: null,
-  }));
+    numGpuBlocks: 400,
+  });
   const seen: Seen[] = [];
-  const input: FleetInput = {
-    requests,
-    prompt: (i) => prompts[i],
-    engines,
-    ids,
-    model: plan.cfg.models[0].name,
-    blockSize: 16,
-    routers: 1,
-    router: plan,
-    seed: 3,
-    requestLatencyMs: 0,
-    kvEventDelayMs: 1,
-    eventWire: 'bytes',
-    syncDelayMs: null,
-    scrapeIntervalMs,
-    drainTimeoutMs: 600_000,
-    onDecision: (i, d, now) => {
-      for (const c of d.candidates) {
-        const k = ids.indexOf(c.instance);
-        const s = engines[k].stats();
-        seen.push({ i, now, engine: k, load: c.engine, live: { running: s.running, waiting: s.waiting } });
-      }
-    },
+  input.scrapeIntervalMs = scrapeIntervalMs;
+  input.onDecision = (i, d, now) => {
+    for (const c of d.candidates) {
+      const k = ids.indexOf(c.instance);
+      const s = engines[k].stats();
+      seen.push({ i, now, engine: k, load: c.engine, live: { running: s.running, waiting: s.waiting } });
+    }
   };
   return { out: simulateFleet(input), seen };
 }

@@ -12,20 +12,11 @@ import { CapacityQueue } from '../../src/proxy/capacity.js';
 import { type ForwardJob, forward, type InstanceRuntime } from '../../src/proxy/forward.js';
 import { InstanceHealth } from '../../src/proxy/health.js';
 import { createUpstream } from '../../src/proxy/upstreams.js';
-import type { CostWeights } from '../../src/scheduler/cost.js';
 import { type Decision, Scheduler } from '../../src/scheduler/scheduler.js';
+import { PICK_NS as ns, PICK_TIME_WEIGHTS as TIME } from '../helpers/scheduling.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
-
-const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
-const TIME: CostWeights = {
-  model: 'time',
-  overlapWeight: 1,
-  medium: { cpu: 0.5, disk: 0.25, shared: 0.5 },
-  trackActiveBlocks: true,
-  decodeInterference: 0,
-};
 
 const servers: http.Server[] = [];
 afterAll(async () => {
