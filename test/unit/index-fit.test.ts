@@ -27,6 +27,21 @@ function prompts(rnd: () => number, tag: bigint): bigint[][] {
   return out;
 }
 
+/** A random write's target: a prompt, an instance, and a run of up to 16 of the prompt's blocks (seq and engine hashes). */
+function randomRun(rnd: () => number, ps: bigint[][]) {
+  const p = ps[Math.floor(rnd() * ps.length)];
+  const inst = INSTANCES[Math.floor(rnd() * INSTANCES.length)];
+  const from = rnd() < 0.5 ? 0 : Math.floor(rnd() * p.length);
+  const slice = p.slice(from, Math.min(p.length, from + 1 + Math.floor(rnd() * 16)));
+  return {
+    p,
+    inst,
+    from,
+    seq: BigUint64Array.from(slice),
+    eng: BigUint64Array.from(slice.map((x) => x ^ ENGINE_XOR)),
+  };
+}
+
 /** Everything the index answers about the prompts and the instances, as plain values. */
 function answers(idx: BlockIndex, ps: bigint[][], now: number) {
   const cands = INSTANCES.map((instance) => ({ instance, dpRank: 0 }));
@@ -150,12 +165,7 @@ describe('index tables after a sweep', () => {
       };
       const writes = (steps: number) => {
         for (let s = 0; s < steps; s++) {
-          const p = pick(ps);
-          const inst = pick(INSTANCES);
-          const from = rnd() < 0.5 ? 0 : Math.floor(rnd() * p.length);
-          const slice = p.slice(from, Math.min(p.length, from + 1 + Math.floor(rnd() * 16)));
-          const seq = BigUint64Array.from(slice);
-          const eng = BigUint64Array.from(slice.map((x) => x ^ ENGINE_XOR));
+          const { p, inst, from, seq, eng } = randomRun(rnd, ps);
           const op = rnd();
           const m = rnd() < 0.8 ? 'GPU' : 'CPU';
           if (op < 0.4) both((i) => i.store(i.holder(inst, 0, m), seq, eng, 0, from > 0 ? p[from - 1] : null));
@@ -220,12 +230,7 @@ describe('index tables after a sweep', () => {
       // (a holder per TTL class: its records are in expiry order).
       const writes = (steps: number, shortUntil: number, long: number) => {
         for (let s = 0; s < steps; s++) {
-          const p = pick(ps);
-          const inst = pick(INSTANCES);
-          const from = rnd() < 0.5 ? 0 : Math.floor(rnd() * p.length);
-          const slice = p.slice(from, Math.min(p.length, from + 1 + Math.floor(rnd() * 16)));
-          const seq = BigUint64Array.from(slice);
-          const eng = BigUint64Array.from(slice.map((x) => x ^ ENGINE_XOR));
+          const { p, inst, from, seq, eng } = randomRun(rnd, ps);
           const op = rnd();
           if (op < 0.3) {
             const m = rnd() < 0.8 ? 'GPU' : 'CPU';
