@@ -6,6 +6,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
+import { Worker } from 'node:worker_threads';
+import { builtFile } from '../common/built-file.js';
 import { intOption, numberOption, type OptionTable, type ParsedOptions, parseCommand } from '../common/args.js';
 import { loadConfigText, effectiveRouting } from '../config/load.js';
 import type { CoreConfig } from '../engine-sim/core/config.js';
@@ -25,6 +27,7 @@ import { feedbackOptions } from '../router/runtime.js';
 import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
 import { type Sizing, sizeFleet } from './cluster/sizing.js';
+import type { OracleWorkerData } from './fleet/oracle-worker.js';
 import { FLEET_SEMI_SPACE_MIB, relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
@@ -516,12 +519,33 @@ function schedule(s: FleetSetup): Schedule {
 }
 
 /** The engines' cache sizes: sized from the working set as bench cluster sizes them, or --gpu-blocks. */
+/** What the engines are built with: the part of the sizing the simulation reads. */
+type EngineBlocks = Pick<Sizing, 'numGpuBlocks' | 'numCpuBlocks'>;
+
+/** The oracle on a worker thread (oracle-worker.ts), from the setup's flags. */
+function oracleBeside(argv: string[]): Promise<OracleStats> {
+  const script = builtFile(import.meta.url, 'fleet/oracle-worker.js');
+  if (!script) throw new Error('fleet/oracle-worker.js is not built: run `npm run build`');
+  const worker = new Worker(script, { workerData: { argv } satisfies OracleWorkerData });
+  return new Promise((resolve, reject) => {
+    worker.once('message', (o: OracleStats) => resolve(o));
+    worker.once('error', reject);
+    worker.once('exit', (code) => reject(new Error(`the oracle's worker thread exited (${code}) before its answer`)));
+  });
+}
+
+/** Host blocks of each engine when --gpu-blocks sizes it. */
+function cpuBlocks(s: FleetSetup): number {
+  return Math.round(s.gpuBlocks! * s.cpuRatio);
+}
+
+/** The engines' size and the report's sizing figures (the working set comes from the oracle). */
 function engineSizing(s: FleetSetup, orc: OracleStats): Sizing {
   const size = sizeFleet(orc, s.engines, s.blockSize, s.cacheRatio, s.cpuRatio);
   if (s.gpuBlocks !== null)
     Object.assign(size, {
       numGpuBlocks: s.gpuBlocks,
-      numCpuBlocks: Math.round(s.gpuBlocks * s.cpuRatio),
+      numCpuBlocks: cpuBlocks(s),
       perEngineRatio: orc.distinctBlocks / s.gpuBlocks,
       clusterRatio: (s.gpuBlocks * s.engines) / Math.max(1, orc.distinctBlocks),
     });
@@ -545,7 +569,7 @@ function engineHeapBytes(v: ParsedOptions): number | null {
  * Node's default. A larger young generation (--max-semi-space-size, a startup flag: relaunch.ts) cut the
  * CPU of a 1,024-engine run by a fifth (docs/fleet-sim.md, "Scale").
  */
-function warnHeap(s: FleetSetup, size: Sizing): void {
+function warnHeap(s: FleetSetup, size: EngineBlocks): void {
   const need = s.engines * (size.numGpuBlocks + size.numCpuBlocks) * ENGINE_HEAP_PER_BLOCK;
   const limit = getHeapStatistics().heap_size_limit;
   if (need > 0.6 * limit)
@@ -558,7 +582,7 @@ function warnHeap(s: FleetSetup, size: Sizing): void {
 function runPolicy(
   s: FleetSetup,
   p: PolicyVariant,
-  size: Sizing,
+  size: EngineBlocks,
   plan: Schedule,
   progress: Progress | null,
   onDecision?: FleetInput['onDecision'],
@@ -602,9 +626,9 @@ function runPolicy(
 }
 
 /** The progress line of one policy's result. */
-function policyLine(r: FleetPolicyResult, wall: FleetWall, orc: OracleStats): string {
+function policyLine(r: FleetPolicyResult, wall: FleetWall): string {
   return (
-    `policy ${r.policy}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}% (oracle ${(100 * orc.hitRate).toFixed(1)}%), ` +
+    `policy ${r.policy}: TTFT p50 ${r.ttftMs.p50.toFixed(0)} ms p90 ${r.ttftMs.p90.toFixed(0)} ms, hit ${(100 * r.hitRate.usage).toFixed(1)}%, ` +
     `${r.requests.ok}/${r.requests.sent} ok, goodput ${(100 * r.fleet.goodput.share).toFixed(1)}%; simulated ${r.fleet.virtualS.toFixed(0)} s in ${wall.simSeconds.toFixed(1)} s (${wall.cpuSeconds.toFixed(1)} CPU s), decide p50 ${wall.decisionUs.all.p50.toFixed(0)} µs`
   );
 }
@@ -677,14 +701,19 @@ export async function simulateSetup(
   };
   log(`workload: ${w.description}\n`);
   const t0 = performance.now();
-  const orc = await oracle(w, s.blockSize);
-  const size = engineSizing(s, orc);
+  // Sized by --gpu-blocks, the engines do not wait for the oracle: it hashes every prompt on a worker
+  // thread beside the simulation (only the report reads it).
+  const beside = s.gpuBlocks !== null ? oracleBeside(s.argv) : null;
+  // (Its failure is read where it is awaited, after the simulation; not an unhandled rejection before.)
+  beside?.catch(() => {});
+  const early = beside === null ? await oracle(w, s.blockSize) : null;
+  const blocks = early !== null ? engineSizing(s, early) : { numGpuBlocks: s.gpuBlocks!, numCpuBlocks: cpuBlocks(s) };
   const plan = schedule(s);
   log(
-    `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}; ` +
-      `engines: ${s.engines} x ${size.numGpuBlocks} GPU + ${size.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
+    `${early !== null ? `oracle hit rate ${(100 * early.hitRate).toFixed(1)}%, working set ${early.distinctBlocks} blocks of ${s.blockSize}` : 'oracle on a worker thread'}; ` +
+      `engines: ${s.engines} x ${blocks.numGpuBlocks} GPU + ${blocks.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
   );
-  warnHeap(s, size);
+  warnHeap(s, blocks);
   const oracleSeconds = (performance.now() - t0) / 1000;
   const progress = quiet ? null : new Progress(w.requests.length * s.policies.length, '');
   const results: FleetPolicyResult[] = [];
@@ -693,14 +722,19 @@ export async function simulateSetup(
   for (const p of s.policies) {
     progress?.setLabel(p.name);
     const log = onDecision ? (i: number, d: Decision, now: number) => onDecision(p.name, i, d, now) : undefined;
-    const { result, wall, out } = runPolicy(s, p, size, plan, progress, log);
+    const { result, wall, out } = runPolicy(s, p, blocks, plan, progress, log);
     results.push(result);
     walls.push(wall);
     outputs.push(out);
-    progress?.log(policyLine(result, wall, orc));
+    progress?.log(policyLine(result, wall));
   }
   progress?.finish();
-  return { summary: fleetSummary(s, orc, size, plan, results), outputs, walls, oracleSeconds };
+  const orc = early ?? (await beside!);
+  if (early === null)
+    log(
+      `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}\n`,
+    );
+  return { summary: fleetSummary(s, orc, engineSizing(s, orc), plan, results), outputs, walls, oracleSeconds };
 }
 
 async function runParsed(

@@ -161,6 +161,29 @@ describe('kvrouter bench fleet --quick', () => {
     expect(rr.fleet.balance.requests.max - rr.fleet.balance.requests.min).toBeLessThanOrEqual(1);
   }, 120_000);
 
+  it('with --gpu-blocks the oracle runs on a worker thread and gives the oracle computed inline', async () => {
+    const inline = join(dir, 'oracle-inline');
+    const beside = join(dir, 'oracle-beside');
+    const policies = ['--policies', 'round-robin'];
+    const a = await runCli(['bench', 'fleet', '--quick', ...policies, '--out', inline]);
+    expect(a.code, a.stderr).toBe(0);
+    const b = await runCli(['bench', 'fleet', '--quick', ...policies, '--gpu-blocks', '3000', '--out', beside]);
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stderr).toContain('oracle on a worker thread');
+    type Sized = Report & { oracle: { distinctBlocks: number; hitTokens: number }; sizing: Record<string, number> };
+    const sa = JSON.parse(readFileSync(join(inline, 'summary.json'), 'utf8')) as Sized;
+    const sb = JSON.parse(readFileSync(join(beside, 'summary.json'), 'utf8')) as Sized;
+    // The oracle does not depend on the engines' size: the worker's equals the inline one, field by field.
+    expect(sa.oracle.hitTokens).toBeGreaterThan(0);
+    expect(sb.oracle).toEqual(sa.oracle);
+    expect(sb.sizing).toMatchObject({
+      numGpuBlocks: 3000,
+      workingSetBlocks: sa.oracle.distinctBlocks,
+      perEngineRatio: sa.oracle.distinctBlocks / 3000,
+    });
+    expect(sb.results[0].requests.ok).toBe(sb.results[0].requests.sent);
+  }, 120_000);
+
   it('syncs replicas through the real sync messages', async () => {
     const out = join(dir, 'sync');
     const { code, stderr } = await runCli([
