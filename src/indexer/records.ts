@@ -218,6 +218,14 @@ export abstract class RecordTable extends HolderTable {
     rec[r * R + R_POS] = pos;
   }
 
+  /** Speculative record r (of `holder`, on the block at table `slot`) expires at `expiresAt` now: the row's signature follows. */
+  protected reExpire(r: number, slot: number, holder: number, expiresAt: number): void {
+    const rec = this.rec;
+    this.table.data[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
+    this.recExp[r] = expiresAt;
+    this.hot.expires(rec[r * R + R_LO], rec[r * R + R_HI], r, expiresAt);
+  }
+
   protected leaveRun(r: number): void {
     const rec = this.rec;
     const run = rec[r * R + R_RUN];
@@ -549,7 +557,7 @@ export abstract class RecordTable extends HolderTable {
     const rec = this.rec;
     const o = r * R;
     const tbl = this.table.data;
-    this.hot.added(lo, hi, r, holder, run, pos);
+    this.hot.added(lo, hi, r, holder, run, pos, this.hSpec[holder] === 1 ? expiresAt : 0);
     if (this.crowd.size > 0) {
       const set = this.crowd.find(lo, hi);
       if (set !== NONE) this.crowd.add(set, holder);

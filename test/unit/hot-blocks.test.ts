@@ -29,12 +29,23 @@ function countHits(index: BlockIndex): { hits: number } {
 }
 
 interface Internals {
-  hot: { count: Int32Array; data(e: number): Int32Array; lo: Int32Array; hi: Int32Array };
+  hot: {
+    count: Int32Array;
+    data(e: number): Int32Array;
+    expiries(e: number): Float64Array;
+    lo: Int32Array;
+    hi: Int32Array;
+  };
   table: { find(lo: number, hi: number): number; data: Int32Array };
   rec: Int32Array;
+  recExp: Float64Array;
+  hSpec: Uint8Array;
 }
 
-/** Every copy is its block's list as the walk would read it: [record, holder, run, position] in list order. */
+/**
+ * Every copy is its block's list as the walk would read it: [record, holder, run, position] in list
+ * order, and beside the rows each speculative record's expiry.
+ */
 function expectCopiesAreLists(index: BlockIndex): number {
   const x = index as unknown as Internals;
   const { R, R_HOLDER, R_NEXT_E, R_RUN, R_POS, T, T_HEAD } = RECORD_LAYOUT;
@@ -46,9 +57,14 @@ function expectCopiesAreLists(index: BlockIndex): number {
     const slot = x.table.find(x.hot.lo[e], x.hot.hi[e]);
     expect(slot).not.toBe(NONE);
     const list: number[] = [];
-    for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E])
+    const exps: number[] = [];
+    for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E]) {
       list.push(r, x.rec[r * R + R_HOLDER], x.rec[r * R + R_RUN], x.rec[r * R + R_POS]);
+      exps.push(x.hSpec[x.rec[r * R + R_HOLDER]] === 1 ? x.recExp[r] : 0);
+    }
     expect(Array.from(x.hot.data(e).subarray(0, m * HB))).toEqual(list);
+    const kept = x.hot.expiries(e);
+    expect(exps.map((exp, k) => (exp === 0 ? 0 : kept[k]))).toEqual(exps);
   }
   return copies;
 }
@@ -112,6 +128,8 @@ describe('hot-block copies', () => {
     for (let i = 0; i < 40; i++)
       writes.push((x) => x.store(x.holder(`i${i}`, 0, i % 4 === 3 ? 'CPU' : 'GPU'), prompt.subarray(0, 8 + i)));
     writes.push((x) => x.store(x.speculativeHolder('i1', 0, 10), prompt.subarray(0, 50), null, 10));
+    // The same booking's blocks again, later: the records stay, their expiry moves.
+    writes.push((x) => x.store(x.speculativeHolder('i1', 0, 10), prompt.subarray(0, 20), null, 20));
     writes.push((x) => x.remove(x.holder('i5', 0, 'GPU'), prompt.subarray(0, 1)));
     writes.push((x) => x.store(x.holder('new', 0, 'GPU'), prompt.subarray(0, 30)));
     writes.push((x) => x.store(x.holder('i7', 0, 'GPU'), prompt.subarray(0, 3)));
