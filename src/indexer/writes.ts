@@ -236,7 +236,7 @@ export abstract class IndexWrites extends RecordTable {
       const h = this.holders[i];
       if (!pred(h, i)) continue;
       n += this.clearHolder(i);
-      h.alive = false;
+      this.holderPurged(i);
       this.holderKeys.delete(h.key);
       this.liveHolders.delete(i);
       this.freeHolderIds.push(i);
