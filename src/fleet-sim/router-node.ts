@@ -34,7 +34,7 @@ export class RouterNode {
   readonly engineLoads = new EngineLoadView();
   /** KV-event ingest per engine (by engine index), empty when the router ignores KV events. */
   readonly ingests: StreamIngest[] = [];
-  private readonly candidates: Candidate[];
+  private readonly candidates: readonly Candidate[];
   private readonly remote: RemoteBookings | null = null;
   private syncSeq = 0;
 
@@ -100,7 +100,8 @@ export class RouterNode {
         this.ingests.push(ingest);
       }
     }
-    this.candidates = engineIds.map((instance) => ({ instance, dpRank: 0 }));
+    // Frozen, list and candidates: the scheduler's id caches know it by identity (CandidateIds).
+    this.candidates = Object.freeze(engineIds.map((instance) => Object.freeze({ instance, dpRank: 0 })));
     if (publish) {
       const incarnation = 'sim';
       this.remote = new RemoteBookings(

@@ -38,8 +38,14 @@ export abstract class HolderTable {
   /** Candidate ids by (instance, dp rank); ids are never taken back. */
   protected candIds = new WorkerMap<number>();
   private backendOwner = new Map<string, string | null>();
-  /** Candidate -> its confirmed GPU holder (validated on use, rebuilt by a scan when stale). */
-  private gpuHolders = new Map<number, number>();
+  /**
+   * Candidate -> its confirmed GPU holder (NONE: none known; validated on use, rebuilt by a scan when
+   * stale), by candidate id: the eviction judgement asks it for every loaded candidate of a decision,
+   * and a Map lookup plus the holder's (cold) object were a third of overlapsFor's own time at 1,024.
+   */
+  private gpuHolders = new Int32Array(16).fill(NONE);
+  /** Per holder: 1 while it is alive, event-confirmed and on the GPU (what a candidate's GPU holder is). */
+  private hLiveGpu = new Uint8Array(16);
   /**
    * Candidates a scan found without a GPU holder (an instance booked before its engine's first
    * event): no scan again until one is made for it (addHolder) or backends are rebound.
@@ -118,8 +124,6 @@ export abstract class HolderTable {
     if (!speculative && medium === 'GPU') {
       // The candidate's GPU holder, unless it has one (the first made still alive, as a scan finds).
       this.noGpuHolder.delete(cand);
-      const known = this.gpuHolders.get(cand);
-      if (cand !== NONE && (known === undefined || !this.isGpuHolderOf(known, cand))) this.gpuHolders.set(cand, id);
     }
     if (id >= this.hCand.length) {
       const n = this.hCand.length * 2;
@@ -128,12 +132,19 @@ export abstract class HolderTable {
       this.hSpec = grow(this.hSpec, n);
       this.hGroup = grow(this.hGroup, n);
       this.hMix0 = grow(this.hMix0, n);
+      this.hLiveGpu = grow(this.hLiveGpu, n);
     }
     this.hCand[id] = cand;
     this.hBit[id] = TIER_BIT[medium];
     this.hSpec[id] = speculative ? 1 : 0;
     this.hGroup[id] = group;
     this.hMix0[id] = recordMix(id, 0);
+    this.hLiveGpu[id] = !speculative && medium === 'GPU' ? 1 : 0;
+    if (this.hLiveGpu[id] === 1 && cand !== NONE) {
+      // The candidate's GPU holder, unless it has one (the first made still alive, as a scan finds).
+      const known = this.gpuHolders[cand];
+      if (known === NONE || !this.isGpuHolderOf(known, cand)) this.gpuHolders[cand] = id;
+    }
     return id;
   }
 
@@ -151,6 +162,11 @@ export abstract class HolderTable {
     if (found !== undefined) return found;
     const id = this.cands.length;
     this.cands.push({ instance, dpRank });
+    if (id >= this.gpuHolders.length) {
+      const more = new Int32Array(this.gpuHolders.length * 2).fill(NONE);
+      more.set(this.gpuHolders);
+      this.gpuHolders = more;
+    }
     this.candIds.set(instance, dpRank, id);
     return id;
   }
@@ -194,12 +210,12 @@ export abstract class HolderTable {
   }
 
   protected gpuHolderOf(cand: number): number {
-    const known = this.gpuHolders.get(cand);
-    if (known !== undefined && this.isGpuHolderOf(known, cand)) return known;
+    const known = this.gpuHolders[cand];
+    if (known !== NONE && this.isGpuHolderOf(known, cand)) return known;
     if (this.noGpuHolder.has(cand)) return NONE;
     for (const i of this.liveHolders) {
       if (this.isGpuHolderOf(i, cand)) {
-        this.gpuHolders.set(cand, i);
+        this.gpuHolders[cand] = i;
         return i;
       }
     }
@@ -208,7 +224,12 @@ export abstract class HolderTable {
   }
 
   private isGpuHolderOf(h: number, cand: number): boolean {
-    const x = this.holders[h];
-    return x !== undefined && x.alive && !x.speculative && x.medium === 'GPU' && this.hCand[h] === cand;
+    return this.hLiveGpu[h] === 1 && this.hCand[h] === cand;
+  }
+
+  /** A holder was purged (its id may be reused): it is nobody's GPU holder now. */
+  protected holderPurged(h: number): void {
+    this.holders[h].alive = false;
+    this.hLiveGpu[h] = 0;
   }
 }

@@ -209,13 +209,21 @@ export abstract class RecordTable extends HolderTable {
   protected moveToRun(r: number, run: number, pos: number): void {
     const rec = this.rec;
     if (rec[r * R + R_RUN] !== run || rec[r * R + R_POS] !== pos)
-      this.hot.invalidate(rec[r * R + R_LO], rec[r * R + R_HI]);
+      this.hot.moved(rec[r * R + R_LO], rec[r * R + R_HI], r, run, pos);
     if (rec[r * R + R_RUN] !== run) {
       this.runRefs[run]++;
       this.leaveRun(r);
       rec[r * R + R_RUN] = run;
     }
     rec[r * R + R_POS] = pos;
+  }
+
+  /** Speculative record r (of `holder`, on the block at table `slot`) expires at `expiresAt` now: the row's signature follows. */
+  protected reExpire(r: number, slot: number, holder: number, expiresAt: number): void {
+    const rec = this.rec;
+    this.table.data[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
+    this.recExp[r] = expiresAt;
+    this.hot.expires(rec[r * R + R_LO], rec[r * R + R_HI], r, expiresAt);
   }
 
   protected leaveRun(r: number): void {
@@ -549,7 +557,7 @@ export abstract class RecordTable extends HolderTable {
     const rec = this.rec;
     const o = r * R;
     const tbl = this.table.data;
-    this.hot.invalidate(lo, hi);
+    this.hot.added(lo, hi, r, holder, run, pos, this.hSpec[holder] === 1 ? expiresAt : 0);
     if (this.crowd.size > 0) {
       const set = this.crowd.find(lo, hi);
       if (set !== NONE) this.crowd.add(set, holder);
@@ -703,7 +711,7 @@ export abstract class RecordTable extends HolderTable {
     const hi = rec[o + R_HI];
     const holder = rec[o + R_HOLDER];
     const h = this.holders[holder];
-    this.hot.invalidate(lo, hi);
+    this.hot.removed(lo, hi, r);
     const tbl = this.table.data;
     const headAt = slot * T + T_HEAD;
     // unlink from the entry's singly linked list

@@ -403,8 +403,11 @@ export abstract class IndexWalk extends IndexWrites {
     const e = this.hot.find(lo, hi);
     let rows: Int32Array;
     let m: number;
+    // A copy's expiries beside its rows (a list's are read from the records).
+    let exps: Float64Array | null = null;
     if (e >= 0) {
       rows = this.hot.data(e);
+      exps = this.hot.expiries(e);
       m = this.hot.size(e);
     } else {
       m = this.readRecords(tbl[slot * T + T_HEAD]);
@@ -429,7 +432,7 @@ export abstract class IndexWalk extends IndexWrites {
       const run = rows[j * HB + 2];
       const pos = rows[j * HB + 3];
       const spec = hSpec[h] === 1;
-      const exp = spec ? recExp[r] : 0;
+      const exp = spec ? (exps !== null ? exps[j] : recExp[r]) : 0;
       const b = hBit[h];
       // Who the holder counts for: a tracked candidate's level, the shared pool, or nobody.
       const c = hCand[h];
@@ -523,6 +526,9 @@ export abstract class IndexWalk extends IndexWrites {
     const hot = this.hot;
     const e = hot.open(m);
     hot.data(e).set(rows.subarray(0, m * HB));
+    const exps = hot.expiries(e);
+    const { hSpec, recExp } = this;
+    for (let j = 0; j < m; j++) exps[j] = hSpec[rows[j * HB + 1]] === 1 ? recExp[rows[j * HB]] : 0;
     hot.commit(e, lo, hi, m);
   }
 

@@ -2,7 +2,7 @@
 // speculative inserts and their withdrawal, removals, clears, purges and expiry. Writes from outside
 // src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
 import { CROWDED_MIN_RECORDS } from './holder-sets.js';
-import { type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
+import { type Holder, hashView, keyOut, specKey } from './layout.js';
 import { RecordTable } from './records.js';
 
 // Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
@@ -106,8 +106,7 @@ export abstract class IndexWrites extends RecordTable {
         guess = this.rec[r * R + R_NEXT_H];
         this.moveToRun(r, run, base + i);
         if (h.speculative && this.recExp[r] !== expiresAt) {
-          tbl[slot * T + T_SIG] ^= recordMix(holder, this.recExp[r]) ^ recordMix(holder, expiresAt);
-          this.recExp[r] = expiresAt;
+          this.reExpire(r, slot, holder, expiresAt);
           if (h.speculative) this.moveToTail(h, r); // keep expiry order within the holder
         }
       }
@@ -237,7 +236,7 @@ export abstract class IndexWrites extends RecordTable {
       const h = this.holders[i];
       if (!pred(h, i)) continue;
       n += this.clearHolder(i);
-      h.alive = false;
+      this.holderPurged(i);
       this.holderKeys.delete(h.key);
       this.liveHolders.delete(i);
       this.freeHolderIds.push(i);

@@ -1,7 +1,9 @@
 // CandidateIds: a router's candidate list is resolved once; when its owner gives ids, only the
 // candidates without one are looked up again (a fleet's index gives ids as engines publish their
-// first events, for a thousand decisions); when it takes ids back, the whole list is.
+// first events, for a thousand decisions); when it takes ids back, the whole list is. A frozen list
+// of frozen candidates passed again is known by identity, without comparing it.
 import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
 import { CandidateIds } from '../../src/common/candidate-ids.js';
 
 describe('CandidateIds', () => {
@@ -53,5 +55,54 @@ describe('CandidateIds', () => {
     expect([...first]).toEqual([0, -1]); // the array a caller kept still says what it said
     expect([...second]).toEqual([0, 1]);
     expect(ids.of(list, 3, idOf)).toBe(second);
+  });
+
+  it('knows a frozen list by identity; a list changed in place is compared (same answers as a lookup each time)', () => {
+    for (let seed = 1; seed <= 5; seed++) {
+      const rnd = mulberry32(seed);
+      const names = Array.from({ length: 12 }, (_, i) => `i${i}`);
+      const known = new Map<string, number>();
+      let version = 0;
+      let taken = 0;
+      const idOf = (instance: string, dpRank: number) => known.get(`${instance}/${dpRank}`) ?? -1;
+      // Reads of the frozen list's candidates (its comparison): none when it is passed again.
+      let reads = 0;
+      const counted = (instance: string, dpRank: number) =>
+        Object.freeze({
+          get instance() {
+            reads++;
+            return instance;
+          },
+          dpRank,
+        });
+      const frozen = Object.freeze(names.slice(0, 8).map((n, i) => counted(n, i % 2)));
+      const mutable = names.slice(0, 8).map((instance, i) => ({ instance, dpRank: i % 2 }));
+      const ids = new CandidateIds();
+      let last: unknown = null;
+      let lastTaken = 0;
+      for (let step = 0; step < 300; step++) {
+        const op = rnd();
+        if (op < 0.15) {
+          // An id given (a candidate that had one gets another: the old one taken back).
+          const key = `${names[Math.floor(rnd() * names.length)]}/${Math.floor(rnd() * 2)}`;
+          if (known.has(key)) taken++;
+          known.set(key, known.size + 100 * step);
+          version++;
+        } else if (op < 0.2) {
+          known.delete([...known.keys()][Math.floor(rnd() * known.size)]);
+          taken++;
+        } else if (op < 0.3) mutable[Math.floor(rnd() * 8)].instance = names[Math.floor(rnd() * names.length)];
+        else if (op < 0.35) mutable[Math.floor(rnd() * 8)] = { instance: names[Math.floor(rnd() * 12)], dpRank: 1 };
+        const r = rnd();
+        const list = r < 0.5 ? frozen : r < 0.8 ? mutable : mutable.slice(0, 1 + Math.floor(rnd() * 8));
+        const before = reads;
+        const got = ids.of(list, version, idOf, taken);
+        expect([...got]).toEqual(list.map((c) => idOf(c.instance, c.dpRank)));
+        // Passed again with no id taken back: only the check above read it.
+        if (list === frozen && last === frozen && taken === lastTaken) expect(reads - before).toBe(list.length);
+        last = list;
+        lastTaken = taken;
+      }
+    }
   });
 });

@@ -1,10 +1,13 @@
 // The walk reads a hot block's records (one with many holders) from a contiguous copy
 // (src/indexer/hot-blocks.ts). The copy must never be stale: every write that makes, frees or
-// moves a record of the block invalidates it. Two indexes get the same writes; one walks with its
-// copies, the other always through the lists; after every write both answer alike.
+// moves a record of the block changes the copy with the list (it is kept, not dropped: a fleet's
+// block 0 changes at every booking). Two indexes get the same writes; one walks with its copies,
+// the other always through the lists; after every write both answer alike, and each copy holds
+// its block's list, row for row.
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { BlockIndex, DUMP_LAYOUT } from '../../src/indexer/block-index.js';
+import { HB } from '../../src/indexer/hot-blocks.js';
 import { NONE } from '../../src/indexer/layout.js';
 import { RECORD_LAYOUT } from '../../src/indexer/records.js';
 import { WALK_LAYOUT } from '../../src/indexer/walk.js';
@@ -13,17 +16,57 @@ import type { Medium } from '../../src/indexer/tiers.js';
 
 const MEDIA: Medium[] = ['GPU', 'GPU', 'CPU', 'DISK'];
 
-/** How often the index's walk found a copy (counted around its real lookup). */
+/** How often the index's walk read a copy (it asks a copy's size only when it found one). */
 function countHits(index: BlockIndex): { hits: number } {
-  const hot = (index as unknown as { hot: { find(lo: number, hi: number): number } }).hot;
-  const find = hot.find.bind(hot);
+  const hot = (index as unknown as { hot: { size(e: number): number } }).hot;
+  const size = hot.size.bind(hot);
   const n = { hits: 0 };
-  hot.find = (lo, hi) => {
-    const e = find(lo, hi);
-    if (e >= 0) n.hits++;
-    return e;
+  hot.size = (e) => {
+    n.hits++;
+    return size(e);
   };
   return n;
+}
+
+interface Internals {
+  hot: {
+    count: Int32Array;
+    data(e: number): Int32Array;
+    expiries(e: number): Float64Array;
+    lo: Int32Array;
+    hi: Int32Array;
+  };
+  table: { find(lo: number, hi: number): number; data: Int32Array };
+  rec: Int32Array;
+  recExp: Float64Array;
+  hSpec: Uint8Array;
+}
+
+/**
+ * Every copy is its block's list as the walk would read it: [record, holder, run, position] in list
+ * order, and beside the rows each speculative record's expiry.
+ */
+function expectCopiesAreLists(index: BlockIndex): number {
+  const x = index as unknown as Internals;
+  const { R, R_HOLDER, R_NEXT_E, R_RUN, R_POS, T, T_HEAD } = RECORD_LAYOUT;
+  let copies = 0;
+  for (let e = 0; e < x.hot.lo.length; e++) {
+    const m = x.hot.count[e];
+    if (m === 0) continue;
+    copies++;
+    const slot = x.table.find(x.hot.lo[e], x.hot.hi[e]);
+    expect(slot).not.toBe(NONE);
+    const list: number[] = [];
+    const exps: number[] = [];
+    for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E]) {
+      list.push(r, x.rec[r * R + R_HOLDER], x.rec[r * R + R_RUN], x.rec[r * R + R_POS]);
+      exps.push(x.hSpec[x.rec[r * R + R_HOLDER]] === 1 ? x.recExp[r] : 0);
+    }
+    expect(Array.from(x.hot.data(e).subarray(0, m * HB))).toEqual(list);
+    const kept = x.hot.expiries(e);
+    expect(exps.map((exp, k) => (exp === 0 ? 0 : kept[k]))).toEqual(exps);
+  }
+  return copies;
 }
 
 /** Walks through the lists only: its copies are never found. */
@@ -42,6 +85,7 @@ describe('hot-block copies', () => {
       const prompt = new BigUint64Array(96).map((_, i) => BigInt(seed) * 1_000_003n + BigInt(i) * 0x9e3779b97f4a7c15n);
       const instances = Array.from({ length: 72 }, (_, i) => `i${i}`);
       let now = 0;
+      let copies = 0;
       for (let step = 0; step < 250; step++) {
         now += 1;
         const inst = instances[Math.floor(rnd() * instances.length)];
@@ -64,16 +108,18 @@ describe('hot-block copies', () => {
           else if (op < 0.7) x.expire(now - 20);
           // else: nothing changes, the next query reads the copy
         }
+        copies += expectCopiesAreLists(a);
         expect(a.query(prompt, now)).toEqual(b.query(prompt, now));
         const cands = instances.map((instance) => ({ instance, dpRank: 0 }));
         const alloc = Int32Array.from(cands, (_, i) => (i % 3 === 0 ? 5 : 0));
         expect(a.overlapsFor(prompt, now, cands, alloc)).toEqual(b.overlapsFor(prompt, now, cands, alloc));
       }
-      // The copies were used (the test exercises them, not only the lists).
+      // The copies were used and checked (the test exercises them, not only the lists).
       expect(hits.hits).toBeGreaterThan(20);
+      expect(copies).toBeGreaterThan(100);
     }
   });
-  it('are dropped by each write to the block: removal, new holder, clear, purge, expiry, re-store', () => {
+  it('follow each write to the block: removal, new holder, speculative insert, clear, purge, expiry, re-store', () => {
     const a = new BlockIndex(64);
     const b = withoutCopies(new BlockIndex(64));
     const hits = countHits(a);
@@ -82,6 +128,8 @@ describe('hot-block copies', () => {
     for (let i = 0; i < 40; i++)
       writes.push((x) => x.store(x.holder(`i${i}`, 0, i % 4 === 3 ? 'CPU' : 'GPU'), prompt.subarray(0, 8 + i)));
     writes.push((x) => x.store(x.speculativeHolder('i1', 0, 10), prompt.subarray(0, 50), null, 10));
+    // The same booking's blocks again, later: the records stay, their expiry moves.
+    writes.push((x) => x.store(x.speculativeHolder('i1', 0, 10), prompt.subarray(0, 20), null, 20));
     writes.push((x) => x.remove(x.holder('i5', 0, 'GPU'), prompt.subarray(0, 1)));
     writes.push((x) => x.store(x.holder('new', 0, 'GPU'), prompt.subarray(0, 30)));
     writes.push((x) => x.store(x.holder('i7', 0, 'GPU'), prompt.subarray(0, 3)));
@@ -91,10 +139,12 @@ describe('hot-block copies', () => {
     for (const w of writes) {
       w(a);
       w(b);
-      // Twice: the first walk after a write makes the copy, the second reads it.
+      // Twice: the copy made by the first walk is kept through the writes, and read by both.
       for (let k = 0; k < 2; k++) expect(a.query(prompt, 0)).toEqual(b.query(prompt, 0));
+      expectCopiesAreLists(a);
     }
-    expect(hits.hits).toBeGreaterThanOrEqual(writes.length - 32);
+    // Block 0's copy is made once (at the 32nd holder) and read from then on, whatever the writes.
+    expect(hits.hits).toBeGreaterThanOrEqual(2 * (writes.length - 31) - 1);
   });
 });
 
