@@ -43,6 +43,8 @@ export class EngineNode {
   /** The running pass's delivery, picked out of its output while that was fresh (null: none). */
   private pending: PassEnd | null = null;
   private readonly at: number;
+  /** What `startPass` returns for a quiet pass (read at once by the caller). */
+  private readonly quiet: { endMs: number; events: readonly CoreKvEvent[] } = { endMs: 0, events: [] };
 
   constructor(
     readonly index: number,
@@ -81,10 +83,21 @@ export class EngineNode {
 
   /** Start the next pass at `now`; null when the engine has nothing to do (it idles). */
   startPass(now: number): PassStart | null {
-    const out = this.core.step(now);
-    if (!out) return null;
     const c = this.counts;
     const a = this.at;
+    // Most passes are quiet (EngineCore.quietStep): a decode of each running request, no event, nothing delivered.
+    const endMs = this.core.quietStep(now);
+    if (!Number.isNaN(endMs)) {
+      c[a + PASSES]++;
+      c[a + BUSY_MS] += endMs - this.core.quietPassStartMs;
+      c[a + GENERATION_TOKENS] += this.core.quietPassTokens;
+      this.pending = null;
+      const quiet = this.quiet;
+      quiet.endMs = endMs;
+      return quiet;
+    }
+    const out = this.core.step(now);
+    if (!out) return null;
     c[a + PASSES]++;
     c[a + BUSY_MS] += out.endMs - out.startMs;
     for (const adm of out.admitted) {

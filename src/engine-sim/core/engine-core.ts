@@ -89,6 +89,13 @@ export class EngineCore {
   private readonly prefixCaching: boolean;
   /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
   private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
+  // The quiet window (`quietStep`): passes left in it, and passes run but not yet applied to the requests.
+  private quietLeft = 0;
+  private lag = 0;
+  /** Running requests when the window opened, and their summed KV then (the first quiet pass's decode context). */
+  private quietBatch = 0;
+  private quietContext = 0;
+  private quietStartMs = 0;
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -128,6 +135,7 @@ export class EngineCore {
   }
 
   add(spec: SimRequestSpec, nowMs: number): void {
+    this.settle();
     if (this.byId.has(spec.id)) throw new Error(`duplicate request id ${spec.id}`);
     if (spec.prompt.length === 0) throw new RangeError('empty prompt');
     if (!(spec.maxTokens >= 1)) throw new RangeError('max_tokens must be >= 1');
@@ -173,6 +181,7 @@ export class EngineCore {
 
   /** Drop a request (client gone); its blocks are freed, cached ones stay cached. */
   abort(id: string): boolean {
+    this.settle();
     const req = this.byId.get(id);
     if (!req) return false;
     const removed = this.scheduler.remove(req);
@@ -184,8 +193,95 @@ export class EngineCore {
     return this.scheduler.running.length > 0 || this.scheduler.waiting.length > 0;
   }
 
+  /**
+   * Run one quiet pass starting at max(now, end of the previous pass) and return its end, or NaN
+   * when the next pass is not quiet (then `step` runs it). A quiet pass decodes every running
+   * request and nothing outside the core can tell it happened, apart from its duration and its one
+   * token per request: no admission, preemption or rejection, no block allocated (none evicted) or
+   * filled (no KV event), no first or last token. While nothing arrives, a run of them (a window)
+   * is a function of the state at its first pass: the window's length is planned then, each pass
+   * only moves the clock (the decode context growing by the batch per pass, the KV usage fixed), and
+   * the requests catch up in one loop (`settle`) when the window ends or anything touches the core.
+   * The same passes as `step`'s: the same durations, tokens and random draws.
+   */
+  quietStep(nowMs: number): number {
+    if (this.quietLeft === 0) {
+      // A window that ran out ends before a pass that is not quiet (its length was the bound).
+      if (this.lag > 0) return Number.NaN;
+      this.quietLeft = this.quietWindow();
+      if (this.quietLeft === 0) return Number.NaN;
+    }
+    const startMs = Math.max(nowMs, this.clock);
+    this.quietStartMs = startMs;
+    const contents = this.contents;
+    contents.decodes = this.quietBatch;
+    contents.decodeContextTokens = this.quietContext + this.quietBatch * this.lag;
+    contents.kvUsage = this.cache.activeBlocks / this.numGpuBlocks;
+    const endMs = startMs + passMs(this.cfg.perfModel, contents, 0, this.knobs);
+    this.clock = endMs;
+    this.quietLeft--;
+    this.lag++;
+    return endMs;
+  }
+
+  /** When the last quiet pass started. */
+  get quietPassStartMs(): number {
+    return this.quietStartMs;
+  }
+
+  /** The last quiet pass's tokens (one per running request). */
+  get quietPassTokens(): number {
+    return this.quietBatch;
+  }
+
+  /**
+   * Quiet passes the state allows from here (0: the next pass is not quiet): only running decodes,
+   * within the token budget, and for each request the passes before its next block (allocation),
+   * its next full block (commit) and its last token (or a stop token it may meet).
+   */
+  private quietWindow(): number {
+    const sched = this.scheduler;
+    const running = sched.running;
+    const batch = running.length;
+    if (batch === 0 || sched.waiting.length > 0 || batch > this.cfg.maxNumBatchedTokens) return 0;
+    const bs = this.blockSize;
+    let n = Number.POSITIVE_INFINITY;
+    let context = 0;
+    for (let i = 0; i < batch; i++) {
+      const req = running[i];
+      if (!req.decoding) return 0;
+      const c = req.computed;
+      const out = req.outputLen;
+      // Pass p computes the KV of position c + p and samples output token out + p + 1.
+      n = Math.min(n, req.blockCount * bs - c, req.maxTokens - out - 1);
+      if (this.prefixCaching) n = Math.min(n, (req.committed + 1) * bs - c - 1);
+      if (req.stop.size > 0) n = Math.min(n, req.minTokens - out - 1);
+      if (n <= 0) return 0;
+      context += c;
+    }
+    this.quietBatch = batch;
+    this.quietContext = context;
+    return n;
+  }
+
+  /** The requests catch up with the quiet passes run (each: its KV, its tokens drawn in order); the window ends. */
+  private settle(): void {
+    this.quietLeft = 0;
+    const lag = this.lag;
+    if (lag === 0) return;
+    this.lag = 0;
+    const running = this.scheduler.running;
+    const vocab = this.vocab;
+    for (let i = 0; i < running.length; i++) {
+      const req = running[i];
+      req.computed += lag;
+      for (let p = 0; p < lag; p++) req.append(vocab[req.rng.nextInt(vocab.length)]);
+    }
+  }
+
   /** Run one pass starting at max(now, end of the previous pass). Null when idle. */
   step(nowMs: number): StepOutput | null {
+    this.settle();
     if (!this.hasWork()) return null;
     const startMs = Math.max(nowMs, this.clock);
     const plan = this.scheduler.schedule();
@@ -245,12 +341,14 @@ export class EngineCore {
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
   resetPrefixCache(): readonly CoreKvEvent[] {
+    this.settle();
     this.cache.reset();
     this.groups?.reset();
     for (const req of this.scheduler.running) req.committed = 0;
     return this.drainEvents();
   }
 
+  /** (A quiet window moves none of these but the clock, which each of its passes sets: no `settle`.) */
   stats(): CoreStats {
     return {
       running: this.scheduler.running.length,
@@ -266,6 +364,7 @@ export class EngineCore {
 
   /** The true cached blocks per tier. */
   snapshot(): { gpu: CachedBlockView[]; cpu: BlockContent[] } {
+    this.settle();
     const gpu: CachedBlockView[] = [];
     for (const b of this.cache.gpuBlocks()) gpu.push({ ...plainContent(b.content as BlockContent), refs: b.refs });
     return { gpu, cpu: this.cache.hostContents().map(plainContent) };
