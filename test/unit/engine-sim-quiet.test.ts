@@ -1,4 +1,4 @@
-// Quiet windows (EngineCore.quietStep): an engine driven by quiet passes where it can, `step` where
+// Quiet windows (EngineCore.planQuiet / runQuiet): an engine driven by quiet passes where it can, `step` where
 // it cannot, runs the same passes as one driven by `step` alone: the same starts and ends, KV
 // events, first and last tokens, token counts, stats between passes and cached blocks (their
 // tokens: every output token drawn), whatever arrives, aborts or resets mid-window.
@@ -54,26 +54,38 @@ function snapshotLine(e: EngineCore): string {
 /**
  * One engine on a virtual clock, as the fleet simulation drives it: a pass starts when the previous
  * one ends (or at an act that finds it idle); acts due at a pass's end run before the next pass.
+ * `quiet`: as EngineNode drives it, a window's passes run without a call each, and every act first
+ * closes the window (the passes started so far are applied; the running one is its last).
  */
 function drive(cfg: Partial<CoreConfig>, acts: readonly Act[], quiet: boolean): Run {
   const e = new EngineCore({ blockSize: 4, numGpuBlocks: 64, outputVocab: VOCAB, ...cfg });
   const run: Run = { trace: [], quietPasses: 0, passes: 0, busyMs: 0, tokens: 0 };
   let passEnd: number | null = null;
+  // (Set in the closures: a cast keeps the compiler from narrowing it to null.)
+  let win = null as { ends: Float64Array; next: number; start: number; batch: number } | null;
+  const close = (): void => {
+    if (!win) return;
+    const started = win.next + 1;
+    let at = win.start;
+    for (let p = 0; p < started; p++) {
+      const end = win.ends[p];
+      run.trace.push(`pass ${at} ${end} tokens ${win.batch} ${QUIET_LINE}`);
+      run.busyMs += end - at;
+      at = end;
+    }
+    run.quietPasses += started;
+    run.passes += started;
+    run.tokens += started * win.batch;
+    e.runQuiet(started);
+    passEnd = win.ends[win.next];
+    win = null;
+  };
   const start = (now: number): void => {
-    if (quiet) {
-      const end = e.quietStep(now);
-      if (!Number.isNaN(end)) {
-        const at = e.quietPassStartMs;
-        run.trace.push(
-          `pass ${at} ${end} tokens ${e.quietPassTokens} events [] visible [] admitted [] preempted [] rejected []`,
-        );
-        run.quietPasses++;
-        run.passes++;
-        run.busyMs += end - at;
-        run.tokens += e.quietPassTokens;
-        passEnd = end;
-        return;
-      }
+    const n = quiet ? e.planQuiet(now) : 0;
+    if (n > 0) {
+      win = { ends: e.quietEnds.slice(0, n), next: 0, start: e.quietStartMs, batch: e.quietTokens };
+      passEnd = win.ends[0];
+      return;
     }
     const out = e.step(now);
     if (!out) {
@@ -94,7 +106,17 @@ function drive(cfg: Partial<CoreConfig>, acts: readonly Act[], quiet: boolean): 
   let i = 0;
   for (let guard = 0; guard < 100_000; guard++) {
     const next = i < acts.length ? acts[i].at : Number.POSITIVE_INFINITY;
-    if (passEnd !== null && passEnd < next) {
+    if (win) {
+      // The window's pass ends before the next act go by without a call, but for its last.
+      const last = win.ends.length - 1;
+      while (win.next < last && win.ends[win.next] < next) win.next++;
+      if (win.next === last && win.ends[last] < next) {
+        close();
+        start(passEnd!);
+        continue;
+      }
+      close();
+    } else if (passEnd !== null && passEnd < next) {
       start(passEnd);
       continue;
     }
@@ -112,6 +134,9 @@ function drive(cfg: Partial<CoreConfig>, acts: readonly Act[], quiet: boolean): 
   run.trace.push(`end ${json(e.stats())} ${snapshotLine(e)}`);
   return run;
 }
+
+/** What a quiet pass's trace line says after its times and tokens. */
+const QUIET_LINE = 'events [] visible [] admitted [] preempted [] rejected []';
 
 /** Both drivers, the same passes; returns the quiet one. */
 function same(cfg: Partial<CoreConfig>, acts: readonly Act[]): Run {
@@ -231,5 +256,24 @@ describe('quiet windows', () => {
       { numRuns: 200, seed: 7 },
     );
     expect(quiet).toBeGreaterThan(1000);
+  });
+});
+
+describe('a quiet plan', () => {
+  it('is applied only as planned: at most its length, and not after anything else touched the core', () => {
+    const e = new EngineCore({ blockSize: 16, numGpuBlocks: 64, outputVocab: VOCAB });
+    e.add({ id: 'a', prompt: prompt(20, 1), maxTokens: 60 }, 0);
+    expect(e.planQuiet(0)).toBe(0); // waiting: the next pass admits
+    const first = e.step(0)!;
+    const n = e.planQuiet(first.endMs);
+    // Prompt 20 + first token: KV of 20 tokens in two blocks, the second full after 11 more passes.
+    expect(n).toBe(11);
+    expect(e.quietStartMs).toBe(first.endMs);
+    expect(e.quietTokens).toBe(1);
+    expect(() => e.runQuiet(n + 1)).toThrow(RangeError);
+    expect(e.planQuiet(first.endMs)).toBe(n);
+    e.add({ id: 'b', prompt: prompt(5, 900), maxTokens: 4 }, first.endMs);
+    expect(() => e.runQuiet(1)).toThrow(RangeError);
+    expect(e.planQuiet(first.endMs)).toBe(0);
   });
 });

@@ -60,6 +60,8 @@ export interface CachedBlockView extends BlockContent {
 
 const NO_PREFILLS: PrefillChunk[] = [];
 const NO_IDS: readonly string[] = [];
+/** Longest quiet window planned at once (a longer run is planned again at its end). */
+const QUIET_MAX = 256;
 
 /** Tokens per chunk of a core's own token arena. */
 const TOKEN_CHUNK = 1 << 16;
@@ -89,13 +91,11 @@ export class EngineCore {
   private readonly prefixCaching: boolean;
   /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
   private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
-  // The quiet window (`quietStep`): passes left in it, and passes run but not yet applied to the requests.
-  private quietLeft = 0;
-  private lag = 0;
-  /** Running requests when the window opened, and their summed KV then (the first quiet pass's decode context). */
+  // The quiet window planned last (`planQuiet`): its passes' ends, first start, batch and length.
+  private quietEndsMs = new Float64Array(QUIET_MAX);
+  private quietStart = 0;
   private quietBatch = 0;
-  private quietContext = 0;
-  private quietStartMs = 0;
+  private quietPlanned = 0;
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -135,7 +135,7 @@ export class EngineCore {
   }
 
   add(spec: SimRequestSpec, nowMs: number): void {
-    this.settle();
+    this.quietPlanned = 0;
     if (this.byId.has(spec.id)) throw new Error(`duplicate request id ${spec.id}`);
     if (spec.prompt.length === 0) throw new RangeError('empty prompt');
     if (!(spec.maxTokens >= 1)) throw new RangeError('max_tokens must be >= 1');
@@ -181,7 +181,7 @@ export class EngineCore {
 
   /** Drop a request (client gone); its blocks are freed, cached ones stay cached. */
   abort(id: string): boolean {
-    this.settle();
+    this.quietPlanned = 0;
     const req = this.byId.get(id);
     if (!req) return false;
     const removed = this.scheduler.remove(req);
@@ -194,50 +194,70 @@ export class EngineCore {
   }
 
   /**
-   * Run one quiet pass starting at max(now, end of the previous pass) and return its end, or NaN
-   * when the next pass is not quiet (then `step` runs it). A quiet pass decodes every running
-   * request and nothing outside the core can tell it happened, apart from its duration and its one
-   * token per request: no admission, preemption or rejection, no block allocated (none evicted) or
-   * filled (no KV event), no first or last token. While nothing arrives, a run of them (a window)
-   * is a function of the state at its first pass: the window's length is planned then, each pass
-   * only moves the clock (the decode context growing by the batch per pass, the KV usage fixed), and
-   * the requests catch up in one loop (`settle`) when the window ends or anything touches the core.
-   * The same passes as `step`'s: the same durations, tokens and random draws.
+   * Plan a quiet window: the passes that can run back to back from max(now, end of the previous
+   * pass) which nothing outside the core could tell apart from `step`'s but by their durations and
+   * their one token per request: only running decodes, no admission, preemption or rejection, no
+   * block allocated (none evicted) or filled (no KV event), no first or last token. Their number
+   * (0: the next pass is not quiet; at most QUIET_MAX) is returned and their ends are
+   * `quietEnds[0..n)`; while nothing arrives they are a function of the state now (the decode
+   * context grows by the batch per pass, the KV usage stays), so a driver can let them run without
+   * a call per pass. Changes nothing: `runQuiet(k)` applies the first k; any other call drops the plan.
    */
-  quietStep(nowMs: number): number {
-    if (this.quietLeft === 0) {
-      // A window that ran out ends before a pass that is not quiet (its length was the bound).
-      if (this.lag > 0) return Number.NaN;
-      this.quietLeft = this.quietWindow();
-      if (this.quietLeft === 0) return Number.NaN;
-    }
-    const startMs = Math.max(nowMs, this.clock);
-    this.quietStartMs = startMs;
+  planQuiet(nowMs: number): number {
+    this.quietPlanned = 0;
+    const n = this.quietWindow();
+    if (n === 0) return 0;
     const contents = this.contents;
     contents.decodes = this.quietBatch;
-    contents.decodeContextTokens = this.quietContext + this.quietBatch * this.lag;
     contents.kvUsage = this.cache.activeBlocks / this.numGpuBlocks;
-    const endMs = startMs + passMs(this.cfg.perfModel, contents, 0, this.knobs);
-    this.clock = endMs;
-    this.quietLeft--;
-    this.lag++;
-    return endMs;
+    const context = contents.decodeContextTokens;
+    const ends = this.quietEndsMs;
+    let at = Math.max(nowMs, this.clock);
+    this.quietStart = at;
+    for (let p = 0; p < n; p++) {
+      // The same durations as `step`'s: the pass's decode context is the requests' KV before it.
+      contents.decodeContextTokens = context + this.quietBatch * p;
+      at += passMs(this.cfg.perfModel, contents, 0, this.knobs);
+      ends[p] = at;
+    }
+    this.quietPlanned = n;
+    return n;
   }
 
-  /** When the last quiet pass started. */
-  get quietPassStartMs(): number {
-    return this.quietStartMs;
+  /** The planned quiet passes' ends (ms; `planQuiet` says how many are valid). */
+  get quietEnds(): Float64Array {
+    return this.quietEndsMs;
   }
 
-  /** The last quiet pass's tokens (one per running request). */
-  get quietPassTokens(): number {
+  /** When the planned window's first pass starts. */
+  get quietStartMs(): number {
+    return this.quietStart;
+  }
+
+  /** Tokens each planned quiet pass produces (one per running request). */
+  get quietTokens(): number {
     return this.quietBatch;
+  }
+
+  /** Apply the first `passes` passes of the plan, as `step` would have: each request's KV and tokens (drawn in order), the clock. */
+  runQuiet(passes: number): void {
+    if (!(passes >= 1 && passes <= this.quietPlanned)) throw new RangeError(`no ${passes} quiet passes planned`);
+    this.quietPlanned = 0;
+    const running = this.scheduler.running;
+    const vocab = this.vocab;
+    for (let i = 0; i < running.length; i++) {
+      const req = running[i];
+      req.computed += passes;
+      for (let p = 0; p < passes; p++) req.append(vocab[req.rng.nextInt(vocab.length)]);
+    }
+    this.clock = this.quietEndsMs[passes - 1];
   }
 
   /**
    * Quiet passes the state allows from here (0: the next pass is not quiet): only running decodes,
    * within the token budget, and for each request the passes before its next block (allocation),
-   * its next full block (commit) and its last token (or a stop token it may meet).
+   * its next full block (commit) and its last token (or a stop token it may meet). Leaves the
+   * batch and its summed KV (the first pass's decode context) in `quietBatch` and `contents`.
    */
   private quietWindow(): number {
     const sched = this.scheduler;
@@ -245,7 +265,7 @@ export class EngineCore {
     const batch = running.length;
     if (batch === 0 || sched.waiting.length > 0 || batch > this.cfg.maxNumBatchedTokens) return 0;
     const bs = this.blockSize;
-    let n = Number.POSITIVE_INFINITY;
+    let n = QUIET_MAX;
     let context = 0;
     for (let i = 0; i < batch; i++) {
       const req = running[i];
@@ -260,28 +280,13 @@ export class EngineCore {
       context += c;
     }
     this.quietBatch = batch;
-    this.quietContext = context;
+    this.contents.decodeContextTokens = context;
     return n;
-  }
-
-  /** The requests catch up with the quiet passes run (each: its KV, its tokens drawn in order); the window ends. */
-  private settle(): void {
-    this.quietLeft = 0;
-    const lag = this.lag;
-    if (lag === 0) return;
-    this.lag = 0;
-    const running = this.scheduler.running;
-    const vocab = this.vocab;
-    for (let i = 0; i < running.length; i++) {
-      const req = running[i];
-      req.computed += lag;
-      for (let p = 0; p < lag; p++) req.append(vocab[req.rng.nextInt(vocab.length)]);
-    }
   }
 
   /** Run one pass starting at max(now, end of the previous pass). Null when idle. */
   step(nowMs: number): StepOutput | null {
-    this.settle();
+    this.quietPlanned = 0;
     if (!this.hasWork()) return null;
     const startMs = Math.max(nowMs, this.clock);
     const plan = this.scheduler.schedule();
@@ -341,14 +346,13 @@ export class EngineCore {
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
   resetPrefixCache(): readonly CoreKvEvent[] {
-    this.settle();
+    this.quietPlanned = 0;
     this.cache.reset();
     this.groups?.reset();
     for (const req of this.scheduler.running) req.committed = 0;
     return this.drainEvents();
   }
 
-  /** (A quiet window moves none of these but the clock, which each of its passes sets: no `settle`.) */
   stats(): CoreStats {
     return {
       running: this.scheduler.running.length,
@@ -364,7 +368,6 @@ export class EngineCore {
 
   /** The true cached blocks per tier. */
   snapshot(): { gpu: CachedBlockView[]; cpu: BlockContent[] } {
-    this.settle();
     const gpu: CachedBlockView[] = [];
     for (const b of this.cache.gpuBlocks()) gpu.push({ ...plainContent(b.content as BlockContent), refs: b.refs });
     return { gpu, cpu: this.cache.hostContents().map(plainContent) };
