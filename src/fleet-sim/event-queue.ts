@@ -2,7 +2,6 @@
 // of scheduling. Events at the same virtual time therefore run in the order they were scheduled,
 // which makes a run a pure function of its inputs. The keys live in typed arrays beside the
 // events (a sift reads contiguous numbers, and a queued event costs no object of its own).
-
 //
 // An event may recur (`Recurrence`): pushed once at its first time, it comes back at each next
 // time as if it had been pushed again when it came due (a new sequence number then), and is

@@ -92,7 +92,7 @@ export class EngineCore {
   /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
   private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
   // The quiet window planned last (`planQuiet`): its passes' ends, first start, batch and length.
-  private quietEndsMs = new Float64Array(QUIET_MAX);
+  private readonly quietEndsMs = new Float64Array(QUIET_MAX);
   private quietStart = 0;
   private quietBatch = 0;
   private quietPlanned = 0;
