@@ -2,8 +2,10 @@
 // RankRunner drives it in real time (src/engine-sim/runtime/rank-runner.ts): a pass starts when the
 // previous one ends, or at the first request after idling; its KV events are published at pass
 // start; its tokens are delivered at pass end. Counters follow the engine's vLLM metrics.
-import type { EngineCore, TokenOutput } from '../engine-sim/core/engine-core.js';
+import type { CoreStats, EngineCore, TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
+import type { SimRequestSpec } from '../engine-sim/core/request.js';
+import type { Recurrence } from './event-queue.js';
 import type { EngineTally } from './types.js';
 
 export interface PassStart {
@@ -40,14 +42,23 @@ const NO_TOKENS: readonly TokenOutput[] = [];
 export class EngineNode {
   /** A pass is running (or about to start): the engine's next step is on the queue. */
   scheduled = false;
+  /**
+   * The engine's step event recurs through its quiet window (EngineCore.planQuiet): the queue
+   * passes the ends of its passes silently but for the last, whose pass is not quiet.
+   */
+  readonly window: Recurrence = { times: new Float64Array(0), next: 0, last: 0 };
+  /** Passes in the open window (0: none); they are applied to the core when it closes. */
+  private windowPasses = 0;
   /** The running pass's delivery, picked out of its output while that was fresh (null: none). */
   private pending: PassEnd | null = null;
   private readonly at: number;
+  /** What `startPass` returns for a window (read at once by the caller). */
+  private readonly quiet: PassStart = { endMs: 0, events: [] };
 
   constructor(
     readonly index: number,
     readonly id: string,
-    readonly core: EngineCore,
+    private readonly core: EngineCore,
     /** The fleet's counters, TALLY_FIELDS per engine; this engine's row is `index`. */
     private readonly counts: Float64Array,
   ) {
@@ -79,8 +90,41 @@ export class EngineNode {
     return out;
   }
 
-  /** Start the next pass at `now`; null when the engine has nothing to do (it idles). */
+  /** A request reaches the engine. */
+  add(spec: SimRequestSpec, now: number): void {
+    this.closeWindow();
+    this.core.add(spec, now);
+  }
+
+  abort(id: string): void {
+    this.closeWindow();
+    this.core.abort(id);
+  }
+
+  /** The engine's state as a scrape reads it. */
+  stats(): CoreStats {
+    this.closeWindow();
+    return this.core.stats();
+  }
+
+  /**
+   * Start the next pass at `now`; null when the engine has nothing to do (it idles). Most passes
+   * are quiet: a window of them starts here, its passes' ends recur on the queue silently (nothing
+   * delivered, no event) and it is applied when it closes.
+   */
   startPass(now: number): PassStart | null {
+    this.closeWindow();
+    const n = this.core.planQuiet(now);
+    if (n > 0) {
+      const w = this.window;
+      w.times = this.core.quietEnds;
+      w.next = 0;
+      w.last = n - 1;
+      this.windowPasses = n;
+      this.pending = null;
+      this.quiet.endMs = w.times[0];
+      return this.quiet;
+    }
     const out = this.core.step(now);
     if (!out) return null;
     const c = this.counts;
@@ -107,6 +151,31 @@ export class EngineNode {
         ? NO_DELIVERY
         : { visible: visible ?? NO_TOKENS, rejected: out.rejected };
     return out;
+  }
+
+  /**
+   * The open window ends after its running pass (the pending occurrence on the queue becomes its
+   * last): the passes started so far are applied to the core, and counted pass by pass as
+   * `startPass` counts them (the busy time summed in the same order).
+   */
+  private closeWindow(): void {
+    const passes = this.windowPasses;
+    if (passes === 0) return;
+    const w = this.window;
+    const started = w.next + 1;
+    w.last = w.next;
+    this.windowPasses = 0;
+    const c = this.counts;
+    const a = this.at;
+    const ends = w.times;
+    let start = this.core.quietStartMs;
+    for (let i = 0; i < started; i++) {
+      c[a + PASSES]++;
+      c[a + BUSY_MS] += ends[i] - start;
+      start = ends[i];
+    }
+    c[a + GENERATION_TOKENS] += started * this.core.quietTokens;
+    this.core.runQuiet(started);
   }
 }
 

@@ -17,14 +17,14 @@ import type { RouteFields } from '../router/route-input.js';
 import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
 import { judgedPrediction, type Prediction } from '../feedback/loop.js';
 import { EngineNode, TALLY_FIELDS } from './engine-node.js';
-import { EventQueue } from './event-queue.js';
+import { EventQueue, type Recurrence } from './event-queue.js';
 import { type PayloadChunk, payloadArena } from './payload-arena.js';
 import { RouterNode } from './router-node.js';
 import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 
 type SimEvent =
   | { kind: 'send'; i: number }
-  | { kind: 'step'; engine: number }
+  | { kind: 'step'; engine: number; window: Recurrence }
   | { kind: 'enqueue'; i: number }
   | { kind: 'kv'; engine: number; payload: Uint8Array | null; chunk: PayloadChunk | null; value: unknown }
   | { kind: 'sync'; from: number; bytes: Uint8Array }
@@ -109,7 +109,8 @@ class DecisionTimes {
 }
 
 class Simulation {
-  private readonly q = new EventQueue<SimEvent>();
+  /** An engine's step event recurs through the engine's quiet window (EngineNode.window). */
+  private readonly q = new EventQueue<SimEvent>((ev) => (ev.kind === 'step' ? ev.window : null));
   private readonly n: number;
   private readonly engines: EngineNode[];
   private readonly engineIndex: Map<string, number>;
@@ -164,7 +165,7 @@ class Simulation {
       backendId: '',
     };
     this.encoders = this.engines.map(() => vllmEncoder(wire, 'map'));
-    this.stepEvents = this.engines.map((_, engine) => ({ kind: 'step', engine }));
+    this.stepEvents = this.engines.map((e, engine) => ({ kind: 'step', engine, window: e.window }));
     this.records = new Array(n);
     this.holds = this.routers.map(() => new HoldQueue<InFlight>(input.router.cfg.routing.busy.queue_size));
     for (let i = 0; i < n; i++) {
@@ -185,6 +186,8 @@ class Simulation {
       if (item.ev !== EXPIRE) this.events++;
       this.dispatch(item.ev);
     }
+    // The passes of quiet windows the queue let pass: each was a step event.
+    this.events += this.q.silent;
     return this.output();
   }
 
@@ -373,7 +376,7 @@ class Simulation {
   /** The request reaches its engine. */
   private enqueue(f: InFlight): void {
     const e = this.engines[f.engine];
-    e.core.add({ id: reqId(f.i), prompt: f.tokens!, maxTokens: this.input.requests[f.i].maxTokens }, this.q.now);
+    e.add({ id: reqId(f.i), prompt: f.tokens!, maxTokens: this.input.requests[f.i].maxTokens }, this.q.now);
     f.tokens = null;
     // As RankRunner.submit: an idle engine starts a pass after the requests of this instant.
     if (!e.scheduled) {
@@ -460,7 +463,7 @@ class Simulation {
   private scrape(ev: { kind: 'scrape'; engine: number }): void {
     const k = ev.engine;
     this.scrapes++;
-    const loads = loadsFromSamples(loadGaugeSamples(this.input.model, 0, this.engines[k].core.stats()), this.q.now);
+    const loads = loadsFromSamples(loadGaugeSamples(this.input.model, 0, this.engines[k].stats()), this.q.now);
     if (loads) for (const r of this.routers) r.engineLoads.set(this.input.ids[k], loads);
     if (this.done < this.n) this.q.push(this.q.now + this.input.scrapeIntervalMs!, ev);
   }
@@ -471,7 +474,7 @@ class Simulation {
     this.pastDeadline = true;
     for (const f of [...this.inflight.values()].sort((a, b) => a.i - b.i)) {
       if (f.booked) {
-        this.engines[f.engine].core.abort(reqId(f.i));
+        this.engines[f.engine].abort(reqId(f.i));
         this.routers[f.router].abandoned(f.bookingId!);
       }
       this.fail(f, 0, RUN_DEADLINE);

@@ -60,6 +60,8 @@ export interface CachedBlockView extends BlockContent {
 
 const NO_PREFILLS: PrefillChunk[] = [];
 const NO_IDS: readonly string[] = [];
+/** Longest quiet window planned at once (a longer run is planned again at its end). */
+const QUIET_MAX = 256;
 
 /** Tokens per chunk of a core's own token arena. */
 const TOKEN_CHUNK = 1 << 16;
@@ -89,6 +91,11 @@ export class EngineCore {
   private readonly prefixCaching: boolean;
   /** The pass's contents as the perf model reads them, refilled every pass (a model keeps none of it). */
   private readonly contents: PassContents = { prefills: NO_PREFILLS, decodes: 0, decodeContextTokens: 0, kvUsage: 0 };
+  // The quiet window planned last (`planQuiet`): its passes' ends, first start, batch and length.
+  private readonly quietEndsMs = new Float64Array(QUIET_MAX);
+  private quietStart = 0;
+  private quietBatch = 0;
+  private quietPlanned = 0;
 
   constructor(
     cfg: Partial<CoreConfig> & Pick<CoreConfig, 'outputVocab'>,
@@ -128,6 +135,7 @@ export class EngineCore {
   }
 
   add(spec: SimRequestSpec, nowMs: number): void {
+    this.quietPlanned = 0;
     if (this.byId.has(spec.id)) throw new Error(`duplicate request id ${spec.id}`);
     if (spec.prompt.length === 0) throw new RangeError('empty prompt');
     if (!(spec.maxTokens >= 1)) throw new RangeError('max_tokens must be >= 1');
@@ -173,6 +181,7 @@ export class EngineCore {
 
   /** Drop a request (client gone); its blocks are freed, cached ones stay cached. */
   abort(id: string): boolean {
+    this.quietPlanned = 0;
     const req = this.byId.get(id);
     if (!req) return false;
     const removed = this.scheduler.remove(req);
@@ -184,8 +193,100 @@ export class EngineCore {
     return this.scheduler.running.length > 0 || this.scheduler.waiting.length > 0;
   }
 
+  /**
+   * Plan a quiet window: the passes that can run back to back from max(now, end of the previous
+   * pass) which nothing outside the core could tell apart from `step`'s but by their durations and
+   * their one token per request: only running decodes, no admission, preemption or rejection, no
+   * block allocated (none evicted) or filled (no KV event), no first or last token. Their number
+   * (0: the next pass is not quiet; at most QUIET_MAX) is returned and their ends are
+   * `quietEnds[0..n)`; while nothing arrives they are a function of the state now (the decode
+   * context grows by the batch per pass, the KV usage stays), so a driver can let them run without
+   * a call per pass. Changes nothing: `runQuiet(k)` applies the first k; any other call drops the plan.
+   */
+  planQuiet(nowMs: number): number {
+    this.quietPlanned = 0;
+    const n = this.quietWindow();
+    if (n === 0) return 0;
+    const contents = this.contents;
+    contents.decodes = this.quietBatch;
+    contents.kvUsage = this.cache.activeBlocks / this.numGpuBlocks;
+    const context = contents.decodeContextTokens;
+    const ends = this.quietEndsMs;
+    let at = Math.max(nowMs, this.clock);
+    this.quietStart = at;
+    for (let p = 0; p < n; p++) {
+      // The same durations as `step`'s: the pass's decode context is the requests' KV before it.
+      contents.decodeContextTokens = context + this.quietBatch * p;
+      at += passMs(this.cfg.perfModel, contents, 0, this.knobs);
+      ends[p] = at;
+    }
+    this.quietPlanned = n;
+    return n;
+  }
+
+  /** The planned quiet passes' ends (ms; `planQuiet` says how many are valid). */
+  get quietEnds(): Float64Array {
+    return this.quietEndsMs;
+  }
+
+  /** When the planned window's first pass starts. */
+  get quietStartMs(): number {
+    return this.quietStart;
+  }
+
+  /** Tokens each planned quiet pass produces (one per running request). */
+  get quietTokens(): number {
+    return this.quietBatch;
+  }
+
+  /** Apply the first `passes` passes of the plan, as `step` would have: each request's KV and tokens (drawn in order), the clock. */
+  runQuiet(passes: number): void {
+    if (!(passes >= 1 && passes <= this.quietPlanned)) throw new RangeError(`no ${passes} quiet passes planned`);
+    this.quietPlanned = 0;
+    const running = this.scheduler.running;
+    const vocab = this.vocab;
+    for (let i = 0; i < running.length; i++) {
+      const req = running[i];
+      req.computed += passes;
+      for (let p = 0; p < passes; p++) req.append(vocab[req.rng.nextInt(vocab.length)]);
+    }
+    this.clock = this.quietEndsMs[passes - 1];
+  }
+
+  /**
+   * Quiet passes the state allows from here (0: the next pass is not quiet): only running decodes,
+   * within the token budget, and for each request the passes before its next block (allocation),
+   * its next full block (commit) and its last token (or a stop token it may meet). Leaves the
+   * batch and its summed KV (the first pass's decode context) in `quietBatch` and `contents`.
+   */
+  private quietWindow(): number {
+    const sched = this.scheduler;
+    const running = sched.running;
+    const batch = running.length;
+    if (batch === 0 || sched.waiting.length > 0 || batch > this.cfg.maxNumBatchedTokens) return 0;
+    const bs = this.blockSize;
+    let n = QUIET_MAX;
+    let context = 0;
+    for (let i = 0; i < batch; i++) {
+      const req = running[i];
+      if (!req.decoding) return 0;
+      const c = req.computed;
+      const out = req.outputLen;
+      // Pass p computes the KV of position c + p and samples output token out + p + 1.
+      n = Math.min(n, req.blockCount * bs - c, req.maxTokens - out - 1);
+      if (this.prefixCaching) n = Math.min(n, (req.committed + 1) * bs - c - 1);
+      if (req.stop.size > 0) n = Math.min(n, req.minTokens - out - 1);
+      if (n <= 0) return 0;
+      context += c;
+    }
+    this.quietBatch = batch;
+    this.contents.decodeContextTokens = context;
+    return n;
+  }
+
   /** Run one pass starting at max(now, end of the previous pass). Null when idle. */
   step(nowMs: number): StepOutput | null {
+    this.quietPlanned = 0;
     if (!this.hasWork()) return null;
     const startMs = Math.max(nowMs, this.clock);
     const plan = this.scheduler.schedule();
@@ -245,6 +346,7 @@ export class EngineCore {
 
   /** Clear the prefix cache on both tiers (AllBlocksCleared). Running requests keep their KV and re-cache it. */
   resetPrefixCache(): readonly CoreKvEvent[] {
+    this.quietPlanned = 0;
     this.cache.reset();
     this.groups?.reset();
     for (const req of this.scheduler.running) req.committed = 0;
