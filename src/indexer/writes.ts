@@ -16,6 +16,9 @@ const R_NEXT_H = 5;
 const T = 4;
 const T_HEAD = 3;
 const T_SIG = 2;
+/** store()'s prefetch: tables past this size (a typical L2 cache), a window of this many blocks ahead. */
+const PREFETCH_MIN_BYTES = 1 << 20;
+const TOUCH_WINDOW = 64;
 /** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
 export const WRITES_LAYOUT = { R, R_LO, R_HI, R_HOLDER, R_NEXT_E, R_NEXT_H, T, T_HEAD, T_SIG };
 
@@ -26,6 +29,9 @@ export interface SpeculativeInsert {
 }
 
 export abstract class IndexWrites extends RecordTable {
+  /** Where store()'s prefetch loads go (see U64Table.touch). */
+  private storeSink = 0;
+
   /**
    * Store consecutive blocks for a holder. `seq` are router seq hashes; `engine` the engine's own
    * hashes for the same blocks (dual key) or null when the engine uses the router's hashes.
@@ -60,7 +66,12 @@ export abstract class IndexWrites extends RecordTable {
     // (a booking renewed by the next request with the same prefix) has its records there in order.
     let guess = NONE;
     let last = NONE;
+    // A table past a cache's size misses on every block: load a window of rows ahead at once (the
+    // misses overlap), as the query walk does.
+    const prefetch = n > 1 && this.table.byteLength > PREFETCH_MIN_BYTES;
     for (let i = 0; i < seq.length; i++) {
+      if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0)
+        this.storeSink ^= this.table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
       const elo = ev[2 * i];
