@@ -159,8 +159,17 @@ export abstract class RecordTable extends HolderTable {
   protected openRun(holder: number, parent: bigint | null): number {
     if (parent !== null) {
       splitScratch[0] = parent;
-      const slot = this.table.find(splitView[0], splitView[1]);
-      const p = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      const lo = splitView[0];
+      const hi = splitView[1];
+      // The parent is mostly the holder's newest record (the previous chunk of the same prefill):
+      // its list's tail, without a walk of the block's holders (a shared prefix has a thousand).
+      const t = this.holders[holder].tail;
+      let p = NONE;
+      if (t !== NONE && this.rec[t * R + R_LO] === lo && this.rec[t * R + R_HI] === hi) p = t;
+      else {
+        const slot = this.table.find(lo, hi);
+        if (slot !== NONE) p = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      }
       if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1)
         return this.rec[p * R + R_RUN];
     }

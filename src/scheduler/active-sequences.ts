@@ -241,11 +241,13 @@ export class ActiveSequences {
   /** Every worker's load by id, as a decision reads it (kept by book, prefillComplete and free). */
   readonly columns = new LoadColumns();
 
-  private worker(instance: string, dpRank: number): WorkerLoad {
+  /** The worker's load, made on first use with room for `blocks` (its first booking's) in its table. */
+  private worker(instance: string, dpRank: number, blocks = 0): WorkerLoad {
     let w = this.workers.get(instance, dpRank);
     if (!w) {
-      const blocks = this.spare.pop() ?? new U64Table(RC, 256);
-      this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank, blocks)));
+      let table = this.spare.pop();
+      if (table === undefined || table.capacity < blocks * 2) table = new U64Table(RC, Math.max(256, blocks));
+      this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank, table)));
     }
     return w;
   }
@@ -314,7 +316,7 @@ export class ActiveSequences {
     headDone = 0,
   ): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
-    const w = this.worker(instance, dpRank);
+    const w = this.worker(instance, dpRank, blocks.length);
     // What it queues behind: the un-prefilled work here, less the share of the head's prefill done.
     const head = headDone > 0 ? w.head() : undefined;
     const done = head ? Math.min(1, headDone) : 0;
