@@ -1,0 +1,156 @@
+// The router's write paths' fast paths (round eight): a U64Table's rows keep every payload word
+// across growth and deletion (rows are copied word by word), an idle worker's emptied in-flight
+// table serves the next worker that books (ActiveSequences' spare tables), and a store finds its
+// parent's record at the holder's newest record before it walks the parent block's holders.
+import { describe, expect, it } from 'vitest';
+import { mulberry32 } from '../../src/common/prng.js';
+import { BlockIndex } from '../../src/indexer/block-index.js';
+import { U64Table } from '../../src/indexer/u64-table.js';
+import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
+
+const MASK = (1n << 64n) - 1n;
+const hashOf = (id: number) => (BigInt(id + 1) * 0x9e3779b97f4a7c15n) & MASK;
+
+describe('U64Table rows', () => {
+  it('keep every payload word through doubling, fine steps, deletions and a shrink (random, against a Map)', () => {
+    for (const seed of [1, 2, 3]) {
+      const rnd = mulberry32(seed);
+      const st = 6;
+      const t = new U64Table(st, 16, 0.7, { fromRows: 512, maxLoad: 0.7 });
+      const model = new Map<string, number[]>();
+      const keys: Array<[number, number]> = [];
+      for (let step = 0; step < 20000; step++) {
+        if (keys.length > 0 && rnd() < 0.35) {
+          const at = Math.floor(rnd() * keys.length);
+          const [lo, hi] = keys[at];
+          keys[at] = keys[keys.length - 1];
+          keys.pop();
+          t.removeSlot(t.find(lo, hi));
+          model.delete(`${lo}:${hi}`);
+        } else {
+          const lo = (rnd() * 2 ** 32) | 0;
+          const hi = rnd() < 0.5 ? 0 : (rnd() * 2 ** 32) | 0;
+          const s = t.insert(lo, hi);
+          if (!t.created) continue;
+          const words = [1, 2, 3].map(() => (rnd() * 2 ** 32) | 0);
+          for (let k = 0; k < 3; k++) t.data[s * st + 3 + k] = words[k];
+          keys.push([lo, hi]);
+          model.set(`${lo}:${hi}`, words);
+        }
+        if (step === 15000)
+          for (let k = keys.length - 1; k >= 200; k--) {
+            const [lo, hi] = keys.pop()!;
+            t.removeSlot(t.find(lo, hi));
+            model.delete(`${lo}:${hi}`);
+          }
+        if (step === 15000) expect(t.shrink()).toBe(true);
+      }
+      expect(t.size).toBe(model.size);
+      expect(t.capacity).toBeGreaterThan(16);
+      for (const [lo, hi] of keys) {
+        const s = t.find(lo, hi);
+        expect(s).toBeGreaterThanOrEqual(0);
+        expect(Array.from(t.data.subarray(s * st, s * st + st))).toEqual([lo, hi, 1, ...model.get(`${lo}:${hi}`)!]);
+      }
+    }
+  });
+});
+
+describe('ActiveSequences spare tables', () => {
+  it("a worker given an idle worker's emptied table holds only its own blocks, and the idle one none", () => {
+    const a = new ActiveSequences();
+    const internals = a as unknown as { spare: U64Table[] };
+    const p = BigUint64Array.from({ length: 12 }, (_, i) => hashOf(i));
+    const q = BigUint64Array.from({ length: 9 }, (_, i) => hashOf(100 + i));
+    // Worker c holds q's first blocks, but not as a prompt's first block: the held prefixes of q are
+    // then read from each worker's own table, not from q[0]'s list of roots.
+    a.book('c', 'wc', 0, BigUint64Array.from([hashOf(500), ...q.slice(0, 4)]), 1, 0);
+    a.book('a1', 'wa', 0, p, 1, 0);
+    a.book('a2', 'wa', 0, p.slice(0, 5), 1, 0);
+    expect(internals.spare.length).toBe(0);
+    a.free('a1');
+    a.free('a2');
+    // Worker a is idle: its table (empty) waits for the next worker.
+    expect(internals.spare.length).toBe(1);
+    const table = internals.spare[0];
+    expect(table.size).toBe(0);
+    a.book('b', 'wb', 0, q.slice(0, 7), 1, 0);
+    expect(internals.spare.length).toBe(0);
+    expect(table.size).toBe(7);
+    let held = a.heldPrefixes(q);
+    expect([held.of('wa', 0), held.of('wb', 0), held.of('wc', 0)]).toEqual([0, 7, 4]);
+    held = a.heldPrefixes(p);
+    expect([held.of('wa', 0), held.of('wb', 0)]).toEqual([0, 0]);
+    // Worker a books again (a new table: b has its old one); q's prefix through c and b as before.
+    a.book('a3', 'wa', 0, q.slice(0, 2), 1, 0);
+    held = a.heldPrefixes(q);
+    expect([held.of('wa', 0), held.of('wb', 0)]).toEqual([2, 7]);
+    expect(a.load('wb', 0).activeBlocks).toBe(7);
+    expect(a.load('wa', 0).activeBlocks).toBe(2);
+    a.free('b');
+    a.free('a3');
+    a.free('c');
+    expect(a.totals().activeBlocks).toBe(0);
+    expect(internals.spare.every((t) => t.size === 0)).toBe(true);
+  });
+});
+
+describe('BlockIndex store: the parent at the holder newest record', () => {
+  const R = 8;
+  const R_LO = 0;
+  const R_HOLDER = 2;
+  const R_NEXT_E = 3;
+  const R_RUN = 6;
+  const R_POS = 7;
+  interface Internals {
+    table: U64Table;
+    rec: Int32Array;
+  }
+  /** (run, position) of the holder's record of a block. */
+  const place = (idx: BlockIndex, holder: number, h: bigint): [number, number] => {
+    const x = idx as unknown as Internals;
+    const v = new Int32Array(BigUint64Array.of(h).buffer);
+    const slot = x.table.find(v[0], v[1]);
+    for (let r = x.table.data[slot * 4 + 3]; r !== -1; r = x.rec[r * R + R_NEXT_E])
+      if (x.rec[r * R + R_HOLDER] === holder) {
+        expect(x.rec[r * R + R_LO]).toBe(v[0]);
+        return [x.rec[r * R + R_RUN], x.rec[r * R + R_POS]];
+      }
+    throw new Error('no record');
+  };
+
+  it('continues the run of the parent, at the tail or not, and never of a tail that only shares its low half', () => {
+    const idx = new BlockIndex(16);
+    const g = idx.holder('e0', 0, 'GPU');
+    const other = idx.holder('e1', 0, 'GPU');
+    const H = (...xs: bigint[]) => BigUint64Array.from(xs);
+    const b = (i: number) => hashOf(i);
+    // A chain stored in two chunks: the second's parent is the holder's newest record.
+    idx.store(g, H(b(0), b(1), b(2)));
+    idx.store(other, H(b(0), b(1), b(2)));
+    idx.store(g, H(b(3), b(4)), null, 0, b(2));
+    const run = place(idx, g, b(0))[0];
+    expect([0, 1, 2, 3, 4].map((i) => place(idx, g, b(i)))).toEqual([0, 1, 2, 3, 4].map((i) => [run, i]));
+    // Another chain in between: the parent (b4) is not the newest record; it is found in its block.
+    idx.store(g, H(b(10)));
+    idx.store(g, H(b(5)), null, 0, b(4));
+    expect(place(idx, g, b(5))).toEqual([run, 5]);
+    // A block whose low half equals b5's (another high half) is the holder's newest record; a store
+    // whose parent is b5 continues b5's run, not that block's.
+    const twin = (b(5) & 0xffff_ffffn) | ((b(5) ^ (0x1234n << 40n)) & ~0xffff_ffffn);
+    expect(twin).not.toBe(b(5));
+    idx.store(g, H(twin));
+    const twinRun = place(idx, g, twin)[0];
+    expect(twinRun).not.toBe(run);
+    idx.store(g, H(b(6)), null, 0, b(5));
+    expect(place(idx, g, b(6))).toEqual([run, 6]);
+    // A parent in the middle of its run starts a new run; the holder's newest record as parent continues its run.
+    idx.store(g, H(b(20)), null, 0, b(2));
+    const fork = place(idx, g, b(20));
+    expect(fork[0]).not.toBe(run);
+    expect(fork[1]).toBe(0);
+    idx.store(g, H(b(21)), null, 0, b(20));
+    expect(place(idx, g, b(21))).toEqual([fork[0], 1]);
+    expect(place(idx, other, b(2))[1]).toBe(2);
+  });
+});
