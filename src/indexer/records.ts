@@ -540,6 +540,8 @@ export abstract class RecordTable extends HolderTable {
     expiresAt: number,
     run: number,
     pos: number,
+    /** The block's holder set (HolderSets), NONE where it has none: the caller looked it up. */
+    set: number,
   ): number {
     let r = this.recFree;
     if (r !== NONE) this.recFree = this.rec[r * R + R_NEXT_E];
@@ -559,10 +561,7 @@ export abstract class RecordTable extends HolderTable {
     const o = r * R;
     const tbl = this.table.data;
     this.hot.invalidate(lo, hi);
-    if (this.crowd.size > 0) {
-      const set = this.crowd.find(lo, hi);
-      if (set !== NONE) this.crowd.add(set, holder);
-    }
+    if (set !== NONE) this.crowd.add(set, holder);
     rec[o + R_LO] = lo;
     rec[o + R_HI] = hi;
     rec[o + R_HOLDER] = holder;

@@ -80,9 +80,11 @@ export abstract class IndexWrites extends RecordTable {
       const tbl = this.table.data;
       let r = NONE;
       let specSeen = false;
+      // The block's holder set (NONE: not crowded; a row just made has none).
+      let set = NONE;
       if (this.table.created) tbl[slot * T + T_HEAD] = NONE;
       else {
-        const set = this.crowd.find(lo, hi);
+        set = this.crowd.find(lo, hi);
         if (set !== NONE) {
           // A crowded block: its holder set answers both questions without the walk.
           if (this.crowd.has(set, holder)) {
@@ -104,11 +106,11 @@ export abstract class IndexWrites extends RecordTable {
             else if (this.hSpec[hx] === 1) specSeen = true;
             n++;
           }
-          if (n >= CROWDED_MIN_RECORDS) this.makeCrowded(lo, hi, tbl[slot * T + T_HEAD]);
+          if (n >= CROWDED_MIN_RECORDS) set = this.makeCrowded(lo, hi, tbl[slot * T + T_HEAD]);
         }
       }
       if (r === NONE) {
-        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i);
+        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i, set);
         guess = NONE;
         added++;
         if (h.speculative) this.recClaims[r] = 1;
@@ -146,10 +148,11 @@ export abstract class IndexWrites extends RecordTable {
   }
 
   /** Give a block whose list is long a holder set, from its records. */
-  private makeCrowded(lo: number, hi: number, head: number): void {
+  private makeCrowded(lo: number, hi: number, head: number): number {
     const set = this.crowd.create(lo, hi);
     const rec = this.rec;
     for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) this.crowd.add(set, rec[x * R + R_HOLDER]);
+    return set;
   }
 
   /**
