@@ -7,7 +7,7 @@
 // See README.md (module map).
 import { HolderSets } from './holder-sets.js';
 import { HolderTable } from './holders.js';
-import { HotBlocks } from './hot-blocks.js';
+import { HB, HotBlocks } from './hot-blocks.js';
 import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
 
 import { EngineMap } from './engine-map.js';
@@ -168,7 +168,7 @@ export abstract class RecordTable extends HolderTable {
       if (t !== NONE && this.rec[t * R + R_LO] === lo && this.rec[t * R + R_HI] === hi) p = t;
       else {
         const slot = this.table.find(lo, hi);
-        if (slot !== NONE) p = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+        if (slot !== NONE) p = this.findRecordOf(lo, hi, this.table.data[slot * T + T_HEAD], holder);
       }
       if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1)
         return this.rec[p * R + R_RUN];
@@ -283,7 +283,7 @@ export abstract class RecordTable extends HolderTable {
     const rec = this.rec;
     if (guess !== NONE && rec[guess * R + R_LO] === sv[2 * i] && rec[guess * R + R_HI] === sv[2 * i + 1]) return guess;
     const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
-    return slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
+    return slot === NONE ? NONE : this.findRecordOf(sv[2 * i], sv[2 * i + 1], this.table.data[slot * T + T_HEAD], id);
   }
 
   /**
@@ -486,6 +486,19 @@ export abstract class RecordTable extends HolderTable {
   protected findRecord(head: number, holder: number): number {
     const rec = this.rec;
     for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E]) if (rec[r * R + R_HOLDER] === holder) return r;
+    return NONE;
+  }
+
+  /**
+   * findRecord for block (lo, hi): from the block's hot copy when it has a valid one (a contiguous
+   * scan; the list of a block with a thousand holders is a cache miss per record), else its list.
+   * A query's walk made the copies of its prompt's first blocks, which the booking then touches.
+   */
+  protected findRecordOf(lo: number, hi: number, head: number, holder: number): number {
+    const e = this.hot.find(lo, hi);
+    if (e < 0) return this.findRecord(head, holder);
+    const rows = this.hot.data(e);
+    for (let k = 0, n = this.hot.size(e); k < n; k++) if (rows[k * HB + 1] === holder) return rows[k * HB];
     return NONE;
   }
 

@@ -93,7 +93,7 @@ export abstract class IndexWrites extends RecordTable {
             r =
               guess !== NONE && rec[g + R_LO] === lo && rec[g + R_HI] === hi && rec[g + R_HOLDER] === holder
                 ? guess
-                : this.findRecord(tbl[slot * T + T_HEAD], holder);
+                : this.findRecordOf(lo, hi, tbl[slot * T + T_HEAD], holder);
           }
           if (confirmed) specSeen = this.bookedIn(set, cand);
         } else {
@@ -187,7 +187,7 @@ export abstract class IndexWrites extends RecordTable {
     for (let i = 0; i < seq.length; i++) {
       const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) continue;
-      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      const r = this.findRecordOf(sv[2 * i], sv[2 * i + 1], this.table.data[slot * T + T_HEAD], holder);
       if (r === NONE || --this.recClaims[r] > 0) continue;
       this.freeRecord(r);
       n++;
