@@ -165,7 +165,15 @@ export abstract class RecordTable extends HolderTable {
       // its list's tail, without a walk of the block's holders (a shared prefix has a thousand).
       const t = this.holders[holder].tail;
       let p = NONE;
+      const q = this.resolvedRecord;
       if (t !== NONE && this.rec[t * R + R_LO] === lo && this.rec[t * R + R_HI] === hi) p = t;
+      else if (
+        q !== NONE &&
+        this.rec[q * R + R_HOLDER] === holder &&
+        this.rec[q * R + R_LO] === lo &&
+        this.rec[q * R + R_HI] === hi
+      )
+        p = q;
       else {
         const slot = this.table.find(lo, hi);
         if (slot !== NONE) p = this.findRecordOf(lo, hi, this.table.data[slot * T + T_HEAD], holder);
@@ -467,12 +475,14 @@ export abstract class RecordTable extends HolderTable {
     const lo = splitView[0];
     const hi = splitView[1];
     const em = this.groups[group].engineMap;
+    this.resolvedRecord = NONE;
     if (em) {
       const s = em.find(lo, hi, this.recEng);
       if (s !== NONE) {
         // A row points at a live record of its group (setEngineHash, unmapRecord): the group holds
         // the block, with no walk of the block's holders (a shared prefix has a thousand).
         const r = em.record(s);
+        this.resolvedRecord = r;
         return join(this.rec[r * R + R_LO], this.rec[r * R + R_HI]);
       }
     }
@@ -482,6 +492,13 @@ export abstract class RecordTable extends HolderTable {
   }
 
   // ---------------------------------------------------------------- record rows
+
+  /**
+   * The record the last resolve() found through an engine map (NONE: none, or it was freed since):
+   * a KV event resolves its parent and then stores, so openRun() finds the parent's record here
+   * when it is the holder's (a group's holders are its media).
+   */
+  private resolvedRecord = NONE;
 
   protected findRecord(head: number, holder: number): number {
     const rec = this.rec;
@@ -685,6 +702,7 @@ export abstract class RecordTable extends HolderTable {
     for (let x = 0; x < this.runTop; x++) if (tails[x] !== NONE) tails[x] = relink(tails[x]);
     this.recTop = live;
     this.recFree = NONE;
+    this.resolvedRecord = NONE;
   }
 
   protected unlinkFromHolder(h: Holder, r: number): void {
@@ -724,6 +742,7 @@ export abstract class RecordTable extends HolderTable {
     const hi = rec[o + R_HI];
     const holder = rec[o + R_HOLDER];
     const h = this.holders[holder];
+    if (r === this.resolvedRecord) this.resolvedRecord = NONE;
     this.hot.invalidate(lo, hi);
     const tbl = this.table.data;
     const headAt = slot * T + T_HEAD;

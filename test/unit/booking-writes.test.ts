@@ -153,4 +153,41 @@ describe('BlockIndex store: the parent at the holder newest record', () => {
     expect(place(idx, g, b(21))).toEqual([fork[0], 1]);
     expect(place(idx, other, b(2))[1]).toBe(2);
   });
+
+  it("takes the record a parent's resolve() found only when it is the holder's and still lives", () => {
+    const idx = new BlockIndex(16);
+    // Two media of one (backend, dp rank): one group, one engine map.
+    const gpu = idx.holder('e0', 0, 'GPU');
+    const cpu = idx.holder('e0', 0, 'CPU');
+    const H = (...xs: bigint[]) => BigUint64Array.from(xs);
+    const b = (i: number) => hashOf(i);
+    const e = (i: number) => hashOf(1000 + i);
+    idx.store(gpu, H(b(0), b(1), b(2)), H(e(0), e(1), e(2)));
+    const gpuRun = place(idx, gpu, b(0))[0];
+    // The CPU tier stores the same blocks later: the engine map's row for e2 now names its record.
+    idx.store(cpu, H(b(0), b(1), b(2)), H(e(0), e(1), e(2)));
+    const cpuRun = place(idx, cpu, b(0))[0];
+    idx.store(gpu, H(b(50)), H(e(50)));
+    expect(idx.resolve(gpu, e(2))).toBe(b(2));
+    // The GPU holder continues its own run through b2, not the CPU record resolve() found.
+    idx.store(gpu, H(b(3)), H(e(3)), 0, b(2));
+    expect(place(idx, gpu, b(3))).toEqual([gpuRun, 3]);
+    // The CPU holder's record resolve() found is its parent: its run goes on.
+    idx.store(cpu, H(b(60)), H(e(60)));
+    expect(idx.resolve(cpu, e(3))).toBe(b(3));
+    expect(idx.resolve(cpu, e(2))).toBe(b(2));
+    idx.store(cpu, H(b(4)), H(e(4)), 0, b(2));
+    expect(place(idx, cpu, b(4))).toEqual([cpuRun, 3]);
+    // A resolved record freed since is not taken for the parent, even where its stale row would
+    // still name the holder, the block and a run's last position.
+    idx.store(gpu, H(b(40), b(41)), H(e(40), e(41)));
+    const run40 = place(idx, gpu, b(40))[0];
+    expect(idx.resolve(gpu, e(41))).toBe(b(41));
+    idx.remove(gpu, H(e(41)));
+    idx.remove(gpu, H(e(1))); // another free row, taken first by the next store
+    idx.store(gpu, H(b(42)), H(e(42)), 0, b(40));
+    expect(place(idx, gpu, b(42))).toEqual([run40, 1]);
+    idx.store(gpu, H(b(43)), H(e(43)), 0, b(41));
+    expect(place(idx, gpu, b(43))[1]).toBe(0);
+  });
 });
