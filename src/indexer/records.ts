@@ -7,7 +7,7 @@
 // See README.md (module map).
 import { HolderSets } from './holder-sets.js';
 import { HolderTable } from './holders.js';
-import { HotBlocks } from './hot-blocks.js';
+import { HB, HotBlocks } from './hot-blocks.js';
 import { grow, type Holder, hashView, join, keyOut, recordMix, splitScratch, splitView } from './layout.js';
 
 import { EngineMap } from './engine-map.js';
@@ -159,8 +159,25 @@ export abstract class RecordTable extends HolderTable {
   protected openRun(holder: number, parent: bigint | null): number {
     if (parent !== null) {
       splitScratch[0] = parent;
-      const slot = this.table.find(splitView[0], splitView[1]);
-      const p = slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      const lo = splitView[0];
+      const hi = splitView[1];
+      // The parent is mostly the holder's newest record (the previous chunk of the same prefill):
+      // its list's tail, without a walk of the block's holders (a shared prefix has a thousand).
+      const t = this.holders[holder].tail;
+      let p = NONE;
+      const q = this.resolvedRecord;
+      if (t !== NONE && this.rec[t * R + R_LO] === lo && this.rec[t * R + R_HI] === hi) p = t;
+      else if (
+        q !== NONE &&
+        this.rec[q * R + R_HOLDER] === holder &&
+        this.rec[q * R + R_LO] === lo &&
+        this.rec[q * R + R_HI] === hi
+      )
+        p = q;
+      else {
+        const slot = this.table.find(lo, hi);
+        if (slot !== NONE) p = this.findRecordOf(lo, hi, this.table.data[slot * T + T_HEAD], holder);
+      }
       if (p !== NONE && this.rec[p * R + R_POS] === this.runLen[this.rec[p * R + R_RUN]] - 1)
         return this.rec[p * R + R_RUN];
     }
@@ -282,7 +299,7 @@ export abstract class RecordTable extends HolderTable {
     const rec = this.rec;
     if (guess !== NONE && rec[guess * R + R_LO] === sv[2 * i] && rec[guess * R + R_HI] === sv[2 * i + 1]) return guess;
     const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
-    return slot === NONE ? NONE : this.findRecord(this.table.data[slot * T + T_HEAD], id);
+    return slot === NONE ? NONE : this.findRecordOf(sv[2 * i], sv[2 * i + 1], this.table.data[slot * T + T_HEAD], id);
   }
 
   /**
@@ -466,12 +483,14 @@ export abstract class RecordTable extends HolderTable {
     const lo = splitView[0];
     const hi = splitView[1];
     const em = this.groups[group].engineMap;
+    this.resolvedRecord = NONE;
     if (em) {
       const s = em.find(lo, hi, this.recEng);
       if (s !== NONE) {
         // A row points at a live record of its group (setEngineHash, unmapRecord): the group holds
         // the block, with no walk of the block's holders (a shared prefix has a thousand).
         const r = em.record(s);
+        this.resolvedRecord = r;
         return join(this.rec[r * R + R_LO], this.rec[r * R + R_HI]);
       }
     }
@@ -482,9 +501,29 @@ export abstract class RecordTable extends HolderTable {
 
   // ---------------------------------------------------------------- record rows
 
+  /**
+   * The record the last resolve() found through an engine map (NONE: none, or it was freed since):
+   * a KV event resolves its parent and then stores, so openRun() finds the parent's record here
+   * when it is the holder's (a group's holders are its media).
+   */
+  private resolvedRecord = NONE;
+
   protected findRecord(head: number, holder: number): number {
     const rec = this.rec;
     for (let r = head; r !== NONE; r = rec[r * R + R_NEXT_E]) if (rec[r * R + R_HOLDER] === holder) return r;
+    return NONE;
+  }
+
+  /**
+   * findRecord for block (lo, hi): from the block's hot copy when it has a valid one (a contiguous
+   * scan; the list of a block with a thousand holders is a cache miss per record), else its list.
+   * A query's walk made the copies of its prompt's first blocks, which the booking then touches.
+   */
+  protected findRecordOf(lo: number, hi: number, head: number, holder: number): number {
+    const e = this.hot.find(lo, hi);
+    if (e < 0) return this.findRecord(head, holder);
+    const rows = this.hot.data(e);
+    for (let k = 0, n = this.hot.size(e); k < n; k++) if (rows[k * HB + 1] === holder) return rows[k * HB];
     return NONE;
   }
 
@@ -539,6 +578,8 @@ export abstract class RecordTable extends HolderTable {
     expiresAt: number,
     run: number,
     pos: number,
+    /** The block's holder set (HolderSets), NONE where it has none: the caller looked it up. */
+    set: number,
   ): number {
     let r = this.recFree;
     if (r !== NONE) this.recFree = this.rec[r * R + R_NEXT_E];
@@ -558,10 +599,7 @@ export abstract class RecordTable extends HolderTable {
     const o = r * R;
     const tbl = this.table.data;
     this.hot.added(lo, hi, r, holder, run, pos, this.hSpec[holder] === 1 ? expiresAt : 0);
-    if (this.crowd.size > 0) {
-      const set = this.crowd.find(lo, hi);
-      if (set !== NONE) this.crowd.add(set, holder);
-    }
+    if (set !== NONE) this.crowd.add(set, holder);
     rec[o + R_LO] = lo;
     rec[o + R_HI] = hi;
     rec[o + R_HOLDER] = holder;
@@ -672,6 +710,7 @@ export abstract class RecordTable extends HolderTable {
     for (let x = 0; x < this.runTop; x++) if (tails[x] !== NONE) tails[x] = relink(tails[x]);
     this.recTop = live;
     this.recFree = NONE;
+    this.resolvedRecord = NONE;
   }
 
   protected unlinkFromHolder(h: Holder, r: number): void {
@@ -711,6 +750,7 @@ export abstract class RecordTable extends HolderTable {
     const hi = rec[o + R_HI];
     const holder = rec[o + R_HOLDER];
     const h = this.holders[holder];
+    if (r === this.resolvedRecord) this.resolvedRecord = NONE;
     this.hot.removed(lo, hi, r);
     const tbl = this.table.data;
     const headAt = slot * T + T_HEAD;

@@ -161,7 +161,8 @@ export class U64Table {
       const home = this.home(d[oj], d[oj + 1]);
       const inRange = hole <= j ? home > hole && home <= j : home > hole || home <= j;
       if (inRange) continue;
-      d.copyWithin(hole * st, oj, oj + st);
+      const oh = hole * st;
+      for (let k = 0; k < st; k++) d[oh + k] = d[oj + k];
       hole = j;
     }
     d[hole * st + 2] = 0;
@@ -214,12 +215,15 @@ export class U64Table {
     this.mask = cap - 1;
     this.limit = Math.floor(cap * this.loadOf(cap));
     const d = this.data;
+    // Row by row, word by word: a subarray per row (for set()) was most of a rehash's time and
+    // garbage (the block table moves millions of rows as it grows).
     for (let s = 0; s < oldCap; s++) {
       const o = s * st;
       if (old[o + 2] === 0) continue;
       let t = this.home(old[o], old[o + 1]);
       while (d[t * st + 2] !== 0) t = t + 1 === cap ? 0 : t + 1;
-      d.set(old.subarray(o, o + st), t * st);
+      const to = t * st;
+      for (let k = 0; k < st; k++) d[to + k] = old[o + k];
     }
   }
 }

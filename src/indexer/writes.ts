@@ -2,7 +2,7 @@
 // speculative inserts and their withdrawal, removals, clears, purges and expiry. Writes from outside
 // src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
 import { CROWDED_MIN_RECORDS } from './holder-sets.js';
-import { type Holder, hashView, keyOut, specKey } from './layout.js';
+import { grow, type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
 import { RecordTable } from './records.js';
 
 // Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
@@ -16,6 +16,12 @@ const R_NEXT_H = 5;
 const T = 4;
 const T_HEAD = 3;
 const T_SIG = 2;
+/** store()'s prefetch: tables past this size (a typical L2 cache), a window of this many blocks ahead. */
+const PREFETCH_MIN_BYTES = 1 << 20;
+const TOUCH_WINDOW = 64;
+/** expire()'s marks on the records of crowded blocks it frees. */
+const GONE_PENDING = 1;
+const GONE_FREED = 2;
 /** This module's copy of the row offsets (checked against RECORD_LAYOUT). */
 export const WRITES_LAYOUT = { R, R_LO, R_HI, R_HOLDER, R_NEXT_E, R_NEXT_H, T, T_HEAD, T_SIG };
 
@@ -26,6 +32,9 @@ export interface SpeculativeInsert {
 }
 
 export abstract class IndexWrites extends RecordTable {
+  /** Where store()'s prefetch loads go (see U64Table.touch). */
+  private storeSink = 0;
+
   /**
    * Store consecutive blocks for a holder. `seq` are router seq hashes; `engine` the engine's own
    * hashes for the same blocks (dual key) or null when the engine uses the router's hashes.
@@ -60,7 +69,12 @@ export abstract class IndexWrites extends RecordTable {
     // (a booking renewed by the next request with the same prefix) has its records there in order.
     let guess = NONE;
     let last = NONE;
+    // A table past a cache's size misses on every block: load a window of rows ahead at once (the
+    // misses overlap), as the query walk does.
+    const prefetch = n > 1 && this.table.byteLength > PREFETCH_MIN_BYTES;
     for (let i = 0; i < seq.length; i++) {
+      if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0)
+        this.storeSink ^= this.table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
       const elo = ev[2 * i];
@@ -69,9 +83,11 @@ export abstract class IndexWrites extends RecordTable {
       const tbl = this.table.data;
       let r = NONE;
       let specSeen = false;
+      // The block's holder set (NONE: not crowded; a row just made has none).
+      let set = NONE;
       if (this.table.created) tbl[slot * T + T_HEAD] = NONE;
       else {
-        const set = this.crowd.find(lo, hi);
+        set = this.crowd.find(lo, hi);
         if (set !== NONE) {
           // A crowded block: its holder set answers both questions without the walk.
           if (this.crowd.has(set, holder)) {
@@ -80,7 +96,7 @@ export abstract class IndexWrites extends RecordTable {
             r =
               guess !== NONE && rec[g + R_LO] === lo && rec[g + R_HI] === hi && rec[g + R_HOLDER] === holder
                 ? guess
-                : this.findRecord(tbl[slot * T + T_HEAD], holder);
+                : this.findRecordOf(lo, hi, tbl[slot * T + T_HEAD], holder);
           }
           if (confirmed) specSeen = this.bookedIn(set, cand);
         } else {
@@ -93,11 +109,11 @@ export abstract class IndexWrites extends RecordTable {
             else if (this.hSpec[hx] === 1) specSeen = true;
             n++;
           }
-          if (n >= CROWDED_MIN_RECORDS) this.makeCrowded(lo, hi, tbl[slot * T + T_HEAD]);
+          if (n >= CROWDED_MIN_RECORDS) set = this.makeCrowded(lo, hi, tbl[slot * T + T_HEAD]);
         }
       }
       if (r === NONE) {
-        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i);
+        r = this.newRecord(slot, lo, hi, holder, elo, ehi, expiresAt, run, base + i, set);
         guess = NONE;
         added++;
         if (h.speculative) this.recClaims[r] = 1;
@@ -134,10 +150,11 @@ export abstract class IndexWrites extends RecordTable {
   }
 
   /** Give a block whose list is long a holder set, from its records. */
-  private makeCrowded(lo: number, hi: number, head: number): void {
+  private makeCrowded(lo: number, hi: number, head: number): number {
     const set = this.crowd.create(lo, hi);
     const rec = this.rec;
     for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) this.crowd.add(set, rec[x * R + R_HOLDER]);
+    return set;
   }
 
   /**
@@ -172,7 +189,7 @@ export abstract class IndexWrites extends RecordTable {
     for (let i = 0; i < seq.length; i++) {
       const slot = this.table.find(sv[2 * i], sv[2 * i + 1]);
       if (slot === NONE) continue;
-      const r = this.findRecord(this.table.data[slot * T + T_HEAD], holder);
+      const r = this.findRecordOf(sv[2 * i], sv[2 * i + 1], this.table.data[slot * T + T_HEAD], holder);
       if (r === NONE || --this.recClaims[r] > 0) continue;
       this.freeRecord(r);
       n++;
@@ -264,16 +281,75 @@ export abstract class IndexWrites extends RecordTable {
 
   /** Remove speculative entries whose expiry is at or before `now`. */
   expire(now: number): number {
-    let n = 0;
+    // The records that go, in the order they always went: holder by holder, each one's oldest first.
+    const rec = this.rec;
+    let gone = this.expireGone;
+    let m = 0;
     for (const i of this.liveHolders) {
       const h = this.holders[i];
       if (!h.speculative) continue;
-      while (h.head !== NONE && this.recExp[h.head] <= now) {
-        this.freeRecord(h.head);
-        n++;
+      for (let r = h.head; r !== NONE && this.recExp[r] <= now; r = rec[r * R + R_NEXT_H]) {
+        if (m === gone.length) this.expireGone = gone = grow(gone, m * 2);
+        gone[m++] = r;
       }
     }
+    // Freeing a record walks its block's list from the head to its predecessor. A crowded block (a
+    // shared prefix's first blocks: ~1,000 records) loses many bookings' records at one sweep, ~500
+    // records deep each (almost every step of the sweeps at 1,024 x 1,500): one walk of such a block
+    // names the predecessors of all of them. The order of the frees is unchanged.
+    const crowded = this.crowd.size > 0 ? this.markCrowdedGone(gone, m) : null;
+    const mark = this.expireMark;
+    const prevOf = new Map<number, number>();
+    for (let k = 0; k < m; k++) {
+      const r = gone[k];
+      const slot = this.table.find(rec[r * R + R_LO], rec[r * R + R_HI]);
+      const head = this.table.data[slot * T + T_HEAD];
+      let prev: number;
+      if (crowded === null || mark[r] === 0) prev = this.prevInBlock(head, r);
+      else {
+        let p = prevOf.get(r);
+        if (p === undefined) {
+          // The first of them in this block: one walk, to the last of them.
+          let left = crowded.get(this.crowd.find(rec[r * R + R_LO], rec[r * R + R_HI])) ?? 0;
+          for (let x = head, q = NONE; x !== NONE && left > 0; q = x, x = rec[x * R + R_NEXT_E])
+            if (mark[x] === GONE_PENDING) {
+              prevOf.set(x, q);
+              left--;
+            }
+          p = prevOf.get(r) ?? this.prevInBlock(head, r);
+        }
+        // A predecessor freed since the walk: its own predecessor then.
+        while (p !== NONE && mark[p] === GONE_FREED) p = prevOf.get(p) ?? NONE;
+        prev = p;
+        mark[r] = GONE_FREED;
+      }
+      this.freeRecordAt(r, slot, prev);
+    }
+    if (crowded !== null) for (let k = 0; k < m; k++) mark[gone[k]] = 0;
     this.fitTables();
-    return n;
+    return m;
+  }
+
+  /** The records to free, listed for one sweep (expire). */
+  private expireGone = new Int32Array(1024);
+  /** Per record during a sweep: GONE_PENDING / GONE_FREED for the records of crowded blocks it frees, else 0. */
+  private expireMark = new Uint8Array(0);
+
+  /** Mark the sweep's records of crowded blocks pending; their count per holder set (null: none). */
+  private markCrowdedGone(gone: Int32Array, m: number): Map<number, number> | null {
+    const rec = this.rec;
+    let counts: Map<number, number> | null = null;
+    for (let k = 0; k < m; k++) {
+      const r = gone[k];
+      const set = this.crowd.find(rec[r * R + R_LO], rec[r * R + R_HI]);
+      if (set === NONE) continue;
+      if (counts === null) {
+        counts = new Map();
+        if (this.expireMark.length < this.recTop) this.expireMark = new Uint8Array(this.recTouch.length);
+      }
+      counts.set(set, (counts.get(set) ?? 0) + 1);
+      this.expireMark[r] = GONE_PENDING;
+    }
+    return counts;
   }
 }

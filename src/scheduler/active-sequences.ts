@@ -13,6 +13,14 @@ import { BookedBlocks } from './booked-blocks.js';
 import { attentionWork } from './cost.js';
 
 const RC = 4; // table row: [lo, hi, used, refcount]
+/** Blocks whose rows in the workers' shared table (BookedBlocks) are loaded at once, ahead of their writes. */
+const PREFETCH_WINDOW = 64;
+/**
+ * Idle workers' emptied tables kept for the next worker that books (at most this many): a worker
+ * whose last request ends is deleted, and a fleet's workers mostly run one request at a time, so
+ * each booking made a table and grew it to its prompt (new arrays, garbage, rehashes).
+ */
+const SPARE_TABLES = 1024;
 
 export interface Load {
   activePrefillTokens: number;
@@ -55,7 +63,6 @@ export interface Booking {
 }
 
 class WorkerLoad {
-  readonly blocks = new U64Table(RC, 256);
   /** Bookings before their first token, in booking order (the engine's queue as the router sees it). */
   readonly queued = new Set<Booking>();
   prefillTokens = 0;
@@ -71,8 +78,10 @@ class WorkerLoad {
     private readonly booked: BookedBlocks,
     instance: string,
     dpRank: number,
+    /** Its in-flight blocks (empty): a new table, or an idle worker's (ActiveSequences.spare). */
+    readonly blocks: U64Table,
   ) {
-    this.id = booked.idOf(instance, dpRank, this.blocks);
+    this.id = booked.idOf(instance, dpRank, blocks);
   }
 
   /** The oldest booking still before its first token (undefined: none queued). */
@@ -83,6 +92,7 @@ class WorkerLoad {
   hold(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
     for (let i = 0; i < blocks.length; i++) {
+      if ((i & (PREFETCH_WINDOW - 1)) === 0) this.booked.prefetch(v, i, Math.min(blocks.length, i + PREFETCH_WINDOW));
       const s = this.blocks.insert(v[2 * i], v[2 * i + 1]);
       const d = this.blocks.data;
       if (this.blocks.created) this.booked.add(this.id, v[2 * i], v[2 * i + 1], i === 0);
@@ -93,6 +103,7 @@ class WorkerLoad {
   release(blocks: BigUint64Array): void {
     const v = new Int32Array(blocks.buffer, blocks.byteOffset, blocks.length * 2);
     for (let i = 0; i < blocks.length; i++) {
+      if ((i & (PREFETCH_WINDOW - 1)) === 0) this.booked.prefetch(v, i, Math.min(blocks.length, i + PREFETCH_WINDOW));
       const s = this.blocks.find(v[2 * i], v[2 * i + 1]);
       if (s < 0) continue;
       const d = this.blocks.data;
@@ -222,15 +233,22 @@ export const IDLE_LOAD: Load = Object.freeze({
 
 export class ActiveSequences {
   private readonly workers = new WorkerMap<WorkerLoad>();
+  /** Emptied tables of workers that went idle (most recently emptied last: warm in cache). */
+  private readonly spare: U64Table[] = [];
   private readonly bookings = new Map<string, Booking>();
   /** Every worker's in-flight blocks by block: the held prefixes of a prompt in one pass. */
   private readonly booked = new BookedBlocks();
   /** Every worker's load by id, as a decision reads it (kept by book, prefillComplete and free). */
   readonly columns = new LoadColumns();
 
-  private worker(instance: string, dpRank: number): WorkerLoad {
+  /** The worker's load, made on first use with room for `blocks` (its first booking's) in its table. */
+  private worker(instance: string, dpRank: number, blocks = 0): WorkerLoad {
     let w = this.workers.get(instance, dpRank);
-    if (!w) this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank)));
+    if (!w) {
+      let table = this.spare.pop();
+      if (table === undefined || table.capacity < blocks * 2) table = new U64Table(RC, Math.max(256, blocks));
+      this.workers.set(instance, dpRank, (w = new WorkerLoad(this.booked, instance, dpRank, table)));
+    }
     return w;
   }
 
@@ -298,7 +316,7 @@ export class ActiveSequences {
     headDone = 0,
   ): Booking {
     if (this.bookings.has(id)) throw new Error(`booking ${id} already exists`);
-    const w = this.worker(instance, dpRank);
+    const w = this.worker(instance, dpRank, blocks.length);
     // What it queues behind: the un-prefilled work here, less the share of the head's prefill done.
     const head = headDone > 0 ? w.head() : undefined;
     const done = head ? Math.min(1, headDone) : 0;
@@ -367,6 +385,7 @@ export class ActiveSequences {
     if (w.requests === 0) {
       this.workers.delete(b.instance, b.dpRank);
       this.booked.idle(w.id);
+      if (w.blocks.size === 0 && this.spare.length < SPARE_TABLES) this.spare.push(w.blocks);
       this.columns.write(w.id, null);
     } else this.columns.write(w.id, w);
     return true;

@@ -104,6 +104,14 @@ export class BookedBlocks {
     this.names.delete(instance);
   }
 
+  /**
+   * Load the table rows of blocks [from, to) of `sv` ahead of their add() or remove(), when the
+   * table is past a cache's size (the misses overlap; U64Table.touch).
+   */
+  prefetch(sv: Int32Array, from: number, to: number): void {
+    if (this.table.byteLength > PREFETCH_MIN_BYTES) this.sink ^= this.table.touch(sv, from, to);
+  }
+
   /** Worker `id` now holds the block (its first booking of it); `root`: as a prompt's first block. */
   add(id: number, lo: number, hi: number, root = false): void {
     const s = this.table.insert(lo, hi);

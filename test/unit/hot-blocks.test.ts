@@ -113,6 +113,22 @@ describe('hot-block copies', () => {
         const cands = instances.map((instance) => ({ instance, dpRank: 0 }));
         const alloc = Int32Array.from(cands, (_, i) => (i % 3 === 0 ? 5 : 0));
         expect(a.overlapsFor(prompt, now, cands, alloc)).toEqual(b.overlapsFor(prompt, now, cands, alloc));
+        // A booking's touch right after the walk finds the instance's records in the copies the walk
+        // made (findRecordOf); the LRU estimate then reads what it wrote.
+        const touched = instances[Math.floor(rnd() * instances.length)];
+        const depth = 1 + Math.floor(rnd() * 60);
+        for (const x of [a, b]) x.touch(touched, 0, prompt, depth);
+        // Both got the same writes, so the same record ids: every row and clock must agree.
+        const rows = (x: BlockIndex) =>
+          x as unknown as { rec: Int32Array; recTouch: Float64Array; runTouchEnd: Int32Array };
+        expect(rows(a).recTouch).toEqual(rows(b).recTouch);
+        expect(rows(a).rec).toEqual(rows(b).rec);
+        expect(rows(a).runTouchEnd).toEqual(rows(b).runTouchEnd);
+        for (const inst of instances.slice(0, 24))
+          for (const allocations of [3, 20, 60])
+            expect(a.survivingPrefix(inst, 0, prompt, 80, allocations), `${inst} ${allocations}`).toBe(
+              b.survivingPrefix(inst, 0, prompt, 80, allocations),
+            );
       }
       // The copies were used and checked (the test exercises them, not only the lists).
       expect(hits.hits).toBeGreaterThan(20);

@@ -28,9 +28,52 @@ type Learned = 'main' | 'skip' | KvCacheGroup;
 export class GroupFilter {
   private readonly kinds = new Map<string, Learned>();
   private readonly names = new Map<string, string>();
+  // The last classifyStored() that learned nothing, and its answer: an engine's stored events name
+  // the same group and kind again and again, and the answer then depends only on them (no key
+  // string, no lookup). Any change to what was learned clears it.
+  private memoSet = false;
+  private memoDp = 0;
+  private memoGroup: number | null = null;
+  private memoKind: string | null = null;
+  private memoWindow: number | null = null;
+  private memoBlockSize = 0;
+  private memoOut: GroupClass = 'skip';
 
   /** A BlockStored of `group` (null: none on the wire) whose engine block size is `blockSize`. */
   classifyStored(
+    dpRank: number,
+    group: number | null,
+    kind: string | null,
+    window: number | null,
+    blockSize: number,
+  ): GroupClass {
+    if (
+      this.memoSet &&
+      kind === this.memoKind &&
+      dpRank === this.memoDp &&
+      group === this.memoGroup &&
+      window === this.memoWindow &&
+      blockSize === this.memoBlockSize
+    )
+      return this.memoOut;
+    const size = this.kinds.size;
+    const out = this.classify(dpRank, group, kind, window, blockSize);
+    // Learned nothing (the same classes, the same count): the same call answers the same.
+    this.memoSet = this.kinds.size === size && !this.changed;
+    this.changed = false;
+    this.memoDp = dpRank;
+    this.memoGroup = group;
+    this.memoKind = kind;
+    this.memoWindow = window;
+    this.memoBlockSize = blockSize;
+    this.memoOut = out;
+    return out;
+  }
+
+  /** Whether classify() replaced a group's class (cleared by classifyStored). */
+  private changed = false;
+
+  private classify(
     dpRank: number,
     group: number | null,
     kind: string | null,
@@ -51,6 +94,7 @@ export class GroupFilter {
       if (old === undefined ? this.kinds.size < MAX_GROUPS : !sameClass(old, learned)) {
         this.kinds.set(key, learned);
         this.names.set(key, kind);
+        this.changed = true;
       }
       if (old !== undefined && sameClass(old, learned)) return old;
       // Not remembered (the map is full): its removals would be read as unlabelled, so only what
