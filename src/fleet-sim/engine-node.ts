@@ -61,6 +61,8 @@ export class EngineNode {
     private readonly core: EngineCore,
     /** The fleet's counters, TALLY_FIELDS per engine; this engine's row is `index`. */
     private readonly counts: Float64Array,
+    /** False: every pass is stepped and delivered on its own (the reference windows must equal). */
+    private readonly windows = true,
   ) {
     this.at = index * TALLY_FIELDS;
   }
@@ -114,7 +116,7 @@ export class EngineNode {
    */
   startPass(now: number): PassStart | null {
     this.closeWindow();
-    const n = this.core.planQuiet(now);
+    const n = this.windows ? this.core.planQuiet(now) : 0;
     if (n > 0) {
       const w = this.window;
       w.times = this.core.quietEnds;

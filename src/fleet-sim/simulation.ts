@@ -145,7 +145,9 @@ class Simulation {
   constructor(private readonly input: FleetInput) {
     const n = (this.n = input.requests.length);
     const counts = new Float64Array(input.engines.length * TALLY_FIELDS);
-    this.engines = input.engines.map((core, k) => new EngineNode(k, input.ids[k], core, counts));
+    this.engines = input.engines.map(
+      (core, k) => new EngineNode(k, input.ids[k], core, counts, input.quietWindows ?? true),
+    );
     this.engineIndex = new Map(input.ids.map((id, k) => [id, k] as const));
     const R = input.routers;
     const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;

@@ -69,6 +69,11 @@ export interface FleetInput {
   /** Requests still unfinished this long after the last open-loop send fail as timed out. */
   drainTimeoutMs: number;
   /**
+   * Run the engines' quiet passes as windows (EngineCore.planQuiet; default true). False steps and
+   * delivers every pass on its own: the same results, slower; tests compare the two.
+   */
+  quietWindows?: boolean;
+  /**
    * A real clock (ms) read around each routing decision, for the decision-time figure only: its
    * readings never reach the simulation. Absent: decision times are not measured.
    */
