@@ -518,20 +518,39 @@ function schedule(s: FleetSetup): Schedule {
   return { requests, rateScale, spanMs, followUps, drainTimeoutMs };
 }
 
-/** The engines' cache sizes: sized from the working set as bench cluster sizes them, or --gpu-blocks. */
 /** What the engines are built with: the part of the sizing the simulation reads. */
 type EngineBlocks = Pick<Sizing, 'numGpuBlocks' | 'numCpuBlocks'>;
 
+/** The oracle computed on a worker thread. */
+interface OracleBeside {
+  answer: Promise<OracleStats>;
+  /** Its failure so far (read between policies: the simulation does not yield to the event loop). */
+  failed: Error | null;
+  /** Ends the thread (a failed simulation does not leave it hashing). */
+  stop(): void;
+}
+
 /** The oracle on a worker thread (oracle-worker.ts), from the setup's flags. */
-function oracleBeside(argv: string[]): Promise<OracleStats> {
+function oracleBeside(argv: string[]): OracleBeside {
   const script = builtFile(import.meta.url, 'fleet/oracle-worker.js');
   if (!script) throw new Error('fleet/oracle-worker.js is not built: run `npm run build`');
   const worker = new Worker(script, { workerData: { argv } satisfies OracleWorkerData });
-  return new Promise((resolve, reject) => {
-    worker.once('message', (o: OracleStats) => resolve(o));
-    worker.once('error', reject);
-    worker.once('exit', (code) => reject(new Error(`the oracle's worker thread exited (${code}) before its answer`)));
-  });
+  const beside: OracleBeside = {
+    answer: new Promise((resolve, reject) => {
+      const fail = (e: Error) => {
+        beside.failed = e;
+        reject(e);
+      };
+      worker.once('message', (o: OracleStats) => resolve(o));
+      worker.once('error', fail);
+      worker.once('exit', (code) => fail(new Error(`the oracle's worker thread exited (${code}) before its answer`)));
+    }),
+    failed: null,
+    stop: () => void worker.terminate(),
+  };
+  // (Its failure is read between policies and where it is awaited: not an unhandled rejection before.)
+  beside.answer.catch(() => {});
+  return beside;
 }
 
 /** Host blocks of each engine when --gpu-blocks sizes it. */
@@ -680,7 +699,10 @@ export interface FleetRun {
   summary: FleetSummary;
   outputs: FleetOutput[];
   walls: FleetWall[];
-  /** Wall seconds of the oracle and sizing (part of a report's preparation time). */
+  /**
+   * Wall seconds of the oracle and sizing (part of a report's preparation time). With --gpu-blocks:
+   * the sizing, and any wait for the oracle's worker thread after the simulation.
+   */
   oracleSeconds: number;
 }
 
@@ -704,8 +726,6 @@ export async function simulateSetup(
   // Sized by --gpu-blocks, the engines do not wait for the oracle: it hashes every prompt on a worker
   // thread beside the simulation (only the report reads it).
   const beside = s.gpuBlocks !== null ? oracleBeside(s.argv) : null;
-  // (Its failure is read where it is awaited, after the simulation; not an unhandled rejection before.)
-  beside?.catch(() => {});
   const early = beside === null ? await oracle(w, s.blockSize) : null;
   const blocks = early !== null ? engineSizing(s, early) : { numGpuBlocks: s.gpuBlocks!, numCpuBlocks: cpuBlocks(s) };
   const plan = schedule(s);
@@ -714,22 +734,35 @@ export async function simulateSetup(
       `engines: ${s.engines} x ${blocks.numGpuBlocks} GPU + ${blocks.numCpuBlocks} host blocks; routers: ${s.routers}; arrivals over ${(plan.spanMs / plan.rateScale / 1000).toFixed(1)} s\n`,
   );
   warnHeap(s, blocks);
-  const oracleSeconds = (performance.now() - t0) / 1000;
+  const prepSeconds = (performance.now() - t0) / 1000;
   const progress = quiet ? null : new Progress(w.requests.length * s.policies.length, '');
   const results: FleetPolicyResult[] = [];
   const walls: FleetWall[] = [];
   const outputs: FleetOutput[] = [];
-  for (const p of s.policies) {
-    progress?.setLabel(p.name);
-    const log = onDecision ? (i: number, d: Decision, now: number) => onDecision(p.name, i, d, now) : undefined;
-    const { result, wall, out } = runPolicy(s, p, blocks, plan, progress, log);
-    results.push(result);
-    walls.push(wall);
-    outputs.push(out);
-    progress?.log(policyLine(result, wall));
+  try {
+    for (const p of s.policies) {
+      progress?.setLabel(p.name);
+      const log = onDecision ? (i: number, d: Decision, now: number) => onDecision(p.name, i, d, now) : undefined;
+      const { result, wall, out } = runPolicy(s, p, blocks, plan, progress, log);
+      results.push(result);
+      walls.push(wall);
+      outputs.push(out);
+      progress?.log(policyLine(result, wall));
+      if (beside) {
+        // The worker's messages are read here (each policy runs without yielding): a failed oracle stops the run.
+        await new Promise((r) => setImmediate(r));
+        if (beside.failed) throw beside.failed;
+      }
+    }
+  } catch (e) {
+    beside?.stop();
+    throw e;
   }
   progress?.finish();
-  const orc = early ?? (await beside!);
+  const tw = performance.now();
+  const orc = early ?? (await beside!.answer);
+  // Waiting for the worker after the simulation counts as preparation too.
+  const oracleSeconds = prepSeconds + (performance.now() - tw) / 1000;
   if (early === null)
     log(
       `oracle hit rate ${(100 * orc.hitRate).toFixed(1)}%, working set ${orc.distinctBlocks} blocks of ${s.blockSize}\n`,
