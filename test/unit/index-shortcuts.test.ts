@@ -4,51 +4,15 @@
 // hash, clears, purges and compactions. Index a: as merged. Index b: never reads a copy, never
 // uses resolvedRecord. Both get the same writes: rows, answers and copies must agree.
 import { describe, expect, it } from 'vitest';
+import { expectCopiesAreLists, type HotInternals } from '../helpers/hot-copies.js';
 import { mulberry32 } from '../../src/common/prng.js';
 import { BlockIndex } from '../../src/indexer/block-index.js';
 import { HB } from '../../src/indexer/hot-blocks.js';
 import { NONE } from '../../src/indexer/layout.js';
 import { RECORD_LAYOUT } from '../../src/indexer/records.js';
 
-interface Internals {
-  hot: {
-    count: Int32Array;
-    data(e: number): Int32Array;
-    expiries(e: number): Float64Array;
-    lo: Int32Array;
-    hi: Int32Array;
-    find(lo: number, hi: number): number;
-  };
-  table: { find(lo: number, hi: number): number; data: Int32Array };
-  rec: Int32Array;
-  recExp: Float64Array;
-  hSpec: Uint8Array;
+interface Internals extends HotInternals {
   resolvedRecord: number;
-  recTop: number;
-}
-
-function copiesAreLists(index: BlockIndex): number {
-  const x = index as unknown as Internals;
-  const { R, R_HOLDER, R_NEXT_E, R_RUN, R_POS, T, T_HEAD } = RECORD_LAYOUT;
-  let copies = 0;
-  for (let e = 0; e < x.hot.lo.length; e++) {
-    const m = x.hot.count[e];
-    if (m === 0) continue;
-    copies++;
-    const slot = x.table.find(x.hot.lo[e], x.hot.hi[e]);
-    expect(slot).not.toBe(NONE);
-    const list: number[] = [];
-    const exps: number[] = [];
-    for (let r = x.table.data[slot * T + T_HEAD]; r !== NONE; r = x.rec[r * R + R_NEXT_E]) {
-      list.push(r, x.rec[r * R + R_HOLDER], x.rec[r * R + R_RUN], x.rec[r * R + R_POS]);
-      exps.push(x.hSpec[x.rec[r * R + R_HOLDER]] === 1 ? x.recExp[r] : 0);
-    }
-    expect(Array.from(x.hot.data(e).subarray(0, m * HB))).toEqual(list);
-    if (typeof x.hot.expiries !== 'function') continue;
-    const kept = x.hot.expiries(e);
-    expect(exps.map((v, k) => (v === 0 ? 0 : kept[k]))).toEqual(exps);
-  }
-  return copies;
 }
 
 describe('index shortcuts: hot-block copies, findRecordOf, resolvedRecord and batched expiry sweeps', () => {
@@ -140,7 +104,7 @@ describe('index shortcuts: hot-block copies, findRecordOf, resolvedRecord and ba
           }
         }
         if (seen[0] !== undefined && seen[0] !== NONE) resolvedHits++;
-        copies += copiesAreLists(a);
+        copies += expectCopiesAreLists(a);
         expect((a as unknown as Internals).rec).toEqual((b as unknown as Internals).rec);
         expect(a.query(prompt, now)).toEqual(b.query(prompt, now));
         const cands = instances.map((instance) => ({ instance, dpRank: 0 }));
