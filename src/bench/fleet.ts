@@ -723,9 +723,10 @@ export async function simulateSetup(
   };
   log(`workload: ${w.description}\n`);
   const t0 = performance.now();
-  // Sized by --gpu-blocks, the engines do not wait for the oracle: it hashes every prompt on a worker
-  // thread beside the simulation (only the report reads it).
-  const beside = s.gpuBlocks !== null ? oracleBeside(s.argv) : null;
+  // Sized by --gpu-blocks, the engines do not wait for the oracle: it makes and hashes every prompt on
+  // a worker thread beside the simulation (only the report reads it). Prompts that went through the
+  // tokenizer are already here (prepare): the worker would tokenize them all again.
+  const beside = s.gpuBlocks !== null && w.tokensNow !== undefined ? oracleBeside(s.argv) : null;
   const early = beside === null ? await oracle(w, s.blockSize) : null;
   const blocks = early !== null ? engineSizing(s, early) : { numGpuBlocks: s.gpuBlocks!, numCpuBlocks: cpuBlocks(s) };
   const plan = schedule(s);
