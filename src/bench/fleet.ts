@@ -528,25 +528,34 @@ interface OracleBeside {
   failed: Error | null;
   /** Ends the thread (a failed simulation does not leave it hashing). */
   stop(): void;
+  /** The thread's exit code, once it has exited. */
+  exited: Promise<number>;
 }
 
 /** The oracle on a worker thread (oracle-worker.ts), from the setup's flags. */
-function oracleBeside(argv: string[]): OracleBeside {
+export function oracleBeside(argv: string[]): OracleBeside {
   const script = builtFile(import.meta.url, 'fleet/oracle-worker.js');
   if (!script) throw new Error('fleet/oracle-worker.js is not built: run `npm run build`');
   const worker = new Worker(script, { workerData: { argv } satisfies OracleWorkerData });
+  let answered = false;
   const beside: OracleBeside = {
     answer: new Promise((resolve, reject) => {
+      // Only before its answer is an exit a failure: a thread that answered exits with its work done.
       const fail = (e: Error) => {
+        if (answered) return;
         beside.failed = e;
         reject(e);
       };
-      worker.once('message', (o: OracleStats) => resolve(o));
+      worker.once('message', (o: OracleStats) => {
+        answered = true;
+        resolve(o);
+      });
       worker.once('error', fail);
       worker.once('exit', (code) => fail(new Error(`the oracle's worker thread exited (${code}) before its answer`)));
     }),
     failed: null,
     stop: () => void worker.terminate(),
+    exited: new Promise((resolve) => worker.once('exit', resolve)),
   };
   // (Its failure is read between policies and where it is awaited: not an unhandled rejection before.)
   beside.answer.catch(() => {});
