@@ -133,11 +133,14 @@ export class RouterNode {
     return { ns: f.ns, route: f.route, ttlMs: speculativeTtl(src, f.route) };
   }
 
-  /** As the proxy decides; `hold`: the request can wait in the capacity queue for a busy holder of its prefix. */
-  decide(f: RouteFields, now: number, hold: boolean): Decision {
+  /**
+   * As the proxy decides; `hold`: the request can wait in the capacity queue for a busy holder of its
+   * prefix; `scores`: what the caller reads of the candidates' scores (RouteInput.scores).
+   */
+  decide(f: RouteFields, now: number, hold: boolean, scores: 'all' | 'decision' = 'all'): Decision {
     this.tally.decisions++;
     return this.scheduler.decide(
-      { ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, hold, ...f.route },
+      { ns: f.ns, candidates: this.candidates, exclude: NOTHING_TRIED, hold, ...f.route, scores },
       now,
     );
   }

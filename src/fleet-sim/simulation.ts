@@ -327,8 +327,9 @@ class Simulation {
     const router = this.routers[f.router];
     const sw = this.input.stopwatch;
     const t0 = sw ? sw() : 0;
-    const d = router.decide(f.fields, this.q.now, mayHold);
-    if (sw) this.times.add(sw() - t0, f.promptLen, d.candidates.length);
+    // (Only a decision hook reads the other candidates' scores.)
+    const d = router.decide(f.fields, this.q.now, mayHold, this.input.onDecision ? 'all' : 'decision');
+    if (sw) this.times.add(sw() - t0, f.promptLen, d.scored);
     this.input.onDecision?.(f.i, d, this.q.now);
     if (!d.chosen) return waitOn(d);
     const k = this.engineIndex.get(d.chosen.instance)!;

@@ -32,7 +32,17 @@ export function waitOn(d: Decision): { anyFree: boolean; holder: HeldFor | null 
  * beyond the pick's is waited for too. The load bound (pickers.ts) and the hold judge by it.
  */
 export function prefixSavingMs(pick: CandidateScore, elsewhereMs: number, alt: CandidateScore): number {
-  return elsewhereMs + Math.max(0, alt.queueMs - pick.queueMs) - pick.prefillMs;
+  return prefixSaving(pick.queueMs, pick.prefillMs, elsewhereMs, alt.queueMs);
+}
+
+/** prefixSavingMs of the pick's and the alternative's terms (the pick's columns, PickLoads). */
+export function prefixSaving(
+  pickQueueMs: number,
+  pickPrefillMs: number,
+  elsewhereMs: number,
+  altQueueMs: number,
+): number {
+  return elsewhereMs + Math.max(0, altQueueMs - pickQueueMs) - pickPrefillMs;
 }
 
 /**

@@ -21,7 +21,7 @@ import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
 import { nameHash } from './policies/pickers.js';
 import { PolicyStates } from './policies/state.js';
-import type { PickLoads, RequestText } from './policies/types.js';
+import type { PickLoads, PolicyContext, PolicySpec, RequestText } from './policies/types.js';
 import { DEFAULT_RATE_PRIOR, PrefillRates, type RatePrior, type RateSample, validSample } from './rates.js';
 import { holderWorthWaiting } from './hold.js';
 import { speculate, withdrawSpeculation } from './speculation.js';
@@ -108,6 +108,14 @@ export interface RouteInput {
    * candidates are filtered out, as for a prefill leg.
    */
   hold?: boolean;
+  /**
+   * What the caller reads of the decision's scores: 'all' (the default), or 'decision': the chosen
+   * candidate's alone (a caller that keeps no explanation or log of the others, as the fleet
+   * simulator's router). The decision then carries only the chosen one's score in `candidates` when
+   * the policy picks over the scorer's columns (PolicySpec.pickScores) and no filter removed a
+   * candidate: a thousand candidates are then a thousand column entries, not score objects.
+   */
+  scores?: 'all' | 'decision';
 }
 
 export interface EngineLoadWeights {
@@ -185,7 +193,10 @@ export interface Decision {
   adapter: string | null;
   reason: NoRouteReason | null;
   policy: PolicyName;
+  /** The candidates' scores, in the input's order; only the chosen one's when RouteInput.scores is 'decision' and nothing was filtered. */
   candidates: CandidateScore[];
+  /** How many candidates were scored (the input's). */
+  scored: number;
   /** Candidates the filter step removed, and which filter did (in the order applied). */
   filtered: Filtered[];
   /** Reason `held` (RouteInput.hold): the busy candidate holding the prompt's prefix that the request waits for. */
@@ -482,6 +493,32 @@ interface UnbookedLoad {
 
 const NO_EXTRA: UnbookedLoad = Object.freeze({ unbooked: 0, prefill: 0, attention: 0, decoding: 0, kvPenaltyMs: 0 });
 
+/** One candidate's terms as price() leaves them for its score (the worker's load id: ActiveSequences.columns). */
+interface PricedTerms {
+  id: number;
+  device: number;
+  host: number;
+  disk: number;
+  shared: number;
+  newBlocks: number;
+  indexedBlocks: number;
+  distrusted: boolean;
+  adapterLoadMs: number;
+  seen: EngineLoad | null;
+  extra: UnbookedLoad;
+  head: Booking | null;
+  rate: PrefillRate;
+}
+
+/** PricedTerms' rate before any candidate is priced (never read). */
+const DEFAULT_PRICED: PrefillRate = Object.freeze({
+  msPerToken: 0,
+  overheadMs: 0,
+  msPerDecoding: 0,
+  msPerAttention: 0,
+  msPerDecodingContext: 0,
+});
+
 export class Scheduler {
   readonly active = new ActiveSequences();
   /** Prefill speed per worker, learned from first-token times of the bookings made here. */
@@ -516,6 +553,29 @@ export class Scheduler {
    */
   private pickRequests = new Float64Array(0);
   private pickPrefill = new Float64Array(0);
+  /** The last scored list's cost terms by position (PickLoads), and whether each is busy (1). */
+  private pickCost = new Float64Array(0);
+  private pickCredited = new Float64Array(0);
+  private pickPrefillMs = new Float64Array(0);
+  private pickQueueMs = new Float64Array(0);
+  private pickHybrid = new Float64Array(0);
+  private pickBusy = new Uint8Array(0);
+  /** price()'s terms of the candidate it priced last, beyond the columns (what its score object keeps). */
+  private readonly terms: PricedTerms = {
+    id: -1,
+    device: 0,
+    host: 0,
+    disk: 0,
+    shared: 0,
+    newBlocks: 0,
+    indexedBlocks: 0,
+    distrusted: false,
+    adapterLoadMs: 0,
+    seen: null,
+    extra: NO_EXTRA,
+    head: null,
+    rate: DEFAULT_PRICED,
+  };
   /** The last scored list's epoch (ActiveSequences.listEpoch: the same while the list is; -1: not resolved). */
   private scoredList = -1;
   /** Name hashes by position of the list of epoch `namesFor` (PickLoads.names), and their eligible ones. */
@@ -560,6 +620,23 @@ export class Scheduler {
    * whose GPU cache has evicted (up to its first block that would go, O(1) a block).
    */
   score(input: RouteInput, now: number): { candidates: CandidateScore[]; seq: BigUint64Array; isl: number } {
+    const x = this.scoreContext(input, now);
+    return { candidates: this.scoreAll(x), seq: x.seq, isl: x.isl };
+  }
+
+  /** Every candidate's score, in order. */
+  private scoreAll(x: ScoreContext): CandidateScore[] {
+    const n = x.input.candidates.length;
+    const candidates: CandidateScore[] = new Array(n);
+    for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(x, k);
+    return candidates;
+  }
+
+  /**
+   * What every candidate's score of a request shares (the index walk, the blocks in flight, the
+   * pool's rate), with the columns sized for its candidates.
+   */
+  private scoreContext(input: RouteInput, now: number): ScoreContext {
     const bs = input.ns.blockSize;
     const ns = this.indexer.find(input.ns);
     const space = ns ? ns.space : this.indexer.spaceFor(input.ns);
@@ -604,11 +681,15 @@ export class Scheduler {
     if (this.pickRequests.length < n) {
       this.pickRequests = new Float64Array(n);
       this.pickPrefill = new Float64Array(n);
+      this.pickCost = new Float64Array(n);
+      this.pickCredited = new Float64Array(n);
+      this.pickPrefillMs = new Float64Array(n);
+      this.pickQueueMs = new Float64Array(n);
+      this.pickHybrid = new Float64Array(n);
+      this.pickBusy = new Uint8Array(n);
     }
     this.scoredList = ids === null ? -1 : this.active.listEpoch;
-    const candidates: CandidateScore[] = new Array(n);
-    for (let k = 0; k < n; k++) candidates[k] = this.scoreCandidate(ctx, k);
-    return { candidates, seq, isl };
+    return ctx;
   }
 
   /**
@@ -631,21 +712,24 @@ export class Scheduler {
     return { ids, allocations };
   }
 
-  /** One candidate's score. Plain object literals, no spreads: this runs for every candidate of every request. */
-  private scoreCandidate(x: ScoreContext, k: number): CandidateScore {
+  /**
+   * One candidate's score terms, into the columns at k (what the pick reads: PickLoads) and the
+   * scratch fields scoreCandidate makes its score of. Plain object literals, no spreads: this runs
+   * for every candidate of every request.
+   */
+  private price(x: ScoreContext, k: number): void {
     const { input, overlap, shared, seq, weights } = x;
-    const c = input.candidates[k];
     const id = x.ids === null ? -1 : x.ids[k];
     const cols = this.active.columns;
     // The load's terms from the columns (an idle worker's are 0, as IDLE_LOAD's); its Load object is
-    // only kept (by the score: shared while the worker's load is unchanged), not read here.
-    const load = id < 0 ? IDLE_LOAD : cols.loadOf(id);
+    // only kept (by the score), not read here.
+    const requests = id < 0 ? 0 : cols.requests[id];
     const prefill = id < 0 ? 0 : cols.prefillTokens[id];
     const blocks = id < 0 ? 0 : cols.blocks[id];
     // (What the pick reads of the load, by position: PickLoads.)
-    this.pickRequests[k] = id < 0 ? 0 : cols.requests[id];
+    this.pickRequests[k] = requests;
     this.pickPrefill[k] = prefill;
-    const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(c.instance);
+    const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(input.candidates[k].instance);
     const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
     let device = distrusted || !overlap ? 0 : overlap.device[k];
     let host = distrusted || !overlap ? 0 : overlap.host[k];
@@ -659,18 +743,21 @@ export class Scheduler {
       if (disk === indexed) disk = device;
     }
     // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-    const newBlocks =
-      seq.length === 0 ? 0 : id < 0 || cols.requests[id] === 0 || !x.held ? seq.length : seq.length - x.held[k];
+    const newBlocks = seq.length === 0 ? 0 : id < 0 || requests === 0 || !x.held ? seq.length : seq.length - x.held[k];
     // The worker's rate (the object the score keeps) and its terms from the rate columns (what cost reads).
     const fit = x.fitIds[k];
     const rate = this.rates.rateById(fit, x.poolRate);
     const priced = rate === x.poolRate ? rate : this.rates.columns.read(fit, this.rateIn);
-    const seen = input.engineLoad?.(c.instance, c.dpRank) ?? null;
-    const extra =
-      seen && input.engineWeights && !x.peer ? this.unbookedLoad(seen, load, input.engineWeights) : NO_EXTRA;
+    let seen: EngineLoad | null = null;
+    let extra = NO_EXTRA;
+    if (input.engineLoad) {
+      const c = input.candidates[k];
+      seen = input.engineLoad(c.instance, c.dpRank) ?? null;
+      if (seen && input.engineWeights && !x.peer) extra = this.unbookedLoad(seen, requests, input.engineWeights);
+    }
     const adapterLoadMs =
       input.adapter && input.adapterLoadMs
-        ? this.adapterPenalty(c, input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
+        ? this.adapterPenalty(input.candidates[k], input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
         : 0;
     const creditedShared = distrusted ? 0 : shared;
     // The queue head's fields from the columns (queueHeadOf's, read in place: no object per candidate).
@@ -708,37 +795,67 @@ export class Scheduler {
       this.costOut,
     );
     const busy = input.busy;
+    const hybrid = x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0;
+    // Only the time model's costs are milliseconds: the penalties join them there.
+    const value = weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost;
+    const isBusy = busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false;
+    this.pickCost[k] = value;
+    this.pickCredited[k] = b.creditedBlocks;
+    this.pickPrefillMs[k] = b.prefillMs;
+    this.pickQueueMs[k] = b.queueMs;
+    this.pickHybrid[k] = hybrid;
+    this.pickBusy[k] = isBusy ? 1 : 0;
+    const t = this.terms;
+    t.id = id;
+    t.device = device;
+    t.host = host;
+    t.disk = disk;
+    t.shared = creditedShared;
+    t.newBlocks = newBlocks;
+    t.indexedBlocks = indexedBlocks;
+    t.distrusted = distrusted;
+    t.adapterLoadMs = adapterLoadMs;
+    t.seen = seen;
+    t.extra = extra;
+    t.head = head ?? null;
+    t.rate = rate;
+  }
+
+  /** One candidate's score (price's terms as an object: what a decision carries). */
+  private scoreCandidate(x: ScoreContext, k: number): CandidateScore {
+    this.price(x, k);
+    const c = x.input.candidates[k];
+    const t = this.terms;
     return new Score(
       c.instance,
       c.dpRank,
-      device,
-      host,
-      disk,
-      creditedShared,
-      newBlocks,
-      indexedBlocks,
-      x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0,
-      distrusted,
-      adapterLoadMs,
-      extra.unbooked,
-      seen,
-      load,
-      busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false,
-      b.creditedBlocks,
-      b.prefillMs,
-      // Only the time model's costs are milliseconds: the penalties join them there.
-      weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost,
-      extra,
-      head ?? null,
-      rate,
+      t.device,
+      t.host,
+      t.disk,
+      t.shared,
+      t.newBlocks,
+      t.indexedBlocks,
+      this.pickHybrid[k],
+      t.distrusted,
+      t.adapterLoadMs,
+      t.extra.unbooked,
+      t.seen,
+      this.active.columns.loadOf(t.id),
+      this.pickBusy[k] === 1,
+      this.pickCredited[k],
+      this.pickPrefillMs[k],
+      this.pickCost[k],
+      t.extra,
+      t.head,
+      t.rate,
       x.pricing,
     );
   }
 
   /** Load the engine reports beyond what the router booked there. */
-  private unbookedLoad(seen: EngineLoad, load: Load, ew: EngineLoadWeights): UnbookedLoad {
+  private unbookedLoad(seen: EngineLoad, activeRequests: number, ew: EngineLoadWeights): UnbookedLoad {
     // (kvUsage is 0..1 by the metric's definition; a percentage from a misconfigured exporter is clamped.)
-    const unbooked = Math.max(0, seen.running + seen.waiting - load.activeRequests);
+    const unbooked = Math.max(0, seen.running + seen.waiting - activeRequests);
     const waiting = Math.min(unbooked, seen.waiting);
     return {
       unbooked,
@@ -754,12 +871,15 @@ export class Scheduler {
 
   /** Choose a candidate (no booking). */
   decide(input: RouteInput, now: number): Decision {
-    const { candidates, seq, isl } = this.score(input, now);
+    const x = this.scoreContext(input, now);
+    const { seq, isl } = x;
+    const n = input.candidates.length;
     // A literal per outcome, not a spread of shared fields plus these two: adding keys after a spread
     // is V8's slow path (~1 us per decision on Node 20).
     const spec = policySpec(input.policy);
     const filtered: Filtered[] = [];
     const steps = { scorer: input.weights.model, picker: spec.pick.name };
+    let candidates: CandidateScore[] = [];
     const decision = (
       chosen: CandidateScore | null,
       reason: NoRouteReason | null,
@@ -770,6 +890,7 @@ export class Scheduler {
       reason,
       policy: input.policy,
       candidates,
+      scored: n,
       filtered,
       held,
       steps,
@@ -779,6 +900,29 @@ export class Scheduler {
       adapter: input.adapter ?? null,
       memo,
     });
+    // The caller reads only the chosen candidate's score, and the policy's pick only the columns:
+    // no score object for the others (when no filter removes one: else as below).
+    if (
+      input.scores === 'decision' &&
+      spec.pickScores !== undefined &&
+      n > 0 &&
+      !(input.exclude && input.exclude.size > 0) &&
+      !(spec.busyFilter && this.anyBusy(x))
+    ) {
+      for (let k = 0; k < n; k++) this.price(x, k);
+      const ctx = this.pickContext(input, spec, x, now);
+      const idx = spec.pickScores(this.columnsOf(input.candidates), ctx);
+      if (idx < 0) {
+        // (Nothing chosen: the caller may read them all, e.g. for one with room: hold.ts waitOn.)
+        candidates = this.scoreAll(x);
+        return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
+      }
+      // (Priced again into its score object: the same pure function of the same state, so the same terms.)
+      const chosen = this.scoreCandidate(x, idx);
+      candidates = [chosen];
+      return decision(chosen, null, ctx.memo);
+    }
+    candidates = this.scoreAll(x);
     const eligible = filterCandidates(candidates, input, spec, filtered);
     // The hold (kv, approx on the time model): busy holders of the prefix stay in the judgement.
     const hold =
@@ -792,8 +936,40 @@ export class Scheduler {
         return decision(null, 'no_candidates');
       return decision(null, 'all_busy');
     }
+    const ctx = this.pickContext(input, spec, x, now);
+    ctx.loads = this.pickLoads(candidates, eligible);
+    const idx = spec.pick(eligible, ctx);
+    if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
+    if (hold) {
+      const h = holderWorthWaiting(
+        candidates,
+        busyOf(candidates, input),
+        eligible[idx],
+        input.recomputeWeightSaturated ?? 0,
+      );
+      if (h) return decision(null, 'held', null, h);
+    }
+    return decision(eligible[idx], null, ctx.memo);
+  }
+
+  /** Whether any candidate is over a busy threshold (CandidateScore.busy, as price() judges it, from the load columns alone). */
+  private anyBusy(x: ScoreContext): boolean {
+    const busy = x.input.busy;
+    if (!busy) return false;
+    const cols = this.active.columns;
+    for (let k = 0; k < x.input.candidates.length; k++) {
+      const id = x.ids === null ? -1 : x.ids[k];
+      const prefill = id < 0 ? 0 : cols.prefillTokens[id];
+      const blocks = id < 0 ? 0 : cols.blocks[id];
+      if (prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks) return true;
+    }
+    return false;
+  }
+
+  /** The pick's context for a decision (its loads: the caller's). */
+  private pickContext(input: RouteInput, spec: PolicySpec, x: ScoreContext, now: number): PolicyContext {
     const poolKey = input.ns.model;
-    const ctx = {
+    return {
       temperature: input.temperature,
       rand: this.rand,
       nextTurn: () => {
@@ -810,66 +986,77 @@ export class Scheduler {
       loadBoundUnique: input.loadBoundUnique ?? false,
       loadBoundNewSession: input.loadBoundNewSession ?? false,
       recomputeWeightSaturated: input.recomputeWeightSaturated ?? 0,
-      seq,
+      seq: x.seq,
       tokens: input.tokens ?? null,
-      isl,
+      isl: x.isl,
       ns: input.ns,
       text: spec.needs.text ? (input.text ?? null) : null,
       now,
       state: this.policyStates.of(poolKey, spec),
       memo: null as unknown,
-      loads: this.pickLoads(candidates, eligible),
+      loads: null,
     };
-    const idx = spec.pick(eligible, ctx);
-    if (idx < 0) return decision(null, spec.needs.target ? 'unknown_target' : 'no_candidates');
-    if (hold) {
-      const h = holderWorthWaiting(
-        candidates,
-        busyOf(candidates, input),
-        eligible[idx],
-        input.recomputeWeightSaturated ?? 0,
-      );
-      if (h) return decision(null, 'held', null, h);
-    }
-    return decision(eligible[idx], null, ctx.memo);
   }
 
-  /** The scored candidates' load columns (score()'s, by position) for the eligible ones, by their index. */
+  /** The last scored list's name hashes by position (PickLoads.names; null: none while nothing is in flight). */
+  private namesOf(candidates: readonly Candidate[]): Uint32Array | null {
+    // The list's name hashes, once per list (its epoch stands for it).
+    if (this.scoredList < 0) return null;
+    if (this.scoredList !== this.namesFor) {
+      if (this.listNames.length < 2 * candidates.length) {
+        this.listNames = new Uint32Array(2 * candidates.length);
+        this.pickNames = new Uint32Array(2 * candidates.length);
+      }
+      for (let k = 0; k < candidates.length; k++) {
+        const h = nameHash(candidates[k]);
+        this.listNames[2 * k] = h[0];
+        this.listNames[2 * k + 1] = h[1];
+      }
+      this.namesFor = this.scoredList;
+    }
+    return this.listNames;
+  }
+
+  /** The last scored list's columns (price()'s, by position), for all of `candidates`. */
+  private columnsOf(candidates: readonly Candidate[]): PickLoads {
+    return {
+      of: candidates,
+      n: candidates.length,
+      requests: this.pickRequests,
+      prefill: this.pickPrefill,
+      names: this.namesOf(candidates),
+      cost: this.pickCost,
+      credited: this.pickCredited,
+      prefillMs: this.pickPrefillMs,
+      queueMs: this.pickQueueMs,
+      hybrid: this.pickHybrid,
+    };
+  }
+
+  /** The scored candidates' columns (score()'s, by position) for the eligible ones, by their index. */
   private pickLoads(candidates: readonly CandidateScore[], eligible: readonly CandidateScore[]): PickLoads {
-    const { pickRequests: requests, pickPrefill: prefill } = this;
-    // The list's name hashes, once per list (its epoch stands for it; none while nothing is in flight).
-    let names: Uint32Array | null = null;
-    if (this.scoredList >= 0) {
-      if (this.scoredList !== this.namesFor) {
-        if (this.listNames.length < 2 * candidates.length) {
-          this.listNames = new Uint32Array(2 * candidates.length);
-          this.pickNames = new Uint32Array(2 * candidates.length);
-        }
-        for (let k = 0; k < candidates.length; k++) {
-          const h = nameHash(candidates[k]);
-          this.listNames[2 * k] = h[0];
-          this.listNames[2 * k + 1] = h[1];
-        }
-        this.namesFor = this.scoredList;
-      }
-      names = this.listNames;
-    }
+    const all = this.columnsOf(candidates);
+    if (eligible === candidates) return all;
     // Eligible is candidates in order, less some: compacted in place (j <= k); the names into their own copy.
-    if (eligible !== candidates) {
-      const from = names;
-      if (from !== null) names = this.pickNames;
-      for (let k = 0, j = 0; k < candidates.length && j < eligible.length; k++) {
-        if (candidates[k] !== eligible[j]) continue;
-        requests[j] = requests[k];
-        prefill[j] = prefill[k];
-        if (from !== null && names !== null) {
-          names[2 * j] = from[2 * k];
-          names[2 * j + 1] = from[2 * k + 1];
-        }
-        j++;
+    const { requests, prefill, cost, credited, prefillMs, queueMs, hybrid } = all;
+    const from = all.names;
+    const names = from === null ? null : this.pickNames;
+    for (let k = 0, j = 0; k < candidates.length && j < eligible.length; k++) {
+      if (candidates[k] !== eligible[j]) continue;
+      requests[j] = requests[k];
+      prefill[j] = prefill[k];
+      cost[j] = cost[k];
+      credited[j] = credited[k];
+      prefillMs[j] = prefillMs[k];
+      queueMs[j] = queueMs[k];
+      hybrid[j] = hybrid[k];
+      if (from !== null && names !== null) {
+        names[2 * j] = from[2 * k];
+        names[2 * j + 1] = from[2 * k + 1];
       }
+      j++;
     }
-    return { of: eligible, requests, prefill, names };
+    return { ...all, of: eligible, n: eligible.length, names };
   }
 
   /** Book a decision: active load plus a speculative insert of its blocks. */

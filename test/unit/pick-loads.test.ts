@@ -9,13 +9,13 @@ import { seqHashes } from '../../src/hashing/index.js';
 import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { policySpec } from '../../src/scheduler/policies/registry.js';
 import type { PolicyContext } from '../../src/scheduler/policies/types.js';
-import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
+import { type CandidateScore, type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 import { PICK_NS, PICK_TIME_WEIGHTS } from '../helpers/scheduling.js';
 
 const ns = PICK_NS;
 const candidates = Array.from({ length: 16 }, (_, w) => ({ instance: `w${w >> 1}`, dpRank: w & 1 }));
 
-function scenario(seed: number): number {
+function scenario(seed: number): { decisions: number; fast: number } {
   const rnd = mulberry32(seed);
   const int = (n: number) => Math.floor(rnd() * n);
   const indexer = new TieredIndexer();
@@ -30,6 +30,7 @@ function scenario(seed: number): number {
   let live: string[] = [];
   let n = 0;
   let decisions = 0;
+  let fast = 0;
   for (let step = 0; step < 80; step++) {
     // (Caches and load mostly on a few candidates: the load bound binds on the holders.)
     const c = candidates[rnd() < 0.6 ? int(4) : int(candidates.length)];
@@ -63,8 +64,24 @@ function scenario(seed: number): number {
       recomputeWeightSaturated: rnd() < 0.7 ? 1 : 0,
     };
     const drawSeed = seed * 1000 + step;
+    // The decision carrying the chosen score alone (kv's pick over the columns, no score per
+    // candidate), then the one carrying every score, over the same state and draws: the same choice.
+    draw = mulberry32(drawSeed);
+    const lone = s.decide({ ...input, scores: 'decision' }, step);
     draw = mulberry32(drawSeed);
     const d = s.decide(input, step);
+    expect(lone.reason).toBe(d.reason);
+    expect(lone.scored).toBe(list.length);
+    expect(lone.memo).toBe(d.memo);
+    if (lone.candidates.length < d.candidates.length) {
+      expect(lone.candidates).toEqual([lone.chosen]);
+      fast++;
+    }
+    if (d.chosen === null) expect(lone.chosen).toBeNull();
+    else {
+      expect(lone.chosen).not.toBeNull();
+      for (const key of SCORE_KEYS) expect([key, lone.chosen![key]]).toEqual([key, d.chosen[key]]);
+    }
     if (d.reason !== null) continue;
     // The pick over the same eligible list, reading each candidate's Load, with the same draws.
     const eligible = input.busy ? d.candidates.filter((x) => !x.busy) : d.candidates;
@@ -94,13 +111,49 @@ function scenario(seed: number): number {
     expect(d.chosen).toBe(eligible[spec.pick(eligible, ctx)]);
     decisions++;
   }
-  return decisions;
+  return { decisions, fast };
 }
 
+/** What a decision's chosen score says (its fields and the breakdown it computes when read). */
+const SCORE_KEYS = [
+  'instance',
+  'dpRank',
+  'device',
+  'host',
+  'disk',
+  'shared',
+  'newBlocks',
+  'creditedBlocks',
+  'prefillBlocks',
+  'decodeBlocks',
+  'queueMs',
+  'prefillMs',
+  'ttftMs',
+  'interferenceMs',
+  'headDone',
+  'tokensPerS',
+  'indexedBlocks',
+  'hybridPrefix',
+  'distrusted',
+  'adapterLoadMs',
+  'unbookedRequests',
+  'engine',
+  'cost',
+  'load',
+  'busy',
+] as const satisfies ReadonlyArray<keyof CandidateScore>;
+
 describe("kv's pick over the scorer's load columns", () => {
-  it('chooses as the pick reading each candidate load does', () => {
+  it('chooses as the pick reading each candidate load does, with or without a score per candidate', () => {
     let decisions = 0;
-    for (let seed = 1; seed <= 40; seed++) decisions += scenario(seed);
+    let fast = 0;
+    for (let seed = 1; seed <= 40; seed++) {
+      const r = scenario(seed);
+      decisions += r.decisions;
+      fast += r.fast;
+    }
     expect(decisions).toBeGreaterThan(2000);
+    // (Most decisions without a busy candidate went without the other scores.)
+    expect(fast).toBeGreaterThan(1000);
   });
 });

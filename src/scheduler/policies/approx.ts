@@ -1,6 +1,6 @@
 // approx: kv's cost on the router's own predictions alone (engines without KV events): what it
 // routed is assumed cached there for `approx_ttl_ms`.
-import { byCostWithAffinity } from './pickers.js';
+import { byCostWithAffinity, byCostWithAffinityOf } from './pickers.js';
 import { definePolicy } from './types.js';
 
 export const approx = definePolicy({
@@ -20,4 +20,5 @@ export const approx = definePolicy({
   adminOnly: false,
   predictionTtlKey: 'approx_ttl_ms',
   pick: byCostWithAffinity,
+  pickScores: byCostWithAffinityOf,
 });

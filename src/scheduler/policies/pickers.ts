@@ -4,8 +4,8 @@
 import { WorkerMap } from '../../common/worker-map.js';
 import { xxh3_64 } from '../../hashing/index.js';
 import { pickByCost } from '../cost.js';
-import { prefixSavingMs } from '../hold.js';
-import type { CandidateScore } from '../scheduler.js';
+import { prefixSaving } from '../hold.js';
+import type { Candidate, CandidateScore } from '../scheduler.js';
 import type { PickLoads, Picker, PolicyContext } from './types.js';
 
 /** Argmin of cost with uniform ties, or a softmax over range-normalised costs above temperature 0. */
@@ -64,7 +64,7 @@ const keyHalves = (key: bigint): Uint32Array => new Uint32Array(BigUint64Array.o
  * name with each key (~0.25 us a call) cost a quarter of a millisecond per decision when a
  * thousand candidates tie on a shared prefix.
  */
-function hrw(key: Uint32Array, c: CandidateScore): number {
+function hrw(key: Uint32Array, c: Candidate): number {
   const n = nameHash(c);
   return hrwOf(key, n[0], n[1]);
 }
@@ -77,8 +77,40 @@ function hrwOf(key: Uint32Array, n0: number, n1: number): number {
 }
 
 /** hrw of candidate i: its name hash from the columns when they have it (PickLoads.names). */
-const hrwAt = (key: Uint32Array, c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
-  loads?.names ? hrwOf(key, loads.names[2 * i], loads.names[2 * i + 1]) : hrw(key, c[i]);
+const hrwAt = (key: Uint32Array, s: PickLoads, i: number): number =>
+  s.names ? hrwOf(key, s.names[2 * i], s.names[2 * i + 1]) : hrw(key, s.of[i]);
+
+/**
+ * The cost picks' columns of `c` (PickLoads): the scorer's (`loads`, when they are c's), else read
+ * from each candidate (a caller without them, e.g. a test).
+ */
+export function scoresOf(c: readonly CandidateScore[], loads: PickLoads | null | undefined): PickLoads {
+  if (loads != null && loads.of === c) return loads;
+  const n = c.length;
+  const s = {
+    of: c,
+    n,
+    requests: new Float64Array(n),
+    prefill: new Float64Array(n),
+    names: null,
+    cost: new Float64Array(n),
+    credited: new Float64Array(n),
+    prefillMs: new Float64Array(n),
+    queueMs: new Float64Array(n),
+    hybrid: new Float64Array(n),
+  };
+  for (let i = 0; i < n; i++) {
+    const x = c[i];
+    s.requests[i] = x.load.activeRequests;
+    s.prefill[i] = x.load.activePrefillTokens;
+    s.cost[i] = x.cost;
+    s.credited[i] = x.creditedBlocks;
+    s.prefillMs[i] = x.prefillMs;
+    s.queueMs[i] = x.queueMs;
+    s.hybrid[i] = x.hybridPrefix ?? 0;
+  }
+  return s;
+}
 
 /**
  * The cheapest candidate, except that near-equals go by the prefix: among candidates crediting the
@@ -89,57 +121,43 @@ const hrwAt = (key: Uint32Array, c: readonly CandidateScore[], i: number, loads:
  * its overflow lands on the prefix's next choice, not anywhere).
  */
 export const byCostWithAffinity: Picker = (c, ctx) =>
-  costWithAffinity(c, ctx, ctx.loadBoundUnique, false, ctx.loads?.of === c ? ctx.loads : null);
+  costWithAffinity(scoresOf(c, ctx.loads), ctx, ctx.loadBoundUnique);
 
-/** Candidate i's in-flight requests and queued prefill tokens: from the scorer's columns when given (`loads`, by index of c). */
-const requestsAt = (c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
-  loads !== null ? loads.requests[i] : c[i].load.activeRequests;
-export const prefillAt = (c: readonly CandidateScore[], i: number, loads: PickLoads | null): number =>
-  loads !== null ? loads.prefill[i] : c[i].load.activePrefillTokens;
+/** byCostWithAffinity over the scorer's columns (PolicySpec.pickScores). */
+export const byCostWithAffinityOf = (s: PickLoads, ctx: PolicyContext): number =>
+  costWithAffinity(s, ctx, ctx.loadBoundUnique);
 
 /**
  * byCostWithAffinity with the load bound's unique-prefix rule given; `newSession` (kv: a session's first
  * request) moves an over-bound pick to the candidate within the bound whenever that one has no prefill queued.
- * `loads`: the candidates' load columns by index of `c` (null: read from each candidate's load).
  */
-export function costWithAffinity(
-  c: readonly CandidateScore[],
-  ctx: PolicyContext,
-  unique: boolean,
-  newSession = false,
-  loads: PickLoads | null = null,
-): number {
-  let i = byCost(c, ctx);
+export function costWithAffinity(s: PickLoads, ctx: PolicyContext, unique: boolean, newSession = false): number {
+  // byCost over the column (pickByCost at temperature 0 draws as cheapest() does: one per tie, in order).
+  let i = s.n === 0 ? -1 : pickByCost(s.cost.subarray(0, s.n), ctx.temperature, ctx.rand);
   let cap = Infinity;
   // Only for a request with something cached on its cheapest candidate: a prefix nobody holds yet
   // is co-location's to place (bounded by its own slack), and moving its siblings would scatter them.
-  if (i >= 0 && ctx.loadBound > 0 && c.length > 1 && c[i].creditedBlocks > 0) {
-    cap = loadCap(c, ctx.loadBound, loads);
-    if (requestsAt(c, i, loads) + 1 > cap) i = withinBound(c, i, cap, unique, newSession, loads);
+  if (i >= 0 && ctx.loadBound > 0 && s.n > 1 && s.credited[i] > 0) {
+    cap = loadCap(s, ctx.loadBound);
+    if (s.requests[i] + 1 > cap) i = withinBound(s, i, cap, unique, newSession);
   }
-  if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || c.length < 2) return i;
-  const best = c[i];
-  const held = Math.max(Math.floor(best.creditedBlocks), best.hybridPrefix ?? 0);
+  if (i < 0 || ctx.prefixAffinity <= 0 || ctx.temperature > 0 || ctx.seq.length === 0 || s.n < 2) return i;
+  const bestCredited = s.credited[i];
+  const held = Math.max(Math.floor(bestCredited), s.hybrid[i]);
   const depth = Math.min(ctx.seq.length, held + Math.max(1, ctx.affinityBlocks));
   const key = keyHalves(ctx.seq[depth - 1]);
-  const limit = best.cost + ctx.prefixAffinity * best.prefillMs;
+  const limit = s.cost[i] + ctx.prefixAffinity * s.prefillMs[i];
   let chosen = i;
-  let top = hrwAt(key, c, i, loads);
-  const bestIdle = prefillAt(c, i, loads) === 0;
-  for (let k = 0; k < c.length; k++) {
-    const x = c[k];
-    if (
-      k === i ||
-      x.cost > limit ||
-      (!ctx.affinityAny && x.creditedBlocks !== best.creditedBlocks) ||
-      requestsAt(c, k, loads) + 1 > cap
-    )
+  let top = hrwAt(key, s, i);
+  const bestIdle = s.prefill[i] === 0;
+  for (let k = 0; k < s.n; k++) {
+    if (k === i || s.cost[k] > limit || (!ctx.affinityAny && s.credited[k] !== bestCredited) || s.requests[k] + 1 > cap)
       continue;
     // While the cheapest has no prefill queued, neither has the pick: at light load a cold prefill
     // waiting for another is the tail, and its siblings find it by its booking wherever it goes.
     // Once every instance queues (saturation), the slack alone decides: meeting is worth more then.
-    if (bestIdle && prefillAt(c, k, loads) > 0) continue;
-    const w = hrwAt(key, c, k, loads);
+    if (bestIdle && s.prefill[k] > 0) continue;
+    const w = hrwAt(key, s, k);
     if (w > top) {
       top = w;
       chosen = k;
@@ -154,10 +172,10 @@ export function costWithAffinity(
  * most a candidate may hold after taking it. Not rounded up: at a few requests per instance a
  * ceiling lets three busy instances and an idle one pass as balanced.
  */
-function loadCap(c: readonly CandidateScore[], factor: number, loads: PickLoads | null): number {
+function loadCap(s: PickLoads, factor: number): number {
   let total = 1;
-  for (let k = 0; k < c.length; k++) total += requestsAt(c, k, loads);
-  return Math.max(1, (factor * total) / c.length);
+  for (let k = 0; k < s.n; k++) total += s.requests[k];
+  return Math.max(1, (factor * total) / s.n);
 }
 
 /**
@@ -178,27 +196,20 @@ function loadCap(c: readonly CandidateScore[], factor: number, loads: PickLoads 
  * candidate takes it on, whatever the prefix saves (a lone holder of a system prompt otherwise kept
  * every new session: the agentic loop, seed 1, put 268 of 768 requests on one engine and left two idle).
  */
-function withinBound(
-  c: readonly CandidateScore[],
-  i: number,
-  cap: number,
-  unique: boolean,
-  newSession: boolean,
-  loads: PickLoads | null,
-): number {
+function withinBound(s: PickLoads, i: number, cap: number, unique: boolean, newSession: boolean): number {
   let u = -1;
   let next = Infinity;
-  for (let k = 0; k < c.length; k++) {
-    if (requestsAt(c, k, loads) + 1 <= cap && (u < 0 || c[k].cost < c[u].cost)) u = k;
-    if (k !== i && c[k].prefillMs < next) next = c[k].prefillMs;
+  for (let k = 0; k < s.n; k++) {
+    if (s.requests[k] + 1 <= cap && (u < 0 || s.cost[k] < s.cost[u])) u = k;
+    if (k !== i && s.prefillMs[k] < next) next = s.prefillMs[k];
   }
   if (u < 0) return i;
-  if (newSession && prefillAt(c, u, loads) === 0) return u;
-  const elsewhere = unique && prefillAt(c, u, loads) === 0 ? next : c[u].prefillMs;
+  if (newSession && s.prefill[u] === 0) return u;
+  const elsewhere = unique && s.prefill[u] === 0 ? next : s.prefillMs[u];
   // The request would also wait for whatever that candidate has queued beyond the pick (the saving
   // counts it): the bound counts requests, and a few long prompts queued there are not less work
   // than many short ones here.
-  return prefixSavingMs(c[i], elsewhere, c[u]) >= 0.5 * elsewhere ? i : u;
+  return prefixSaving(s.queueMs[i], s.prefillMs[i], elsewhere, s.queueMs[u]) >= 0.5 * elsewhere ? i : u;
 }
 
 /** Load without cache credit: what least-loaded and power-of-two compare. */

@@ -4,7 +4,7 @@
 // state factory and hooks; the Scheduler keeps one state per model pool and calls the hooks when a
 // decision is booked, its first token arrives and it is freed. Time comes in as `now`: no clocks here.
 import type { NamespaceId } from '../../indexer/namespace.js';
-import type { CandidateScore } from '../scheduler.js';
+import type { Candidate, CandidateScore } from '../scheduler.js';
 import type { CostWeights } from '../cost.js';
 
 /** The inputs a policy reads; the router computes only these (SMG's `needs_request_text`, Dynamo's `WorkerInputs`). */
@@ -84,16 +84,27 @@ export interface PolicyContext<S = unknown> {
 }
 
 /**
- * The in-flight requests and queued prefill tokens of each candidate of `of` (its `load`'s), by
- * index: a pick reads arrays instead of each candidate's (shared, cold) Load object. Valid for `of`
- * and for copies of it in the same order only.
+ * What the cost picks read of each candidate of `of`, by index: its in-flight requests and queued
+ * prefill tokens (its `load`'s) and its score's cost terms, as the scorer wrote them. A pick reads
+ * arrays instead of each candidate's (shared, cold) Load and score objects, and the scheduler need
+ * not make a score object per candidate for a pick that reads nothing else (PolicySpec.pickScores).
+ * Valid for `of` and for copies of it in the same order only.
  */
 export interface PickLoads {
-  readonly of: readonly CandidateScore[];
+  /** The candidates (only their names are read, for rendezvous hashing without `names`). */
+  readonly of: readonly Candidate[];
+  /** How many: `of.length` (the columns may be longer). */
+  readonly n: number;
   readonly requests: Float64Array;
   readonly prefill: Float64Array;
   /** Each one's name hash as [lo, hi] at 2 x its index (pickers.ts nameHash), or null: read by name. */
   readonly names: Uint32Array | null;
+  /** CandidateScore's cost, creditedBlocks, prefillMs, queueMs and hybridPrefix (absent: 0). */
+  readonly cost: Float64Array;
+  readonly credited: Float64Array;
+  readonly prefillMs: Float64Array;
+  readonly queueMs: Float64Array;
+  readonly hybrid: Float64Array;
 }
 
 /** Index of the chosen candidate among `eligible`, or -1 for none. */
@@ -152,6 +163,12 @@ export interface PolicySpec<N extends string = string, S = unknown> {
   /** The state kept per model pool across requests (made on first use). */
   createState?(): S;
   pick(eligible: readonly CandidateScore[], ctx: PolicyContext<S>): number;
+  /**
+   * The same pick over the scorer's columns alone, for a policy whose pick reads nothing else of
+   * the candidates: the scheduler then makes a score object only for the candidate chosen
+   * (RouteInput.scores). Must choose as `pick` does over the same candidates and draws.
+   */
+  pickScores?(scores: PickLoads, ctx: PolicyContext<S>): number;
   /** The decision was booked (the router sends the request). */
   booked?(state: S, e: BookedEvent): void;
   /** The booked request's first token arrived. */
