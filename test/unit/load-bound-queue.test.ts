@@ -36,9 +36,10 @@ function setup(seed: number, queuedOnCd: number): Scheduler {
   return s;
 }
 
-const route = (s: Scheduler) =>
+const route = (s: Scheduler, scores: 'all' | 'decision' = 'all') =>
   s.decide(
     {
+      scores,
       ns,
       candidates: PICK_CANDIDATES,
       tokens: prompt,
@@ -58,10 +59,17 @@ describe('load_bound and the queue of the candidate within it', () => {
       expect(cost.a).toBeCloseTo(100, 6);
       expect(cost.c).toBeCloseTo(320, 6);
       expect(d.chosen!.instance).toBe('a');
+      // The same pick over the scorer's columns alone (no score object for the others: their queue from the column).
+      const lone = route(setup(seed, 4000), 'decision');
+      expect(lone.candidates).toEqual([lone.chosen]);
+      expect(lone.chosen!.instance).toBe('a');
     }
   });
 
   it('still moves it to a candidate within the bound with nothing queued', () => {
-    for (let seed = 1; seed <= 12; seed++) expect(['c', 'd']).toContain(route(setup(seed, 0)).chosen!.instance);
+    for (let seed = 1; seed <= 12; seed++) {
+      expect(['c', 'd']).toContain(route(setup(seed, 0)).chosen!.instance);
+      expect(['c', 'd']).toContain(route(setup(seed, 0), 'decision').chosen!.instance);
+    }
   });
 });
