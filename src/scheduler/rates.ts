@@ -107,30 +107,47 @@ const JUDGE_PRIOR: PrefillRate = {
   msPerDecodingContext: 0,
 };
 
+// A fit's sums, FIT_STRIDE doubles at its offset in a buffer: PrefillRates keeps its workers' in one
+// buffer by fit id, so that a pool refresh re-pricing a thousand fits reads them in order, not a cold
+// object and three typed arrays each.
+/** Decayed sample count (the intercept's shrinkage) and weight sum (the means). */
+const F_N = 0;
+const F_W = 1;
+const F_SY = 2;
+/** Running median of the samples' relative misses by the fit before them (the robust weights' scale). */
+const F_SCALE = 3;
+const F_SAMPLES = 4;
+const F_S = 5;
+/** Σ x xᵀ, row-major. */
+const F_SXX = F_S + K;
+const F_SXY = F_SXX + K * K;
+/** 29 used: 32, four cache lines. */
+const FIT_STRIDE = 32;
+
+/** A fit with nothing learned, at `o` of `d`. */
+function clearFit(d: Float64Array, o: number): void {
+  d.fill(0, o, o + FIT_STRIDE);
+  d[o + F_SCALE] = SCALE_START;
+}
+
 class Fit {
-  /** Decayed sample count (the intercept's shrinkage) and weight sum (the means). */
-  n = 0;
-  w = 0;
-  sy = 0;
-  readonly s = new Float64Array(K);
-  /** Σ x xᵀ, row-major. */
-  readonly sxx = new Float64Array(K * K);
-  readonly sxy = new Float64Array(K);
-  samples = 0;
-  /** Running median of the samples' relative misses by the fit before them (the robust weights' scale). */
-  scale = SCALE_START;
+  /** Where its sums are (PrefillRates moves a worker's to a larger buffer as fits are made). */
+  d: Float64Array;
+  o: number;
+
+  /** A fit with nothing learned at `o` of `d` (`copied`: the sums there are kept). */
+  constructor(d: Float64Array = new Float64Array(FIT_STRIDE), o = 0, copied = false) {
+    this.d = d;
+    this.o = o;
+    if (!copied) clearFit(d, o);
+  }
+
+  get samples(): number {
+    return this.d[this.o + F_SAMPLES];
+  }
 
   copy(): Fit {
-    const c = new Fit();
-    c.scale = this.scale;
-    c.n = this.n;
-    c.w = this.w;
-    c.sy = this.sy;
-    c.s.set(this.s);
-    c.sxx.set(this.sxx);
-    c.sxy.set(this.sxy);
-    c.samples = this.samples;
-    return c;
+    return new Fit(this.d.slice(this.o, this.o + FIT_STRIDE), 0, true);
   }
 
   /**
@@ -138,80 +155,86 @@ class Fit {
    * misses it: in full within ROBUST_K x the typical miss, less beyond (Huber).
    */
   add(x: readonly number[], y: number, judge: PrefillRate | null = null): void {
+    const f = this.d;
+    const o = this.o;
     const d = DECAY;
     let w = 1 / Math.max(y, MIN_WEIGHTED_MS);
     if (judge) {
       const miss = Math.abs(predictedMs(judge, x) - y) / Math.max(y, MIN_WEIGHTED_MS);
-      const limit = ROBUST_K * this.scale;
+      const scale = f[o + F_SCALE];
+      const limit = ROBUST_K * scale;
       if (miss > limit) w *= limit / miss;
-      this.scale = Math.max(SCALE_MIN, this.scale * (miss > this.scale ? 1 + SCALE_STEP : 1 - SCALE_STEP));
+      f[o + F_SCALE] = Math.max(SCALE_MIN, scale * (miss > scale ? 1 + SCALE_STEP : 1 - SCALE_STEP));
     }
-    this.n = this.n * d + 1;
-    this.w = this.w * d + w;
-    this.sy = this.sy * d + w * y;
+    f[o + F_N] = f[o + F_N] * d + 1;
+    f[o + F_W] = f[o + F_W] * d + w;
+    f[o + F_SY] = f[o + F_SY] * d + w * y;
     for (let j = 0; j < K; j++) {
-      this.s[j] = this.s[j] * d + w * x[j];
-      this.sxy[j] = this.sxy[j] * d + w * x[j] * y;
-      for (let k = 0; k < K; k++) this.sxx[j * K + k] = this.sxx[j * K + k] * d + w * x[j] * x[k];
+      f[o + F_S + j] = f[o + F_S + j] * d + w * x[j];
+      f[o + F_SXY + j] = f[o + F_SXY + j] * d + w * x[j] * y;
+      for (let k = 0; k < K; k++) f[o + F_SXX + j * K + k] = f[o + F_SXX + j * K + k] * d + w * x[j] * x[k];
     }
-    this.samples++;
+    f[o + F_SAMPLES]++;
   }
 
-  /**
-   * The fit, ridge-shrunk toward `prior` with `strength` x the default prior weights; `pooledContext`:
-   * the context terms (attention, decoding context) are the prior's, not fit here. No allocation
-   * beyond the result (module scratch arrays): callers cache it, but a pool's change recomputes
-   * every worker's on the next decision.
-   */
+  /** fitRate of this fit. */
   rate(prior: PrefillRate, strength = 1, pooledContext = false): PrefillRate {
-    if (this.n < 1) return prior;
-    const n = this.w;
-    const { p, w, lo, hi, m, a, r, beta } = SCRATCH;
-    p[0] = prior.msPerToken;
-    p[1] = prior.msPerDecoding;
-    p[2] = prior.msPerAttention;
-    p[3] = prior.msPerDecodingContext;
-    for (let j = 0; j < K; j++) w[j] = (PRIOR_WEIGHTS[j] * strength) / PRIOR_SAMPLE_MS;
-    lo[0] = prior.msPerToken / BOUND;
-    hi[0] = prior.msPerToken * BOUND;
-    lo[1] = 0;
-    hi[1] = MAX_DECODE_MS;
-    lo[2] = pooledContext ? prior.msPerAttention : 0;
-    hi[2] = pooledContext ? prior.msPerAttention : MAX_ATTENTION_MS;
-    lo[3] = pooledContext ? prior.msPerDecodingContext : 0;
-    hi[3] = pooledContext ? prior.msPerDecodingContext : MAX_DECODE_CONTEXT_MS;
-    for (let j = 0; j < K; j++) m[j] = this.s[j] / n;
-    const my = this.sy / n;
-    // Centered (co)variances, ridge toward the prior coefficients.
+    return fitRate(this.d, this.o, prior, strength, pooledContext);
+  }
+}
+
+/**
+ * The fit at `o` of `d`, ridge-shrunk toward `prior` with `strength` x the default prior weights;
+ * `pooledContext`: the context terms (attention, decoding context) are the prior's, not fit here. No
+ * allocation beyond the result (module scratch arrays): callers cache it, but a pool's change
+ * recomputes every worker's on the next decision.
+ */
+function fitRate(f: Float64Array, o: number, prior: PrefillRate, strength = 1, pooledContext = false): PrefillRate {
+  const count = f[o + F_N];
+  if (count < 1) return prior;
+  const n = f[o + F_W];
+  const { p, w, lo, hi, m, a, r, beta } = SCRATCH;
+  p[0] = prior.msPerToken;
+  p[1] = prior.msPerDecoding;
+  p[2] = prior.msPerAttention;
+  p[3] = prior.msPerDecodingContext;
+  for (let j = 0; j < K; j++) w[j] = (PRIOR_WEIGHTS[j] * strength) / PRIOR_SAMPLE_MS;
+  lo[0] = prior.msPerToken / BOUND;
+  hi[0] = prior.msPerToken * BOUND;
+  lo[1] = 0;
+  hi[1] = MAX_DECODE_MS;
+  lo[2] = pooledContext ? prior.msPerAttention : 0;
+  hi[2] = pooledContext ? prior.msPerAttention : MAX_ATTENTION_MS;
+  lo[3] = pooledContext ? prior.msPerDecodingContext : 0;
+  hi[3] = pooledContext ? prior.msPerDecodingContext : MAX_DECODE_CONTEXT_MS;
+  for (let j = 0; j < K; j++) m[j] = f[o + F_S + j] / n;
+  const my = f[o + F_SY] / n;
+  for (let j = 0; j < K; j++) {
+    for (let k = 0; k < K; k++) a[j * K + k] = f[o + F_SXX + j * K + k] - n * m[j] * m[k];
+    a[j * K + j] = Math.max(0, a[j * K + j]) + w[j];
+    r[j] = f[o + F_SXY + j] - n * m[j] * my + w[j] * p[j];
+  }
+  boxedSolve(a, r, lo, hi, beta);
+  const kk = count / (count + 5 * strength);
+  let fitted = my;
+  for (let j = 0; j < K; j++) fitted -= beta[j] * m[j];
+  let overheadMs = kk * fitted + (1 - kk) * prior.overheadMs;
+  if (overheadMs < 0) {
+    overheadMs = 0;
     for (let j = 0; j < K; j++) {
-      for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k] - n * m[j] * m[k];
-      a[j * K + j] = Math.max(0, a[j * K + j]) + w[j];
-      r[j] = this.sxy[j] - n * m[j] * my + w[j] * p[j];
+      for (let k = 0; k < K; k++) a[j * K + k] = f[o + F_SXX + j * K + k];
+      a[j * K + j] += w[j];
+      r[j] = f[o + F_SXY + j] + w[j] * p[j];
     }
     boxedSolve(a, r, lo, hi, beta);
-    // The intercept shrinks toward the prior with few samples, as the slopes do.
-    const kk = this.n / (this.n + 5 * strength);
-    let fitted = my;
-    for (let j = 0; j < K; j++) fitted -= beta[j] * m[j];
-    let overheadMs = kk * fitted + (1 - kk) * prior.overheadMs;
-    if (overheadMs < 0) {
-      // No fixed cost fits: the plane goes through the origin (ridge toward the prior slopes).
-      overheadMs = 0;
-      for (let j = 0; j < K; j++) {
-        for (let k = 0; k < K; k++) a[j * K + k] = this.sxx[j * K + k];
-        a[j * K + j] += w[j];
-        r[j] = this.sxy[j] + w[j] * p[j];
-      }
-      boxedSolve(a, r, lo, hi, beta);
-    }
-    return {
-      msPerToken: beta[0],
-      overheadMs,
-      msPerDecoding: beta[1],
-      msPerAttention: beta[2],
-      msPerDecodingContext: beta[3],
-    };
   }
+  return {
+    msPerToken: beta[0],
+    overheadMs,
+    msPerDecoding: beta[1],
+    msPerAttention: beta[2],
+    msPerDecodingContext: beta[3],
+  };
 }
 
 /** A rate's TTFT for regressors x (work tokens, decoding, attention work, decoding context): cost.ts's queue + own, summed. */
@@ -396,10 +419,14 @@ export class RateColumns {
   }
 }
 
-/** A worker's fit; `id`: its place in PrefillRates' by-id list. */
-type WorkerFit = CachedFit & { instance: string; dpRank: number; pool: string; id: number };
-
-const cachedFit = (): CachedFit => ({ fit: new Fit(), rate: null, base: null, tokensPerS: NaN, overheadMs: NaN });
+/** A worker's fit; `id`: its place in PrefillRates' by-id list and sums (its rate: memoRate by id). */
+interface WorkerFit {
+  fit: Fit;
+  instance: string;
+  dpRank: number;
+  pool: string;
+  id: number;
+}
 
 /**
  * A pool's rate follows every sample for its first 64, then every 8th (`priced`, a copy of its fit
@@ -418,13 +445,15 @@ export class PrefillRates {
    * lookup per candidate.
    */
   private readonly byId: Array<WorkerFit | undefined> = [];
+  /** The workers' fits' sums, FIT_STRIDE by fit id (each worker's Fit is a window of it). */
+  private sums = new Float64Array(64 * FIT_STRIDE);
   private readonly freeIds: number[] = [];
   /** Changes when a fit is made (a candidate without one may have one now), `taken` when an instance's are dropped. */
   private version = 0;
   private taken = 0;
   private readonly listIds = new CandidateIds();
   /**
-   * Per fit id, its last rate and the base it was shrunk toward (CachedFit's, kept with them), and
+   * Per fit id, its last rate and the base it was shrunk toward, and
    * that rate's terms as columns: a decision reads arrays, not each worker's fit and rate objects.
    */
   private readonly memoRate: Array<PrefillRate | undefined> = [];
@@ -452,7 +481,8 @@ export class PrefillRates {
     let f = this.fits.get(instance, dpRank);
     if (!f) {
       const id = this.freeIds.pop() ?? this.byId.length;
-      this.fits.set(instance, dpRank, (f = { instance, dpRank, pool, id, ...cachedFit() }));
+      if ((id + 1) * FIT_STRIDE > this.sums.length) this.growSums((id + 1) * FIT_STRIDE);
+      this.fits.set(instance, dpRank, (f = { fit: new Fit(this.sums, id * FIT_STRIDE), instance, dpRank, pool, id }));
       this.byId[id] = f;
       this.version++;
     }
@@ -469,7 +499,6 @@ export class PrefillRates {
     // fixed prior: a judgement may not depend on which prior a caller last read, or on whether it read).
     const poolJudge = p.fit.rate(JUDGE_PRIOR);
     f.fit.add(x, ttftMs, f.fit.rate(poolJudge, PEER_STRENGTH, true));
-    f.rate = null;
     this.memoRate[f.id] = undefined;
     p.fit.add(x, ttftMs, poolJudge);
     if (p.fit.samples <= POOL_WARMUP || p.fit.samples % POOL_REFRESH === 0) {
@@ -498,7 +527,8 @@ export class PrefillRates {
 
   /** A worker's learned rate, shrunk toward `base` (its pool's rate; kept while `base` is the same object). */
   workerRate(instance: string, dpRank: number, base: PrefillRate): PrefillRate {
-    return this.rateOf(this.fits.get(instance, dpRank), base);
+    const f = this.fits.get(instance, dpRank);
+    return f ? this.rateById(f.id, base) : base;
   }
 
   /** The candidates' fit ids (-1: no fit), in order, for rateById: no lookup for a list seen before. */
@@ -510,22 +540,29 @@ export class PrefillRates {
   rateById(id: number, base: PrefillRate): PrefillRate {
     if (id < 0) return base;
     const r = this.memoRate[id];
-    return r !== undefined && this.memoBase[id] === base ? r : this.rateOf(this.byId[id], base);
+    if (r !== undefined && this.memoBase[id] === base) return r;
+    return this.byId[id] === undefined ? base : this.priceFit(id, base);
   }
 
-  private rateOf(f: WorkerFit | undefined, base: PrefillRate): PrefillRate {
-    if (!f) return base;
-    if (f.rate && f.base === base) return f.rate;
+  /** Fit `id`'s rate shrunk toward `base`, kept (memoRate, the columns) until a sample or another base. */
+  private priceFit(id: number, base: PrefillRate): PrefillRate {
     // The context terms are the pool's: what attention over a prefix and a decode step's KV read
     // cost is the model's and the GPU's, the same on every worker; a worker's own samples mostly
     // learned noise in them (measured: 0 to 1.3e-4 ms per decoding context token on identical
     // engines, and the router chasing the workers that looked fast).
-    f.rate = f.fit.rate(base, PEER_STRENGTH, true);
-    f.base = base;
-    this.memoRate[f.id] = f.rate;
-    this.memoBase[f.id] = base;
-    this.columns.write(f.id, f.rate);
-    return f.rate;
+    const r = fitRate(this.sums, id * FIT_STRIDE, base, PEER_STRENGTH, true);
+    this.memoRate[id] = r;
+    this.memoBase[id] = base;
+    this.columns.write(id, r);
+    return r;
+  }
+
+  /** A larger buffer for the workers' sums (their fits move with them). */
+  private growSums(atLeast: number): void {
+    const next = new Float64Array(Math.max(atLeast, this.sums.length * 2));
+    next.set(this.sums);
+    this.sums = next;
+    for (const f of this.byId) if (f !== undefined) f.fit.d = next;
   }
 
   /** The worker's learned rate (its pool's, or the prior, until it has data). */

@@ -560,6 +560,8 @@ export class Scheduler {
   private pickQueueMs = new Float64Array(0);
   private pickHybrid = new Float64Array(0);
   private pickBusy = new Uint8Array(0);
+  /** price()'s unbooked load of the candidate it priced last (read within price, copied by its score). */
+  private readonly extraIn: UnbookedLoad = { unbooked: 0, prefill: 0, attention: 0, decoding: 0, kvPenaltyMs: 0 };
   /** price()'s terms of the candidate it priced last, beyond the columns (what its score object keeps). */
   private readonly terms: PricedTerms = {
     id: -1,
@@ -753,7 +755,8 @@ export class Scheduler {
     if (input.engineLoad) {
       const c = input.candidates[k];
       seen = input.engineLoad(c.instance, c.dpRank) ?? null;
-      if (seen && input.engineWeights && !x.peer) extra = this.unbookedLoad(seen, requests, input.engineWeights);
+      if (seen && input.engineWeights && !x.peer)
+        extra = this.unbookedLoad(seen, requests, input.engineWeights, this.extraIn);
     }
     const adapterLoadMs =
       input.adapter && input.adapterLoadMs
@@ -826,6 +829,18 @@ export class Scheduler {
     this.price(x, k);
     const c = x.input.candidates[k];
     const t = this.terms;
+    // (price() leaves the unbooked load in scratch: the score keeps a copy.)
+    const e = t.extra;
+    const extra =
+      e === NO_EXTRA
+        ? e
+        : {
+            unbooked: e.unbooked,
+            prefill: e.prefill,
+            attention: e.attention,
+            decoding: e.decoding,
+            kvPenaltyMs: e.kvPenaltyMs,
+          };
     return new Score(
       c.instance,
       c.dpRank,
@@ -838,14 +853,14 @@ export class Scheduler {
       this.pickHybrid[k],
       t.distrusted,
       t.adapterLoadMs,
-      t.extra.unbooked,
+      extra.unbooked,
       t.seen,
       this.active.columns.loadOf(t.id),
       this.pickBusy[k] === 1,
       this.pickCredited[k],
       this.pickPrefillMs[k],
       this.pickCost[k],
-      t.extra,
+      extra,
       t.head,
       t.rate,
       x.pricing,
@@ -853,20 +868,24 @@ export class Scheduler {
   }
 
   /** Load the engine reports beyond what the router booked there. */
-  private unbookedLoad(seen: EngineLoad, activeRequests: number, ew: EngineLoadWeights): UnbookedLoad {
+  private unbookedLoad(
+    seen: EngineLoad,
+    activeRequests: number,
+    ew: EngineLoadWeights,
+    into: UnbookedLoad,
+  ): UnbookedLoad {
     // (kvUsage is 0..1 by the metric's definition; a percentage from a misconfigured exporter is clamped.)
     const unbooked = Math.max(0, seen.running + seen.waiting - activeRequests);
     const waiting = Math.min(unbooked, seen.waiting);
-    return {
-      unbooked,
-      prefill: ew.waiting * waiting * this.meanPrefillTokens,
-      attention: ew.waiting * waiting * this.meanAttention,
-      decoding: ew.running * (unbooked - waiting),
-      kvPenaltyMs:
-        seen.kvUsage !== null && ew.kvUsageMs > 0
-          ? ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2)
-          : 0,
-    };
+    into.unbooked = unbooked;
+    into.prefill = ew.waiting * waiting * this.meanPrefillTokens;
+    into.attention = ew.waiting * waiting * this.meanAttention;
+    into.decoding = ew.running * (unbooked - waiting);
+    into.kvPenaltyMs =
+      seen.kvUsage !== null && ew.kvUsageMs > 0
+        ? ew.kvUsageMs * Math.max(0, (Math.min(1, seen.kvUsage) - 0.8) / 0.2)
+        : 0;
+    return into;
   }
 
   /** Choose a candidate (no booking). */
