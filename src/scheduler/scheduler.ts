@@ -560,6 +560,8 @@ export class Scheduler {
   private pickQueueMs = new Float64Array(0);
   private pickHybrid = new Float64Array(0);
   private pickBusy = new Uint8Array(0);
+  /** Whether price() found a candidate busy since this was last cleared. */
+  private busySeen = false;
   /** price()'s unbooked load of the candidate it priced last (read within price, copied by its score). */
   private readonly extraIn: UnbookedLoad = { unbooked: 0, prefill: 0, attention: 0, decoding: 0, kvPenaltyMs: 0 };
   /** price()'s terms of the candidate it priced last, beyond the columns (what its score object keeps). */
@@ -808,6 +810,7 @@ export class Scheduler {
     this.pickQueueMs[k] = b.queueMs;
     this.pickHybrid[k] = hybrid;
     this.pickBusy[k] = isBusy ? 1 : 0;
+    if (isBusy) this.busySeen = true;
     const t = this.terms;
     t.id = id;
     t.device = device;
@@ -921,16 +924,16 @@ export class Scheduler {
     });
     // The caller reads only the chosen candidate's score, and the policy's pick only the columns:
     // no score object for the others (when no filter removes one: else as below).
-    if (
-      input.scores === 'decision' &&
-      spec.pickScores !== undefined &&
-      n > 0 &&
-      !(input.exclude && input.exclude.size > 0) &&
-      !(spec.busyFilter && this.anyBusy(x))
-    ) {
+    const pickScores = input.scores === 'decision' ? spec.pickScores : undefined;
+    const fast = pickScores !== undefined && n > 0 && !(input.exclude && input.exclude.size > 0);
+    // (A busy candidate, for a policy that filters them: every score is made after all, as below.)
+    if (fast) {
+      this.busySeen = false;
       for (let k = 0; k < n; k++) this.price(x, k);
+    }
+    if (fast && !(spec.busyFilter && this.busySeen)) {
       const ctx = this.pickContext(input, spec, x, now);
-      const idx = spec.pickScores(this.columnsOf(input.candidates), ctx);
+      const idx = pickScores(this.columnsOf(input.candidates), ctx);
       if (idx < 0) {
         // (Nothing chosen: the caller may read them all, e.g. for one with room: hold.ts waitOn.)
         candidates = this.scoreAll(x);
@@ -969,20 +972,6 @@ export class Scheduler {
       if (h) return decision(null, 'held', null, h);
     }
     return decision(eligible[idx], null, ctx.memo);
-  }
-
-  /** Whether any candidate is over a busy threshold (CandidateScore.busy, as price() judges it, from the load columns alone). */
-  private anyBusy(x: ScoreContext): boolean {
-    const busy = x.input.busy;
-    if (!busy) return false;
-    const cols = this.active.columns;
-    for (let k = 0; k < x.input.candidates.length; k++) {
-      const id = x.ids === null ? -1 : x.ids[k];
-      const prefill = id < 0 ? 0 : cols.prefillTokens[id];
-      const blocks = id < 0 ? 0 : cols.blocks[id];
-      if (prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks) return true;
-    }
-    return false;
   }
 
   /** The pick's context for a decision (its loads: the caller's). */
