@@ -157,6 +157,7 @@ export abstract class IndexWalk extends IndexWrites {
     now: number,
     candidates: ReadonlyArray<{ instance: string; dpRank: number }>,
     allocations?: ArrayLike<number>,
+    into?: Int32Array,
   ): CandidateOverlaps {
     const qid = this.nextQueryId();
     const k = candidates.length;
@@ -170,11 +171,14 @@ export abstract class IndexWalk extends IndexWrites {
     }
     this.qKeepFirst = allocations !== undefined;
     const shared = this.walk(seq, now, qid, undefined, true);
-    // One buffer for the three columns (a typed array this size is a backing store allocation each).
-    const columns = new Int32Array(3 * k);
+    // One buffer for the three columns (a typed array this size is a backing store allocation each),
+    // or the caller's (`into`, 4 x the candidates: the answer is then valid until it reuses it).
+    const reuse = into !== undefined && into.length >= 4 * k;
+    const columns = reuse ? into : new Int32Array(3 * k);
+    if (reuse) columns.fill(0, 0, 3 * k);
     const device = columns.subarray(0, k);
     const host = columns.subarray(k, 2 * k);
-    const disk = columns.subarray(2 * k);
+    const disk = columns.subarray(2 * k, 3 * k);
     const end = this.qEnd;
     for (let j = 0; j < k; j++) {
       const id = ids[j];
@@ -188,7 +192,10 @@ export abstract class IndexWalk extends IndexWrites {
     }
     let surviving = device;
     if (allocations) {
-      surviving = device.slice();
+      if (reuse) {
+        surviving = columns.subarray(3 * k, 4 * k);
+        surviving.set(device);
+      } else surviving = device.slice();
       const sv = hashView(seq);
       for (let j = 0; j < k; j++) {
         if (device[j] === 0 || !(allocations[j] > 0)) continue;

@@ -130,8 +130,8 @@ export class HeldPrefixes {
   }
 
   /** The same for workers by id (ActiveSequences.idsOf), in order. */
-  ofIds(ids: Int32Array): Int32Array {
-    return this.booked.heldPrefixesOfIds(ids);
+  ofIds(ids: Int32Array, into?: Int32Array): Int32Array {
+    return this.booked.heldPrefixesOfIds(ids, into);
   }
 }
 

@@ -266,10 +266,14 @@ export class BookedBlocks {
     return this.heldPrefixesOfIds(this.idsOf(candidates));
   }
 
-  /** The same for workers by id (idsOf), in order. */
-  heldPrefixesOfIds(ids: Int32Array): Int32Array {
-    const out = new Int32Array(ids.length);
-    if (this.end === 0) return out;
+  /** The same for workers by id (idsOf), in order; into the caller's `into` when it is long enough (its first ids.length). */
+  heldPrefixesOfIds(ids: Int32Array, into?: Int32Array): Int32Array {
+    const reuse = into !== undefined && into.length >= ids.length;
+    const out = reuse ? into : new Int32Array(ids.length);
+    if (this.end === 0) {
+      if (reuse) out.fill(0, 0, ids.length);
+      return out;
+    }
     for (let k = 0; k < ids.length; k++) out[k] = this.heldPrefix(ids[k]);
     return out;
   }

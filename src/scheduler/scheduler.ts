@@ -560,6 +560,10 @@ export class Scheduler {
   private pickQueueMs = new Float64Array(0);
   private pickHybrid = new Float64Array(0);
   private pickBusy = new Uint8Array(0);
+  /** The index's answer for the candidates of the decision being made (overlapsFor's `into`: device, host, disk, surviving). */
+  private overlapCols = new Int32Array(0);
+  /** Each candidate's prefix held in flight, for the decision being made (HeldPrefixes.ofIds' `into`). */
+  private heldCols = new Int32Array(0);
   /** Whether price() found a candidate busy since this was last cleared. */
   private busySeen = false;
   /** price()'s unbooked load of the candidate it priced last (read within price, copied by its score). */
@@ -653,7 +657,11 @@ export class Scheduler {
     const peer = spec.peer !== undefined;
     const { ids, allocations } = this.loadsOf(input, readIndex && input.evictionAware === true && !peer);
     // Overlaps in the candidates' order: no result object or key string per candidate.
-    const overlap = readIndex ? ns!.index.overlapsFor(seq, now, input.candidates, allocations) : null;
+    // (Into the scheduler's buffer: the overlaps are read within this decision only.)
+    const n = input.candidates.length;
+    if (readIndex && this.overlapCols.length < 4 * n) this.overlapCols = new Int32Array(4 * n);
+    if (this.heldCols.length < n) this.heldCols = new Int32Array(n);
+    const overlap = readIndex ? ns!.index.overlapsFor(seq, now, input.candidates, allocations, this.overlapCols) : null;
     // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
     // reuses at most the prompt less its last token). Nothing to do for single-group fleets.
     let unclamped: Int32Array | null = null;
@@ -678,10 +686,10 @@ export class Scheduler {
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
       // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
-      held: ids !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)).ofIds(ids) : null,
+      held:
+        ids !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)).ofIds(ids, this.heldCols) : null,
       pricing: { isl, blockSize: bs, weights, now },
     };
-    const n = input.candidates.length;
     if (this.pickRequests.length < n) {
       this.pickRequests = new Float64Array(n);
       this.pickPrefill = new Float64Array(n);
