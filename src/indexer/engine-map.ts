@@ -59,6 +59,34 @@ export class EngineMap {
     }
   }
 
+  /**
+   * Load the home rows of engine hashes [from, to) of a hash view (lo/hi pairs), as U64Table.touch: the
+   * loads are independent, so their cache misses overlap. A value derived from them (not to be optimized away).
+   */
+  touch(view: Int32Array, from: number, to: number): number {
+    const d = this.data;
+    let acc = 0;
+    for (let i = from; i < to; i++) acc ^= d[this.home(view[2 * i]) * ROW + REC];
+    return acc;
+  }
+
+  /**
+   * The record of the first row from lo's home whose low half is lo, its high half unchecked (it is
+   * the record's: reading it is the miss a prefetch overlaps), or -1: what find() mostly returns.
+   */
+  guess(lo: number): number {
+    const d = this.data;
+    const cap = this.cap;
+    let s = this.home(lo);
+    for (;;) {
+      const o = s * ROW;
+      const r = d[o + REC];
+      if (r === 0) return -1;
+      if (d[o] === lo) return r - 1;
+      s = s + 1 === cap ? 0 : s + 1;
+    }
+  }
+
   /** The record at a slot. */
   record(slot: number): number {
     return this.data[slot * ROW + REC] - 1;
