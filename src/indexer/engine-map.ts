@@ -17,10 +17,24 @@ export class EngineMap {
   private limit: number;
   private _size = 0;
 
-  constructor(initialCapacity = 64) {
+  /**
+   * `floor`: the capacity shrink() keeps at least (a map sized for what its group is expected to
+   * hold keeps that size through sweeps).
+   */
+  constructor(
+    initialCapacity = 64,
+    private readonly floor = 8,
+  ) {
     this.cap = Math.max(8, initialCapacity);
     this.data = new Int32Array(this.cap * ROW);
     this.limit = Math.floor(this.cap * MAX_LOAD);
+  }
+
+  /** A map that holds n hashes before it grows and keeps that room (n = 0: the default, growing from 64 rows). */
+  static holding(n: number): EngineMap {
+    if (n <= 0) return new EngineMap();
+    const cap = Math.floor(n / MAX_LOAD) + 1;
+    return new EngineMap(cap, cap);
   }
 
   get size(): number {
@@ -145,8 +159,8 @@ export class EngineMap {
    * 0.4 and 0.8 keeps a shrunk map from growing again on the next stores. Whether it shrank.
    */
   shrink(): boolean {
-    if (this.cap <= 8 || this._size > this.limit / 2) return false;
-    this.rehash(Math.max(8, Math.ceil(this._size / (MAX_LOAD / 1.25))));
+    if (this.cap <= this.floor || this._size > this.limit / 2) return false;
+    this.rehash(Math.max(this.floor, Math.ceil(this._size / (MAX_LOAD / 1.25))));
     return true;
   }
 

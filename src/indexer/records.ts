@@ -125,6 +125,8 @@ export abstract class RecordTable extends HolderTable {
      * 1,024-engine fleet run's mark-compacts.
      */
     reserveRecords = 0,
+    /** Engine hashes a group's engine map holds before it grows, and never shrinks below (0: grow from 64 rows). */
+    private readonly reserveEngineHashes = 0,
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
@@ -454,7 +456,7 @@ export abstract class RecordTable extends HolderTable {
     }
     if (elo === this.rec[r * R + R_LO] && ehi === this.rec[r * R + R_HI]) return;
     const g = this.groups[group];
-    if (!g.engineMap) g.engineMap = new EngineMap();
+    if (!g.engineMap) g.engineMap = EngineMap.holding(this.reserveEngineHashes);
     g.engineMap.set(r, this.recEng);
   }
 
