@@ -208,9 +208,20 @@ export abstract class IndexWrites extends RecordTable {
   remove(holder: number, engine: BigUint64Array): number {
     const h = this.holders[holder];
     if (!h || !h.alive) return 0;
-    const ev = hashView(engine);
     const g = this.groups[h.group];
     const n = engine.length;
+    if (n === 1) {
+      // One block (vLLM's BlockRemoved: most removals): its halves read through the cached view of
+      // its buffer (a decoder's slab), not a new view per event.
+      const v = this.pairsOf(engine);
+      const at = engine.byteOffset >> 2;
+      this.routerKey(g, v[at], v[at + 1]);
+      const slot = this.table.find(keyOut[0], keyOut[1]);
+      const removed = slot !== NONE && this.freeHolderRecord(slot, holder) ? 1 : 0;
+      h.evicted += removed;
+      return removed;
+    }
+    const ev = hashView(engine);
     // A block table past a cache's size misses on every block, and so do the engine map and the
     // records the hashes name: load a window of each ahead, one kind after the other (the misses of a
     // kind overlap; each needs the one before it), as store() and the walk do for the table.
@@ -267,6 +278,19 @@ export abstract class IndexWrites extends RecordTable {
       acc ^= this.table.touch(keys, 0, to - from);
     } else acc ^= this.table.touch(ev, from, to);
     this.removeSink ^= acc;
+  }
+
+  /** The buffer pairsOf() last viewed, and the view (whole int32 words). */
+  private pairBuf: ArrayBufferLike | null = null;
+  private pairView: Int32Array = new Int32Array(0);
+
+  /** An Int32Array over a hash list's whole buffer (its lo/hi pairs from byteOffset / 4), kept while lists share it. */
+  private pairsOf(a: BigUint64Array): Int32Array {
+    if (a.buffer !== this.pairBuf) {
+      this.pairBuf = a.buffer;
+      this.pairView = new Int32Array(a.buffer, 0, a.buffer.byteLength >> 2);
+    }
+    return this.pairView;
   }
 
   /** Drop every block of one holder (a `cleared` event, a purge). */

@@ -2,7 +2,9 @@
 // memo kept per backend, and the prefetch of one-block removals ahead (vLLM publishes a BlockRemoved
 // per block). Both are speed only: a writer that uses them must leave the index exactly as an
 // applier that resolves every event afresh and never prefetches, write by write, on a table past
-// the prefetch's 1 MiB (a reservation sizes it so) with dual-key events (the engine maps' path).
+// the prefetch's 1 MiB (a reservation sizes it so) with dual-key events (the engine maps' path);
+// and both must hold exactly what each engine's LRU holds (removals of one block each, their hashes
+// views into one slab, as the fast decoder gives them).
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import type { KvEvent } from '../../src/indexer/kv-event.js';
@@ -42,11 +44,15 @@ function batch(rnd: () => number, e: Engine, cap: number): KvEvent[] {
   const out: KvEvent[] = [];
   const n = 1 + Math.floor(rnd() * 40);
   const over = e.held.length + n - cap;
+  // One slab for the batch's removed hashes, each event's list a view into it (as the fast decoder
+  // gives them), from the slab's second word.
+  const slab = new BigUint64Array(Math.max(0, over) + 1);
+  for (let k = 0; k < over; k++) slab[k + 1] = e.held.shift()!;
   for (let k = 0; k < over; k++)
     out.push({
       ...base(e.id),
       event_type: 'removed',
-      seq_hashes: BigUint64Array.of(e.held.shift()!),
+      seq_hashes: slab.subarray(k + 1, k + 2),
       base_block_idx: null,
     } as KvEvent);
   let parent: bigint | null = rnd() < 0.5 && e.held.length > 0 ? e.held[e.held.length - 1] : null;
@@ -98,6 +104,7 @@ describe('applying batches of many engines', () => {
         for (let i = 0; i < evs.length; i++) {
           if (i % PREFETCH_REMOVALS === 1) writer.prefetch(evs, i, Math.min(evs.length, i + PREFETCH_REMOVALS));
           const got = writer.apply(evs[i]);
+          expect(got.status).toBe('ok');
           const want = new KvIndexWriter(ref).apply(evs[i]);
           expect(got).toEqual(want);
         }
@@ -119,6 +126,12 @@ describe('applying batches of many engines', () => {
       }
       expect(dumpIndex(ix, 0)).toEqual(dumpIndex(ref, 0));
       expect(ix.stats()).toEqual(ref.stats());
+      // And both hold what each engine holds (its LRU): every removal took its block.
+      const index = ix.namespace(NS).index;
+      for (const e of engines) {
+        const blocks = index.holderBlocks(index.holder(e.id, 0, 'GPU')).map((b) => b.engineHash);
+        expect(new Set(blocks)).toEqual(new Set(e.held));
+      }
       expect(ix.stats().records).toBeGreaterThan(300);
       expect(prefetched.calls).toBeGreaterThan(100);
     });
