@@ -131,7 +131,11 @@ export class EventApplier {
       const ev = events[i];
       if (ev.event_type !== 'removed' || ev.group !== undefined || !this.sameStream(m.id, ev)) continue;
       const hs = ev.seq_hashes;
-      for (let j = 0; j < hs.length && k < PREFETCH_REMOVALS; j++) ahead[k++] = hs[j];
+      for (let j = 0; j < hs.length && k < PREFETCH_REMOVALS; j++) {
+        // A hint must never throw (a malformed list is the apply's to reject).
+        const x = hs[j];
+        if (typeof x === 'bigint') ahead[k++] = x;
+      }
     }
     if (k > 1) m.ns.index.prefetchRemovals(m.holder, this.aheadPairs, k);
   }
