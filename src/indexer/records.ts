@@ -474,6 +474,12 @@ export abstract class RecordTable extends HolderTable {
     if (elo === rec[r * R + R_LO] && ehi === rec[r * R + R_HI]) return;
     const s = em.find(elo, ehi, eng);
     if (s === NONE || em.record(s) !== r) return;
+    // The group's only confirmed holder (one medium: a fleet's engines) has no other record here; a
+    // walk of a shared block's list would read a thousand records to learn that.
+    if (this.groups[group].confirmed <= 1) {
+      em.removeSlot(s);
+      return;
+    }
     for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) {
       const hx = rec[x * R + R_HOLDER];
       if (
