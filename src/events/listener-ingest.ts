@@ -1,6 +1,7 @@
 // One listener's path from a payload to the index: decode with the registration's adapter, apply
 // every event, count outcomes, and purge everything the stream ever wrote. Synchronous and
 // socket-free (the ZMQ listener drives it); never throws.
+import { PREFETCH_REMOVALS } from '../indexer/apply.js';
 import type { IndexWriter, PurgeScope } from '../indexer/writer.js';
 import { type DecodeContext, decodeContext, decodePayload, decodeValue, type PayloadResult } from './decode/index.js';
 import type { ApplyStatus, KvEvent } from '../indexer/kv-event.js';
@@ -96,7 +97,15 @@ export class StreamIngest {
     if (b.errors > 0) this.decodeError(b.firstError ?? 'malformed event', b.errors);
     this.counts.skipped += b.skipped;
     if (b.tsMs !== null && !replayed) this.deps.metrics.lag(Math.max(0, (this.deps.now() - b.tsMs) / 1000));
-    for (const ev of b.events) this.applyEvent(ev, replayed);
+    const evs = b.events;
+    const w = this.deps.writer;
+    for (let i = 0; i < evs.length; i++) {
+      // Once the batch's first event named its stream, every PREFETCH_REMOVALS events: the index
+      // loads the rows the removals ahead will read, so that their cache misses overlap.
+      if (i % PREFETCH_REMOVALS === 1 && w.prefetch !== undefined)
+        w.prefetch(evs, i, Math.min(evs.length, i + PREFETCH_REMOVALS));
+      this.applyEvent(evs[i], replayed);
+    }
     return { ok: true };
   }
 

@@ -57,6 +57,8 @@ export class RouterNode {
       modelSeeds: modelSeeds(cfg),
       kvCacheGroups: cfg.kv_events.kv_cache_groups,
       reserveRecords,
+      // Each engine's share (one (backend, dp rank) group per engine): its engine map never grows.
+      reserveEngineHashes: engineIds.length > 0 ? Math.ceil(reserveRecords / engineIds.length) : 0,
     });
     this.writer = new KvIndexWriter(this.indexer);
     this.scheduler = new Scheduler(this.indexer, mulberry32(cfg.routing.seed ?? seed));

@@ -8,6 +8,9 @@ import type { TieredIndexer } from './namespaces.js';
 import { canonicalMedium, type Medium } from './tiers.js';
 import type { ApplyStatus, KvCacheGroup, KvEvent, StoredEvent, StreamIdentity, U64List } from './kv-event.js';
 
+/** Removals prefetch() loads ahead at most (BlockIndex.prefetchRemovals). */
+export const PREFETCH_REMOVALS = 32;
+
 export interface ApplyOptions {
   /** What to do with a stream when its event_id skips ahead: purge its blocks (default) or keep them. */
   onGap?: 'purge' | 'keep';
@@ -31,6 +34,32 @@ export function streamKey(s: StreamIdentity): string {
     canonicalMedium(s.medium) ?? s.medium,
     s.dp_rank,
   ].join('\u0000');
+}
+
+/**
+ * A resolved stream: its namespace and holder. `id` is a copy of the identity fields, not the event
+ * (a memo kept per backend would keep each backend's last event and its token ids alive).
+ */
+interface StreamMemo {
+  id: StreamIdentity;
+  medium: Medium;
+  ns: Namespace;
+  holder: number;
+  gen: number;
+  key: string | null;
+}
+
+function streamIdentity(s: StreamIdentity): StreamIdentity {
+  return {
+    model_name: s.model_name,
+    block_size: s.block_size,
+    additional_salt: s.additional_salt,
+    lora_name: s.lora_name,
+    tenant_id: s.tenant_id,
+    backend_id: s.backend_id,
+    medium: s.medium,
+    dp_rank: s.dp_rank,
+  };
 }
 
 /** The index takes packed hashes; the fast decoder already delivers them so (no copy). */
@@ -83,12 +112,45 @@ export class EventApplier {
     }
   }
 
+  /** The hashes of the removals prefetch() saw ahead, as lo/hi pairs (aheadPairs). */
+  private readonly ahead = new BigUint64Array(PREFETCH_REMOVALS);
+  private readonly aheadPairs = new Int32Array(this.ahead.buffer);
+
+  /**
+   * Load what the removals among events [from, to) of a batch will read (an optimization: no state
+   * changes, no counts): removals come one block per event (vLLM's BlockRemoved), so the index cannot
+   * overlap their cache misses itself. Only removals of the last applied event's stream are seen
+   * (a publisher's batch is mostly one stream); at most 32 blocks.
+   */
+  prefetch(events: readonly KvEvent[], from: number, to: number): void {
+    const m = this.memo;
+    if (m === null || m.gen !== this.indexer.generation) return;
+    const ahead = this.ahead;
+    let k = 0;
+    for (let i = from; i < to && k < PREFETCH_REMOVALS; i++) {
+      const ev = events[i];
+      if (ev.event_type !== 'removed' || ev.group !== undefined || !this.sameStream(m.id, ev)) continue;
+      const hs = ev.seq_hashes;
+      for (let j = 0; j < hs.length && k < PREFETCH_REMOVALS; j++) {
+        // A hint must never throw (a malformed list is the apply's to reject).
+        const x = hs[j];
+        if (typeof x === 'bigint') ahead[k++] = x;
+      }
+    }
+    if (k > 1) m.ns.index.prefetchRemovals(m.holder, this.aheadPairs, k);
+  }
+
   // The stream of the previous event: consecutive events of one publisher share it, and resolving
   // namespace and holder (string keys, map lookups) is most of the per-event cost.
-  private memo: { ev: KvEvent; medium: Medium; ns: Namespace; holder: number; gen: number; key: string | null } | null =
-    null;
+  private memo: StreamMemo | null = null;
+  /**
+   * The last stream of each backend, for publishers whose batches interleave (a router of 1,024
+   * engines: the previous event's stream was mostly another engine's). Valid for one generation.
+   */
+  private readonly memos = new Map<string, StreamMemo>();
+  private memosGen = -1;
 
-  private sameStream(a: KvEvent, b: KvEvent): boolean {
+  private sameStream(a: StreamIdentity, b: StreamIdentity): boolean {
     return (
       a.backend_id === b.backend_id &&
       a.dp_rank === b.dp_rank &&
@@ -105,8 +167,19 @@ export class EventApplier {
     let medium: Medium;
     let ns: Namespace;
     let holder: number;
+    const gen = this.indexer.generation;
     let m = this.memo;
-    if (m !== null && m.gen === this.indexer.generation && this.sameStream(m.ev, ev)) {
+    if (m === null || m.gen !== gen || !this.sameStream(m.id, ev)) {
+      const b = this.memos.get(ev.backend_id);
+      m = b !== undefined && b.gen === gen && this.sameStream(b.id, ev) ? b : null;
+      if (m !== null) {
+        // As a resolution would: the owner serves the namespace again (forget() may have dropped it).
+        const owner = this.indexer.ownerOf(ev.backend_id);
+        if (owner !== null) m.ns.instances.add(owner);
+      }
+    }
+    if (m !== null) {
+      this.memo = m;
       medium = m.medium;
       ns = m.ns;
       holder = m.holder;
@@ -127,8 +200,13 @@ export class EventApplier {
       const owner = this.indexer.ownerOf(ev.backend_id);
       if (owner !== null) ns.instances.add(owner);
       holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
-      m = { ev, medium, ns, holder, gen: this.indexer.generation, key: null };
+      m = { id: streamIdentity(ev), medium, ns, holder, gen, key: null };
       this.memo = m;
+      if (this.memosGen !== gen) {
+        this.memos.clear();
+        this.memosGen = gen;
+      }
+      this.memos.set(ev.backend_id, m);
     }
 
     // Ordering: consecutive event_id per stream. Regression = publisher restart.

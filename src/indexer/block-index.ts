@@ -52,8 +52,8 @@ export interface IndexStats {
 }
 
 export class BlockIndex extends IndexWalk {
-  constructor(initialBlocks = 1024, onHoldersPurged?: () => void, reserveRecords = 0) {
-    super(initialBlocks, onHoldersPurged, reserveRecords);
+  constructor(initialBlocks = 1024, onHoldersPurged?: () => void, reserveRecords = 0, reserveEngineHashes = 0) {
+    super(initialBlocks, onHoldersPurged, reserveRecords, reserveEngineHashes);
   }
 
   // ---------------------------------------------------------------- dump and stats

@@ -17,10 +17,24 @@ export class EngineMap {
   private limit: number;
   private _size = 0;
 
-  constructor(initialCapacity = 64) {
+  /**
+   * `floor`: the capacity shrink() keeps at least (a map sized for what its group is expected to
+   * hold keeps that size through sweeps).
+   */
+  constructor(
+    initialCapacity = 64,
+    private readonly floor = 8,
+  ) {
     this.cap = Math.max(8, initialCapacity);
     this.data = new Int32Array(this.cap * ROW);
     this.limit = Math.floor(this.cap * MAX_LOAD);
+  }
+
+  /** A map that holds n hashes before it grows and keeps that room (n = 0: the default, growing from 64 rows). */
+  static holding(n: number): EngineMap {
+    if (n <= 0) return new EngineMap();
+    const cap = Math.floor(n / MAX_LOAD) + 1;
+    return new EngineMap(cap, cap);
   }
 
   get size(): number {
@@ -55,6 +69,34 @@ export class EngineMap {
       const r = d[o + REC];
       if (r === 0) return -1;
       if (d[o] === lo && eng[2 * r - 1] === hi) return s;
+      s = s + 1 === cap ? 0 : s + 1;
+    }
+  }
+
+  /**
+   * Load the home rows of engine hashes [from, to) of a hash view (lo/hi pairs), as U64Table.touch: the
+   * loads are independent, so their cache misses overlap. A value derived from them (not to be optimized away).
+   */
+  touch(view: Int32Array, from: number, to: number): number {
+    const d = this.data;
+    let acc = 0;
+    for (let i = from; i < to; i++) acc ^= d[this.home(view[2 * i]) * ROW + REC];
+    return acc;
+  }
+
+  /**
+   * The record of the first row from lo's home whose low half is lo, its high half unchecked (it is
+   * the record's: reading it is the miss a prefetch overlaps), or -1: what find() mostly returns.
+   */
+  guess(lo: number): number {
+    const d = this.data;
+    const cap = this.cap;
+    let s = this.home(lo);
+    for (;;) {
+      const o = s * ROW;
+      const r = d[o + REC];
+      if (r === 0) return -1;
+      if (d[o] === lo) return r - 1;
       s = s + 1 === cap ? 0 : s + 1;
     }
   }
@@ -117,8 +159,8 @@ export class EngineMap {
    * 0.4 and 0.8 keeps a shrunk map from growing again on the next stores. Whether it shrank.
    */
   shrink(): boolean {
-    if (this.cap <= 8 || this._size > this.limit / 2) return false;
-    this.rehash(Math.max(8, Math.ceil(this._size / (MAX_LOAD / 1.25))));
+    if (this.cap <= this.floor || this._size > this.limit / 2) return false;
+    this.rehash(Math.max(this.floor, Math.ceil(this._size / (MAX_LOAD / 1.25))));
     return true;
   }
 

@@ -30,7 +30,11 @@ export abstract class HolderTable {
   protected hGroup = new Int32Array(16);
   /** The holder's record mix for an unexpiring record (what a confirmed record adds to a signature). */
   protected hMix0 = new Int32Array(16);
-  protected groups: Array<{ engineMap: EngineMap | null }> = [];
+  /**
+   * (backend, dp rank) groups: the engine map, and the group's live confirmed holders (its media): with
+   * one, a freed record's engine hash has no other record of the group on the block to move to.
+   */
+  protected groups: Array<{ engineMap: EngineMap | null; confirmed: number }> = [];
   protected groupKeys = new Map<string, number>();
   protected cands: Candidate[] = [];
   /** Per candidate: the ids its speculative holders were given (ids are reused: check hSpec, hCand). */
@@ -140,6 +144,7 @@ export abstract class HolderTable {
     this.hGroup[id] = group;
     this.hMix0[id] = recordMix(id, 0);
     this.hLiveGpu[id] = !speculative && medium === 'GPU' ? 1 : 0;
+    if (!speculative) this.groups[group].confirmed++;
     if (this.hLiveGpu[id] === 1 && cand !== NONE) {
       // The candidate's GPU holder, unless it has one (the first made still alive, as a scan finds).
       const known = this.gpuHolders[cand];
@@ -152,7 +157,7 @@ export abstract class HolderTable {
     const found = this.groupKeys.get(key);
     if (found !== undefined) return found;
     const id = this.groups.length;
-    this.groups.push({ engineMap: null });
+    this.groups.push({ engineMap: null, confirmed: 0 });
     this.groupKeys.set(key, id);
     return id;
   }
@@ -230,6 +235,7 @@ export abstract class HolderTable {
   /** A holder was purged (its id may be reused): it is nobody's GPU holder now. */
   protected holderPurged(h: number): void {
     this.holders[h].alive = false;
+    if (this.hSpec[h] === 0) this.groups[this.hGroup[h]].confirmed--;
     this.hLiveGpu[h] = 0;
   }
 }

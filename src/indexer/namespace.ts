@@ -61,10 +61,12 @@ export class Namespace {
     onHoldersPurged?: () => void,
     /** Record rows reserved up front (TieredIndexerOptions.reserveRecords). */
     reserveRecords = 0,
+    /** Engine hashes each group's map holds without growing (TieredIndexerOptions.reserveEngineHashes). */
+    reserveEngineHashes = 0,
   ) {
     this.key = namespaceKey(id);
     this.space = hashSpace({ seed, loraName: id.loraName, salt: id.salt });
-    this.index = new BlockIndex(1024, onHoldersPurged, reserveRecords);
+    this.index = new BlockIndex(1024, onHoldersPurged, reserveRecords, reserveEngineHashes);
   }
 
   /** The groups, created on the first secondary-group event. */

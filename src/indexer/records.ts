@@ -125,6 +125,8 @@ export abstract class RecordTable extends HolderTable {
      * 1,024-engine fleet run's mark-compacts.
      */
     reserveRecords = 0,
+    /** Engine hashes a group's engine map holds before it grows, and never shrinks below (0: grow from 64 rows). */
+    private readonly reserveEngineHashes = 0,
   ) {
     super();
     const cap = Math.max(16, initialBlocks);
@@ -136,7 +138,6 @@ export abstract class RecordTable extends HolderTable {
     // ~40 bytes per block of empty rows; there it grows in steps of 1.14-1.25x (56-70 % full), never
     // fuller than a doubling table gets. Not fuller (0.8 from 2^20 rows: `bench indexer`'s block-64
     // queries 1.2-4x slower), and not below 2^22 rows (every `bench indexer` case keeps its layout).
-    this.table = new U64Table(T, cap, BLOCK_TABLE_LOAD, BLOCK_TABLE_FINE);
     try {
       this.rec = new Int32Array(rows * R);
       this.recTouch = new Float64Array(rows);
@@ -149,6 +150,17 @@ export abstract class RecordTable extends HolderTable {
       this.recTouch = new Float64Array(cap);
       this.recEng = new Int32Array(cap * 2);
     }
+    // A reservation sizes the table too, for as many blocks as reserved records (a block has >= 1),
+    // up to 2^22 rows, where the fine steps start: the doublings to there rehashed ~3 M rows per
+    // fleet router (~half of the table's growth copies at 1,024 x 10,000, 5.6 % of its CPU behind 8
+    // replicas). Not beyond: its rows are all written soon (hashes spread), so a larger table would
+    // cost its memory from the start (104 bytes per record at 1,024 x 10,000 instead of 90).
+    this.table = new U64Table(
+      T,
+      this.reserved ? Math.min(rows, BLOCK_TABLE_FINE.fromRows * BLOCK_TABLE_FINE.maxLoad) : cap,
+      BLOCK_TABLE_LOAD,
+      BLOCK_TABLE_FINE,
+    );
     this.recClaims = this.recTouch;
     this.recExp = new Float64Array(this.recEng.buffer);
   }
@@ -444,7 +456,7 @@ export abstract class RecordTable extends HolderTable {
     }
     if (elo === this.rec[r * R + R_LO] && ehi === this.rec[r * R + R_HI]) return;
     const g = this.groups[group];
-    if (!g.engineMap) g.engineMap = new EngineMap();
+    if (!g.engineMap) g.engineMap = EngineMap.holding(this.reserveEngineHashes);
     g.engineMap.set(r, this.recEng);
   }
 
@@ -462,6 +474,12 @@ export abstract class RecordTable extends HolderTable {
     if (elo === rec[r * R + R_LO] && ehi === rec[r * R + R_HI]) return;
     const s = em.find(elo, ehi, eng);
     if (s === NONE || em.record(s) !== r) return;
+    // The group's only confirmed holder (one medium: a fleet's engines) has no other record here; a
+    // walk of a shared block's list would read a thousand records to learn that.
+    if (this.groups[group].confirmed <= 1) {
+      em.removeSlot(s);
+      return;
+    }
     for (let x = head; x !== NONE; x = rec[x * R + R_NEXT_E]) {
       const hx = rec[x * R + R_HOLDER];
       if (
@@ -647,7 +665,8 @@ export abstract class RecordTable extends HolderTable {
    * not thrash. Whether anything shrank.
    */
   protected fitTables(): boolean {
-    let shrank = this.table.shrink();
+    // A reserved table keeps its size (a sweep of the first bookings would undo the reservation).
+    let shrank = !this.reserved && this.table.shrink();
     for (const g of this.groups) if (g.engineMap?.shrink()) shrank = true;
     const cap = this.recordRows();
     if (cap > 16 && this.liveRecords < cap * RECORD_FIT_FILL) {

@@ -30,6 +30,11 @@ export interface IndexWriter {
   readonly indexer: TieredIndexer;
   /** Apply one normalized event; a device-wide clear empties the backend in every namespace of its tenant. */
   apply(ev: KvEvent): ApplyOutcome;
+  /**
+   * Optional hint before applying events [from, to) of a batch one by one: load what they will read
+   * (their cache misses overlap). Changes nothing; a wrapper that leaves it out only loses speed.
+   */
+  prefetch?(events: readonly KvEvent[], from: number, to: number): void;
   /** Drop every block a backend published (in scope) and forget its streams' ordering. */
   purge(scope: PurgeScope): number;
   /** Drop everything readable through an instance (its backends and bookings) in scope. */
@@ -64,6 +69,10 @@ export class KvIndexWriter implements IndexWriter {
 
   apply(ev: KvEvent): ApplyOutcome {
     return this.applier.apply(ev);
+  }
+
+  prefetch(events: readonly KvEvent[], from: number, to: number): void {
+    this.applier.prefetch(events, from, to);
   }
 
   purge(scope: PurgeScope): number {

@@ -3,6 +3,7 @@
 // src/indexer go through an IndexWriter (writer.ts). See README.md (module map).
 import { CROWDED_MIN_RECORDS } from './holder-sets.js';
 import { grow, type Holder, hashView, keyOut, recordMix, specKey } from './layout.js';
+import type { EngineMap } from './engine-map.js';
 import { RecordTable } from './records.js';
 
 // Row offsets read here (a module-local copy: see records.ts RECORD_LAYOUT), and NONE (= layout.ts NONE).
@@ -19,6 +20,8 @@ const T_SIG = 2;
 /** store()'s prefetch: tables past this size (a typical L2 cache), a window of this many blocks ahead. */
 const PREFETCH_MIN_BYTES = 1 << 20;
 const TOUCH_WINDOW = 64;
+/** remove()'s prefetch window (blocks). */
+const REMOVE_WINDOW = 32;
 /** expire()'s marks on the records of crowded blocks it frees. */
 const GONE_PENDING = 1;
 const GONE_FREED = 2;
@@ -72,9 +75,13 @@ export abstract class IndexWrites extends RecordTable {
     // A table past a cache's size misses on every block: load a window of rows ahead at once (the
     // misses overlap), as the query walk does.
     const prefetch = n > 1 && this.table.byteLength > PREFETCH_MIN_BYTES;
+    // The engine map each confirmed record's engine hash goes to (setEngineHash): its rows too.
+    const em = engine !== null && !h.speculative ? this.groups[h.group].engineMap : null;
     for (let i = 0; i < seq.length; i++) {
-      if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0)
+      if (prefetch && (i & (TOUCH_WINDOW - 1)) === 0) {
         this.storeSink ^= this.table.touch(sv, i, Math.min(n, i + TOUCH_WINDOW));
+        if (em !== null) this.storeSink ^= em.touch(ev, i, Math.min(n, i + TOUCH_WINDOW));
+      }
       const lo = sv[2 * i];
       const hi = sv[2 * i + 1];
       const elo = ev[2 * i];
@@ -201,16 +208,89 @@ export abstract class IndexWrites extends RecordTable {
   remove(holder: number, engine: BigUint64Array): number {
     const h = this.holders[holder];
     if (!h || !h.alive) return 0;
-    const ev = hashView(engine);
     const g = this.groups[h.group];
+    const n = engine.length;
+    if (n === 1) {
+      // One block (vLLM's BlockRemoved: most removals): its halves read through the cached view of
+      // its buffer (a decoder's slab), not a new view per event.
+      const v = this.pairsOf(engine);
+      const at = engine.byteOffset >> 2;
+      this.routerKey(g, v[at], v[at + 1]);
+      const slot = this.table.find(keyOut[0], keyOut[1]);
+      const removed = slot !== NONE && this.freeHolderRecord(slot, holder) ? 1 : 0;
+      h.evicted += removed;
+      return removed;
+    }
+    const ev = hashView(engine);
+    // A block table past a cache's size misses on every block, and so do the engine map and the
+    // records the hashes name: load a window of each ahead, one kind after the other (the misses of a
+    // kind overlap; each needs the one before it), as store() and the walk do for the table.
+    const prefetch = n > 1 && this.table.byteLength > PREFETCH_MIN_BYTES;
     let removed = 0;
-    for (let i = 0; i < engine.length; i++) {
+    for (let i = 0; i < n; i++) {
+      if (prefetch && (i & (REMOVE_WINDOW - 1)) === 0)
+        this.prefetchRemoval(g.engineMap, ev, i, Math.min(n, i + REMOVE_WINDOW));
       this.routerKey(g, ev[2 * i], ev[2 * i + 1]);
       const slot = this.table.find(keyOut[0], keyOut[1]);
       if (slot !== NONE && this.freeHolderRecord(slot, holder)) removed++;
     }
     h.evicted += removed;
     return removed;
+  }
+
+  /**
+   * Load what removing these engine hashes of a holder will read (`remove`'s prefetch, for removals
+   * that come one event each: vLLM publishes a BlockRemoved per block): `ev` holds n lo/hi pairs,
+   * n <= 32. Changes nothing; a table that fits in cache skips it.
+   */
+  prefetchRemovals(holder: number, ev: Int32Array, n: number): void {
+    const h = this.holders[holder];
+    if (h === undefined || !h.alive || n > REMOVE_WINDOW || this.table.byteLength <= PREFETCH_MIN_BYTES) return;
+    this.prefetchRemoval(this.groups[h.group].engineMap, ev, 0, n);
+  }
+
+  /** Where remove()'s prefetch puts the router keys of a window, and its loads. */
+  private removeKeys = new Int32Array(2 * REMOVE_WINDOW);
+  private removeSink = 0;
+
+  /**
+   * Load what removing engine hashes [from, to) of `ev` reads: their engine-map rows, then the records
+   * the rows name (guessed by the low half: the record's high half is what the check reads), then the
+   * block-table rows of the records' router hashes (unmapped hashes: the router's own).
+   */
+  private prefetchRemoval(em: EngineMap | null, ev: Int32Array, from: number, to: number): void {
+    let acc = 0;
+    const keys = this.removeKeys;
+    if (em !== null) {
+      acc ^= em.touch(ev, from, to);
+      const rec = this.rec;
+      const eng = this.recEng;
+      for (let i = from; i < to; i++) {
+        const r = em.guess(ev[2 * i]);
+        if (r === NONE) continue;
+        acc ^= eng[2 * r + 1] ^ rec[r * R + R_HOLDER];
+      }
+      for (let i = from, k = 0; i < to; i++, k += 2) {
+        const r = em.guess(ev[2 * i]);
+        keys[k] = r === NONE ? ev[2 * i] : rec[r * R + R_LO];
+        keys[k + 1] = r === NONE ? ev[2 * i + 1] : rec[r * R + R_HI];
+      }
+      acc ^= this.table.touch(keys, 0, to - from);
+    } else acc ^= this.table.touch(ev, from, to);
+    this.removeSink ^= acc;
+  }
+
+  /** The buffer pairsOf() last viewed, and the view (whole int32 words). */
+  private pairBuf: ArrayBufferLike | null = null;
+  private pairView: Int32Array = new Int32Array(0);
+
+  /** An Int32Array over a hash list's whole buffer (its lo/hi pairs from byteOffset / 4), kept while lists share it. */
+  private pairsOf(a: BigUint64Array): Int32Array {
+    if (a.buffer !== this.pairBuf) {
+      this.pairBuf = a.buffer;
+      this.pairView = new Int32Array(a.buffer, 0, a.buffer.byteLength >> 2);
+    }
+    return this.pairView;
   }
 
   /** Drop every block of one holder (a `cleared` event, a purge). */

@@ -44,6 +44,35 @@ describe('engine-hash maps', () => {
     });
   });
 
+  it('a map holding n hashes (a reservation) takes them without growing and keeps its room through sweeps', () => {
+    const n = 1000;
+    const m = EngineMap.holding(n);
+    const bytes = m.byteLength;
+    const eng = new Int32Array(2 * n);
+    for (let i = 0; i < n; i++) {
+      eng[2 * i] = Math.imul(i + 1, 0x9e3779b1);
+      eng[2 * i + 1] = i;
+    }
+    for (let i = 0; i < n; i++) m.set(i, eng);
+    expect(m.byteLength).toBe(bytes);
+    for (let i = 0; i < n; i++) {
+      expect(m.record(m.find(eng[2 * i], eng[2 * i + 1], eng))).toBe(i);
+      expect(m.guess(eng[2 * i])).toBe(i);
+    }
+    for (let i = 0; i < n - 10; i++) m.removeSlot(m.find(eng[2 * i], eng[2 * i + 1], eng));
+    expect(m.shrink()).toBe(false);
+    expect(m.byteLength).toBe(bytes);
+    m.set(0, eng);
+    expect(m.size).toBe(11);
+    // The default map grows from 64 rows and shrinks back to 8.
+    const d = new EngineMap();
+    for (let i = 0; i < n; i++) d.set(i, eng);
+    expect(d.byteLength).toBeGreaterThan(bytes / 2);
+    for (let i = 0; i < n; i++) d.removeSlot(d.find(eng[2 * i], eng[2 * i + 1], eng));
+    expect(d.shrink()).toBe(true);
+    expect(d.byteLength).toBe(8 * 8);
+  });
+
   for (const seed of [1, 2, 3, 4]) {
     it(`resolve() answers the model after every write (seed ${seed})`, () => {
       const rnd = mulberry32(seed);
