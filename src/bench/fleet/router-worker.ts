@@ -144,7 +144,15 @@ function run(): void {
 try {
   run();
 } catch (e) {
-  d.port.postMessage(e instanceof Error ? (e.stack ?? e.message) : String(e));
+  // One line: the message and where it was thrown.
+  const where =
+    e instanceof Error
+      ? (e.stack
+          ?.split('\n')
+          .find((l) => l.trim().startsWith('at '))
+          ?.trim() ?? '')
+      : '';
+  d.port.postMessage(`${e instanceof Error ? e.message : String(e)}${where ? ` (${where})` : ''}`);
   Atomics.store(ctl, Ctl.status, STATUS_FAILED);
   Atomics.notify(ctl, Ctl.answers);
   Atomics.notify(ctl, Ctl.head);
