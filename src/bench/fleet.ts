@@ -83,9 +83,9 @@ const OPTIONS: OptionTable = {
   routers: { type: 'string', default: '1', arg: 'N', help: 'router replicas; request i goes to replica i mod N' },
   'router-threads': {
     type: 'string',
-    default: '1',
+    default: '2',
     arg: 'N',
-    help: 'unsynchronised replicas (--routers 2+, no --sync-delay-ms) run on N worker threads, the main thread keeping the engines (0: on the main thread; the results are the same)',
+    help: 'unsynchronised replicas (--routers 2+ without --sync-delay-ms) run in N contiguous shares on worker threads while the main thread steps the engines (0: all on the main thread; the results are identical; docs/fleet-sim.md, "Round nine")',
   },
   'sync-delay-ms': {
     type: 'string',
