@@ -37,9 +37,9 @@ function runBounded(
   });
 }
 
-async function fleet(name: string, args: string[]): Promise<{ summary: string; samples: string }> {
+async function fleet(name: string, args: string[], policies = 'kv'): Promise<{ summary: string; samples: string }> {
   const out = join(dir, name);
-  const r = await runBounded(['bench', 'fleet', '--quick', '--policies', 'kv', ...args, '--out', out], {}, 150_000);
+  const r = await runBounded(['bench', 'fleet', '--quick', '--policies', policies, ...args, '--out', out], {}, 150_000);
   expect(r.code, r.stderr).toBe(0);
   return {
     summary: readFileSync(join(out, 'summary.json'), 'utf8'),
@@ -70,9 +70,9 @@ describe('kvrouter bench fleet --router-threads', () => {
     }
   }, 300_000);
 
-  it('gives the inline run byte for byte (2 replicas on 2 workers)', async () => {
-    const inline = await fleet('inline2', ['--routers', '2', '--router-threads', '0']);
-    const two = await fleet('two2', ['--routers', '2', '--router-threads', '2']);
+  it('gives the inline run byte for byte (2 replicas on 2 workers; gie reads scraped gauges)', async () => {
+    const inline = await fleet('inline2', ['--routers', '2', '--router-threads', '0'], 'kv,gie');
+    const two = await fleet('two2', ['--routers', '2', '--router-threads', '2'], 'kv,gie');
     expect(two.summary).toBe(inline.summary);
     expect(two.samples).toBe(inline.samples);
   }, 300_000);
