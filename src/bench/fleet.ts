@@ -19,7 +19,7 @@ import { parseHybrid } from '../engine-sim/core/hybrid-cache.js';
 import { coreConfig, resolveOptions } from '../engine-sim/options.js';
 import { loadPerfModel, PERF_MODELS } from '../engine-sim/perf-models.js';
 import { nullCodec } from '../engine-sim/text/codec.js';
-import { simulateFleet } from '../fleet-sim/simulation.js';
+import { recordReserve, simulateFleet } from '../fleet-sim/simulation.js';
 import type { EventWire, FleetInput, FleetOutput, FleetRequest, RouterPlan } from '../fleet-sim/types.js';
 import type { Decision } from '../scheduler/scheduler.js';
 import { applyOverrides } from '../router/overrides.js';
@@ -28,6 +28,7 @@ import { FLEET_OPTIONS, splitPolicies } from './cluster.js';
 import { type PolicyVariant, variant } from './cluster/policies.js';
 import { type Sizing, sizeFleet } from './cluster/sizing.js';
 import type { OracleWorkerData } from './fleet/oracle-worker.js';
+import { ThreadedReplicas } from './fleet/router-threads.js';
 import { FLEET_SEMI_SPACE_MIB, relaunchWithV8Flags, v8SizingFlags } from './fleet/relaunch.js';
 import { type FleetReport, type FleetSummary, writeFleetReport } from './fleet/render.js';
 import { type FleetPolicyResult, type FleetWall, summarizeFleet, wallFigures } from './fleet/summary.js';
@@ -80,6 +81,12 @@ const OPTIONS: OptionTable = {
   },
   engines: { type: 'string', default: '16', arg: 'N', help: 'simulated engines (quick: 8)' },
   routers: { type: 'string', default: '1', arg: 'N', help: 'router replicas; request i goes to replica i mod N' },
+  'router-threads': {
+    type: 'string',
+    default: '2',
+    arg: 'N',
+    help: 'unsynchronised replicas (--routers 2+ without --sync-delay-ms) run in N contiguous shares on worker threads while the main thread steps the engines (0: all on the main thread; the results are identical; docs/fleet-sim.md, "Round nine")',
+  },
   'sync-delay-ms': {
     type: 'string',
     default: 'none',
@@ -257,6 +264,8 @@ export interface FleetSetup {
   prompt: (i: number) => Uint32Array;
   engines: number;
   routers: number;
+  /** --router-threads: worker threads of unsynchronised replicas (0: inline). */
+  routerThreads: number;
   blockSize: number;
   seed: number;
   perfModel: string;
@@ -315,6 +324,8 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
   const policies = fleetPolicies(v, quick);
   const engines = v.engines === OPTIONS.engines.default && quick ? 8 : intOption(v, 'engines');
   const routers = intOption(v, 'routers');
+  const routerThreads = intOption(v, 'router-threads');
+  if (routerThreads < 0) throw new Error('--router-threads must be >= 0');
   if (engines < 1) throw new Error('--engines must be at least 1');
   if (routers < 1) throw new Error('--routers must be at least 1');
   const sync = String(v['sync-delay-ms']);
@@ -369,6 +380,7 @@ async function prepare(v: ParsedOptions, argv: string[]): Promise<FleetSetup> {
     prompt,
     engines,
     routers,
+    routerThreads,
     blockSize: intOption(v, 'block-size'),
     seed,
     perfModel,
@@ -623,29 +635,51 @@ function runPolicy(
   let ticked = 0;
   const ts = performance.now();
   const cpu0 = process.cpuUsage();
-  const out = simulateFleet({
-    requests: plan.requests,
-    prompt: s.prompt,
-    engines: cores,
-    ids,
-    model: MODEL,
-    blockSize: s.blockSize,
-    routers: s.routers,
-    router,
-    seed: s.seed,
-    kvEventDelayMs: s.kvEventDelayMs,
-    requestLatencyMs: s.requestLatencyMs,
-    eventWire: s.eventWire,
-    syncDelayMs: s.syncDelayMs,
-    scrapeIntervalMs: scrape?.intervalMs ?? null,
-    drainTimeoutMs: plan.drainTimeoutMs,
-    stopwatch: () => performance.now(),
-    onDecision,
-    onDone: (n) => {
-      progress?.tick(n - ticked);
-      ticked = n;
-    },
-  });
+  // Unsynchronised replicas on worker threads (router-threads.ts): the same calls, the same results.
+  const threads =
+    s.routerThreads > 0 && s.routers > 1 && s.syncDelayMs === null && s.eventWire === 'bytes' && !onDecision
+      ? new ThreadedReplicas({
+          policy: p.name,
+          ids,
+          blockSize: s.blockSize,
+          routers: s.routers,
+          seed: s.seed,
+          reserveRecords: recordReserve({ engines: cores, router }),
+          threads: s.routerThreads,
+          timed: true,
+          oldSpaceMiB: Math.floor(getHeapStatistics().heap_size_limit / 2 ** 20),
+          youngMiB: 3 * FLEET_SEMI_SPACE_MIB,
+        })
+      : null;
+  let out: FleetOutput;
+  try {
+    out = simulateFleet({
+      requests: plan.requests,
+      prompt: s.prompt,
+      engines: cores,
+      ids,
+      model: MODEL,
+      blockSize: s.blockSize,
+      routers: s.routers,
+      router,
+      seed: s.seed,
+      kvEventDelayMs: s.kvEventDelayMs,
+      requestLatencyMs: s.requestLatencyMs,
+      eventWire: s.eventWire,
+      syncDelayMs: s.syncDelayMs,
+      scrapeIntervalMs: scrape?.intervalMs ?? null,
+      drainTimeoutMs: plan.drainTimeoutMs,
+      stopwatch: () => performance.now(),
+      ...(threads ? { replicas: threads } : {}),
+      onDecision,
+      onDone: (n) => {
+        progress?.tick(n - ticked);
+        ticked = n;
+      },
+    });
+  } finally {
+    threads?.terminate();
+  }
   const simSeconds = (performance.now() - ts) / 1000;
   const cpu = process.cpuUsage(cpu0);
   const result = summarizeFleet(p.name, p.summary, out, s.slo, scrape);

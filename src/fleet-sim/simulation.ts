@@ -9,17 +9,13 @@ import type { TokenOutput } from '../engine-sim/core/engine-core.js';
 import type { CoreKvEvent } from '../engine-sim/core/kv-events.js';
 import { vllmEncoder } from '../engine-sim/events/vllm-format.js';
 import { encodeMapBatch } from '../engine-sim/events/vllm-map-writer.js';
-import { decodePayload, decodeValue } from '../events/decode/index.js';
-import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import { encodeBatch, type WireEncoder } from '../engine-sim/events/wire.js';
 import { loadGaugeSamples } from '../engine-sim/runtime/load-gauges.js';
-import type { RouteFields } from '../router/route-input.js';
-import { type HoldTry, HoldQueue, waitOn } from '../scheduler/hold.js';
-import { judgedPrediction, type Prediction } from '../feedback/loop.js';
+import { type HoldTry, HoldQueue } from '../scheduler/hold.js';
 import { EngineNode, TALLY_FIELDS } from './engine-node.js';
 import { EventQueue, type Recurrence } from './event-queue.js';
 import { type PayloadChunk, payloadArena } from './payload-arena.js';
-import { RouterNode } from './router-node.js';
+import { InlineReplicas, type RouterReplicas } from './replicas.js';
 import type { FleetInput, FleetOutput, FleetRecord } from './types.js';
 
 type SimEvent =
@@ -41,18 +37,17 @@ interface InFlight {
   /** The prompt until the engine has it (it copies it): a prompt held for the request's life was promoted, with its buffer. */
   tokens: Uint32Array | null;
   promptLen: number;
-  fields: RouteFields & { ttlMs: number };
   /** Capacity-queue waits: a wake carrying an older epoch is stale. */
   epoch: number;
   deadline: number;
   queued: boolean;
   /**
-   * Booked: what its end reads of the decision (the closed loop's prediction, the predicted TTFT).
-   * Not the decision: its 1,024 candidates' scores per request in flight (at 1,024 x 3,000, dropping
-   * them took the peak RSS from 1.56 to 1.18 GB and the CPU from 33.6 to 29.1 s).
+   * Booked (its replica keeps the closed loop's prediction): the decision's predicted TTFT. Not the
+   * decision: its 1,024 candidates' scores per request in flight (at 1,024 x 3,000, dropping them
+   * took the peak RSS from 1.56 to 1.18 GB and the CPU from 33.6 to 29.1 s).
    */
-  booked: { prediction: Prediction | null; predictedTtftMs: number } | null;
-  bookingId: string | null;
+  booked: boolean;
+  predictedTtftMs: number;
   engine: number;
   engineId: string | null;
 }
@@ -113,8 +108,9 @@ class Simulation {
   private readonly q = new EventQueue<SimEvent>((ev) => (ev.kind === 'step' ? ev.window : null));
   private readonly n: number;
   private readonly engines: EngineNode[];
-  private readonly engineIndex: Map<string, number>;
-  private readonly routers: RouterNode[] = [];
+  /** The R replicas (request i goes to replica i mod R). */
+  private readonly R: number;
+  private readonly routers: RouterReplicas;
   /** Each engine renders its events as engine-sim's vLLM publisher does (map layout, dp rank 0). */
   private readonly encoders: WireEncoder[];
   /** KV-event payloads in flight, cut from recycled chunks (payload-arena.ts). */
@@ -148,16 +144,21 @@ class Simulation {
     this.engines = input.engines.map(
       (core, k) => new EngineNode(k, input.ids[k], core, counts, input.quietWindows ?? true),
     );
-    this.engineIndex = new Map(input.ids.map((id, k) => [id, k] as const));
-    const R = input.routers;
+    const R = (this.R = input.routers);
     const sync = input.syncDelayMs !== null && R > 1 ? input.syncDelayMs : null;
-    const now = () => this.q.now;
-    const reserve = recordReserve(input);
-    for (let r = 0; r < R; r++) {
-      const publish =
-        sync === null ? null : (bytes: Uint8Array) => this.q.push(this.q.now + sync, { kind: 'sync', from: r, bytes });
-      this.routers.push(new RouterNode(r, `r${r}`, input.router, input.ids, input.seed + r, now, publish, reserve));
-    }
+    if (input.replicas && sync !== null) throw new Error('replica sync runs only with the inline replicas');
+    this.routers =
+      input.replicas ??
+      new InlineReplicas({
+        plan: input.router,
+        ids: input.ids,
+        count: R,
+        seed: input.seed,
+        reserveRecords: recordReserve(input),
+        publish: sync === null ? null : (from, bytes) => this.q.push(this.q.now + sync, { kind: 'sync', from, bytes }),
+        stopwatch: input.stopwatch,
+        onDecision: input.onDecision,
+      });
     const wire = {
       blockSize: input.blockSize,
       modelName: input.model,
@@ -169,7 +170,7 @@ class Simulation {
     this.encoders = this.engines.map(() => vllmEncoder(wire, 'map'));
     this.stepEvents = this.engines.map((e, engine) => ({ kind: 'step', engine, window: e.window }));
     this.records = new Array(n);
-    this.holds = this.routers.map(() => new HoldQueue<InFlight>(input.router.cfg.routing.busy.queue_size));
+    this.holds = Array.from({ length: R }, () => new HoldQueue<InFlight>(input.router.cfg.routing.busy.queue_size));
     for (let i = 0; i < n; i++) {
       const a = input.requests[i].after;
       if (a) this.followers.set(a.index, [...(this.followers.get(a.index) ?? []), i]);
@@ -227,22 +228,15 @@ class Simulation {
         if (f) this.enqueue(f);
         return;
       }
-      case 'kv': {
-        // Every replica registers engine k's stream from the same config, so their decoders agree
-        // (the same registration, the same batches in the same order): the batch is decoded once,
-        // by the first replica's, and applied by each (each applier only reads it).
-        const first = this.routers[0].ingests[ev.engine];
-        const batch = ev.payload ? decodePayload(ev.payload, first.ctx) : decodeValue(ev.value, first.ctx);
-        for (const r of this.routers) r.ingests[ev.engine].applyDecoded(batch, false);
+      case 'kv':
+        // (Read during the call only: its chunk is free again after.)
+        this.routers.kvBatch(ev.engine, ev.payload, ev.value, this.q.now);
         this.payloads.release(ev.chunk);
-        // Every replica applied the batch and kept nothing of its decoded lists (the index copies).
-        if (ev.payload) reuseDecodeSlab();
         return;
-      }
       case 'sync':
-        for (let r = 0; r < this.routers.length; r++) {
+        for (let r = 0; r < this.R; r++) {
           if (r === ev.from) continue;
-          const freed = this.routers[r].receiveSync(ev.bytes);
+          const freed = this.routers.receiveSync(r, ev.bytes, this.q.now);
           if (freed === false) continue;
           // As the server's onReleased (CapacityQueue.notify(instance)): a peer's booking freed room
           // on `freed`, whose waiters are tried; naming none (a peer's reset), every waiter is due.
@@ -256,7 +250,7 @@ class Simulation {
         return this.scrape(ev);
       case 'expire':
         // As the server's timer (src/router/app.ts): expired bookings leave each replica's index.
-        for (const r of this.routers) r.indexer.expire(this.q.now);
+        this.routers.expire(this.q.now);
         if (this.done < this.n) this.q.push(this.q.now + EXPIRE_EVERY_MS, EXPIRE);
         return;
       case 'deadline':
@@ -266,7 +260,7 @@ class Simulation {
 
   /** The client sends request i to replica i mod R. */
   private send(i: number): void {
-    const r = i % this.routers.length;
+    const r = i % this.R;
     const tokens = this.input.prompt(i);
     const now = this.q.now;
     if (this.pastDeadline) {
@@ -291,16 +285,16 @@ class Simulation {
       receivedAt: now,
       tokens,
       promptLen: tokens.length,
-      fields: this.routers[r].route(tokens, this.input.requests[i].sessionKey),
       epoch: 0,
       deadline: now + this.input.router.cfg.routing.busy.queue_timeout_ms,
       queued: false,
-      booked: null,
-      bookingId: null,
+      booked: false,
+      predictedTtftMs: 0,
       engine: -1,
       engineId: null,
     };
     this.inflight.set(reqId(i), f);
+    this.routers.arrive(r, i, tokens, this.input.requests[i].sessionKey, now);
     this.route(f);
   }
 
@@ -324,20 +318,19 @@ class Simulation {
 
   /** One decision: booked and sent ('go'), or it waits. */
   private tryRoute(f: InFlight, mayHold: boolean): HoldTry {
-    const router = this.routers[f.router];
-    const sw = this.input.stopwatch;
-    const t0 = sw ? sw() : 0;
-    // (Only a decision hook reads the other candidates' scores.)
-    const d = router.decide(f.fields, this.q.now, mayHold, this.input.onDecision ? 'all' : 'decision');
-    if (sw) this.times.add(sw() - t0, f.promptLen, d.scored);
-    this.input.onDecision?.(f.i, d, this.q.now);
-    if (!d.chosen) return waitOn(d);
-    const k = this.engineIndex.get(d.chosen.instance)!;
-    f.booked = { prediction: judgedPrediction(d), predictedTtftMs: d.chosen.ttftMs };
-    f.bookingId = `${router.id}-${reqId(f.i)}`;
+    const d = this.routers.decide(f.router, f.i, this.q.now, mayHold);
+    if (this.input.stopwatch) this.times.add(d.wallMs, f.promptLen, d.candidates);
+    if (d.engine < 0)
+      return {
+        anyFree: d.anyFree,
+        holder: d.holder < 0 ? null : { instance: this.input.ids[d.holder], dpRank: d.holderRank },
+      };
+    const k = d.engine;
+    f.booked = true;
+    f.predictedTtftMs = d.ttftMs;
     f.engine = k;
-    f.engineId = d.chosen.instance;
-    router.book(d, f.fields.ns, f.bookingId, f.fields.ttlMs, this.q.now);
+    f.engineId = this.input.ids[k];
+    this.routers.book(f.router, f.i, this.q.now);
     const latency = this.input.requestLatencyMs;
     if (latency > 0) this.q.push(this.q.now + latency, { kind: 'enqueue', i: f.i });
     else this.enqueue(f);
@@ -351,7 +344,7 @@ class Simulation {
   }
 
   private refuse(f: InFlight): void {
-    this.routers[f.router].tally.refused++;
+    this.routers.dropped(f.router, f.i, this.q.now, true);
     this.fail(f, 503, `every instance is over its busy threshold; retry later`);
   }
 
@@ -398,7 +391,7 @@ class Simulation {
       for (const id of out.rejected) {
         const f = this.inflight.get(id);
         if (!f) continue;
-        this.routers[f.router].abandoned(f.bookingId!);
+        this.routers.abandoned(f.router, f.i, this.q.now);
         this.pump(f.router, f.engineId);
         this.fail(f, 0, `request ${id} needs more KV blocks than this engine has`);
       }
@@ -415,16 +408,15 @@ class Simulation {
   private onToken(t: TokenOutput): void {
     const f = this.inflight.get(t.requestId);
     if (!f) return;
-    const router = this.routers[f.router];
     const now = this.q.now;
     if (t.index === 0) {
       this.ttfts[f.i] = now - f.receivedAt;
-      router.firstToken(f.bookingId!, now);
+      this.routers.firstToken(f.router, f.i, now);
       this.pump(f.router, f.engineId);
     }
     if (!t.finishReason) return;
     this.inflight.delete(t.requestId);
-    router.finished(f.bookingId!, f.booked!.prediction, { promptTokens: f.promptLen, cachedTokens: t.cachedTokens });
+    this.routers.finished(f.router, f.i, f.promptLen, t.cachedTokens, now);
     this.pump(f.router, f.engineId);
     this.finish({
       index: f.i,
@@ -434,7 +426,7 @@ class Simulation {
       e2eMs: now - f.receivedAt,
       status: 200,
       instance: f.engineId,
-      predictedTtftMs: f.booked!.predictedTtftMs,
+      predictedTtftMs: f.predictedTtftMs,
       promptTokens: f.promptLen,
       cachedTokens: t.cachedTokens,
       completionTokens: t.index + 1,
@@ -467,7 +459,7 @@ class Simulation {
     const k = ev.engine;
     this.scrapes++;
     const loads = loadsFromSamples(loadGaugeSamples(this.input.model, 0, this.engines[k].stats()), this.q.now);
-    if (loads) for (const r of this.routers) r.engineLoads.set(this.input.ids[k], loads);
+    if (loads) this.routers.scrape(k, loads, this.q.now);
     if (this.done < this.n) this.q.push(this.q.now + this.input.scrapeIntervalMs!, ev);
   }
 
@@ -478,8 +470,8 @@ class Simulation {
     for (const f of [...this.inflight.values()].sort((a, b) => a.i - b.i)) {
       if (f.booked) {
         this.engines[f.engine].abort(reqId(f.i));
-        this.routers[f.router].abandoned(f.bookingId!);
-      }
+        this.routers.abandoned(f.router, f.i, this.q.now);
+      } else this.routers.dropped(f.router, f.i, this.q.now, false);
       this.fail(f, 0, RUN_DEADLINE);
     }
     for (const q of this.holds) q.clear();
@@ -517,7 +509,7 @@ class Simulation {
     return {
       records: this.records,
       engines: this.engines.map((e) => e.tally),
-      routers: this.routers.map((r) => r.close()),
+      routers: this.routers.close(),
       spanMs: this.n ? this.lastEnd - first : 0,
       events: this.events,
       scrapes: this.scrapes,

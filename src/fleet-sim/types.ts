@@ -6,6 +6,7 @@ import type { EngineCore } from '../engine-sim/core/engine-core.js';
 import type { FeedbackOptions } from '../feedback/loop.js';
 import type { RequestRouting } from '../router/overrides.js';
 import type { Decision } from '../scheduler/scheduler.js';
+import type { RouterReplicas } from './replicas.js';
 
 /** One client request, times already in virtual ms (arrival scaling is the caller's). */
 export interface FleetRequest {
@@ -78,7 +79,13 @@ export interface FleetInput {
    * readings never reach the simulation. Absent: decision times are not measured.
    */
   stopwatch?: () => number;
-  /** Called after every routing decision of request i (a decision log; the decision is not to be changed). */
+  /**
+   * The replicas, when the caller runs them elsewhere (bench fleet's worker threads): built for this
+   * input (its plan, ids, seed, routers; no replica sync) and closed by the simulation. Absent: the
+   * simulation runs them inline (InlineReplicas).
+   */
+  replicas?: RouterReplicas;
+  /** Called after every routing decision of request i (a decision log; the decision is not to be changed; inline replicas only). */
   onDecision?(i: number, d: Decision, now: number): void;
   /** Called after every finished request (ok, failed or refused) with the count so far. */
   onDone?(done: number): void;
