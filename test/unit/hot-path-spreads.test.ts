@@ -41,6 +41,9 @@ const OVERRIDES: Record<string, string[]> = {
   'router/completions.ts': ['model'], // a validated body always has `model`
   'epp/exchange.ts': ['subset', 'chosen'],
   'proxy/disagg.ts': ['weights', 'model', 'trackActiveBlocks', 'prefixAffinity', 'loadBound', 'policy', 'target'],
+  // PickLoads' fields are all required: the eligible subset's and saturation's copies only override them.
+  'scheduler/scheduler.ts': ['of', 'n', 'names'],
+  'scheduler/policies/kv.ts': ['cost'],
 };
 
 function files(rel: string): string[] {
