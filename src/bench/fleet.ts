@@ -85,7 +85,7 @@ const OPTIONS: OptionTable = {
     type: 'string',
     default: '2',
     arg: 'N',
-    help: 'unsynchronised replicas (--routers 2+ without --sync-delay-ms) run in N contiguous shares on worker threads while the main thread steps the engines (0: all on the main thread; the results are identical; docs/fleet-sim.md, "Round nine")',
+    help: 'unsynchronised replicas (--routers 2+ without --sync-delay-ms, with --event-wire bytes) run in N contiguous shares on worker threads while the main thread steps the engines; decision times are then each worker\'s clock (0: all on the main thread; the results are identical; docs/fleet-sim.md, "Round nine")',
   },
   'sync-delay-ms': {
     type: 'string',

@@ -1,7 +1,7 @@
 // Router replicas on worker threads (bench fleet --router-threads) against the same replicas inline:
 // the same records and tallies, including the paths a quick run seldom takes: requests refused after
 // waiting for capacity, an engine's rejection (a prompt larger than its cache) and the run deadline
-// cutting requests booked and queued.
+// cutting requests booked and queued; and on rings small enough to wrap (64 MiB never wraps here).
 import { describe, expect, it } from 'vitest';
 import { ThreadedReplicas } from '../../src/bench/fleet/router-threads.js';
 import { recordReserve, simulateFleet } from '../../src/fleet-sim/simulation.js';
@@ -23,6 +23,9 @@ function fleet() {
   return { ...input, routers: 3, drainTimeoutMs: 1_500, stopwatch: () => performance.now() };
 }
 
+/** A ring small enough to wrap many times in this run (its largest record, request 5's prompt, fits in half). */
+const RING_SMALL = 48 << 10;
+
 const strip = (o: ReturnType<typeof simulateFleet>) => JSON.stringify({ ...o, wallDecisions: null });
 
 describe('fleet simulation: replicas on worker threads', () => {
@@ -38,7 +41,13 @@ describe('fleet simulation: replicas on worker threads', () => {
         'timeout (run deadline)',
       ].sort(),
     );
-    for (const threads of [1, 2]) {
+    // (A small ring, on one worker and on two: the rings wrap, and records land at their end.)
+    for (const [threads, ringBytes] of [
+      [1, undefined],
+      [2, undefined],
+      [1, RING_SMALL],
+      [2, RING_SMALL],
+    ] as const) {
       const input = fleet();
       const replicas = new ThreadedReplicas({
         policy: POLICY,
@@ -51,11 +60,13 @@ describe('fleet simulation: replicas on worker threads', () => {
         timed: true,
         oldSpaceMiB: 1024,
         youngMiB: 48,
+        ...(ringBytes !== undefined ? { ringBytes } : {}),
       });
       try {
         const out = simulateFleet({ ...input, replicas });
         expect(strip(out)).toBe(strip(inline));
         expect(out.wallDecisions.us.length).toBe(inline.wallDecisions.us.length);
+        if (ringBytes !== undefined) expect(replicas.wraps).toBeGreaterThan(4);
       } finally {
         replicas.terminate();
       }

@@ -30,7 +30,7 @@ export const Ctl = {
   tail: 1,
   /** Answers given (decide, close): the main thread waits for the count it expects. */
   answers: 2,
-  /** 1: the worker failed (its message waits on the port); 2: it is ready. */
+  /** 1: the worker failed (its message waits on the port); 0 otherwise. */
   status: 3,
   /** Records the worker has run (progress, for the stall bound). */
   beat: 4,

@@ -34,6 +34,8 @@ export interface RouterThreadsOptions {
   /** Each worker's old space and young generation (MiB). */
   oldSpaceMiB: number;
   youngMiB: number;
+  /** Ring bytes per worker (default 64 MiB; a multiple of 8): a test's small ring wraps often. */
+  ringBytes?: number;
 }
 
 /** One worker and its ring. */
@@ -45,6 +47,8 @@ class Link {
   private tail = 0;
   /** Answers asked for so far. */
   private asked = 0;
+  /** Times this side went back to the ring's start. */
+  wraps = 0;
 
   constructor(
     readonly k: number,
@@ -53,7 +57,7 @@ class Link {
     o: RouterThreadsOptions,
     script: string,
   ) {
-    this.v = new RingViews(new SharedArrayBuffer(RING_OFFSET + RING_BYTES));
+    this.v = new RingViews(new SharedArrayBuffer(RING_OFFSET + (o.ringBytes ?? RING_BYTES)));
     const ch = new MessageChannel();
     this.port = ch.port1;
     const data: RouterWorkerData = {
@@ -89,6 +93,7 @@ class Link {
         // The end is too short: the worker goes back to the start.
         v.i32[tail >> 2] = Op.wrap;
         v.i32[(tail >> 2) + 1] = HEADER;
+        this.wraps++;
         this.publish(0);
         continue;
       }
@@ -182,6 +187,13 @@ export class ThreadedReplicas implements RouterReplicas {
       this.terminate();
       throw e;
     }
+  }
+
+  /** Times the rings went back to their start (all workers). */
+  get wraps(): number {
+    let n = 0;
+    for (const l of this.links) n += l.wraps;
+    return n;
   }
 
   /** Ends every worker (idempotent). */
