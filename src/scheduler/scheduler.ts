@@ -114,6 +114,9 @@ export interface RouteInput {
    * simulator's router). The decision then carries only the chosen one's score in `candidates` when
    * the policy picks over the scorer's columns (PolicySpec.pickScores) and no filter removed a
    * candidate: a thousand candidates are then a thousand column entries, not score objects.
+   * The chosen one is priced a second time after the pick, so `engineLoad` must answer the same
+   * within one decision (the simulator's virtual clock does; the server's staleness check reads the
+   * wall clock, which is why its proxy path keeps 'all').
    */
   scores?: 'all' | 'decision';
 }

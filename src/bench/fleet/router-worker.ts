@@ -4,9 +4,9 @@
 // control block (the main thread waits on it, never on this thread's events).
 import { type MessagePort, workerData } from 'node:worker_threads';
 import type { EngineLoad } from '../../engine-load/load-view.js';
-import { InlineReplicas } from '../../fleet-sim/replicas.js';
-import { variant } from '../cluster/policies.js';
-import { routerPlan } from '../fleet.js';
+import type { InlineReplicas as Replicas } from '../../fleet-sim/replicas.js';
+import type { variant as Variant } from '../cluster/policies.js';
+import type { routerPlan as RouterPlanOf } from '../fleet.js';
 import { Ctl, HEADER, Op, RingViews, STATUS_FAILED } from './replica-ring.js';
 
 export interface RouterWorkerData {
@@ -33,7 +33,14 @@ const d = workerData as RouterWorkerData;
 const v = new RingViews(d.sab);
 const ctl = v.ctl;
 
-function run(): void {
+/** The router's modules, imported inside the try below: a module that fails to load is reported too. */
+interface Modules {
+  InlineReplicas: typeof Replicas;
+  variant: typeof Variant;
+  routerPlan: typeof RouterPlanOf;
+}
+
+function run({ InlineReplicas, variant, routerPlan }: Modules): void {
   const replicas = new InlineReplicas({
     plan: routerPlan(variant(d.policy), d.ids, d.blockSize),
     ids: d.ids,
@@ -142,7 +149,12 @@ function run(): void {
 }
 
 try {
-  run();
+  const [r, p, f] = await Promise.all([
+    import('../../fleet-sim/replicas.js'),
+    import('../cluster/policies.js'),
+    import('../fleet.js'),
+  ]);
+  run({ InlineReplicas: r.InlineReplicas, variant: p.variant, routerPlan: f.routerPlan });
 } catch (e) {
   // One line: the message and where it was thrown.
   const where =
