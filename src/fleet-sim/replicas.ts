@@ -32,6 +32,11 @@ export interface Routed {
   wallMs: number;
 }
 
+/** A Routed to reuse for every answer (an implementation fills it in place). */
+export function blankRouted(): Routed {
+  return { engine: -1, ttftMs: 0, candidates: 0, anyFree: false, holder: -1, holderRank: 0, wallMs: 0 };
+}
+
 /** The R router replicas of a simulation: the calls of the proxy path, the KV events, scrapes and sync. */
 export interface RouterReplicas {
   /** Request i reached replica r: its route fields are built (as the proxy path builds them). */
@@ -92,15 +97,7 @@ export class InlineReplicas implements RouterReplicas {
   /** Each replica's last decision (book follows its decide). */
   private readonly last: (Decision | null)[] = [];
   private readonly engineIndex: Map<string, number>;
-  private readonly routed: Routed = {
-    engine: -1,
-    ttftMs: 0,
-    candidates: 0,
-    anyFree: false,
-    holder: -1,
-    holderRank: 0,
-    wallMs: 0,
-  };
+  private readonly routed: Routed = blankRouted();
   /** Virtual now of the call in progress (each call brings its own). */
   private t = 0;
 

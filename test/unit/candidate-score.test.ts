@@ -8,36 +8,9 @@ import { TieredIndexer } from '../../src/indexer/namespaces.js';
 import { attentionWork, type CostWeights, cost } from '../../src/scheduler/cost.js';
 import { DEFAULT_RATE_PRIOR } from '../../src/scheduler/rates.js';
 import { type CandidateScore, type RouteInput, Scheduler, withCost } from '../../src/scheduler/scheduler.js';
+import { SCORE_FIELDS } from '../helpers/score-fields.js';
 
-const FIELDS = [
-  'instance',
-  'dpRank',
-  'device',
-  'host',
-  'disk',
-  'shared',
-  'newBlocks',
-  'creditedBlocks',
-  'prefillBlocks',
-  'decodeBlocks',
-  'queueMs',
-  'prefillMs',
-  'ttftMs',
-  'interferenceMs',
-  'headDone',
-  'tokensPerS',
-  'indexedBlocks',
-  'hybridPrefix',
-  'distrusted',
-  'adapterLoadMs',
-  'unbookedRequests',
-  'engine',
-  'cost',
-  'load',
-  'busy',
-] as const satisfies ReadonlyArray<keyof CandidateScore>;
-
-const snapshot = (c: CandidateScore) => Object.fromEntries(FIELDS.map((f) => [f, c[f]]));
+const snapshot = (c: CandidateScore) => Object.fromEntries(SCORE_FIELDS.map((f) => [f, c[f]]));
 
 const W: CostWeights = {
   model: 'time',

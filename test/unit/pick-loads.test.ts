@@ -11,6 +11,7 @@ import { policySpec } from '../../src/scheduler/policies/registry.js';
 import type { PolicyContext } from '../../src/scheduler/policies/types.js';
 import { type CandidateScore, type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
 import { PICK_NS, PICK_TIME_WEIGHTS } from '../helpers/scheduling.js';
+import { SCORE_FIELDS } from '../helpers/score-fields.js';
 
 const ns = PICK_NS;
 const candidates = Array.from({ length: 16 }, (_, w) => ({ instance: `w${w >> 1}`, dpRank: w & 1 }));
@@ -80,7 +81,7 @@ function scenario(seed: number): { decisions: number; fast: number } {
     if (d.chosen === null) expect(lone.chosen).toBeNull();
     else {
       expect(lone.chosen).not.toBeNull();
-      for (const key of SCORE_KEYS) expect([key, lone.chosen![key]]).toEqual([key, d.chosen[key]]);
+      for (const key of SCORE_FIELDS) expect([key, lone.chosen![key]]).toEqual([key, d.chosen[key]]);
     }
     if (d.reason !== null) continue;
     // The pick over the same eligible list, reading each candidate's Load, with the same draws.
@@ -113,35 +114,6 @@ function scenario(seed: number): { decisions: number; fast: number } {
   }
   return { decisions, fast };
 }
-
-/** What a decision's chosen score says (its fields and the breakdown it computes when read). */
-const SCORE_KEYS = [
-  'instance',
-  'dpRank',
-  'device',
-  'host',
-  'disk',
-  'shared',
-  'newBlocks',
-  'creditedBlocks',
-  'prefillBlocks',
-  'decodeBlocks',
-  'queueMs',
-  'prefillMs',
-  'ttftMs',
-  'interferenceMs',
-  'headDone',
-  'tokensPerS',
-  'indexedBlocks',
-  'hybridPrefix',
-  'distrusted',
-  'adapterLoadMs',
-  'unbookedRequests',
-  'engine',
-  'cost',
-  'load',
-  'busy',
-] as const satisfies ReadonlyArray<keyof CandidateScore>;
 
 describe("kv's pick over the scorer's load columns", () => {
   it('chooses as the pick reading each candidate load does, with or without a score per candidate', () => {

@@ -9,7 +9,7 @@
 import { receiveMessageOnPort, MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import { builtFile } from '../../common/built-file.js';
 import type { EngineLoad } from '../../engine-load/load-view.js';
-import type { RouterReplicas, Routed } from '../../fleet-sim/replicas.js';
+import { blankRouted, type RouterReplicas, type Routed } from '../../fleet-sim/replicas.js';
 import type { RouterTally } from '../../fleet-sim/types.js';
 import { Ctl, HEADER, Op, RING_OFFSET, RingViews, recordBytes, STATUS_FAILED } from './replica-ring.js';
 import type { RouterWorkerData } from './router-worker.js';
@@ -160,15 +160,7 @@ export class ThreadedReplicas implements RouterReplicas {
   private readonly links: Link[] = [];
   /** Replica r's worker. */
   private readonly linkOf: Link[] = [];
-  private readonly routed: Routed = {
-    engine: -1,
-    ttftMs: 0,
-    candidates: 0,
-    anyFree: false,
-    holder: -1,
-    holderRank: 0,
-    wallMs: 0,
-  };
+  private readonly routed: Routed = blankRouted();
 
   constructor(o: RouterThreadsOptions) {
     const script = builtFile(import.meta.url, 'router-worker.js');
