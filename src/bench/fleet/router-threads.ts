@@ -193,9 +193,10 @@ export class ThreadedReplicas implements RouterReplicas {
     for (const l of this.links) void l.worker.terminate();
   }
 
-  private small(op: number, r: number, i: number, now: number, x = 0): void {
+  /** A call on replica r about request i: its share's replica, i, now and two figures of the call. */
+  private small(op: number, r: number, i: number, now: number, x = 0, y = 0): void {
     const l = this.linkOf[r];
-    const n = recordBytes(4, 0);
+    const n = recordBytes(5, 0);
     const p = l.begin(op, n);
     const f = (p + HEADER) >> 3;
     const f64 = l.v.f64;
@@ -203,6 +204,7 @@ export class ThreadedReplicas implements RouterReplicas {
     f64[f + 1] = i;
     f64[f + 2] = now;
     f64[f + 3] = x;
+    f64[f + 4] = y;
     l.end(p, n);
   }
 
@@ -251,17 +253,7 @@ export class ThreadedReplicas implements RouterReplicas {
   }
 
   finished(r: number, i: number, promptTokens: number, cachedTokens: number | null, now: number): void {
-    const l = this.linkOf[r];
-    const n = recordBytes(5, 0);
-    const p = l.begin(Op.finished, n);
-    const f = (p + HEADER) >> 3;
-    const f64 = l.v.f64;
-    f64[f] = r - l.first;
-    f64[f + 1] = i;
-    f64[f + 2] = now;
-    f64[f + 3] = promptTokens;
-    f64[f + 4] = cachedTokens === null ? -1 : cachedTokens;
-    l.end(p, n);
+    this.small(Op.finished, r, i, now, promptTokens, cachedTokens === null ? -1 : cachedTokens);
   }
 
   abandoned(r: number, i: number, now: number): void {
@@ -307,8 +299,8 @@ export class ThreadedReplicas implements RouterReplicas {
   }
 
   expire(now: number): void {
+    const n = recordBytes(1, 0);
     for (const l of this.links) {
-      const n = recordBytes(1, 0);
       const p = l.begin(Op.expire, n);
       l.v.f64[(p + HEADER) >> 3] = now;
       l.end(p, n);
