@@ -99,12 +99,33 @@ export interface QueueHead {
  * evidence of lateness grows, to none at twice its own time.
  */
 export function headProgressMs(h: QueueHead, rate: PrefillRate): number {
-  const start = h.aheadTokens * rate.msPerToken + h.aheadAttention * rate.msPerAttention;
-  const ran = h.elapsedMs - start;
-  return Math.max(0, Math.min(ran, 2 * headMs(h, rate) - ran));
+  return headProgress(
+    h.elapsedMs,
+    h.aheadTokens,
+    h.aheadAttention,
+    h.prefillTokens,
+    h.attention,
+    rate.msPerToken,
+    rate.msPerAttention,
+  );
 }
 
-/** The queue head's own prefill compute at the rate. */
+/** headProgressMs over plain numbers (a scorer's pass over columns reads the head's fields in place). */
+export function headProgress(
+  elapsedMs: number,
+  aheadTokens: number,
+  aheadAttention: number,
+  prefillTokens: number,
+  attention: number,
+  msPerToken: number,
+  msPerAttention: number,
+): number {
+  const start = aheadTokens * msPerToken + aheadAttention * msPerAttention;
+  const ran = elapsedMs - start;
+  return Math.max(0, Math.min(ran, 2 * (prefillTokens * msPerToken + attention * msPerAttention) - ran));
+}
+
+/** The queue head's own prefill compute at the rate (headProgress' expression). */
 function headMs(h: QueueHead, rate: PrefillRate): number {
   return h.prefillTokens * rate.msPerToken + h.attention * rate.msPerAttention;
 }
@@ -164,15 +185,81 @@ function range(from: number, to: number, w: number, shared: number, sharedW: num
 }
 
 export function creditedBlocks(c: Pick<CostInput, 'device' | 'host' | 'disk' | 'shared'>, m: MediumWeights): number {
-  const host = Math.max(c.host, c.device);
-  const disk = Math.max(c.disk, host);
+  return credit(c.device, c.host, c.disk, c.shared, m);
+}
+
+/** creditedBlocks over plain numbers. */
+export function credit(device: number, host: number, disk: number, shared: number, m: MediumWeights): number {
+  const h = Math.max(host, device);
+  const d = Math.max(disk, h);
   return (
-    c.device +
-    range(c.device, host, m.cpu, c.shared, m.shared) +
-    range(host, disk, m.disk, c.shared, m.shared) +
-    Math.max(0, c.shared - disk) * m.shared
+    device +
+    range(device, h, m.cpu, shared, m.shared) +
+    range(h, d, m.disk, shared, m.shared) +
+    Math.max(0, shared - d) * m.shared
   );
 }
+
+/** Slots of costTerms' `out`: the breakdown's terms beside the cost it returns. */
+export const TERM_QUEUE_MS = 0;
+export const TERM_PREFILL_MS = 1;
+export const TERM_TTFT_MS = 2;
+export const TERM_INTERFERENCE_MS = 3;
+export const TERM_PREFILL_BLOCKS = 4;
+export const TERM_DECODE_BLOCKS = 5;
+export const COST_TERMS = 6;
+
+/**
+ * The cost model's arithmetic over plain numbers (cost() is this over a CostInput; a scorer's pass
+ * over 1,024 candidates' columns calls it without an object per candidate): returns the cost and
+ * writes the other terms into `out` (TERM_*). `credited`: creditedBlocks; `progressMs`: the queue
+ * head's (headProgress; 0 without one).
+ */
+export function costTerms(
+  credited: number,
+  activePrefillTokens: number,
+  activeAttention: number,
+  activeBlocks: number,
+  decodingRequests: number,
+  decodingContext: number,
+  progressMs: number,
+  newBlocks: number,
+  isl: number,
+  blockSize: number,
+  w: CostWeights,
+  msPerToken: number,
+  overheadMs: number,
+  msPerDecoding: number,
+  msPerAttention: number,
+  msPerDecodingContext: number,
+  out: Float64Array,
+): number {
+  const uncached = Math.max(isl - credited * blockSize, 0);
+  const prefillBlocks = (activePrefillTokens + uncached) / blockSize;
+  const decodeBlocks = w.trackActiveBlocks ? activeBlocks + newBlocks : 0;
+  const queueMs =
+    Math.max(0, activePrefillTokens * msPerToken + activeAttention * msPerAttention - progressMs) +
+    decodingRequests * msPerDecoding +
+    decodingContext * msPerDecodingContext;
+  const ownMs = uncached * msPerToken + attentionWork(uncached, isl - uncached) * msPerAttention;
+  const prefillMs = overheadMs + ownMs;
+  const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * decodingRequests * prefillMs : 0;
+  const ttftMs = queueMs + prefillMs;
+  const decodeMs = w.trackActiveBlocks && w.decodeBlockMs ? w.decodeBlockMs * (activeBlocks + newBlocks) : 0;
+  const recomputeMs = (w.recomputeWeight ?? 0) * ownMs;
+  out[TERM_QUEUE_MS] = queueMs;
+  out[TERM_PREFILL_MS] = prefillMs;
+  out[TERM_TTFT_MS] = ttftMs;
+  out[TERM_INTERFERENCE_MS] = interferenceMs;
+  out[TERM_PREFILL_BLOCKS] = prefillBlocks;
+  out[TERM_DECODE_BLOCKS] = decodeBlocks;
+  return w.model === 'time'
+    ? ttftMs + interferenceMs + decodeMs + recomputeMs
+    : w.overlapWeight * prefillBlocks + decodeBlocks;
+}
+
+/** cost()'s terms (read right after each call: one for every call). */
+const termsOut = new Float64Array(COST_TERMS);
 
 /**
  * `into`: written and returned instead of a new breakdown (a scorer pricing 1,024 candidates reads
@@ -187,24 +274,33 @@ export function cost(
   into?: CostBreakdown,
 ): CostBreakdown {
   const credited = creditedBlocks(c, w.medium);
-  const uncached = Math.max(isl - credited * blockSize, 0);
-  const prefillBlocks = (c.activePrefillTokens + uncached) / blockSize;
-  const decodeBlocks = w.trackActiveBlocks ? c.activeBlocks + c.newBlocks : 0;
   const progressMs = c.head ? headProgressMs(c.head, rate) : 0;
-  const queueMs =
-    Math.max(0, c.activePrefillTokens * rate.msPerToken + (c.activeAttention ?? 0) * rate.msPerAttention - progressMs) +
-    c.decodingRequests * rate.msPerDecoding +
-    (c.decodingContext ?? 0) * rate.msPerDecodingContext;
-  const ownMs = uncached * rate.msPerToken + attentionWork(uncached, isl - uncached) * rate.msPerAttention;
-  const prefillMs = rate.overheadMs + ownMs;
-  const interferenceMs = w.trackActiveBlocks ? w.decodeInterference * c.decodingRequests * prefillMs : 0;
-  const ttftMs = queueMs + prefillMs;
-  const decodeMs = w.trackActiveBlocks && w.decodeBlockMs ? w.decodeBlockMs * (c.activeBlocks + c.newBlocks) : 0;
-  const recomputeMs = (w.recomputeWeight ?? 0) * ownMs;
-  const value =
-    w.model === 'time'
-      ? ttftMs + interferenceMs + decodeMs + recomputeMs
-      : w.overlapWeight * prefillBlocks + decodeBlocks;
+  const t = termsOut;
+  const value = costTerms(
+    credited,
+    c.activePrefillTokens,
+    c.activeAttention ?? 0,
+    c.activeBlocks,
+    c.decodingRequests,
+    c.decodingContext ?? 0,
+    progressMs,
+    c.newBlocks,
+    isl,
+    blockSize,
+    w,
+    rate.msPerToken,
+    rate.overheadMs,
+    rate.msPerDecoding,
+    rate.msPerAttention,
+    rate.msPerDecodingContext,
+    t,
+  );
+  const prefillBlocks = t[TERM_PREFILL_BLOCKS];
+  const decodeBlocks = t[TERM_DECODE_BLOCKS];
+  const queueMs = t[TERM_QUEUE_MS];
+  const prefillMs = t[TERM_PREFILL_MS];
+  const ttftMs = t[TERM_TTFT_MS];
+  const interferenceMs = t[TERM_INTERFERENCE_MS];
   const headDone = progressMs > 0 ? progressMs / headMs(c.head!, rate) : 0;
   if (!into)
     return {

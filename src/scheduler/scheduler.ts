@@ -9,13 +9,19 @@ import type { TieredIndexer } from '../indexer/namespaces.js';
 import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
 import {
   attentionWork,
+  COST_TERMS,
   type CostBreakdown,
   type CostInput,
   type CostModel,
   type CostWeights,
   cost,
+  costTerms,
+  credit,
+  headProgress,
   type PrefillRate,
   type QueueHead,
+  TERM_PREFILL_MS,
+  TERM_QUEUE_MS,
 } from './cost.js';
 import { type Filtered, filterCandidates } from './filters.js';
 import { type PolicyName, policySpec, readsIndex } from './policies/registry.js';
@@ -541,15 +547,8 @@ export class Scheduler {
   /** State of the policies that remember across requests (peers' approximate indexes), per pool. */
   private readonly policyStates = new PolicyStates();
   private readonly hooks: SchedulerHooks[] = [];
-  /** scoreCandidate's cost input and breakdown, filled and read for one candidate at a time (never kept). */
-  private readonly costIn = blankCostInput();
-  private readonly rateIn: PrefillRate = {
-    msPerToken: 0,
-    overheadMs: 0,
-    msPerDecoding: 0,
-    msPerAttention: 0,
-    msPerDecodingContext: 0,
-  };
+  /** price()'s cost terms of the candidate it priced last (costTerms' `out`, read right after each call). */
+  private readonly termsOut = new Float64Array(COST_TERMS);
   /**
    * The last scored list's in-flight requests and queued prefill per candidate position (the load's),
    * then compacted to the eligible candidates' for the pick (PickLoads; read within decide only).
@@ -593,24 +592,6 @@ export class Scheduler {
   private namesFor = -1;
   private listNames = new Uint32Array(0);
   private pickNames = new Uint32Array(0);
-  private readonly headIn: QueueHead = {
-    elapsedMs: 0,
-    aheadTokens: 0,
-    aheadAttention: 0,
-    prefillTokens: 0,
-    attention: 0,
-  };
-  private readonly costOut: CostBreakdown = {
-    creditedBlocks: 0,
-    prefillBlocks: 0,
-    decodeBlocks: 0,
-    queueMs: 0,
-    prefillMs: 0,
-    ttftMs: 0,
-    interferenceMs: 0,
-    headDone: 0,
-    cost: 0,
-  };
 
   addHooks(h: SchedulerHooks): void {
     this.hooks.push(h);
@@ -728,119 +709,137 @@ export class Scheduler {
   }
 
   /**
-   * One candidate's score terms, into the columns at k (what the pick reads: PickLoads) and the
-   * scratch fields scoreCandidate makes its score of. Plain object literals, no spreads: this runs
-   * for every candidate of every request.
+   * Candidates [from, to)'s score terms, into the columns at their positions (what the pick reads:
+   * PickLoads), and the last one's into the scratch fields scoreCandidate makes its score of. One
+   * pass over typed columns (loads by worker id, rates by fit id, the index's overlaps): the cost
+   * model's arithmetic over plain numbers (costTerms), no object or call with object arguments per
+   * candidate, for the 1,024 candidates of every request.
    */
-  private price(x: ScoreContext, k: number): void {
-    const { input, overlap, shared, seq, weights } = x;
-    const id = x.ids === null ? -1 : x.ids[k];
+  private price(x: ScoreContext, from: number, to: number): void {
+    const { input, overlap, shared, seq, weights, ids, held, allocations, unclamped, fitIds, poolRate, isl } = x;
     const cols = this.active.columns;
-    // The load's terms from the columns (an idle worker's are 0, as IDLE_LOAD's); its Load object is
-    // only kept (by the score), not read here.
-    const requests = id < 0 ? 0 : cols.requests[id];
-    const prefill = id < 0 ? 0 : cols.prefillTokens[id];
-    const blocks = id < 0 ? 0 : cols.blocks[id];
-    // (What the pick reads of the load, by position: PickLoads.)
-    this.pickRequests[k] = requests;
-    this.pickPrefill[k] = prefill;
-    const distrusted = !x.peer && this.distrusted.size > 0 && this.distrusted.has(input.candidates[k].instance);
-    const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
-    let device = distrusted || !overlap ? 0 : overlap.device[k];
-    let host = distrusted || !overlap ? 0 : overlap.host[k];
-    let disk = distrusted || !overlap ? 0 : overlap.disk[k];
-    if (device > 0 && x.allocations && x.allocations[k] > 0) {
-      const indexed = device;
-      device = overlap!.surviving[k];
-      // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
-      // a lower tier extends the prefix (where an offloading engine puts what leaves the GPU).
-      if (host === indexed) host = device;
-      if (disk === indexed) disk = device;
-    }
-    // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-    const newBlocks = seq.length === 0 ? 0 : id < 0 || requests === 0 || !x.held ? seq.length : seq.length - x.held[k];
-    // The worker's rate (the object the score keeps) and its terms from the rate columns (what cost reads).
-    const fit = x.fitIds[k];
-    const rate = this.rates.rateById(fit, x.poolRate);
-    const priced = rate === x.poolRate ? rate : this.rates.columns.read(fit, this.rateIn);
-    let seen: EngineLoad | null = null;
-    let extra = NO_EXTRA;
-    if (input.engineLoad) {
-      const c = input.candidates[k];
-      seen = input.engineLoad(c.instance, c.dpRank) ?? null;
-      if (seen && input.engineWeights && !x.peer)
-        extra = this.unbookedLoad(seen, requests, input.engineWeights, this.extraIn);
-    }
-    const adapterLoadMs =
-      input.adapter && input.adapterLoadMs
-        ? this.adapterPenalty(input.candidates[k], input.adapter, input.adapterLoadMs, input.adapterWarmMs ?? 0, x.now)
-        : 0;
-    const creditedShared = distrusted ? 0 : shared;
-    // The queue head's fields from the columns (queueHeadOf's, read in place: no object per candidate).
-    const head = prefill > 0 ? cols.heads[id] : undefined;
-    let queued: QueueHead | null = null;
-    if (head !== undefined) {
-      queued = this.headIn;
-      queued.elapsedMs = x.now - cols.headCreatedAt[id];
-      queued.aheadTokens = cols.headAheadTokens[id];
-      queued.aheadAttention = cols.headAheadAttention[id];
-      queued.prefillTokens = cols.headPrefillTokens[id];
-      queued.attention = cols.headAttention[id];
-    }
-    // The input and the breakdown are read here and nowhere else: one of each for every candidate.
-    const b = cost(
-      costInput(
-        this.costIn,
-        device,
-        host,
-        disk,
-        creditedShared,
-        prefill,
-        id < 0 ? 0 : cols.attention[id],
-        blocks,
-        id < 0 ? 0 : cols.decoding[id],
-        id < 0 ? 0 : cols.decodingContext[id],
-        extra,
-        queued,
-        newBlocks,
-      ),
-      x.isl,
-      input.ns.blockSize,
-      weights,
-      priced,
-      this.costOut,
-    );
+    const { requests: requestsCol, prefillTokens: prefillCol, blocks: blocksCol, heads } = cols;
+    const rateCols = this.rates.columns;
+    const candidates = input.candidates;
+    const blockSize = input.ns.blockSize;
+    const medium = weights.medium;
+    const timeModel = weights.model === 'time';
     const busy = input.busy;
-    const hybrid = x.unclamped !== null && !distrusted && x.unclamped[k] > overlap!.device[k] ? x.unclamped[k] : 0;
-    // Only the time model's costs are milliseconds: the penalties join them there.
-    const value = weights.model === 'time' ? b.cost + adapterLoadMs + extra.kvPenaltyMs : b.cost;
-    const isBusy = busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false;
-    this.pickCost[k] = value;
-    this.pickCredited[k] = b.creditedBlocks;
-    this.pickPrefillMs[k] = b.prefillMs;
-    this.pickQueueMs[k] = b.queueMs;
-    this.pickHybrid[k] = hybrid;
-    this.pickBusy[k] = isBusy ? 1 : 0;
-    if (isBusy) this.busySeen = true;
-    const t = this.terms;
-    t.id = id;
-    t.device = device;
-    t.host = host;
-    t.disk = disk;
-    t.shared = creditedShared;
-    t.newBlocks = newBlocks;
-    t.indexedBlocks = indexedBlocks;
-    t.distrusted = distrusted;
-    t.adapterLoadMs = adapterLoadMs;
-    t.seen = seen;
-    t.extra = extra;
-    t.head = head ?? null;
-    t.rate = rate;
+    const trust = !x.peer && this.distrusted.size > 0;
+    const engineLoad = input.engineLoad;
+    const penalised = input.adapter && input.adapterLoadMs;
+    const out = this.termsOut;
+    const hops = seq.length;
+    for (let k = from; k < to; k++) {
+      const id = ids === null ? -1 : ids[k];
+      // The load's terms from the columns (an idle worker's are 0, as IDLE_LOAD's); its Load object is
+      // only kept (by the score), not read here.
+      const requests = id < 0 ? 0 : requestsCol[id];
+      const prefill = id < 0 ? 0 : prefillCol[id];
+      const blocks = id < 0 ? 0 : blocksCol[id];
+      // (What the pick reads of the load, by position: PickLoads.)
+      this.pickRequests[k] = requests;
+      this.pickPrefill[k] = prefill;
+      const distrusted = trust && this.distrusted.has(candidates[k].instance);
+      const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
+      let device = distrusted || !overlap ? 0 : overlap.device[k];
+      let host = distrusted || !overlap ? 0 : overlap.host[k];
+      let disk = distrusted || !overlap ? 0 : overlap.disk[k];
+      if (device > 0 && allocations && allocations[k] > 0) {
+        const indexed = device;
+        device = overlap!.surviving[k];
+        // Tiers are cumulative: blocks evicted from GPU are on no other tier unless the index says
+        // a lower tier extends the prefix (where an offloading engine puts what leaves the GPU).
+        if (host === indexed) host = device;
+        if (disk === indexed) disk = device;
+      }
+      // A worker without requests in flight holds no blocks for them (and has no entry to look up).
+      const newBlocks = hops === 0 ? 0 : id < 0 || requests === 0 || !held ? hops : hops - held[k];
+      // The worker's rate (the object the score keeps) and its terms: the pool's, or its fit's columns.
+      const fit = fitIds[k];
+      const rate = this.rates.rateById(fit, poolRate);
+      const pooled = rate === poolRate;
+      const msPerToken = pooled ? rate.msPerToken : rateCols.msPerToken[fit];
+      const msPerAttention = pooled ? rate.msPerAttention : rateCols.msPerAttention[fit];
+      let seen: EngineLoad | null = null;
+      let extra = NO_EXTRA;
+      if (engineLoad) {
+        const c = candidates[k];
+        seen = engineLoad(c.instance, c.dpRank) ?? null;
+        if (seen && input.engineWeights && !x.peer)
+          extra = this.unbookedLoad(seen, requests, input.engineWeights, this.extraIn);
+      }
+      const adapterLoadMs = penalised
+        ? this.adapterPenalty(candidates[k], input.adapter!, input.adapterLoadMs!, input.adapterWarmMs ?? 0, x.now)
+        : 0;
+      const creditedShared = distrusted ? 0 : shared;
+      // The queue head's fields from the columns (queueHeadOf's, read in place).
+      const head = prefill > 0 ? heads[id] : undefined;
+      const progressMs =
+        head === undefined
+          ? 0
+          : headProgress(
+              x.now - cols.headCreatedAt[id],
+              cols.headAheadTokens[id],
+              cols.headAheadAttention[id],
+              cols.headPrefillTokens[id],
+              cols.headAttention[id],
+              msPerToken,
+              msPerAttention,
+            );
+      // (costInput's sums: the load's terms plus the engine's unbooked load.)
+      const credited = credit(device, host, disk, creditedShared, medium);
+      const priced = costTerms(
+        credited,
+        prefill + extra.prefill,
+        (id < 0 ? 0 : cols.attention[id]) + extra.attention,
+        blocks,
+        (id < 0 ? 0 : cols.decoding[id]) + extra.decoding,
+        id < 0 ? 0 : cols.decodingContext[id],
+        progressMs,
+        newBlocks,
+        isl,
+        blockSize,
+        weights,
+        msPerToken,
+        pooled ? rate.overheadMs : rateCols.overheadMs[fit],
+        pooled ? rate.msPerDecoding : rateCols.msPerDecoding[fit],
+        msPerAttention,
+        pooled ? rate.msPerDecodingContext : rateCols.msPerDecodingContext[fit],
+        out,
+      );
+      const hybrid = unclamped !== null && !distrusted && unclamped[k] > overlap!.device[k] ? unclamped[k] : 0;
+      // Only the time model's costs are milliseconds: the penalties join them there.
+      const value = timeModel ? priced + adapterLoadMs + extra.kvPenaltyMs : priced;
+      const isBusy = busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false;
+      this.pickCost[k] = value;
+      this.pickCredited[k] = credited;
+      this.pickPrefillMs[k] = out[TERM_PREFILL_MS];
+      this.pickQueueMs[k] = out[TERM_QUEUE_MS];
+      this.pickHybrid[k] = hybrid;
+      this.pickBusy[k] = isBusy ? 1 : 0;
+      if (isBusy) this.busySeen = true;
+      if (k !== to - 1) continue;
+      const t = this.terms;
+      t.id = id;
+      t.device = device;
+      t.host = host;
+      t.disk = disk;
+      t.shared = creditedShared;
+      t.newBlocks = newBlocks;
+      t.indexedBlocks = indexedBlocks;
+      t.distrusted = distrusted;
+      t.adapterLoadMs = adapterLoadMs;
+      t.seen = seen;
+      t.extra = extra;
+      t.head = head ?? null;
+      t.rate = rate;
+    }
   }
 
   /** One candidate's score (price's terms as an object: what a decision carries). */
   private scoreCandidate(x: ScoreContext, k: number): CandidateScore {
-    this.price(x, k);
+    this.price(x, k, k + 1);
     const c = x.input.candidates[k];
     const t = this.terms;
     // (price() leaves the unbooked load in scratch: the score keeps a copy.)
@@ -940,7 +939,7 @@ export class Scheduler {
     // (A busy candidate, for a policy that filters them: every score is made after all, as below.)
     if (fast) {
       this.busySeen = false;
-      for (let k = 0; k < n; k++) this.price(x, k);
+      this.price(x, 0, n);
     }
     if (fast && !(spec.busyFilter && this.busySeen)) {
       const ctx = this.pickContext(input, spec, x, now);
