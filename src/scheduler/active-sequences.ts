@@ -129,6 +129,11 @@ export class HeldPrefixes {
     return this.booked.heldPrefixesOf(candidates);
   }
 
+  /** Worker `id`'s (ActiveSequences.idsOf; 0 for -1): a scorer asks only for the workers with requests in flight. */
+  ofId(id: number): number {
+    return this.booked.heldPrefix(id);
+  }
+
   /** The same for workers by id (ActiveSequences.idsOf), in order. */
   ofIds(ids: Int32Array, into?: Int32Array): Int32Array {
     return this.booked.heldPrefixesOfIds(ids, into);

@@ -6,7 +6,7 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { CandidateOverlaps } from '../indexer/block-index.js';
 import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
-import { ActiveSequences, type Booking, IDLE_LOAD, type Load } from './active-sequences.js';
+import { ActiveSequences, type Booking, type HeldPrefixes, IDLE_LOAD, type Load } from './active-sequences.js';
 import {
   attentionWork,
   COST_TERMS,
@@ -486,8 +486,8 @@ interface ScoreContext {
   unclamped: Int32Array | null;
   shared: number;
   poolRate: PrefillRate;
-  /** Each candidate's prefix of the prompt its in-flight requests hold, in order (null: nothing in flight). */
-  held: Int32Array | null;
+  /** The prompt's prefixes the workers' in-flight requests hold, by worker id (null: nothing in flight). */
+  held: HeldPrefixes | null;
   pricing: Pricing;
 }
 
@@ -564,8 +564,6 @@ export class Scheduler {
   private pickBusy = new Uint8Array(0);
   /** The index's answer for the candidates of the decision being made (overlapsFor's `into`: device, host, disk, surviving). */
   private overlapCols = new Int32Array(0);
-  /** Each candidate's prefix held in flight, for the decision being made (HeldPrefixes.ofIds' `into`). */
-  private heldCols = new Int32Array(0);
   /** Whether price() found a candidate busy since this was last cleared. */
   private busySeen = false;
   /** price()'s unbooked load of the candidate it priced last (read within price, copied by its score). */
@@ -644,7 +642,6 @@ export class Scheduler {
     // (Into the scheduler's buffer: the overlaps are read within this decision only.)
     const n = input.candidates.length;
     if (readIndex && this.overlapCols.length < 4 * n) this.overlapCols = new Int32Array(4 * n);
-    if (this.heldCols.length < n) this.heldCols = new Int32Array(n);
     const overlap = readIndex ? ns!.index.overlapsFor(seq, now, input.candidates, allocations, this.overlapCols) : null;
     // Hybrid instances: a hit ends where every sliding-window / Mamba group accepts it (the engine
     // reuses at most the prompt less its last token). Nothing to do for single-group fleets.
@@ -669,9 +666,9 @@ export class Scheduler {
       shared: overlap?.shared ?? 0,
       // The pool's rate once per request; each candidate's own fit shrinks toward it.
       poolRate: this.rates.poolRate(input.ratePrior ?? DEFAULT_RATE_PRIOR, input.ns.model),
-      // One pass over the prompt for every candidate's in-flight blocks, not a lookup per candidate.
-      held:
-        ids !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)).ofIds(ids, this.heldCols) : null,
+      // One pass over the prompt for every worker's in-flight blocks, not a lookup per candidate
+      // (price() asks for the held prefixes of the workers with requests in flight alone).
+      held: ids !== null && seq.length > 0 ? this.active.heldPrefixes(seq, hashView(seq)) : null,
       pricing: { isl, blockSize: bs, weights, now },
     };
     if (this.pickRequests.length < n) {
@@ -754,7 +751,7 @@ export class Scheduler {
         if (disk === indexed) disk = device;
       }
       // A worker without requests in flight holds no blocks for them (and has no entry to look up).
-      const newBlocks = hops === 0 ? 0 : id < 0 || requests === 0 || !held ? hops : hops - held[k];
+      const newBlocks = hops === 0 ? 0 : id < 0 || requests === 0 || !held ? hops : hops - held.ofId(id);
       // The worker's rate (the object the score keeps) and its terms: the pool's, or its fit's columns.
       const fit = fitIds[k];
       const rate = this.rates.rateById(fit, poolRate);
