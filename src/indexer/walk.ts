@@ -51,13 +51,6 @@ const B = 4;
 const B_STAMP = 0;
 const B_HEAD = 1;
 const B_MIX = 2;
-// Per-holder row of the seeds kept for eviction judgements (qKeepFirst; see IndexWalk.qh).
-const QH = 8;
-const QH_FIRST = 0;
-const QH_FIRST_Q = 1;
-const QH_SEED_Q = 2;
-const QH_SEED_K = 3;
-const QH_SEED_END = 4;
 
 export interface CandidateOverlap {
   instance: string;
@@ -109,13 +102,16 @@ export abstract class IndexWalk extends IndexWrites {
   protected qLive = 0;
   protected qTrackedN = 0;
   /**
-   * Kept when qKeepFirst, for eviction judgements, a row of QH per holder: its record of block 0 in
-   * query QH_FIRST_Q; the last seed (QH_SEED_K-th of query QH_SEED_Q) that found it and where that
-   * seed predicted it stops (QH_SEED_END). Between seeds every prediction held, so a holder holds
-   * nothing from that stop, or from the next seed that did not find it, to the end of the walk. (One
-   * row: a seed writes one cache line per holder, not five.)
+   * Kept when qKeepFirst, for eviction judgements: the holder's record of block 0 in query qhFirstQ;
+   * the last seed (qhSeedK-th of query qhSeedQ) that found it and where that seed predicted it stops.
+   * Between seeds every prediction held, so a holder holds nothing from that stop, or from the next
+   * seed that did not find it, to the end of the walk.
    */
-  protected qh = new Int32Array(16 * QH);
+  protected qhFirst = new Int32Array(16);
+  protected qhFirstQ = new Int32Array(16);
+  protected qhSeedQ = new Int32Array(16);
+  protected qhSeedK = new Int32Array(16);
+  protected qhSeedEnd = new Int32Array(16);
   protected qSeedDepth = new Int32Array(16);
   protected qKeepFirst = false;
   protected qSeeds = 0;
@@ -210,7 +206,7 @@ export abstract class IndexWalk extends IndexWrites {
           sv,
           device[j],
           allocations[j],
-          this.qh[h * QH + QH_FIRST_Q] === qid ? this.qh[h * QH + QH_FIRST] : NONE,
+          this.qhFirstQ[h] === qid ? this.qhFirst[h] : NONE,
           this.heldUntil(h, qid, seq.length),
         );
       }
@@ -220,10 +216,9 @@ export abstract class IndexWalk extends IndexWrites {
 
   /** After a walk that kept seeds (qKeepFirst): the holder holds no block of the prompt from here to the walk's end. */
   protected heldUntil(h: number, qid: number, n: number): number {
-    const o = h * QH;
-    if (this.qh[o + QH_SEED_Q] !== qid) return n;
-    const k = this.qh[o + QH_SEED_K];
-    const end = this.qh[o + QH_SEED_END];
+    if (this.qhSeedQ[h] !== qid) return n;
+    const k = this.qhSeedK[h];
+    const end = this.qhSeedEnd[h];
     return k === this.qSeeds - 1 ? end : Math.min(end, this.qSeedDepth[k + 1]);
   }
 
@@ -237,7 +232,8 @@ export abstract class IndexWalk extends IndexWrites {
       this.queryId = 1;
       this.qc.fill(0);
       this.wantIds = null;
-      this.qh.fill(0);
+      this.qhFirstQ.fill(0);
+      this.qhSeedQ.fill(0);
     }
     return this.queryId;
   }
@@ -251,10 +247,14 @@ export abstract class IndexWalk extends IndexWrites {
       this.qAlive = grow(this.qAlive, n);
       this.qTracked = grow(this.qTracked, n);
     }
-    if (this.qh.length < this.holders.length * QH) {
-      let n = this.qh.length / QH;
+    if (this.qhFirst.length < this.holders.length) {
+      let n = this.qhFirst.length;
       while (n < this.holders.length) n *= 2;
-      this.qh = grow(this.qh, n * QH);
+      this.qhFirst = grow(this.qhFirst, n);
+      this.qhFirstQ = grow(this.qhFirstQ, n);
+      this.qhSeedQ = grow(this.qhSeedQ, n);
+      this.qhSeedK = grow(this.qhSeedK, n);
+      this.qhSeedEnd = grow(this.qhSeedEnd, n);
     }
   }
 
@@ -400,7 +400,7 @@ export abstract class IndexWalk extends IndexWrites {
       if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
       this.qSeedDepth[seedK] = i;
     }
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qh } = this;
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0 } = this;
     const qb = this.qb;
     // The block's records as rows [record, holder, run, position], in list order: a hot block's
     // contiguous copy, or the list read once into scratch (and kept as a copy when the block has many).
@@ -483,14 +483,13 @@ export abstract class IndexWalk extends IndexWrites {
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
       const end = i + Math.max(1, runLen[run] - pos);
       if (keep) {
-        const o = h * QH;
         if (i === 0) {
-          qh[o + QH_FIRST] = r;
-          qh[o + QH_FIRST_Q] = qid;
+          this.qhFirst[h] = r;
+          this.qhFirstQ[h] = qid;
         }
-        qh[o + QH_SEED_Q] = qid;
-        qh[o + QH_SEED_K] = seedK;
-        qh[o + QH_SEED_END] = end;
+        this.qhSeedQ[h] = qid;
+        this.qhSeedK[h] = seedK;
+        this.qhSeedEnd[h] = end;
       }
       if (end < n) {
         const mix = spec ? recordMix(h, exp) : hMix0[h];
