@@ -715,7 +715,16 @@ export class Scheduler {
   private price(x: ScoreContext, from: number, to: number): void {
     const { input, overlap, shared, seq, weights, ids, held, allocations, unclamped, fitIds, poolRate, isl } = x;
     const cols = this.active.columns;
+    // (Every column read into a local: nothing the loop calls reallocates them. The rate columns grow
+    // when a fit is priced, inside rateById: read through their object.)
     const { requests: requestsCol, prefillTokens: prefillCol, blocks: blocksCol, heads } = cols;
+    const { attention: attentionCol, decoding: decodingCol, decodingContext: contextCol } = cols;
+    const { headCreatedAt, headAheadTokens, headAheadAttention, headPrefillTokens, headAttention } = cols;
+    const { pickRequests, pickPrefill, pickCost, pickCredited, pickPrefillMs, pickQueueMs, pickHybrid, pickBusy } =
+      this;
+    const deviceCol = overlap ? overlap.device : null;
+    const hostCol = overlap ? overlap.host : null;
+    const diskCol = overlap ? overlap.disk : null;
     const rateCols = this.rates.columns;
     const candidates = input.candidates;
     const blockSize = input.ns.blockSize;
@@ -735,13 +744,13 @@ export class Scheduler {
       const prefill = id < 0 ? 0 : prefillCol[id];
       const blocks = id < 0 ? 0 : blocksCol[id];
       // (What the pick reads of the load, by position: PickLoads.)
-      this.pickRequests[k] = requests;
-      this.pickPrefill[k] = prefill;
+      pickRequests[k] = requests;
+      pickPrefill[k] = prefill;
       const distrusted = trust && this.distrusted.has(candidates[k].instance);
-      const indexedBlocks = Math.max(overlap ? overlap.disk[k] : 0, shared);
-      let device = distrusted || !overlap ? 0 : overlap.device[k];
-      let host = distrusted || !overlap ? 0 : overlap.host[k];
-      let disk = distrusted || !overlap ? 0 : overlap.disk[k];
+      const indexedBlocks = Math.max(diskCol !== null ? diskCol[k] : 0, shared);
+      let device = distrusted || deviceCol === null ? 0 : deviceCol[k];
+      let host = distrusted || hostCol === null ? 0 : hostCol[k];
+      let disk = distrusted || diskCol === null ? 0 : diskCol[k];
       if (device > 0 && allocations && allocations[k] > 0) {
         const indexed = device;
         device = overlap!.surviving[k];
@@ -776,11 +785,11 @@ export class Scheduler {
         head === undefined
           ? 0
           : headProgress(
-              x.now - cols.headCreatedAt[id],
-              cols.headAheadTokens[id],
-              cols.headAheadAttention[id],
-              cols.headPrefillTokens[id],
-              cols.headAttention[id],
+              x.now - headCreatedAt[id],
+              headAheadTokens[id],
+              headAheadAttention[id],
+              headPrefillTokens[id],
+              headAttention[id],
               msPerToken,
               msPerAttention,
             );
@@ -789,10 +798,10 @@ export class Scheduler {
       const priced = costTerms(
         credited,
         prefill + extra.prefill,
-        (id < 0 ? 0 : cols.attention[id]) + extra.attention,
+        (id < 0 ? 0 : attentionCol[id]) + extra.attention,
         blocks,
-        (id < 0 ? 0 : cols.decoding[id]) + extra.decoding,
-        id < 0 ? 0 : cols.decodingContext[id],
+        (id < 0 ? 0 : decodingCol[id]) + extra.decoding,
+        id < 0 ? 0 : contextCol[id],
         progressMs,
         newBlocks,
         isl,
@@ -805,16 +814,16 @@ export class Scheduler {
         pooled ? rate.msPerDecodingContext : rateCols.msPerDecodingContext[fit],
         out,
       );
-      const hybrid = unclamped !== null && !distrusted && unclamped[k] > overlap!.device[k] ? unclamped[k] : 0;
+      const hybrid = unclamped !== null && !distrusted && unclamped[k] > deviceCol![k] ? unclamped[k] : 0;
       // Only the time model's costs are milliseconds: the penalties join them there.
       const value = timeModel ? priced + adapterLoadMs + extra.kvPenaltyMs : priced;
       const isBusy = busy ? prefill > busy.maxActivePrefillTokens || blocks > busy.maxActiveBlocks : false;
-      this.pickCost[k] = value;
-      this.pickCredited[k] = credited;
-      this.pickPrefillMs[k] = out[TERM_PREFILL_MS];
-      this.pickQueueMs[k] = out[TERM_QUEUE_MS];
-      this.pickHybrid[k] = hybrid;
-      this.pickBusy[k] = isBusy ? 1 : 0;
+      pickCost[k] = value;
+      pickCredited[k] = credited;
+      pickPrefillMs[k] = out[TERM_PREFILL_MS];
+      pickQueueMs[k] = out[TERM_QUEUE_MS];
+      pickHybrid[k] = hybrid;
+      pickBusy[k] = isBusy ? 1 : 0;
       if (isBusy) this.busySeen = true;
       if (k !== to - 1) continue;
       const t = this.terms;
