@@ -122,12 +122,16 @@ export function headProgress(
 ): number {
   const start = aheadTokens * msPerToken + aheadAttention * msPerAttention;
   const ran = elapsedMs - start;
-  return Math.max(0, Math.min(ran, 2 * (prefillTokens * msPerToken + attention * msPerAttention) - ran));
+  return Math.max(0, Math.min(ran, 2 * headOwnMs(prefillTokens, attention, msPerToken, msPerAttention) - ran));
 }
 
-/** The queue head's own prefill compute at the rate (headProgress' expression). */
+/** The queue head's own prefill compute at the rate. */
 function headMs(h: QueueHead, rate: PrefillRate): number {
-  return h.prefillTokens * rate.msPerToken + h.attention * rate.msPerAttention;
+  return headOwnMs(h.prefillTokens, h.attention, rate.msPerToken, rate.msPerAttention);
+}
+
+function headOwnMs(prefillTokens: number, attention: number, msPerToken: number, msPerAttention: number): number {
+  return prefillTokens * msPerToken + attention * msPerAttention;
 }
 
 /**
