@@ -265,18 +265,8 @@ export function costTerms(
 /** cost()'s terms (read right after each call: one for every call). */
 const termsOut = new Float64Array(COST_TERMS);
 
-/**
- * `into`: written and returned instead of a new breakdown (a scorer pricing 1,024 candidates reads
- * each breakdown once, right away: one object for all of them, no allocation per candidate).
- */
-export function cost(
-  c: CostInput,
-  isl: number,
-  blockSize: number,
-  w: CostWeights,
-  rate: PrefillRate,
-  into?: CostBreakdown,
-): CostBreakdown {
+/** The cost model over a CostInput (costTerms' arithmetic, with the whole breakdown). */
+export function cost(c: CostInput, isl: number, blockSize: number, w: CostWeights, rate: PrefillRate): CostBreakdown {
   const credited = creditedBlocks(c, w.medium);
   const progressMs = c.head ? headProgressMs(c.head, rate) : 0;
   const t = termsOut;
@@ -306,28 +296,17 @@ export function cost(
   const ttftMs = t[TERM_TTFT_MS];
   const interferenceMs = t[TERM_INTERFERENCE_MS];
   const headDone = progressMs > 0 ? progressMs / headMs(c.head!, rate) : 0;
-  if (!into)
-    return {
-      creditedBlocks: credited,
-      prefillBlocks,
-      decodeBlocks,
-      queueMs,
-      prefillMs,
-      ttftMs,
-      interferenceMs,
-      headDone,
-      cost: value,
-    };
-  into.creditedBlocks = credited;
-  into.prefillBlocks = prefillBlocks;
-  into.decodeBlocks = decodeBlocks;
-  into.queueMs = queueMs;
-  into.prefillMs = prefillMs;
-  into.ttftMs = ttftMs;
-  into.interferenceMs = interferenceMs;
-  into.headDone = headDone;
-  into.cost = value;
-  return into;
+  return {
+    creditedBlocks: credited,
+    prefillBlocks,
+    decodeBlocks,
+    queueMs,
+    prefillMs,
+    ttftMs,
+    interferenceMs,
+    headDone,
+    cost: value,
+  };
 }
 
 /**

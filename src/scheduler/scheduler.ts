@@ -271,7 +271,7 @@ function queueHeadOf(head: Booking, now: number): QueueHead {
   };
 }
 
-/** A cost input to fill (the scorer fills one per decision's candidate in turn; a score's getters their own). */
+/** A cost input to fill (a score's getters, each their own: the scorer prices from columns, price()). */
 const blankCostInput = (): CostInput => ({
   device: 0,
   host: 0,
@@ -287,8 +287,9 @@ const blankCostInput = (): CostInput => ({
 });
 
 /**
- * The cost model's input for a candidate, into `c` (one definition: the scorer, from the load
- * columns, and a score's derived fields, from its Load, use it). The load's terms in Load's order.
+ * The cost model's input for a candidate, into `c` (a score's derived fields, from its Load). The
+ * load's terms in Load's order. price() makes the same sums over the load columns in place (no
+ * object per candidate): cost-terms.test.ts holds the two to the bit.
  */
 function costInput(
   c: CostInput,
