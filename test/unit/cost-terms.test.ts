@@ -4,7 +4,9 @@
 // verbatim), every term equals bit for bit (Object.is), over random inputs (queue heads early, late
 // and overdue, decoding context, host/disk tiers, the shared pool, both models, every optional
 // weight), and every score of random fleets (bookings queued and decoding, learned rates, cached
-// prefixes on GPU, host, disk and a shared pool) carries the columns' terms of those same numbers.
+// prefixes on GPU, host, disk and a shared pool) carries the columns' terms of those same numbers;
+// the pass over all candidates at once (a decision carrying the chosen score alone) chooses as the
+// candidates priced one at a time do.
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
 import { seqHashes } from '../../src/hashing/index.js';
@@ -21,6 +23,7 @@ import {
 } from '../../src/scheduler/cost.js';
 import { DEFAULT_RATE_PRIOR } from '../../src/scheduler/rates.js';
 import { type RouteInput, Scheduler } from '../../src/scheduler/scheduler.js';
+import { SCORE_FIELDS } from '../helpers/score-fields.js';
 
 // ---- the cost model over objects, as it was before costTerms (the reference; do not "simplify")
 
@@ -194,7 +197,8 @@ describe('the cost model over plain numbers (costTerms)', () => {
       const idx = indexer.namespace(ns).index;
       idx.bindBackend('pool', null);
       const space = indexer.spaceFor(ns);
-      const s = new Scheduler(indexer, mulberry32(seed));
+      let draw = mulberry32(seed);
+      const s = new Scheduler(indexer, () => draw());
       let live: string[] = [];
       let n = 0;
       for (let step = 1; step <= 120; step++) {
@@ -231,9 +235,18 @@ describe('the cost model over plain numbers (costTerms)', () => {
           weights,
           temperature: 0,
           evictionAware: rnd() < 0.5,
+          loadBound: rnd() < 0.5 ? 1.25 : 0,
+          prefixAffinity: rnd() < 0.5 ? 0.5 : 0,
         };
         const decidedAt = step + rnd();
+        // The pass over every candidate (price(x, 0, n): the pick over its columns, one score made)
+        // chooses as the pick over the scores priced one at a time, with the same draws.
+        draw = mulberry32(seed * 1000 + step);
+        const lone = s.decide({ ...input, scores: 'decision' }, decidedAt);
+        draw = mulberry32(seed * 1000 + step);
         const d = s.decide(input, decidedAt);
+        expect(lone.candidates.length).toBe(1);
+        for (const key of SCORE_FIELDS) expect([key, lone.chosen![key]]).toEqual([key, d.chosen![key]]);
         for (const sc of d.candidates) {
           const load = sc.load;
           const h = load.activePrefillTokens > 0 ? s.active.queueHead(sc.instance, sc.dpRank) : undefined;
