@@ -286,4 +286,74 @@ describe('the cost model over plain numbers (costTerms)', () => {
     expect(lower).toBeGreaterThan(500);
     expect(shared).toBeGreaterThan(500);
   });
+
+  it("prices the engines' unbooked load and an adapter's as the scores' breakdown does", () => {
+    // price() adds the unbooked load to the load columns in place; a score's getters add it through
+    // costInput. With only the TTFT priced (no decode or recompute terms, no KV penalty), a score's
+    // cost is its ttftMs to the bit: the two sums agree.
+    const ns = { model: 'm', blockSize: 4, loraName: null, salt: null, tenant: 'default' };
+    const candidates = Array.from({ length: 16 }, (_, w) => ({ instance: `w${w >> 1}`, dpRank: w & 1 }));
+    const prompt = Array.from({ length: 120 }, (_, i) => i);
+    const weights: CostWeights = {
+      model: 'time',
+      overlapWeight: 1,
+      medium: { cpu: 0.5, disk: 0.25, shared: 0.25 },
+      trackActiveBlocks: false,
+      decodeInterference: 0,
+    };
+    let unbooked = 0;
+    let scores = 0;
+    for (let seed = 1; seed <= 4; seed++) {
+      const rnd = mulberry32(seed);
+      const int = (n: number) => Math.floor(rnd() * n);
+      const indexer = new TieredIndexer();
+      const idx = indexer.namespace(ns).index;
+      const space = indexer.spaceFor(ns);
+      const s = new Scheduler(indexer, mulberry32(seed));
+      for (let step = 1; step <= 60; step++) {
+        const c = candidates[int(candidates.length)];
+        if (rnd() < 0.3)
+          idx.store(idx.holder(c.instance, c.dpRank, 'GPU'), seqHashes(prompt.slice(0, 8 + int(100)), 4, space));
+        else
+          s.active.book(
+            `b${seed}-${step}`,
+            c.instance,
+            c.dpRank,
+            seqHashes(prompt, 4, space),
+            int(3000),
+            step,
+            'm',
+            int(300),
+          );
+        // (Learned rates: the unbooked attention and decoding requests are priced, not times 0.)
+        s.rates.observe(c.instance, c.dpRank, 200 + int(4000), int(8), 20 + rnd() * 400, 'm', {
+          attentionWork: rnd() * 1e7,
+          decodingContext: int(20_000),
+        });
+        // (One answer per engine for the whole decision: the chosen one is priced twice.)
+        const seen = candidates.map(() =>
+          rnd() < 0.3 ? null : { running: int(6), waiting: int(6), kvUsage: null, at: step },
+        );
+        const input: RouteInput = {
+          ns,
+          candidates,
+          tokens: prompt,
+          policy: 'kv',
+          weights,
+          temperature: 0,
+          engineLoad: (instance, dpRank) =>
+            seen[candidates.findIndex((x) => x.instance === instance && x.dpRank === dpRank)],
+          engineWeights: { waiting: 0.5 + rnd(), running: 0.5 + rnd(), kvUsageMs: 0 },
+          ...(rnd() < 0.5 ? { adapter: 'a', adapterLoadMs: 40 + rnd() * 100 } : {}),
+        };
+        for (const sc of s.decide(input, step + rnd()).candidates) {
+          expect([sc.instance, sc.dpRank, sc.cost]).toEqual([sc.instance, sc.dpRank, sc.ttftMs]);
+          scores++;
+          if (sc.unbookedRequests > 0) unbooked++;
+        }
+      }
+    }
+    expect(scores).toBe(4 * 60 * 16);
+    expect(unbooked).toBeGreaterThan(1000);
+  });
 });
