@@ -732,7 +732,8 @@ export class Scheduler {
     const medium = weights.medium;
     const timeModel = weights.model === 'time';
     const busy = input.busy;
-    const trust = !x.peer && this.distrusted.size > 0;
+    // (A peer never distrusts; with nobody distrusted there is no lookup per candidate.)
+    const judgeTrust = !x.peer && this.distrusted.size > 0;
     const engineLoad = input.engineLoad;
     const penalised = input.adapter && input.adapterLoadMs;
     const out = this.termsOut;
@@ -747,7 +748,7 @@ export class Scheduler {
       // (What the pick reads of the load, by position: PickLoads.)
       pickRequests[k] = requests;
       pickPrefill[k] = prefill;
-      const distrusted = trust && this.distrusted.has(candidates[k].instance);
+      const distrusted = judgeTrust && this.distrusted.has(candidates[k].instance);
       const indexedBlocks = Math.max(diskCol !== null ? diskCol[k] : 0, shared);
       let device = distrusted || deviceCol === null ? 0 : deviceCol[k];
       let host = distrusted || hostCol === null ? 0 : hostCol[k];

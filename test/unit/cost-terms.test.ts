@@ -190,6 +190,7 @@ describe('the cost model over plain numbers (costTerms)', () => {
     let heads = 0;
     let lower = 0;
     let shared = 0;
+    let distrusted = 0;
     for (let seed = 1; seed <= 8; seed++) {
       const rnd = mulberry32(seed);
       const int = (n: number) => Math.floor(rnd() * n);
@@ -225,6 +226,11 @@ describe('the cost model over plain numbers (costTerms)', () => {
           const k = int(live.length);
           s.active.free(live[k]);
           live = live.filter((_, j) => j !== k);
+        }
+        // (Now and then an instance distrusted, or trusted again: it competes on load alone.)
+        if (rnd() < 0.1) {
+          const who = candidates[int(candidates.length)].instance;
+          if (!s.distrusted.delete(who)) s.distrusted.add(who);
         }
         const weights = randomWeights(rnd);
         const input: RouteInput = {
@@ -278,6 +284,7 @@ describe('the cost model over plain numbers (costTerms)', () => {
           if (want.headDone > 0) heads++;
           if (sc.host > sc.device || sc.disk > sc.device) lower++;
           if (sc.shared > 0) shared++;
+          if (sc.distrusted) distrusted++;
         }
       }
     }
@@ -285,6 +292,7 @@ describe('the cost model over plain numbers (costTerms)', () => {
     expect(heads).toBeGreaterThan(500);
     expect(lower).toBeGreaterThan(500);
     expect(shared).toBeGreaterThan(500);
+    expect(distrusted).toBeGreaterThan(500);
   });
 
   it("prices the engines' unbooked load and an adapter's as the scores' breakdown does", () => {
