@@ -36,6 +36,11 @@ export interface RouterThreadsOptions {
   youngMiB: number;
   /** Ring bytes per worker (default 64 MiB; a multiple of 8): a test's small ring wraps often. */
   ringBytes?: number;
+  /**
+   * Workers run queued calls while their ring is empty (default true); false: only when a decision
+   * or the tallies need them (a test's way to make every decision catch its replica up).
+   */
+  catchUp?: boolean;
 }
 
 /** One worker and its ring. */
@@ -71,6 +76,7 @@ class Link {
       seed: o.seed,
       reserveRecords: o.reserveRecords,
       timed: o.timed,
+      catchUp: o.catchUp ?? true,
     };
     this.worker = new Worker(script, {
       workerData: data,

@@ -4,6 +4,7 @@
 // control block (the main thread waits on it, never on this thread's events).
 import { type MessagePort, workerData } from 'node:worker_threads';
 import type { EngineLoad } from '../../engine-load/load-view.js';
+import type { LazyReplicas as Lazy } from '../../fleet-sim/lazy-replicas.js';
 import type { InlineReplicas as Replicas } from '../../fleet-sim/replicas.js';
 import type { variant as Variant } from '../cluster/policies.js';
 import type { routerPlan as RouterPlanOf } from '../fleet.js';
@@ -21,6 +22,11 @@ export interface RouterWorkerData {
   seed: number;
   reserveRecords: number;
   timed: boolean;
+  /**
+   * Run queued calls while the ring is empty (true), or only when a decision or the tallies need
+   * them (false: a test's way to make every decision catch its replica up).
+   */
+  catchUp: boolean;
 }
 
 /**
@@ -36,21 +42,25 @@ const ctl = v.ctl;
 /** The router's modules, imported inside the try below: a module that fails to load is reported too. */
 interface Modules {
   InlineReplicas: typeof Replicas;
+  LazyReplicas: typeof Lazy;
   variant: typeof Variant;
   routerPlan: typeof RouterPlanOf;
 }
 
-function run({ InlineReplicas, variant, routerPlan }: Modules): void {
-  const replicas = new InlineReplicas({
-    plan: routerPlan(variant(d.policy), d.ids, d.blockSize),
-    ids: d.ids,
-    first: d.first,
-    count: d.count,
-    seed: d.seed,
-    reserveRecords: d.reserveRecords,
-    publish: null,
-    stopwatch: d.timed ? () => performance.now() : undefined,
-  });
+function run({ InlineReplicas, LazyReplicas, variant, routerPlan }: Modules): void {
+  // A decision runs only its replica's queued calls first; the others catch up while the ring is empty.
+  const replicas = new LazyReplicas(
+    new InlineReplicas({
+      plan: routerPlan(variant(d.policy), d.ids, d.blockSize),
+      ids: d.ids,
+      first: d.first,
+      count: d.count,
+      seed: d.seed,
+      reserveRecords: d.reserveRecords,
+      publish: null,
+      stopwatch: d.timed ? () => performance.now() : undefined,
+    }),
+  );
   // KV payloads are copied out of the ring before decoding (decoders may not read shared memory).
   let payload = new Uint8Array(1 << 16);
   let answers = 0;
@@ -59,7 +69,7 @@ function run({ InlineReplicas, variant, routerPlan }: Modules): void {
   for (;;) {
     const tail = Atomics.load(ctl, Ctl.tail);
     if (head === tail) {
-      Atomics.wait(ctl, Ctl.tail, tail, 1000);
+      if (!(d.catchUp && replicas.step())) Atomics.wait(ctl, Ctl.tail, tail, 1000);
       continue;
     }
     const op = v.i32[head >> 2];
@@ -149,12 +159,13 @@ function run({ InlineReplicas, variant, routerPlan }: Modules): void {
 }
 
 try {
-  const [r, p, f] = await Promise.all([
+  const [r, l, p, f] = await Promise.all([
     import('../../fleet-sim/replicas.js'),
+    import('../../fleet-sim/lazy-replicas.js'),
     import('../cluster/policies.js'),
     import('../fleet.js'),
   ]);
-  run({ InlineReplicas: r.InlineReplicas, variant: p.variant, routerPlan: f.routerPlan });
+  run({ InlineReplicas: r.InlineReplicas, LazyReplicas: l.LazyReplicas, variant: p.variant, routerPlan: f.routerPlan });
 } catch (e) {
   // One line: the message and where it was thrown.
   const where =
