@@ -69,7 +69,9 @@ describe('fleet simulation: replicas on worker threads', () => {
       });
       try {
         const out = simulateFleet({ ...input, replicas });
-        expect(strip(out), `${threads} workers, ring ${ringBytes ?? 'default'}, catch up ${catchUp}`).toBe(strip(inline));
+        expect(strip(out), `${threads} workers, ring ${ringBytes ?? 'default'}, catch up ${catchUp}`).toBe(
+          strip(inline),
+        );
         expect(out.wallDecisions.us.length).toBe(inline.wallDecisions.us.length);
         if (ringBytes !== undefined) expect(replicas.wraps).toBeGreaterThan(4);
       } finally {
