@@ -47,11 +47,10 @@ export class LazyReplicas implements RouterReplicas {
   private base = 0;
   /** Replica r's next call (a call number): every call before it has run on r. */
   private readonly pos: number[];
+  /** The replica expected to decide next (caught up first), or -1. */
+  private next = -1;
   /** Queued KV batches (their lists pin the decoder's slab). */
   private batches = 0;
-  /** Calls run on a replica, and of those, run by a decision's catch-up (for the report). */
-  ran = 0;
-  ranForDecision = 0;
 
   constructor(private readonly inner: InlineReplicas) {
     this.pos = inner.nodes.map(() => 0);
@@ -73,6 +72,9 @@ export class LazyReplicas implements RouterReplicas {
 
   decide(r: number, i: number, now: number, hold: boolean): Routed {
     this.current(r);
+    // The simulation's client sends request i to replica i mod R: after this share's replica r,
+    // its next decision is most likely the next replica's (the share is contiguous).
+    this.next = (r + 1) % this.pos.length;
     return this.inner.decide(r, i, now, hold);
   }
 
@@ -121,17 +123,27 @@ export class LazyReplicas implements RouterReplicas {
   }
 
   /**
-   * Runs the oldest queued call on every replica still before it (in the order of the replicas);
-   * false: nothing queued.
+   * Runs one queued call: the next of the replica expected to decide next when it is behind,
+   * else the oldest on every replica still before it (in the order of the replicas); false:
+   * nothing queued.
    */
   step(): boolean {
     if (this.at === this.q.length) return false;
-    const n = this.base;
-    const c = this.q[this.at]!;
-    for (let r = 0; r < this.pos.length; r++) {
-      if (this.pos[r] !== n) continue;
-      if (c.r < 0 || c.r === r) this.run(r, c);
-      this.pos[r] = n + 1;
+    const h = this.next;
+    const end = this.base + this.q.length - this.at;
+    if (h >= 0 && this.pos[h] < end) {
+      const n = this.pos[h];
+      const c = this.q[this.at + n - this.base]!;
+      if (c.r < 0 || c.r === h) this.run(h, c);
+      this.pos[h] = n + 1;
+    } else {
+      const n = this.base;
+      const c = this.q[this.at]!;
+      for (let r = 0; r < this.pos.length; r++) {
+        if (this.pos[r] !== n) continue;
+        if (c.r < 0 || c.r === r) this.run(r, c);
+        this.pos[r] = n + 1;
+      }
     }
     this.release();
     return true;
@@ -144,7 +156,6 @@ export class LazyReplicas implements RouterReplicas {
       const c = this.q[this.at + n - this.base]!;
       if (c.r < 0 || c.r === r) {
         this.run(r, c);
-        this.ranForDecision++;
       }
     }
     this.pos[r] = end;
@@ -170,7 +181,6 @@ export class LazyReplicas implements RouterReplicas {
   }
 
   private run(r: number, c: Call): void {
-    this.ran++;
     const inner = this.inner;
     switch (c.kind) {
       case Kind.arrive:

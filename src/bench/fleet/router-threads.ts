@@ -16,6 +16,14 @@ import type { RouterWorkerData } from './router-worker.js';
 
 /** A worker that runs no record for this long while the main thread waits on it has failed (ms). */
 const STALL_MS = 120_000;
+/**
+ * The workers' nice above the simulation's thread: 3 threads (and V8's helpers) share 2 cores, and
+ * the simulation's thread is the critical path (it waits at each decision, the workers only catch
+ * up between them), so a worker's catch-up must not keep it from a core when it wakes. At equal
+ * priority a woken thread often waited for a time slice (measured: 1,024 x 10,000, 8 replicas, 2
+ * workers: 73 -> 58 s wall, the same CPU; docs/fleet-sim.md).
+ */
+const WORKER_NICE = 5;
 /** Ring bytes per worker: the largest record (a prompt's tokens) must fit in half. */
 const RING_BYTES = 64 << 20;
 
@@ -41,6 +49,8 @@ export interface RouterThreadsOptions {
    * or the tallies need them (a test's way to make every decision catch its replica up).
    */
   catchUp?: boolean;
+  /** The workers' nice above the simulation's thread (default WORKER_NICE; 0: the same priority). */
+  nice?: number;
 }
 
 /** One worker and its ring. */
@@ -77,6 +87,7 @@ class Link {
       reserveRecords: o.reserveRecords,
       timed: o.timed,
       catchUp: o.catchUp ?? true,
+      nice: o.nice ?? WORKER_NICE,
     };
     this.worker = new Worker(script, {
       workerData: data,

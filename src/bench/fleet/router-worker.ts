@@ -2,6 +2,8 @@
 // rebuilt from the policy's name, their calls read from the ring in the simulation's order and run
 // on InlineReplicas, as the inline run runs them. A failure is reported on the port and in the
 // control block (the main thread waits on it, never on this thread's events).
+import { readlinkSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { type MessagePort, workerData } from 'node:worker_threads';
 import type { EngineLoad } from '../../engine-load/load-view.js';
 import type { LazyReplicas as Lazy } from '../../fleet-sim/lazy-replicas.js';
@@ -27,6 +29,8 @@ export interface RouterWorkerData {
    * them (false: a test's way to make every decision catch its replica up).
    */
   catchUp: boolean;
+  /** Run this much below the simulation's thread's scheduling priority (nice; 0: the same). */
+  nice: number;
 }
 
 /**
@@ -47,6 +51,20 @@ interface Modules {
   routerPlan: typeof RouterPlanOf;
 }
 
+/**
+ * This thread's scheduling priority `by` below the process's (Linux: the thread's id from
+ * /proc/thread-self; elsewhere, or refused, it stays as it is).
+ */
+function lowerPriority(by: number): void {
+  if (by <= 0) return;
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/')[2]);
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, Math.min(19, getPriority(tid) + by));
+  } catch {
+    // (No per-thread priority here: the run is the same, only its threads' shares of the cores differ.)
+  }
+}
+
 function run({ InlineReplicas, LazyReplicas, variant, routerPlan }: Modules): void {
   // A decision runs only its replica's queued calls first; the others catch up while the ring is empty.
   const replicas = new LazyReplicas(
@@ -63,6 +81,7 @@ function run({ InlineReplicas, LazyReplicas, variant, routerPlan }: Modules): vo
   );
   // KV payloads are copied out of the ring before decoding (decoders may not read shared memory).
   let payload = new Uint8Array(1 << 16);
+  lowerPriority(d.nice);
   let answers = 0;
   let ran = 0;
   let head = 0;
