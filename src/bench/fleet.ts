@@ -593,29 +593,6 @@ function engineSizing(s: FleetSetup, orc: OracleStats): Sizing {
 }
 
 /**
- * Whether the replicas run on worker threads (router-threads.ts; a decision log keeps them inline
- * too): unsynchronised replicas taking KV events as bytes.
- */
-function onThreads(o: {
-  routerThreads: number;
-  routers: number;
-  syncDelayMs: number | null;
-  eventWire: string;
-}): boolean {
-  return o.routerThreads > 0 && o.routers > 1 && o.syncDelayMs === null && o.eventWire === 'bytes';
-}
-
-/** onThreads from the flags alone (the relaunch's, before the workload is read). */
-function flagsOnThreads(v: ParsedOptions): boolean {
-  return onThreads({
-    routerThreads: Number(v['router-threads']),
-    routers: Number(v.routers),
-    syncDelayMs: String(v['sync-delay-ms']) === 'none' ? null : 0,
-    eventWire: String(v['event-wire']),
-  });
-}
-
-/**
  * The heap the engines' caches need, from the flags alone (the relaunch's old space, before the
  * workload is read); null when --gpu-blocks is not given (the caches are sized from the workload).
  */
@@ -660,7 +637,7 @@ function runPolicy(
   const cpu0 = process.cpuUsage();
   // Unsynchronised replicas on worker threads (router-threads.ts): the same calls, the same results.
   const threads =
-    onThreads(s) && !onDecision
+    s.routerThreads > 0 && s.routers > 1 && s.syncDelayMs === null && s.eventWire === 'bytes' && !onDecision
       ? new ThreadedReplicas({
           policy: p.name,
           ids,
@@ -881,7 +858,7 @@ async function runParsed(
 export async function run(argv: string[]): Promise<number> {
   const parsed = parseCommand('bench fleet', SUMMARY, OPTIONS, argv);
   if ('code' in parsed) return parsed.code;
-  const relaunched = await relaunchWithV8Flags(argv, engineHeapBytes(parsed.values), flagsOnThreads(parsed.values));
+  const relaunched = await relaunchWithV8Flags(argv, engineHeapBytes(parsed.values));
   if (relaunched !== null) return relaunched;
   const { report } = await runParsed(parsed.values, argv);
   return report.results.every((r) => r.requests.ok > 0) ? 0 : 1;

@@ -10,11 +10,4 @@ describe('bench fleet V8 flags', () => {
     expect(missingV8Flags('--max-semi-space-size=16 --max-old-space-size=3000', 6144, 3000)).toEqual([]);
     expect(missingV8Flags('--max-old-space-size=12288', 6144, 12288)).toEqual(['--max-semi-space-size=256']);
   });
-
-  it('runs the collector without helper threads when the replicas run on worker threads, unless told', () => {
-    expect(missingV8Flags('', null, 4096, true)).toEqual(['--max-semi-space-size=256', '--single-threaded-gc']);
-    expect(missingV8Flags('--max-semi-space-size=16', null, 4096, true)).toEqual(['--single-threaded-gc']);
-    expect(missingV8Flags('--max-semi-space-size=16 --no-single-threaded-gc', null, 4096, true)).toEqual([]);
-    expect(missingV8Flags('--max-semi-space-size=16', null, 4096, false)).toEqual([]);
-  });
 });
