@@ -1,10 +1,11 @@
 // bench fleet's router replicas on worker threads (--router-threads): without replica sync the
-// replicas never talk to each other, so each worker runs a contiguous share of them (InlineReplicas
+// replicas never talk to each other, so each worker runs a contiguous share of them (LazyReplicas
 // over RouterNodes, router-worker.ts) while the main thread keeps the engines, the event queue and
 // the simulation's bookkeeping. Every call the simulation makes on a replica is written, in the
 // simulation's order, to its worker's ring (replica-ring.ts): KV batches, scrapes, arrivals,
 // bookings and ends are not waited for, so the workers apply KV events while the main thread steps
-// engines; a decision (and the final tallies) waits for the worker's answer. Each replica thus gets
+// engines; a decision (and the final tallies) waits for the worker's answer, which needs only the
+// deciding replica's calls to have run (the worker catches the others up afterwards). Each replica thus gets
 // exactly the calls, in exactly the order and at exactly the virtual times, the inline run gives it.
 import { receiveMessageOnPort, MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import { builtFile } from '../../common/built-file.js';

@@ -1,6 +1,8 @@
 // A share of bench fleet's router replicas on a worker thread (router-threads.ts): their plan is
-// rebuilt from the policy's name, their calls read from the ring in the simulation's order and run
-// on InlineReplicas, as the inline run runs them. A failure is reported on the port and in the
+// rebuilt from the policy's name, their calls read from the ring in the simulation's order as soon
+// as they come (KV batches decoded, ring space freed) and run on LazyReplicas over InlineReplicas: a
+// decision runs its replica's queued calls first, the others run while the ring is empty; each
+// replica gets its calls in the inline run's order. A failure is reported on the port and in the
 // control block (the main thread waits on it, never on this thread's events).
 import { readlinkSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
