@@ -4,7 +4,7 @@
 // in the order the simulation makes them. `InlineReplicas` is the one that runs them: RouterNodes
 // on the caller's thread, each keeping what it needs of a request between its calls (route fields,
 // the last decision, the booked prediction), and each KV batch decoded once for all of them.
-import { decodePayload, decodeValue } from '../events/decode/index.js';
+import { decodePayload, decodeValue, type PayloadResult } from '../events/decode/index.js';
 import { reuseDecodeSlab } from '../events/decode/fast-unpack.js';
 import type { EngineLoad } from '../engine-load/load-view.js';
 import { judgedPrediction, type Prediction } from '../feedback/loop.js';
@@ -178,26 +178,47 @@ export class InlineReplicas implements RouterReplicas {
   }
 
   kvBatch(engine: number, payload: Uint8Array | null, value: unknown, now: number): void {
-    this.t = now;
-    // Every replica registers engine k's stream from the same config, so their decoders agree
-    // (the same registration, the same batches in the same order): the batch is decoded once,
-    // by the first replica's, and applied by each (each applier only reads it).
-    const first = this.nodes[0].ingests[engine];
-    const batch = payload ? decodePayload(payload, first.ctx) : decodeValue(value, first.ctx);
-    for (const n of this.nodes) n.ingests[engine].applyDecoded(batch, false);
+    const batch = this.decode(engine, payload, value);
+    for (let r = 0; r < this.nodes.length; r++) this.applyBatch(r, engine, batch, now);
     // Every replica applied the batch and kept nothing of its decoded lists (the index copies).
     if (payload) reuseDecodeSlab();
   }
 
-  scrape(engine: number, loads: Map<number, EngineLoad>, now: number): void {
+  /**
+   * Engine k's KV batch decoded once for all replicas: every replica registers engine k's stream
+   * from the same config, so their decoders agree (the same registration, the same batches in the
+   * same order), and each applier only reads the batch. Its lists live in the decoder's slab until
+   * reuseDecodeSlab(); nothing of the payload is kept.
+   */
+  decode(engine: number, payload: Uint8Array | null, value: unknown): PayloadResult {
+    const first = this.nodes[0].ingests[engine];
+    return payload ? decodePayload(payload, first.ctx) : decodeValue(value, first.ctx);
+  }
+
+  /** Replica r applies engine k's decoded batch. */
+  applyBatch(r: number, engine: number, batch: PayloadResult, now: number): void {
     this.t = now;
-    const id = this.o.ids[engine];
-    for (const n of this.nodes) n.engineLoads.set(id, loads);
+    this.nodes[r].ingests[engine].applyDecoded(batch, false);
+  }
+
+  scrape(engine: number, loads: Map<number, EngineLoad>, now: number): void {
+    for (let r = 0; r < this.nodes.length; r++) this.scrapeOne(r, engine, loads, now);
+  }
+
+  /** Replica r reads engine k's scraped loads. */
+  scrapeOne(r: number, engine: number, loads: Map<number, EngineLoad>, now: number): void {
+    this.t = now;
+    this.nodes[r].engineLoads.set(this.o.ids[engine], loads);
   }
 
   expire(now: number): void {
+    for (let r = 0; r < this.nodes.length; r++) this.expireOne(r, now);
+  }
+
+  /** Replica r's expiry sweep. */
+  expireOne(r: number, now: number): void {
     this.t = now;
-    for (const n of this.nodes) n.indexer.expire(now);
+    this.nodes[r].indexer.expire(now);
   }
 
   receiveSync(r: number, bytes: Uint8Array, now: number): string | null | false {

@@ -42,11 +42,15 @@ describe('fleet simulation: replicas on worker threads', () => {
       ].sort(),
     );
     // (A small ring, on one worker and on two: the rings wrap, and records land at their end.)
-    for (const [threads, ringBytes] of [
-      [1, undefined],
-      [2, undefined],
-      [1, RING_SMALL],
-      [2, RING_SMALL],
+    // (catchUp false: the workers run a replica's queued calls only when it decides, so that every
+    // decision first catches its replica up, past the batches its share's other replicas ran.)
+    for (const [threads, ringBytes, catchUp] of [
+      [1, undefined, true],
+      [2, undefined, true],
+      [1, RING_SMALL, true],
+      [2, RING_SMALL, true],
+      [1, undefined, false],
+      [2, RING_SMALL, false],
     ] as const) {
       const input = fleet();
       const replicas = new ThreadedReplicas({
@@ -61,10 +65,13 @@ describe('fleet simulation: replicas on worker threads', () => {
         oldSpaceMiB: 1024,
         youngMiB: 48,
         ...(ringBytes !== undefined ? { ringBytes } : {}),
+        catchUp,
       });
       try {
         const out = simulateFleet({ ...input, replicas });
-        expect(strip(out)).toBe(strip(inline));
+        expect(strip(out), `${threads} workers, ring ${ringBytes ?? 'default'}, catch up ${catchUp}`).toBe(
+          strip(inline),
+        );
         expect(out.wallDecisions.us.length).toBe(inline.wallDecisions.us.length);
         if (ringBytes !== undefined) expect(replicas.wraps).toBeGreaterThan(4);
       } finally {

@@ -1,10 +1,11 @@
 // bench fleet's router replicas on worker threads (--router-threads): without replica sync the
-// replicas never talk to each other, so each worker runs a contiguous share of them (InlineReplicas
+// replicas never talk to each other, so each worker runs a contiguous share of them (LazyReplicas
 // over RouterNodes, router-worker.ts) while the main thread keeps the engines, the event queue and
 // the simulation's bookkeeping. Every call the simulation makes on a replica is written, in the
 // simulation's order, to its worker's ring (replica-ring.ts): KV batches, scrapes, arrivals,
 // bookings and ends are not waited for, so the workers apply KV events while the main thread steps
-// engines; a decision (and the final tallies) waits for the worker's answer. Each replica thus gets
+// engines; a decision (and the final tallies) waits for the worker's answer, which needs only the
+// deciding replica's calls to have run (the worker catches the others up afterwards). Each replica thus gets
 // exactly the calls, in exactly the order and at exactly the virtual times, the inline run gives it.
 import { receiveMessageOnPort, MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import { builtFile } from '../../common/built-file.js';
@@ -16,6 +17,14 @@ import type { RouterWorkerData } from './router-worker.js';
 
 /** A worker that runs no record for this long while the main thread waits on it has failed (ms). */
 const STALL_MS = 120_000;
+/**
+ * The workers' nice above the simulation's thread: 3 threads (and V8's helpers) share 2 cores, and
+ * the simulation's thread is the critical path (it waits at each decision, the workers only catch
+ * up between them), so a worker's catch-up must not keep it from a core when it wakes. At equal
+ * priority a woken thread often waited for a time slice (measured: 1,024 x 10,000, 8 replicas, 2
+ * workers: 73 -> 58 s wall, the same CPU; docs/fleet-sim.md).
+ */
+const WORKER_NICE = 5;
 /** Ring bytes per worker: the largest record (a prompt's tokens) must fit in half. */
 const RING_BYTES = 64 << 20;
 
@@ -36,6 +45,13 @@ export interface RouterThreadsOptions {
   youngMiB: number;
   /** Ring bytes per worker (default 64 MiB; a multiple of 8): a test's small ring wraps often. */
   ringBytes?: number;
+  /**
+   * Workers run queued calls while their ring is empty (default true); false: only when a decision
+   * or the tallies need them (a test's way to make every decision catch its replica up).
+   */
+  catchUp?: boolean;
+  /** The workers' nice above the simulation's thread (default WORKER_NICE; 0: the same priority). */
+  nice?: number;
 }
 
 /** One worker and its ring. */
@@ -71,6 +87,8 @@ class Link {
       seed: o.seed,
       reserveRecords: o.reserveRecords,
       timed: o.timed,
+      catchUp: o.catchUp ?? true,
+      nice: o.nice ?? WORKER_NICE,
     };
     this.worker = new Worker(script, {
       workerData: data,

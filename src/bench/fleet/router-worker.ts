@@ -1,9 +1,14 @@
 // A share of bench fleet's router replicas on a worker thread (router-threads.ts): their plan is
-// rebuilt from the policy's name, their calls read from the ring in the simulation's order and run
-// on InlineReplicas, as the inline run runs them. A failure is reported on the port and in the
+// rebuilt from the policy's name, their calls read from the ring in the simulation's order as soon
+// as they come (KV batches decoded, ring space freed) and run on LazyReplicas over InlineReplicas: a
+// decision runs its replica's queued calls first, the others run while the ring is empty; each
+// replica gets its calls in the inline run's order. A failure is reported on the port and in the
 // control block (the main thread waits on it, never on this thread's events).
+import { readlinkSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { type MessagePort, workerData } from 'node:worker_threads';
 import type { EngineLoad } from '../../engine-load/load-view.js';
+import type { LazyReplicas as Lazy } from '../../fleet-sim/lazy-replicas.js';
 import type { InlineReplicas as Replicas } from '../../fleet-sim/replicas.js';
 import type { variant as Variant } from '../cluster/policies.js';
 import type { routerPlan as RouterPlanOf } from '../fleet.js';
@@ -21,6 +26,13 @@ export interface RouterWorkerData {
   seed: number;
   reserveRecords: number;
   timed: boolean;
+  /**
+   * Run queued calls while the ring is empty (true), or only when a decision or the tallies need
+   * them (false: a test's way to make every decision catch its replica up).
+   */
+  catchUp: boolean;
+  /** Run this much below the simulation's thread's scheduling priority (nice; 0: the same). */
+  nice: number;
 }
 
 /**
@@ -36,30 +48,49 @@ const ctl = v.ctl;
 /** The router's modules, imported inside the try below: a module that fails to load is reported too. */
 interface Modules {
   InlineReplicas: typeof Replicas;
+  LazyReplicas: typeof Lazy;
   variant: typeof Variant;
   routerPlan: typeof RouterPlanOf;
 }
 
-function run({ InlineReplicas, variant, routerPlan }: Modules): void {
-  const replicas = new InlineReplicas({
-    plan: routerPlan(variant(d.policy), d.ids, d.blockSize),
-    ids: d.ids,
-    first: d.first,
-    count: d.count,
-    seed: d.seed,
-    reserveRecords: d.reserveRecords,
-    publish: null,
-    stopwatch: d.timed ? () => performance.now() : undefined,
-  });
+/**
+ * This thread's scheduling priority `by` below the process's (Linux: the thread's id from
+ * /proc/thread-self; elsewhere, or refused, it stays as it is).
+ */
+function lowerPriority(by: number): void {
+  if (by <= 0) return;
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/')[2]);
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, Math.min(19, getPriority(tid) + by));
+  } catch {
+    // (No per-thread priority here: the run is the same, only its threads' shares of the cores differ.)
+  }
+}
+
+function run({ InlineReplicas, LazyReplicas, variant, routerPlan }: Modules): void {
+  // A decision runs only its replica's queued calls first; the others catch up while the ring is empty.
+  const replicas = new LazyReplicas(
+    new InlineReplicas({
+      plan: routerPlan(variant(d.policy), d.ids, d.blockSize),
+      ids: d.ids,
+      first: d.first,
+      count: d.count,
+      seed: d.seed,
+      reserveRecords: d.reserveRecords,
+      publish: null,
+      stopwatch: d.timed ? () => performance.now() : undefined,
+    }),
+  );
   // KV payloads are copied out of the ring before decoding (decoders may not read shared memory).
   let payload = new Uint8Array(1 << 16);
+  lowerPriority(d.nice);
   let answers = 0;
   let ran = 0;
   let head = 0;
   for (;;) {
     const tail = Atomics.load(ctl, Ctl.tail);
     if (head === tail) {
-      Atomics.wait(ctl, Ctl.tail, tail, 1000);
+      if (!(d.catchUp && replicas.step())) Atomics.wait(ctl, Ctl.tail, tail, 1000);
       continue;
     }
     const op = v.i32[head >> 2];
@@ -149,12 +180,13 @@ function run({ InlineReplicas, variant, routerPlan }: Modules): void {
 }
 
 try {
-  const [r, p, f] = await Promise.all([
+  const [r, l, p, f] = await Promise.all([
     import('../../fleet-sim/replicas.js'),
+    import('../../fleet-sim/lazy-replicas.js'),
     import('../cluster/policies.js'),
     import('../fleet.js'),
   ]);
-  run({ InlineReplicas: r.InlineReplicas, variant: p.variant, routerPlan: f.routerPlan });
+  run({ InlineReplicas: r.InlineReplicas, LazyReplicas: l.LazyReplicas, variant: p.variant, routerPlan: f.routerPlan });
 } catch (e) {
   // One line: the message and where it was thrown.
   const where =
