@@ -4,14 +4,13 @@
 // decision runs its replica's queued calls first, the others run while the ring is empty; each
 // replica gets its calls in the inline run's order. A failure is reported on the port and in the
 // control block (the main thread waits on it, never on this thread's events).
-import { readlinkSync } from 'node:fs';
-import { getPriority, setPriority } from 'node:os';
 import { type MessagePort, workerData } from 'node:worker_threads';
 import type { EngineLoad } from '../../engine-load/load-view.js';
 import type { LazyReplicas as Lazy } from '../../fleet-sim/lazy-replicas.js';
 import type { InlineReplicas as Replicas } from '../../fleet-sim/replicas.js';
 import type { variant as Variant } from '../cluster/policies.js';
 import type { routerPlan as RouterPlanOf } from '../fleet.js';
+import { lowerThreadPriority } from './priority.js';
 import { Ctl, HEADER, Op, RingViews, STATUS_FAILED } from './replica-ring.js';
 
 export interface RouterWorkerData {
@@ -53,20 +52,6 @@ interface Modules {
   routerPlan: typeof RouterPlanOf;
 }
 
-/**
- * This thread's scheduling priority `by` below the process's (Linux: the thread's id from
- * /proc/thread-self; elsewhere, or refused, it stays as it is).
- */
-function lowerPriority(by: number): void {
-  if (by <= 0) return;
-  try {
-    const tid = Number(readlinkSync('/proc/thread-self').split('/')[2]);
-    if (Number.isInteger(tid) && tid > 0) setPriority(tid, Math.min(19, getPriority(tid) + by));
-  } catch {
-    // (No per-thread priority here: the run is the same, only its threads' shares of the cores differ.)
-  }
-}
-
 function run({ InlineReplicas, LazyReplicas, variant, routerPlan }: Modules): void {
   // A decision runs only its replica's queued calls first; the others catch up while the ring is empty.
   const replicas = new LazyReplicas(
@@ -83,7 +68,7 @@ function run({ InlineReplicas, LazyReplicas, variant, routerPlan }: Modules): vo
   );
   // KV payloads are copied out of the ring before decoding (decoders may not read shared memory).
   let payload = new Uint8Array(1 << 16);
-  lowerPriority(d.nice);
+  lowerThreadPriority(d.nice);
   let answers = 0;
   let ran = 0;
   let head = 0;
