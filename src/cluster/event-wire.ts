@@ -1,7 +1,13 @@
 // Relayed KV-event messages (`kvrouter relay` -> JetStream -> routers). One JetStream message holds
 // an ordered batch of operations; the relay's index is exactly what applying them in stream order
 // builds. Hashes travel as packed u64 (seq_hashes) or decimal strings (parent_hash, event_id).
-import type { KvCacheGroup, KvEvent, StoredEvent, RemovedEvent, StreamIdentity } from '../indexer/kv-event.js';
+import {
+  type KvCacheGroup,
+  type KvEvent,
+  type StoredEvent,
+  type RemovedEvent,
+  streamIdentityOf,
+} from '../indexer/kv-event.js';
 import { asObj, int, type Obj, optStr, packU64, str, unpackU64 } from './codec.js';
 
 export type RelayedOp =
@@ -26,22 +32,9 @@ export interface RelayedBatch {
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-function identity(e: StreamIdentity): Obj {
-  return {
-    model_name: e.model_name,
-    block_size: e.block_size,
-    additional_salt: e.additional_salt,
-    lora_name: e.lora_name,
-    tenant_id: e.tenant_id,
-    backend_id: e.backend_id,
-    medium: e.medium,
-    dp_rank: e.dp_rank,
-  };
-}
-
 function eventToWire(e: KvEvent): Obj {
   // Object.assign onto a fresh literal, not a leading spread plus keys (V8's slow path on Node 20).
-  const base = Object.assign(identity(e), {
+  const base: Obj = Object.assign(streamIdentityOf(e), {
     type: e.event_type,
     event_id: e.event_id === null ? null : e.event_id.toString(),
     timestamp: e.timestamp,

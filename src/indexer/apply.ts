@@ -6,7 +6,15 @@ import type { BlockIndex } from './block-index.js';
 import type { Namespace, NamespaceId } from './namespace.js';
 import type { TieredIndexer } from './namespaces.js';
 import { canonicalMedium, type Medium } from './tiers.js';
-import type { ApplyStatus, KvCacheGroup, KvEvent, StoredEvent, StreamIdentity, U64List } from './kv-event.js';
+import {
+  type ApplyStatus,
+  type KvCacheGroup,
+  type KvEvent,
+  type StoredEvent,
+  type StreamIdentity,
+  streamIdentityOf,
+  type U64List,
+} from './kv-event.js';
 
 /** Removals prefetch() loads ahead at most (BlockIndex.prefetchRemovals). */
 export const PREFETCH_REMOVALS = 32;
@@ -47,19 +55,6 @@ interface StreamMemo {
   holder: number;
   gen: number;
   key: string | null;
-}
-
-function streamIdentity(s: StreamIdentity): StreamIdentity {
-  return {
-    model_name: s.model_name,
-    block_size: s.block_size,
-    additional_salt: s.additional_salt,
-    lora_name: s.lora_name,
-    tenant_id: s.tenant_id,
-    backend_id: s.backend_id,
-    medium: s.medium,
-    dp_rank: s.dp_rank,
-  };
 }
 
 /** The index takes packed hashes; the fast decoder already delivers them so (no copy). */
@@ -200,7 +195,7 @@ export class EventApplier {
       const owner = this.indexer.ownerOf(ev.backend_id);
       if (owner !== null) ns.instances.add(owner);
       holder = ns.index.holder(ev.backend_id, ev.dp_rank, medium);
-      m = { id: streamIdentity(ev), medium, ns, holder, gen, key: null };
+      m = { id: streamIdentityOf(ev), medium, ns, holder, gen, key: null };
       this.memo = m;
       if (this.memosGen !== gen) {
         this.memos.clear();

@@ -9,8 +9,11 @@
 export type U64List = readonly bigint[] | BigUint64Array;
 export type U32List = readonly number[] | Uint32Array;
 
-/** Identity of one ordered event stream (event_id is consecutive within it). */
-export interface StreamIdentity {
+/**
+ * Identity of one ordered event stream (event_id is consecutive within it). A type, not an
+ * interface: its copy (streamIdentityOf) is also a wire object (cluster/event-wire.ts's Obj).
+ */
+export type StreamIdentity = {
   model_name: string;
   block_size: number;
   additional_salt: string | null;
@@ -20,6 +23,23 @@ export interface StreamIdentity {
   /** Raw medium name as the engine sent it (canonicalized by the applier); null = device. */
   medium: string | null;
   dp_rank: number;
+};
+
+/**
+ * A stream's identity fields copied out of an event (a kept identity must not keep the event and
+ * its hash and token lists alive; a wire form must not carry the event's other fields).
+ */
+export function streamIdentityOf(s: StreamIdentity): StreamIdentity {
+  return {
+    model_name: s.model_name,
+    block_size: s.block_size,
+    additional_salt: s.additional_salt,
+    lora_name: s.lora_name,
+    tenant_id: s.tenant_id,
+    backend_id: s.backend_id,
+    medium: s.medium,
+    dp_rank: s.dp_rank,
+  };
 }
 
 interface EventBase extends StreamIdentity {
