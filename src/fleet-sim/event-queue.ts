@@ -1,19 +1,16 @@
-// The simulation's clock: a binary min-heap of events ordered by (time, seq), seq being the order
+// The simulation's clock: a 4-ary min-heap of events ordered by (time, seq), seq being the order
 // of scheduling. Events at the same virtual time therefore run in the order they were scheduled,
-// which makes a run a pure function of its inputs. The keys live in typed arrays beside the
-// events (a sift reads contiguous numbers, and a queued event costs no object of its own).
+// which makes a run a pure function of its inputs. The keys live in one typed array beside the
+// events, (time, seq) side by side, so that a node's four children are one 64-byte run: a sift
+// down reads one cache line per level, over half the levels of a binary heap (a run queues every
+// open-loop send up front: 100,000 at 1,024 x 100,000). A queued or delivered event costs no
+// object of its own.
 //
 // An event may recur (`Recurrence`): pushed once at its first time, it comes back at each next
 // time as if it had been pushed again when it came due (a new sequence number then), and is
 // delivered only at its last. The occurrences before are silent: they order the queue exactly as
 // delivered events pushing their successor would, and nobody is told (an engine's quiet window:
 // its passes in between change nothing the rest of the simulation sees).
-
-export interface Scheduled<E> {
-  at: number;
-  seq: number;
-  ev: E;
-}
 
 /** An event's occurrences at times[next..last]; the one owning it may move `last` down to `next` (no occurrence after the pending one). */
 export interface Recurrence {
@@ -23,8 +20,8 @@ export interface Recurrence {
 }
 
 export class EventQueue<E> {
-  private at = new Float64Array(1024);
-  private seqs = new Float64Array(1024);
+  /** keys[2j] = entry j's time, keys[2j + 1] its seq; entry j's children are 4j + 1 .. 4j + 4. */
+  private keys = new Float64Array(2 * 1024);
   private evs: E[] = [];
   private n = 0;
   private seq = 0;
@@ -52,74 +49,80 @@ export class EventQueue<E> {
   push(at: number, ev: E): void {
     const t = at < this.clock ? this.clock : at;
     const s = this.seq++;
-    if (this.n === this.at.length) this.grow();
-    const A = this.at;
-    const S = this.seqs;
+    if (2 * this.n === this.keys.length) this.grow();
+    const K = this.keys;
     const V = this.evs;
     let i = this.n++;
     while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!(t < A[p] || (t === A[p] && s < S[p]))) break;
-      A[i] = A[p];
-      S[i] = S[p];
+      const p = (i - 1) >> 2;
+      const pt = K[2 * p];
+      if (!(t < pt || (t === pt && s < K[2 * p + 1]))) break;
+      K[2 * i] = pt;
+      K[2 * i + 1] = K[2 * p + 1];
       V[i] = V[p];
       i = p;
     }
-    A[i] = t;
-    S[i] = s;
+    K[2 * i] = t;
+    K[2 * i + 1] = s;
     V[i] = ev;
   }
 
-  /** The next event, advancing the clock to its time; null when none is left. */
-  pop(): Scheduled<E> | null {
-    const A = this.at;
-    const S = this.seqs;
+  /** The next event, the clock advanced to its time (`now`); null when none is left. */
+  pop(): E | null {
+    const K = this.keys;
     const V = this.evs;
     for (;;) {
       if (this.n === 0) return null;
       const r = this.recurrence(V[0]);
       if (r === null || r.next >= r.last) break;
       // A silent occurrence: the event comes back at its next time, sequenced now.
-      this.clock = A[0];
+      this.clock = K[0];
       this.passed++;
       this.siftDown(r.times[++r.next], this.seq++, V[0], this.n);
     }
-    const top: Scheduled<E> = { at: A[0], seq: S[0], ev: V[0] };
+    const ev = V[0];
+    this.clock = K[0];
     const n = --this.n;
-    if (n > 0) this.siftDown(A[n], S[n], V[n], n);
+    if (n > 0) this.siftDown(K[2 * n], K[2 * n + 1], V[n], n);
     V[n] = undefined as E; // no reference kept to a delivered event
-    this.clock = top.at;
-    return top;
+    return ev;
   }
 
   /** Place (t, s, ev) from the root down in a heap of n entries. */
   private siftDown(t: number, s: number, ev: E, n: number): void {
-    const A = this.at;
-    const S = this.seqs;
+    const K = this.keys;
     const V = this.evs;
     let i = 0;
     for (;;) {
-      const l = 2 * i + 1;
-      if (l >= n) break;
-      const r = l + 1;
-      const c = r < n && (A[r] < A[l] || (A[r] === A[l] && S[r] < S[l])) ? r : l;
-      if (!(A[c] < t || (A[c] === t && S[c] < s))) break;
-      A[i] = A[c];
-      S[i] = S[c];
+      const first = 4 * i + 1;
+      if (first >= n) break;
+      // The least of the (up to four) children.
+      let c = first;
+      let ct = K[2 * first];
+      let cs = K[2 * first + 1];
+      const end = first + 4 < n ? first + 4 : n;
+      for (let j = first + 1; j < end; j++) {
+        const jt = K[2 * j];
+        if (jt < ct || (jt === ct && K[2 * j + 1] < cs)) {
+          c = j;
+          ct = jt;
+          cs = K[2 * j + 1];
+        }
+      }
+      if (!(ct < t || (ct === t && cs < s))) break;
+      K[2 * i] = ct;
+      K[2 * i + 1] = cs;
       V[i] = V[c];
       i = c;
     }
-    A[i] = t;
-    S[i] = s;
+    K[2 * i] = t;
+    K[2 * i + 1] = s;
     V[i] = ev;
   }
 
   private grow(): void {
-    const at = new Float64Array(this.at.length * 2);
-    at.set(this.at);
-    this.at = at;
-    const seqs = new Float64Array(this.seqs.length * 2);
-    seqs.set(this.seqs);
-    this.seqs = seqs;
+    const keys = new Float64Array(this.keys.length * 2);
+    keys.set(this.keys);
+    this.keys = keys;
   }
 }

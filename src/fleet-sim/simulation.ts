@@ -184,10 +184,10 @@ class Simulation {
     this.scheduleScrapes();
     this.q.push(EXPIRE_EVERY_MS, EXPIRE);
     // Until nothing is left: after the last response, the KV events and sync messages in flight land.
-    for (let item = this.q.pop(); item !== null; item = this.q.pop()) {
+    for (let ev = this.q.pop(); ev !== null; ev = this.q.pop()) {
       // (The index's expiry sweeps are the server's timer, not simulated traffic: not counted.)
-      if (item.ev !== EXPIRE) this.events++;
-      this.dispatch(item.ev);
+      if (ev !== EXPIRE) this.events++;
+      this.dispatch(ev);
     }
     // The passes of quiet windows the queue let pass: each was a step event.
     this.events += this.q.silent;

@@ -12,10 +12,64 @@ describe('fleet-sim EventQueue', () => {
           q.push(t, i);
         });
         const out: Array<[number, number]> = [];
-        for (let e = q.pop(); e; e = q.pop()) out.push([e.at, e.ev]);
+        for (let e = q.pop(); e !== null; e = q.pop()) out.push([q.now, e]);
         const want = times.map((t, i) => [t, i] as [number, number]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
         expect(out).toEqual(want);
       }),
+    );
+  });
+
+  /**
+   * Pushes and pops interleaved, thousands queued (several levels of the heap, past its first
+   * growth), many ties: the same order as a reference that scans a plain list for the least
+   * (time, push order), and the same clock.
+   */
+  it('orders like a linear scan for the least (time, seq) under interleaved pushes and pops', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 6 }), fc.integer({ min: 0, max: 50 })), {
+          minLength: 1,
+          maxLength: 400,
+        }),
+        fc.integer({ min: 0, max: 3000 }),
+        (ops, preload) => {
+          const q = new EventQueue<number>();
+          const ref: Array<{ at: number; seq: number }> = [];
+          let seq = 0;
+          let now = 0;
+          const push = (at: number): void => {
+            const t = Math.max(at, now);
+            q.push(at, seq);
+            ref.push({ at: t, seq: seq++ });
+          };
+          const popBoth = (): void => {
+            let best = -1;
+            for (let j = 0; j < ref.length; j++) {
+              const b = best < 0 ? null : ref[best];
+              if (b === null || ref[j].at < b.at || (ref[j].at === b.at && ref[j].seq < b.seq)) best = j;
+            }
+            const want = best < 0 ? null : ref.splice(best, 1)[0];
+            const got = q.pop();
+            if (want === null) {
+              expect(got).toBeNull();
+              return;
+            }
+            now = want.at;
+            expect([got, q.now]).toEqual([want.seq, want.at]);
+          };
+          for (let k = 0; k < preload; k++) push((k * 7919) % 997);
+          for (const [op, dt] of ops) {
+            if (op < 3) push(now + dt);
+            else if (op === 3)
+              push(now - 1 + (dt % 3)); // at or before now: clamped to now
+            else popBoth();
+          }
+          while (ref.length > 0) popBoth();
+          expect(q.pop()).toBeNull();
+          expect(q.size).toBe(0);
+        },
+      ),
+      { numRuns: 60, seed: 11 },
     );
   });
 
@@ -23,11 +77,13 @@ describe('fleet-sim EventQueue', () => {
     const q = new EventQueue<string>();
     q.push(10, 'a');
     q.push(5, 'b');
-    expect(q.pop()!.ev).toBe('b');
+    expect(q.pop()).toBe('b');
     expect(q.now).toBe(5);
     q.push(1, 'late'); // scheduled at "now" (5), after everything already due then
     q.push(5, 'same');
-    expect([q.pop()!, q.pop()!, q.pop()!].map((e) => [e.ev, e.at])).toEqual([
+    const popped: Array<[string | null, number]> = [];
+    for (let k = 0; k < 3; k++) popped.push([q.pop(), q.now]);
+    expect(popped).toEqual([
       ['late', 5],
       ['same', 5],
       ['a', 10],
@@ -66,7 +122,8 @@ describe('fleet-sim EventQueue recurrence', () => {
             let last = ticks.length - 1;
             let delivered = 0;
             const out: string[] = [];
-            for (let e = q.pop(); e; e = q.pop()) {
+            for (let ev = q.pop(); ev !== null; ev = q.pop()) {
+              const e = { ev, at: q.now };
               if (e.ev === 'tick') {
                 if (!recurring && tick < last) {
                   q.push(ticks[++tick], 'tick');
