@@ -116,6 +116,12 @@ describe('vLLM map-layout writer', () => {
     expect(
       Buffer.from(fast).equals(Buffer.from(encodeBatch(12.5, vllmEncoder(ctx(16), 'map').render(events, 0), 0))),
     ).toBe(true);
+    // A short batch after it (written over the long one's scratch bytes) is its own bytes alone.
+    const short: CoreKvEvent[] = [{ type: 'stored', medium: 'CPU', blocks: blocks.slice(7, 9) }];
+    const again = encodeMapBatch(3.25, short, 16, 2)!;
+    expect(Buffer.from(again).toString('hex')).toBe(
+      Buffer.from(encodeBatch(3.25, vllmEncoder(ctx(16), 'map').render(short, 0), 2)).toString('hex'),
+    );
     const group = { idx: 1, kind: 'sliding_window' as const, window: 64, blockSize: 16 };
     expect(
       encodeMapBatch(1, [{ type: 'removed', medium: 'GPU', blocks: blocks.slice(0, 1), group }], 16, 0),

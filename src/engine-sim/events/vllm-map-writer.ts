@@ -55,8 +55,8 @@ function plain(ev: CoreKvEvent): boolean {
 class Writer {
   pos = 0;
   constructor(
-    private readonly out: Uint8Array,
-    private readonly view: DataView,
+    readonly out: Uint8Array,
+    readonly view: DataView,
   ) {}
 
   bytes(b: Uint8Array): void {
@@ -123,47 +123,39 @@ function tokenRange(b: BlockContent): void {
   }
 }
 
-function storedLen(blocks: readonly BlockContent[], blockSize: number): number {
+/**
+ * At most the bytes of a stored event (each token id at its longest, 5 bytes): the batch is written
+ * once, into scratch memory of at least the batch's bound, and copied out at its exact length (the
+ * exact length took a pass over every token id of its own).
+ */
+function storedBound(blocks: readonly BlockContent[]): number {
   let tokens = 0;
-  let tokenBytes = 0;
-  for (const b of blocks) {
-    tokenRange(b);
-    const t = rangeArray;
-    const end = rangeAt + rangeLen;
-    tokens += rangeLen;
-    for (let i = rangeAt; i < end; i++) tokenBytes += uintLen(t[i]);
-  }
-  rangeArray = EMPTY_TOKENS;
+  for (const b of blocks) tokens += b instanceof ChainContent ? b.tokenCount : b.tokens.length;
   const n = blocks.length;
-  return (
-    1 +
-    K_TYPE.length +
-    V_STORED.length +
-    K_HASHES.length +
-    arrayHeaderLen(n) +
-    9 * n +
-    K_PARENT.length +
-    (blocks[0].parent === null ? 1 : 9) +
-    K_TOKENS.length +
-    arrayHeaderLen(tokens) +
-    tokenBytes +
-    K_BLOCK_SIZE.length +
-    uintLen(blockSize) +
-    K_LORA_ID.length +
-    1 +
-    K_MEDIUM.length +
-    4 +
-    K_LORA_NAME.length +
-    1 +
-    K_EXTRA.length +
-    arrayHeaderLen(n) +
-    n +
-    K_GROUP.length +
-    1 +
-    K_KIND.length +
-    V_KIND.length
-  );
+  return STORED_FIXED + 5 + 10 * n + 5 + 5 * tokens + 5 + 5 + 5;
 }
+
+// A stored event's bytes but for its arrays, its parent, its block size and its tokens.
+const STORED_FIXED =
+  1 +
+  K_TYPE.length +
+  V_STORED.length +
+  K_HASHES.length +
+  K_PARENT.length +
+  9 +
+  K_TOKENS.length +
+  K_BLOCK_SIZE.length +
+  K_LORA_ID.length +
+  1 +
+  K_MEDIUM.length +
+  4 +
+  K_LORA_NAME.length +
+  1 +
+  K_EXTRA.length +
+  K_GROUP.length +
+  1 +
+  K_KIND.length +
+  V_KIND.length;
 
 const REMOVED_LEN =
   1 + K_TYPE.length + V_REMOVED.length + K_HASHES.length + 1 + 9 + K_MEDIUM.length + 4 + K_GROUP.length + 1;
@@ -222,24 +214,23 @@ export function encodeMapBatch(
 ): Uint8Array | null {
   if (!Number.isSafeInteger(dpRank) || dpRank < 0 || dpRank >= 2 ** 32) return null;
   let items = 0;
-  let body = 0;
+  let bound = 0;
   for (const ev of events) {
     if (!plain(ev)) return null;
     if (ev.type === 'cleared') {
       items++;
-      body += CLEARED_LEN;
+      bound += CLEARED_LEN;
     } else if (ev.type === 'removed') {
       items += ev.blocks.length;
-      body += REMOVED_LEN * ev.blocks.length;
+      bound += REMOVED_LEN * ev.blocks.length;
     } else {
       items++;
-      body += storedLen(ev.blocks, blockSize);
+      bound += storedBound(ev.blocks) + uintLen(blockSize);
     }
   }
-  const size = 10 + arrayHeaderLen(items) + body + uintLen(dpRank);
-  const out = alloc(size);
-  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  const w = new Writer(out, view);
+  bound += 10 + arrayHeaderLen(items) + uintLen(dpRank);
+  const w = scratchWriter(bound);
+  const view = w.view;
   w.u8(0x93);
   w.u8(0xcb);
   view.setFloat64(2, tsSeconds);
@@ -266,6 +257,19 @@ export function encodeMapBatch(
     } else writeStored(w, ev.medium, ev.blocks, blockSize);
   }
   w.uint(dpRank);
-  if (w.pos !== size) throw new Error(`encodeMapBatch: wrote ${w.pos} of ${size} bytes`);
+  if (w.pos > bound) throw new Error(`encodeMapBatch: wrote ${w.pos} bytes past its bound ${bound}`);
+  const out = alloc(w.pos);
+  out.set(new Uint8Array(w.out.buffer, 0, w.pos));
   return out;
+}
+
+/** The writer over the scratch memory, grown to at least `bytes` (one batch at a time: read before the next call). */
+let scratch: Writer | null = null;
+function scratchWriter(bytes: number): Writer {
+  if (scratch === null || scratch.out.length < bytes) {
+    const out = new Uint8Array(Math.max(bytes, 2 * (scratch?.out.length ?? 32 * 1024)));
+    scratch = new Writer(out, new DataView(out.buffer));
+  }
+  scratch.pos = 0;
+  return scratch;
 }
