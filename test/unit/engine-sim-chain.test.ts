@@ -5,7 +5,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChunkArena } from '../../src/common/chunk-arena.js';
 import { extendChain, type ChainContext } from '../../src/engine-sim/core/chain.js';
-import { makeHasher, murmurHasher } from '../../src/engine-sim/core/engine-hash.js';
+import { blockKey } from '../../src/engine-sim/core/block.js';
+import { makeHasher, murmurHasher, sglangHasher, vllmHasher } from '../../src/engine-sim/core/engine-hash.js';
 import { SimRequest } from '../../src/engine-sim/core/request.js';
 import { Rng } from '../../src/engine-sim/core/rng.js';
 import { chainHash, hashSpace, localBlockHashes } from '../../src/hashing/index.js';
@@ -54,6 +55,7 @@ describe('engine chain: router seq hashes', () => {
           for (let i = 0; i < chain.length; i++) {
             expect(chain[i].depth).toBe(i);
             expect(chain[i].parent).toBe(i === 0 ? null : chain[i - 1].hash);
+            expect(blockKey(chain[i])).toBe(Number(chain[i].hash & 0x3fffffffn));
             const extra = [...(lora ? [lora] : []), ...(i === 0 && salt ? [salt] : [])];
             expect(chain[i].extraKeys).toEqual(extra.length > 0 ? extra : null);
           }
@@ -105,6 +107,28 @@ describe('murmur engine hash: digests written in place', () => {
         },
       ),
       { numRuns: 200 },
+    );
+  });
+});
+
+describe('engine hash keys', () => {
+  it("a digest's key is its id's low 30 bits (blockKey of the id), for every flavor", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.uint32Array({ minLength: 4, maxLength: 4 }), { minLength: 1, maxLength: 4 }),
+        fc.constantFrom<string[] | null>(null, ['lora-a']),
+        (blocks, extra) => {
+          for (const h of [murmurHasher(), vllmHasher('7'), sglangHasher()]) {
+            let d: Uint8Array | null = null;
+            for (const t of blocks) {
+              d = h.digest(d, t, extra);
+              expect(h.key(d)).toBe(Number(h.id(d) & 0x3fffffffn));
+              expect(blockKey({ hash: h.id(d) })).toBe(h.key(d));
+            }
+          }
+        },
+      ),
+      { numRuns: 100 },
     );
   });
 });

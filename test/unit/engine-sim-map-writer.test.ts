@@ -53,6 +53,7 @@ function chained(hash: bigint, parent: bigint | null, tokens: number[], lora: bo
     lora ? 'ad' : null,
     null,
     lora ? ['ad'] : null,
+    Number(hash & 0x3fffffffn),
   );
 }
 

@@ -60,6 +60,8 @@ export class ChainContent implements BlockContent {
     readonly loraName: string | null,
     readonly cacheSalt: string | null,
     readonly extraKeys: string[] | null,
+    /** blockKey(this), from the hasher's digest (EngineHasher.key). */
+    readonly key: number,
   ) {}
 
   get tokens(): Uint32Array {
@@ -99,4 +101,16 @@ export class ChainContent implements BlockContent {
 /** Give a content a copy of its tokens of its own: it is kept where its current array may be reused (other contents own theirs). */
 export function keepTokens(content: BlockContent): void {
   if (content instanceof ChainContent) content.keep();
+}
+
+const KEY_MASK = 0x3fffffffn;
+
+/**
+ * A small integer standing for a content's engine hash: its low 30 bits (a small integer on every
+ * platform). A map keyed by it hashes and compares keys inline; keyed by the bigint, each lookup
+ * calls into the runtime to hash and reads every probed key's object to compare (a fleet's engines
+ * look up and commit blocks by the tens of millions). Not unique: holders check the hash (KvCache).
+ */
+export function blockKey(c: { readonly hash: bigint }): number {
+  return c instanceof ChainContent ? c.key : Number(c.hash & KEY_MASK);
 }

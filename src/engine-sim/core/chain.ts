@@ -67,6 +67,7 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
         req.loraName,
         req.cacheSalt,
         extra,
+        ctx.hasher.key(digest),
       ),
     );
   }

@@ -25,6 +25,13 @@ export interface EngineHasher {
   digest(parent: Uint8Array | null, tokens: Uint32Array, extra: ExtraKeys, into?: Uint8Array | null): Uint8Array;
   /** The u64 block id carried in events (two's complement for SGLang's signed ids). */
   id(digest: Uint8Array): bigint;
+  /** The id's low 30 bits (`blockKey`), read from the digest: no bigint arithmetic. */
+  key(digest: Uint8Array): number;
+}
+
+/** The low 30 bits of a big-endian u64 whose last 4 bytes start at `at`. */
+function lowKey(d: Uint8Array, at: number): number {
+  return ((d[at] & 0x3f) << 24) | (d[at + 1] << 16) | (d[at + 2] << 8) | d[at + 3];
 }
 
 function readU64(bytes: Uint8Array, offset: number): bigint {
@@ -110,6 +117,7 @@ export function vllmHasher(pythonHashSeed = '0'): EngineHasher {
       return createHash('sha256').update(w.view()).digest();
     },
     id: (d) => readU64(d, d.length - 8),
+    key: (d) => lowKey(d, d.length - 4),
   };
 }
 
@@ -133,6 +141,7 @@ export function sglangHasher(): EngineHasher {
       return h.update(le).digest();
     },
     id: (d) => readU64(d, 0),
+    key: (d) => lowKey(d, 4),
   };
 }
 
@@ -199,6 +208,7 @@ export function murmurHasher(): EngineHasher {
       for (let i = 0; i < 8; i++) idBytes[i] = d[i];
       return idView.getBigUint64(0);
     },
+    key: (d) => lowKey(d, 4),
   };
 }
 

@@ -2,7 +2,9 @@
 // Invariants:
 //   - `used` physical blocks = active (refs > 0, committed or partial) + free-but-cached (in `free`);
 //     capacity - used blocks are blank.
-//   - every committed GPU block is in `cached` under its engine hash, exactly once (no duplicates);
+//   - every committed GPU block is cached under its engine hash, exactly once (no duplicates): in
+//     `cached` under its key (blockKey), or in `clashes` under its hash when a block of another
+//     hash holds that key;
 //   - a cached block with refs 0 sits in `free`, ordered for eviction (head first);
 //   - every change of the cached set on either tier emits exactly one event, in order, and a block
 //     moving to the host tier is stored there before it is removed from GPU;
@@ -11,7 +13,7 @@
 //     slot can be reused. A cached block thus allocates no buffer (a fleet of a thousand engines
 //     caches millions of blocks; every ArrayBuffer counts toward V8's external memory, whose
 //     growth starts major GCs).
-import { type BlockContent, ChainContent, GpuBlock, keepTokens } from './block.js';
+import { type BlockContent, blockKey, ChainContent, GpuBlock, keepTokens } from './block.js';
 import { BlockLru } from './block-lru.js';
 import { HostTier } from './host-tier.js';
 import type { CoreKvEvent } from './kv-events.js';
@@ -24,7 +26,10 @@ const NO_EVENTS: readonly CoreKvEvent[] = [];
 export type PrefixHit = { tier: 'GPU'; block: GpuBlock } | { tier: 'CPU'; content: BlockContent };
 
 export class KvCache {
-  private readonly cached = new Map<bigint, GpuBlock>();
+  /** Committed blocks by key (blockKey: a small integer, where a bigint key costs a runtime call per lookup). */
+  private readonly cached = new Map<number, GpuBlock>();
+  /** Committed blocks whose key a block of another hash holds in `cached` (rare), by hash. */
+  private readonly clashes = new Map<bigint, GpuBlock>();
   private readonly free = new BlockLru();
   private used = 0;
   private events: CoreKvEvent[] = [];
@@ -56,7 +61,14 @@ export class KvCache {
   }
 
   get cachedBlocks(): number {
-    return this.cached.size;
+    return this.cached.size + this.clashes.size;
+  }
+
+  /** The committed GPU block of `content`'s hash, if any. */
+  private find(content: { readonly hash: bigint }): GpuBlock | undefined {
+    const block = this.cached.get(blockKey(content));
+    if (block !== undefined && (block.content as BlockContent).hash === content.hash) return block;
+    return this.clashes.size === 0 ? undefined : this.clashes.get(content.hash);
   }
 
   /** Longest prefix of `chain` (blocks by engine hash) present on GPU or host, at most `maxBlocks` long. */
@@ -65,7 +77,7 @@ export class KvCache {
     const n = Math.min(chain.length, maxBlocks);
     for (let i = 0; i < n; i++) {
       const hash = chain[i].hash;
-      const block = this.cached.get(hash);
+      const block = this.find(chain[i]);
       if (block) {
         hits.push({ tier: 'GPU', block });
         continue;
@@ -118,7 +130,14 @@ export class KvCache {
    */
   commit(block: GpuBlock, content: BlockContent): GpuBlock {
     if (block.content) return block;
-    const existing = this.cached.get(content.hash);
+    const key = blockKey(content);
+    const holder = this.cached.get(key);
+    const existing =
+      holder !== undefined && (holder.content as BlockContent).hash === content.hash
+        ? holder
+        : this.clashes.size === 0
+          ? undefined
+          : this.clashes.get(content.hash);
     if (existing && existing !== block) {
       this.acquire(existing);
       this.release([block]);
@@ -127,7 +146,8 @@ export class KvCache {
     // A content the engine computed moves to the block's slot (others own their tokens).
     if (content instanceof ChainContent) this.moveToSlot(content, block.slot);
     block.content = content;
-    this.cached.set(content.hash, block);
+    if (holder === undefined) this.cached.set(key, block);
+    else this.clashes.set(content.hash, block);
     this.emitStored('GPU', content);
     return block;
   }
@@ -142,13 +162,14 @@ export class KvCache {
 
   /** Forget every cached block on both tiers; blocks in use stay allocated but anonymous. */
   reset(): void {
-    for (const b of this.cached.values()) {
+    for (const b of this.gpuBlocks()) {
       keepTokens(b.content as BlockContent);
       b.content = null;
     }
     this.used -= this.free.size;
     for (let b = this.free.shift(); b; b = this.free.shift()) this.freeSlots.push(b.slot);
     this.cached.clear();
+    this.clashes.clear();
     this.host?.clear();
     this.events.push({ type: 'cleared' });
   }
@@ -162,11 +183,13 @@ export class KvCache {
   }
 
   gpuContents(): BlockContent[] {
-    return [...this.cached.values()].map((b) => b.content as BlockContent);
+    return [...this.gpuBlocks()].map((b) => b.content as BlockContent);
   }
 
-  gpuBlocks(): IterableIterator<GpuBlock> {
-    return this.cached.values();
+  /** The committed GPU blocks (in commit order but for the rare clashing keys', which come last). */
+  *gpuBlocks(): IterableIterator<GpuBlock> {
+    yield* this.cached.values();
+    yield* this.clashes.values();
   }
 
   hostContents(): BlockContent[] {
@@ -183,7 +206,9 @@ export class KvCache {
   private evict(victim: GpuBlock): void {
     const content = victim.content as BlockContent;
     keepTokens(content);
-    this.cached.delete(content.hash);
+    const key = blockKey(content);
+    if (this.cached.get(key) === victim) this.cached.delete(key);
+    else this.clashes.delete(content.hash);
     victim.content = null;
     if (this.host) {
       if (this.host.has(content.hash)) this.host.touch(content);
