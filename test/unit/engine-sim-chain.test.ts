@@ -111,6 +111,31 @@ describe('murmur engine hash: digests written in place', () => {
   });
 });
 
+describe('engine hash over a range of tokens', () => {
+  it('hashes tokens[at, at + len) as it hashes a copy of them, for every flavor', () => {
+    fc.assert(
+      fc.property(
+        fc.uint32Array({ minLength: 1, maxLength: 40 }),
+        fc.nat(),
+        fc.nat(),
+        fc.constantFrom<string[] | null>(null, ['lora-a']),
+        (tokens, a, b, extra) => {
+          const at = a % tokens.length;
+          const len = 1 + (b % (tokens.length - at));
+          for (const h of [murmurHasher(), vllmHasher('7'), sglangHasher()]) {
+            for (const parent of [null, h.digest(null, tokens.slice(0, 1), null)]) {
+              const copy = h.digest(parent, tokens.slice(at, at + len), extra);
+              const inPlace = h.digest(parent, tokens, extra, null, at, len);
+              expect([...inPlace]).toEqual([...copy]);
+            }
+          }
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+});
+
 describe('engine hash keys', () => {
   it("a digest's key is its id's low 30 bits (blockKey of the id), for every flavor", () => {
     fc.assert(

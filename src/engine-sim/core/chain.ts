@@ -48,10 +48,10 @@ export function extendChain(ctx: ChainContext, req: SimRequest, nBlocks: number)
   );
   for (let i = start; i < limit; i++) {
     const prev = i > 0 ? req.chain[i - 1] : null;
-    const tokens = req.tokens.subarray(i * bs, (i + 1) * bs);
     const extra = extraKeys(req, i);
     // Only the next block's hash reads a digest: the request keeps its last one, the blocks do not.
-    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, tokens, extra, req.chainDigest);
+    // The block's tokens are read in place (no view per block).
+    const digest = ctx.hasher.digest(prev ? req.chainDigest : null, req.tokens, extra, req.chainDigest, i * bs, bs);
     req.chainDigest = digest;
     // Its tokens are read from the request's, no copy: a committed block's content moves them to
     // its slot in the GPU pool's token pages (KvCache.commit), so a cached block never keeps a prompt alive.

@@ -20,9 +20,18 @@ export interface EngineHasher {
   /**
    * Digest of one full block; `parent` null means the first block of a sequence. `into`: a
    * digest of an earlier block (this hasher's, possibly `parent` itself) the result may overwrite
-   * instead of allocating (murmur does; the sha256 flavors return a new one).
+   * instead of allocating (murmur does; the sha256 flavors return a new one). The block's tokens
+   * are `tokens[at, at + len)` (default: all of them; a range, so that a request's blocks are
+   * hashed in place: a view per block was most of a fleet's engine garbage).
    */
-  digest(parent: Uint8Array | null, tokens: Uint32Array, extra: ExtraKeys, into?: Uint8Array | null): Uint8Array;
+  digest(
+    parent: Uint8Array | null,
+    tokens: Uint32Array,
+    extra: ExtraKeys,
+    into?: Uint8Array | null,
+    at?: number,
+    len?: number,
+  ): Uint8Array;
   /** The u64 block id carried in events (two's complement for SGLang's signed ids). */
   id(digest: Uint8Array): bigint;
   /** The id's low 30 bits (`blockKey`), read from the digest: no bigint arithmetic. */
@@ -102,13 +111,13 @@ export function vllmHasher(pythonHashSeed = '0'): EngineHasher {
   const w = new CborWriter();
   return {
     flavor: 'vllm',
-    digest(parent, tokens, extra) {
+    digest(parent, tokens, extra, _into, at = 0, len = tokens.length - at) {
       w.pos = 0;
       w.byte(0x83);
       w.head(2, 32);
       w.bytes(parent ?? none);
-      w.head(4, tokens.length);
-      for (let i = 0; i < tokens.length; i++) w.head(0, tokens[i]);
+      w.head(4, len);
+      for (let i = at; i < at + len; i++) w.head(0, tokens[i]);
       if (extra === null || extra.length === 0) w.byte(0xf6);
       else {
         w.head(4, extra.length);
@@ -126,7 +135,7 @@ const SGLANG_SALT_PREFIX = 'sglang-cache-salt-v1\u0000';
 export function sglangHasher(): EngineHasher {
   return {
     flavor: 'sglang',
-    digest(parent, tokens, extra) {
+    digest(parent, tokens, extra, _into, at = 0, len = tokens.length - at) {
       const h = createHash('sha256');
       // SGLang seeds a salted chain from a salt digest; LoRA gets the same treatment here (approximation).
       if (parent) h.update(parent);
@@ -136,8 +145,8 @@ export function sglangHasher(): EngineHasher {
             .update(SGLANG_SALT_PREFIX + extra.join('\u0000'))
             .digest(),
         );
-      const le = Buffer.alloc(tokens.length * 4);
-      for (let i = 0; i < tokens.length; i++) le.writeUInt32LE(tokens[i], i * 4);
+      const le = Buffer.alloc(len * 4);
+      for (let i = 0; i < len; i++) le.writeUInt32LE(tokens[at + i], i * 4);
       return h.update(le).digest();
     },
     id: (d) => readU64(d, 0),
@@ -173,7 +182,7 @@ const idView = new DataView(idBytes.buffer);
 export function murmurHasher(): EngineHasher {
   return {
     flavor: 'murmur',
-    digest(parent, tokens, extra, into) {
+    digest(parent, tokens, extra, into, at = 0, len = tokens.length - at) {
       let hi = parent ? ((parent[0] << 24) | (parent[1] << 16) | (parent[2] << 8) | parent[3]) ^ ROOT_LO : ROOT_HI;
       let lo = parent ? ((parent[4] << 24) | (parent[5] << 16) | (parent[6] << 8) | parent[7]) ^ ROOT_HI : ROOT_LO;
       if (extra !== null) {
@@ -186,12 +195,12 @@ export function murmurHasher(): EngineHasher {
           lo = mix32(lo, 0);
         }
       }
-      for (let i = 0; i < tokens.length; i++) {
+      for (let i = at; i < at + len; i++) {
         hi = mix32(hi, tokens[i]);
         lo = mix32(lo, tokens[i] ^ 0x9e3779b9);
       }
-      hi = fmix32(hi ^ tokens.length);
-      lo = fmix32(lo ^ Math.imul(tokens.length, 0x27d4eb2f));
+      hi = fmix32(hi ^ len);
+      lo = fmix32(lo ^ Math.imul(len, 0x27d4eb2f));
       // (parent was read above: `into` may be the same bytes.)
       const d = into != null && into.length === 8 ? into : new Uint8Array(8);
       d[0] = hi >>> 24;
