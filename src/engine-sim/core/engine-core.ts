@@ -160,10 +160,10 @@ export class EngineCore {
     const held: GpuBlock[] = [];
     let added = 0;
     for (let i = 0; i < full; i++) {
-      const hit = this.cache.lookup([chain[i]], 1)[0];
-      if (hit?.tier === 'GPU') {
-        this.cache.acquire(hit.block); // held while importing: the blocks after it must not evict it
-        held.push(hit.block);
+      const hit = this.cache.lookup([chain[i]], 1) === 1 ? this.cache.hitBlocks[0] : null;
+      if (hit !== null) {
+        this.cache.acquire(hit); // held while importing: the blocks after it must not evict it
+        held.push(hit);
         continue;
       }
       const block = this.cache.allocate();

@@ -22,8 +22,6 @@ export const PAGE_SLOTS = 256;
 
 const NO_EVENTS: readonly CoreKvEvent[] = [];
 
-export type PrefixHit = { tier: 'GPU'; block: GpuBlock } | { tier: 'CPU'; content: BlockContent };
-
 export class KvCache {
   /** Committed GPU blocks by engine hash (their keys: blockKey). */
   private readonly cached: BlockTable;
@@ -62,21 +60,36 @@ export class KvCache {
     return this.cached.size;
   }
 
-  /** Longest prefix of `chain` (blocks by engine hash) present on GPU or host, at most `maxBlocks` long. */
-  lookup(chain: readonly { readonly hash: bigint }[], maxBlocks: number): PrefixHit[] {
-    const hits: PrefixHit[] = [];
+  /**
+   * The last lookup's hits, read before the next lookup (a fleet's admissions hit hundreds of
+   * blocks each: no object per hit). Hit i is the GPU block `hitBlocks[i]`, or (null there) the
+   * host-tier content `hitContents[i]`.
+   */
+  readonly hitBlocks: (GpuBlock | null)[] = [];
+  readonly hitContents: (BlockContent | null)[] = [];
+
+  /** Longest prefix of `chain` (blocks by engine hash) present on GPU or host, at most `maxBlocks` long: its length (the hits: hitBlocks, hitContents). */
+  lookup(chain: readonly { readonly hash: bigint }[], maxBlocks: number): number {
+    const blocks = this.hitBlocks;
+    const contents = this.hitContents;
     const n = Math.min(chain.length, maxBlocks);
-    for (let i = 0; i < n; i++) {
-      const hash = chain[i].hash;
-      const block = this.cached.find(blockKey(chain[i]), hash);
+    let hits = 0;
+    for (; hits < n; hits++) {
+      const hash = chain[hits].hash;
+      const block = this.cached.find(blockKey(chain[hits]), hash);
       if (block) {
-        hits.push({ tier: 'GPU', block });
+        blocks[hits] = block;
+        contents[hits] = null;
         continue;
       }
       const content = this.host?.get(hash);
       if (!content) break;
-      hits.push({ tier: 'CPU', content });
+      blocks[hits] = null;
+      contents[hits] = content;
     }
+    // (No reference kept past the hits.)
+    blocks.length = hits;
+    contents.length = hits;
     return hits;
   }
 

@@ -6,6 +6,7 @@ import type { CoreConfig } from './config.js';
 import type { HybridCache } from './hybrid-cache.js';
 import type { KvCache } from './kv-cache.js';
 import type { SimRequest } from './request.js';
+import type { BlockContent } from './block.js';
 
 export interface ScheduledWork {
   req: SimRequest;
@@ -158,33 +159,42 @@ export class Scheduler {
     // vLLM always recomputes at least the last token, so a full hit stops one block short.
     const maxHit = this.cfg.enablePrefixCaching ? Math.floor((req.length - 1) / bs) : 0;
     const chain = extendChain(this.chainCtx, req, maxHit);
-    const hits = this.cache.lookup(chain, maxHit);
+    const cache = this.cache;
+    let hits = cache.lookup(chain, maxHit);
     // A hybrid model reuses the largest prefix every group accepts (vLLM's coordinator).
-    if (this.groups) hits.length = this.groups.clampHit(chain, hits.length);
-    const hitTokens = hits.length * bs;
+    if (this.groups) hits = this.groups.clampHit(chain, hits);
+    // Hit i: a GPU block, or (null) a host-tier content (read here, before any other lookup).
+    const gpu = cache.hitBlocks;
+    const host = cache.hitContents;
+    const hitTokens = hits * bs;
     const toCompute = req.length - hitTokens;
     const n = Math.min(toCompute, budget);
     if (!this.cfg.enableChunkedPrefill && n < toCompute) return null;
     let evictableHits = 0;
     let hostHits = 0;
-    for (const h of hits) {
-      if (h.tier === 'GPU') evictableHits += h.block.refs === 0 ? 1 : 0;
+    for (let i = 0; i < hits; i++) {
+      const b = gpu[i];
+      if (b !== null) evictableHits += b.refs === 0 ? 1 : 0;
       else hostHits++;
     }
-    const newBlocks = Math.ceil((hitTokens + n) / bs) - hits.length;
-    if (this.cache.available - evictableHits < hostHits + newBlocks) return null;
+    const newBlocks = Math.ceil((hitTokens + n) / bs) - hits;
+    if (cache.available - evictableHits < hostHits + newBlocks) return null;
 
-    for (const h of hits) if (h.tier === 'GPU') this.cache.acquire(h.block);
+    for (let i = 0; i < hits; i++) {
+      const b = gpu[i];
+      if (b !== null) cache.acquire(b);
+    }
     // Refresh host copies first so loading one block cannot push out the next.
-    for (const h of hits) if (h.tier === 'CPU') this.cache.host?.touch(h.content);
-    for (const h of hits) {
-      if (h.tier === 'GPU') req.blocks.push(h.block);
-      else req.blocks.push(this.cache.loadFromHost(h.content)!); // room was checked above
+    if (hostHits > 0) for (let i = 0; i < hits; i++) if (gpu[i] === null) cache.host?.touch(host[i] as BlockContent);
+    for (let i = 0; i < hits; i++) {
+      const b = gpu[i];
+      if (b !== null) req.blocks.push(b);
+      else req.blocks.push(cache.loadFromHost(host[i] as BlockContent)!); // room was checked above
     }
     req.blockCount = req.blocks.length;
-    req.committed = hits.length;
+    req.committed = hits;
     req.computed = hitTokens;
-    this.groups?.admit(req.id, chain, hits.length);
+    this.groups?.admit(req.id, chain, hits);
     this.grow(req, hitTokens + n);
     plan.loadedTokens += hostHits * bs;
     const first = req.cachedTokens === null;
@@ -193,7 +203,7 @@ export class Scheduler {
       req,
       tokens: n,
       queried: req.length,
-      gpuHitTokens: (hits.length - hostHits) * bs,
+      gpuHitTokens: (hits - hostHits) * bs,
       hostHitTokens: hostHits * bs,
       first,
     };
