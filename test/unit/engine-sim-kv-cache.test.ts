@@ -1,15 +1,12 @@
-// The engine's KV cache keys its committed blocks by a 30-bit key (blockKey) in a table of its own
-// (BlockTable: linear probing, backward-shift deletion), not by their u64 hash: blocks whose keys
-// clash, and probe runs that wrap around the table's end, must still be found, committed, evicted
-// and reset by hash alone.
+// The engine's KV cache keys its committed blocks by a 30-bit key (blockKey), not by their u64
+// hash: blocks whose keys clash must still be found, committed, evicted and reset by hash alone.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type BlockContent, blockKey, GpuBlock } from '../../src/engine-sim/core/block.js';
-import { BlockTable } from '../../src/engine-sim/core/block-table.js';
+import type { BlockContent, GpuBlock } from '../../src/engine-sim/core/block.js';
 import type { CoreKvEvent } from '../../src/engine-sim/core/kv-events.js';
 import { KvCache } from '../../src/engine-sim/core/kv-cache.js';
 
-/** Keys whose homes are the tables' first and last rows (16 or 32 rows here: runs wrap around). */
+/** A few keys' low values. */
 const LOWS = [0, 1, 15, 31];
 /** Hashes of few keys: low 30 bits from LOWS, high bits from a handful more. */
 const hashOf = (low: number, high: number): bigint => (BigInt(high) << 30n) | BigInt(LOWS[low]);
@@ -88,37 +85,6 @@ describe('engine-sim KvCache with clashing keys', () => {
         }
       }),
       { numRuns: 300, seed: 5 },
-    );
-  });
-});
-
-describe('engine-sim BlockTable', () => {
-  it('finds every held block after any adds and removes, runs wrapping around its end', () => {
-    fc.assert(
-      fc.property(
-        fc.array(fc.tuple(fc.boolean(), fc.constantFrom(0, 1, 13, 14, 15, 16, 31), fc.nat()), { maxLength: 200 }),
-        (ops) => {
-          const table = new BlockTable(11); // 16 rows
-          const held: GpuBlock[] = [];
-          let next = 0n;
-          for (const [add, key, pick] of ops) {
-            if (add && held.length < 11) {
-              // Hash: the key in its low bits, distinct above.
-              const b = new GpuBlock(content((++next << 30n) | BigInt(key)));
-              table.add(key, b);
-              held.push(b);
-            } else if (held.length > 0) {
-              const [b] = held.splice(pick % held.length, 1);
-              table.remove(blockKey(b.content!), b);
-            }
-            expect(table.size).toBe(held.length);
-            for (const b of held) expect(table.find(blockKey(b.content!), b.content!.hash)).toBe(b);
-            expect(table.find(7, 7n)).toBeUndefined();
-            expect(new Set(table.values())).toEqual(new Set(held));
-          }
-        },
-      ),
-      { numRuns: 500, seed: 9 },
     );
   });
 });

@@ -2,7 +2,9 @@
 // Invariants:
 //   - `used` physical blocks = active (refs > 0, committed or partial) + free-but-cached (in `free`);
 //     capacity - used blocks are blank.
-//   - every committed GPU block is in `cached` under its engine hash, exactly once (no duplicates);
+//   - every committed GPU block is cached under its engine hash, exactly once (no duplicates): in
+//     `cached` under its key (blockKey), or in `clashes` under its hash when a block of another
+//     hash holds that key;
 //   - a cached block with refs 0 sits in `free`, ordered for eviction (head first);
 //   - every change of the cached set on either tier emits exactly one event, in order, and a block
 //     moving to the host tier is stored there before it is removed from GPU;
@@ -13,7 +15,6 @@
 //     growth starts major GCs).
 import { type BlockContent, blockKey, ChainContent, GpuBlock, keepTokens } from './block.js';
 import { BlockLru } from './block-lru.js';
-import { BlockTable } from './block-table.js';
 import { HostTier } from './host-tier.js';
 import type { CoreKvEvent } from './kv-events.js';
 
@@ -23,8 +24,10 @@ export const PAGE_SLOTS = 256;
 const NO_EVENTS: readonly CoreKvEvent[] = [];
 
 export class KvCache {
-  /** Committed GPU blocks by engine hash (their keys: blockKey). */
-  private readonly cached: BlockTable;
+  /** Committed blocks by key (blockKey: a small integer, where a bigint key costs a runtime call per lookup). */
+  private readonly cached = new Map<number, GpuBlock>();
+  /** Committed blocks whose key a block of another hash holds in `cached` (rare), by hash. */
+  private readonly clashes = new Map<bigint, GpuBlock>();
   private readonly free = new BlockLru();
   private used = 0;
   private events: CoreKvEvent[] = [];
@@ -43,7 +46,6 @@ export class KvCache {
     private readonly newPage: (length: number) => Uint32Array = (n) => new Uint32Array(n),
   ) {
     this.host = hostCapacity > 0 ? new HostTier(hostCapacity) : null;
-    this.cached = new BlockTable(capacity);
   }
 
   /** Blocks obtainable right now (blank + evictable). */
@@ -57,7 +59,14 @@ export class KvCache {
   }
 
   get cachedBlocks(): number {
-    return this.cached.size;
+    return this.cached.size + this.clashes.size;
+  }
+
+  /** The committed GPU block of `content`'s hash, if any. */
+  private find(content: { readonly hash: bigint }): GpuBlock | undefined {
+    const block = this.cached.get(blockKey(content));
+    if (block !== undefined && (block.content as BlockContent).hash === content.hash) return block;
+    return this.clashes.size === 0 ? undefined : this.clashes.get(content.hash);
   }
 
   /**
@@ -76,7 +85,7 @@ export class KvCache {
     let hits = 0;
     for (; hits < n; hits++) {
       const hash = chain[hits].hash;
-      const block = this.cached.find(blockKey(chain[hits]), hash);
+      const block = this.find(chain[hits]);
       if (block) {
         blocks[hits] = block;
         contents[hits] = null;
@@ -135,7 +144,13 @@ export class KvCache {
   commit(block: GpuBlock, content: BlockContent): GpuBlock {
     if (block.content) return block;
     const key = blockKey(content);
-    const existing = this.cached.find(key, content.hash);
+    const holder = this.cached.get(key);
+    const existing =
+      holder !== undefined && (holder.content as BlockContent).hash === content.hash
+        ? holder
+        : this.clashes.size === 0
+          ? undefined
+          : this.clashes.get(content.hash);
     if (existing && existing !== block) {
       this.acquire(existing);
       this.release([block]);
@@ -144,7 +159,8 @@ export class KvCache {
     // A content the engine computed moves to the block's slot (others own their tokens).
     if (content instanceof ChainContent) this.moveToSlot(content, block.slot);
     block.content = content;
-    this.cached.add(key, block);
+    if (holder === undefined) this.cached.set(key, block);
+    else this.clashes.set(content.hash, block);
     this.emitStored('GPU', content);
     return block;
   }
@@ -166,6 +182,7 @@ export class KvCache {
     this.used -= this.free.size;
     for (let b = this.free.shift(); b; b = this.free.shift()) this.freeSlots.push(b.slot);
     this.cached.clear();
+    this.clashes.clear();
     this.host?.clear();
     this.events.push({ type: 'cleared' });
   }
@@ -182,9 +199,10 @@ export class KvCache {
     return [...this.gpuBlocks()].map((b) => b.content as BlockContent);
   }
 
-  /** The committed GPU blocks, in no particular order. */
-  gpuBlocks(): IterableIterator<GpuBlock> {
-    return this.cached.values();
+  /** The committed GPU blocks (in commit order but for the rare clashing keys', which come last). */
+  *gpuBlocks(): IterableIterator<GpuBlock> {
+    yield* this.cached.values();
+    yield* this.clashes.values();
   }
 
   hostContents(): BlockContent[] {
@@ -201,7 +219,9 @@ export class KvCache {
   private evict(victim: GpuBlock): void {
     const content = victim.content as BlockContent;
     keepTokens(content);
-    this.cached.remove(blockKey(content), victim);
+    const key = blockKey(content);
+    if (this.cached.get(key) === victim) this.cached.delete(key);
+    else this.clashes.delete(content.hash);
     victim.content = null;
     if (this.host) {
       if (this.host.has(content.hash)) this.host.touch(content);
