@@ -152,10 +152,13 @@ export class CalibratedModel implements PerfModel {
     return Math.max(0, d + e * decodes + f * contextTokens);
   }
 
-  pass(c: PassContents): PassTime {
+  pass(c: PassContents, out?: PassTime): PassTime {
     const prefillMs = this.batchedPrefillMs(c.prefills);
     const step = this.decodeMs(c.decodes, c.decodeContextTokens);
     const decodeMs = prefillMs > 0 && step > 0 ? Math.max(0, step - MIXED_SHARED * this.decodeFit.d) : step;
-    return { prefillMs, decodeMs };
+    if (out === undefined) return { prefillMs, decodeMs };
+    out.prefillMs = prefillMs;
+    out.decodeMs = decodeMs;
+    return out;
   }
 }

@@ -18,9 +18,12 @@ export function decodeMs(p: number): number {
 /** The mocker: a pass costs prefill(summed new tokens) + decode(KV usage), the two simply added. */
 export const mockerModel: PerfModel = {
   name: 'mocker',
-  pass(c: PassContents): PassTime {
+  pass(c: PassContents, out?: PassTime): PassTime {
     let tokens = 0;
     for (const p of c.prefills) tokens += p.newTokens;
-    return { prefillMs: prefillMs(tokens), decodeMs: c.decodes > 0 ? decodeMs(c.kvUsage) : 0 };
+    const t = out ?? { prefillMs: 0, decodeMs: 0 };
+    t.prefillMs = prefillMs(tokens);
+    t.decodeMs = c.decodes > 0 ? decodeMs(c.kvUsage) : 0;
+    return t;
   },
 };

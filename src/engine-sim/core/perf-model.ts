@@ -32,8 +32,12 @@ export interface PassTime {
 export interface PerfModel {
   /** `mocker`, a built-in profile name, or the file it was read from. */
   readonly name: string;
-  pass(contents: PassContents): PassTime;
+  /** `out`: the object to write the result into and return (default: a new one). */
+  pass(contents: PassContents, out?: PassTime): PassTime;
 }
+
+/** What `passMs` has the model write into (read at once: a fleet plans millions of passes). */
+const scratchTime: PassTime = { prefillMs: 0, decodeMs: 0 };
 
 export interface TimingKnobs {
   speedup: number;
@@ -44,14 +48,18 @@ export interface TimingKnobs {
 
 /** Duration of one pass after speedups; `loadedTokens` came back from the host tier. */
 export function passMs(model: PerfModel, contents: PassContents, loadedTokens: number, knobs: TimingKnobs): number {
-  const t = model.pass(contents);
+  const t = model.pass(contents, scratchTime);
+  const prefill = t.prefillMs;
+  const decode = t.decodeMs;
   // A load is charged as a fraction of the marginal recompute cost of those tokens in this pass.
   const load =
     loadedTokens > 0
       ? knobs.cpuLoadFraction *
-        (model.pass({ ...contents, prefills: [...contents.prefills, { newTokens: loadedTokens, contextTokens: 0 }] })
-          .prefillMs -
-          t.prefillMs)
+        (model.pass(
+          { ...contents, prefills: [...contents.prefills, { newTokens: loadedTokens, contextTokens: 0 }] },
+          scratchTime,
+        ).prefillMs -
+          prefill)
       : 0;
-  return (t.prefillMs + load) / knobs.speedup + t.decodeMs / (knobs.speedup * knobs.decodeSpeedup);
+  return (prefill + load) / knobs.speedup + decode / (knobs.speedup * knobs.decodeSpeedup);
 }
