@@ -1,5 +1,5 @@
 // Seeded generators shared by the workloads: the same key always gives the same tokens or words.
-import { mulberry32 } from '../../common/prng.js';
+import { MULBERRY32_STEP, mulberry32, mulberry32Out } from '../../common/prng.js';
 
 /** 32-bit integer mix (murmur3 finalizer over a running combination): a stable key for (a, b, ...). */
 export function mix(...parts: number[]): number {
@@ -28,8 +28,12 @@ export function tokenBlock(seed: number, key: number, len: number): Uint32Array 
 
 /** The first `len` ids of tokenBlock(seed, key, ...), written into `out` at `at` (no array of their own). */
 export function fillTokens(out: Uint32Array, at: number, seed: number, key: number, len: number): void {
-  const r = rng(mix(seed, key));
-  for (let i = 0; i < len; i++) out[at + i] = TOKEN_LO + Math.floor(r() * TOKEN_SPAN);
+  // rng(mix(seed, key))'s draws, its state in a local (a fleet run draws every prompt's tokens).
+  let s = mix(seed, key) >>> 0;
+  for (let i = 0; i < len; i++) {
+    s = (s + MULBERRY32_STEP) >>> 0;
+    out[at + i] = TOKEN_LO + Math.floor(mulberry32Out(s) * TOKEN_SPAN);
+  }
 }
 
 /** Exponential inter-arrival gaps at `ratePerS`: Poisson arrival offsets in ms. */
