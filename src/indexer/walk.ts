@@ -114,6 +114,12 @@ export abstract class IndexWalk extends IndexWrites {
   protected qhSeedEnd = new Int32Array(16);
   protected qSeedDepth = new Int32Array(16);
   protected qKeepFirst = false;
+  /**
+   * Per candidate id, the query whose eviction judgement reads its holders' seeds (allocations > 0):
+   * a seed keeps the five fields above only for their holders (a block 0 seed wrote them for its ~850
+   * records, a cache line each in five arrays, where a decision judges the few loaded candidates).
+   */
+  protected qJudged = new Int32Array(64);
   protected qSeeds = 0;
   protected qSharedN = 0;
   // predicted stops of the current seed: per depth a row of B (its list of nodes, rows of Q, and the
@@ -170,6 +176,10 @@ export abstract class IndexWalk extends IndexWrites {
       for (let j = 0; j < k; j++) if (ids[j] !== NONE) qc[C * ids[j] + C_WANT] = qid;
     }
     this.qKeepFirst = allocations !== undefined;
+    if (allocations !== undefined) {
+      const judged = this.qJudged;
+      for (let j = 0; j < k; j++) if (ids[j] !== NONE && allocations[j] > 0) judged[ids[j]] = qid;
+    }
     const shared = this.walk(seq, now, qid, undefined, true);
     // One buffer for the three columns (a typed array this size is a backing store allocation each),
     // or the caller's (`into`, 4 x the candidates: the answer is then valid until it reuses it).
@@ -234,6 +244,7 @@ export abstract class IndexWalk extends IndexWrites {
       this.wantIds = null;
       this.qhFirstQ.fill(0);
       this.qhSeedQ.fill(0);
+      this.qJudged.fill(0);
     }
     return this.queryId;
   }
@@ -246,6 +257,7 @@ export abstract class IndexWalk extends IndexWrites {
       this.qc = grow(this.qc, n * C);
       this.qAlive = grow(this.qAlive, n);
       this.qTracked = grow(this.qTracked, n);
+      this.qJudged = grow(this.qJudged, n);
     }
     if (this.qhFirst.length < this.holders.length) {
       let n = this.qhFirst.length;
@@ -400,7 +412,7 @@ export abstract class IndexWalk extends IndexWrites {
       if (seedK === this.qSeedDepth.length) this.qSeedDepth = grow(this.qSeedDepth, seedK * 2);
       this.qSeedDepth[seedK] = i;
     }
-    const { recExp, runLen, hCand, hBit, hSpec, hMix0 } = this;
+    const { recExp, runLen, hCand, hBit, hSpec, hMix0, qJudged } = this;
     const qb = this.qb;
     // The block's records as rows [record, holder, run, position], in list order: a hot block's
     // contiguous copy, or the list read once into scratch (and kept as a copy when the block has many).
@@ -482,7 +494,8 @@ export abstract class IndexWalk extends IndexWrites {
       }
       // Where it is predicted to stop: the end of its run. A node goes into that depth's list.
       const end = i + Math.max(1, runLen[run] - pos);
-      if (keep) {
+      // (Only the holders of candidates whose eviction is judged: overlapsFor reads no other's.)
+      if (keep && c !== NONE && qJudged[c] === qid) {
         if (i === 0) {
           this.qhFirst[h] = r;
           this.qhFirstQ[h] = qid;

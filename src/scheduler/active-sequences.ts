@@ -140,6 +140,15 @@ export class HeldPrefixes {
   }
 }
 
+/** LoadColumns.head's row: the queue head's creation time, tokens and attention ahead of it, its own prefill tokens and their attention work, and whether there is one. */
+export const HEAD_STRIDE = 8;
+export const HEAD_CREATED_AT = 0;
+export const HEAD_AHEAD_TOKENS = 1;
+export const HEAD_AHEAD_ATTENTION = 2;
+export const HEAD_PREFILL_TOKENS = 3;
+export const HEAD_ATTENTION = 4;
+export const HEAD_QUEUED = 5;
+
 /**
  * Every worker's load and queue head by worker id (BookedBlocks' ids, kept while the instance is in
  * the pool), as columns written on every booking change: a decision resolves its candidate list to
@@ -156,13 +165,12 @@ export class LoadColumns {
   requests = new Float64Array(64);
   decoding = new Float64Array(64);
   decodingContext = new Float64Array(64);
-  /** The queue head's (the oldest un-prefilled booking's) fields; heads[id] undefined: none queued. */
-  headCreatedAt = new Float64Array(64);
-  headAheadTokens = new Float64Array(64);
-  headAheadAttention = new Float64Array(64);
-  headPrefillTokens = new Float64Array(64);
-  /** attentionWork of the head's own prefill. */
-  headAttention = new Float64Array(64);
+  /**
+   * The queue head's (the oldest un-prefilled booking's) fields, a row of HEAD_STRIDE per worker id
+   * (HEAD_*): a scorer reads them together for each candidate with prefill queued, one cache line,
+   * not one in each of five columns. HEAD_QUEUED is 1 while heads[id] is a booking, else 0.
+   */
+  head = new Float64Array(64 * HEAD_STRIDE);
   readonly heads: Array<Booking | undefined> = [];
   private readonly loads: Array<Load | undefined> = [];
 
@@ -188,6 +196,8 @@ export class LoadColumns {
     this.loads[id] = undefined;
     const h = w?.head();
     this.heads[id] = h;
+    const o = id * HEAD_STRIDE;
+    this.head[o + HEAD_QUEUED] = h === undefined ? 0 : 1;
     if (w === null) {
       this.prefillTokens[id] = 0;
       this.attention[id] = 0;
@@ -204,11 +214,11 @@ export class LoadColumns {
     this.decoding[id] = w.decoding;
     this.decodingContext[id] = Math.max(0, w.decodingContext);
     if (h === undefined) return;
-    this.headCreatedAt[id] = h.createdAt;
-    this.headAheadTokens[id] = h.aheadTokens;
-    this.headAheadAttention[id] = h.aheadAttention;
-    this.headPrefillTokens[id] = h.prefillTokens;
-    this.headAttention[id] = attentionWork(h.prefillTokens, h.contextTokens);
+    this.head[o + HEAD_CREATED_AT] = h.createdAt;
+    this.head[o + HEAD_AHEAD_TOKENS] = h.aheadTokens;
+    this.head[o + HEAD_AHEAD_ATTENTION] = h.aheadAttention;
+    this.head[o + HEAD_PREFILL_TOKENS] = h.prefillTokens;
+    this.head[o + HEAD_ATTENTION] = attentionWork(h.prefillTokens, h.contextTokens);
   }
 
   private grow(n: number): void {
@@ -218,11 +228,7 @@ export class LoadColumns {
     this.requests = grow(this.requests, n);
     this.decoding = grow(this.decoding, n);
     this.decodingContext = grow(this.decodingContext, n);
-    this.headCreatedAt = grow(this.headCreatedAt, n);
-    this.headAheadTokens = grow(this.headAheadTokens, n);
-    this.headAheadAttention = grow(this.headAheadAttention, n);
-    this.headPrefillTokens = grow(this.headPrefillTokens, n);
-    this.headAttention = grow(this.headAttention, n);
+    this.head = grow(this.head, n * HEAD_STRIDE);
   }
 }
 

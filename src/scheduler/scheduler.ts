@@ -6,7 +6,20 @@ import type { NamespaceId } from '../indexer/namespace.js';
 import type { CandidateOverlaps } from '../indexer/block-index.js';
 import { hashView } from '../indexer/layout.js';
 import type { TieredIndexer } from '../indexer/namespaces.js';
-import { ActiveSequences, type Booking, type HeldPrefixes, IDLE_LOAD, type Load } from './active-sequences.js';
+import {
+  ActiveSequences,
+  type Booking,
+  HEAD_AHEAD_ATTENTION,
+  HEAD_AHEAD_TOKENS,
+  HEAD_ATTENTION,
+  HEAD_CREATED_AT,
+  HEAD_PREFILL_TOKENS,
+  HEAD_QUEUED,
+  HEAD_STRIDE,
+  type HeldPrefixes,
+  IDLE_LOAD,
+  type Load,
+} from './active-sequences.js';
 import {
   attentionWork,
   COST_TERMS,
@@ -718,9 +731,8 @@ export class Scheduler {
     const cols = this.active.columns;
     // (Every column read into a local: nothing the loop calls reallocates them. The rate columns grow
     // when a fit is priced, inside rateById: read through their object.)
-    const { requests: requestsCol, prefillTokens: prefillCol, blocks: blocksCol, heads } = cols;
+    const { requests: requestsCol, prefillTokens: prefillCol, blocks: blocksCol, head: headCol } = cols;
     const { attention: attentionCol, decoding: decodingCol, decodingContext: contextCol } = cols;
-    const { headCreatedAt, headAheadTokens, headAheadAttention, headPrefillTokens, headAttention } = cols;
     const { pickRequests, pickPrefill, pickCost, pickCredited, pickPrefillMs, pickQueueMs, pickHybrid, pickBusy } =
       this;
     const deviceCol = overlap ? overlap.device : null;
@@ -781,20 +793,20 @@ export class Scheduler {
         ? this.adapterPenalty(candidates[k], input.adapter!, input.adapterLoadMs!, input.adapterWarmMs ?? 0, x.now)
         : 0;
       const creditedShared = distrusted ? 0 : shared;
-      // The queue head's fields from the columns (queueHeadOf's, read in place).
-      const head = prefill > 0 ? heads[id] : undefined;
-      const progressMs =
-        head === undefined
-          ? 0
-          : headProgress(
-              x.now - headCreatedAt[id],
-              headAheadTokens[id],
-              headAheadAttention[id],
-              headPrefillTokens[id],
-              headAttention[id],
-              msPerToken,
-              msPerAttention,
-            );
+      // The queue head's fields from its row (queueHeadOf's, read in place; its booking only for the score).
+      const ho = id * HEAD_STRIDE;
+      const queued = prefill > 0 && headCol[ho + HEAD_QUEUED] === 1;
+      const progressMs = !queued
+        ? 0
+        : headProgress(
+            x.now - headCol[ho + HEAD_CREATED_AT],
+            headCol[ho + HEAD_AHEAD_TOKENS],
+            headCol[ho + HEAD_AHEAD_ATTENTION],
+            headCol[ho + HEAD_PREFILL_TOKENS],
+            headCol[ho + HEAD_ATTENTION],
+            msPerToken,
+            msPerAttention,
+          );
       // (costInput's sums: the load's terms plus the engine's unbooked load.)
       const credited = credit(device, host, disk, creditedShared, medium);
       const priced = costTerms(
@@ -840,7 +852,7 @@ export class Scheduler {
       t.adapterLoadMs = adapterLoadMs;
       t.seen = seen;
       t.extra = extra;
-      t.head = head ?? null;
+      t.head = queued ? (cols.heads[id] ?? null) : null;
       t.rate = rate;
     }
   }

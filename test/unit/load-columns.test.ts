@@ -5,7 +5,16 @@
 // leaving (ids reused), with candidate lists that change, repeat and name unknown workers.
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '../../src/common/prng.js';
-import { ActiveSequences } from '../../src/scheduler/active-sequences.js';
+import {
+  ActiveSequences,
+  HEAD_AHEAD_ATTENTION,
+  HEAD_AHEAD_TOKENS,
+  HEAD_ATTENTION,
+  HEAD_CREATED_AT,
+  HEAD_PREFILL_TOKENS,
+  HEAD_QUEUED,
+  HEAD_STRIDE,
+} from '../../src/scheduler/active-sequences.js';
 import { attentionWork } from '../../src/scheduler/cost.js';
 import { PrefillRates } from '../../src/scheduler/rates.js';
 
@@ -63,14 +72,17 @@ function scenario(seed: number, steps: number, workers = 12, drops = 0.03): numb
         expect(a.columns.loadOf(id)).toEqual(a.load(instance, dpRank));
         const head = a.queueHead(instance, dpRank);
         const cols = a.columns;
+        // The row says whether a head is queued, whatever the worker's load (the scorer reads no booking).
+        if (id >= 0) expect(cols.head[id * HEAD_STRIDE + HEAD_QUEUED]).toBe(head === undefined ? 0 : 1);
         if (id >= 0 && a.load(instance, dpRank).activePrefillTokens > 0) {
           expect(cols.heads[id]).toBe(head);
+          const o = id * HEAD_STRIDE;
           expect([
-            cols.headCreatedAt[id],
-            cols.headAheadTokens[id],
-            cols.headAheadAttention[id],
-            cols.headPrefillTokens[id],
-            cols.headAttention[id],
+            cols.head[o + HEAD_CREATED_AT],
+            cols.head[o + HEAD_AHEAD_TOKENS],
+            cols.head[o + HEAD_AHEAD_ATTENTION],
+            cols.head[o + HEAD_PREFILL_TOKENS],
+            cols.head[o + HEAD_ATTENTION],
           ]).toEqual([
             head!.createdAt,
             head!.aheadTokens,
