@@ -1,10 +1,10 @@
 // The simulation's clock: a 4-ary min-heap of events ordered by (time, seq), seq being the order
 // of scheduling. Events at the same virtual time therefore run in the order they were scheduled,
 // which makes a run a pure function of its inputs. The keys live in one typed array beside the
-// events, (time, seq) side by side, so that a node's four children are one 64-byte run: a sift
-// down reads one cache line per level, over half the levels of a binary heap (a run queues every
-// open-loop send up front: 100,000 at 1,024 x 100,000). A queued or delivered event costs no
-// object of its own.
+// events, (time, seq) side by side, so that a node's four children are one 64-byte run (at most
+// two cache lines: entry 4i + 1 starts 16 bytes into a 64-byte stride): a sift down reads half the
+// levels of a binary heap (a run queues every open-loop send up front: 100,000 at 1,024 x
+// 100,000). A queued or delivered event costs no object of its own.
 //
 // An event may recur (`Recurrence`): pushed once at its first time, it comes back at each next
 // time as if it had been pushed again when it came due (a new sequence number then), and is

@@ -4,7 +4,8 @@
 //     capacity - used blocks are blank.
 //   - every committed GPU block is cached under its engine hash, exactly once (no duplicates): in
 //     `cached` under its key (blockKey), or in `clashes` under its hash when a block of another
-//     hash holds that key;
+//     hash held that key at its commit (it stays there when that block leaves: a lookup reads
+//     `clashes` whenever the key's entry is missing or of another hash);
 //   - a cached block with refs 0 sits in `free`, ordered for eviction (head first);
 //   - every change of the cached set on either tier emits exactly one event, in order, and a block
 //     moving to the host tier is stored there before it is removed from GPU;

@@ -135,7 +135,7 @@ function storedBound(blocks: readonly BlockContent[]): number {
   return STORED_FIXED + 5 + 10 * n + 5 + 5 * tokens + 5 + 5 + 5;
 }
 
-// A stored event's bytes but for its arrays, its parent, its block size and its tokens.
+// A stored event's bytes but for its arrays (headers and items) and its block size; its parent at its longest (9).
 const STORED_FIXED =
   1 +
   K_TYPE.length +
