@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Tokenizer as JsTokenizer } from '@huggingface/tokenizers';
 import { intOption, type OptionTable, parseCommand } from '../common/args.js';
+import { mulberry32 } from '../common/prng.js';
 import { resolveTokenizerDir } from '../tokenizer/files.js';
 import { loadTokenizer, type ChatMessage, type ChatRequestLike, type PromptTokenizer } from '../tokenizer/index.js';
 import { NativeTokenizer } from '../tokenizer/native.js';
@@ -20,15 +21,7 @@ const OPTIONS: OptionTable = {
   out: { type: 'string', arg: 'DIR', help: 'report directory (default bench/results/tokenizer-<time>)' },
 };
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), s | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 const WORDS = (
   'the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were her she ' +
