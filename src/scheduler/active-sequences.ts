@@ -167,8 +167,9 @@ export class LoadColumns {
   decodingContext = new Float64Array(64);
   /**
    * The queue head's (the oldest un-prefilled booking's) fields, a row of HEAD_STRIDE per worker id
-   * (HEAD_*): a scorer reads them together for each candidate with prefill queued, one cache line,
-   * not one in each of five columns. HEAD_QUEUED is 1 while heads[id] is a booking, else 0.
+   * (HEAD_*): a scorer reads them together for each candidate with prefill queued, 48 bytes of one
+   * 64-byte row (one or two cache lines, by the array's alignment), not a line in each of five
+   * columns. HEAD_QUEUED is 1 while heads[id] is a booking, else 0.
    */
   head = new Float64Array(64 * HEAD_STRIDE);
   readonly heads: Array<Booking | undefined> = [];
