@@ -132,8 +132,13 @@ function storedBound(blocks: readonly BlockContent[]): number {
   let tokens = 0;
   for (const b of blocks) tokens += b instanceof ChainContent ? b.tokenCount : b.tokens.length;
   const n = blocks.length;
-  return STORED_FIXED + 5 + 10 * n + 5 + 5 * tokens + 5 + 5 + 5;
+  // Three arrays (hashes: 9 bytes an item, extra keys: 1, token ids), each header at its longest.
+  return STORED_FIXED + 3 * MAX_HEADER_LEN + 10 * n + MAX_UINT_LEN * tokens;
 }
+
+/** The longest uintLen and arrayHeaderLen: a u32 (a token id, a count) takes at most 5 bytes. */
+const MAX_UINT_LEN = 5;
+const MAX_HEADER_LEN = 5;
 
 // A stored event's bytes but for its arrays (headers and items) and its block size; its parent at its longest (9).
 const STORED_FIXED =
